@@ -1,0 +1,321 @@
+//! The one public error type.
+
+use std::time::Duration;
+
+use crate::capabilities::Capability;
+use crate::ids::{ProviderId, RequestId, SessionId, TurnId};
+use crate::request::{RequestKind, ResponseAction, Scope};
+use crate::session::SessionState;
+use crate::turn::Turn;
+
+/// `Result` with [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every way an agent-harness operation can fail.
+///
+/// Variants name what a caller can act on. Errors coming from a provider's CLI, a store or an
+/// exec backend keep their source; [`Error::is_retryable`] and [`Error::is_definite`] classify
+/// them for callers and for the session runtime.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    // ----- options and configuration -------------------------------------------------------
+    /// A session or turn option is invalid; nothing was started.
+    #[error("invalid option `{option}`: {reason}")]
+    InvalidOption {
+        /// The option's name, as in the builder method.
+        option: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A caller-chosen session ID is malformed.
+    #[error("invalid session id {id:?}: {reason}")]
+    InvalidSessionId {
+        /// The rejected ID.
+        id: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// No provider is registered under this ID.
+    #[error("unknown provider `{provider}` (registered: {registered})")]
+    UnknownProvider {
+        /// The ID that was asked for.
+        provider: ProviderId,
+        /// The registered provider IDs, comma-separated.
+        registered: String,
+    },
+    /// The provider cannot do what the options or the call ask for.
+    #[error("provider `{provider}` does not support {capability}")]
+    Unsupported {
+        /// The provider.
+        provider: ProviderId,
+        /// The capability that is missing.
+        capability: Capability,
+    },
+    /// The harness itself is misconfigured.
+    #[error("invalid harness configuration: {0}")]
+    InvalidConfig(String),
+
+    // ----- session lifecycle ----------------------------------------------------------------
+    /// A live session already uses this ID.
+    #[error("session `{id}` already exists")]
+    SessionAlreadyExists {
+        /// The ID.
+        id: SessionId,
+    },
+    /// The store retains a stopped session with this ID; pass `reuse` to replace it.
+    #[error("session id `{id}` was already used (stored status: {status}); see SessionOptions::reuse")]
+    SessionIdAlreadyUsed {
+        /// The ID.
+        id: SessionId,
+        /// The stored snapshot's status.
+        status: SessionState,
+    },
+    /// No live session has this ID (it never existed or has stopped).
+    #[error("session `{id}` not found")]
+    SessionNotFound {
+        /// The ID.
+        id: SessionId,
+    },
+    /// The session is live; the operation needs a stopped one (e.g. `purge_session`).
+    #[error("session `{id}` is live; stop it first")]
+    SessionLive {
+        /// The ID.
+        id: SessionId,
+    },
+    /// The harness is at its `max_sessions` limit.
+    #[error("session capacity reached ({limit} live sessions)")]
+    CapacityReached {
+        /// The configured limit.
+        limit: usize,
+    },
+    /// The provider did not open within `startup_timeout`; the attempt was torn down.
+    #[error("provider `{provider}` did not open within {timeout:?}")]
+    StartupTimeout {
+        /// The provider.
+        provider: ProviderId,
+        /// The configured startup timeout.
+        timeout: Duration,
+    },
+    /// The initial store commit, cleanup or hand-off exceeded `startup_finalization_timeout`.
+    #[error("session startup could not be finalized within {timeout:?}")]
+    StartupFinalizationTimeout {
+        /// The configured finalization timeout.
+        timeout: Duration,
+    },
+    /// The session cannot take new work: its provider transport failed or was retired.
+    #[error("session `{id}` is unavailable: {reason}")]
+    SessionUnavailable {
+        /// The ID.
+        id: SessionId,
+        /// Why it became unavailable.
+        reason: String,
+    },
+
+    // ----- turns ----------------------------------------------------------------------------
+    /// Another turn is active; it is returned so the caller can await or cancel it.
+    #[error("turn `{}` is in progress", current.id)]
+    TurnInProgress {
+        /// The active turn.
+        current: Box<Turn>,
+    },
+    /// The turn is not active (finished, never started, or of another session).
+    #[error("turn `{turn_id}` is not active")]
+    TurnNotActive {
+        /// The turn.
+        turn_id: TurnId,
+    },
+    /// A caller-chosen turn ID was already used in this session.
+    #[error("turn id `{turn_id}` was already used in this session")]
+    TurnIdAlreadyUsed {
+        /// The turn ID.
+        turn_id: TurnId,
+    },
+    /// The session does not know this turn.
+    #[error("turn `{turn_id}` not found in session `{session_id}`")]
+    TurnNotFound {
+        /// The session.
+        session_id: SessionId,
+        /// The turn.
+        turn_id: TurnId,
+    },
+    /// The local call to the session timed out; the turn may or may not have been recorded.
+    ///
+    /// Not proof of rejection: inspect the session and subscribe with the retained turn.
+    #[error("session call timed out after {timeout:?}; the turn's fate is unknown")]
+    SessionCallTimeout {
+        /// The turn handle created before the call, for reconciliation.
+        turn: Box<Turn>,
+        /// The local call timeout.
+        timeout: Duration,
+    },
+
+    // ----- events ---------------------------------------------------------------------------
+    /// The requested replay cannot be served: the events are gone from every source.
+    #[error("replay unavailable: {reason}")]
+    ReplayUnavailable {
+        /// Which source ran out, and where.
+        reason: String,
+    },
+
+    // ----- requests -------------------------------------------------------------------------
+    /// The session has no request with this ID (it belongs to another session or never existed).
+    #[error("request `{request_id}` not found in session `{session_id}`")]
+    RequestNotFound {
+        /// The session that was asked.
+        session_id: SessionId,
+        /// The request.
+        request_id: RequestId,
+    },
+    /// Another response to this request is being delivered right now.
+    #[error("a response to request `{request_id}` is in progress")]
+    ResponseInProgress {
+        /// The request.
+        request_id: RequestId,
+    },
+    /// The request was already answered.
+    #[error("request `{request_id}` was already resolved")]
+    AlreadyResolved {
+        /// The request.
+        request_id: RequestId,
+    },
+    /// The request expired (its turn ended, the provider resolved it, or it timed out).
+    #[error("request `{request_id}` expired")]
+    RequestExpired {
+        /// The request.
+        request_id: RequestId,
+    },
+    /// The response's action does not apply to this kind of request.
+    #[error("a `{action}` response does not apply to a {kind} request")]
+    ResponseKindMismatch {
+        /// The request's kind.
+        kind: RequestKind,
+        /// The response's action.
+        action: ResponseAction,
+    },
+    /// A question answer lacks an answer for this question ID.
+    #[error("the answer is missing question `{question_id}`")]
+    MissingAnswer {
+        /// The unanswered question.
+        question_id: String,
+    },
+    /// A question answer names a question the request does not have.
+    #[error("the request has no question `{question_id}`")]
+    UnknownQuestion {
+        /// The unknown question ID.
+        question_id: String,
+    },
+    /// The request does not offer this approval scope.
+    #[error("the request does not offer approval scope `{scope}`")]
+    UnsupportedScope {
+        /// The scope asked for.
+        scope: Scope,
+    },
+    /// A response is malformed for a reason other than the above.
+    #[error("invalid response: {0}")]
+    InvalidResponse(String),
+
+    // ----- providers, stores, processes -----------------------------------------------------
+    /// The provider definitely refused the command; nothing changed on its side.
+    #[error("provider `{provider}` rejected the command: {reason}")]
+    ProviderRejected {
+        /// The provider.
+        provider: ProviderId,
+        /// Its reason.
+        reason: String,
+    },
+    /// The provider transport failed; the command's outcome is unknown.
+    #[error("provider `{provider}` transport failed: {reason}")]
+    Transport {
+        /// The provider.
+        provider: ProviderId,
+        /// What happened.
+        reason: String,
+    },
+    /// A provider command did not answer in time; its outcome is unknown.
+    #[error("{operation} timed out after {timeout:?}")]
+    Timeout {
+        /// The operation, e.g. `turn admission`.
+        operation: &'static str,
+        /// The deadline that passed.
+        timeout: Duration,
+    },
+    /// The provider's code panicked while handling a command; its outcome is unknown.
+    #[error("the provider panicked during {operation}")]
+    ProviderPanicked {
+        /// The command.
+        operation: &'static str,
+    },
+    /// The provider's CLI is missing, too old or unusable.
+    #[error("provider `{provider}` cannot run: {reason}")]
+    ProviderUnavailable {
+        /// The provider.
+        provider: ProviderId,
+        /// What is wrong, with the fix where known.
+        reason: String,
+    },
+    /// Any other provider failure.
+    #[error("provider `{provider}` failed: {source}")]
+    Provider {
+        /// The provider.
+        provider: ProviderId,
+        /// The underlying error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The auth guard refused the session's environment (see `AuthMode`).
+    #[error("auth guard: {reason}")]
+    AuthGuard {
+        /// Which variable or setting was refused (never its value).
+        reason: String,
+    },
+    /// A store operation failed.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// Spawning or controlling a process failed.
+    #[error(transparent)]
+    Exec(#[from] crate::exec::ExecError),
+    /// The session ended while the operation was in flight.
+    #[error("session `{id}` went down: {reason}")]
+    SessionDown {
+        /// The session.
+        id: SessionId,
+        /// Why it ended.
+        reason: crate::session::ExitReason,
+    },
+}
+
+impl Error {
+    /// True when retrying the same call later may succeed without changing it.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::ResponseInProgress { .. }
+                | Error::CapacityReached { .. }
+                | Error::Timeout { .. }
+                | Error::StartupTimeout { .. }
+                | Error::TurnInProgress { .. }
+        ) || matches!(self, Error::Store(e) if e.is_retryable())
+    }
+
+    /// True when the provider definitely did not act on the command (a rejection or an input
+    /// error), as opposed to an uncertain outcome such as a timeout or a broken transport.
+    ///
+    /// The session runtime releases a response claim after a definite error and retires the
+    /// session after an uncertain one.
+    pub fn is_definite(&self) -> bool {
+        !matches!(
+            self,
+            Error::Transport { .. }
+                | Error::Timeout { .. }
+                | Error::ProviderPanicked { .. }
+                | Error::Provider { .. }
+                | Error::Exec(_)
+                | Error::SessionDown { .. }
+        )
+    }
+
+    pub(crate) fn invalid(option: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidOption { option, reason: reason.into() }
+    }
+}

@@ -1,0 +1,389 @@
+//! The byte-level process contract every provider spawns through.
+//!
+//! An [`Exec`] starts a program from an argv (never through a shell) with an explicit
+//! environment and working directory, and hands back its stdin, stdout and stderr as byte
+//! streams plus a [`ChildHandle`] to stop it and learn how it ended. It knows nothing about
+//! agent protocols, so one implementation serves every provider: the local one in `agent-exec`,
+//! a remote sandbox or SSH backend, or a scripted one in tests.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::ids::SessionId;
+
+/// A shared exec backend.
+pub type DynExec = Arc<dyn Exec>;
+
+/// The environment variable that stamps every child with the session it belongs to.
+pub const SESSION_MARKER_ENV: &str = "AGENT_HARNESS_SESSION";
+/// The environment variable that stamps every child with the PID of the harness process that
+/// started it, so an orphan reaper can tell whose children are left behind.
+pub const OWNER_MARKER_ENV: &str = "AGENT_HARNESS_OWNER_PID";
+
+/// Starts processes.
+#[async_trait]
+pub trait Exec: Send + Sync + fmt::Debug + 'static {
+    /// Validates `command` and starts it. Validation errors (empty argv, program not found or
+    /// not allowed, bad cwd or env) are returned before anything is spawned.
+    async fn spawn(&self, command: Command) -> Result<Child, ExecError>;
+
+    /// Ends processes this backend stamped for sessions that are no longer live, returning how
+    /// many were ended. `is_live` answers for session IDs of this harness process. Backends
+    /// without the means to find such processes return `Ok(0)`.
+    async fn reap_orphans(&self, is_live: &(dyn Fn(&str) -> bool + Send + Sync)) -> Result<usize, ExecError> {
+        let _ = is_live;
+        Ok(0)
+    }
+}
+
+/// How the child's environment is built.
+#[derive(Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EnvSpec {
+    /// Start from an empty environment instead of the host's.
+    pub clear: bool,
+    /// With `clear`, host variables copied in anyway (e.g. `PATH`, `HOME`).
+    pub allow: Vec<OsString>,
+    /// Variables to set (after `clear`/`allow`).
+    pub set: Vec<(OsString, OsString)>,
+    /// Variables to remove (after `set`).
+    pub unset: Vec<OsString>,
+}
+
+impl fmt::Debug for EnvSpec {
+    // Values can be credentials: print names only.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EnvSpec")
+            .field("clear", &self.clear)
+            .field("allow", &self.allow)
+            .field("set", &self.set.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .field("unset", &self.unset)
+            .finish()
+    }
+}
+
+/// Resource limits on one process. A violation ends the process and is reported in its
+/// [`ExitStatus::killed_by`]; a line over `max_line_bytes` also fails the read with
+/// `io::ErrorKind::InvalidData`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Limits {
+    /// Longest line on stdout or stderr, in bytes.
+    pub max_line_bytes: Option<usize>,
+    /// Total stdout bytes.
+    pub max_stdout_bytes: Option<u64>,
+    /// Total stderr bytes.
+    pub max_stderr_bytes: Option<u64>,
+    /// Wall-clock lifetime.
+    pub wall_clock: Option<Duration>,
+}
+
+/// How a graceful stop escalates: SIGINT, then SIGTERM after `interrupt_grace`, then SIGKILL
+/// after `terminate_grace`, each sent to the child's whole process group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KillPolicy {
+    /// Wait after SIGINT before SIGTERM.
+    pub interrupt_grace: Duration,
+    /// Wait after SIGTERM before SIGKILL.
+    pub terminate_grace: Duration,
+}
+
+impl Default for KillPolicy {
+    fn default() -> Self {
+        KillPolicy { interrupt_grace: Duration::from_secs(2), terminate_grace: Duration::from_secs(3) }
+    }
+}
+
+/// What to start.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Command {
+    /// The program: an absolute path, or a bare name looked up on `PATH`.
+    pub program: OsString,
+    /// Arguments, without the program.
+    pub args: Vec<OsString>,
+    /// Environment.
+    pub env: EnvSpec,
+    /// Working directory; the host's when `None`.
+    pub cwd: Option<PathBuf>,
+    /// The session the process belongs to; stamped into its environment.
+    pub session: Option<SessionId>,
+    /// Limits.
+    pub limits: Limits,
+    /// Stop escalation.
+    pub kill_policy: KillPolicy,
+}
+
+impl Command {
+    /// A command for `program`.
+    pub fn new(program: impl Into<OsString>) -> Self {
+        Command {
+            program: program.into(),
+            args: Vec::new(),
+            env: EnvSpec::default(),
+            cwd: None,
+            session: None,
+            limits: Limits::default(),
+            kill_policy: KillPolicy::default(),
+        }
+    }
+
+    /// Adds one argument.
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Adds arguments.
+    pub fn args(mut self, args: impl IntoIterator<Item = impl Into<OsString>>) -> Self {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets a variable.
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.set.push((key.into(), value.into()));
+        self
+    }
+
+    /// Removes a variable.
+    pub fn env_remove(mut self, key: impl Into<OsString>) -> Self {
+        self.env.unset.push(key.into());
+        self
+    }
+
+    /// Starts from an empty environment plus the allowed host variables.
+    pub fn env_clear(mut self, allow: impl IntoIterator<Item = impl Into<OsString>>) -> Self {
+        self.env.clear = true;
+        self.env.allow = allow.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets the working directory.
+    pub fn cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(cwd.into());
+        self
+    }
+
+    /// Stamps the session.
+    pub fn session(mut self, session: SessionId) -> Self {
+        self.session = Some(session);
+        self
+    }
+
+    /// Sets limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Sets the stop escalation.
+    pub fn kill_policy(mut self, policy: KillPolicy) -> Self {
+        self.kill_policy = policy;
+        self
+    }
+}
+
+/// A child's stdin.
+pub type ChildStdin = Box<dyn AsyncWrite + Send + Unpin>;
+/// A child's stdout or stderr.
+pub type ChildOutput = Box<dyn AsyncRead + Send + Unpin>;
+
+/// A started process.
+#[non_exhaustive]
+pub struct Child {
+    /// Writes to the child's stdin; writing after it exited is an error, never a panic.
+    pub stdin: Option<ChildStdin>,
+    /// The child's stdout.
+    pub stdout: Option<ChildOutput>,
+    /// The child's stderr.
+    pub stderr: Option<ChildOutput>,
+    /// Control and exit status. Dropping the last handle kills the process group.
+    pub handle: Arc<dyn ChildHandle>,
+}
+
+impl Child {
+    /// Assembles a child from its parts (for exec implementations).
+    pub fn new(
+        stdin: Option<ChildStdin>,
+        stdout: Option<ChildOutput>,
+        stderr: Option<ChildOutput>,
+        handle: Arc<dyn ChildHandle>,
+    ) -> Self {
+        Child { stdin, stdout, stderr, handle }
+    }
+}
+
+impl fmt::Debug for Child {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Child")
+            .field("stdin", &self.stdin.is_some())
+            .field("stdout", &self.stdout.is_some())
+            .field("stderr", &self.stderr.is_some())
+            .field("handle", &self.handle)
+            .finish()
+    }
+}
+
+/// Controls a started process.
+#[async_trait]
+pub trait ChildHandle: Send + Sync + fmt::Debug {
+    /// The OS process ID, where there is one.
+    fn id(&self) -> Option<u32>;
+
+    /// Kills the process and everything it started, at once (SIGKILL to the group locally).
+    /// Idempotent; killing an exited process is `Ok`.
+    fn kill(&self) -> Result<(), ExecError>;
+
+    /// Stops the process gracefully with the command's [`KillPolicy`] and waits for its exit.
+    async fn terminate(&self) -> Result<ExitStatus, ExecError> {
+        self.kill()?;
+        self.wait().await
+    }
+
+    /// Waits for the exit. The process is reaped once; every call returns the same status.
+    async fn wait(&self) -> Result<ExitStatus, ExecError>;
+
+    /// The exit status if the process has exited, without waiting.
+    fn try_status(&self) -> Option<ExitStatus>;
+}
+
+/// Why the harness ended a process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum KillCause {
+    /// `kill()`, `terminate()` or a dropped handle.
+    Requested,
+    /// The wall-clock limit passed.
+    WallClock,
+    /// The stdout byte limit was exceeded.
+    StdoutLimit,
+    /// The stderr byte limit was exceeded.
+    StderrLimit,
+    /// A line exceeded the line limit.
+    LineLimit,
+}
+
+/// How a process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ExitStatus {
+    /// Exit code, if it exited normally.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    /// Terminating signal, if a signal ended it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// Set when the harness ended it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub killed_by: Option<KillCause>,
+}
+
+impl ExitStatus {
+    /// A normal exit with `code`.
+    pub fn code(code: i32) -> Self {
+        ExitStatus { code: Some(code), signal: None, killed_by: None }
+    }
+
+    /// An exit by `signal`.
+    pub fn signal(signal: i32) -> Self {
+        ExitStatus { code: None, signal: Some(signal), killed_by: None }
+    }
+
+    /// Records why the harness ended the process.
+    pub fn with_cause(mut self, cause: KillCause) -> Self {
+        self.killed_by = Some(cause);
+        self
+    }
+
+    /// True for exit code 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+impl fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.code, self.signal) {
+            (Some(code), _) => write!(f, "exit code {code}")?,
+            (None, Some(signal)) => write!(f, "signal {signal}")?,
+            (None, None) => f.write_str("unknown exit")?,
+        }
+        if let Some(cause) = self.killed_by {
+            write!(f, " ({cause:?})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a process could not be started or controlled.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExecError {
+    /// The argv has no program.
+    #[error("empty argv: no program to run")]
+    EmptyArgv,
+    /// The program was not found.
+    #[error("program {program:?} not found{}", if *.searched_path { " on PATH" } else { "" })]
+    ProgramNotFound {
+        /// The program as given.
+        program: OsString,
+        /// Whether `PATH` was searched (a bare name) or the path was taken as given.
+        searched_path: bool,
+    },
+    /// The program is not on the executable allow-list.
+    #[error("program {resolved:?} is not on the executable allow-list")]
+    NotAllowed {
+        /// The resolved absolute path.
+        resolved: PathBuf,
+    },
+    /// The working directory is unusable.
+    #[error("invalid cwd {cwd:?}: {reason}")]
+    InvalidCwd {
+        /// The directory.
+        cwd: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An environment variable name or value is unusable.
+    #[error("invalid environment variable {key:?}: {reason}")]
+    InvalidEnv {
+        /// The name.
+        key: OsString,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// An argument contains a NUL byte.
+    #[error("argument {index} contains a NUL byte")]
+    InvalidArg {
+        /// Position in `args`.
+        index: usize,
+    },
+    /// The OS refused to start the program.
+    #[error("failed to spawn {program:?}: {source}")]
+    Spawn {
+        /// The program.
+        program: OsString,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The process has exited; its pipes are closed.
+    #[error("process has exited")]
+    Exited,
+    /// An I/O error while controlling the process.
+    #[error("process I/O: {0}")]
+    Io(#[from] std::io::Error),
+    /// A backend-specific failure (remote exec).
+    #[error("exec backend: {0}")]
+    Backend(String),
+}

@@ -1,0 +1,40 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+pub mod capabilities;
+pub mod error;
+pub mod event;
+pub mod exec;
+mod harness;
+pub mod ids;
+pub mod options;
+pub mod provider;
+pub mod request;
+mod runtime;
+pub mod session;
+pub mod store;
+pub mod time;
+pub mod turn;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use capabilities::{Capabilities, Capability, Support};
+pub use error::{Error, Result};
+pub use event::{Event, EventKind, ExpiryReason, TurnEnd, Usage};
+pub use exec::{DynExec, Exec};
+pub use harness::{AwaitError, DEFAULT_CALL_TIMEOUT, Harness, HarnessBuilder, SessionMonitor};
+pub use ids::{EventId, ProviderId, RequestId, SessionId, TurnId};
+pub use options::{
+    ApprovalPolicy, AuthMode, CacheSize, Env, McpServer, ProviderOptions, Reuse, SandboxMode, SessionOptions, Skill,
+    StoreChoice, StoreFailurePolicy, TurnOptions,
+};
+pub use provider::{DynProvider, Provider, ProviderSession, Sink};
+pub use request::{Answer, Choice, Question, Request, RequestKind, RequestStatus, Response, Scope};
+pub use runtime::{Lagged, Replay, StreamError, Subscription, Target, TurnStream};
+pub use session::{
+    CloseReason, Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, SessionStatus, StoredSession,
+};
+pub use store::{DynStore, Store, StoreError};
+pub use time::Timestamp;
+pub use turn::{InputItem, Turn, TurnInput, TurnOutcome, TurnRef, TurnResult, TurnStatus};

@@ -1,0 +1,752 @@
+//! Typed session and turn options.
+//!
+//! Options are plain structs with chainable setters (`SessionOptions::new(cwd).model("m")`).
+//! They are validated by [`SessionOptions::validate`], which `start_session` calls before
+//! anything is spawned or stored; every problem is an [`Error::InvalidOption`] naming the option.
+
+use std::any::{Any, TypeId};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::exec::DynExec;
+use crate::ids::{SessionId, TurnId};
+use crate::store::DynStore;
+
+/// Default `event_buffer_size`.
+pub const DEFAULT_EVENT_BUFFER_SIZE: usize = 1000;
+/// Default `startup_timeout`.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default `startup_finalization_timeout`.
+pub const DEFAULT_STARTUP_FINALIZATION_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default `turn_start_timeout`.
+pub const DEFAULT_TURN_START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default `provider_command_timeout`.
+pub const DEFAULT_PROVIDER_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// When the agent must ask before acting. Providers map it to their native policy
+/// (Codex `approvalPolicy`, Claude `permission_mode`, …).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ApprovalPolicy {
+    /// Ask for anything not known to be safe.
+    Untrusted,
+    /// Ask only when a sandboxed action fails.
+    OnFailure,
+    /// The agent decides when to ask.
+    OnRequest,
+    /// Never ask; refused actions fail.
+    Never,
+}
+
+/// How far the agent's commands may reach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SandboxMode {
+    /// Read anywhere, write nowhere.
+    ReadOnly,
+    /// Write inside the working directory.
+    WorkspaceWrite,
+    /// No sandbox.
+    DangerFullAccess,
+}
+
+/// A session-scoped MCP server.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "transport")]
+#[non_exhaustive]
+pub enum McpServer {
+    /// A server the CLI starts as a child process.
+    Stdio {
+        /// Program.
+        command: String,
+        /// Arguments.
+        #[serde(default)]
+        args: Vec<String>,
+        /// Environment (values are secrets: never logged or stored).
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+    },
+    /// A server reached over streamable HTTP.
+    Http {
+        /// URL.
+        url: String,
+        /// Headers (values are secrets: never logged or stored).
+        #[serde(default)]
+        headers: BTreeMap<String, String>,
+    },
+}
+
+impl McpServer {
+    /// A stdio server.
+    pub fn stdio(command: impl Into<String>, args: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        McpServer::Stdio {
+            command: command.into(),
+            args: args.into_iter().map(Into::into).collect(),
+            env: BTreeMap::new(),
+        }
+    }
+
+    /// An HTTP server.
+    pub fn http(url: impl Into<String>) -> Self {
+        McpServer::Http { url: url.into(), headers: BTreeMap::new() }
+    }
+}
+
+impl fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            McpServer::Stdio { command, args, env } => f
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                .field("env_keys", &env.keys().collect::<Vec<_>>())
+                .finish(),
+            McpServer::Http { url, headers } => f
+                .debug_struct("Http")
+                .field("url", url)
+                .field("header_names", &headers.keys().collect::<Vec<_>>())
+                .finish(),
+        }
+    }
+}
+
+/// A skill: a named directory or `SKILL.md` the provider makes available.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skill {
+    /// Skill name.
+    pub name: String,
+    /// Absolute path to the skill's `SKILL.md` or directory.
+    pub path: PathBuf,
+}
+
+impl Skill {
+    /// A skill.
+    pub fn new(name: impl Into<String>, path: impl Into<PathBuf>) -> Self {
+        Skill { name: name.into(), path: path.into() }
+    }
+}
+
+/// Environment changes for the provider process. Values are never shown by `Debug`,
+/// stored, or logged.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Env {
+    /// Variables to set.
+    pub set: BTreeMap<String, String>,
+    /// Variables to remove from the inherited environment.
+    pub unset: Vec<String>,
+}
+
+impl Env {
+    /// Sets a variable.
+    pub fn set(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.set.insert(key.into(), value.into());
+        self
+    }
+
+    /// Removes an inherited variable.
+    pub fn unset(mut self, key: impl Into<String>) -> Self {
+        self.unset.push(key.into());
+        self
+    }
+
+    /// True when nothing changes.
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.unset.is_empty()
+    }
+}
+
+impl fmt::Debug for Env {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Env")
+            .field("set", &self.set.keys().collect::<Vec<_>>())
+            .field("unset", &self.unset)
+            .finish()
+    }
+}
+
+/// Typed provider-specific options: a map from type to value.
+///
+/// Each provider crate defines its own options struct and reads it with [`ProviderOptions::get`];
+/// other providers ignore it. `Debug` prints only type names, so option structs may hold secrets.
+#[derive(Clone, Default)]
+pub struct ProviderOptions {
+    map: HashMap<TypeId, (&'static str, Arc<dyn Any + Send + Sync>)>,
+}
+
+impl ProviderOptions {
+    /// Inserts (or replaces) the value of type `T`.
+    pub fn insert<T: Any + Send + Sync>(&mut self, value: T) {
+        self.map.insert(TypeId::of::<T>(), (std::any::type_name::<T>(), Arc::new(value)));
+    }
+
+    /// The value of type `T`, if set.
+    pub fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.map.get(&TypeId::of::<T>()).and_then(|(_, v)| v.downcast_ref())
+    }
+
+    /// True when no options are set.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Names of the option types that are set.
+    pub fn type_names(&self) -> Vec<&'static str> {
+        let mut names: Vec<_> = self.map.values().map(|(n, _)| *n).collect();
+        names.sort_unstable();
+        names
+    }
+}
+
+impl fmt::Debug for ProviderOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.type_names()).finish()
+    }
+}
+
+/// What a session does when a store write fails.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum StoreFailurePolicy {
+    /// Keep running live-only: durability becomes degraded and a `store_failed` event is published.
+    #[default]
+    Degrade,
+    /// End the session: the active turn fails, `session_closed` is published and the provider closed.
+    Stop,
+}
+
+/// Which store a session uses.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub enum StoreChoice {
+    /// The harness's default store.
+    #[default]
+    Default,
+    /// No store: history lives only in the session's bounded buffers, and the ID can be reused
+    /// once the session stops.
+    Disabled,
+    /// A specific store.
+    Custom(DynStore),
+}
+
+impl fmt::Debug for StoreChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreChoice::Default => f.write_str("Default"),
+            StoreChoice::Disabled => f.write_str("Disabled"),
+            StoreChoice::Custom(store) => f.debug_tuple("Custom").field(store).finish(),
+        }
+    }
+}
+
+/// Whether `start_session` may replace a stored, non-live session with the same ID.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Reuse {
+    /// Never: a stored ID gives [`Error::SessionIdAlreadyUsed`].
+    #[default]
+    Never,
+    /// Destructively replace a cleanly closed session.
+    Closed,
+    /// Destructively replace any non-live stored session (after inspecting it).
+    Replace,
+}
+
+/// How the provider CLI authenticates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AuthMode {
+    /// Use the CLI's saved subscription login; refuse API keys, base-URL and cloud-provider
+    /// overrides in the session environment.
+    #[default]
+    Subscription,
+    /// Pass the environment through as given (API keys, custom endpoints, remote exec).
+    Inherit,
+}
+
+/// How many completed turns a live session keeps for `await_turn`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CacheSize {
+    /// At most this many (0 disables the cache).
+    Bounded(usize),
+    /// Keep every completed turn for the session's life.
+    Unbounded,
+}
+
+/// Options of one session. See the crate docs for each option's meaning and default.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct SessionOptions {
+    /// Caller-selected logical session ID; generated when `None`.
+    pub id: Option<String>,
+    /// Working directory visible to the agent; absolute and existing. Required.
+    pub cwd: Option<PathBuf>,
+    /// Provider model name.
+    pub model: Option<String>,
+    /// Codex developer instructions / Claude system prompt.
+    pub system_prompt: Option<String>,
+    /// Approval policy.
+    pub approval_policy: Option<ApprovalPolicy>,
+    /// Sandbox mode.
+    pub sandbox: Option<SandboxMode>,
+    /// Session-scoped MCP servers by name.
+    pub mcp_servers: BTreeMap<String, McpServer>,
+    /// Skills.
+    pub skills: Vec<Skill>,
+    /// Environment changes for the provider process.
+    pub env: Env,
+    /// Provider-specific typed options.
+    pub provider_options: ProviderOptions,
+    /// Caller-owned metadata, stored in the snapshot (no secrets).
+    pub metadata: serde_json::Map<String, Value>,
+    /// In-memory replay buffer size (events); default 1000, must be positive.
+    pub event_buffer_size: usize,
+    /// Completed-turn cache size; defaults to the event buffer size.
+    pub completed_turn_cache_size: Option<CacheSize>,
+    /// Provider opening deadline; default 30 s.
+    pub startup_timeout: Duration,
+    /// Initial store commit / cleanup / hand-off deadline; default 5 s.
+    pub startup_finalization_timeout: Duration,
+    /// Provider turn-admission deadline; default 30 s.
+    pub turn_start_timeout: Duration,
+    /// Response and cancellation watchdog; default 30 s.
+    pub provider_command_timeout: Duration,
+    /// Deadline for answering a request; the provider is told to deny it afterwards. Default none.
+    pub request_timeout: Option<Duration>,
+    /// Store failure policy; default [`StoreFailurePolicy::Degrade`].
+    pub store_failure: StoreFailurePolicy,
+    /// Store choice; default the harness's store.
+    pub store: StoreChoice,
+    /// ID reuse rule; default [`Reuse::Never`].
+    pub reuse: Reuse,
+    /// Authentication mode; default [`AuthMode::Subscription`].
+    pub auth: AuthMode,
+    /// Where the provider process runs; default the harness's exec.
+    pub exec: Option<DynExec>,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            id: None,
+            cwd: None,
+            model: None,
+            system_prompt: None,
+            approval_policy: None,
+            sandbox: None,
+            mcp_servers: BTreeMap::new(),
+            skills: Vec::new(),
+            env: Env::default(),
+            provider_options: ProviderOptions::default(),
+            metadata: serde_json::Map::new(),
+            event_buffer_size: DEFAULT_EVENT_BUFFER_SIZE,
+            completed_turn_cache_size: None,
+            startup_timeout: DEFAULT_STARTUP_TIMEOUT,
+            startup_finalization_timeout: DEFAULT_STARTUP_FINALIZATION_TIMEOUT,
+            turn_start_timeout: DEFAULT_TURN_START_TIMEOUT,
+            provider_command_timeout: DEFAULT_PROVIDER_COMMAND_TIMEOUT,
+            request_timeout: None,
+            store_failure: StoreFailurePolicy::Degrade,
+            store: StoreChoice::Default,
+            reuse: Reuse::Never,
+            auth: AuthMode::Subscription,
+            exec: None,
+        }
+    }
+}
+
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident($($v:ident: $ty:ty),+) => |$this:ident| $body:expr;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(mut self, $($v: $ty),+) -> Self {
+                let $this = &mut self;
+                $body;
+                self
+            }
+        )*
+    };
+}
+
+impl SessionOptions {
+    /// Options for a session working in `cwd`.
+    pub fn new(cwd: impl Into<PathBuf>) -> Self {
+        SessionOptions { cwd: Some(cwd.into()), ..SessionOptions::default() }
+    }
+
+    setters! {
+        /// Sets the logical session ID.
+        id(v: impl Into<String>) => |o| o.id = Some(v.into());
+        /// Sets the working directory.
+        cwd(v: impl Into<PathBuf>) => |o| o.cwd = Some(v.into());
+        /// Sets the model.
+        model(v: impl Into<String>) => |o| o.model = Some(v.into());
+        /// Sets the system prompt.
+        system_prompt(v: impl Into<String>) => |o| o.system_prompt = Some(v.into());
+        /// Sets the approval policy.
+        approval_policy(v: ApprovalPolicy) => |o| o.approval_policy = Some(v);
+        /// Sets the sandbox mode.
+        sandbox(v: SandboxMode) => |o| o.sandbox = Some(v);
+        /// Adds an MCP server.
+        mcp_server(name: impl Into<String>, server: McpServer) => |o| { o.mcp_servers.insert(name.into(), server); };
+        /// Adds a skill.
+        skill(v: Skill) => |o| o.skills.push(v);
+        /// Sets an environment variable for the provider process.
+        env(key: impl Into<String>, value: impl Into<String>) => |o| { o.env.set.insert(key.into(), value.into()); };
+        /// Removes an inherited environment variable.
+        env_remove(v: impl Into<String>) => |o| o.env.unset.push(v.into());
+        /// Adds a typed provider option.
+        provider_option(v: impl Any + Send + Sync) => |o| o.provider_options.insert(v);
+        /// Adds a metadata entry.
+        metadata(key: impl Into<String>, value: impl Into<Value>) => |o| { o.metadata.insert(key.into(), value.into()); };
+        /// Sets the replay buffer size.
+        event_buffer_size(v: usize) => |o| o.event_buffer_size = v;
+        /// Sets the completed-turn cache size.
+        completed_turn_cache_size(v: CacheSize) => |o| o.completed_turn_cache_size = Some(v);
+        /// Sets the provider opening deadline.
+        startup_timeout(v: Duration) => |o| o.startup_timeout = v;
+        /// Sets the startup finalization deadline.
+        startup_finalization_timeout(v: Duration) => |o| o.startup_finalization_timeout = v;
+        /// Sets the turn admission deadline.
+        turn_start_timeout(v: Duration) => |o| o.turn_start_timeout = v;
+        /// Sets the provider command deadline.
+        provider_command_timeout(v: Duration) => |o| o.provider_command_timeout = v;
+        /// Sets the request answer deadline.
+        request_timeout(v: Duration) => |o| o.request_timeout = Some(v);
+        /// Sets the store failure policy.
+        store_failure(v: StoreFailurePolicy) => |o| o.store_failure = v;
+        /// Chooses the store.
+        store(v: StoreChoice) => |o| o.store = v;
+        /// Sets the ID reuse rule.
+        reuse(v: Reuse) => |o| o.reuse = v;
+        /// Sets the authentication mode.
+        auth(v: AuthMode) => |o| o.auth = v;
+        /// Runs the provider process through this exec.
+        exec(v: DynExec) => |o| o.exec = Some(v);
+    }
+
+    /// The completed-turn cache size in effect.
+    pub fn effective_cache_size(&self) -> CacheSize {
+        self.completed_turn_cache_size.unwrap_or(CacheSize::Bounded(self.event_buffer_size))
+    }
+
+    /// Checks every provider-neutral rule. Returns the validated session ID (if one was given).
+    pub fn validate(&self) -> Result<Option<SessionId>> {
+        let id = self.id.as_ref().map(|id| SessionId::new(id.clone())).transpose()?;
+        let cwd = self.cwd.as_ref().ok_or_else(|| Error::invalid("cwd", "is required"))?;
+        if !cwd.is_absolute() {
+            return Err(Error::invalid("cwd", format!("must be absolute, got {}", cwd.display())));
+        }
+        if !cwd.is_dir() {
+            return Err(Error::invalid("cwd", format!("{} is not an existing directory", cwd.display())));
+        }
+        if self.event_buffer_size == 0 {
+            return Err(Error::invalid("event_buffer_size", "must be positive"));
+        }
+        for (name, value) in [
+            ("startup_timeout", self.startup_timeout),
+            ("startup_finalization_timeout", self.startup_finalization_timeout),
+            ("turn_start_timeout", self.turn_start_timeout),
+            ("provider_command_timeout", self.provider_command_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(Error::invalid(name, "must be positive"));
+            }
+        }
+        if self.request_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::invalid("request_timeout", "must be positive"));
+        }
+        if let Some(empty) = [("model", &self.model), ("system_prompt", &self.system_prompt)]
+            .into_iter()
+            .find(|(_, v)| v.as_deref().is_some_and(|s| s.trim().is_empty()))
+        {
+            return Err(Error::invalid(empty.0, "must not be empty when set"));
+        }
+        for (name, server) in &self.mcp_servers {
+            if name.is_empty() {
+                return Err(Error::invalid("mcp_servers", "server names must not be empty"));
+            }
+            let bad = match server {
+                McpServer::Stdio { command, .. } => command.is_empty(),
+                McpServer::Http { url, .. } => !(url.starts_with("http://") || url.starts_with("https://")),
+            };
+            if bad {
+                return Err(Error::invalid(
+                    "mcp_servers",
+                    format!("server `{name}` needs a command or an http(s) URL"),
+                ));
+            }
+        }
+        for skill in &self.skills {
+            if skill.name.trim().is_empty() {
+                return Err(Error::invalid("skills", "skill names must not be empty"));
+            }
+            if !skill.path.is_absolute() {
+                return Err(Error::invalid(
+                    "skills",
+                    format!("skill `{}` path must be absolute, got {}", skill.name, skill.path.display()),
+                ));
+            }
+        }
+        for key in self.env.set.keys().chain(self.env.unset.iter()) {
+            if key.is_empty() || key.contains('=') || key.contains('\0') {
+                return Err(Error::invalid("env", format!("invalid variable name {key:?}")));
+            }
+        }
+        if self.env.set.values().any(|v| v.contains('\0')) {
+            return Err(Error::invalid("env", "values must not contain NUL"));
+        }
+        Ok(id)
+    }
+
+    /// A digest of the configuration for drift detection (not cryptographic).
+    ///
+    /// Covers cwd, model, system prompt, policies, MCP server names and commands, skills, env
+    /// keys, provider option types and the provider. Secret values (env values, MCP env and
+    /// headers) are not part of it.
+    pub fn fingerprint(&self, provider: &str) -> String {
+        let mut h = Fnv128::default();
+        let mut field = |name: &str, value: &str| {
+            h.write(name.as_bytes());
+            h.write(&[0]);
+            h.write(value.as_bytes());
+            h.write(&[0xff]);
+        };
+        field("provider", provider);
+        field("cwd", &self.cwd.as_ref().map(|p| p.display().to_string()).unwrap_or_default());
+        field("model", self.model.as_deref().unwrap_or(""));
+        field("system_prompt", self.system_prompt.as_deref().unwrap_or(""));
+        field("approval_policy", &format!("{:?}", self.approval_policy));
+        field("sandbox", &format!("{:?}", self.sandbox));
+        for (name, server) in &self.mcp_servers {
+            let shape = match server {
+                McpServer::Stdio { command, args, env } => {
+                    format!("stdio {command} {args:?} {:?}", env.keys().collect::<Vec<_>>())
+                }
+                McpServer::Http { url, headers } => {
+                    format!("http {url} {:?}", headers.keys().collect::<Vec<_>>())
+                }
+            };
+            field(name, &shape);
+        }
+        for skill in &self.skills {
+            field("skill", &format!("{} {}", skill.name, skill.path.display()));
+        }
+        for key in self.env.set.keys() {
+            field("env", key);
+        }
+        for key in &self.env.unset {
+            field("env_unset", key);
+        }
+        for name in self.provider_options.type_names() {
+            field("provider_option", name);
+        }
+        field("auth", &format!("{:?}", self.auth));
+        h.hex()
+    }
+}
+
+impl fmt::Debug for SessionOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionOptions")
+            .field("id", &self.id)
+            .field("cwd", &self.cwd)
+            .field("model", &self.model)
+            .field("system_prompt", &self.system_prompt.as_ref().map(|p| p.len()))
+            .field("approval_policy", &self.approval_policy)
+            .field("sandbox", &self.sandbox)
+            .field("mcp_servers", &self.mcp_servers)
+            .field("skills", &self.skills)
+            .field("env", &self.env)
+            .field("provider_options", &self.provider_options)
+            .field("metadata_keys", &self.metadata.keys().collect::<Vec<_>>())
+            .field("event_buffer_size", &self.event_buffer_size)
+            .field("completed_turn_cache_size", &self.completed_turn_cache_size)
+            .field("startup_timeout", &self.startup_timeout)
+            .field("startup_finalization_timeout", &self.startup_finalization_timeout)
+            .field("turn_start_timeout", &self.turn_start_timeout)
+            .field("provider_command_timeout", &self.provider_command_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("store_failure", &self.store_failure)
+            .field("store", &self.store)
+            .field("reuse", &self.reuse)
+            .field("auth", &self.auth)
+            .field("exec", &self.exec)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Options of one turn.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct TurnOptions {
+    /// Caller-selected turn ID; must not have been used in the session.
+    pub id: Option<TurnId>,
+    /// Caller-owned metadata kept on the turn.
+    pub metadata: serde_json::Map<String, Value>,
+    /// Per-turn model override.
+    pub model: Option<String>,
+    /// Provider-specific per-turn options.
+    pub provider_options: ProviderOptions,
+    /// Local deadline for the call itself (not the turn). On expiry the call returns
+    /// [`Error::SessionCallTimeout`] holding the turn. Default 30 s.
+    pub call_timeout: Option<Duration>,
+}
+
+impl TurnOptions {
+    /// Default turn options.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    setters! {
+        /// Sets the turn ID.
+        id(v: TurnId) => |o| o.id = Some(v);
+        /// Adds a metadata entry.
+        metadata(key: impl Into<String>, value: impl Into<Value>) => |o| { o.metadata.insert(key.into(), value.into()); };
+        /// Overrides the model for this turn.
+        model(v: impl Into<String>) => |o| o.model = Some(v.into());
+        /// Adds a typed provider option.
+        provider_option(v: impl Any + Send + Sync) => |o| o.provider_options.insert(v);
+        /// Sets the local call deadline.
+        call_timeout(v: Duration) => |o| o.call_timeout = Some(v);
+    }
+}
+
+impl fmt::Debug for TurnOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TurnOptions")
+            .field("id", &self.id)
+            .field("metadata_keys", &self.metadata.keys().collect::<Vec<_>>())
+            .field("model", &self.model)
+            .field("provider_options", &self.provider_options)
+            .field("call_timeout", &self.call_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// 128-bit FNV-1a, for the configuration fingerprint.
+#[derive(Clone, Copy)]
+struct Fnv128(u128);
+
+impl Default for Fnv128 {
+    fn default() -> Self {
+        Fnv128(0x6c62_272e_07bb_0142_62b8_2175_6295_c58d)
+    }
+}
+
+impl Fnv128 {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= b as u128;
+            self.0 = self.0.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+        }
+    }
+
+    fn hex(self) -> String {
+        format!("{:032x}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp() -> PathBuf {
+        std::env::temp_dir()
+    }
+
+    #[track_caller]
+    fn invalid(options: SessionOptions, option: &str) {
+        match options.validate() {
+            Err(Error::InvalidOption { option: got, .. }) => assert_eq!(got, option),
+            other => panic!("expected invalid `{option}`, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_follow_the_seed() {
+        let o = SessionOptions::new(tmp());
+        assert_eq!(o.event_buffer_size, 1000);
+        assert_eq!(o.effective_cache_size(), CacheSize::Bounded(1000));
+        assert_eq!(o.startup_timeout, Duration::from_secs(30));
+        assert_eq!(o.startup_finalization_timeout, Duration::from_secs(5));
+        assert_eq!(o.turn_start_timeout, Duration::from_secs(30));
+        assert_eq!(o.provider_command_timeout, Duration::from_secs(30));
+        assert_eq!(o.store_failure, StoreFailurePolicy::Degrade);
+        assert_eq!(o.reuse, Reuse::Never);
+        assert_eq!(o.auth, AuthMode::Subscription);
+        assert!(o.validate().unwrap().is_none());
+    }
+
+    #[test]
+    fn cwd_rules() {
+        invalid(SessionOptions::default(), "cwd");
+        invalid(SessionOptions::new("relative/dir"), "cwd");
+        invalid(SessionOptions::new("/definitely/not/here/agent-harness"), "cwd");
+    }
+
+    #[test]
+    fn sizes_timeouts_and_shapes() {
+        invalid(SessionOptions::new(tmp()).event_buffer_size(0), "event_buffer_size");
+        invalid(SessionOptions::new(tmp()).startup_timeout(Duration::ZERO), "startup_timeout");
+        invalid(SessionOptions::new(tmp()).turn_start_timeout(Duration::ZERO), "turn_start_timeout");
+        invalid(SessionOptions::new(tmp()).model(" "), "model");
+        invalid(SessionOptions::new(tmp()).skill(Skill::new("s", "rel/SKILL.md")), "skills");
+        invalid(SessionOptions::new(tmp()).env("A=B", "x"), "env");
+        invalid(SessionOptions::new(tmp()).mcp_server("m", McpServer::http("ftp://x")), "mcp_servers");
+        assert!(matches!(
+            SessionOptions::new(tmp()).id("bad id").validate(),
+            Err(Error::InvalidSessionId { .. })
+        ));
+    }
+
+    #[test]
+    fn debug_never_shows_secret_values() {
+        let mut server = McpServer::http("https://mcp.example");
+        if let McpServer::Http { headers, .. } = &mut server {
+            headers.insert("Authorization".into(), "Bearer sekrit-header".into());
+        }
+        let o = SessionOptions::new(tmp())
+            .env("OPENAI_API_KEY", "sk-sekrit-value")
+            .mcp_server("m", server)
+            .system_prompt("prompt-text-here");
+        let text = format!("{o:?}");
+        assert!(!text.contains("sekrit"), "{text}");
+        assert!(!text.contains("prompt-text-here"), "{text}");
+        assert!(text.contains("OPENAI_API_KEY"), "{text}");
+    }
+
+    #[test]
+    fn fingerprint_tracks_configuration_but_not_secret_values() {
+        let a = SessionOptions::new(tmp()).model("m1").env("TOKEN", "one");
+        let b = SessionOptions::new(tmp()).model("m1").env("TOKEN", "two");
+        let c = SessionOptions::new(tmp()).model("m2").env("TOKEN", "one");
+        assert_eq!(a.fingerprint("codex"), b.fingerprint("codex"));
+        assert_ne!(a.fingerprint("codex"), c.fingerprint("codex"));
+        assert_ne!(a.fingerprint("codex"), a.fingerprint("claude"));
+        assert_eq!(a.fingerprint("codex").len(), 32);
+    }
+
+    #[test]
+    fn provider_options_are_typed() {
+        #[derive(Debug, PartialEq)]
+        struct CodexExtras {
+            profile: &'static str,
+        }
+        let o = SessionOptions::new(tmp()).provider_option(CodexExtras { profile: "p" });
+        assert_eq!(o.provider_options.get::<CodexExtras>(), Some(&CodexExtras { profile: "p" }));
+        assert_eq!(o.provider_options.get::<String>(), None);
+    }
+}

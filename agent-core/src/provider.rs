@@ -1,0 +1,284 @@
+//! The provider contract: how a CLI adapter plugs into the session runtime.
+//!
+//! A [`Provider`] validates options and opens a [`ProviderSession`] through the injected
+//! [`Exec`](crate::exec::Exec). The session runtime calls the provider session's methods from
+//! short-lived tasks (never from the session actor itself) and bounds each call with the
+//! session's timeouts. The provider reports everything it observes through its [`Sink`]:
+//! normalized events with their raw JSON, requests, independent request resolutions, identity
+//! updates, and transport loss. The runtime assigns sequence numbers, persists, and publishes.
+//!
+//! Rules for implementations:
+//! - `start_turn`, `respond` and `cancel` return once the provider *accepted* the command;
+//!   outcomes arrive as events. Return a definite error ([`crate::Error::is_definite`]) only when
+//!   the provider certainly did nothing; a timeout or broken pipe is uncertain and retires the
+//!   session.
+//! - Every turn ends with exactly one terminal event ([`EventKind::terminal`]); a process exit
+//!   without one is reported as `turn_failed` with the exit status and stderr tail, followed by
+//!   [`Sink::transport_down`].
+//! - Dropping the provider session must end its processes (kill-on-drop).
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+use crate::capabilities::{Capabilities, Capability, Support};
+use crate::error::{Error, Result};
+use crate::event::{EventKind, RawJson};
+use crate::exec::DynExec;
+use crate::ids::{ProviderId, SessionId, TurnId};
+use crate::options::{SessionOptions, TurnOptions};
+use crate::request::{ProviderRef, Request, RequestSpec, Response};
+use crate::turn::{Turn, TurnInput};
+
+/// A shared provider.
+pub type DynProvider = Arc<dyn Provider>;
+
+/// A provider adapter (one per CLI or preset).
+#[async_trait]
+pub trait Provider: Send + Sync + fmt::Debug + 'static {
+    /// The ID sessions name it by.
+    fn id(&self) -> ProviderId;
+
+    /// What sessions of this provider can do with `options`, before anything is spawned.
+    fn capabilities(&self, options: &SessionOptions) -> Capabilities;
+
+    /// Checks options this provider cannot honour. Runs before anything is spawned or stored.
+    ///
+    /// The default refuses options that need a capability the provider reports unsupported
+    /// (see [`require_capabilities`]).
+    fn validate(&self, options: &SessionOptions) -> Result<()> {
+        require_capabilities(&self.id(), &self.capabilities(options), options)
+    }
+
+    /// Opens a provider session: spawn the CLI through `ctx.exec`, complete the handshake, and
+    /// return once it can take a turn. Dropping the returned future must clean up everything it
+    /// started (the runtime drops it when `startup_timeout` passes).
+    async fn open(&self, ctx: OpenContext) -> Result<Opened>;
+}
+
+/// Refuses options that need a capability `caps` marks unsupported.
+pub fn require_capabilities(provider: &ProviderId, caps: &Capabilities, options: &SessionOptions) -> Result<()> {
+    let needs = [
+        (options.system_prompt.is_some(), Capability::SystemPrompt),
+        (options.model.is_some(), Capability::ModelSelection),
+        (options.approval_policy.is_some(), Capability::ApprovalPolicy),
+        (options.sandbox.is_some(), Capability::Sandbox),
+        (!options.mcp_servers.is_empty(), Capability::PerSessionMcp),
+        (!options.skills.is_empty(), Capability::Skills),
+    ];
+    match needs.into_iter().find(|(needed, cap)| *needed && caps.get(*cap) == Support::Unsupported) {
+        Some((_, capability)) => Err(Error::Unsupported { provider: provider.clone(), capability }),
+        None => Ok(()),
+    }
+}
+
+/// What [`Provider::open`] gets.
+#[non_exhaustive]
+pub struct OpenContext {
+    /// The session being opened.
+    pub session_id: SessionId,
+    /// Validated options.
+    pub options: Arc<SessionOptions>,
+    /// Where to spawn processes.
+    pub exec: DynExec,
+    /// Where to report what the provider observes.
+    pub sink: Sink,
+}
+
+impl OpenContext {
+    /// Assembles a context (the runtime does this; tests of providers may too).
+    pub fn new(session_id: SessionId, options: Arc<SessionOptions>, exec: DynExec, sink: Sink) -> Self {
+        OpenContext { session_id, options, exec, sink }
+    }
+}
+
+impl fmt::Debug for OpenContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenContext")
+            .field("session_id", &self.session_id)
+            .field("options", &self.options)
+            .field("exec", &self.exec)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A successfully opened provider session.
+#[non_exhaustive]
+pub struct Opened {
+    /// The runtime to send commands to.
+    pub session: Arc<dyn ProviderSession>,
+    /// The provider's own session/thread ID, if known at open.
+    pub provider_session_id: Option<String>,
+    /// Capabilities of this session, if they differ from [`Provider::capabilities`].
+    pub capabilities: Option<Capabilities>,
+}
+
+impl Opened {
+    /// An opened session.
+    pub fn new(session: Arc<dyn ProviderSession>) -> Self {
+        Opened { session, provider_session_id: None, capabilities: None }
+    }
+
+    /// Sets the provider session ID.
+    pub fn provider_session_id(mut self, id: impl Into<String>) -> Self {
+        self.provider_session_id = Some(id.into());
+        self
+    }
+
+    /// Overrides the capabilities.
+    pub fn capabilities(mut self, capabilities: Capabilities) -> Self {
+        self.capabilities = Some(capabilities);
+        self
+    }
+}
+
+impl fmt::Debug for Opened {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Opened")
+            .field("session", &self.session)
+            .field("provider_session_id", &self.provider_session_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A turn handed to the provider for admission.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct TurnStart {
+    /// The recorded turn (ID, input, metadata).
+    pub turn: Turn,
+    /// The caller's turn options.
+    pub options: TurnOptions,
+}
+
+impl TurnStart {
+    /// The turn's ID.
+    pub fn id(&self) -> &TurnId {
+        &self.turn.id
+    }
+
+    /// The turn's input.
+    pub fn input(&self) -> &TurnInput {
+        &self.turn.input
+    }
+}
+
+/// What the provider says when it admits a turn.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Admission {
+    /// The provider's own turn ID, if it has one.
+    pub provider_turn_id: Option<String>,
+}
+
+impl Admission {
+    /// Admission with a provider turn ID.
+    pub fn with_provider_turn_id(id: impl Into<String>) -> Self {
+        Admission { provider_turn_id: Some(id.into()) }
+    }
+}
+
+/// One open provider session.
+#[async_trait]
+pub trait ProviderSession: Send + Sync + fmt::Debug + 'static {
+    /// Admits a turn. Returns when the provider accepted (or refused) it.
+    async fn start_turn(&self, turn: TurnStart) -> Result<Admission>;
+
+    /// Delivers a response to a pending request. The request has already been checked with
+    /// [`Response::validate_for`]; providers add their own checks (e.g. offered decisions).
+    async fn respond(&self, request: &Request, response: &Response) -> Result<()>;
+
+    /// Asks the provider to stop the turn. The outcome arrives as a terminal event.
+    async fn cancel(&self, turn: &TurnId) -> Result<()>;
+
+    /// Adds input to the active turn.
+    async fn steer(&self, turn: &TurnId, input: &TurnInput) -> Result<()> {
+        let _ = (turn, input);
+        Err(Error::Unsupported { provider: ProviderId::new("unknown"), capability: Capability::Steer })
+    }
+
+    /// Closes the session gracefully (the runtime bounds this call). Processes must also end
+    /// when the value is dropped.
+    async fn close(&self);
+}
+
+/// What a provider reports; the runtime turns it into events and state.
+#[derive(Debug)]
+pub(crate) enum ProviderMessage {
+    Event { turn: Option<TurnId>, kind: EventKind, raw: Option<RawJson> },
+    Request { turn: TurnId, spec: Box<RequestSpec>, raw: Option<RawJson> },
+    RequestResolved { provider_ref: ProviderRef, raw: Option<RawJson> },
+    SessionUpdated { provider_session_id: Option<String>, raw: Option<RawJson> },
+    TransportDown { reason: String },
+}
+
+/// The session runtime went away; the provider should stop reading and exit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the session runtime is gone")]
+pub struct SinkClosed;
+
+/// How a provider reports to its session runtime. Cheap to clone.
+///
+/// Sends wait when the runtime is [`SINK_CAPACITY`] messages behind, which slows the provider's
+/// reader (and so the CLI's pipe) instead of growing memory; subscribers never cause this wait.
+#[derive(Clone)]
+pub struct Sink {
+    tx: mpsc::Sender<ProviderMessage>,
+}
+
+/// How many provider messages may wait for the session runtime before [`Sink`] sends wait.
+pub const SINK_CAPACITY: usize = 4096;
+
+impl Sink {
+    pub(crate) fn channel() -> (Sink, mpsc::Receiver<ProviderMessage>) {
+        let (tx, rx) = mpsc::channel(SINK_CAPACITY);
+        (Sink { tx }, rx)
+    }
+
+    async fn send(&self, message: ProviderMessage) -> Result<(), SinkClosed> {
+        self.tx.send(message).await.map_err(|_| SinkClosed)
+    }
+
+    /// Reports an event. `turn` is the harness turn it belongs to (`None` for session events);
+    /// events for a turn that is no longer current are dropped. Terminal kinds end the turn.
+    /// Core lifecycle kinds (`session_ready`, `turn_started`, `request_*`, `cancel_requested`,
+    /// `store_failed`, `session_closed`) are reserved to the runtime and dropped with a warning.
+    pub async fn emit(&self, turn: Option<&TurnId>, kind: EventKind, raw: Option<RawJson>) -> Result<(), SinkClosed> {
+        self.send(ProviderMessage::Event { turn: turn.cloned(), kind, raw }).await
+    }
+
+    /// Reports a request the agent is blocked on.
+    pub async fn request(&self, turn: &TurnId, spec: RequestSpec, raw: Option<RawJson>) -> Result<(), SinkClosed> {
+        self.send(ProviderMessage::Request { turn: turn.clone(), spec: Box::new(spec), raw }).await
+    }
+
+    /// Reports that the provider resolved a request by itself; it expires.
+    pub async fn request_resolved(&self, provider_ref: ProviderRef, raw: Option<RawJson>) -> Result<(), SinkClosed> {
+        self.send(ProviderMessage::RequestResolved { provider_ref, raw }).await
+    }
+
+    /// Reports a new provider session/thread ID.
+    pub async fn session_updated(&self, provider_session_id: Option<String>, raw: Option<RawJson>) -> Result<(), SinkClosed> {
+        self.send(ProviderMessage::SessionUpdated { provider_session_id, raw }).await
+    }
+
+    /// Reports that the transport is gone (the CLI exited or its pipes broke). An active turn
+    /// fails and the session becomes unavailable. Send the turn's terminal event first when the
+    /// provider can say more (exit status, stderr tail).
+    pub async fn transport_down(&self, reason: impl Into<String>) -> Result<(), SinkClosed> {
+        self.send(ProviderMessage::TransportDown { reason: reason.into() }).await
+    }
+
+    /// True once the runtime is gone.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
+impl fmt::Debug for Sink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sink").field("closed", &self.tx.is_closed()).finish()
+    }
+}

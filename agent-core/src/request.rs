@@ -1,0 +1,590 @@
+//! The agent's blocking interactions (questions, approvals, …) and the host's responses.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::ids::{RequestId, SessionId, TurnId};
+use crate::time::Timestamp;
+
+/// What the agent is asking for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RequestKind {
+    /// One or more questions for the user, optionally with choices.
+    Question,
+    /// Permission to run a command.
+    CommandApproval,
+    /// Permission to change files.
+    FileChangeApproval,
+    /// Permission for something else (network, a tool, extra filesystem access).
+    Permission,
+    /// A yes/no confirmation.
+    Confirmation,
+    /// An MCP server asks the user for structured input (`schema` describes it).
+    McpElicitation,
+}
+
+impl RequestKind {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestKind::Question => "question",
+            RequestKind::CommandApproval => "command_approval",
+            RequestKind::FileChangeApproval => "file_change_approval",
+            RequestKind::Permission => "permission",
+            RequestKind::Confirmation => "confirmation",
+            RequestKind::McpElicitation => "mcp_elicitation",
+        }
+    }
+
+    /// True for the approval kinds (command, file change, permission).
+    pub fn is_approval(self) -> bool {
+        matches!(
+            self,
+            RequestKind::CommandApproval | RequestKind::FileChangeApproval | RequestKind::Permission
+        )
+    }
+}
+
+impl fmt::Display for RequestKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a request stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RequestStatus {
+    /// Waiting for a response.
+    Pending,
+    /// A response was delivered and acknowledged by the provider.
+    Resolved,
+    /// It can no longer be answered.
+    Expired,
+}
+
+/// One option offered to the user.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Choice {
+    /// Text to show.
+    pub label: String,
+    /// Value to answer with.
+    pub value: String,
+    /// Longer explanation, if the provider gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+impl Choice {
+    /// A choice whose value is its label.
+    pub fn new(label: impl Into<String>) -> Self {
+        let label = label.into();
+        Choice { value: label.clone(), label, description: None }
+    }
+}
+
+/// One question of a question request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Question {
+    /// Normalized question ID; answers are keyed by it.
+    pub id: String,
+    /// A short header, if the provider has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// The question text.
+    pub prompt: String,
+    /// Offered answers; empty for free text.
+    #[serde(default)]
+    pub choices: Vec<Choice>,
+    /// Several choices may be picked.
+    #[serde(default)]
+    pub multi_select: bool,
+    /// A free-text answer is accepted besides the choices.
+    #[serde(default)]
+    pub allow_other: bool,
+    /// The answer is secret (the provider asked for masked input).
+    #[serde(default)]
+    pub secret: bool,
+}
+
+impl Question {
+    /// A free-text question.
+    pub fn new(id: impl Into<String>, prompt: impl Into<String>) -> Self {
+        Question {
+            id: id.into(),
+            header: None,
+            prompt: prompt.into(),
+            choices: Vec::new(),
+            multi_select: false,
+            allow_other: false,
+            secret: false,
+        }
+    }
+
+    /// Adds offered choices.
+    pub fn with_choices(mut self, choices: impl IntoIterator<Item = Choice>) -> Self {
+        self.choices = choices.into_iter().collect();
+        self
+    }
+}
+
+/// An opaque provider reference that maps a request back to the provider's own ID.
+///
+/// Treat it as opaque; only the provider that created it interprets it.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ProviderRef(pub String);
+
+impl fmt::Debug for ProviderRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+/// A blocking interaction the agent is waiting on. Arrives in `request_created` events.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Request {
+    /// Harness request ID.
+    pub id: RequestId,
+    /// The session it belongs to.
+    pub session_id: SessionId,
+    /// The turn it belongs to.
+    pub turn_id: TurnId,
+    /// What is asked.
+    pub kind: RequestKind,
+    /// Human-readable summary (for questions, the first question's text).
+    pub prompt: String,
+    /// Offered choices for single-choice requests.
+    #[serde(default)]
+    pub choices: Vec<Choice>,
+    /// The questions of a question request.
+    #[serde(default)]
+    pub questions: Vec<Question>,
+    /// JSON schema of the expected answer (MCP elicitation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+    /// Approval scopes the provider accepts; empty means approvals are not offered.
+    #[serde(default)]
+    pub scopes: Vec<Scope>,
+    /// Provider details: the command, cwd, file diff, reason, …
+    #[serde(default)]
+    pub metadata: serde_json::Map<String, Value>,
+    /// Current status.
+    pub status: RequestStatus,
+    /// Opaque provider reference.
+    pub provider_ref: ProviderRef,
+    /// The accepted response, once resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<Response>,
+    /// When the request was created.
+    pub created_at: Timestamp,
+    /// When it expires unanswered, if a timeout applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Timestamp>,
+}
+
+/// What a provider hands the runtime to create a request; the runtime assigns IDs and status.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct RequestSpec {
+    /// What is asked.
+    pub kind: RequestKind,
+    /// Human-readable summary.
+    pub prompt: String,
+    /// Offered choices.
+    pub choices: Vec<Choice>,
+    /// Questions (for [`RequestKind::Question`]).
+    pub questions: Vec<Question>,
+    /// Answer schema (MCP elicitation).
+    pub schema: Option<Value>,
+    /// Accepted approval scopes.
+    pub scopes: Vec<Scope>,
+    /// Provider details.
+    pub metadata: serde_json::Map<String, Value>,
+    /// The provider's own reference.
+    pub provider_ref: ProviderRef,
+    /// A provider-side deadline; the session's `request_timeout` applies when shorter.
+    pub timeout: Option<Duration>,
+}
+
+impl RequestSpec {
+    /// A request of `kind` with a prompt and the provider's reference.
+    pub fn new(kind: RequestKind, prompt: impl Into<String>, provider_ref: impl Into<String>) -> Self {
+        let scopes = if kind.is_approval() || kind == RequestKind::Confirmation {
+            vec![Scope::Once]
+        } else {
+            Vec::new()
+        };
+        RequestSpec {
+            kind,
+            prompt: prompt.into(),
+            choices: Vec::new(),
+            questions: Vec::new(),
+            schema: None,
+            scopes,
+            metadata: serde_json::Map::new(),
+            provider_ref: ProviderRef(provider_ref.into()),
+            timeout: None,
+        }
+    }
+
+    /// Sets the questions.
+    pub fn questions(mut self, questions: impl IntoIterator<Item = Question>) -> Self {
+        self.questions = questions.into_iter().collect();
+        self
+    }
+
+    /// Sets the choices.
+    pub fn choices(mut self, choices: impl IntoIterator<Item = Choice>) -> Self {
+        self.choices = choices.into_iter().collect();
+        self
+    }
+
+    /// Sets the accepted approval scopes.
+    pub fn scopes(mut self, scopes: impl IntoIterator<Item = Scope>) -> Self {
+        self.scopes = scopes.into_iter().collect();
+        self
+    }
+
+    /// Sets the answer schema.
+    pub fn schema(mut self, schema: Value) -> Self {
+        self.schema = Some(schema);
+        self
+    }
+
+    /// Adds a metadata entry.
+    pub fn meta(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets a provider-side timeout.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+}
+
+/// How far an approval reaches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Scope {
+    /// This request only.
+    #[default]
+    Once,
+    /// This and identical requests for the rest of the session.
+    Session,
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Scope::Once => "once",
+            Scope::Session => "session",
+        })
+    }
+}
+
+/// An answer to a question or elicitation request.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type", content = "value")]
+#[non_exhaustive]
+pub enum Answer {
+    /// One text answer, for a request with one question.
+    Text(String),
+    /// Several picked choices, for a request with one multi-select question.
+    Many(Vec<String>),
+    /// Answers keyed by question ID; every question must be answered.
+    ByQuestion(BTreeMap<String, Vec<String>>),
+    /// Structured content for an MCP elicitation.
+    Content(Value),
+}
+
+impl fmt::Debug for Answer {
+    // Answers can be secrets (masked questions): never print their values.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Answer::Text(_) => f.write_str("Answer::Text(..)"),
+            Answer::Many(v) => write!(f, "Answer::Many({} values)", v.len()),
+            Answer::ByQuestion(m) => {
+                f.debug_tuple("Answer::ByQuestion").field(&m.keys().collect::<Vec<_>>()).finish()
+            }
+            Answer::Content(_) => f.write_str("Answer::Content(..)"),
+        }
+    }
+}
+
+/// The host's response to a [`Request`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "action")]
+#[non_exhaustive]
+pub enum Response {
+    /// Answer a question or elicitation.
+    Answer {
+        /// The answer.
+        answer: Answer,
+    },
+    /// Allow what was asked.
+    Approve {
+        /// How far the approval reaches.
+        scope: Scope,
+    },
+    /// Refuse; the agent sees the refusal and continues.
+    Deny {
+        /// Why, for the agent.
+        reason: Option<String>,
+    },
+    /// Refuse and stop the operation (providers usually end the turn).
+    Cancel {
+        /// Why.
+        reason: Option<String>,
+    },
+}
+
+impl Response {
+    /// A single text answer.
+    pub fn answer(text: impl Into<String>) -> Self {
+        Response::Answer { answer: Answer::Text(text.into()) }
+    }
+
+    /// Answers keyed by question ID.
+    pub fn answers<K, V>(answers: impl IntoIterator<Item = (K, V)>) -> Self
+    where
+        K: Into<String>,
+        V: Into<String>,
+    {
+        let map = answers.into_iter().map(|(k, v)| (k.into(), vec![v.into()])).collect();
+        Response::Answer { answer: Answer::ByQuestion(map) }
+    }
+
+    /// Structured elicitation content.
+    pub fn content(value: Value) -> Self {
+        Response::Answer { answer: Answer::Content(value) }
+    }
+
+    /// Approve this request once.
+    pub fn approve() -> Self {
+        Response::Approve { scope: Scope::Once }
+    }
+
+    /// Approve with a scope.
+    pub fn approve_with(scope: Scope) -> Self {
+        Response::Approve { scope }
+    }
+
+    /// Deny with a reason.
+    pub fn deny(reason: impl Into<String>) -> Self {
+        Response::Deny { reason: Some(reason.into()) }
+    }
+
+    /// Cancel with a reason.
+    pub fn cancel(reason: impl Into<String>) -> Self {
+        Response::Cancel { reason: Some(reason.into()) }
+    }
+
+    /// The response's action.
+    pub fn action(&self) -> ResponseAction {
+        match self {
+            Response::Answer { .. } => ResponseAction::Answer,
+            Response::Approve { .. } => ResponseAction::Approve,
+            Response::Deny { .. } => ResponseAction::Deny,
+            Response::Cancel { .. } => ResponseAction::Cancel,
+        }
+    }
+
+    /// Checks that this response fits `request`, without asking the provider.
+    ///
+    /// Rules: questions take `answer` (every question answered, no unknown question IDs), `deny`
+    /// or `cancel`; approvals and confirmations take `approve` (with a scope the request offers),
+    /// `deny` or `cancel`; MCP elicitations take `answer` with content, `deny` or `cancel`.
+    pub fn validate_for(&self, request: &Request) -> Result<()> {
+        let mismatch = || Error::ResponseKindMismatch { kind: request.kind, action: self.action() };
+        match (request.kind, self) {
+            (_, Response::Deny { .. } | Response::Cancel { .. }) => Ok(()),
+            (RequestKind::Question, Response::Answer { answer }) => validate_answer(request, answer),
+            (RequestKind::McpElicitation, Response::Answer { answer }) => match answer {
+                Answer::Content(_) | Answer::ByQuestion(_) => Ok(()),
+                Answer::Text(_) | Answer::Many(_) => Err(Error::InvalidResponse(
+                    "an MCP elicitation is answered with structured content (Response::content)"
+                        .into(),
+                )),
+            },
+            (kind, Response::Approve { scope }) if kind.is_approval() || kind == RequestKind::Confirmation => {
+                if request.scopes.contains(scope) {
+                    Ok(())
+                } else {
+                    Err(Error::UnsupportedScope { scope: *scope })
+                }
+            }
+            _ => Err(mismatch()),
+        }
+    }
+}
+
+fn validate_answer(request: &Request, answer: &Answer) -> Result<()> {
+    match answer {
+        Answer::Text(_) | Answer::Many(_) => {
+            if request.questions.len() > 1 {
+                return Err(Error::InvalidResponse(format!(
+                    "the request has {} questions; answer with a map keyed by question id",
+                    request.questions.len()
+                )));
+            }
+            if let (Answer::Many(values), Some(q)) = (answer, request.questions.first())
+                && values.len() > 1 && !q.multi_select {
+                    return Err(Error::InvalidResponse(format!(
+                        "question `{}` takes one answer",
+                        q.id
+                    )));
+                }
+            Ok(())
+        }
+        Answer::ByQuestion(map) => {
+            if let Some(unknown) = map.keys().find(|k| !request.questions.iter().any(|q| &q.id == *k)) {
+                return Err(Error::UnknownQuestion { question_id: unknown.clone() });
+            }
+            if let Some(missing) = request.questions.iter().find(|q| !map.contains_key(&q.id)) {
+                return Err(Error::MissingAnswer { question_id: missing.id.clone() });
+            }
+            if let Some(q) = request
+                .questions
+                .iter()
+                .find(|q| !q.multi_select && map.get(&q.id).is_some_and(|v| v.len() > 1))
+            {
+                return Err(Error::InvalidResponse(format!("question `{}` takes one answer", q.id)));
+            }
+            Ok(())
+        }
+        Answer::Content(_) => Err(Error::InvalidResponse(
+            "questions are answered with text (Response::answer or Response::answers)".into(),
+        )),
+    }
+}
+
+/// The action of a [`Response`], for errors and events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ResponseAction {
+    /// [`Response::Answer`].
+    Answer,
+    /// [`Response::Approve`].
+    Approve,
+    /// [`Response::Deny`].
+    Deny,
+    /// [`Response::Cancel`].
+    Cancel,
+}
+
+impl fmt::Display for ResponseAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ResponseAction::Answer => "answer",
+            ResponseAction::Approve => "approve",
+            ResponseAction::Deny => "deny",
+            ResponseAction::Cancel => "cancel",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(kind: RequestKind, questions: Vec<Question>, scopes: Vec<Scope>) -> Request {
+        Request {
+            id: RequestId::generate(),
+            session_id: SessionId::new("s").unwrap(),
+            turn_id: TurnId::generate(),
+            kind,
+            prompt: "?".into(),
+            choices: vec![],
+            questions,
+            schema: None,
+            scopes,
+            metadata: Default::default(),
+            status: RequestStatus::Pending,
+            provider_ref: ProviderRef("1".into()),
+            response: None,
+            created_at: Timestamp::now(),
+            expires_at: None,
+        }
+    }
+
+    #[test]
+    fn answer_to_a_command_approval_is_a_kind_mismatch() {
+        let r = request(RequestKind::CommandApproval, vec![], vec![Scope::Once]);
+        let err = Response::answer("yes").validate_for(&r).unwrap_err();
+        assert!(matches!(
+            err,
+            Error::ResponseKindMismatch { kind: RequestKind::CommandApproval, action: ResponseAction::Answer }
+        ));
+        assert!(Response::approve().validate_for(&r).is_ok());
+        assert!(Response::deny("no").validate_for(&r).is_ok());
+    }
+
+    #[test]
+    fn approve_to_a_question_is_a_kind_mismatch() {
+        let r = request(RequestKind::Question, vec![Question::new("q", "?")], vec![]);
+        assert!(matches!(
+            Response::approve().validate_for(&r),
+            Err(Error::ResponseKindMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn session_scope_needs_to_be_offered() {
+        let once_only = request(RequestKind::CommandApproval, vec![], vec![Scope::Once]);
+        assert!(matches!(
+            Response::approve_with(Scope::Session).validate_for(&once_only),
+            Err(Error::UnsupportedScope { scope: Scope::Session })
+        ));
+        let both = request(RequestKind::FileChangeApproval, vec![], vec![Scope::Once, Scope::Session]);
+        assert!(Response::approve_with(Scope::Session).validate_for(&both).is_ok());
+    }
+
+    #[test]
+    fn multi_question_answers_must_be_complete_and_known() {
+        let r = request(
+            RequestKind::Question,
+            vec![Question::new("database", "Which?"), Question::new("region", "Where?")],
+            vec![],
+        );
+        assert!(matches!(
+            Response::answers([("database", "Postgres")]).validate_for(&r),
+            Err(Error::MissingAnswer { question_id }) if question_id == "region"
+        ));
+        assert!(matches!(
+            Response::answers([("database", "Postgres"), ("region", "x"), ("zone", "y")]).validate_for(&r),
+            Err(Error::UnknownQuestion { question_id }) if question_id == "zone"
+        ));
+        assert!(matches!(Response::answer("Postgres").validate_for(&r), Err(Error::InvalidResponse(_))));
+        assert!(Response::answers([("database", "Postgres"), ("region", "eu")]).validate_for(&r).is_ok());
+    }
+
+    #[test]
+    fn answers_never_appear_in_debug_output() {
+        let text = format!("{:?}", Response::answer("hunter2"));
+        assert!(!text.contains("hunter2"), "{text}");
+        let text = format!("{:?}", Response::answers([("password", "hunter2")]));
+        assert!(!text.contains("hunter2") && text.contains("password"), "{text}");
+    }
+
+    #[test]
+    fn response_json_is_tagged_by_action() {
+        let json = serde_json::to_value(Response::approve_with(Scope::Session)).unwrap();
+        assert_eq!(json, serde_json::json!({"action": "approve", "scope": "session"}));
+        let json = serde_json::to_value(Response::deny("no")).unwrap();
+        assert_eq!(json, serde_json::json!({"action": "deny", "reason": "no"}));
+    }
+}

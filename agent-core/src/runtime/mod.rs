@@ -1,0 +1,89 @@
+//! The session runtime: one actor task per session, its handle, and subscriptions.
+
+pub(crate) mod actor;
+pub(crate) mod registry;
+pub(crate) mod subscription;
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::Span;
+
+use crate::capabilities::Capabilities;
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::ids::{RequestId, TurnId};
+use crate::options::TurnOptions;
+use crate::request::Response;
+use crate::session::{ExitReason, SessionRef, SessionStatus};
+use crate::store::DynStore;
+use crate::turn::Turn;
+
+pub use subscription::{Lagged, Replay, StreamError, Subscription, Target, TurnStream};
+
+/// How many commands may wait for a session actor before callers wait to send. Commands are
+/// cheap for the actor (slow work runs in tasks), so a full queue means a burst of callers.
+pub(crate) const COMMAND_CAPACITY: usize = 64;
+
+/// A command and the caller's span, so the actor's work is traced under the caller.
+pub(crate) struct Envelope {
+    pub(crate) command: Command,
+    pub(crate) span: Span,
+}
+
+pub(crate) enum Command {
+    Status(oneshot::Sender<SessionStatus>),
+    Capabilities(oneshot::Sender<Result<Capabilities>>),
+    StartTurn { turn: Turn, options: TurnOptions, reply: oneshot::Sender<Result<Turn>> },
+    Subscribe { turn: Option<TurnId>, replay: Replay, for_stream: bool, reply: oneshot::Sender<Result<Lookup<subscription::Grant>>> },
+    Await { turn: TurnId, reply: oneshot::Sender<Lookup<AwaitGrant>> },
+    Respond { request: RequestId, response: Response, reply: oneshot::Sender<Result<()>> },
+    Cancel { turn: TurnId, reason: Option<String>, reply: oneshot::Sender<Result<()>> },
+    Stop { force: bool, reply: oneshot::Sender<Result<()>> },
+}
+
+/// An answer about a turn the actor may no longer hold in memory.
+pub(crate) enum Lookup<T> {
+    Found(T),
+    /// Not current and not cached: the harness consults the store. `pruned` says the cache has
+    /// evicted turns, so a store-less session cannot tell "never existed" from "forgotten".
+    NotHere { pruned: bool, store: Option<DynStore> },
+}
+
+pub(crate) enum AwaitGrant {
+    Done(Arc<Event>),
+    Wait(oneshot::Receiver<Arc<Event>>),
+}
+
+/// The harness's handle to a live session actor.
+#[derive(Clone)]
+pub(crate) struct SessionHandle {
+    pub(crate) session: SessionRef,
+    pub(crate) tx: mpsc::Sender<Envelope>,
+    pub(crate) exit: watch::Receiver<Option<ExitReason>>,
+    /// The store the session started with (for lookups of turns it no longer holds).
+    pub(crate) store: Option<DynStore>,
+}
+
+impl SessionHandle {
+    /// Sends a command and waits for its reply. A gone actor reads as `SessionNotFound`.
+    pub(crate) async fn call<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T> {
+        let (reply, rx) = oneshot::channel();
+        let envelope = Envelope { command: make(reply), span: Span::current() };
+        if self.tx.send(envelope).await.is_err() {
+            return Err(self.not_found());
+        }
+        rx.await.map_err(|_| self.not_found())
+    }
+
+    pub(crate) fn not_found(&self) -> Error {
+        Error::SessionNotFound { id: self.session.id.clone() }
+    }
+
+    /// The exit reason once the actor has ended (waits for it).
+    pub(crate) async fn exit_reason(&self) -> ExitReason {
+        let mut exit = self.exit.clone();
+        let waited = exit.wait_for(Option::is_some).await.ok().and_then(|r| r.clone());
+        waited.or_else(|| exit.borrow().clone()).unwrap_or_else(|| ExitReason::Crashed { reason: "session runtime ended without a reason".into() })
+    }
+}

@@ -1,0 +1,237 @@
+//! Session handles, status and stored snapshots.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ids::{ProviderId, SessionId, TurnId};
+use crate::request::Request;
+use crate::time::Timestamp;
+use crate::turn::Turn;
+
+/// A stable handle to a session: plain data, no task or process inside.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SessionRef {
+    /// The provider it runs on.
+    pub provider: ProviderId,
+    /// Its logical ID.
+    pub id: SessionId,
+}
+
+impl fmt::Display for SessionRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.provider, self.id)
+    }
+}
+
+/// Lifecycle state of a session (live or as last stored).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SessionState {
+    /// The provider runtime is opening.
+    Opening,
+    /// Opened; the initial store commit and hand-off are running.
+    Finalizing,
+    /// Ready for a turn.
+    Idle,
+    /// A turn was recorded and awaits provider admission.
+    Starting,
+    /// A turn is running.
+    Running,
+    /// A turn waits on a request.
+    AwaitingInput,
+    /// Cancellation was requested.
+    Cancelling,
+    /// The provider transport failed or was retired; no new turns.
+    Unavailable,
+    /// Closed by the harness.
+    Closed,
+}
+
+impl SessionState {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Opening => "opening",
+            SessionState::Finalizing => "finalizing",
+            SessionState::Idle => "idle",
+            SessionState::Starting => "starting",
+            SessionState::Running => "running",
+            SessionState::AwaitingInput => "awaiting_input",
+            SessionState::Cancelling => "cancelling",
+            SessionState::Unavailable => "unavailable",
+            SessionState::Closed => "closed",
+        }
+    }
+
+    /// True while a turn is active.
+    pub fn has_active_turn(self) -> bool {
+        matches!(
+            self,
+            SessionState::Starting
+                | SessionState::Running
+                | SessionState::AwaitingInput
+                | SessionState::Cancelling
+        )
+    }
+}
+
+impl fmt::Display for SessionState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether the session's history is being persisted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+#[non_exhaustive]
+pub enum Durability {
+    /// Every event is committed to the store before subscribers see it.
+    Durable,
+    /// The session runs without a store.
+    Disabled,
+    /// A store write failed; the session continues live-only.
+    Degraded {
+        /// The store's error.
+        reason: String,
+        /// When it failed.
+        at: Timestamp,
+    },
+}
+
+/// What [`crate::Harness::status`] reports.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct SessionStatus {
+    /// The session.
+    pub session: SessionRef,
+    /// Its lifecycle state.
+    pub status: SessionState,
+    /// Persistence state.
+    pub durability: Durability,
+    /// The provider's own session/thread ID, once known.
+    pub provider_session_id: Option<String>,
+    /// The active turn.
+    pub current_turn: Option<Turn>,
+    /// Pending requests, oldest first.
+    pub pending_requests: Vec<Request>,
+    /// The sequence number of the last published event.
+    pub last_seq: u64,
+}
+
+/// Why the harness closed a session (data of `session_closed`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+#[non_exhaustive]
+pub enum CloseReason {
+    /// `stop_session` on an idle session.
+    Stopped,
+    /// `stop_session` with `force`.
+    ForcedStop,
+    /// The store failed under the `Stop` policy.
+    StoreFailed,
+    /// The harness was dropped or shut down.
+    HarnessShutdown,
+}
+
+/// Why a session's runtime ended; what [`crate::Harness::monitor`] resolves with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+#[non_exhaustive]
+pub enum ExitReason {
+    /// Closed normally ([`CloseReason`] says how).
+    Closed {
+        /// How.
+        reason: CloseReason,
+    },
+    /// Retired after an uncertain provider outcome (admission or command timeout, crash).
+    Retired {
+        /// What was uncertain.
+        reason: String,
+    },
+    /// The store failed and the policy is `Stop`.
+    StoreFailed {
+        /// The store's error.
+        reason: String,
+    },
+    /// The runtime task ended unexpectedly (a bug); the reason is the panic message if any.
+    Crashed {
+        /// What is known.
+        reason: String,
+    },
+}
+
+impl fmt::Display for ExitReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExitReason::Closed { reason } => write!(f, "closed ({reason:?})"),
+            ExitReason::Retired { reason } => write!(f, "retired: {reason}"),
+            ExitReason::StoreFailed { reason } => write!(f, "store failed: {reason}"),
+            ExitReason::Crashed { reason } => write!(f, "crashed: {reason}"),
+        }
+    }
+}
+
+/// Marks a snapshot whose startup hand-off has not been acknowledged by its caller.
+///
+/// A later `start_session` with the same ID reclaims such a snapshot whatever its `reuse`
+/// setting: the startup never completed, so nobody holds a handle to it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartupMarker {
+    /// Unique per startup attempt.
+    pub attempt_id: String,
+    /// Always `false` while present.
+    pub acknowledged: bool,
+}
+
+/// The persisted summary of a session. Holds no environment values, MCP configuration or
+/// provider options; `config_fingerprint` detects configuration drift without storing them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SessionSnapshot {
+    /// The session.
+    pub id: SessionId,
+    /// Its provider.
+    pub provider: ProviderId,
+    /// Lifecycle state when written.
+    pub status: SessionState,
+    /// The provider's session/thread ID.
+    #[serde(default)]
+    pub provider_session_id: Option<String>,
+    /// The active turn when written.
+    #[serde(default)]
+    pub current_turn_id: Option<TurnId>,
+    /// Working directory.
+    pub cwd: PathBuf,
+    /// Model, if chosen.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Caller metadata (never put secrets here).
+    #[serde(default)]
+    pub metadata: serde_json::Map<String, Value>,
+    /// Hex digest of the session configuration (values of secrets included only as digests).
+    pub config_fingerprint: String,
+    /// Present while the startup hand-off is unacknowledged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup: Option<StartupMarker>,
+    /// When the session was created.
+    pub created_at: Timestamp,
+    /// When this snapshot was written.
+    pub updated_at: Timestamp,
+}
+
+/// One entry of [`crate::Harness::list_stored_sessions`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct StoredSession {
+    /// The session.
+    pub session_id: SessionId,
+    /// Its stored snapshot.
+    pub snapshot: SessionSnapshot,
+    /// True when a live session with this ID runs in this harness.
+    pub live: bool,
+}

@@ -1,0 +1,281 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use agent_core::store::{EventQuery, Store, StoreError, WriteBatch};
+use agent_core::{Event, Request, RequestId, SessionId, SessionSnapshot, SessionState, Turn, TurnId};
+use async_trait::async_trait;
+
+/// Retention bounds of a [`MemoryStore`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemoryLimits {
+    /// How many sessions are retained; unlimited when `None`.
+    pub max_sessions: Option<usize>,
+}
+
+impl MemoryLimits {
+    /// Limits retention to `limit` sessions.
+    pub fn max_sessions(limit: usize) -> Self {
+        MemoryLimits { max_sessions: Some(limit) }
+    }
+}
+
+/// The in-memory store. See the crate docs.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    inner: Mutex<BTreeMap<SessionId, Aggregate>>,
+    limits: MemoryLimits,
+}
+
+#[derive(Debug)]
+struct Aggregate {
+    snapshot: SessionSnapshot,
+    turns: Vec<Turn>,
+    turn_index: HashMap<TurnId, usize>,
+    requests: Vec<Request>,
+    request_index: HashMap<RequestId, usize>,
+    events: Vec<Arc<Event>>,
+    /// Positions in `events` of each turn's events.
+    by_turn: HashMap<TurnId, Vec<usize>>,
+}
+
+impl Aggregate {
+    fn new(snapshot: SessionSnapshot) -> Self {
+        Aggregate {
+            snapshot,
+            turns: Vec::new(),
+            turn_index: HashMap::new(),
+            requests: Vec::new(),
+            request_index: HashMap::new(),
+            events: Vec::new(),
+            by_turn: HashMap::new(),
+        }
+    }
+
+    fn save_turn(&mut self, turn: &Turn) {
+        match self.turn_index.get(&turn.id) {
+            Some(&i) => self.turns[i] = turn.clone(),
+            None => {
+                self.turn_index.insert(turn.id.clone(), self.turns.len());
+                self.turns.push(turn.clone());
+            }
+        }
+    }
+
+    fn save_request(&mut self, request: &Request) {
+        match self.request_index.get(&request.id) {
+            Some(&i) => self.requests[i] = request.clone(),
+            None => {
+                self.request_index.insert(request.id.clone(), self.requests.len());
+                self.requests.push(request.clone());
+            }
+        }
+    }
+
+    /// Checks that each event is new and above the latest seq, or an identical retry.
+    fn check_append(&self, events: &[Arc<Event>]) -> Result<(), StoreError> {
+        let mut last = self.events.last().map_or(0, |e| e.seq);
+        for event in events {
+            if event.seq > last {
+                last = event.seq;
+                continue;
+            }
+            match self.events.binary_search_by_key(&event.seq, |e| e.seq) {
+                Ok(i) if *self.events[i] == **event => {}
+                Ok(_) => {
+                    return Err(StoreError::Conflict(format!("seq {} holds a different event", event.seq)));
+                }
+                Err(_) => {
+                    return Err(StoreError::Conflict(format!(
+                        "seq {} is not above the latest stored seq {last}",
+                        event.seq
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn append(&mut self, events: &[Arc<Event>]) {
+        for event in events {
+            if self.events.last().is_some_and(|last| event.seq <= last.seq) {
+                continue; // an identical retry, checked before
+            }
+            if let Some(turn) = &event.turn_id {
+                self.by_turn.entry(turn.clone()).or_default().push(self.events.len());
+            }
+            self.events.push(Arc::clone(event));
+        }
+    }
+
+    fn read(&self, query: &EventQuery) -> Vec<Arc<Event>> {
+        let after = query.after.unwrap_or(0);
+        let limit = query.limit.unwrap_or(usize::MAX);
+        match &query.turn {
+            None => {
+                let start = self.events.partition_point(|e| e.seq <= after);
+                self.events[start..].iter().take(limit).cloned().collect()
+            }
+            Some(turn) => {
+                let Some(positions) = self.by_turn.get(turn) else { return Vec::new() };
+                let start = positions.partition_point(|&i| self.events[i].seq <= after);
+                positions[start..].iter().take(limit).map(|&i| Arc::clone(&self.events[i])).collect()
+            }
+        }
+    }
+}
+
+impl MemoryStore {
+    /// An unbounded memory store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A memory store with retention bounds.
+    pub fn with_limits(limits: MemoryLimits) -> Self {
+        MemoryStore { inner: Mutex::default(), limits }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<SessionId, Aggregate>> {
+        // Every critical section leaves the map consistent, so a poisoned lock is still usable.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes room for one more session, evicting the least recently updated closed one.
+    fn make_room(&self, map: &mut BTreeMap<SessionId, Aggregate>) -> Result<(), StoreError> {
+        let Some(limit) = self.limits.max_sessions else { return Ok(()) };
+        while map.len() >= limit {
+            let victim = map
+                .values()
+                .filter(|a| a.snapshot.status == SessionState::Closed)
+                .min_by_key(|a| a.snapshot.updated_at)
+                .map(|a| a.snapshot.id.clone());
+            match victim {
+                Some(id) => {
+                    map.remove(&id);
+                }
+                None => {
+                    return Err(StoreError::WriteRefused(format!(
+                        "memory store holds {limit} sessions and none is closed"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn upsert(&self, map: &mut BTreeMap<SessionId, Aggregate>, snapshot: &SessionSnapshot) -> Result<(), StoreError> {
+        if let Some(aggregate) = map.get_mut(&snapshot.id) {
+            aggregate.snapshot = snapshot.clone();
+            return Ok(());
+        }
+        self.make_room(map)?;
+        map.insert(snapshot.id.clone(), Aggregate::new(snapshot.clone()));
+        Ok(())
+    }
+}
+
+fn aggregate<'a>(map: &'a mut BTreeMap<SessionId, Aggregate>, id: &SessionId) -> Result<&'a mut Aggregate, StoreError> {
+    map.get_mut(id).ok_or_else(|| StoreError::UnknownSession(id.clone()))
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn save_session(&self, snapshot: &SessionSnapshot) -> Result<(), StoreError> {
+        let mut map = self.lock();
+        self.upsert(&mut map, snapshot)
+    }
+
+    async fn fetch_session(&self, id: &SessionId) -> Result<Option<SessionSnapshot>, StoreError> {
+        Ok(self.lock().get(id).map(|a| a.snapshot.clone()))
+    }
+
+    async fn list_sessions(&self) -> Result<Vec<SessionSnapshot>, StoreError> {
+        Ok(self.lock().values().map(|a| a.snapshot.clone()).collect())
+    }
+
+    async fn delete_session(&self, id: &SessionId) -> Result<(), StoreError> {
+        self.lock().remove(id);
+        Ok(())
+    }
+
+    async fn save_turn(&self, turn: &Turn) -> Result<(), StoreError> {
+        aggregate(&mut self.lock(), &turn.session_id)?.save_turn(turn);
+        Ok(())
+    }
+
+    async fn fetch_turn(&self, session: &SessionId, turn: &TurnId) -> Result<Option<Turn>, StoreError> {
+        let map = self.lock();
+        Ok(map.get(session).and_then(|a| a.turn_index.get(turn).map(|&i| a.turns[i].clone())))
+    }
+
+    async fn list_turns(&self, session: &SessionId) -> Result<Vec<Turn>, StoreError> {
+        Ok(self.lock().get(session).map(|a| a.turns.clone()).unwrap_or_default())
+    }
+
+    async fn save_request(&self, request: &Request) -> Result<(), StoreError> {
+        aggregate(&mut self.lock(), &request.session_id)?.save_request(request);
+        Ok(())
+    }
+
+    async fn fetch_request(&self, session: &SessionId, request: &RequestId) -> Result<Option<Request>, StoreError> {
+        let map = self.lock();
+        Ok(map.get(session).and_then(|a| a.request_index.get(request).map(|&i| a.requests[i].clone())))
+    }
+
+    async fn list_requests(&self, session: &SessionId) -> Result<Vec<Request>, StoreError> {
+        Ok(self.lock().get(session).map(|a| a.requests.clone()).unwrap_or_default())
+    }
+
+    async fn append_events(&self, session: &SessionId, events: &[Arc<Event>]) -> Result<(), StoreError> {
+        let mut map = self.lock();
+        let aggregate = aggregate(&mut map, session)?;
+        aggregate.check_append(events)?;
+        aggregate.append(events);
+        Ok(())
+    }
+
+    async fn read_events(&self, session: &SessionId, query: &EventQuery) -> Result<Vec<Arc<Event>>, StoreError> {
+        Ok(self.lock().get(session).map(|a| a.read(query)).unwrap_or_default())
+    }
+
+    async fn latest_seq(&self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        Ok(self.lock().get(session).and_then(|a| a.events.last().map(|e| e.seq)))
+    }
+
+    /// Applies the whole batch under one lock, after checking it: either all of it lands or
+    /// none of it does.
+    async fn write(&self, batch: &WriteBatch) -> Result<(), StoreError> {
+        let Some(session) = &batch.session_id else { return Ok(()) };
+        let mut map = self.lock();
+        let fresh = batch.delete_first || !map.contains_key(session);
+        let has_children = !(batch.turns.is_empty() && batch.requests.is_empty() && batch.events.is_empty());
+        match (&batch.snapshot, fresh) {
+            (None, true) if has_children => return Err(StoreError::UnknownSession(session.clone())),
+            (Some(snapshot), true) => Aggregate::new(snapshot.clone()).check_append(&batch.events)?,
+            _ => {
+                if let Some(existing) = map.get(session) {
+                    existing.check_append(&batch.events)?;
+                }
+            }
+        }
+        if batch.delete_first {
+            map.remove(session);
+        }
+        if let Some(snapshot) = &batch.snapshot {
+            self.upsert(&mut map, snapshot)?;
+        }
+        let Some(aggregate) = map.get_mut(session) else { return Ok(()) };
+        for turn in &batch.turns {
+            aggregate.save_turn(turn);
+        }
+        for request in &batch.requests {
+            aggregate.save_request(request);
+        }
+        aggregate.append(&batch.events);
+        Ok(())
+    }
+}

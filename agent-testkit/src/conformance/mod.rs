@@ -1,0 +1,3 @@
+//! Conformance suites: every implementation of a core trait runs the same checks.
+
+pub mod store;

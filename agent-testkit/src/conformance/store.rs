@@ -1,0 +1,268 @@
+//! The store conformance suite.
+//!
+//! Call [`run_all`] with a fresh, empty store. Each check uses its own session IDs, so the
+//! checks also pass one by one. Every check panics with a message naming the broken rule.
+
+use std::sync::Arc;
+
+use agent_core::event::SCHEMA_VERSION;
+use agent_core::request::{ProviderRef, RequestSpec};
+use agent_core::store::{EventQuery, WriteBatch};
+use agent_core::{
+    DynStore, Event, EventId, EventKind, ProviderId, Request, RequestId, RequestKind, RequestStatus, Response,
+    SessionId, SessionSnapshot, SessionState, StoreError, Timestamp, Turn, TurnId, TurnInput, TurnResult, TurnStatus,
+};
+
+/// Runs every check.
+pub async fn run_all(store: DynStore) {
+    snapshots_roundtrip(&store).await;
+    list_is_ordered_by_id(&store).await;
+    delete_cascades(&store).await;
+    children_need_a_session(&store).await;
+    turns_and_requests_upsert(&store).await;
+    append_is_idempotent_and_ordered(&store).await;
+    gaps_are_allowed(&store).await;
+    reads_filter_by_seq_turn_and_limit(&store).await;
+    batch_write_is_atomic(&store).await;
+    batch_write_replaces(&store).await;
+}
+
+fn sid(name: &str) -> SessionId {
+    SessionId::new(name).expect("valid id")
+}
+
+/// A snapshot for `id`.
+pub fn snapshot(id: &SessionId, status: SessionState) -> SessionSnapshot {
+    let json = serde_json::json!({
+        "id": id, "provider": "scripted", "status": status, "cwd": "/tmp",
+        "config_fingerprint": "f", "created_at": Timestamp::now(), "updated_at": Timestamp::now(),
+        "metadata": {"project": "conformance"},
+    });
+    serde_json::from_value(json).expect("snapshot json")
+}
+
+/// A turn record.
+pub fn turn(session: &SessionId, id: &str, status: TurnStatus) -> Turn {
+    let json = serde_json::json!({
+        "id": id, "session_id": session, "input": "do it", "status": status,
+        "created_at": Timestamp::now(),
+    });
+    let mut turn: Turn = serde_json::from_value(json).expect("turn json");
+    if status.is_terminal() {
+        turn.result = Some(TurnResult::text("done"));
+    }
+    turn
+}
+
+/// A request record.
+pub fn request(session: &SessionId, turn: &str, id: &str, status: RequestStatus) -> Request {
+    let spec = RequestSpec::new(RequestKind::CommandApproval, "run ls?", "7");
+    let json = serde_json::json!({
+        "id": id, "session_id": session, "turn_id": turn, "kind": spec.kind, "prompt": spec.prompt,
+        "scopes": spec.scopes, "status": status, "provider_ref": ProviderRef("7".into()),
+        "created_at": Timestamp::now(),
+    });
+    let mut request: Request = serde_json::from_value(json).expect("request json");
+    if status == RequestStatus::Resolved {
+        request.response = Some(Response::approve());
+    }
+    request
+}
+
+/// An event of `session` with `seq`.
+pub fn event(session: &SessionId, seq: u64, turn: Option<&str>, text: &str) -> Arc<Event> {
+    let json = serde_json::json!({
+        "schema_version": SCHEMA_VERSION, "id": EventId::generate(), "seq": seq, "session_id": session,
+        "turn_id": turn, "provider": ProviderId::new("scripted"), "at": Timestamp::now(),
+        "type": "message_delta", "data": {"text": text}, "raw": {"original": text},
+    });
+    Arc::new(serde_json::from_value(json).expect("event json"))
+}
+
+fn seqs(events: &[Arc<Event>]) -> Vec<u64> {
+    events.iter().map(|e| e.seq).collect()
+}
+
+/// Snapshots save, fetch and replace.
+pub async fn snapshots_roundtrip(store: &DynStore) {
+    let id = sid("conf-snap");
+    assert_eq!(store.fetch_session(&id).await.unwrap(), None, "unknown session must be None");
+    let first = snapshot(&id, SessionState::Idle);
+    store.save_session(&first).await.unwrap();
+    assert_eq!(store.fetch_session(&id).await.unwrap(), Some(first.clone()), "snapshot must round-trip");
+    let mut second = first.clone();
+    second.status = SessionState::Closed;
+    second.provider_session_id = Some("thread-1".into());
+    store.save_session(&second).await.unwrap();
+    assert_eq!(store.fetch_session(&id).await.unwrap(), Some(second), "save_session must replace");
+    store.delete_session(&id).await.unwrap();
+}
+
+/// `list_sessions` returns every snapshot ordered by ID.
+pub async fn list_is_ordered_by_id(store: &DynStore) {
+    let ids = [sid("conf-list-b"), sid("conf-list-a"), sid("conf-list-c")];
+    for id in &ids {
+        store.save_session(&snapshot(id, SessionState::Idle)).await.unwrap();
+    }
+    let listed: Vec<SessionId> = store
+        .list_sessions()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .filter(|id| id.as_str().starts_with("conf-list-"))
+        .collect();
+    assert_eq!(listed, vec![sid("conf-list-a"), sid("conf-list-b"), sid("conf-list-c")], "list must be ordered by id");
+    for id in &ids {
+        store.delete_session(id).await.unwrap();
+    }
+}
+
+/// Deleting a session removes its turns, requests and events; deleting twice is fine.
+pub async fn delete_cascades(store: &DynStore) {
+    let id = sid("conf-delete");
+    store.save_session(&snapshot(&id, SessionState::Closed)).await.unwrap();
+    store.save_turn(&turn(&id, "t1", TurnStatus::Completed)).await.unwrap();
+    store.save_request(&request(&id, "t1", "r1", RequestStatus::Resolved)).await.unwrap();
+    store.append_events(&id, &[event(&id, 1, Some("t1"), "a")]).await.unwrap();
+    store.delete_session(&id).await.unwrap();
+    assert_eq!(store.fetch_session(&id).await.unwrap(), None);
+    assert_eq!(store.fetch_turn(&id, &TurnId::from_string("t1")).await.unwrap(), None, "turns must be deleted");
+    assert_eq!(store.fetch_request(&id, &RequestId::from_string("r1")).await.unwrap(), None, "requests must be deleted");
+    assert!(store.read_events(&id, &EventQuery::all()).await.unwrap().is_empty(), "events must be deleted");
+    assert_eq!(store.latest_seq(&id).await.unwrap(), None);
+    store.delete_session(&id).await.expect("deleting an unknown session is Ok");
+    // The ID is free again, with no leftovers.
+    store.save_session(&snapshot(&id, SessionState::Idle)).await.unwrap();
+    assert!(store.list_turns(&id).await.unwrap().is_empty(), "a re-created session starts empty");
+    store.delete_session(&id).await.unwrap();
+}
+
+/// Turn, request and event writes for an unknown session fail with `UnknownSession`.
+pub async fn children_need_a_session(store: &DynStore) {
+    let id = sid("conf-orphan");
+    let unknown = |r: Result<(), StoreError>| matches!(r, Err(StoreError::UnknownSession(_)));
+    assert!(unknown(store.save_turn(&turn(&id, "t", TurnStatus::Running)).await), "save_turn needs a session");
+    assert!(unknown(store.save_request(&request(&id, "t", "r", RequestStatus::Pending)).await), "save_request needs a session");
+    assert!(unknown(store.append_events(&id, &[event(&id, 1, None, "x")]).await), "append needs a session");
+    assert_eq!(store.fetch_session(&id).await.unwrap(), None, "a refused write must not create the session");
+}
+
+/// Turn and request saves upsert; lists are in creation order.
+pub async fn turns_and_requests_upsert(store: &DynStore) {
+    let id = sid("conf-records");
+    store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
+    store.save_turn(&turn(&id, "t1", TurnStatus::Running)).await.unwrap();
+    store.save_turn(&turn(&id, "t2", TurnStatus::Starting)).await.unwrap();
+    store.save_turn(&turn(&id, "t1", TurnStatus::Completed)).await.unwrap();
+    let turns = store.list_turns(&id).await.unwrap();
+    let listed: Vec<(&str, TurnStatus)> = turns.iter().map(|t| (t.id.as_str(), t.status)).collect();
+    assert_eq!(listed, vec![("t1", TurnStatus::Completed), ("t2", TurnStatus::Starting)], "turns must upsert in order");
+    let fetched = store.fetch_turn(&id, &TurnId::from_string("t1")).await.unwrap().expect("t1");
+    assert_eq!(fetched.result, Some(TurnResult::text("done")), "turn results must round-trip");
+    assert!(matches!(fetched.input, TurnInput::Text(ref t) if t == "do it"));
+
+    store.save_request(&request(&id, "t1", "r1", RequestStatus::Pending)).await.unwrap();
+    store.save_request(&request(&id, "t1", "r1", RequestStatus::Resolved)).await.unwrap();
+    let fetched = store.fetch_request(&id, &RequestId::from_string("r1")).await.unwrap().expect("r1");
+    assert_eq!(fetched.status, RequestStatus::Resolved, "requests must upsert");
+    assert_eq!(fetched.response, Some(Response::approve()), "the response must be stored");
+    assert_eq!(store.list_requests(&id).await.unwrap().len(), 1);
+    store.delete_session(&id).await.unwrap();
+}
+
+/// Appends are idempotent per seq, conflicts are refused, order is enforced.
+pub async fn append_is_idempotent_and_ordered(store: &DynStore) {
+    let id = sid("conf-append");
+    store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
+    let (e1, e2) = (event(&id, 1, None, "a"), event(&id, 2, None, "b"));
+    store.append_events(&id, &[Arc::clone(&e1), Arc::clone(&e2)]).await.unwrap();
+    store.append_events(&id, &[Arc::clone(&e2)]).await.expect("re-appending an identical event is Ok");
+    let conflict = store.append_events(&id, &[event(&id, 2, None, "other")]).await;
+    assert!(matches!(conflict, Err(StoreError::Conflict(_))), "a different event at a used seq must conflict: {conflict:?}");
+    assert_eq!(store.latest_seq(&id).await.unwrap(), Some(2));
+    let all = store.read_events(&id, &EventQuery::all()).await.unwrap();
+    assert_eq!(seqs(&all), vec![1, 2]);
+    assert_eq!(*all[0], *e1, "events must round-trip exactly, raw included");
+    assert_eq!(all[0].raw.as_ref().map(|r| r.get()), e1.raw.as_ref().map(|r| r.get()));
+    store.delete_session(&id).await.unwrap();
+}
+
+/// Seq gaps are allowed.
+pub async fn gaps_are_allowed(store: &DynStore) {
+    let id = sid("conf-gaps");
+    store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
+    store.append_events(&id, &[event(&id, 1, None, "a"), event(&id, 5, None, "b")]).await.unwrap();
+    store.append_events(&id, &[event(&id, 9, None, "c")]).await.unwrap();
+    let all = store.read_events(&id, &EventQuery::all()).await.unwrap();
+    assert_eq!(seqs(&all), vec![1, 5, 9], "gaps must be kept as they are");
+    let below = store.append_events(&id, &[event(&id, 7, None, "late")]).await;
+    assert!(matches!(below, Err(StoreError::Conflict(_))), "a new event below the latest seq must be refused: {below:?}");
+    store.delete_session(&id).await.unwrap();
+}
+
+/// Reads filter by `after` (exclusive), turn and limit, ascending.
+pub async fn reads_filter_by_seq_turn_and_limit(store: &DynStore) {
+    let id = sid("conf-read");
+    store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
+    let events: Vec<_> = (1..=10)
+        .map(|seq| event(&id, seq, Some(if seq % 2 == 0 { "even" } else { "odd" }), "x"))
+        .collect();
+    store.append_events(&id, &events).await.unwrap();
+    let read = |q: EventQuery| {
+        let store = Arc::clone(store);
+        let id = id.clone();
+        async move { seqs(&store.read_events(&id, &q).await.unwrap()) }
+    };
+    assert_eq!(read(EventQuery::after(7)).await, vec![8, 9, 10], "after is exclusive");
+    assert_eq!(read(EventQuery::after(0).limit(3)).await, vec![1, 2, 3]);
+    assert_eq!(read(EventQuery::all().turn(TurnId::from_string("even"))).await, vec![2, 4, 6, 8, 10]);
+    assert_eq!(read(EventQuery::after(4).turn(TurnId::from_string("odd")).limit(2)).await, vec![5, 7]);
+    assert_eq!(read(EventQuery::after(10)).await, Vec::<u64>::new());
+    assert!(read(EventQuery::all().turn(TurnId::from_string("none"))).await.is_empty());
+    let other = sid("conf-read-missing");
+    assert!(store.read_events(&other, &EventQuery::all()).await.unwrap().is_empty(), "unknown sessions read empty");
+    store.delete_session(&id).await.unwrap();
+}
+
+/// A batch with a conflicting event changes nothing.
+pub async fn batch_write_is_atomic(store: &DynStore) {
+    let id = sid("conf-batch");
+    let mut batch = WriteBatch::new(id.clone());
+    batch.snapshot = Some(snapshot(&id, SessionState::Idle));
+    batch.events = vec![event(&id, 1, None, "ready")];
+    store.write(&batch).await.unwrap();
+
+    let mut bad = WriteBatch::new(id.clone());
+    let mut changed = snapshot(&id, SessionState::Running);
+    changed.provider_session_id = Some("should-not-land".into());
+    bad.snapshot = Some(changed);
+    bad.turns = vec![turn(&id, "t1", TurnStatus::Starting)];
+    bad.events = vec![event(&id, 2, Some("t1"), "a"), event(&id, 1, None, "conflict")];
+    let result = store.write(&bad).await;
+    assert!(result.is_err(), "a batch with a conflicting event must fail");
+    let after = store.fetch_session(&id).await.unwrap().expect("session");
+    assert_eq!(after.provider_session_id, None, "a failed batch must not change the snapshot");
+    assert_eq!(store.latest_seq(&id).await.unwrap(), Some(1), "a failed batch must not append");
+    assert_eq!(store.fetch_turn(&id, &TurnId::from_string("t1")).await.unwrap(), None, "a failed batch must not save turns");
+    store.delete_session(&id).await.unwrap();
+}
+
+/// `delete_first` replaces an aggregate in the same write.
+pub async fn batch_write_replaces(store: &DynStore) {
+    let id = sid("conf-replace");
+    store.save_session(&snapshot(&id, SessionState::Closed)).await.unwrap();
+    store.save_turn(&turn(&id, "old", TurnStatus::Completed)).await.unwrap();
+    store.append_events(&id, &[event(&id, 1, None, "old"), event(&id, 2, None, "old")]).await.unwrap();
+    let mut batch = WriteBatch::new(id.clone());
+    batch.delete_first = true;
+    batch.snapshot = Some(snapshot(&id, SessionState::Idle));
+    batch.events = vec![event(&id, 1, None, "new")];
+    store.write(&batch).await.unwrap();
+    let events = store.read_events(&id, &EventQuery::all()).await.unwrap();
+    assert_eq!(seqs(&events), vec![1], "the old journal must be gone");
+    assert!(matches!(&events[0].kind, EventKind::MessageDelta { text, .. } if text == "new"));
+    assert_eq!(store.fetch_turn(&id, &TurnId::from_string("old")).await.unwrap(), None, "old turns must be gone");
+    assert_eq!(store.fetch_session(&id).await.unwrap().map(|s| s.status), Some(SessionState::Idle));
+    store.delete_session(&id).await.unwrap();
+}
