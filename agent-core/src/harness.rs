@@ -23,7 +23,9 @@ use crate::request::{Request, RequestStatus, Response};
 use crate::runtime::actor::{Actor, ActorParts};
 use crate::runtime::registry::{Registry, Reservation};
 use crate::runtime::subscription::Grant;
-use crate::runtime::{AwaitGrant, COMMAND_CAPACITY, Command, Lookup, Replay, SessionHandle, Subscription, Target, TurnStream};
+use crate::runtime::{
+    AwaitGrant, COMMAND_CAPACITY, Command, Lookup, Replay, SessionHandle, Subscription, Target, TurnStream,
+};
 use crate::session::{
     Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, SessionStatus, StartupMarker, StoredSession,
 };
@@ -275,7 +277,12 @@ impl Harness {
     /// Records a turn and schedules its admission; returns once it is recorded (and committed
     /// to the store). `turn_started` means the provider accepted it; a rejection or admission
     /// timeout arrives as `turn_failed`. Another active turn gives [`Error::TurnInProgress`].
-    pub async fn start_turn(&self, session: &SessionRef, input: impl Into<TurnInput>, options: TurnOptions) -> Result<Turn> {
+    pub async fn start_turn(
+        &self,
+        session: &SessionRef,
+        input: impl Into<TurnInput>,
+        options: TurnOptions,
+    ) -> Result<Turn> {
         let handle = self.live(&session.id)?;
         let input = input.into();
         if input.is_empty() {
@@ -296,9 +303,10 @@ impl Harness {
         let call_timeout = options.call_timeout.unwrap_or(self.inner.call_timeout);
         let call = async {
             if let (Some(id), Some(store)) = (&options.id, self.session_store(&handle))
-                && store.fetch_turn(&session.id, id).await?.is_some() {
-                    return Err(Error::TurnIdAlreadyUsed { turn_id: id.clone() });
-                }
+                && store.fetch_turn(&session.id, id).await?.is_some()
+            {
+                return Err(Error::TurnIdAlreadyUsed { turn_id: id.clone() });
+            }
             let turn = turn.clone();
             handle.call(|reply| Command::StartTurn { turn, options, reply }).await?
         };
@@ -322,9 +330,8 @@ impl Harness {
         let session_id = target.session_id().clone();
         let turn = target.turn_id().cloned();
         let handle = self.live(&session_id)?;
-        let lookup = handle
-            .call(|reply| Command::Subscribe { turn: turn.clone(), replay, for_stream, reply })
-            .await??;
+        let lookup =
+            handle.call(|reply| Command::Subscribe { turn: turn.clone(), replay, for_stream, reply }).await??;
         let grant = match lookup {
             Lookup::Found(grant) => grant,
             Lookup::NotHere { pruned, store } => {
@@ -353,7 +360,9 @@ impl Harness {
             return Err(Error::TurnNotFound { session_id: session_id.clone(), turn_id: turn.clone() });
         };
         if !stored.status.is_terminal() {
-            return Err(Error::ReplayUnavailable { reason: format!("turn `{turn}` has no terminal record in the store") });
+            return Err(Error::ReplayUnavailable {
+                reason: format!("turn `{turn}` has no terminal record in the store"),
+            });
         }
         let exit = handle.exit.clone();
         match replay.after() {
@@ -361,7 +370,13 @@ impl Harness {
                 reason: "the turn already finished; `Replay::Latest` cannot include its terminal event".into(),
             }),
             None => Ok(Grant { rx: None, live_from: 0, store_replay: None, buffered: Vec::new(), exit }),
-            Some(_) => Ok(Grant { rx: None, live_from: u64::MAX, store_replay: Some((store, u64::MAX)), buffered: Vec::new(), exit }),
+            Some(_) => Ok(Grant {
+                rx: None,
+                live_from: u64::MAX,
+                store_replay: Some((store, u64::MAX)),
+                buffered: Vec::new(),
+                exit,
+            }),
         }
     }
 
@@ -419,9 +434,10 @@ impl Harness {
     pub async fn respond(&self, request: &Request, response: Response) -> Result<()> {
         let Some(handle) = self.inner.registry.get(&request.session_id) else {
             if let Some(store) = &self.inner.store
-                && let Some(stored) = store.fetch_request(&request.session_id, &request.id).await? {
-                    return Err(settled_error(&stored));
-                }
+                && let Some(stored) = store.fetch_request(&request.session_id, &request.id).await?
+            {
+                return Err(settled_error(&stored));
+            }
             return Err(Error::SessionNotFound { id: request.session_id.clone() });
         };
         let request_id = request.id.clone();
@@ -429,9 +445,10 @@ impl Harness {
         match result {
             Ok(Err(Error::RequestNotFound { session_id, request_id })) => {
                 if let Some(store) = self.session_store(&handle)
-                    && let Some(stored) = store.fetch_request(&session_id, &request_id).await? {
-                        return Err(settled_error(&stored));
-                    }
+                    && let Some(stored) = store.fetch_request(&session_id, &request_id).await?
+                {
+                    return Err(settled_error(&stored));
+                }
                 Err(Error::RequestNotFound { session_id, request_id })
             }
             Ok(result) => result,
@@ -526,7 +543,10 @@ async fn outcome_from_store(store: &DynStore, session: &SessionId, turn: &TurnId
         let page = EventQuery::after(after).turn(turn.clone()).limit(crate::runtime::subscription::REPLAY_PAGE);
         let events = store.read_events(session, &page).await.map_err(Error::from)?;
         let Some(last) = events.last() else {
-            return Err(Error::ReplayUnavailable { reason: format!("the store has no terminal event for turn `{turn}`") }.into());
+            return Err(Error::ReplayUnavailable {
+                reason: format!("the store has no terminal event for turn `{turn}`"),
+            }
+            .into());
         };
         after = last.seq;
         if let Some(terminal) = events.into_iter().find(|e| e.is_terminal()) {
@@ -603,7 +623,10 @@ impl Startup {
             }
             Err(_) => {
                 tracing::warn!(timeout = ?options.startup_timeout, "provider open timed out; torn down");
-                let _ = caller.send(Err(Error::StartupTimeout { provider: session.provider.clone(), timeout: options.startup_timeout }));
+                let _ = caller.send(Err(Error::StartupTimeout {
+                    provider: session.provider.clone(),
+                    timeout: options.startup_timeout,
+                }));
                 return;
             }
         };
@@ -655,7 +678,8 @@ impl Startup {
                             Ok(Err(error)) => Error::Store(error),
                             _ => Error::StartupFinalizationTimeout { timeout: finalize_timeout },
                         };
-                        let degrade = options.store_failure == StoreFailurePolicy::Degrade && matches!(error, Error::Store(_));
+                        let degrade =
+                            options.store_failure == StoreFailurePolicy::Degrade && matches!(error, Error::Store(_));
                         if !degrade {
                             close_bounded(runtime.as_ref(), finalize_timeout).await;
                             let _ = caller.send(Err(error));
@@ -671,7 +695,10 @@ impl Startup {
                             turn_id: None,
                             provider: session.provider.clone(),
                             at: Timestamp::now(),
-                            kind: EventKind::StoreFailed { reason: reason.clone(), policy: StoreFailurePolicy::Degrade },
+                            kind: EventKind::StoreFailed {
+                                reason: reason.clone(),
+                                policy: StoreFailurePolicy::Degrade,
+                            },
                             raw: None,
                         }));
                         (None, Durability::Degraded { reason, at: Timestamp::now() })
@@ -727,10 +754,10 @@ async fn check_reuse(store: &DynStore, id: &SessionId, reuse: Reuse) -> Result<b
     let Some(snapshot) = store.fetch_session(id).await? else {
         return Ok(false);
     };
-    let abandoned = snapshot.startup.is_some() || matches!(snapshot.status, SessionState::Opening | SessionState::Finalizing);
-    let replace = abandoned
-        || reuse == Reuse::Replace
-        || (reuse == Reuse::Closed && snapshot.status == SessionState::Closed);
+    let abandoned =
+        snapshot.startup.is_some() || matches!(snapshot.status, SessionState::Opening | SessionState::Finalizing);
+    let replace =
+        abandoned || reuse == Reuse::Replace || (reuse == Reuse::Closed && snapshot.status == SessionState::Closed);
     if replace {
         tracing::info!(status = %snapshot.status, abandoned, "replacing stored session");
         Ok(true)

@@ -166,10 +166,7 @@ impl Env {
 
 impl fmt::Debug for Env {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Env")
-            .field("set", &self.set.keys().collect::<Vec<_>>())
-            .field("unset", &self.unset)
-            .finish()
+        f.debug_struct("Env").field("set", &self.set.keys().collect::<Vec<_>>()).field("unset", &self.unset).finish()
     }
 }
 
@@ -706,10 +703,7 @@ mod tests {
         invalid(SessionOptions::new(tmp()).skill(Skill::new("s", "rel/SKILL.md")), "skills");
         invalid(SessionOptions::new(tmp()).env("A=B", "x"), "env");
         invalid(SessionOptions::new(tmp()).mcp_server("m", McpServer::http("ftp://x")), "mcp_servers");
-        assert!(matches!(
-            SessionOptions::new(tmp()).id("bad id").validate(),
-            Err(Error::InvalidSessionId { .. })
-        ));
+        assert!(matches!(SessionOptions::new(tmp()).id("bad id").validate(), Err(Error::InvalidSessionId { .. })));
     }
 
     #[test]

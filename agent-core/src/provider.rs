@@ -260,7 +260,11 @@ impl Sink {
     }
 
     /// Reports a new provider session/thread ID.
-    pub async fn session_updated(&self, provider_session_id: Option<String>, raw: Option<RawJson>) -> Result<(), SinkClosed> {
+    pub async fn session_updated(
+        &self,
+        provider_session_id: Option<String>,
+        raw: Option<RawJson>,
+    ) -> Result<(), SinkClosed> {
         self.send(ProviderMessage::SessionUpdated { provider_session_id, raw }).await
     }
 

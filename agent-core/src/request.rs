@@ -45,10 +45,7 @@ impl RequestKind {
 
     /// True for the approval kinds (command, file change, permission).
     pub fn is_approval(self) -> bool {
-        matches!(
-            self,
-            RequestKind::CommandApproval | RequestKind::FileChangeApproval | RequestKind::Permission
-        )
+        matches!(self, RequestKind::CommandApproval | RequestKind::FileChangeApproval | RequestKind::Permission)
     }
 }
 
@@ -219,11 +216,8 @@ pub struct RequestSpec {
 impl RequestSpec {
     /// A request of `kind` with a prompt and the provider's reference.
     pub fn new(kind: RequestKind, prompt: impl Into<String>, provider_ref: impl Into<String>) -> Self {
-        let scopes = if kind.is_approval() || kind == RequestKind::Confirmation {
-            vec![Scope::Once]
-        } else {
-            Vec::new()
-        };
+        let scopes =
+            if kind.is_approval() || kind == RequestKind::Confirmation { vec![Scope::Once] } else { Vec::new() };
         RequestSpec {
             kind,
             prompt: prompt.into(),
@@ -316,9 +310,7 @@ impl fmt::Debug for Answer {
         match self {
             Answer::Text(_) => f.write_str("Answer::Text(..)"),
             Answer::Many(v) => write!(f, "Answer::Many({} values)", v.len()),
-            Answer::ByQuestion(m) => {
-                f.debug_tuple("Answer::ByQuestion").field(&m.keys().collect::<Vec<_>>()).finish()
-            }
+            Answer::ByQuestion(m) => f.debug_tuple("Answer::ByQuestion").field(&m.keys().collect::<Vec<_>>()).finish(),
             Answer::Content(_) => f.write_str("Answer::Content(..)"),
         }
     }
@@ -415,16 +407,11 @@ impl Response {
             (RequestKind::McpElicitation, Response::Answer { answer }) => match answer {
                 Answer::Content(_) | Answer::ByQuestion(_) => Ok(()),
                 Answer::Text(_) | Answer::Many(_) => Err(Error::InvalidResponse(
-                    "an MCP elicitation is answered with structured content (Response::content)"
-                        .into(),
+                    "an MCP elicitation is answered with structured content (Response::content)".into(),
                 )),
             },
             (kind, Response::Approve { scope }) if kind.is_approval() || kind == RequestKind::Confirmation => {
-                if request.scopes.contains(scope) {
-                    Ok(())
-                } else {
-                    Err(Error::UnsupportedScope { scope: *scope })
-                }
+                if request.scopes.contains(scope) { Ok(()) } else { Err(Error::UnsupportedScope { scope: *scope }) }
             }
             _ => Err(mismatch()),
         }
@@ -441,12 +428,11 @@ fn validate_answer(request: &Request, answer: &Answer) -> Result<()> {
                 )));
             }
             if let (Answer::Many(values), Some(q)) = (answer, request.questions.first())
-                && values.len() > 1 && !q.multi_select {
-                    return Err(Error::InvalidResponse(format!(
-                        "question `{}` takes one answer",
-                        q.id
-                    )));
-                }
+                && values.len() > 1
+                && !q.multi_select
+            {
+                return Err(Error::InvalidResponse(format!("question `{}` takes one answer", q.id)));
+            }
             Ok(())
         }
         Answer::ByQuestion(map) => {
@@ -456,10 +442,8 @@ fn validate_answer(request: &Request, answer: &Answer) -> Result<()> {
             if let Some(missing) = request.questions.iter().find(|q| !map.contains_key(&q.id)) {
                 return Err(Error::MissingAnswer { question_id: missing.id.clone() });
             }
-            if let Some(q) = request
-                .questions
-                .iter()
-                .find(|q| !q.multi_select && map.get(&q.id).is_some_and(|v| v.len() > 1))
+            if let Some(q) =
+                request.questions.iter().find(|q| !q.multi_select && map.get(&q.id).is_some_and(|v| v.len() > 1))
             {
                 return Err(Error::InvalidResponse(format!("question `{}` takes one answer", q.id)));
             }
@@ -536,10 +520,7 @@ mod tests {
     #[test]
     fn approve_to_a_question_is_a_kind_mismatch() {
         let r = request(RequestKind::Question, vec![Question::new("q", "?")], vec![]);
-        assert!(matches!(
-            Response::approve().validate_for(&r),
-            Err(Error::ResponseKindMismatch { .. })
-        ));
+        assert!(matches!(Response::approve().validate_for(&r), Err(Error::ResponseKindMismatch { .. })));
     }
 
     #[test]

@@ -71,10 +71,7 @@ impl SessionState {
     pub fn has_active_turn(self) -> bool {
         matches!(
             self,
-            SessionState::Starting
-                | SessionState::Running
-                | SessionState::AwaitingInput
-                | SessionState::Cancelling
+            SessionState::Starting | SessionState::Running | SessionState::AwaitingInput | SessionState::Cancelling
         )
     }
 }

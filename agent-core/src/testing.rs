@@ -347,7 +347,9 @@ impl SessionInner {
                     tokio::time::sleep(d).await;
                     Ok(())
                 }
-                Frame::Finish(status, result) => self.sink.emit(Some(&turn), EventKind::terminal(status, result), None).await,
+                Frame::Finish(status, result) => {
+                    self.sink.emit(Some(&turn), EventKind::terminal(status, result), None).await
+                }
                 Frame::TransportDown(reason) => self.sink.transport_down(reason).await,
             };
             if sent.is_err() {

@@ -111,13 +111,7 @@ impl fmt::Display for Timestamp {
         let days = secs.div_euclid(86_400);
         let rem = secs.rem_euclid(86_400);
         let (year, month, day) = civil_from_days(days);
-        write!(
-            f,
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{frac:06}Z",
-            rem / 3600,
-            rem % 3600 / 60,
-            rem % 60
-        )
+        write!(f, "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{frac:06}Z", rem / 3600, rem % 3600 / 60, rem % 60)
     }
 }
 
@@ -136,8 +130,7 @@ impl Serialize for Timestamp {
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        Timestamp::parse(&s)
-            .ok_or_else(|| serde::de::Error::custom(format!("invalid RFC 3339 timestamp {s:?}")))
+        Timestamp::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("invalid RFC 3339 timestamp {s:?}")))
     }
 }
 

@@ -37,10 +37,7 @@ pub enum TurnStatus {
 impl TurnStatus {
     /// True for the four terminal statuses.
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            TurnStatus::Completed | TurnStatus::Failed | TurnStatus::Cancelled | TurnStatus::Interrupted
-        )
+        matches!(self, TurnStatus::Completed | TurnStatus::Failed | TurnStatus::Cancelled | TurnStatus::Interrupted)
     }
 }
 

@@ -10,11 +10,8 @@ use futures::StreamExt;
 #[tokio::test]
 async fn a_turn_completes_and_replays() {
     let (provider, control) = ScriptedProvider::new("scripted");
-    let harness = Harness::builder()
-        .provider(provider)
-        .store(StoreChoice::Custom(Arc::new(MemoryStore::new())))
-        .build()
-        .unwrap();
+    let harness =
+        Harness::builder().provider(provider).store(StoreChoice::Custom(Arc::new(MemoryStore::new()))).build().unwrap();
     let session = harness.start_session("scripted", SessionOptions::new(std::env::temp_dir())).await.unwrap();
     control.push_script([Frame::delta("a"), Frame::delta("b"), Frame::complete("ab")]);
     let turn = harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();

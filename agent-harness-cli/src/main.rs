@@ -14,7 +14,10 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         None | Some("--help" | "-h") => {
-            println!("agent-harness {}\n\nplanned commands: run, sessions, events, doctor, presets", env!("CARGO_PKG_VERSION"));
+            println!(
+                "agent-harness {}\n\nplanned commands: run, sessions, events, doctor, presets",
+                env!("CARGO_PKG_VERSION")
+            );
             ExitCode::SUCCESS
         }
         Some(other) => {

@@ -290,7 +290,12 @@ impl Actor {
         }
     }
 
-    fn start_turn(&mut self, mut turn: Turn, options: crate::options::TurnOptions, reply: oneshot::Sender<Result<Turn>>) {
+    fn start_turn(
+        &mut self,
+        mut turn: Turn,
+        options: crate::options::TurnOptions,
+        reply: oneshot::Sender<Result<Turn>>,
+    ) {
         match (self.state, &self.current) {
             (SessionState::Idle, None) => {}
             (SessionState::Unavailable, _) => {
@@ -370,13 +375,27 @@ impl Actor {
                         reason: "the turn already finished; `Replay::Latest` cannot include its terminal event".into(),
                     });
                 }
-                return Ok(Lookup::Found(Grant { rx: None, live_from: self.published_seq, store_replay: None, buffered: Vec::new(), exit }));
+                return Ok(Lookup::Found(Grant {
+                    rx: None,
+                    live_from: self.published_seq,
+                    store_replay: None,
+                    buffered: Vec::new(),
+                    exit,
+                }));
             };
             if after >= terminal_seq {
                 if for_stream {
-                    return Err(Error::ReplayUnavailable { reason: format!("the turn's terminal event (seq {terminal_seq}) is not after seq {after}") });
+                    return Err(Error::ReplayUnavailable {
+                        reason: format!("the turn's terminal event (seq {terminal_seq}) is not after seq {after}"),
+                    });
                 }
-                return Ok(Lookup::Found(Grant { rx: None, live_from: self.published_seq, store_replay: None, buffered: Vec::new(), exit }));
+                return Ok(Lookup::Found(Grant {
+                    rx: None,
+                    live_from: self.published_seq,
+                    store_replay: None,
+                    buffered: Vec::new(),
+                    exit,
+                }));
             }
             let buffered = self.buffered(after, terminal_seq, turn.as_ref());
             let store_replay = match &self.store {
@@ -385,7 +404,9 @@ impl Actor {
             };
             if store_replay.is_none() && !buffered.iter().any(|e| e.seq == terminal_seq) {
                 return Err(Error::ReplayUnavailable {
-                    reason: format!("the turn's terminal event (seq {terminal_seq}) is no longer buffered and the session has no store"),
+                    reason: format!(
+                        "the turn's terminal event (seq {terminal_seq}) is no longer buffered and the session has no store"
+                    ),
                 });
             }
             return Ok(Lookup::Found(Grant { rx: None, live_from: terminal_seq, store_replay, buffered, exit }));
@@ -525,10 +546,11 @@ impl Actor {
 
     fn stop(&mut self, force: bool, reply: oneshot::Sender<Result<()>>) {
         if let Some(current) = &self.current
-            && !force {
-                let _ = reply.send(Err(Error::TurnInProgress { current: Box::new(current.turn.clone()) }));
-                return;
-            }
+            && !force
+        {
+            let _ = reply.send(Err(Error::TurnInProgress { current: Box::new(current.turn.clone()) }));
+            return;
+        }
         let reason = if force { CloseReason::ForcedStop } else { CloseReason::Stopped };
         self.close(reason);
         let _ = reply.send(Ok(()));
@@ -547,7 +569,11 @@ impl Actor {
                 CloseReason::StoreFailed => "store failed",
                 _ => "session closed",
             };
-            self.finish_current(EventKind::terminal(TurnStatus::Interrupted, TurnResult::reason(why)), None, ExpiryReason::SessionClosed);
+            self.finish_current(
+                EventKind::terminal(TurnStatus::Interrupted, TurnResult::reason(why)),
+                None,
+                ExpiryReason::SessionClosed,
+            );
         }
         self.state = SessionState::Closed;
         self.record_snapshot();
@@ -612,7 +638,8 @@ impl Actor {
         let current_turn = self.current.as_ref().map(|c| c.turn.id.clone());
         let Some(entry) = self.requests.get_mut(&request_id) else { return };
         let Some(claim) = entry.claim.take() else { return };
-        let live = entry.request.status == RequestStatus::Pending && current_turn.as_ref() == Some(&entry.request.turn_id);
+        let live =
+            entry.request.status == RequestStatus::Pending && current_turn.as_ref() == Some(&entry.request.turn_id);
         match result {
             Ok(()) if !live => {
                 if let Some(reply) = claim.reply {
@@ -681,7 +708,9 @@ impl Actor {
     fn on_provider(&mut self, message: ProviderMessage) {
         if let Some(current) = self.current.as_mut().filter(|c| !c.admitted) {
             let for_current = match &message {
-                ProviderMessage::Event { turn: Some(t), .. } | ProviderMessage::Request { turn: t, .. } => *t == current.turn.id,
+                ProviderMessage::Event { turn: Some(t), .. } | ProviderMessage::Request { turn: t, .. } => {
+                    *t == current.turn.id
+                }
                 _ => false,
             };
             if for_current {
@@ -692,7 +721,8 @@ impl Actor {
         match message {
             ProviderMessage::Event { turn, kind, raw } => self.on_provider_event(turn, kind, raw),
             ProviderMessage::Request { turn, spec, raw } => {
-                let accepting = self.current.as_ref().is_some_and(|c| c.turn.id == turn && matches!(c.cancel, CancelState::None));
+                let accepting =
+                    self.current.as_ref().is_some_and(|c| c.turn.id == turn && matches!(c.cancel, CancelState::None));
                 if !accepting {
                     self.stale_frames += 1;
                     tracing::debug!(%turn, "dropped a request for a turn that is not running");
@@ -780,9 +810,10 @@ impl Actor {
         self.requests.insert(request.id.clone(), RequestEntry { request: request.clone(), claim: None, deadline });
         self.record_request(&request);
         if let Some(current) = self.current.as_mut()
-            && current.turn.status == TurnStatus::Running {
-                current.turn.status = TurnStatus::AwaitingInput;
-            }
+            && current.turn.status == TurnStatus::Running
+        {
+            current.turn.status = TurnStatus::AwaitingInput;
+        }
         if self.state == SessionState::Running {
             self.state = SessionState::AwaitingInput;
         }
@@ -792,10 +823,8 @@ impl Actor {
 
     /// Moves the session between running and awaiting input after a request was settled.
     fn after_request_change(&mut self, turn: &TurnId) {
-        let waiting = self
-            .requests
-            .values()
-            .any(|e| &e.request.turn_id == turn && e.request.status == RequestStatus::Pending);
+        let waiting =
+            self.requests.values().any(|e| &e.request.turn_id == turn && e.request.status == RequestStatus::Pending);
         if let Some(current) = self.current.as_mut().filter(|c| &c.turn.id == turn) {
             let (turn_status, session_state) = match (&current.cancel, waiting) {
                 (CancelState::None, true) => (TurnStatus::AwaitingInput, SessionState::AwaitingInput),
@@ -821,13 +850,14 @@ impl Actor {
             deadline.abort();
         }
         entry.request.status = RequestStatus::Expired;
-        entry
-            .request
-            .metadata
-            .insert("expiration_reason".into(), serde_json::to_value(reason).unwrap_or_default());
+        entry.request.metadata.insert("expiration_reason".into(), serde_json::to_value(reason).unwrap_or_default());
         let request = entry.request.clone();
         self.record_request(&request);
-        self.emit(Some(request.turn_id.clone()), EventKind::RequestExpired { request_id: request_id.clone(), reason }, raw);
+        self.emit(
+            Some(request.turn_id.clone()),
+            EventKind::RequestExpired { request_id: request_id.clone(), reason },
+            raw,
+        );
     }
 
     /// Expires every pending request of `turn`, oldest first.
@@ -860,7 +890,10 @@ impl Actor {
         current.turn.result = Some(result);
         let turn = current.turn;
         current.span.in_scope(|| tracing::info!(status = ?status, "turn finished"));
-        if matches!(self.state, SessionState::Starting | SessionState::Running | SessionState::AwaitingInput | SessionState::Cancelling) {
+        if matches!(
+            self.state,
+            SessionState::Starting | SessionState::Running | SessionState::AwaitingInput | SessionState::Cancelling
+        ) {
             self.state = SessionState::Idle;
         }
         self.record_turn(&turn);
@@ -900,7 +933,11 @@ impl Actor {
         let turn = self.current.as_ref().map(|c| c.turn.id.clone());
         self.emit(turn, EventKind::TransportError { reason: reason.clone() }, None);
         if self.current.is_some() {
-            self.finish_current(EventKind::terminal(TurnStatus::Failed, TurnResult::reason(reason)), None, ExpiryReason::TurnEnded);
+            self.finish_current(
+                EventKind::terminal(TurnStatus::Failed, TurnResult::reason(reason)),
+                None,
+                ExpiryReason::TurnEnded,
+            );
         }
         self.state = SessionState::Unavailable;
         self.record_snapshot();
@@ -912,12 +949,13 @@ impl Actor {
         let id = self.session.id.clone();
         for entry in self.requests.values_mut() {
             if let Some(claim) = entry.claim.take()
-                && let Some(reply) = claim.reply {
-                    let _ = reply.send(Err(Error::SessionUnavailable {
-                        id: id.clone(),
-                        reason: "the provider transport went down during the response".into(),
-                    }));
-                }
+                && let Some(reply) = claim.reply
+            {
+                let _ = reply.send(Err(Error::SessionUnavailable {
+                    id: id.clone(),
+                    reason: "the provider transport went down during the response".into(),
+                }));
+            }
             entry.deadline = None;
         }
     }
@@ -931,7 +969,11 @@ impl Actor {
         tracing::warn!(%reason, "retiring session");
         self.abort_commands();
         if self.current.is_some() {
-            self.finish_current(EventKind::terminal(TurnStatus::Failed, TurnResult::reason(reason.clone())), None, ExpiryReason::TurnEnded);
+            self.finish_current(
+                EventKind::terminal(TurnStatus::Failed, TurnResult::reason(reason.clone())),
+                None,
+                ExpiryReason::TurnEnded,
+            );
         }
         self.state = SessionState::Unavailable;
         self.record_snapshot();
@@ -971,11 +1013,12 @@ impl Actor {
         }
         self.ring.push_back(Arc::clone(&event));
         if event.is_terminal()
-            && let Some(turn) = &event.turn_id {
-                for waiter in self.waiters.remove(turn).unwrap_or_default() {
-                    let _ = waiter.send(Arc::clone(&event));
-                }
+            && let Some(turn) = &event.turn_id
+        {
+            for waiter in self.waiters.remove(turn).unwrap_or_default() {
+                let _ = waiter.send(Arc::clone(&event));
             }
+        }
         // No receivers is fine: nobody is listening.
         let _ = self.live.send(event);
         if !self.completed_order.is_empty() {
@@ -1151,7 +1194,11 @@ async fn wait_flush(flush: &mut Option<Flush>) -> (WriteBatch, Vec<AfterCommit>,
 
 /// Runs a provider call under a deadline; a missed deadline is an uncertain outcome.
 /// A panic inside the provider is an uncertain outcome too.
-async fn bounded<T>(operation: &'static str, timeout: Duration, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+async fn bounded<T>(
+    operation: &'static str,
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
     match std::panic::AssertUnwindSafe(tokio::time::timeout(timeout, call)).catch_unwind().await {
         Ok(Ok(result)) => result,
         Ok(Err(_)) => Err(Error::Timeout { operation, timeout }),

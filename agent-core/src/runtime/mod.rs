@@ -34,12 +34,35 @@ pub(crate) struct Envelope {
 pub(crate) enum Command {
     Status(oneshot::Sender<SessionStatus>),
     Capabilities(oneshot::Sender<Result<Capabilities>>),
-    StartTurn { turn: Turn, options: TurnOptions, reply: oneshot::Sender<Result<Turn>> },
-    Subscribe { turn: Option<TurnId>, replay: Replay, for_stream: bool, reply: oneshot::Sender<Result<Lookup<subscription::Grant>>> },
-    Await { turn: TurnId, reply: oneshot::Sender<Lookup<AwaitGrant>> },
-    Respond { request: RequestId, response: Response, reply: oneshot::Sender<Result<()>> },
-    Cancel { turn: TurnId, reason: Option<String>, reply: oneshot::Sender<Result<()>> },
-    Stop { force: bool, reply: oneshot::Sender<Result<()>> },
+    StartTurn {
+        turn: Turn,
+        options: TurnOptions,
+        reply: oneshot::Sender<Result<Turn>>,
+    },
+    Subscribe {
+        turn: Option<TurnId>,
+        replay: Replay,
+        for_stream: bool,
+        reply: oneshot::Sender<Result<Lookup<subscription::Grant>>>,
+    },
+    Await {
+        turn: TurnId,
+        reply: oneshot::Sender<Lookup<AwaitGrant>>,
+    },
+    Respond {
+        request: RequestId,
+        response: Response,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    Cancel {
+        turn: TurnId,
+        reason: Option<String>,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    Stop {
+        force: bool,
+        reply: oneshot::Sender<Result<()>>,
+    },
 }
 
 /// An answer about a turn the actor may no longer hold in memory.
@@ -47,7 +70,10 @@ pub(crate) enum Lookup<T> {
     Found(T),
     /// Not current and not cached: the harness consults the store. `pruned` says the cache has
     /// evicted turns, so a store-less session cannot tell "never existed" from "forgotten".
-    NotHere { pruned: bool, store: Option<DynStore> },
+    NotHere {
+        pruned: bool,
+        store: Option<DynStore>,
+    },
 }
 
 pub(crate) enum AwaitGrant {
@@ -84,6 +110,8 @@ impl SessionHandle {
     pub(crate) async fn exit_reason(&self) -> ExitReason {
         let mut exit = self.exit.clone();
         let waited = exit.wait_for(Option::is_some).await.ok().and_then(|r| r.clone());
-        waited.or_else(|| exit.borrow().clone()).unwrap_or_else(|| ExitReason::Crashed { reason: "session runtime ended without a reason".into() })
+        waited
+            .or_else(|| exit.borrow().clone())
+            .unwrap_or_else(|| ExitReason::Crashed { reason: "session runtime ended without a reason".into() })
     }
 }

@@ -11,8 +11,13 @@ use crate::session::SessionRef;
 
 enum Slot {
     /// A `start_session` holds the ID while it opens the provider.
-    Starting { attempt: u64 },
-    Live { attempt: u64, handle: SessionHandle },
+    Starting {
+        attempt: u64,
+    },
+    Live {
+        attempt: u64,
+        handle: SessionHandle,
+    },
 }
 
 impl Slot {
@@ -47,9 +52,10 @@ impl Registry {
             return Err(Error::SessionAlreadyExists { id: id.clone() });
         }
         if let Some(limit) = self.max_sessions
-            && slots.len() >= limit {
-                return Err(Error::CapacityReached { limit });
-            }
+            && slots.len() >= limit
+        {
+            return Err(Error::CapacityReached { limit });
+        }
         let attempt = self.attempts.fetch_add(1, Ordering::Relaxed);
         slots.insert(id.clone(), Slot::Starting { attempt });
         Ok(Reservation { registry: Arc::clone(self), id: id.clone(), attempt, promoted: false })

@@ -128,7 +128,11 @@ pub async fn delete_cascades(store: &DynStore) {
     store.delete_session(&id).await.unwrap();
     assert_eq!(store.fetch_session(&id).await.unwrap(), None);
     assert_eq!(store.fetch_turn(&id, &TurnId::from_string("t1")).await.unwrap(), None, "turns must be deleted");
-    assert_eq!(store.fetch_request(&id, &RequestId::from_string("r1")).await.unwrap(), None, "requests must be deleted");
+    assert_eq!(
+        store.fetch_request(&id, &RequestId::from_string("r1")).await.unwrap(),
+        None,
+        "requests must be deleted"
+    );
     assert!(store.read_events(&id, &EventQuery::all()).await.unwrap().is_empty(), "events must be deleted");
     assert_eq!(store.latest_seq(&id).await.unwrap(), None);
     store.delete_session(&id).await.expect("deleting an unknown session is Ok");
@@ -143,7 +147,10 @@ pub async fn children_need_a_session(store: &DynStore) {
     let id = sid("conf-orphan");
     let unknown = |r: Result<(), StoreError>| matches!(r, Err(StoreError::UnknownSession(_)));
     assert!(unknown(store.save_turn(&turn(&id, "t", TurnStatus::Running)).await), "save_turn needs a session");
-    assert!(unknown(store.save_request(&request(&id, "t", "r", RequestStatus::Pending)).await), "save_request needs a session");
+    assert!(
+        unknown(store.save_request(&request(&id, "t", "r", RequestStatus::Pending)).await),
+        "save_request needs a session"
+    );
     assert!(unknown(store.append_events(&id, &[event(&id, 1, None, "x")]).await), "append needs a session");
     assert_eq!(store.fetch_session(&id).await.unwrap(), None, "a refused write must not create the session");
 }
@@ -179,7 +186,10 @@ pub async fn append_is_idempotent_and_ordered(store: &DynStore) {
     store.append_events(&id, &[Arc::clone(&e1), Arc::clone(&e2)]).await.unwrap();
     store.append_events(&id, &[Arc::clone(&e2)]).await.expect("re-appending an identical event is Ok");
     let conflict = store.append_events(&id, &[event(&id, 2, None, "other")]).await;
-    assert!(matches!(conflict, Err(StoreError::Conflict(_))), "a different event at a used seq must conflict: {conflict:?}");
+    assert!(
+        matches!(conflict, Err(StoreError::Conflict(_))),
+        "a different event at a used seq must conflict: {conflict:?}"
+    );
     assert_eq!(store.latest_seq(&id).await.unwrap(), Some(2));
     let all = store.read_events(&id, &EventQuery::all()).await.unwrap();
     assert_eq!(seqs(&all), vec![1, 2]);
@@ -197,7 +207,10 @@ pub async fn gaps_are_allowed(store: &DynStore) {
     let all = store.read_events(&id, &EventQuery::all()).await.unwrap();
     assert_eq!(seqs(&all), vec![1, 5, 9], "gaps must be kept as they are");
     let below = store.append_events(&id, &[event(&id, 7, None, "late")]).await;
-    assert!(matches!(below, Err(StoreError::Conflict(_))), "a new event below the latest seq must be refused: {below:?}");
+    assert!(
+        matches!(below, Err(StoreError::Conflict(_))),
+        "a new event below the latest seq must be refused: {below:?}"
+    );
     store.delete_session(&id).await.unwrap();
 }
 
@@ -205,9 +218,8 @@ pub async fn gaps_are_allowed(store: &DynStore) {
 pub async fn reads_filter_by_seq_turn_and_limit(store: &DynStore) {
     let id = sid("conf-read");
     store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
-    let events: Vec<_> = (1..=10)
-        .map(|seq| event(&id, seq, Some(if seq % 2 == 0 { "even" } else { "odd" }), "x"))
-        .collect();
+    let events: Vec<_> =
+        (1..=10).map(|seq| event(&id, seq, Some(if seq % 2 == 0 { "even" } else { "odd" }), "x")).collect();
     store.append_events(&id, &events).await.unwrap();
     let read = |q: EventQuery| {
         let store = Arc::clone(store);
@@ -244,7 +256,11 @@ pub async fn batch_write_is_atomic(store: &DynStore) {
     let after = store.fetch_session(&id).await.unwrap().expect("session");
     assert_eq!(after.provider_session_id, None, "a failed batch must not change the snapshot");
     assert_eq!(store.latest_seq(&id).await.unwrap(), Some(1), "a failed batch must not append");
-    assert_eq!(store.fetch_turn(&id, &TurnId::from_string("t1")).await.unwrap(), None, "a failed batch must not save turns");
+    assert_eq!(
+        store.fetch_turn(&id, &TurnId::from_string("t1")).await.unwrap(),
+        None,
+        "a failed batch must not save turns"
+    );
     store.delete_session(&id).await.unwrap();
 }
 
