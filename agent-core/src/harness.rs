@@ -21,6 +21,7 @@ use crate::options::{Reuse, SessionOptions, StoreChoice, StoreFailurePolicy, Tur
 use crate::provider::{DynProvider, OpenContext, Opened, Sink};
 use crate::request::{Request, RequestStatus, Response};
 use crate::runtime::actor::{Actor, ActorParts};
+use crate::runtime::exit_reason;
 use crate::runtime::registry::{Registry, Reservation};
 use crate::runtime::subscription::Grant;
 use crate::runtime::{
@@ -405,6 +406,8 @@ impl Harness {
             };
         };
         let lookup = handle.call(|reply| Command::Await { turn: turn.id.clone(), reply }).await?;
+        let exit = handle.exit.clone();
+        drop(handle);
         let event = match lookup {
             Lookup::Found(AwaitGrant::Done(event)) => event,
             Lookup::Found(AwaitGrant::Wait(rx)) => {
@@ -414,14 +417,24 @@ impl Harness {
                 };
                 match waited {
                     Err(_) => return Err(AwaitError::Timeout(timeout.unwrap_or_default())),
-                    Ok(Err(_)) => return Err(AwaitError::SessionDown(handle.exit_reason().await)),
+                    Ok(Err(_)) => return Err(AwaitError::SessionDown(exit_reason(exit).await)),
                     Ok(Ok(event)) => event,
                 }
             }
             Lookup::NotHere { pruned, store } => {
-                return match store {
-                    Some(store) => outcome_from_store(&store, &turn.session_id, &turn.id).await,
-                    None => Err(forgotten(&turn.session_id, &turn.id, pruned).into()),
+                let Some(store) = store else {
+                    return Err(forgotten(&turn.session_id, &turn.id, pruned).into());
+                };
+                return match store.fetch_turn(&turn.session_id, &turn.id).await.map_err(Error::from)? {
+                    None => {
+                        Err(Error::TurnNotFound { session_id: turn.session_id.clone(), turn_id: turn.id.clone() }
+                            .into())
+                    }
+                    Some(stored) if !stored.status.is_terminal() => Err(Error::ReplayUnavailable {
+                        reason: format!("turn `{}` has no terminal record in the store", turn.id),
+                    }
+                    .into()),
+                    Some(_) => outcome_from_store(&store, &turn.session_id, &turn.id).await,
                 };
             }
         };
@@ -487,8 +500,9 @@ impl Harness {
 
     /// A future that resolves with the reason when the session ends.
     pub fn monitor(&self, session: &SessionRef) -> Result<SessionMonitor> {
-        let handle = self.live(&session.id)?;
-        Ok(SessionMonitor { inner: Box::pin(async move { handle.exit_reason().await }) })
+        // Hold only the exit signal: a monitor must not keep the session's command channel open.
+        let exit = self.live(&session.id)?.exit;
+        Ok(SessionMonitor { inner: Box::pin(async move { exit_reason(exit).await }) })
     }
 
     /// Ends processes stamped for sessions that are no longer live (see

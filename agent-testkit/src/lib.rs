@@ -1,4 +1,17 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod clis;
 pub mod conformance;
+pub mod fake_model;
+pub mod offline;
+pub mod proxy;
+pub mod scenario;
+
+mod redact;
+mod scratch;
+
+pub use clis::{Channel, Cli, ClisError, Provider};
+pub use fake_model::{Endpoint, FakeModel, RecordedRequest};
+pub use offline::{OfflineEnv, PiApi};
+pub use scenario::{Scenario, ScenarioError, Step};

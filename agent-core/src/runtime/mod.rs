@@ -108,10 +108,15 @@ impl SessionHandle {
 
     /// The exit reason once the actor has ended (waits for it).
     pub(crate) async fn exit_reason(&self) -> ExitReason {
-        let mut exit = self.exit.clone();
-        let waited = exit.wait_for(Option::is_some).await.ok().and_then(|r| r.clone());
-        waited
-            .or_else(|| exit.borrow().clone())
-            .unwrap_or_else(|| ExitReason::Crashed { reason: "session runtime ended without a reason".into() })
+        exit_reason(self.exit.clone()).await
     }
+}
+
+/// Waits for a session's exit reason; a runtime that vanished without one (its Tokio runtime
+/// shut down, or it panicked) reads as [`ExitReason::Crashed`].
+pub(crate) async fn exit_reason(mut exit: watch::Receiver<Option<ExitReason>>) -> ExitReason {
+    let waited = exit.wait_for(Option::is_some).await.ok().and_then(|r| r.clone());
+    waited
+        .or_else(|| exit.borrow().clone())
+        .unwrap_or_else(|| ExitReason::Crashed { reason: "session runtime ended without a reason".into() })
 }

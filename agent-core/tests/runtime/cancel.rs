@@ -1,0 +1,113 @@
+//! Cancellation: asynchronous intent, idempotence, inactive turns, provider outcomes.
+
+use std::time::Duration;
+
+use agent_core::request::RequestSpec;
+use agent_core::testing::{CallBehavior, CancelBehavior, Recorded, ScriptedSession};
+use agent_core::*;
+
+use crate::common::*;
+
+fn cancels(remote: &ScriptedSession) -> usize {
+    remote.commands().iter().filter(|c| matches!(c, Recorded::Cancel { .. })).count()
+}
+
+#[tokio::test]
+async fn cancel_records_the_intent_and_the_provider_outcome_ends_the_turn() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "long").await;
+    let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    f.harness.cancel_with_reason(&turn, Some("user pressed stop".into())).await.unwrap();
+    let requested = next(&mut events).await;
+    assert!(matches!(&requested.kind, EventKind::CancelRequested { reason: Some(r) } if r == "user pressed stop"));
+    let terminal = next(&mut events).await;
+    assert_eq!(terminal.type_name(), "turn_cancelled");
+    assert_eq!(cancels(&remote), 1);
+    assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Idle);
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
+    assert!(matches!(outcome, AwaitError::Ended(ref o) if o.status == TurnStatus::Cancelled), "{outcome:?}");
+}
+
+#[tokio::test]
+async fn cancelling_twice_is_idempotent_and_sends_one_provider_command() {
+    let f = Fixture::new();
+    f.control.set_cancel(CancelBehavior::AckOnly);
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "long").await;
+    f.harness.cancel(&turn).await.unwrap();
+    f.harness.cancel(&turn).await.unwrap();
+    let status = f.harness.status(&session).await.unwrap();
+    assert_eq!(status.status, SessionState::Cancelling, "cancel is not terminal until the provider says so");
+    assert_eq!(status.current_turn.unwrap().status, TurnStatus::Cancelling);
+    assert_eq!(cancels(&remote), 1);
+    remote.finish(&turn.id, TurnStatus::Interrupted, TurnResult::reason("interrupted")).await;
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
+    assert!(matches!(outcome, AwaitError::Ended(ref o) if o.status == TurnStatus::Interrupted), "{outcome:?}");
+}
+
+#[tokio::test]
+async fn cancelling_an_inactive_turn_is_turn_not_active() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "short").await;
+    remote.complete(&turn.id, "done").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    let err = f.harness.cancel(&turn).await.unwrap_err();
+    assert!(matches!(err, Error::TurnNotActive { ref turn_id } if *turn_id == turn.id), "{err:?}");
+    assert_eq!(cancels(&remote), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancel_during_admission_is_sent_once_the_provider_admits_the_turn() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    f.control.push_admission(CallBehavior::Delay(Duration::from_secs(2)));
+    let turn = f.harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();
+    f.harness.cancel(&turn).await.unwrap();
+    assert_eq!(cancels(&remote), 0, "nothing to interrupt upstream yet");
+    assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Cancelling);
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
+    assert!(matches!(outcome, AwaitError::Ended(ref o) if o.status == TurnStatus::Cancelled), "{outcome:?}");
+    assert_eq!(cancels(&remote), 1);
+    let types = drain_types(f.harness.subscribe(&turn, Replay::Start).await.unwrap()).await;
+    assert_eq!(types, ["cancel_requested", "turn_started", "turn_cancelled"]);
+}
+
+#[tokio::test]
+async fn cancelling_expires_pending_requests() {
+    let f = Fixture::new();
+    f.control.set_cancel(CancelBehavior::AckOnly);
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "work").await;
+    let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    remote.request(&turn.id, RequestSpec::new(RequestKind::CommandApproval, "rm -rf?", "r1")).await;
+    let request = request_of(&next(&mut events).await);
+    f.harness.cancel(&turn).await.unwrap();
+    assert_eq!(next(&mut events).await.type_name(), "cancel_requested");
+    let expired = next(&mut events).await;
+    assert!(matches!(&expired.kind, EventKind::RequestExpired { reason: ExpiryReason::Cancelled, .. }), "{expired:?}");
+    let err = f.harness.respond(&request, Response::approve()).await.unwrap_err();
+    assert!(matches!(err, Error::RequestExpired { .. }), "{err:?}");
+    // New requests while cancelling are not surfaced.
+    remote.request(&turn.id, RequestSpec::new(RequestKind::CommandApproval, "again?", "r2")).await;
+    remote.finish(&turn.id, TurnStatus::Cancelled, TurnResult::default()).await;
+    assert_eq!(next(&mut events).await.type_name(), "turn_cancelled");
+}
+
+#[tokio::test]
+async fn a_rejected_cancellation_retires_the_session() {
+    let f = Fixture::new();
+    f.control.set_cancel(CancelBehavior::Reject("no such turn".into()));
+    let (session, _) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "work").await;
+    let monitor = f.harness.monitor(&session).unwrap();
+    f.harness.cancel(&turn).await.unwrap();
+    let reason = monitor.await;
+    assert!(
+        matches!(reason, ExitReason::Retired { ref reason } if reason.contains("cancellation failed")),
+        "{reason:?}"
+    );
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
+    assert!(matches!(outcome, AwaitError::Ended(ref o) if o.status == TurnStatus::Failed), "{outcome:?}");
+}

@@ -1,0 +1,161 @@
+//! Shared fixtures: a harness with the scripted provider and a memory store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::store::{EventQuery, Store, WriteBatch};
+use agent_core::testing::{ScriptedControl, ScriptedProvider, ScriptedSession};
+use agent_core::*;
+use agent_store_memory::MemoryStore;
+use futures::StreamExt;
+
+pub const PROVIDER: &str = "scripted";
+
+pub struct Fixture {
+    pub harness: Harness,
+    pub control: ScriptedControl,
+    pub store: Arc<MemoryStore>,
+}
+
+impl Fixture {
+    /// A harness with the scripted provider and a fresh memory store.
+    pub fn new() -> Self {
+        Self::with(|b| b)
+    }
+
+    pub fn with(configure: impl FnOnce(HarnessBuilder) -> HarnessBuilder) -> Self {
+        let (provider, control) = ScriptedProvider::new(PROVIDER);
+        let store = Arc::new(MemoryStore::new());
+        let builder = Harness::builder().provider(provider).store(StoreChoice::Custom(store.clone()));
+        Fixture { harness: configure(builder).build().expect("harness"), control, store }
+    }
+
+    pub fn dyn_store(&self) -> DynStore {
+        self.store.clone()
+    }
+
+    /// Starts a session and returns it with its scripted side.
+    pub async fn session(&self, options: SessionOptions) -> (SessionRef, ScriptedSession) {
+        let session = self.harness.start_session(PROVIDER, options).await.expect("start_session");
+        let remote = self.control.session(&session.id).await;
+        (session, remote)
+    }
+
+    /// Starts a turn and waits until the provider admitted it.
+    pub async fn admitted_turn(&self, session: &SessionRef, input: &str) -> Turn {
+        let mut events = self.harness.subscribe(session, Replay::Latest).await.expect("subscribe");
+        let turn = self.harness.start_turn(session, input, TurnOptions::new()).await.expect("start_turn");
+        next_of(&mut events, "turn_started").await;
+        turn
+    }
+}
+
+pub fn opts() -> SessionOptions {
+    SessionOptions::new(std::env::temp_dir())
+}
+
+/// The next event of the subscription (fails after a generous paused-clock timeout).
+pub async fn next(events: &mut Subscription) -> Arc<Event> {
+    match tokio::time::timeout(Duration::from_secs(600), events.next()).await {
+        Ok(Some(Ok(event))) => event,
+        other => panic!("expected an event, got {other:?}"),
+    }
+}
+
+/// Skips to the next event of type `kind`.
+pub async fn next_of(events: &mut Subscription, kind: &str) -> Arc<Event> {
+    loop {
+        let event = next(events).await;
+        if event.type_name() == kind {
+            return event;
+        }
+    }
+}
+
+/// The type names of every event of the subscription until it ends.
+pub async fn drain_types(events: Subscription) -> Vec<&'static str> {
+    events.map(|e| e.expect("no lag").type_name()).collect().await
+}
+
+pub fn request_of(event: &Arc<Event>) -> Request {
+    match &event.kind {
+        EventKind::RequestCreated(request) => (**request).clone(),
+        other => panic!("expected request_created, got {other:?}"),
+    }
+}
+
+/// What a [`ControlledStore`] does with writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteMode {
+    Normal,
+    Fail,
+    Hang,
+}
+
+/// A memory store whose writes can be made to fail or hang.
+#[derive(Debug)]
+pub struct ControlledStore {
+    pub inner: MemoryStore,
+    mode: std::sync::Mutex<WriteMode>,
+}
+
+impl ControlledStore {
+    pub fn new() -> Arc<Self> {
+        Arc::new(ControlledStore { inner: MemoryStore::new(), mode: std::sync::Mutex::new(WriteMode::Normal) })
+    }
+
+    pub fn set(&self, mode: WriteMode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for ControlledStore {
+    async fn save_session(&self, s: &SessionSnapshot) -> Result<(), StoreError> {
+        self.inner.save_session(s).await
+    }
+    async fn fetch_session(&self, id: &SessionId) -> Result<Option<SessionSnapshot>, StoreError> {
+        self.inner.fetch_session(id).await
+    }
+    async fn list_sessions(&self) -> Result<Vec<SessionSnapshot>, StoreError> {
+        self.inner.list_sessions().await
+    }
+    async fn delete_session(&self, id: &SessionId) -> Result<(), StoreError> {
+        self.inner.delete_session(id).await
+    }
+    async fn save_turn(&self, t: &Turn) -> Result<(), StoreError> {
+        self.inner.save_turn(t).await
+    }
+    async fn fetch_turn(&self, s: &SessionId, t: &TurnId) -> Result<Option<Turn>, StoreError> {
+        self.inner.fetch_turn(s, t).await
+    }
+    async fn list_turns(&self, s: &SessionId) -> Result<Vec<Turn>, StoreError> {
+        self.inner.list_turns(s).await
+    }
+    async fn save_request(&self, r: &Request) -> Result<(), StoreError> {
+        self.inner.save_request(r).await
+    }
+    async fn fetch_request(&self, s: &SessionId, r: &RequestId) -> Result<Option<Request>, StoreError> {
+        self.inner.fetch_request(s, r).await
+    }
+    async fn list_requests(&self, s: &SessionId) -> Result<Vec<Request>, StoreError> {
+        self.inner.list_requests(s).await
+    }
+    async fn append_events(&self, s: &SessionId, e: &[Arc<Event>]) -> Result<(), StoreError> {
+        self.inner.append_events(s, e).await
+    }
+    async fn read_events(&self, s: &SessionId, q: &EventQuery) -> Result<Vec<Arc<Event>>, StoreError> {
+        self.inner.read_events(s, q).await
+    }
+    async fn latest_seq(&self, s: &SessionId) -> Result<Option<u64>, StoreError> {
+        self.inner.latest_seq(s).await
+    }
+    async fn write(&self, batch: &WriteBatch) -> Result<(), StoreError> {
+        let mode = *self.mode.lock().unwrap();
+        match mode {
+            WriteMode::Normal => self.inner.write(batch).await,
+            WriteMode::Fail => Err(StoreError::WriteRefused("disk is read-only".into())),
+            WriteMode::Hang => futures::future::pending().await,
+        }
+    }
+}

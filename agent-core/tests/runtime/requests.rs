@@ -1,0 +1,239 @@
+//! Questions and approvals: exactly-once responses, validation, expiry.
+
+use std::time::Duration;
+
+use agent_core::request::{ProviderRef, RequestSpec};
+use agent_core::testing::{CallBehavior, Recorded, ScriptedSession};
+use agent_core::*;
+
+use crate::common::*;
+
+fn approval(provider_ref: &str) -> RequestSpec {
+    RequestSpec::new(RequestKind::CommandApproval, "Run `touch x`?", provider_ref).meta("command", "touch x")
+}
+
+fn questions(provider_ref: &str) -> RequestSpec {
+    RequestSpec::new(RequestKind::Question, "Which database?", provider_ref).questions([
+        Question::new("database", "Which database?").with_choices([Choice::new("Postgres"), Choice::new("SQLite")]),
+        Question::new("region", "Which region?"),
+    ])
+}
+
+/// A running turn with one pending request; returns the request.
+async fn pending(f: &Fixture, session: &SessionRef, remote: &ScriptedSession, spec: RequestSpec) -> (Turn, Request) {
+    let turn = f.admitted_turn(session, "work").await;
+    let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    remote.request(&turn.id, spec).await;
+    let request = request_of(&next_of(&mut events, "request_created").await);
+    (turn, request)
+}
+
+#[tokio::test]
+async fn a_question_is_answered_once_and_the_turn_resumes() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let (turn, request) = pending(
+        &f,
+        &session,
+        &remote,
+        RequestSpec::new(RequestKind::Question, "Which database?", "q1")
+            .questions([Question::new("database", "Which database?")]),
+    )
+    .await;
+    assert_eq!(request.kind, RequestKind::Question);
+    assert_eq!(request.status, RequestStatus::Pending);
+    assert_eq!(request.session_id, session.id);
+    assert_eq!(request.turn_id, turn.id);
+    let status = f.harness.status(&session).await.unwrap();
+    assert_eq!(status.status, SessionState::AwaitingInput);
+    assert_eq!(status.pending_requests.iter().map(|r| &r.id).collect::<Vec<_>>(), [&request.id]);
+
+    let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    f.harness.respond(&request, Response::answer("Postgres")).await.unwrap();
+    let resolved = next(&mut events).await;
+    assert!(matches!(&resolved.kind, EventKind::RequestResolved { request_id, .. } if *request_id == request.id));
+    assert_eq!(remote.responses(), [Response::answer("Postgres")]);
+    let status = f.harness.status(&session).await.unwrap();
+    assert_eq!(status.status, SessionState::Running);
+    assert!(status.pending_requests.is_empty());
+    let stored = f.dyn_store().fetch_request(&session.id, &request.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, RequestStatus::Resolved);
+    assert_eq!(stored.response, Some(Response::answer("Postgres")));
+
+    let again = f.harness.respond(&request, Response::answer("SQLite")).await.unwrap_err();
+    assert!(matches!(again, Error::AlreadyResolved { .. }), "{again:?}");
+    assert_eq!(remote.responses().len(), 1, "the provider saw one answer");
+}
+
+#[tokio::test]
+async fn several_questions_are_answered_with_a_map_keyed_by_question_id() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let (_, request) = pending(&f, &session, &remote, questions("q2")).await;
+    assert_eq!(request.questions.iter().map(|q| q.id.as_str()).collect::<Vec<_>>(), ["database", "region"]);
+    assert_eq!(request.questions[0].choices.len(), 2);
+
+    let missing = f.harness.respond(&request, Response::answers([("database", "Postgres")])).await.unwrap_err();
+    assert!(matches!(missing, Error::MissingAnswer { ref question_id } if question_id == "region"), "{missing:?}");
+    let scalar = f.harness.respond(&request, Response::answer("Postgres")).await.unwrap_err();
+    assert!(matches!(scalar, Error::InvalidResponse(_)), "{scalar:?}");
+    assert!(remote.responses().is_empty(), "nothing reached the provider");
+    assert_eq!(f.harness.status(&session).await.unwrap().pending_requests.len(), 1, "still pending");
+
+    let answers = Response::answers([("database", "Postgres"), ("region", "us-east-1")]);
+    f.harness.respond(&request, answers.clone()).await.unwrap();
+    assert_eq!(remote.responses(), [answers]);
+}
+
+#[tokio::test]
+async fn a_response_of_the_wrong_kind_is_refused_and_changes_nothing() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let (_, request) = pending(&f, &session, &remote, approval("a1")).await;
+    let err = f.harness.respond(&request, Response::answer("yes")).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ResponseKindMismatch {
+                kind: RequestKind::CommandApproval,
+                action: agent_core::request::ResponseAction::Answer
+            }
+        ),
+        "{err:?}"
+    );
+    let err = f.harness.respond(&request, Response::approve_with(Scope::Session)).await.unwrap_err();
+    assert!(matches!(err, Error::UnsupportedScope { scope: Scope::Session }), "{err:?}");
+    assert!(remote.responses().is_empty());
+    f.harness.respond(&request, Response::approve()).await.unwrap();
+    assert_eq!(remote.responses(), [Response::approve()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_responses_have_exactly_one_winner() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let (_, request) = pending(&f, &session, &remote, approval("a2")).await;
+    f.control.push_respond(CallBehavior::Delay(Duration::from_secs(1)));
+    let (a, b) = tokio::join!(
+        f.harness.respond(&request, Response::approve()),
+        f.harness.respond(&request, Response::deny("no")),
+    );
+    let results = [a, b];
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "{results:?}");
+    assert!(results.iter().any(|r| matches!(r, Err(Error::ResponseInProgress { .. }))), "{results:?}");
+    assert_eq!(remote.responses().len(), 1, "the provider got exactly one answer");
+    let later = f.harness.respond(&request, Response::approve()).await.unwrap_err();
+    assert!(matches!(later, Error::AlreadyResolved { .. }), "{later:?}");
+}
+
+#[tokio::test]
+async fn a_response_after_the_turn_ended_is_expired() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let (turn, request) = pending(&f, &session, &remote, approval("a3")).await;
+    let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    remote.complete(&turn.id, "finished without asking again").await;
+    let expired = next(&mut events).await;
+    assert!(matches!(&expired.kind, EventKind::RequestExpired { reason: ExpiryReason::TurnEnded, .. }), "{expired:?}");
+    assert!(next(&mut events).await.is_terminal(), "requests expire before the terminal event");
+    let err = f.harness.respond(&request, Response::approve()).await.unwrap_err();
+    assert!(matches!(err, Error::RequestExpired { .. }), "{err:?}");
+    let stored = f.dyn_store().fetch_request(&session.id, &request.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, RequestStatus::Expired);
+}
+
+#[tokio::test]
+async fn answering_a_request_through_another_session_is_refused() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let (other, _) = f.session(opts()).await;
+    let (_, request) = pending(&f, &session, &remote, approval("a4")).await;
+    let mut forged = request.clone();
+    forged.session_id = other.id.clone();
+    let err = f.harness.respond(&forged, Response::approve()).await.unwrap_err();
+    assert!(matches!(err, Error::RequestNotFound { ref session_id, .. } if *session_id == other.id), "{err:?}");
+    assert!(remote.responses().is_empty());
+    f.harness.respond(&request, Response::approve()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_definite_provider_rejection_releases_the_claim_for_a_retry() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let (_, request) = pending(&f, &session, &remote, approval("a5")).await;
+    f.control.push_respond(CallBehavior::Reject("decision not offered".into()));
+    let err = f.harness.respond(&request, Response::approve()).await.unwrap_err();
+    assert!(matches!(err, Error::ProviderRejected { .. }), "{err:?}");
+    assert_eq!(f.harness.status(&session).await.unwrap().pending_requests.len(), 1);
+    f.harness.respond(&request, Response::deny("no")).await.unwrap();
+    assert_eq!(remote.responses(), [Response::deny("no")]);
+}
+
+#[tokio::test]
+async fn an_uncertain_response_retires_the_session() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let (turn, request) = pending(&f, &session, &remote, approval("a6")).await;
+    f.control.push_respond(CallBehavior::Break("broken pipe".into()));
+    let monitor = f.harness.monitor(&session).unwrap();
+    let err = f.harness.respond(&request, Response::approve()).await.unwrap_err();
+    assert!(matches!(err, Error::Transport { .. }), "{err:?}");
+    assert!(matches!(monitor.await, ExitReason::Retired { ref reason } if reason.contains("uncertain")));
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
+    assert!(matches!(outcome, AwaitError::Ended(ref o) if o.status == TurnStatus::Failed), "{outcome:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_response_that_never_returns_times_out_and_retires_the_session() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts().provider_command_timeout(Duration::from_secs(7))).await;
+    let (_, request) = pending(&f, &session, &remote, approval("a7")).await;
+    f.control.push_respond(CallBehavior::Hang);
+    let monitor = f.harness.monitor(&session).unwrap();
+    let started = tokio::time::Instant::now();
+    let err = f.harness.respond(&request, Response::approve()).await.unwrap_err();
+    assert!(matches!(err, Error::Timeout { operation: "respond", .. }), "{err:?}");
+    assert_eq!(started.elapsed(), Duration::from_secs(7));
+    assert!(matches!(monitor.await, ExitReason::Retired { .. }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_request_times_out_the_provider_is_told_no_and_later_answers_are_expired() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts().request_timeout(Duration::from_secs(60))).await;
+    let (turn, request) = pending(&f, &session, &remote, approval("a8")).await;
+    assert!(request.expires_at.is_some());
+    let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    let expired = next(&mut events).await;
+    assert!(matches!(&expired.kind, EventKind::RequestExpired { reason: ExpiryReason::Timeout, .. }), "{expired:?}");
+    assert_eq!(remote.responses(), [Response::deny("the request timed out")], "no answer means deny");
+    let err = f.harness.respond(&request, Response::approve()).await.unwrap_err();
+    assert!(matches!(err, Error::RequestExpired { .. }), "{err:?}");
+    assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Running);
+}
+
+#[tokio::test]
+async fn a_request_the_provider_resolves_by_itself_expires() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let (turn, request) = pending(&f, &session, &remote, approval("a9")).await;
+    let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    remote.request_resolved("a9").await;
+    let expired = next(&mut events).await;
+    assert!(matches!(&expired.kind, EventKind::RequestExpired { reason: ExpiryReason::ProviderResolved, .. }));
+    let err = f.harness.respond(&request, Response::approve()).await.unwrap_err();
+    assert!(matches!(err, Error::RequestExpired { .. }), "{err:?}");
+    assert_eq!(request.provider_ref, ProviderRef("a9".into()));
+}
+
+#[tokio::test]
+async fn answers_to_a_stopped_session_come_from_the_store() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let (_, request) = pending(&f, &session, &remote, approval("a10")).await;
+    f.harness.respond(&request, Response::approve()).await.unwrap();
+    f.harness.stop_session(&session, true).await.unwrap();
+    let err = f.harness.respond(&request, Response::approve()).await.unwrap_err();
+    assert!(matches!(err, Error::AlreadyResolved { .. }), "{err:?}");
+    assert!(remote.commands().iter().filter(|c| matches!(c, Recorded::Respond { .. })).count() == 1);
+}

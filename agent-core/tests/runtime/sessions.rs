@@ -1,0 +1,349 @@
+//! Starting, inspecting, stopping and purging sessions; the ID rules.
+
+use std::time::Duration;
+
+use agent_core::testing::{OpenBehavior, Recorded};
+use agent_core::*;
+
+use crate::common::*;
+
+#[tokio::test]
+async fn start_session_returns_a_stable_ref_and_an_idle_durable_status() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts().id("issue-123-implementation").metadata("project", "p")).await;
+    assert_eq!(session.id.as_str(), "issue-123-implementation");
+    assert_eq!(session.provider.as_str(), PROVIDER);
+    let status = f.harness.status(&session).await.unwrap();
+    assert_eq!(status.status, SessionState::Idle);
+    assert_eq!(status.durability, Durability::Durable);
+    assert_eq!(status.provider_session_id.as_deref(), Some("scripted-issue-123-implementation"));
+    assert!(status.current_turn.is_none() && status.pending_requests.is_empty());
+    assert_eq!(f.harness.list_sessions(), vec![session.clone()]);
+    // The generated ID form.
+    let (generated, _) = f.session(opts()).await;
+    assert!(generated.id.as_str().starts_with("ses_"), "{}", generated.id);
+}
+
+#[tokio::test]
+async fn session_ready_is_the_first_stored_event() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts()).await;
+    let mut events = f.harness.subscribe(&session, Replay::Start).await.unwrap();
+    let ready = next(&mut events).await;
+    assert_eq!(ready.seq, 1);
+    assert!(matches!(&ready.kind, EventKind::SessionReady { provider_session_id: Some(_) }));
+    let stored = f.dyn_store().read_events(&session.id, &Default::default()).await.unwrap();
+    assert_eq!(stored.len(), 1, "session_ready is committed before the caller gets the handle");
+}
+
+#[tokio::test]
+async fn a_live_id_cannot_be_started_twice() {
+    let f = Fixture::new();
+    f.session(opts().id("dup")).await;
+    let err = f.harness.start_session(PROVIDER, opts().id("dup")).await.unwrap_err();
+    assert!(matches!(err, Error::SessionAlreadyExists { ref id } if id.as_str() == "dup"), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_stopped_id_is_retained_and_cannot_be_reused_by_default() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts().id("kept")).await;
+    f.harness.stop_session(&session, false).await.unwrap();
+    let err = f.harness.start_session(PROVIDER, opts().id("kept")).await.unwrap_err();
+    assert!(
+        matches!(err, Error::SessionIdAlreadyUsed { ref id, status: SessionState::Closed } if id.as_str() == "kept"),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn reuse_closed_replaces_a_cleanly_closed_session_and_its_history() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts().id("again")).await;
+    let turn = f.admitted_turn(&session, "first").await;
+    f.control.session(&session.id).await.complete(&turn.id, "done").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    f.harness.stop_session(&session, false).await.unwrap();
+
+    let (again, _) = f.session(opts().id("again").reuse(Reuse::Closed)).await;
+    assert_eq!(again.id, session.id);
+    let store = f.dyn_store();
+    assert!(store.fetch_turn(&session.id, &turn.id).await.unwrap().is_none(), "old history is gone");
+    let events = store.read_events(&session.id, &Default::default()).await.unwrap();
+    assert_eq!(events.len(), 1, "only the new session_ready remains");
+}
+
+#[tokio::test]
+async fn reuse_closed_refuses_a_session_that_did_not_close_cleanly_but_replace_takes_it() {
+    let f = Fixture::new();
+    // A stored aggregate left `idle` (its process died without closing it).
+    let mut snapshot = agent_testkit_snapshot("stale");
+    snapshot.status = SessionState::Idle;
+    f.dyn_store().save_session(&snapshot).await.unwrap();
+
+    let err = f.harness.start_session(PROVIDER, opts().id("stale").reuse(Reuse::Closed)).await.unwrap_err();
+    assert!(matches!(err, Error::SessionIdAlreadyUsed { status: SessionState::Idle, .. }), "{err:?}");
+    let (session, _) = f.session(opts().id("stale").reuse(Reuse::Replace)).await;
+    assert_eq!(session.id.as_str(), "stale");
+    let listed = f.harness.list_stored_sessions().await.unwrap();
+    assert!(listed.iter().any(|s| s.session_id == session.id && s.live && s.snapshot.status == SessionState::Idle));
+}
+
+#[tokio::test]
+async fn an_unacknowledged_startup_snapshot_is_reclaimed_whatever_the_reuse_mode() {
+    let f = Fixture::new();
+    let mut snapshot = agent_testkit_snapshot("abandoned");
+    snapshot.status = SessionState::Idle; // its final write reached idle
+    snapshot.startup =
+        Some(serde_json::from_value(serde_json::json!({"attempt_id": "a1", "acknowledged": false})).unwrap());
+    f.dyn_store().save_session(&snapshot).await.unwrap();
+    let (session, _) = f.session(opts().id("abandoned")).await;
+    assert_eq!(session.id.as_str(), "abandoned");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_that_goes_away_during_startup_leaves_a_reclaimable_snapshot() {
+    let f = Fixture::new();
+    f.control.set_open(OpenBehavior::Delay(Duration::from_millis(50)));
+    let harness = f.harness.clone();
+    let start = tokio::spawn(async move { harness.start_session(PROVIDER, opts().id("gone")).await });
+    tokio::task::yield_now().await;
+    start.abort();
+    // The startup finishes in the background, finds nobody to hand the session to, tears down.
+    let remote = f.control.session(&SessionId::new("gone").unwrap()).await;
+    for _ in 0..100 {
+        if remote.is_closed() && f.harness.list_sessions().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(remote.is_closed(), "the provider runtime is closed");
+    assert!(f.harness.list_sessions().is_empty());
+    let stored = f.dyn_store().fetch_session(&SessionId::new("gone").unwrap()).await.unwrap().expect("snapshot");
+    assert!(stored.startup.is_some(), "the snapshot stays unacknowledged");
+    f.control.set_open(OpenBehavior::Succeed);
+    f.session(opts().id("gone")).await;
+}
+
+#[tokio::test]
+async fn the_first_save_after_the_handoff_acknowledges_the_snapshot() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts().id("ack")).await;
+    let store = f.dyn_store();
+    assert!(store.fetch_session(&session.id).await.unwrap().unwrap().startup.is_some());
+    let turn = f.admitted_turn(&session, "go").await;
+    remote.complete(&turn.id, "ok").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    assert!(store.fetch_session(&session.id).await.unwrap().unwrap().startup.is_none());
+}
+
+#[tokio::test]
+async fn with_the_store_disabled_an_id_is_reusable_once_stopped() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts().id("ephemeral").store(StoreChoice::Disabled)).await;
+    assert_eq!(f.harness.status(&session).await.unwrap().durability, Durability::Disabled);
+    let err = f.harness.start_session(PROVIDER, opts().id("ephemeral").store(StoreChoice::Disabled)).await.unwrap_err();
+    assert!(matches!(err, Error::SessionAlreadyExists { .. }), "{err:?}");
+    f.harness.stop_session(&session, false).await.unwrap();
+    f.session(opts().id("ephemeral").store(StoreChoice::Disabled)).await;
+    assert!(f.dyn_store().fetch_session(&session.id).await.unwrap().is_none(), "nothing was stored");
+}
+
+#[tokio::test(start_paused = true)]
+async fn independent_handshakes_run_concurrently() {
+    let f = Fixture::new();
+    f.control.set_open(OpenBehavior::Delay(Duration::from_secs(10)));
+    let started = tokio::time::Instant::now();
+    let (a, b) = tokio::join!(
+        f.harness.start_session(PROVIDER, opts().id("slow-a")),
+        f.harness.start_session(PROVIDER, opts().id("slow-b")),
+    );
+    a.unwrap();
+    b.unwrap();
+    assert_eq!(started.elapsed(), Duration::from_secs(10), "two 10 s opens overlap instead of queueing");
+}
+
+#[tokio::test(start_paused = true)]
+async fn startup_timeout_removes_a_hung_provider_open() {
+    let f = Fixture::new();
+    f.control.set_open(OpenBehavior::Hang);
+    let started = tokio::time::Instant::now();
+    let err =
+        f.harness.start_session(PROVIDER, opts().id("hung").startup_timeout(Duration::from_secs(3))).await.unwrap_err();
+    assert!(matches!(err, Error::StartupTimeout { timeout, .. } if timeout == Duration::from_secs(3)), "{err:?}");
+    assert_eq!(started.elapsed(), Duration::from_secs(3));
+    assert_eq!(f.control.abandoned_opens(), 1, "the hung open was dropped");
+    assert!(f.harness.list_sessions().is_empty());
+    assert!(f.dyn_store().fetch_session(&SessionId::new("hung").unwrap()).await.unwrap().is_none());
+    // The ID is free again.
+    f.control.set_open(OpenBehavior::Succeed);
+    f.session(opts().id("hung")).await;
+}
+
+#[tokio::test]
+async fn a_failed_open_reports_the_provider_error_and_frees_the_id() {
+    let f = Fixture::new();
+    f.control.set_open(OpenBehavior::Fail("codex not found; run `cargo xtask clis`".into()));
+    let err = f.harness.start_session(PROVIDER, opts().id("fails")).await.unwrap_err();
+    assert!(matches!(err, Error::ProviderUnavailable { ref reason, .. } if reason.contains("xtask")), "{err:?}");
+    f.control.set_open(OpenBehavior::Succeed);
+    f.session(opts().id("fails")).await;
+}
+
+#[tokio::test]
+async fn capacity_limit_refuses_sessions_beyond_max_sessions() {
+    let f = Fixture::with(|b| b.max_sessions(2));
+    let (a, _) = f.session(opts()).await;
+    f.session(opts()).await;
+    let err = f.harness.start_session(PROVIDER, opts()).await.unwrap_err();
+    assert!(matches!(err, Error::CapacityReached { limit: 2 }), "{err:?}");
+    f.harness.stop_session(&a, false).await.unwrap();
+    f.session(opts()).await;
+}
+
+#[tokio::test]
+async fn bad_input_to_start_session_gets_a_specific_error_and_starts_nothing() {
+    let f = Fixture::new();
+    let err = f.harness.start_session("nope", opts()).await.unwrap_err();
+    assert!(matches!(err, Error::UnknownProvider { ref registered, .. } if registered == PROVIDER), "{err:?}");
+    let cases: Vec<(SessionOptions, &str)> = vec![
+        (SessionOptions::default(), "cwd"),
+        (SessionOptions::new("relative/path"), "cwd"),
+        (SessionOptions::new("/no/such/dir/anywhere"), "cwd"),
+        (opts().event_buffer_size(0), "event_buffer_size"),
+        (opts().startup_timeout(Duration::ZERO), "startup_timeout"),
+        (opts().provider_command_timeout(Duration::ZERO), "provider_command_timeout"),
+    ];
+    for (options, option) in cases {
+        let err = f.harness.start_session(PROVIDER, options).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidOption { option: o, .. } if o == option), "{option}: {err:?}");
+    }
+    let err = f.harness.start_session(PROVIDER, opts().id("white space")).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidSessionId { .. }), "{err:?}");
+    assert!(f.harness.list_sessions().is_empty());
+    assert!(f.dyn_store().list_sessions().await.unwrap().is_empty(), "nothing was stored");
+}
+
+#[tokio::test]
+async fn options_the_provider_cannot_honour_fail_before_opening() {
+    let f = Fixture::new();
+    f.control.set_capabilities(Capabilities::NONE.with(Capability::TokenStreaming, Support::Native));
+    let err = f
+        .harness
+        .start_session(PROVIDER, opts().mcp_server("tools", McpServer::stdio("tool-server", ["--stdio"])))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unsupported { capability: Capability::PerSessionMcp, .. }), "{err:?}");
+    assert_eq!(f.control.abandoned_opens(), 0);
+    assert!(f.harness.list_sessions().is_empty());
+}
+
+#[tokio::test]
+async fn capabilities_are_reported_per_session() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts()).await;
+    let caps = f.harness.capabilities(&session).await.unwrap();
+    assert_eq!(caps.questions, Support::Native);
+    assert_eq!(caps.fork, Support::Unsupported);
+    assert!(caps.questions.is_available() && !caps.steer.is_available());
+}
+
+#[tokio::test]
+async fn stop_is_idempotent_and_later_operations_find_no_session() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    let monitor = f.harness.monitor(&session).unwrap();
+    f.harness.stop_session(&session, false).await.unwrap();
+    let closed = next(&mut events).await;
+    assert!(matches!(&closed.kind, EventKind::SessionClosed { reason: CloseReason::Stopped }));
+    assert_eq!(monitor.await, ExitReason::Closed { reason: CloseReason::Stopped });
+    assert!(remote.commands().contains(&Recorded::Close), "the provider was closed");
+    assert!(events.next_is_end().await, "the subscription ends with the session");
+    f.harness.stop_session(&session, false).await.expect("stopping again is Ok");
+    assert!(matches!(f.harness.status(&session).await, Err(Error::SessionNotFound { .. })));
+    assert!(matches!(
+        f.harness.start_turn(&session, "x", TurnOptions::new()).await,
+        Err(Error::SessionNotFound { .. })
+    ));
+    assert!(matches!(f.harness.monitor(&session), Err(Error::SessionNotFound { .. })));
+    let stored = f.dyn_store().fetch_session(&session.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, SessionState::Closed, "history is retained");
+}
+
+#[tokio::test]
+async fn stop_without_force_refuses_an_active_turn_and_force_interrupts_it() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "long work").await;
+    let err = f.harness.stop_session(&session, false).await.unwrap_err();
+    assert!(matches!(err, Error::TurnInProgress { ref current } if current.id == turn.id), "{err:?}");
+    assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Running);
+
+    let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    let monitor = f.harness.monitor(&session).unwrap();
+    f.harness.stop_session(&session, true).await.unwrap();
+    let interrupted = next(&mut events).await;
+    match &interrupted.kind {
+        EventKind::TurnInterrupted(end) => assert_eq!(end.result.reason.as_deref(), Some("forced session stop")),
+        other => panic!("expected turn_interrupted, got {other:?}"),
+    }
+    assert!(matches!(next(&mut events).await.kind, EventKind::SessionClosed { reason: CloseReason::ForcedStop }));
+    assert_eq!(monitor.await, ExitReason::Closed { reason: CloseReason::ForcedStop });
+    assert!(
+        !remote.commands().iter().any(|c| matches!(c, Recorded::Cancel { .. })),
+        "forced stop does not wait for a provider cancel"
+    );
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
+    assert!(matches!(outcome, AwaitError::Ended(ref o) if o.status == TurnStatus::Interrupted), "{outcome:?}");
+}
+
+#[tokio::test]
+async fn purge_refuses_a_live_session_and_removes_a_stopped_one() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts().id("purge-me")).await;
+    let err = f.harness.purge_session(&session).await.unwrap_err();
+    assert!(matches!(err, Error::SessionLive { .. }), "{err:?}");
+    f.harness.stop_session(&session, false).await.unwrap();
+    let listed = f.harness.list_stored_sessions().await.unwrap();
+    assert!(listed.iter().any(|s| s.session_id == session.id && !s.live));
+    f.harness.purge_session(&session).await.unwrap();
+    assert!(f.harness.list_stored_sessions().await.unwrap().is_empty());
+    f.session(opts().id("purge-me")).await;
+}
+
+#[tokio::test]
+async fn dropping_the_harness_closes_its_sessions() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let monitor = f.harness.monitor(&session).unwrap();
+    drop(f.harness);
+    assert_eq!(monitor.await, ExitReason::Closed { reason: CloseReason::HarnessShutdown });
+    assert!(remote.is_closed());
+}
+
+/// A stored snapshot as another process would have left it.
+fn agent_testkit_snapshot(id: &str) -> SessionSnapshot {
+    let json = serde_json::json!({
+        "id": id, "provider": PROVIDER, "status": "closed", "cwd": "/tmp", "config_fingerprint": "f",
+        "created_at": Timestamp::now(), "updated_at": Timestamp::now(),
+    });
+    serde_json::from_value(json).unwrap()
+}
+
+trait SubscriptionExt {
+    async fn next_is_end(&mut self) -> bool;
+}
+
+impl SubscriptionExt for Subscription {
+    async fn next_is_end(&mut self) -> bool {
+        use futures::StreamExt;
+        loop {
+            match tokio::time::timeout(Duration::from_secs(60), self.next()).await {
+                Ok(None) => return true,
+                Ok(Some(Ok(_))) => continue,
+                _ => return false,
+            }
+        }
+    }
+}

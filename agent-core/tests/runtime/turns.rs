@@ -1,0 +1,239 @@
+//! Starting turns: admission, rejection, uncertainty, one active turn, call timeouts.
+
+use std::time::Duration;
+
+use agent_core::testing::{CallBehavior, Frame, Recorded};
+use agent_core::*;
+
+use crate::common::*;
+
+#[tokio::test]
+async fn a_turn_is_recorded_then_admitted_then_completed() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    let turn = f
+        .harness
+        .start_turn(&session, "Implement it", TurnOptions::new().metadata("work_item", "issue-123"))
+        .await
+        .unwrap();
+    assert_eq!(turn.status, TurnStatus::Starting);
+    assert_eq!(turn.session_id, session.id);
+    assert_eq!(turn.metadata["work_item"], "issue-123");
+    let stored = f.dyn_store().fetch_turn(&session.id, &turn.id).await.unwrap();
+    assert!(stored.is_some(), "the turn is checkpointed before start_turn returns");
+
+    let started = next(&mut events).await;
+    assert!(
+        matches!(&started.kind, EventKind::TurnStarted { provider_turn_id: Some(p) } if *p == format!("p-{}", turn.id))
+    );
+    assert_eq!(started.turn_id.as_ref(), Some(&turn.id));
+    assert!(
+        matches!(remote.commands()[0], Recorded::StartTurn { ref turn, .. } if *turn == started.turn_id.clone().unwrap())
+    );
+    assert_eq!(f.harness.status(&session).await.unwrap().current_turn.map(|t| t.status), Some(TurnStatus::Running));
+
+    remote.delta(&turn.id, "done").await;
+    remote.complete(&turn.id, "done").await;
+    assert_eq!(next(&mut events).await.type_name(), "message_delta");
+    let done = next(&mut events).await;
+    assert_eq!(done.type_name(), "turn_completed");
+    assert!(done.seq > started.seq);
+    let status = f.harness.status(&session).await.unwrap();
+    assert_eq!(status.status, SessionState::Idle);
+    assert!(status.current_turn.is_none());
+    let stored = f.dyn_store().fetch_turn(&session.id, &turn.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, TurnStatus::Completed);
+    assert_eq!(stored.result.and_then(|r| r.text).as_deref(), Some("done"));
+}
+
+#[tokio::test]
+async fn a_second_turn_while_one_is_active_is_turn_in_progress() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let first = f.admitted_turn(&session, "first").await;
+    let err = f.harness.start_turn(&session, "second", TurnOptions::new()).await.unwrap_err();
+    assert!(matches!(err, Error::TurnInProgress { ref current } if current.id == first.id), "{err:?}");
+    remote.complete(&first.id, "ok").await;
+    f.harness.await_turn(&first, None).await.unwrap();
+    f.admitted_turn(&session, "second").await;
+}
+
+#[tokio::test]
+async fn different_sessions_run_turns_concurrently() {
+    let f = Fixture::new();
+    let (a, remote_a) = f.session(opts()).await;
+    let (b, remote_b) = f.session(opts()).await;
+    let turn_a = f.admitted_turn(&a, "a").await;
+    let turn_b = f.admitted_turn(&b, "b").await;
+    remote_b.complete(&turn_b.id, "b done").await;
+    remote_a.complete(&turn_a.id, "a done").await;
+    assert_eq!(f.harness.await_turn(&turn_a, None).await.unwrap().result.text.as_deref(), Some("a done"));
+    assert_eq!(f.harness.await_turn(&turn_b, None).await.unwrap().result.text.as_deref(), Some("b done"));
+}
+
+#[tokio::test]
+async fn a_definite_rejection_fails_the_turn_and_leaves_the_session_idle() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts()).await;
+    f.control.push_admission(CallBehavior::Reject("model not allowed".into()));
+    let turn = f.harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
+    match outcome {
+        AwaitError::Ended(outcome) => {
+            assert_eq!(outcome.status, TurnStatus::Failed);
+            assert!(outcome.result.reason.unwrap().contains("model not allowed"));
+        }
+        other => panic!("expected a failed turn, got {other:?}"),
+    }
+    assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Idle);
+    f.admitted_turn(&session, "again").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_admission_timeout_fails_the_turn_and_retires_the_session() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts().turn_start_timeout(Duration::from_secs(5))).await;
+    f.control.push_admission(CallBehavior::Hang);
+    let monitor = f.harness.monitor(&session).unwrap();
+    let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    let turn = f.harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();
+    let failed = next(&mut events).await;
+    match &failed.kind {
+        EventKind::TurnFailed(end) => assert!(end.result.reason.as_deref().unwrap().contains("uncertain"), "{end:?}"),
+        other => panic!("expected turn_failed, got {other:?}"),
+    }
+    assert_eq!(failed.turn_id.as_ref(), Some(&turn.id));
+    let reason = monitor.await;
+    assert!(matches!(reason, ExitReason::Retired { ref reason } if reason.contains("turn admission")), "{reason:?}");
+    assert!(remote.is_closed(), "the provider session was closed");
+    let stored = f.dyn_store().fetch_session(&session.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, SessionState::Unavailable);
+    assert!(f.harness.list_sessions().is_empty());
+}
+
+#[tokio::test]
+async fn a_broken_transport_during_admission_is_uncertain_too() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts()).await;
+    f.control.push_admission(CallBehavior::Break("stdin closed".into()));
+    let monitor = f.harness.monitor(&session).unwrap();
+    let turn = f.harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();
+    assert!(matches!(monitor.await, ExitReason::Retired { .. }));
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
+    assert!(matches!(outcome, AwaitError::Ended(ref o) if o.status == TurnStatus::Failed), "{outcome:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn frames_sent_before_admission_completes_are_ordered_after_turn_started() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    f.control.push_admission(CallBehavior::Delay(Duration::from_secs(1)));
+    let turn = f.harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();
+    // The provider streams before its admission reply (Codex can do this).
+    remote.delta(&turn.id, "early").await;
+    remote.complete(&turn.id, "early").await;
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap();
+    assert_eq!(outcome.result.text.as_deref(), Some("early"));
+    let types = drain_types(f.harness.subscribe(&turn, Replay::Start).await.unwrap()).await;
+    assert_eq!(types, ["turn_started", "message_delta", "turn_completed"]);
+}
+
+#[tokio::test]
+async fn frames_for_an_old_turn_are_dropped() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let first = f.admitted_turn(&session, "one").await;
+    remote.complete(&first.id, "one").await;
+    f.harness.await_turn(&first, None).await.unwrap();
+    let second = f.admitted_turn(&session, "two").await;
+    remote.delta(&first.id, "late frame").await;
+    remote.complete(&first.id, "late terminal").await;
+    remote.complete(&second.id, "two").await;
+    f.harness.await_turn(&second, None).await.unwrap();
+    let all = drain_types(f.harness.subscribe(&first, Replay::Start).await.unwrap()).await;
+    assert_eq!(all, ["turn_started", "turn_completed"], "nothing was added to the finished turn");
+}
+
+#[tokio::test]
+async fn a_caller_chosen_turn_id_cannot_be_used_twice() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let id = TurnId::from_string("turn-issue-7");
+    let turn = f.harness.start_turn(&session, "one", TurnOptions::new().id(id.clone())).await.unwrap();
+    assert_eq!(turn.id, id);
+    remote.complete(&id, "ok").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    let err = f.harness.start_turn(&session, "two", TurnOptions::new().id(id.clone())).await.unwrap_err();
+    assert!(matches!(err, Error::TurnIdAlreadyUsed { ref turn_id } if *turn_id == id), "{err:?}");
+}
+
+#[tokio::test]
+async fn empty_input_is_refused() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let err = f.harness.start_turn(&session, "  ", TurnOptions::new()).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidOption { option: "input", .. }), "{err:?}");
+    assert!(remote.commands().is_empty());
+}
+
+#[tokio::test]
+async fn a_scripted_turn_plays_its_frames() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts()).await;
+    f.control.push_script([
+        Frame::delta("Hel"),
+        Frame::Event(EventKind::UsageUpdated(Usage::tokens(10, 5)), Some(r#"{"usage":1}"#.into())),
+        Frame::complete("Hello"),
+    ]);
+    let turn = f.harness.start_turn(&session, "hi", TurnOptions::new()).await.unwrap();
+    f.harness.await_turn(&turn, None).await.unwrap();
+    let mut events = f.harness.subscribe(&turn, Replay::Start).await.unwrap();
+    next(&mut events).await;
+    next(&mut events).await;
+    let usage = next(&mut events).await;
+    assert_eq!(usage.raw.as_ref().map(|r| r.get()), Some(r#"{"usage":1}"#), "raw JSON is kept");
+}
+
+#[tokio::test]
+async fn transport_loss_fails_the_turn_and_makes_the_session_unavailable() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "go").await;
+    let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    remote.transport_down("codex exited with status 1").await;
+    let error = next(&mut events).await;
+    assert!(matches!(&error.kind, EventKind::TransportError { reason } if reason.contains("status 1")));
+    assert_eq!(error.turn_id.as_ref(), Some(&turn.id));
+    assert_eq!(next(&mut events).await.type_name(), "turn_failed");
+    let status = f.harness.status(&session).await.unwrap();
+    assert_eq!(status.status, SessionState::Unavailable);
+    let err = f.harness.start_turn(&session, "again", TurnOptions::new()).await.unwrap_err();
+    assert!(matches!(err, Error::SessionUnavailable { .. }), "{err:?}");
+    assert!(matches!(f.harness.capabilities(&session).await, Err(Error::SessionUnavailable { .. })));
+    f.harness.stop_session(&session, false).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_local_call_timeout_returns_the_turn_handle_for_reconciliation() {
+    let store = ControlledStore::new();
+    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (session, _) = f.session(opts()).await;
+    store.set(WriteMode::Hang);
+    let id = TurnId::from_string("reconcile-me");
+    let err = f
+        .harness
+        .start_turn(&session, "go", TurnOptions::new().id(id.clone()).call_timeout(Duration::from_secs(2)))
+        .await
+        .unwrap_err();
+    match err {
+        Error::SessionCallTimeout { turn, timeout } => {
+            assert_eq!(turn.id, id, "the error keeps the handle");
+            assert_eq!(timeout, Duration::from_secs(2));
+        }
+        other => panic!("expected a call timeout, got {other:?}"),
+    }
+    // Not proof of rejection: the session did record the turn.
+    let status = f.harness.status(&session).await.unwrap();
+    assert_eq!(status.current_turn.map(|t| t.id), Some(id));
+}
