@@ -595,7 +595,7 @@ mod tests {
             EventKind::terminal(TurnStatus::Interrupted, TurnResult::default()),
         ];
         for kind in kinds {
-            let json = serde_json::to_value(&event(kind.clone(), None)).unwrap();
+            let json = serde_json::to_value(event(kind.clone(), None)).unwrap();
             assert_eq!(json["type"], kind.type_name());
         }
     }

@@ -37,7 +37,10 @@ pub trait Exec: Send + Sync + fmt::Debug + 'static {
     /// Ends processes this backend stamped for sessions that are no longer live, returning how
     /// many were ended. `is_live` answers for session IDs of this harness process. Backends
     /// without the means to find such processes return `Ok(0)`.
-    async fn reap_orphans(&self, is_live: &(dyn Fn(&str) -> bool + Send + Sync)) -> Result<usize, ExecError> {
+    async fn reap_orphans(
+        &self,
+        is_live: &(dyn for<'s> Fn(&'s str) -> bool + Send + Sync),
+    ) -> Result<usize, ExecError> {
         let _ = is_live;
         Ok(0)
     }

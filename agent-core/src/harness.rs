@@ -21,12 +21,12 @@ use crate::options::{Reuse, SessionOptions, StoreChoice, StoreFailurePolicy, Tur
 use crate::provider::{DynProvider, OpenContext, Opened, Sink};
 use crate::request::{Request, RequestStatus, Response};
 use crate::runtime::actor::{Actor, ActorParts};
-use crate::runtime::exit_reason;
 use crate::runtime::registry::{Registry, Reservation};
 use crate::runtime::subscription::Grant;
 use crate::runtime::{
     AwaitGrant, COMMAND_CAPACITY, Command, Lookup, Replay, SessionHandle, Subscription, Target, TurnStream,
 };
+use crate::runtime::{StartTurn, exit_reason};
 use crate::session::{
     Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, SessionStatus, StartupMarker, StoredSession,
 };
@@ -309,7 +309,7 @@ impl Harness {
                 return Err(Error::TurnIdAlreadyUsed { turn_id: id.clone() });
             }
             let turn = turn.clone();
-            handle.call(|reply| Command::StartTurn { turn, options, reply }).await?
+            handle.call(|reply| Command::StartTurn(Box::new(StartTurn { turn, options, reply }))).await?
         };
         match tokio::time::timeout(call_timeout, call).await {
             Ok(result) => result,

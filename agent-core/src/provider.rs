@@ -205,6 +205,8 @@ pub trait ProviderSession: Send + Sync + fmt::Debug + 'static {
 }
 
 /// What a provider reports; the runtime turns it into events and state.
+// `Event` is the hot variant (every CLI frame): boxing it would add an allocation per frame.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum ProviderMessage {
     Event { turn: Option<TurnId>, kind: EventKind, raw: Option<RawJson> },

@@ -189,6 +189,13 @@ pub struct Request {
     pub expires_at: Option<Timestamp>,
 }
 
+impl Request {
+    /// True when a question asks for masked input; its answers are never recorded.
+    pub fn has_secret_question(&self) -> bool {
+        self.questions.iter().any(|q| q.secret)
+    }
+}
+
 /// What a provider hands the runtime to create a request; the runtime assigns IDs and status.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -382,6 +389,25 @@ impl Response {
     /// Cancel with a reason.
     pub fn cancel(reason: impl Into<String>) -> Self {
         Response::Cancel { reason: Some(reason.into()) }
+    }
+
+    /// The same response with answer values replaced by `"[redacted]"`, for recording answers
+    /// to secret questions.
+    pub fn redacted(&self) -> Response {
+        const REDACTED: &str = "[redacted]";
+        let answer = match self {
+            Response::Answer { answer } => answer,
+            other => return other.clone(),
+        };
+        let answer = match answer {
+            Answer::Text(_) => Answer::Text(REDACTED.into()),
+            Answer::Many(values) => Answer::Many(vec![REDACTED.into(); values.len()]),
+            Answer::ByQuestion(map) => {
+                Answer::ByQuestion(map.iter().map(|(k, v)| (k.clone(), vec![REDACTED.into(); v.len()])).collect())
+            }
+            Answer::Content(_) => Answer::Content(Value::String(REDACTED.into())),
+        };
+        Response::Answer { answer }
     }
 
     /// The response's action.

@@ -175,6 +175,8 @@ pub struct ScriptedControl {
 
 impl ScriptedProvider {
     /// A provider registered as `id`, and its control handle.
+    // The provider is only useful together with its control handle, so `new` returns both.
+    #[allow(clippy::new_ret_no_self)]
     pub fn new(id: &str) -> (DynProvider, ScriptedControl) {
         let shared = Arc::new(Shared {
             config: Mutex::new(Config {

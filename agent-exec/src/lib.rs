@@ -1,6 +1,14 @@
-//! Exec backends for agent-harness.
-//!
-//! This crate will hold `LocalExec`, the process backend on `tokio::process` (own process group,
-//! parent-death signal, SIGINT → SIGTERM → SIGKILL escalation, kill-on-drop, executable
-//! allow-list, output caps), a scripted in-memory exec for provider tests, and the exec
-//! conformance suite. It is the only crate that spawns processes.
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod limits;
+#[cfg(unix)]
+mod local;
+#[cfg(feature = "testing")]
+pub mod scripted;
+mod stop;
+mod validate;
+
+pub use limits::LimitExceeded;
+#[cfg(unix)]
+pub use local::{LocalExec, LocalExecBuilder};

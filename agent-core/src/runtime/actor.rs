@@ -25,7 +25,7 @@ use crate::provider::{Admission, ProviderMessage, ProviderSession, TurnStart};
 use crate::request::{Request, RequestStatus, Response};
 use crate::runtime::registry::Registry;
 use crate::runtime::subscription::{Grant, Replay};
-use crate::runtime::{AwaitGrant, Command, Envelope, Lookup};
+use crate::runtime::{AwaitGrant, Command, Envelope, Lookup, StartTurn};
 use crate::session::{CloseReason, Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, SessionStatus};
 use crate::store::{DynStore, StoreError, WriteBatch};
 use crate::time::Timestamp;
@@ -251,7 +251,10 @@ impl Actor {
                 };
                 let _ = reply.send(result);
             }
-            Command::StartTurn { turn, options, reply } => self.start_turn(turn, options, reply),
+            Command::StartTurn(start) => {
+                let StartTurn { turn, options, reply } = *start;
+                self.start_turn(turn, options, reply)
+            }
             Command::Subscribe { turn, replay, for_stream, reply } => {
                 let _ = reply.send(self.subscribe(turn, replay, for_stream));
             }
@@ -653,13 +656,19 @@ impl Actor {
                 let turn = entry.request.turn_id.clone();
                 match claim.reply {
                     Some(reply) => {
+                        // Answers to masked questions reach the provider but are never recorded.
+                        let recorded = if entry.request.has_secret_question() {
+                            claim.response.redacted()
+                        } else {
+                            claim.response
+                        };
                         entry.request.status = RequestStatus::Resolved;
-                        entry.request.response = Some(claim.response.clone());
+                        entry.request.response = Some(recorded.clone());
                         let request = entry.request.clone();
                         self.record_request(&request);
                         self.emit(
                             Some(turn.clone()),
-                            EventKind::RequestResolved { request_id, response: Box::new(claim.response) },
+                            EventKind::RequestResolved { request_id, response: Box::new(recorded) },
                             None,
                         );
                         self.after_commit(AfterCommit::Reply(Box::new(move || {

@@ -34,11 +34,7 @@ pub(crate) struct Envelope {
 pub(crate) enum Command {
     Status(oneshot::Sender<SessionStatus>),
     Capabilities(oneshot::Sender<Result<Capabilities>>),
-    StartTurn {
-        turn: Turn,
-        options: TurnOptions,
-        reply: oneshot::Sender<Result<Turn>>,
-    },
+    StartTurn(Box<StartTurn>),
     Subscribe {
         turn: Option<TurnId>,
         replay: Replay,
@@ -63,6 +59,12 @@ pub(crate) enum Command {
         force: bool,
         reply: oneshot::Sender<Result<()>>,
     },
+}
+
+pub(crate) struct StartTurn {
+    pub(crate) turn: Turn,
+    pub(crate) options: TurnOptions,
+    pub(crate) reply: oneshot::Sender<Result<Turn>>,
 }
 
 /// An answer about a turn the actor may no longer hold in memory.

@@ -9,40 +9,40 @@ use agent_core::*;
 use agent_store_memory::MemoryStore;
 use futures::StreamExt;
 
-pub const PROVIDER: &str = "scripted";
+pub(crate) const PROVIDER: &str = "scripted";
 
-pub struct Fixture {
-    pub harness: Harness,
-    pub control: ScriptedControl,
-    pub store: Arc<MemoryStore>,
+pub(crate) struct Fixture {
+    pub(crate) harness: Harness,
+    pub(crate) control: ScriptedControl,
+    pub(crate) store: Arc<MemoryStore>,
 }
 
 impl Fixture {
     /// A harness with the scripted provider and a fresh memory store.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::with(|b| b)
     }
 
-    pub fn with(configure: impl FnOnce(HarnessBuilder) -> HarnessBuilder) -> Self {
+    pub(crate) fn with(configure: impl FnOnce(HarnessBuilder) -> HarnessBuilder) -> Self {
         let (provider, control) = ScriptedProvider::new(PROVIDER);
         let store = Arc::new(MemoryStore::new());
         let builder = Harness::builder().provider(provider).store(StoreChoice::Custom(store.clone()));
         Fixture { harness: configure(builder).build().expect("harness"), control, store }
     }
 
-    pub fn dyn_store(&self) -> DynStore {
+    pub(crate) fn dyn_store(&self) -> DynStore {
         self.store.clone()
     }
 
     /// Starts a session and returns it with its scripted side.
-    pub async fn session(&self, options: SessionOptions) -> (SessionRef, ScriptedSession) {
+    pub(crate) async fn session(&self, options: SessionOptions) -> (SessionRef, ScriptedSession) {
         let session = self.harness.start_session(PROVIDER, options).await.expect("start_session");
         let remote = self.control.session(&session.id).await;
         (session, remote)
     }
 
     /// Starts a turn and waits until the provider admitted it.
-    pub async fn admitted_turn(&self, session: &SessionRef, input: &str) -> Turn {
+    pub(crate) async fn admitted_turn(&self, session: &SessionRef, input: &str) -> Turn {
         let mut events = self.harness.subscribe(session, Replay::Latest).await.expect("subscribe");
         let turn = self.harness.start_turn(session, input, TurnOptions::new()).await.expect("start_turn");
         next_of(&mut events, "turn_started").await;
@@ -50,12 +50,12 @@ impl Fixture {
     }
 }
 
-pub fn opts() -> SessionOptions {
+pub(crate) fn opts() -> SessionOptions {
     SessionOptions::new(std::env::temp_dir())
 }
 
 /// The next event of the subscription (fails after a generous paused-clock timeout).
-pub async fn next(events: &mut Subscription) -> Arc<Event> {
+pub(crate) async fn next(events: &mut Subscription) -> Arc<Event> {
     match tokio::time::timeout(Duration::from_secs(600), events.next()).await {
         Ok(Some(Ok(event))) => event,
         other => panic!("expected an event, got {other:?}"),
@@ -63,7 +63,7 @@ pub async fn next(events: &mut Subscription) -> Arc<Event> {
 }
 
 /// Skips to the next event of type `kind`.
-pub async fn next_of(events: &mut Subscription, kind: &str) -> Arc<Event> {
+pub(crate) async fn next_of(events: &mut Subscription, kind: &str) -> Arc<Event> {
     loop {
         let event = next(events).await;
         if event.type_name() == kind {
@@ -73,11 +73,11 @@ pub async fn next_of(events: &mut Subscription, kind: &str) -> Arc<Event> {
 }
 
 /// The type names of every event of the subscription until it ends.
-pub async fn drain_types(events: Subscription) -> Vec<&'static str> {
+pub(crate) async fn drain_types(events: Subscription) -> Vec<&'static str> {
     events.map(|e| e.expect("no lag").type_name()).collect().await
 }
 
-pub fn request_of(event: &Arc<Event>) -> Request {
+pub(crate) fn request_of(event: &Arc<Event>) -> Request {
     match &event.kind {
         EventKind::RequestCreated(request) => (**request).clone(),
         other => panic!("expected request_created, got {other:?}"),
@@ -86,7 +86,7 @@ pub fn request_of(event: &Arc<Event>) -> Request {
 
 /// What a [`ControlledStore`] does with writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WriteMode {
+pub(crate) enum WriteMode {
     Normal,
     Fail,
     Hang,
@@ -94,17 +94,17 @@ pub enum WriteMode {
 
 /// A memory store whose writes can be made to fail or hang.
 #[derive(Debug)]
-pub struct ControlledStore {
-    pub inner: MemoryStore,
+pub(crate) struct ControlledStore {
+    pub(crate) inner: MemoryStore,
     mode: std::sync::Mutex<WriteMode>,
 }
 
 impl ControlledStore {
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(ControlledStore { inner: MemoryStore::new(), mode: std::sync::Mutex::new(WriteMode::Normal) })
     }
 
-    pub fn set(&self, mode: WriteMode) {
+    pub(crate) fn set(&self, mode: WriteMode) {
         *self.mode.lock().unwrap() = mode;
     }
 }

@@ -1,3 +1,4 @@
 //! Conformance suites: every implementation of a core trait runs the same checks.
 
+pub mod exec;
 pub mod store;

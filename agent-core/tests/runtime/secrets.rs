@@ -1,0 +1,78 @@
+//! Secrets never reach tracing output, `Debug` output, events or the store.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use agent_core::request::RequestSpec;
+use agent_core::*;
+
+use crate::common::*;
+
+const ENV_SECRET: &str = "sk-env-secret-0123456789";
+const PROMPT_SECRET: &str = "prompt-secret-4242";
+const ANSWER_SECRET: &str = "answer-secret-hunter2";
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn secrets_stay_out_of_traces_debug_output_and_the_store() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::FULL)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let f = Fixture::new();
+    let options = opts().env("OPENAI_API_KEY", ENV_SECRET).system_prompt(PROMPT_SECRET);
+    let options_debug = format!("{options:?}");
+    let (session, remote) = f.session(options).await;
+    let turn = f.admitted_turn(&session, PROMPT_SECRET).await;
+    let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    let spec = RequestSpec::new(RequestKind::Question, "Password?", "q")
+        .questions([Question { secret: true, ..Question::new("password", "Password?") }]);
+    remote.request(&turn.id, spec).await;
+    let request = request_of(&next(&mut events).await);
+    let response = Response::answer(ANSWER_SECRET);
+    let response_debug = format!("{response:?}");
+    f.harness.respond(&request, response).await.unwrap();
+    remote.complete(&turn.id, "done").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    let turn_debug = format!("{turn:?}");
+    let status_debug = format!("{:?}", f.harness.status(&session).await.unwrap());
+    f.harness.stop_session(&session, false).await.unwrap();
+
+    let traces = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(traces.contains("session") && traces.contains("provider_command"), "spans were recorded: {traces}");
+    for secret in [ENV_SECRET, PROMPT_SECRET, ANSWER_SECRET] {
+        assert!(!traces.contains(secret), "tracing output leaks {secret}");
+    }
+    assert!(!options_debug.contains(ENV_SECRET) && !options_debug.contains(PROMPT_SECRET), "{options_debug}");
+    assert!(!response_debug.contains(ANSWER_SECRET), "{response_debug}");
+    assert!(!turn_debug.contains(PROMPT_SECRET), "{turn_debug}");
+    assert!(!status_debug.contains(ENV_SECRET), "{status_debug}");
+
+    let store = f.dyn_store();
+    let snapshot = serde_json::to_string(&store.fetch_session(&session.id).await.unwrap()).unwrap();
+    assert!(!snapshot.contains(ENV_SECRET), "the snapshot holds no env values");
+    let events = serde_json::to_string(&store.read_events(&session.id, &Default::default()).await.unwrap()).unwrap();
+    assert!(!events.contains(ENV_SECRET), "events hold no env values");
+    assert!(!events.contains(ANSWER_SECRET), "answers to secret questions are not recorded in events");
+    let requests = serde_json::to_string(&store.list_requests(&session.id).await.unwrap()).unwrap();
+    assert!(!requests.contains(ANSWER_SECRET), "answers to secret questions are not stored");
+    assert!(requests.contains("[redacted]"), "{requests}");
+    assert_eq!(remote.responses(), [Response::answer(ANSWER_SECRET)], "the provider got the real answer");
+}

@@ -1,0 +1,51 @@
+//! A host process for containment tests: spawns one child through `LocalExec`, prints PIDs on
+//! one stdout line, then waits until it is killed.
+//!
+//! - `exec-host-helper child`: spawns `sleep 30`; prints `<child pid>`.
+//! - `exec-host-helper grandchild <session>`: spawns `sh -c 'sleep 30 & echo $!; wait'` stamped
+//!   with `<session>`; prints `<child pid> <grandchild pid>`.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use agent_core::SessionId;
+use agent_core::exec::{Command, Exec};
+use agent_exec::LocalExec;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    match runtime.block_on(host(&args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("exec-host-helper: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn host(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
+    let exec = LocalExec::new();
+    let (command, reads_grandchild) = match args {
+        [mode] if mode == "child" => (Command::new("sleep").arg("30"), false),
+        [mode, session] if mode == "grandchild" => {
+            let script = "sleep 30 & echo $!; wait";
+            (Command::new("sh").args(["-c", script]).session(SessionId::new(session.as_str())?), true)
+        }
+        _ => return Err("usage: exec-host-helper child | grandchild <session>".into()),
+    };
+    let mut child = exec.spawn(command).await?;
+    let pid = child.handle.id().ok_or("no pid")?;
+    let mut line = pid.to_string();
+    if reads_grandchild {
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let grandchild = BufReader::new(stdout).lines().next_line().await?.ok_or("no grandchild pid")?;
+        line = format!("{line} {grandchild}");
+    }
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "{line}")?;
+    stdout.flush()?;
+    child.handle.wait().await?;
+    Err("the child exited before the host was killed".into())
+}

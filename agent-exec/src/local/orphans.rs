@@ -1,0 +1,212 @@
+//! The orphan reaper: finds stamped processes whose owner is gone and ends their groups.
+//!
+//! Every child carries `OWNER_MARKER_ENV=<host pid>` and, with a session,
+//! `SESSION_MARKER_ENV=<session id>` in its environment, and its descendants inherit both unless
+//! they scrub their environment. A stamped process is an orphan when its owner process is dead
+//! (or its PID now belongs to a process started after it), or when the owner is this process
+//! and its session is not live. Linux only: it reads `/proc`.
+
+use agent_core::exec::ExecError;
+
+pub(super) use self::linux::Stamped;
+
+/// Lists the stamped processes that are candidates: owned by this process, or by one that is
+/// gone. Reads `/proc` on a blocking thread.
+pub(super) async fn scan() -> Result<Vec<Stamped>, ExecError> {
+    tokio::task::spawn_blocking(linux::scan)
+        .await
+        .map_err(|error| ExecError::Backend(format!("the /proc scan failed: {error}")))?
+        .map_err(ExecError::Io)
+}
+
+pub(super) use self::linux::end;
+
+mod linux {
+    use std::collections::HashSet;
+    use std::fs;
+    use std::io;
+
+    use agent_core::exec::{OWNER_MARKER_ENV, SESSION_MARKER_ENV};
+    use libc::pid_t;
+
+    use super::super::sys;
+
+    /// Who started a stamped process, as far as liveness goes.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Owner {
+        /// This process.
+        Me,
+        /// A process that no longer runs.
+        Gone,
+    }
+
+    /// A stamped process whose owner is this process or gone. Processes of other live owners
+    /// are never listed.
+    #[derive(Debug)]
+    pub(crate) struct Stamped {
+        pid: pid_t,
+        pgid: pid_t,
+        owner: Owner,
+        session: Option<String>,
+    }
+
+    impl Stamped {
+        /// Whether this process must end: its owner is gone, or it is ours and its session
+        /// is not live. Our own processes without a session belong to live handles.
+        pub(crate) fn is_orphan(&self, is_live: impl FnOnce(&str) -> bool) -> bool {
+            match (&self.owner, &self.session) {
+                (Owner::Gone, _) => true,
+                (Owner::Me, Some(session)) => !is_live(session),
+                (Owner::Me, None) => false,
+            }
+        }
+    }
+
+    /// The fields of `/proc/<pid>/stat` the reaper needs.
+    #[derive(Debug, PartialEq, Eq)]
+    struct Stat {
+        ppid: pid_t,
+        pgid: pid_t,
+        /// Start time in clock ticks since boot.
+        start: u64,
+    }
+
+    /// Lists stamped processes, skipping this process and its ancestors.
+    pub(crate) fn scan() -> io::Result<Vec<Stamped>> {
+        let me = std::process::id() as pid_t;
+        let spared = ancestors(me);
+        let mut found = Vec::new();
+        for entry in fs::read_dir("/proc")? {
+            let Some(pid) = entry?.file_name().to_str().and_then(|name| name.parse::<pid_t>().ok()) else {
+                continue;
+            };
+            if spared.contains(&pid) {
+                continue;
+            }
+            // Processes that exit or that we may not inspect drop out here.
+            let Some((owner, session)) = read_stamp(pid) else { continue };
+            let Some(stat) = read_stat(pid) else { continue };
+            let owner = if owner == me {
+                Owner::Me
+            } else if owner_gone(owner, stat.start) {
+                Owner::Gone
+            } else {
+                continue;
+            };
+            found.push(Stamped { pid, pgid: stat.pgid, owner, session });
+        }
+        Ok(found)
+    }
+
+    /// SIGKILLs each orphan's process group (or the orphan alone when it shares this process's
+    /// group); returns how many orphans were signalled.
+    pub(crate) fn end(orphans: &[Stamped]) -> usize {
+        let my_group = read_stat(std::process::id() as pid_t).map(|stat| stat.pgid);
+        let mut groups = HashSet::new();
+        let mut ended = 0;
+        for orphan in orphans {
+            let result = if Some(orphan.pgid) == my_group || orphan.pgid <= 1 {
+                sys::kill(orphan.pid, libc::SIGKILL)
+            } else if groups.insert(orphan.pgid) {
+                sys::killpg(orphan.pgid, libc::SIGKILL)
+            } else {
+                Ok(())
+            };
+            match result {
+                Ok(()) => {
+                    ended += 1;
+                    tracing::info!(pid = orphan.pid, pgid = orphan.pgid, session = ?orphan.session, "ended an orphaned child");
+                }
+                Err(error) => tracing::warn!(pid = orphan.pid, %error, "could not end an orphaned child"),
+            }
+        }
+        ended
+    }
+
+    /// This process and its ancestors, which the reaper must never signal even when a crashed
+    /// harness stamped them.
+    fn ancestors(me: pid_t) -> HashSet<pid_t> {
+        let mut spared = HashSet::from([me]);
+        let mut pid = me;
+        while let Some(stat) = read_stat(pid) {
+            if stat.ppid <= 1 || !spared.insert(stat.ppid) {
+                break;
+            }
+            pid = stat.ppid;
+        }
+        spared
+    }
+
+    /// The owner PID and session stamped into `pid`'s environment.
+    fn read_stamp(pid: pid_t) -> Option<(pid_t, Option<String>)> {
+        let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
+        parse_stamp(&environ)
+    }
+
+    fn parse_stamp(environ: &[u8]) -> Option<(pid_t, Option<String>)> {
+        let mut owner = None;
+        let mut session = None;
+        for entry in environ.split(|&b| b == 0) {
+            let text = std::str::from_utf8(entry).unwrap_or_default();
+            if let Some(value) = text.strip_prefix(OWNER_MARKER_ENV).and_then(|rest| rest.strip_prefix('=')) {
+                owner = value.parse::<pid_t>().ok();
+            } else if let Some(value) = text.strip_prefix(SESSION_MARKER_ENV).and_then(|rest| rest.strip_prefix('=')) {
+                session = Some(value.to_owned());
+            }
+        }
+        owner.map(|owner| (owner, session))
+    }
+
+    /// Whether `owner` is dead, or its PID was reused by a process younger than the child.
+    fn owner_gone(owner: pid_t, child_start: u64) -> bool {
+        read_stat(owner).is_none_or(|stat| stat.start > child_start)
+    }
+
+    fn read_stat(pid: pid_t) -> Option<Stat> {
+        parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    }
+
+    /// Parses `/proc/<pid>/stat`. The command name is in parentheses and may hold spaces and
+    /// parentheses itself, so fields are counted from the last `)`.
+    fn parse_stat(stat: &str) -> Option<Stat> {
+        let after_name = &stat[stat.rfind(')')? + 1..];
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        // Fields 3 (state) onwards: ppid is field 4, pgrp 5, starttime 22.
+        let field = |n: usize| fields.get(n - 3).copied();
+        if field(3)? == "Z" || field(3)? == "X" {
+            return None;
+        }
+        Some(Stat { ppid: field(4)?.parse().ok()?, pgid: field(5)?.parse().ok()?, start: field(22)?.parse().ok()? })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn stat_survives_odd_command_names() {
+            let line = "42 (a) b (c)) S 7 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 1000 10";
+            assert_eq!(parse_stat(line), Some(Stat { ppid: 7, pgid: 42, start: 98765 }));
+            assert_eq!(parse_stat("42 (zombie) Z 7 42 42 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0"), None);
+            assert_eq!(parse_stat("garbage"), None);
+        }
+
+        #[test]
+        fn stamps_need_an_owner() {
+            let environ = format!("A=1\0{OWNER_MARKER_ENV}=77\0{SESSION_MARKER_ENV}=s-1\0");
+            assert_eq!(parse_stamp(environ.as_bytes()), Some((77, Some("s-1".into()))));
+            let sessionless = format!("{OWNER_MARKER_ENV}=77\0{OWNER_MARKER_ENV}X=1");
+            assert_eq!(parse_stamp(sessionless.as_bytes()), Some((77, None)));
+            assert_eq!(parse_stamp(format!("{SESSION_MARKER_ENV}=s-1").as_bytes()), None);
+        }
+
+        #[test]
+        fn this_process_is_alive_and_spared() {
+            let me = std::process::id() as pid_t;
+            let stat = read_stat(me).expect("own stat");
+            assert!(!owner_gone(me, stat.start));
+            assert!(owner_gone(me, stat.start - 1), "a younger owner means the PID was reused");
+            assert!(ancestors(me).contains(&me));
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! LocalExec containment with real processes: escalation, process groups, drop guards, races,
+//! dead stdin, limits, the allow-list, bad input and the orphan reaper.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use agent_core::SessionId;
+use agent_core::exec::{Command, Exec, ExecError, KillCause, KillPolicy, Limits};
+use agent_exec::{LimitExceeded, LocalExec};
+use common::{GONE_WITHIN, alive, assert_gone_within, pids, read_line};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn policy(interrupt_grace: Duration, terminate_grace: Duration) -> KillPolicy {
+    let mut policy = KillPolicy::default();
+    policy.interrupt_grace = interrupt_grace;
+    policy.terminate_grace = terminate_grace;
+    policy
+}
+
+fn short_policy() -> KillPolicy {
+    policy(Duration::from_millis(60), Duration::from_millis(60))
+}
+
+/// A grace that only bounds the wait for a child that obeys the signal at once.
+const BOUND: Duration = Duration::from_secs(5);
+
+fn sh(script: &str) -> Command {
+    Command::new("sh").arg("-c").arg(script)
+}
+
+/// A shell that starts two background sleepers in its own group and prints their PIDs.
+const FORKS_GRANDCHILDREN: &str = "sleep 30 & a=$!; sleep 30 & echo $a $!; wait";
+
+#[tokio::test]
+async fn escalation_ends_a_child_that_ignores_sigint_and_sigterm() {
+    let exec = LocalExec::new();
+    // `exec` keeps the ignored dispositions, so sleep ignores both signals too.
+    let command = sh("trap '' INT TERM; echo ready; exec sleep 30").kill_policy(short_policy());
+    let mut child = exec.spawn(command).await.expect("spawn");
+    assert_eq!(read_line(child.stdout.as_mut().expect("stdout")).await, "ready");
+    let pid = child.handle.id().expect("pid");
+
+    let started = Instant::now();
+    let status = child.handle.terminate().await.expect("terminate");
+    assert!(started.elapsed() >= Duration::from_millis(120), "both graces must pass first: {:?}", started.elapsed());
+    assert_eq!((status.signal, status.killed_by), (Some(9), Some(KillCause::Requested)), "{status}");
+    assert_gone_within(pid, GONE_WITHIN).await;
+}
+
+#[tokio::test]
+async fn escalation_sends_sigint_first_then_sigterm() {
+    let exec = LocalExec::new();
+    // Blocked in the `read` builtin (stdin stays open), the shell runs its trap at once; a
+    // foreground child would hold the trap back until that child ends.
+    let obeys_int = sh("trap 'exit 3' INT; echo ready; read line").kill_policy(policy(BOUND, BOUND));
+    let mut child = exec.spawn(obeys_int).await.expect("spawn");
+    assert_eq!(read_line(child.stdout.as_mut().expect("stdout")).await, "ready");
+    let status = child.handle.terminate().await.expect("terminate");
+    assert_eq!((status.code, status.killed_by), (Some(3), Some(KillCause::Requested)), "SIGINT first: {status}");
+
+    let obeys_term = sh("trap '' INT; trap 'exit 4' TERM; echo ready; read line")
+        .kill_policy(policy(Duration::from_millis(60), BOUND));
+    let mut child = exec.spawn(obeys_term).await.expect("spawn");
+    assert_eq!(read_line(child.stdout.as_mut().expect("stdout")).await, "ready");
+    let started = Instant::now();
+    let status = child.handle.terminate().await.expect("terminate");
+    assert_eq!((status.code, status.killed_by), (Some(4), Some(KillCause::Requested)), "then SIGTERM: {status}");
+    assert!(started.elapsed() >= Duration::from_millis(60), "SIGTERM waits for the interrupt grace");
+}
+
+#[tokio::test]
+async fn kill_leaves_no_grandchildren() {
+    let exec = LocalExec::new();
+    let mut child = exec.spawn(sh(FORKS_GRANDCHILDREN)).await.expect("spawn");
+    let grandchildren = pids(&read_line(child.stdout.as_mut().expect("stdout")).await);
+    assert_eq!(grandchildren.len(), 2);
+    assert!(grandchildren.iter().all(|&pid| alive(pid)), "the grandchildren must be running first");
+
+    child.handle.kill().expect("kill");
+    let status = child.handle.wait().await.expect("wait");
+    assert_eq!((status.signal, status.killed_by), (Some(9), Some(KillCause::Requested)), "{status}");
+    for pid in grandchildren {
+        assert_gone_within(pid, GONE_WITHIN).await;
+    }
+}
+
+#[tokio::test]
+async fn dropping_the_last_handle_kills_the_group() {
+    let exec = LocalExec::new();
+    let mut child = exec.spawn(sh(FORKS_GRANDCHILDREN)).await.expect("spawn");
+    let grandchildren = pids(&read_line(child.stdout.as_mut().expect("stdout")).await);
+    let leader = child.handle.id().expect("pid");
+
+    let clone = child.handle.clone();
+    drop(child);
+    assert!(alive(leader) && clone.try_status().is_none(), "a remaining handle keeps the child");
+    drop(clone);
+    assert_gone_within(leader, GONE_WITHIN).await;
+    for pid in grandchildren {
+        assert_gone_within(pid, GONE_WITHIN).await;
+    }
+}
+
+#[tokio::test]
+async fn the_group_is_swept_when_its_leader_exits() {
+    let exec = LocalExec::new();
+    let mut child = exec.spawn(sh("sleep 30 & echo $!")).await.expect("spawn");
+    let grandchild = pids(&read_line(child.stdout.as_mut().expect("stdout")).await)[0];
+    let status = child.handle.wait().await.expect("wait");
+    assert!(status.success() && status.killed_by.is_none(), "the leader exits on its own: {status}");
+    assert_gone_within(grandchild, GONE_WITHIN).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_is_reported_once_when_kill_races_a_natural_exit() {
+    let exec = LocalExec::new();
+    for round in 0..150 {
+        let child = exec.spawn(Command::new("true")).await.expect("spawn");
+        match round % 3 {
+            0 => {}
+            1 => tokio::task::yield_now().await,
+            _ => tokio::time::sleep(Duration::from_micros(500)).await,
+        }
+        let killer = child.handle.clone();
+        let (killed, first, second) =
+            tokio::join!(tokio::task::spawn_blocking(move || killer.kill()), child.handle.wait(), child.handle.wait());
+        killed.expect("kill task").expect("kill");
+        let status = first.expect("wait");
+        assert_eq!(second.expect("wait"), status, "round {round}: two waits disagree");
+        assert_eq!(child.handle.try_status(), Some(status), "round {round}");
+        assert_eq!(child.handle.wait().await.expect("wait"), status, "round {round}");
+        match (status.code, status.signal) {
+            (Some(0), None) => {}
+            (None, Some(9)) => assert_eq!(status.killed_by, Some(KillCause::Requested), "round {round}: {status}"),
+            _ => panic!("round {round}: unexpected status {status}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn writing_to_a_dead_child_is_an_error() {
+    let exec = LocalExec::new();
+    // Not waited for: the writes hit the closed pipe itself.
+    let mut child = exec.spawn(Command::new("true")).await.expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut failed = None;
+    for _ in 0..64 {
+        if let Err(error) = stdin.write_all(&chunk).await {
+            failed = Some(error);
+            break;
+        }
+    }
+    let error = failed.expect("writes to a dead child must fail");
+    assert_eq!(error.kind(), std::io::ErrorKind::BrokenPipe, "{error}");
+
+    // Waited for: writes fail at once.
+    child.handle.wait().await.expect("wait");
+    let error = stdin.write_all(b"late\n").await.expect_err("write after wait");
+    assert_eq!(error.kind(), std::io::ErrorKind::BrokenPipe, "{error}");
+}
+
+#[tokio::test]
+async fn a_flooding_child_is_stopped_by_its_line_limit() {
+    let exec = LocalExec::new();
+    let mut limits = Limits::default();
+    limits.max_line_bytes = Some(4096);
+    let mut child = exec.spawn(sh("while :; do printf xxxxxxxxxxxxxxxx; done").limits(limits)).await.expect("spawn");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut sink = Vec::new();
+    let error = stdout.read_to_end(&mut sink).await.expect_err("the line limit must fail the read");
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
+    let limit = error.into_inner().and_then(|e| e.downcast::<LimitExceeded>().ok()).expect("typed error");
+    assert_eq!((limit.cause, limit.limit), (KillCause::LineLimit, 4096));
+    assert_eq!(sink.len(), 4096, "exactly the bytes within the limit arrive");
+    let status = child.handle.wait().await.expect("wait");
+    assert_eq!(status.killed_by, Some(KillCause::LineLimit), "{status}");
+}
+
+#[tokio::test]
+async fn the_wall_clock_limit_ends_the_whole_group() {
+    let exec = LocalExec::new();
+    let mut limits = Limits::default();
+    limits.wall_clock = Some(Duration::from_millis(200));
+    let mut child = exec.spawn(sh(FORKS_GRANDCHILDREN).limits(limits)).await.expect("spawn");
+    let grandchildren = pids(&read_line(child.stdout.as_mut().expect("stdout")).await);
+    let status = child.handle.wait().await.expect("wait");
+    assert_eq!(status.killed_by, Some(KillCause::WallClock), "{status}");
+    for pid in grandchildren {
+        assert_gone_within(pid, GONE_WITHIN).await;
+    }
+}
+
+/// The first executable `name` on the host's PATH.
+fn on_host_path(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").expect("PATH");
+    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file()).expect("program on PATH")
+}
+
+#[tokio::test]
+async fn the_allow_list_rejects_unlisted_programs_before_spawning() {
+    let exec = LocalExec::builder().allow_executable("sh").build().expect("allow-list");
+    let dir = scratch_dir("allow");
+    let marker = dir.join("ran");
+
+    let cat = exec.spawn(Command::new("cat")).await.expect_err("cat is not listed");
+    let expected = on_host_path("cat").canonicalize().expect("canonical cat");
+    match &cat {
+        ExecError::NotAllowed { resolved } => assert_eq!(resolved, &expected),
+        other => panic!("wrong error: {other:?}"),
+    }
+    assert!(cat.to_string().contains(&*expected.to_string_lossy()), "the message names the path: {cat}");
+
+    let only_true = LocalExec::builder().allow_executable(on_host_path("true")).build().expect("allow-list");
+    let touch = sh(&format!("echo > '{}'", marker.display()));
+    assert!(matches!(only_true.spawn(touch.clone()).await, Err(ExecError::NotAllowed { .. })));
+
+    // The listed program runs, by name or by any path that resolves to it.
+    let by_name = exec.spawn(touch).await.expect("sh is listed");
+    assert!(by_name.handle.wait().await.expect("wait").success());
+    assert!(marker.exists(), "the listed program ran");
+    let by_path = exec.spawn(Command::new(on_host_path("sh")).args(["-c", "exit 5"])).await.expect("by path");
+    assert_eq!(by_path.handle.wait().await.expect("wait").code, Some(5));
+
+    let missing = LocalExec::builder().allow_executable("/nonexistent/agent-exec-tool").build();
+    assert!(matches!(missing, Err(ExecError::ProgramNotFound { searched_path: false, .. })), "{missing:?}");
+    std::fs::remove_dir_all(dir).expect("cleanup");
+}
+
+#[tokio::test]
+async fn bad_input_fails_with_specific_errors() {
+    let exec = LocalExec::new();
+    let missing_dir = Path::new("/nonexistent/agent-exec-cwd");
+    let cases: Vec<(Command, String)> = vec![
+        (Command::new(""), "EmptyArgv".into()),
+        (
+            Command::new("agent-exec-no-such-program"),
+            r#"ProgramNotFound { program: "agent-exec-no-such-program", searched_path: true }"#.into(),
+        ),
+        (
+            Command::new("bin/agent-exec-no-such-program"),
+            r#"ProgramNotFound { program: "bin/agent-exec-no-such-program", searched_path: false }"#.into(),
+        ),
+        (
+            Command::new("true").cwd(missing_dir),
+            format!(
+                "InvalidCwd {{ cwd: {missing_dir:?}, reason: {:?} }}",
+                std::io::Error::from_raw_os_error(libc::ENOENT).to_string()
+            ),
+        ),
+        (Command::new("true").env("K=V", "1"), r#"InvalidEnv { key: "K=V", reason: "name contains '='" }"#.into()),
+        (
+            Command::new("true").env("K\0", "1"),
+            r#"InvalidEnv { key: "K\0", reason: "name contains a NUL byte" }"#.into(),
+        ),
+    ];
+    for (command, expected) in cases {
+        let error = exec.spawn(command).await.expect_err("must be rejected");
+        assert_eq!(format!("{error:?}"), expected);
+    }
+}
+
+#[tokio::test]
+async fn the_reaper_ends_stamped_children_of_sessions_that_are_not_live() {
+    let exec = LocalExec::new();
+    let dead = SessionId::new(format!("reap-dead-{}", std::process::id())).expect("id");
+    let live = SessionId::new(format!("reap-live-{}", std::process::id())).expect("id");
+    let mut orphan = exec.spawn(sh(FORKS_GRANDCHILDREN).session(dead.clone())).await.expect("spawn");
+    let orphan_grandchildren = pids(&read_line(orphan.stdout.as_mut().expect("stdout")).await);
+    let kept = exec.spawn(Command::new("sleep").arg("30").session(live.clone())).await.expect("spawn");
+
+    let is_live = |session: &str| session != dead.as_str();
+    let ended = exec.reap_orphans(&is_live).await.expect("reap");
+    // The shell and its two sleepers carry the dead session; stamped processes of crashed
+    // harness processes elsewhere on the machine would be ended too.
+    assert!(ended >= 3, "the shell and its two sleepers must be ended, ended {ended}");
+    let status = orphan.handle.wait().await.expect("wait");
+    assert_eq!(status.signal, Some(9), "{status}");
+    for pid in orphan_grandchildren {
+        assert_gone_within(pid, GONE_WITHIN).await;
+    }
+    assert!(kept.handle.try_status().is_none(), "a live session's child is spared");
+    assert!(alive(kept.handle.id().expect("pid")));
+}
+
+/// A fresh directory under the system temp dir.
+fn scratch_dir(label: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("agent-exec-test-{}-{label}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}

@@ -1,0 +1,53 @@
+//! A host process killed with SIGKILL: its child dies with it (Linux parent-death signal), and
+//! grandchildren, which that signal does not reach, are found by their session stamp and ended
+//! by the orphan reaper.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+
+use agent_core::exec::Exec;
+use agent_exec::LocalExec;
+use common::{GONE_WITHIN, alive, assert_gone_within, pids};
+
+/// Starts the helper host and returns it with the PIDs it printed.
+fn start_host(args: &[&str]) -> (Child, Vec<u32>) {
+    let mut host = std::process::Command::new(env!("CARGO_BIN_EXE_exec-host-helper"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start exec-host-helper");
+    let mut line = String::new();
+    BufReader::new(host.stdout.take().expect("stdout")).read_line(&mut line).expect("read pids");
+    let pids = pids(&line);
+    assert!(!pids.is_empty() && pids.iter().all(|&pid| alive(pid)), "the helper's children must run: {line:?}");
+    (host, pids)
+}
+
+/// SIGKILLs the host and reaps it.
+fn kill_host(mut host: Child) {
+    host.kill().expect("SIGKILL the host");
+    host.wait().expect("reap the host");
+}
+
+#[tokio::test]
+async fn a_sigkilled_host_leaves_no_child_alive() {
+    let (host, children) = start_host(&["child"]);
+    kill_host(host);
+    assert_gone_within(children[0], GONE_WITHIN).await;
+}
+
+#[tokio::test]
+async fn grandchildren_of_a_sigkilled_host_are_reaped_by_their_stamp() {
+    let session = format!("host-death-{}", std::process::id());
+    let (host, children) = start_host(&["grandchild", &session]);
+    let (child, grandchild) = (children[0], children[1]);
+    kill_host(host);
+    assert_gone_within(child, GONE_WITHIN).await;
+    assert!(alive(grandchild), "the parent-death signal reaches direct children only");
+
+    let ended = LocalExec::new().reap_orphans(&|_: &str| true).await.expect("reap");
+    assert!(ended >= 1, "the orphaned grandchild must be found, ended {ended}");
+    assert_gone_within(grandchild, GONE_WITHIN).await;
+}

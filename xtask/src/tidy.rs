@@ -1,0 +1,132 @@
+//! Tidy checks: the workspace's structural rules (DESIGN.md §2), enforced as tests.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::test::workspace_root;
+
+/// Workspace packages and their normal (non-dev) dependencies' names.
+fn dependencies() -> BTreeMap<String, Vec<String>> {
+    let output = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(workspace_root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(output.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&output.stderr));
+    let metadata: Value = serde_json::from_slice(&output.stdout).expect("metadata is JSON");
+    metadata["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .map(|package| {
+            let deps = package["dependencies"]
+                .as_array()
+                .expect("dependencies")
+                .iter()
+                .filter(|d| d["kind"].is_null())
+                .map(|d| d["name"].as_str().expect("name").to_owned())
+                .collect();
+            (package["name"].as_str().expect("name").to_owned(), deps)
+        })
+        .collect()
+}
+
+fn is_plugin(name: &str) -> bool {
+    name.starts_with("agent-provider-") || name.starts_with("agent-store-") || name == "agent-exec"
+}
+
+#[test]
+fn providers_stores_and_exec_depend_on_agent_core_only() {
+    let deps = dependencies();
+    let workspace: Vec<&String> = deps.keys().collect();
+    for (package, package_deps) in deps.iter().filter(|(name, _)| is_plugin(name)) {
+        for dep in package_deps {
+            let internal = workspace.contains(&dep);
+            assert!(
+                !internal || dep == "agent-core",
+                "{package} depends on {dep}: providers, stores and exec backends may depend on agent-core only"
+            );
+        }
+    }
+}
+
+#[test]
+fn agent_core_has_no_processes_sqlite_or_http() {
+    let deps = dependencies();
+    let core = &deps["agent-core"];
+    for forbidden in ["rusqlite", "axum", "hyper", "reqwest", "libc", "nix"] {
+        assert!(!core.iter().any(|d| d == forbidden), "agent-core must not depend on {forbidden}");
+    }
+    let cargo = fs::read_to_string(workspace_root().join("agent-core/Cargo.toml")).expect("agent-core manifest");
+    let tokio_line = cargo.lines().find(|l| l.starts_with("tokio ")).expect("agent-core depends on tokio");
+    for feature in ["process", "net", "fs", "full"] {
+        assert!(!tokio_line.contains(&format!("\"{feature}\"")), "agent-core must not enable tokio's {feature}");
+    }
+}
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let Ok(entries) = fs::read_dir(dir) else { return out };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(sources(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = fs::read_to_string(&path).expect("readable source");
+            out.push((path.display().to_string(), text));
+        }
+    }
+    out
+}
+
+#[test]
+fn only_agent_exec_spawns_processes() {
+    let root = workspace_root();
+    for package in [
+        "agent-core",
+        "agent-provider-codex",
+        "agent-provider-claude",
+        "agent-provider-pi",
+        "agent-provider-preset",
+        "agent-store-memory",
+        "agent-store-sqlite",
+    ] {
+        for (path, text) in sources(&root.join(package).join("src")) {
+            for needle in ["tokio::process", "std::process::Command", "process::Command::new"] {
+                assert!(!text.contains(needle), "{path} uses {needle}: spawn through the injected Exec instead");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_facade_holds_no_logic() {
+    let lib = fs::read_to_string(workspace_root().join("agent-harness/src/lib.rs")).expect("facade");
+    for line in lib.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let allowed = line.starts_with("//")
+            || line.starts_with("#![")
+            || line.starts_with("#[cfg(feature")
+            || line.starts_with("pub use ")
+            || line.starts_with("pub mod ")
+            || line == "}";
+        assert!(allowed, "agent-harness/src/lib.rs holds more than re-exports: {line:?}");
+    }
+}
+
+#[test]
+fn ci_runs_exactly_the_readme_test_command() {
+    let root = workspace_root();
+    let ci = fs::read_to_string(root.join(".ci/run")).expect(".ci/run exists");
+    let command = ci
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with("set ") && !l.starts_with("cd "))
+        .expect(".ci/run runs a command");
+    let readme = fs::read_to_string(root.join("README.md")).expect("README.md exists");
+    assert!(readme.contains(command), "README.md must give the test command .ci/run runs: {command}");
+}
