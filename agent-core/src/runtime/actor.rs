@@ -84,6 +84,8 @@ struct RequestEntry {
     request: Request,
     claim: Option<Claim>,
     deadline: Option<AbortHandle>,
+    /// Open from creation until the request is resolved or expires.
+    span: Option<Span>,
 }
 
 struct CompletedTurn {
@@ -664,6 +666,9 @@ impl Actor {
                         };
                         entry.request.status = RequestStatus::Resolved;
                         entry.request.response = Some(recorded.clone());
+                        if let Some(span) = entry.span.take() {
+                            span.in_scope(|| tracing::debug!(action = %recorded.action(), "request resolved"));
+                        }
                         let request = entry.request.clone();
                         self.record_request(&request);
                         self.emit(
@@ -815,8 +820,11 @@ impl Actor {
                 TaskDone::RequestDeadline { request: id }
             })
         });
-        tracing::info!(parent: &self.span, request_id = %request.id, kind = %request.kind, "request created");
-        self.requests.insert(request.id.clone(), RequestEntry { request: request.clone(), claim: None, deadline });
+        let parent = self.current.as_ref().map_or(&self.span, |c| &c.span);
+        let span = tracing::info_span!(parent: parent, "request", request_id = %request.id, kind = %request.kind);
+        span.in_scope(|| tracing::debug!("request created"));
+        let entry = RequestEntry { request: request.clone(), claim: None, deadline, span: Some(span) };
+        self.requests.insert(request.id.clone(), entry);
         self.record_request(&request);
         if let Some(current) = self.current.as_mut()
             && current.turn.status == TurnStatus::Running
@@ -859,6 +867,9 @@ impl Actor {
             deadline.abort();
         }
         entry.request.status = RequestStatus::Expired;
+        if let Some(span) = entry.span.take() {
+            span.in_scope(|| tracing::debug!(?reason, "request expired"));
+        }
         entry.request.metadata.insert("expiration_reason".into(), serde_json::to_value(reason).unwrap_or_default());
         let request = entry.request.clone();
         self.record_request(&request);

@@ -56,7 +56,9 @@ async fn secrets_stay_out_of_traces_debug_output_and_the_store() {
     f.harness.stop_session(&session, false).await.unwrap();
 
     let traces = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    assert!(traces.contains("session") && traces.contains("provider_command"), "spans were recorded: {traces}");
+    for span in ["session{", "turn{", "provider_command{", "request{", "store_write{"] {
+        assert!(traces.contains(span), "the {span}..}} span was recorded: {traces}");
+    }
     for secret in [ENV_SECRET, PROMPT_SECRET, ANSWER_SECRET] {
         assert!(!traces.contains(secret), "tracing output leaks {secret}");
     }
