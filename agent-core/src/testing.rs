@@ -65,6 +65,8 @@ pub enum CallBehavior {
     Break(String),
     /// Never returns.
     Hang,
+    /// Panics (a crashed provider callback).
+    Panic(String),
 }
 
 /// How `cancel` behaves.
@@ -321,6 +323,7 @@ impl SessionInner {
             CallBehavior::Reject(reason) => Err(Error::ProviderRejected { provider: self.provider.clone(), reason }),
             CallBehavior::Break(reason) => Err(Error::Transport { provider: self.provider.clone(), reason }),
             CallBehavior::Hang => futures::future::pending().await,
+            CallBehavior::Panic(message) => panic!("{message}"),
         }
     }
 

@@ -99,3 +99,26 @@ async fn await_on_an_unknown_turn_is_turn_not_found() {
     let err = f.harness.await_turn(&turn, None).await.unwrap_err();
     assert!(matches!(err, AwaitError::Failed(Error::TurnNotFound { .. })), "{err:?}");
 }
+
+#[test]
+fn await_reports_session_down_when_the_runtime_goes_away() {
+    // The session runs on a runtime that is shut down while a consumer on another one waits.
+    let host = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let (f, session, turn) = host.block_on(async {
+        let f = Fixture::new();
+        let (session, _) = f.session(opts()).await;
+        let turn = f.admitted_turn(&session, "go").await;
+        (f, session, turn)
+    });
+    let consumer = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let result = consumer.block_on(async move {
+        let harness = f.harness.clone();
+        let waiting = tokio::spawn(async move { harness.await_turn(&turn, None).await });
+        tokio::task::yield_now().await;
+        // Commands are handled in order: once this answers, the wait is registered.
+        f.harness.status(&session).await.unwrap();
+        host.shutdown_background();
+        waiting.await.unwrap()
+    });
+    assert!(matches!(result, Err(AwaitError::SessionDown(ExitReason::Crashed { .. }))), "{result:?}");
+}

@@ -111,3 +111,15 @@ async fn a_rejected_cancellation_retires_the_session() {
     let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
     assert!(matches!(outcome, AwaitError::Ended(ref o) if o.status == TurnStatus::Failed), "{outcome:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cancellation_that_never_returns_retires_the_session() {
+    let f = Fixture::new();
+    f.control.set_cancel(CancelBehavior::Hang);
+    let (session, _) = f.session(opts().provider_command_timeout(Duration::from_secs(4))).await;
+    let turn = f.admitted_turn(&session, "work").await;
+    let monitor = f.harness.monitor(&session).unwrap();
+    f.harness.cancel(&turn).await.unwrap();
+    let reason = monitor.await;
+    assert!(matches!(reason, ExitReason::Retired { ref reason } if reason.contains("timed out")), "{reason:?}");
+}

@@ -8,7 +8,6 @@ mod cancel;
 mod events;
 mod lag;
 mod requests;
-mod secrets;
 mod sessions;
 mod store_failure;
 mod turns;

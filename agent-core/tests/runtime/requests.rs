@@ -237,3 +237,12 @@ async fn answers_to_a_stopped_session_come_from_the_store() {
     assert!(matches!(err, Error::AlreadyResolved { .. }), "{err:?}");
     assert!(remote.commands().iter().filter(|c| matches!(c, Recorded::Respond { .. })).count() == 1);
 }
+
+#[tokio::test]
+async fn a_cancel_response_is_delivered_as_such() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let (_, request) = pending(&f, &session, &remote, approval("a11")).await;
+    f.harness.respond(&request, Response::cancel("Stop this operation")).await.unwrap();
+    assert_eq!(remote.responses(), [Response::cancel("Stop this operation")]);
+}

@@ -347,3 +347,69 @@ impl SubscriptionExt for Subscription {
         }
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn startup_finalization_timeout_bounds_the_initial_commit() {
+    let store = ControlledStore::new();
+    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    store.set(WriteMode::Hang);
+    let started = tokio::time::Instant::now();
+    let err = f
+        .harness
+        .start_session(PROVIDER, opts().id("slow-store").startup_finalization_timeout(Duration::from_secs(2)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::StartupFinalizationTimeout { timeout } if timeout == Duration::from_secs(2)),
+        "{err:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    let remote = f.control.session(&SessionId::new("slow-store").unwrap()).await;
+    assert!(remote.is_closed(), "the opened provider was closed again");
+    assert!(f.harness.list_sessions().is_empty());
+    store.set(WriteMode::Normal);
+    f.session(opts().id("slow-store")).await;
+}
+
+#[tokio::test]
+async fn a_custom_store_is_named_again_to_list_and_purge_a_stopped_session() {
+    let custom: DynStore = std::sync::Arc::new(agent_store_memory::MemoryStore::new());
+    let f = Fixture::new();
+    let (session, _) = f.session(opts().id("custom").store(StoreChoice::Custom(custom.clone()))).await;
+    f.harness.stop_session(&session, false).await.unwrap();
+    assert!(f.harness.list_stored_sessions().await.unwrap().is_empty(), "not in the default store");
+    let listed = f.harness.list_stored_sessions_in(&custom).await.unwrap();
+    assert_eq!(listed.iter().map(|s| s.session_id.as_str()).collect::<Vec<_>>(), ["custom"]);
+    f.harness.purge_session_in(&custom, &session).await.unwrap();
+    assert!(custom.fetch_session(&session.id).await.unwrap().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_forced_stop_kills_a_hung_admission_and_expires_pending_requests() {
+    use agent_core::request::RequestSpec;
+    use agent_core::testing::CallBehavior;
+
+    let f = Fixture::new();
+    let (session, _) = f.session(opts()).await;
+    f.control.push_admission(CallBehavior::Hang);
+    let turn = f.harness.start_turn(&session, "never admitted", TurnOptions::new()).await.unwrap();
+    assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Starting);
+    f.harness.stop_session(&session, true).await.unwrap();
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
+    assert!(matches!(outcome, AwaitError::Ended(ref o) if o.status == TurnStatus::Interrupted), "{outcome:?}");
+
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "asks").await;
+    let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    remote.request(&turn.id, RequestSpec::new(RequestKind::Confirmation, "Proceed?", "c1")).await;
+    let request = request_of(&next(&mut events).await);
+    f.harness.stop_session(&session, true).await.unwrap();
+    let expired = next(&mut events).await;
+    assert!(
+        matches!(&expired.kind, EventKind::RequestExpired { reason: ExpiryReason::SessionClosed, .. }),
+        "{expired:?}"
+    );
+    assert_eq!(next(&mut events).await.type_name(), "turn_interrupted");
+    let err = f.harness.respond(&request, Response::approve()).await.unwrap_err();
+    assert!(matches!(err, Error::RequestExpired { .. }), "{err:?}");
+}

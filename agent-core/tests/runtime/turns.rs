@@ -237,3 +237,30 @@ async fn a_local_call_timeout_returns_the_turn_handle_for_reconciliation() {
     let status = f.harness.status(&session).await.unwrap();
     assert_eq!(status.current_turn.map(|t| t.id), Some(id));
 }
+
+#[tokio::test]
+async fn a_crashed_provider_callback_is_uncertain_and_retires_the_session() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts()).await;
+    f.control.push_admission(CallBehavior::Panic("adapter bug".into()));
+    let monitor = f.harness.monitor(&session).unwrap();
+    let turn = f.harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();
+    let reason = monitor.await;
+    assert!(matches!(reason, ExitReason::Retired { ref reason } if reason.contains("panicked")), "{reason:?}");
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
+    assert!(matches!(outcome, AwaitError::Ended(ref o) if o.status == TurnStatus::Failed), "{outcome:?}");
+}
+
+#[tokio::test]
+async fn the_turn_handle_carries_its_input_and_starts_in_starting() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts()).await;
+    let input = TurnInput::Items(vec![
+        InputItem::Text { text: "Describe this".into() },
+        InputItem::ImageUrl { url: "data:image/png;base64,AAAA".into() },
+    ]);
+    let turn = f.harness.start_turn(&session, input.clone(), TurnOptions::new()).await.unwrap();
+    assert_eq!(turn.input, input);
+    assert_eq!(turn.status, TurnStatus::Starting);
+    assert_eq!(turn.input.text(), "Describe this");
+}

@@ -1,4 +1,12 @@
 //! Secrets never reach tracing output, `Debug` output, events or the store.
+//!
+//! A test binary of its own: tracing caches per-callsite interest process-wide, so a capturing
+//! subscriber only sees every span reliably when no other test hits the same callsites
+//! concurrently.
+
+#[path = "runtime/common.rs"]
+#[allow(dead_code)]
+mod common;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -6,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use agent_core::request::RequestSpec;
 use agent_core::*;
 
-use crate::common::*;
+use common::*;
 
 const ENV_SECRET: &str = "sk-env-secret-0123456789";
 const PROMPT_SECRET: &str = "prompt-secret-4242";
