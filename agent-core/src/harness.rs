@@ -482,6 +482,17 @@ impl Harness {
         handle.call(|reply| Command::Cancel { turn: turn.id.clone(), reason, reply }).await?
     }
 
+    /// Adds input to the running turn (providers with the `steer` capability). Returns once the
+    /// provider accepted it; an unadmitted, cancelling or finished turn is [`Error::TurnNotActive`].
+    pub async fn steer(&self, turn: &Turn, input: impl Into<TurnInput>) -> Result<()> {
+        let handle = self.live(&turn.session_id)?;
+        let input = input.into();
+        if input.is_empty() {
+            return Err(Error::invalid("input", "must not be empty"));
+        }
+        handle.call(|reply| Command::Steer { turn: turn.id.clone(), input, reply }).await?
+    }
+
     /// Stops a session. An active turn gives [`Error::TurnInProgress`] unless `force`, which
     /// interrupts it (`turn_interrupted`), expires its requests and kills the provider without
     /// waiting for the provider to acknowledge. Returns after the session has fully ended;

@@ -193,10 +193,11 @@ pub trait ProviderSession: Send + Sync + fmt::Debug + 'static {
     /// Asks the provider to stop the turn. The outcome arrives as a terminal event.
     async fn cancel(&self, turn: &TurnId) -> Result<()>;
 
-    /// Adds input to the active turn.
+    /// Adds input to the active turn. The runtime calls it only when the session reports the
+    /// `steer` capability, so the default (a definite refusal) is for providers without it.
     async fn steer(&self, turn: &TurnId, input: &TurnInput) -> Result<()> {
         let _ = (turn, input);
-        Err(Error::Unsupported { provider: ProviderId::new("unknown"), capability: Capability::Steer })
+        Err(Error::Unsupported { provider: ProviderId::new("provider"), capability: Capability::Steer })
     }
 
     /// Closes the session gracefully (the runtime bounds this call). Processes must also end

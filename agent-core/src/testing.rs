@@ -131,6 +131,13 @@ pub enum Recorded {
         /// The response.
         response: Response,
     },
+    /// `steer`.
+    Steer {
+        /// The turn.
+        turn: TurnId,
+        /// The added input.
+        input: TurnInput,
+    },
     /// `cancel`.
     Cancel {
         /// The turn.
@@ -393,6 +400,12 @@ impl ProviderSession for RuntimeHandle {
         inner.call(behavior).await?;
         lock(&inner.log).push(Recorded::Respond { request: Box::new(request.clone()), response: response.clone() });
         inner.responded.notify_waiters();
+        Ok(())
+    }
+
+    async fn steer(&self, turn: &TurnId, input: &TurnInput) -> Result<()> {
+        let inner = &self.0;
+        lock(&inner.log).push(Recorded::Steer { turn: turn.clone(), input: input.clone() });
         Ok(())
     }
 

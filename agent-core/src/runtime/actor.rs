@@ -97,6 +97,7 @@ enum TaskDone {
     Admission { turn: TurnId, generation: u64, result: Result<Admission> },
     Responded { request: RequestId, result: Result<()> },
     Cancelled { turn: TurnId, result: Result<()> },
+    Steered { turn: TurnId, result: Result<()>, reply: oneshot::Sender<Result<()>> },
     RequestDeadline { request: RequestId },
 }
 
@@ -265,6 +266,7 @@ impl Actor {
             }
             Command::Respond { request, response, reply } => self.respond(request, response, reply),
             Command::Cancel { turn, reason, reply } => self.cancel(turn, reason, reply),
+            Command::Steer { turn, input, reply } => self.steer(turn, input, reply),
             Command::Stop { force, reply } => self.stop(force, reply),
         }
     }
@@ -536,6 +538,31 @@ impl Actor {
         })));
     }
 
+    fn steer(&mut self, turn: TurnId, input: crate::turn::TurnInput, reply: oneshot::Sender<Result<()>>) {
+        let running =
+            self.current.as_ref().filter(|c| c.turn.id == turn && c.admitted && matches!(c.cancel, CancelState::None));
+        let Some(current) = running else {
+            let _ = reply.send(Err(Error::TurnNotActive { turn_id: turn }));
+            return;
+        };
+        if !self.capabilities.steer.is_available() {
+            let provider = self.session.provider.clone();
+            let _ =
+                reply.send(Err(Error::Unsupported { provider, capability: crate::capabilities::Capability::Steer }));
+            return;
+        }
+        let provider = Arc::clone(&self.provider);
+        let timeout = self.options.provider_command_timeout;
+        let span = tracing::info_span!(parent: &current.span, "provider_command", command = "steer");
+        self.tasks.spawn(
+            async move {
+                let result = bounded("steer", timeout, provider.steer(&turn, &input)).await;
+                TaskDone::Steered { turn, result, reply }
+            }
+            .instrument(span),
+        );
+    }
+
     fn spawn_cancel(&mut self, turn: TurnId) {
         let provider = Arc::clone(&self.provider);
         let timeout = self.options.provider_command_timeout;
@@ -598,6 +625,18 @@ impl Actor {
                     self.retire(format!("cancellation failed: {error}"));
                 }
             }
+            TaskDone::Steered { turn, result, reply } => match result {
+                Err(error) if !error.is_definite() => {
+                    let reason = format!("steering outcome is uncertain: {error}");
+                    let _ = reply.send(Err(error));
+                    if self.current.as_ref().is_some_and(|c| c.turn.id == turn) {
+                        self.retire(reason);
+                    }
+                }
+                result => {
+                    let _ = reply.send(result);
+                }
+            },
             TaskDone::RequestDeadline { request } => self.on_request_deadline(request),
         }
     }

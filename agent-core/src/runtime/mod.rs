@@ -55,6 +55,11 @@ pub(crate) enum Command {
         reason: Option<String>,
         reply: oneshot::Sender<Result<()>>,
     },
+    Steer {
+        turn: TurnId,
+        input: crate::turn::TurnInput,
+        reply: oneshot::Sender<Result<()>>,
+    },
     Stop {
         force: bool,
         reply: oneshot::Sender<Result<()>>,

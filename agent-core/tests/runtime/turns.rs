@@ -264,3 +264,27 @@ async fn the_turn_handle_carries_its_input_and_starts_in_starting() {
     assert_eq!(turn.status, TurnStatus::Starting);
     assert_eq!(turn.input.text(), "Describe this");
 }
+
+#[tokio::test]
+async fn steering_adds_input_to_a_running_turn_where_the_provider_supports_it() {
+    let f = Fixture::new();
+    f.control.set_capabilities(
+        agent_core::testing::ScriptedProvider::default_capabilities().with(Capability::Steer, Support::Native),
+    );
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "start").await;
+    f.harness.steer(&turn, "also update the docs").await.unwrap();
+    assert!(
+        remote.commands().contains(&Recorded::Steer { turn: turn.id.clone(), input: "also update the docs".into() })
+    );
+    remote.complete(&turn.id, "done").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    let err = f.harness.steer(&turn, "too late").await.unwrap_err();
+    assert!(matches!(err, Error::TurnNotActive { .. }), "{err:?}");
+
+    let f = Fixture::new();
+    let (session, _) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "start").await;
+    let err = f.harness.steer(&turn, "more").await.unwrap_err();
+    assert!(matches!(err, Error::Unsupported { capability: Capability::Steer, .. }), "{err:?}");
+}
