@@ -1,5 +1,23 @@
-//! The Codex provider for agent-harness.
-//!
-//! This crate will hold the adapter for `codex app-server` (JSON-RPC over stdio): handshake,
-//! threads and turns, normalization of notifications into agent-core events, approvals and
-//! questions as requests, interrupt, resume and fork.
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod connection;
+mod input;
+mod lines;
+mod normalize;
+mod options;
+mod provider;
+mod requests;
+mod session;
+#[cfg(test)]
+mod transcripts;
+mod validate;
+mod version;
+mod wire;
+
+pub use options::{
+    CodexOptions, CodexTurnOptions, DEFAULT_CLIENT_NAME, DEFAULT_MAX_LINE_BYTES, DEFAULT_PROGRAM, ThreadMode,
+};
+pub use provider::{CodexProvider, PROVIDER_ID};
+pub use validate::SCRUBBED_UNDER_SUBSCRIPTION;
+pub use version::{LATEST_VALIDATED, MIN_SUPPORTED, ParseVersionError, Version};

@@ -1,0 +1,377 @@
+//! The JSON-RPC connection to one `codex app-server` process.
+//!
+//! A reader task parses stdout line by line: responses go to the caller waiting for them,
+//! everything else through the [`Normalizer`] to the session's [`Sink`]. A second task keeps the
+//! tail of stderr. When stdout ends, the reader fails the running turn with the exit status and
+//! the stderr tail, then reports the transport down. Dropping the [`Connection`] stops both
+//! tasks and kills the process.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use agent_core::Sink;
+use agent_core::event::RawJson;
+use agent_core::exec::{Child, ChildHandle, ChildOutput, ChildStdin, ExitStatus};
+use agent_core::provider::SinkClosed;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::oneshot;
+use tokio::task::{AbortHandle, JoinHandle};
+
+use crate::lines::{Line, LineReader, StderrTail};
+use crate::normalize::{Action, Normalizer};
+use crate::wire::{self, Message, Outgoing, RpcError, RpcId};
+
+/// How long the reader waits for the process to exit after stdout closed, before killing it.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+/// How long the reader waits for the stderr task to drain after the process exited.
+const STDERR_DRAIN: Duration = Duration::from_millis(500);
+/// How long `close` waits for codex to exit after stdin closed, before killing it.
+pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// Longest stderr line read; the rest of a longer line is skipped.
+const STDERR_MAX_LINE: usize = 64 * 1024;
+/// Longest error message from codex kept in an error (some list every method, several KB).
+const MAX_ERROR_MESSAGE: usize = 500;
+
+/// Why a request to codex did not produce a result.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CallError {
+    /// Codex answered with a JSON-RPC error: it did not act.
+    #[error("codex answered {code}: {message}")]
+    Rpc { code: i64, message: String },
+    /// No answer in time: the outcome is unknown.
+    #[error("no answer in time")]
+    Timeout,
+    /// The process or its pipes went away.
+    #[error("the codex app-server connection is closed")]
+    Closed,
+    /// Writing the request failed.
+    #[error("writing to codex failed: {0}")]
+    Write(#[source] std::io::Error),
+    /// The answer did not have the expected shape.
+    #[error("unexpected answer to `{method}`")]
+    Unexpected { method: String },
+}
+
+impl From<RpcError> for CallError {
+    fn from(e: RpcError) -> Self {
+        let mut message = e.message;
+        if message.len() > MAX_ERROR_MESSAGE {
+            let mut end = MAX_ERROR_MESSAGE;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            message.truncate(end);
+            message.push('…');
+        }
+        CallError::Rpc { code: e.code, message }
+    }
+}
+
+type Pending = HashMap<i64, oneshot::Sender<RawJson>>;
+
+/// State shared by the connection's tasks and callers.
+struct Shared {
+    sink: Sink,
+    child: Arc<dyn ChildHandle>,
+    state: Mutex<Normalizer>,
+    /// Callers waiting for a response; `None` once stdout closed.
+    pending: Mutex<Option<Pending>>,
+    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    next_id: AtomicI64,
+    closing: AtomicBool,
+    stderr: Mutex<StderrTail>,
+    stderr_task: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One running `codex app-server`.
+pub(crate) struct Connection {
+    shared: Arc<Shared>,
+    tasks: [AbortHandle; 2],
+}
+
+impl Connection {
+    /// Takes over a spawned process and starts reading its output.
+    pub(crate) fn start(child: Child, sink: Sink, max_line: usize) -> Result<Connection, CallError> {
+        let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin, child.stdout, child.stderr) else {
+            let _ = child.handle.kill();
+            return Err(CallError::Closed);
+        };
+        let shared = Arc::new(Shared {
+            sink,
+            child: child.handle,
+            state: Mutex::new(Normalizer::new()),
+            pending: Mutex::new(Some(HashMap::new())),
+            stdin: tokio::sync::Mutex::new(Some(stdin)),
+            next_id: AtomicI64::new(1),
+            closing: AtomicBool::new(false),
+            stderr: Mutex::new(StderrTail::default()),
+            stderr_task: Mutex::new(None),
+        });
+        let stderr_task = tokio::spawn(read_stderr(Arc::downgrade(&shared), stderr));
+        let stderr_abort = stderr_task.abort_handle();
+        *lock(&shared.stderr_task) = Some(stderr_task);
+        let reader = tokio::spawn(read_stdout(Arc::clone(&shared), stdout, max_line));
+        Ok(Connection { shared, tasks: [reader.abort_handle(), stderr_abort] })
+    }
+
+    /// The protocol state.
+    pub(crate) fn state(&self) -> MutexGuard<'_, Normalizer> {
+        lock(&self.shared.state)
+    }
+
+    /// Sends a request and waits up to `timeout` for its result (the whole response line).
+    pub(crate) async fn call<P: Serialize>(
+        &self,
+        method: &str,
+        params: P,
+        timeout: Duration,
+    ) -> Result<RawJson, CallError> {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        match lock(&self.shared.pending).as_mut() {
+            Some(pending) => pending.insert(id, tx),
+            None => return Err(CallError::Closed),
+        };
+        let line = encode(&Outgoing { id: Some(id), method, params: Some(params) });
+        if let Err(error) = self.shared.write(line).await {
+            self.forget(id);
+            return Err(CallError::Write(error));
+        }
+        let raw = match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(raw)) => raw,
+            Ok(Err(_)) => return Err(CallError::Closed),
+            Err(_) => {
+                self.forget(id);
+                return Err(CallError::Timeout);
+            }
+        };
+        match serde_json::from_str::<wire::Reply<&RawValue>>(raw.get()) {
+            Ok(wire::Reply { error: Some(error), .. }) => Err(error.into()),
+            Ok(wire::Reply { result: Some(_), .. }) => Ok(raw),
+            _ => Err(CallError::Unexpected { method: method.to_owned() }),
+        }
+    }
+
+    /// Sends a request without waiting for its answer (which is then discarded).
+    pub(crate) async fn send<P: Serialize>(&self, method: &str, params: P) -> Result<(), CallError> {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, _discarded) = oneshot::channel();
+        match lock(&self.shared.pending).as_mut() {
+            Some(pending) => pending.insert(id, tx),
+            None => return Err(CallError::Closed),
+        };
+        let line = encode(&Outgoing { id: Some(id), method, params: Some(params) });
+        self.shared.write(line).await.map_err(CallError::Write)
+    }
+
+    fn forget(&self, id: i64) {
+        if let Some(pending) = lock(&self.shared.pending).as_mut() {
+            pending.remove(&id);
+        }
+    }
+
+    /// Sends a notification.
+    pub(crate) async fn notify(&self, method: &str) -> Result<(), CallError> {
+        let line = encode(&Outgoing::<()> { id: None, method, params: None });
+        self.shared.write(line).await.map_err(CallError::Write)
+    }
+
+    /// Answers a server request.
+    pub(crate) async fn answer(&self, id: &RpcId, result: serde_json::Value) -> std::io::Result<()> {
+        self.shared.write(encode(&wire::Answer { id, result: Some(result), error: None })).await
+    }
+
+    /// Closes stdin, waits up to [`CLOSE_GRACE`] for codex to exit, then kills it.
+    pub(crate) async fn close(&self) {
+        self.shared.closing.store(true, Ordering::SeqCst);
+        if let Some(mut stdin) = self.shared.stdin.lock().await.take() {
+            let _ = tokio::time::timeout(CLOSE_GRACE, stdin.shutdown()).await;
+        }
+        if tokio::time::timeout(CLOSE_GRACE, self.shared.child.wait()).await.is_err() {
+            let _ = self.shared.child.kill();
+            let _ = tokio::time::timeout(CLOSE_GRACE, self.shared.child.wait()).await;
+        }
+        let unknown = self.state().unknown_frames();
+        if unknown > 0 {
+            tracing::info!(unknown_frames = unknown, "codex session closed; some frames were of unknown methods");
+        }
+    }
+
+    /// How the process ended and the tail of its stderr, for a failure during startup. Waits
+    /// briefly for the exit; kills the process if it is still running.
+    pub(crate) async fn exit_report(&self) -> (Option<ExitStatus>, Option<String>) {
+        let status = self.shared.wait_exit().await;
+        self.shared.drain_stderr().await;
+        (status, lock(&self.shared.stderr).text())
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        let _ = self.shared.child.kill();
+    }
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("pid", &self.shared.child.id())
+            .field("closing", &self.shared.closing.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+fn encode(message: &impl Serialize) -> Vec<u8> {
+    // Our own message types always serialize.
+    let mut line = serde_json::to_vec(message).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+impl Shared {
+    async fn write(&self, line: Vec<u8>) -> std::io::Result<()> {
+        let mut stdin = self.stdin.lock().await;
+        let Some(stdin) = stdin.as_mut() else {
+            return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "codex stdin is closed"));
+        };
+        stdin.write_all(&line).await?;
+        stdin.flush().await
+    }
+
+    /// Handles one stdout line. Errs when the session runtime is gone.
+    async fn on_line(&self, bytes: Vec<u8>) -> Result<(), SinkClosed> {
+        let len = bytes.len();
+        let text = match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(_) => return self.garbage(format!("codex wrote a stdout line that is not UTF-8 ({len} bytes)")).await,
+        };
+        if text.trim().is_empty() {
+            return Ok(());
+        }
+        // Surrounding whitespace (a `\r` before the newline) is trimmed by `from_string`.
+        let Ok(raw) = RawValue::from_string(text) else {
+            return self.garbage(format!("codex wrote a stdout line that is not JSON ({len} bytes)")).await;
+        };
+        let message = wire::parse(raw.get());
+        if let Message::Response { id: RpcId::Num(id) } = &message {
+            let waiter = lock(&self.pending).as_mut().and_then(|p| p.remove(id));
+            if let Some(waiter) = waiter {
+                let _ = waiter.send(raw);
+                return Ok(());
+            }
+        }
+        let actions = lock(&self.state).on_message(message, raw);
+        self.run(actions).await
+    }
+
+    async fn garbage(&self, message: String) -> Result<(), SinkClosed> {
+        let action = lock(&self.state).garbage(message);
+        self.run(vec![action]).await
+    }
+
+    async fn run(&self, actions: Vec<Action>) -> Result<(), SinkClosed> {
+        for action in actions {
+            match action {
+                Action::Emit { turn, kind, raw } => self.sink.emit(turn.as_ref(), kind, raw).await?,
+                Action::Request { turn, spec, raw } => self.sink.request(&turn, *spec, raw).await?,
+                Action::Resolved { provider_ref, raw } => self.sink.request_resolved(provider_ref, raw).await?,
+                Action::Answer { id, result } => {
+                    let (result, error) = match result {
+                        Ok(value) => (Some(value), None),
+                        Err(error) => (None, Some(error)),
+                    };
+                    if let Err(error) = self.write(encode(&wire::Answer { id: &id, result, error })).await {
+                        tracing::debug!(%error, request = %id, "could not answer a codex request");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the process to exit; kills it when it does not exit in [`EXIT_WAIT`].
+    async fn wait_exit(&self) -> Option<ExitStatus> {
+        if let Ok(Ok(status)) = tokio::time::timeout(EXIT_WAIT, self.child.wait()).await {
+            return Some(status);
+        }
+        let _ = self.child.kill();
+        tokio::time::timeout(EXIT_WAIT, self.child.wait()).await.ok().and_then(Result::ok)
+    }
+
+    async fn drain_stderr(&self) {
+        let task = lock(&self.stderr_task).take();
+        if let Some(task) = task {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(STDERR_DRAIN, task).await.is_err() {
+                abort.abort();
+            }
+        }
+    }
+
+    /// Stdout ended: fail waiting callers, then (unless closing) the running turn and the
+    /// transport.
+    async fn on_stdout_closed(&self, read_error: Option<std::io::Error>) {
+        lock(&self.pending).take();
+        if self.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        let status = self.wait_exit().await;
+        self.drain_stderr().await;
+        let tail = lock(&self.stderr).text();
+        let how = match (&status, &read_error) {
+            (_, Some(error)) => format!("stdout read failed: {error}"),
+            (Some(status), None) => status.to_string(),
+            (None, None) => "exit status unknown".to_owned(),
+        };
+        let reason = format!("codex app-server exited ({how}) without completing the turn");
+        let actions = lock(&self.state).on_exit(&reason, status, tail);
+        if self.run(actions).await.is_ok() {
+            let _ = self.sink.transport_down(format!("codex app-server exited ({how})")).await;
+        }
+    }
+}
+
+async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) {
+    let mut lines = LineReader::new(stdout, max_line);
+    let read_error = loop {
+        let handled = match lines.next_line().await {
+            Ok(Some(Line::Text(bytes))) => shared.on_line(bytes).await,
+            Ok(Some(Line::TooLong(bytes))) => {
+                shared
+                    .garbage(format!(
+                        "codex wrote a stdout line of {bytes} bytes, over the {max_line}-byte limit; dropped"
+                    ))
+                    .await
+            }
+            Ok(None) => break None,
+            Err(error) => break Some(error),
+        };
+        if handled.is_err() {
+            // The session runtime is gone; it drops the connection, which kills the process.
+            return;
+        }
+    };
+    shared.on_stdout_closed(read_error).await;
+}
+
+async fn read_stderr(shared: std::sync::Weak<Shared>, stderr: ChildOutput) {
+    let mut lines = LineReader::new(stderr, STDERR_MAX_LINE);
+    while let Ok(Some(line)) = lines.next_line().await {
+        let Some(shared) = shared.upgrade() else { return };
+        if let Line::Text(bytes) = line {
+            lock(&shared.stderr).push(&bytes);
+        }
+    }
+}

@@ -1,0 +1,962 @@
+//! The protocol state machine: codex messages in, harness events and requests out.
+//!
+//! [`Normalizer`] is pure: it owns no I/O. The connection feeds it every parsed stdout line
+//! (except responses to our own requests) and executes the [`Action`]s it returns, in order.
+//! It tracks the running turn (harness ID ↔ codex turn ID), its open items, usage and final
+//! text, and the server requests waiting for the host.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use agent_core::event::{FileChangeEntry, PlanStep, RawJson, ToolKind, ToolStatus};
+use agent_core::exec::ExitStatus;
+use agent_core::request::{ProviderRef, RequestSpec};
+use agent_core::{EventKind, TurnId, TurnResult, TurnStatus, Usage};
+use serde_json::{Value, json};
+
+use crate::requests::{self, Built, PendingRequest};
+use crate::wire::{self, IdRef, Item, Message, Notification, RpcId, ServerRequest, Tokens};
+
+/// Finished turns remembered to route their late frames (the runtime then drops them).
+const RECENT_TURNS: usize = 8;
+/// Distinct unknown method names remembered for logging each once.
+const MAX_UNKNOWN_NAMES: usize = 64;
+/// Output kept per open tool item, to report with a tool closed by the turn's end.
+const MAX_TOOL_OUTPUT: usize = 64 * 1024;
+
+/// Something the connection must do.
+#[derive(Debug)]
+#[expect(clippy::large_enum_variant, reason = "`Emit` is the common variant; boxing it would allocate per event")]
+pub(crate) enum Action {
+    /// Report an event.
+    Emit { turn: Option<TurnId>, kind: EventKind, raw: Option<RawJson> },
+    /// Ask the host.
+    Request { turn: TurnId, spec: Box<RequestSpec>, raw: Option<RawJson> },
+    /// Codex settled a request by itself.
+    Resolved { provider_ref: ProviderRef, raw: Option<RawJson> },
+    /// Answer a server request at once.
+    Answer { id: RpcId, result: Result<Value, wire::AnswerError> },
+}
+
+impl Action {
+    fn raw_slot(&mut self) -> Option<&mut Option<RawJson>> {
+        match self {
+            Action::Emit { raw, .. } | Action::Request { raw, .. } | Action::Resolved { raw, .. } => Some(raw),
+            Action::Answer { .. } => None,
+        }
+    }
+}
+
+/// Gives every reporting action of one line the line's raw JSON (moved into the last one).
+fn attach(actions: &mut [Action], raw: RawJson) {
+    let mut slots: Vec<&mut Option<RawJson>> = actions.iter_mut().filter_map(Action::raw_slot).collect();
+    if let Some((last, rest)) = slots.split_last_mut() {
+        for slot in rest {
+            **slot = Some(raw.clone());
+        }
+        **last = Some(raw);
+    }
+}
+
+/// Where a frame belongs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Route {
+    /// The running turn.
+    Current,
+    /// A finished turn (the runtime drops it as stale).
+    Past(TurnId),
+    /// No turn.
+    Session,
+}
+
+/// An item that started and has not completed.
+#[derive(Debug)]
+enum OpenItem {
+    Message { text: String },
+    Reasoning { streamed: bool },
+    Tool { output: String },
+    FileChange { changes: Vec<FileChangeEntry>, output: String },
+}
+
+/// The running turn.
+#[derive(Debug)]
+struct TurnState {
+    harness: TurnId,
+    codex: Option<String>,
+    baseline: Tokens,
+    usage: Option<Usage>,
+    items: Vec<(String, OpenItem)>,
+    last_message: Option<String>,
+    diff: Option<String>,
+    error: Option<Value>,
+}
+
+impl TurnState {
+    fn item(&mut self, id: &str) -> Option<&mut OpenItem> {
+        self.items.iter_mut().find(|(i, _)| i == id).map(|(_, item)| item)
+    }
+
+    fn take_item(&mut self, id: &str) -> Option<OpenItem> {
+        let index = self.items.iter().position(|(i, _)| i == id)?;
+        Some(self.items.remove(index).1)
+    }
+}
+
+/// The session's protocol state.
+#[derive(Debug, Default)]
+pub(crate) struct Normalizer {
+    thread_id: Option<String>,
+    turn: Option<TurnState>,
+    recent: VecDeque<(String, TurnId)>,
+    thread_tokens: Tokens,
+    requests: HashMap<String, PendingRequest>,
+    unknown_frames: u64,
+    unknown_names: HashSet<String>,
+}
+
+impl Normalizer {
+    /// A normalizer before the thread is known.
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the session's codex thread; frames of other threads are kept unnormalized.
+    pub(crate) fn set_thread(&mut self, thread_id: &str) {
+        self.thread_id = Some(thread_id.to_owned());
+    }
+
+    /// Frames whose method this codex version does not declare (protocol drift).
+    pub(crate) fn unknown_frames(&self) -> u64 {
+        self.unknown_frames
+    }
+
+    // ----- turn control ---------------------------------------------------------------------
+
+    /// Registers a turn about to be sent; frames without a turn ID route to it from now on.
+    /// Fails with the running turn when one is active.
+    pub(crate) fn begin_turn(&mut self, harness: TurnId) -> Result<(), TurnId> {
+        if let Some(turn) = &self.turn {
+            return Err(turn.harness.clone());
+        }
+        self.turn = Some(TurnState {
+            harness,
+            codex: None,
+            baseline: self.thread_tokens,
+            usage: None,
+            items: Vec::new(),
+            last_message: None,
+            diff: None,
+            error: None,
+        });
+        Ok(())
+    }
+
+    /// Records codex's ID for the running turn.
+    pub(crate) fn admitted(&mut self, harness: &TurnId, codex: &str) {
+        if let Some(turn) = self.turn.as_mut().filter(|t| &t.harness == harness) {
+            turn.codex = Some(codex.to_owned());
+        }
+    }
+
+    /// Forgets a turn codex refused.
+    pub(crate) fn abort_turn(&mut self, harness: &TurnId) {
+        if self.turn.as_ref().is_some_and(|t| &t.harness == harness) {
+            self.turn = None;
+        }
+    }
+
+    /// Codex's ID of the running turn, if `harness` is running.
+    pub(crate) fn codex_turn(&self, harness: &TurnId) -> Option<String> {
+        self.turn.as_ref().filter(|t| &t.harness == harness).and_then(|t| t.codex.clone())
+    }
+
+    /// True while `harness` is the running turn.
+    pub(crate) fn is_running(&self, harness: &TurnId) -> bool {
+        self.turn.as_ref().is_some_and(|t| &t.harness == harness)
+    }
+
+    /// Claims a pending request for answering. Claimed requests can be put back with
+    /// [`Normalizer::restore_request`].
+    pub(crate) fn take_request(&mut self, provider_ref: &str) -> Option<PendingRequest> {
+        self.requests.remove(provider_ref)
+    }
+
+    /// Puts back a request whose answer was refused before anything was sent.
+    pub(crate) fn restore_request(&mut self, pending: PendingRequest) {
+        if self.is_running(&pending.turn) {
+            self.requests.insert(pending.id.to_ref(), pending);
+        }
+    }
+
+    /// Ends the running turn because the process went away.
+    pub(crate) fn on_exit(
+        &mut self,
+        reason: &str,
+        exit_status: Option<ExitStatus>,
+        stderr_tail: Option<String>,
+    ) -> Vec<Action> {
+        let Some(mut turn) = self.turn.take() else { return Vec::new() };
+        self.requests.clear();
+        let mut actions = close_items(&mut turn);
+        let mut result = result_base(&turn, None);
+        result.reason = Some(reason.to_owned());
+        result.exit_status = exit_status;
+        result.stderr_tail = stderr_tail;
+        result.error = turn.error.take();
+        actions.push(Action::Emit {
+            turn: Some(turn.harness.clone()),
+            kind: EventKind::terminal(TurnStatus::Failed, result),
+            raw: None,
+        });
+        actions
+    }
+
+    /// A stdout line that is not JSON (or not UTF-8, or too long): a warning for the running
+    /// turn (or the session).
+    pub(crate) fn garbage(&self, message: String) -> Action {
+        Action::Emit {
+            turn: self.turn.as_ref().map(|t| t.harness.clone()),
+            kind: EventKind::Warning { message },
+            raw: None,
+        }
+    }
+
+    // ----- messages ---------------------------------------------------------------------------
+
+    /// Normalizes one parsed line. Responses to our own requests are handled by the connection.
+    pub(crate) fn on_message(&mut self, message: Message, raw: RawJson) -> Vec<Action> {
+        let mut actions = match message {
+            Message::Notification(note) => self.on_notification(note),
+            Message::Request { id, request } => self.on_request(id, *request),
+            Message::Response { .. } => vec![self.unnormalized("response", Route::Session)],
+            Message::Unrecognized => {
+                self.count_unknown("(not json-rpc)");
+                let route = if self.turn.is_some() { Route::Current } else { Route::Session };
+                vec![self.unnormalized("(not json-rpc)", route)]
+            }
+        };
+        attach(&mut actions, raw);
+        actions
+    }
+
+    fn route(&self, ids: IdRef<'_>) -> (Route, bool) {
+        let foreign = matches!((ids.thread, &self.thread_id), (Some(t), Some(ours)) if t != ours);
+        let route = match (ids.turn, &self.turn) {
+            _ if foreign => self.current_or_session(),
+            (Some(id), Some(turn)) if turn.codex.as_deref() == Some(id) => Route::Current,
+            (Some(id), _) if self.recent.iter().any(|(codex, _)| codex == id) => {
+                let harness = self.recent.iter().find(|(codex, _)| codex == id).map(|(_, h)| h.clone());
+                harness.map_or(Route::Session, Route::Past)
+            }
+            (Some(_), Some(turn)) if turn.codex.is_none() => Route::Current,
+            (Some(_), _) => Route::Session,
+            (None, _) => self.current_or_session(),
+        };
+        (route, foreign)
+    }
+
+    fn current_or_session(&self) -> Route {
+        if self.turn.is_some() { Route::Current } else { Route::Session }
+    }
+
+    fn turn_of(&self, route: &Route) -> Option<TurnId> {
+        match route {
+            Route::Current => self.turn.as_ref().map(|t| t.harness.clone()),
+            Route::Past(id) => Some(id.clone()),
+            Route::Session => None,
+        }
+    }
+
+    fn emit(&self, route: &Route, kind: EventKind) -> Action {
+        Action::Emit { turn: self.turn_of(route), kind, raw: None }
+    }
+
+    fn unnormalized(&self, method: &str, route: Route) -> Action {
+        self.emit(&route, EventKind::ProviderEvent { method: method.to_owned() })
+    }
+
+    fn count_unknown(&mut self, method: &str) {
+        self.unknown_frames += 1;
+        if self.unknown_names.len() < MAX_UNKNOWN_NAMES && self.unknown_names.insert(method.to_owned()) {
+            tracing::warn!(method, "codex sent a frame this provider does not know; kept as provider_event");
+        }
+    }
+
+    fn on_notification(&mut self, note: Notification) -> Vec<Action> {
+        let ids = match &note {
+            Notification::AgentMessageDelta(d)
+            | Notification::ReasoningDelta(d, _)
+            | Notification::CommandOutputDelta(d)
+            | Notification::FileChangeOutputDelta(d) => d.ids(),
+            Notification::ItemStarted(n) | Notification::ItemCompleted(n) => n.ids.as_ref(),
+            Notification::PatchUpdated(n) => n.ids.as_ref(),
+            Notification::McpProgress(n) => n.ids.as_ref(),
+            Notification::PlanUpdated(n) => n.ids.as_ref(),
+            Notification::TurnDiff(n) => n.ids.as_ref(),
+            Notification::TokenUsage(n) => n.ids.as_ref(),
+            Notification::Warning(n) => n.ids.as_ref(),
+            Notification::Error(n) => n.ids.as_ref(),
+            Notification::TurnStarted(n) | Notification::TurnCompleted(n) => {
+                IdRef { thread: n.thread_id.as_deref(), turn: Some(n.turn.id.as_str()) }
+            }
+            Notification::Resolved(n) => IdRef { thread: n.thread_id.as_deref(), turn: None },
+            Notification::RateLimits(_) => IdRef::default(),
+            Notification::Other { ids, .. } => ids.as_ref(),
+        };
+        let (route, foreign) = self.route(ids);
+        // Stateless kinds normalize wherever they belong.
+        match note {
+            Notification::RateLimits(n) => vec![self.emit(&route, EventKind::RateLimit { info: n.rate_limits })],
+            Notification::Warning(n) => vec![self.emit(&route, EventKind::Warning { message: n.text() })],
+            Notification::Resolved(n) => {
+                let provider_ref = n.request_id.to_ref();
+                self.requests.remove(&provider_ref);
+                vec![Action::Resolved { provider_ref: ProviderRef(provider_ref), raw: None }]
+            }
+            Notification::Other { method, known, .. } => {
+                if !known {
+                    self.count_unknown(&method);
+                }
+                vec![self.unnormalized(&method, route)]
+            }
+            Notification::Error(n) => self.on_error(&route, foreign, n),
+            Notification::TurnCompleted(n) if route == Route::Current && !foreign => self.finish(n.turn),
+            note if route != Route::Current || foreign => {
+                if let Notification::TokenUsage(n) = &note {
+                    self.thread_tokens = n.token_usage.total;
+                }
+                vec![self.unnormalized(note.method(), route)]
+            }
+            note => self.on_turn_notification(note),
+        }
+    }
+
+    fn on_error(&mut self, route: &Route, foreign: bool, n: wire::ErrorNote) -> Vec<Action> {
+        let message = n.error.get("message").and_then(Value::as_str).unwrap_or("codex reported an error").to_owned();
+        let code = n.error.get("codexErrorInfo").and_then(error_code);
+        if *route == Route::Current
+            && !foreign
+            && n.will_retry != Some(true)
+            && let Some(turn) = self.turn.as_mut()
+        {
+            turn.error = Some(n.error.clone());
+        }
+        vec![self.emit(route, EventKind::ProviderError { message, code, will_retry: n.will_retry })]
+    }
+
+    /// Stateful notifications of the running turn.
+    fn on_turn_notification(&mut self, note: Notification) -> Vec<Action> {
+        let route = Route::Current;
+        let Some(turn) = self.turn.as_mut() else { return Vec::new() };
+        let kind = match note {
+            Notification::AgentMessageDelta(d) => {
+                match turn.item(&d.item_id) {
+                    Some(OpenItem::Message { text }) => text.push_str(&d.delta),
+                    _ => turn.items.push((d.item_id.clone(), OpenItem::Message { text: d.delta.clone() })),
+                }
+                EventKind::MessageDelta { item_id: Some(d.item_id), text: d.delta }
+            }
+            Notification::ReasoningDelta(d, _) => {
+                match turn.item(&d.item_id) {
+                    Some(OpenItem::Reasoning { streamed }) => *streamed = true,
+                    _ => turn.items.push((d.item_id.clone(), OpenItem::Reasoning { streamed: true })),
+                }
+                EventKind::ReasoningDelta { item_id: Some(d.item_id), text: d.delta }
+            }
+            Notification::CommandOutputDelta(d) => {
+                if let Some(OpenItem::Tool { output } | OpenItem::FileChange { output, .. }) = turn.item(&d.item_id) {
+                    push_bounded(output, &d.delta);
+                }
+                EventKind::CommandOutputDelta { item_id: d.item_id, text: d.delta }
+            }
+            Notification::FileChangeOutputDelta(d) => {
+                if let Some(OpenItem::FileChange { output, .. }) = turn.item(&d.item_id) {
+                    push_bounded(output, &d.delta);
+                }
+                EventKind::ToolProgress { item_id: d.item_id, message: d.delta }
+            }
+            Notification::McpProgress(p) => EventKind::ToolProgress { item_id: p.item_id, message: p.message },
+            Notification::PatchUpdated(p) => {
+                let changes: Vec<FileChangeEntry> = p.changes.into_iter().map(change_entry).collect();
+                if let Some(OpenItem::FileChange { changes: known, .. }) = turn.item(&p.item_id) {
+                    known.clone_from(&changes);
+                }
+                EventKind::FileChange { item_id: p.item_id, changes }
+            }
+            Notification::PlanUpdated(p) => EventKind::PlanUpdated {
+                explanation: p.explanation,
+                steps: p.plan.into_iter().map(|s| PlanStep { step: s.step, status: step_status(&s.status) }).collect(),
+            },
+            Notification::TurnDiff(d) => {
+                turn.diff = Some(d.diff);
+                EventKind::ProviderEvent { method: "turn/diff/updated".into() }
+            }
+            Notification::TokenUsage(n) => {
+                self.thread_tokens = n.token_usage.total;
+                if turn.codex.is_none() {
+                    // Usage reported before codex admitted the turn belongs to earlier turns
+                    // (a resumed thread restores its totals): it is the turn's baseline.
+                    turn.baseline = n.token_usage.total;
+                    EventKind::ProviderEvent { method: "thread/tokenUsage/updated".into() }
+                } else {
+                    let usage = usage(n.token_usage.total.since(turn.baseline));
+                    turn.usage = Some(usage);
+                    EventKind::UsageUpdated(usage)
+                }
+            }
+            Notification::TurnStarted(n) => {
+                turn.codex.get_or_insert(n.turn.id);
+                EventKind::ProviderEvent { method: "turn/started".into() }
+            }
+            Notification::ItemStarted(n) => return self.item_started(n.item),
+            Notification::ItemCompleted(n) => return self.item_completed(n.item),
+            other => EventKind::ProviderEvent { method: other.method().to_owned() },
+        };
+        vec![self.emit(&route, kind)]
+    }
+
+    fn item_started(&mut self, item: Item) -> Vec<Action> {
+        let route = Route::Current;
+        let Some(turn) = self.turn.as_mut() else { return Vec::new() };
+        let tool = |kind: ToolKind, name: &str, input: Value| EventKind::ToolStarted {
+            item_id: item.id.clone(),
+            tool: kind,
+            name: name.to_owned(),
+            input: Some(input),
+        };
+        let (open, kinds) = match item.kind.as_str() {
+            "agentMessage" => (
+                Some(OpenItem::Message { text: item.text.clone().unwrap_or_default() }),
+                vec![EventKind::ProviderEvent { method: "item/started".into() }],
+            ),
+            "reasoning" => (
+                Some(OpenItem::Reasoning { streamed: false }),
+                vec![EventKind::ProviderEvent { method: "item/started".into() }],
+            ),
+            "commandExecution" => (
+                Some(OpenItem::Tool { output: String::new() }),
+                vec![tool(ToolKind::Command, "shell", json!({ "command": item.command, "cwd": item.cwd }))],
+            ),
+            "fileChange" => {
+                let changes: Vec<FileChangeEntry> =
+                    item.changes.clone().unwrap_or_default().into_iter().map(change_entry).collect();
+                let paths: Vec<&str> = changes.iter().map(|c| c.path.as_str()).collect();
+                let started = tool(ToolKind::FileChange, "apply_patch", json!({ "paths": paths }));
+                let proposed = EventKind::FileChange { item_id: item.id.clone(), changes: changes.clone() };
+                (Some(OpenItem::FileChange { changes, output: String::new() }), vec![started, proposed])
+            }
+            _ => match tool_of(&item) {
+                Some((tool_kind, name, input)) => {
+                    (Some(OpenItem::Tool { output: String::new() }), vec![tool(tool_kind, &name, input)])
+                }
+                None => (None, vec![EventKind::ProviderEvent { method: "item/started".into() }]),
+            },
+        };
+        if let Some(open) = open {
+            match turn.item(&item.id) {
+                Some(existing) => *existing = open,
+                None => turn.items.push((item.id.clone(), open)),
+            }
+        }
+        kinds.into_iter().map(|kind| self.emit(&route, kind)).collect()
+    }
+
+    fn item_completed(&mut self, item: Item) -> Vec<Action> {
+        let route = Route::Current;
+        let Some(turn) = self.turn.as_mut() else { return Vec::new() };
+        let open = turn.take_item(&item.id);
+        let status = tool_status(item.status.as_deref());
+        let kinds = match item.kind.as_str() {
+            "agentMessage" => {
+                let text = item.text.unwrap_or_default();
+                turn.last_message = Some(text.clone());
+                vec![EventKind::AssistantMessage { item_id: Some(item.id), text }]
+            }
+            "reasoning" => {
+                let streamed = matches!(open, Some(OpenItem::Reasoning { streamed: true }));
+                let text = reasoning_text(&item);
+                if streamed || text.is_empty() {
+                    vec![EventKind::ProviderEvent { method: "item/completed".into() }]
+                } else {
+                    vec![EventKind::ReasoningDelta { item_id: Some(item.id), text }]
+                }
+            }
+            "commandExecution" => vec![EventKind::ToolCompleted {
+                item_id: item.id,
+                status,
+                output: item.aggregated_output,
+                exit_code: item.exit_code.and_then(|c| i32::try_from(c).ok()),
+            }],
+            "fileChange" => {
+                let changes = item.changes.unwrap_or_default().into_iter().map(change_entry).collect();
+                vec![
+                    EventKind::FileChange { item_id: item.id.clone(), changes },
+                    EventKind::ToolCompleted { item_id: item.id, status, output: None, exit_code: None },
+                ]
+            }
+            _ if open.as_ref().is_some_and(|o| matches!(o, OpenItem::Tool { .. })) || tool_of(&item).is_some() => {
+                let output = item
+                    .error
+                    .as_ref()
+                    .and_then(|e| e.get("message").and_then(Value::as_str).map(str::to_owned))
+                    .or_else(|| item.result.as_ref().map(Value::to_string));
+                vec![EventKind::ToolCompleted { item_id: item.id, status, output, exit_code: None }]
+            }
+            _ => vec![EventKind::ProviderEvent { method: "item/completed".into() }],
+        };
+        kinds.into_iter().map(|kind| self.emit(&route, kind)).collect()
+    }
+
+    /// `turn/completed` for the running turn: closes open items, emits the terminal event.
+    fn finish(&mut self, info: wire::TurnInfo) -> Vec<Action> {
+        let Some(mut turn) = self.turn.take() else { return Vec::new() };
+        let harness = turn.harness.clone();
+        self.requests.retain(|_, p| p.turn != harness);
+        let mut actions = close_items(&mut turn);
+        let summary_text = info.items.iter().rev().find(|i| i.kind == "agentMessage").and_then(|i| i.text.clone());
+        let mut result = result_base(&turn, summary_text);
+        result.provider_turn_id = Some(info.id.clone());
+        let status = match info.status.as_str() {
+            "completed" => TurnStatus::Completed,
+            "interrupted" => {
+                result.reason = Some("codex interrupted the turn".into());
+                TurnStatus::Interrupted
+            }
+            other => {
+                let error = info.error.clone().or(turn.error.take());
+                result.reason = Some(match error.as_ref().and_then(|e| e.get("message")).and_then(Value::as_str) {
+                    Some(message) => message.to_owned(),
+                    None if other == "failed" => "codex reported the turn failed".to_owned(),
+                    None => format!("codex ended the turn with status `{other}`"),
+                });
+                result.error = error;
+                TurnStatus::Failed
+            }
+        };
+        if result.error.is_none() {
+            result.error = info.error;
+        }
+        let mut details = serde_json::Map::new();
+        if let Some(ms) = info.duration_ms {
+            details.insert("duration_ms".into(), ms.into());
+        }
+        if let Some(diff) = turn.diff.take() {
+            details.insert("diff".into(), diff.into());
+        }
+        if !details.is_empty() {
+            result.details = Some(Value::Object(details));
+        }
+        self.recent.push_back((info.id, harness.clone()));
+        if self.recent.len() > RECENT_TURNS {
+            self.recent.pop_front();
+        }
+        actions.push(Action::Emit { turn: Some(harness), kind: EventKind::terminal(status, result), raw: None });
+        actions
+    }
+
+    fn on_request(&mut self, id: RpcId, request: ServerRequest) -> Vec<Action> {
+        let ids = request.ids();
+        let (route, foreign) = self.route(ids.as_ref());
+        let method = request_method(&request).to_owned();
+        let turn = self.turn.as_ref();
+        let changes = |item_id: &str| {
+            turn.and_then(|t| t.items.iter().find(|(i, _)| i == item_id)).and_then(|(_, item)| match item {
+                OpenItem::FileChange { changes, .. } => Some(changes.clone()),
+                _ => None,
+            })
+        };
+        let built = requests::build(&id, request, changes);
+        // Requests of a subagent's thread still need the host: they go to the running turn.
+        let target = match (&route, foreign) {
+            (Route::Current, _) | (_, true) => self.turn.as_ref().map(|t| t.harness.clone()),
+            _ => None,
+        };
+        match (built, target) {
+            (Built::Ask { spec, kind }, Some(turn)) => {
+                self.requests.insert(id.to_ref(), PendingRequest { id, turn: turn.clone(), kind });
+                vec![Action::Request { turn, spec: Box::new(spec), raw: None }]
+            }
+            (Built::Ask { kind, .. }, None) => vec![
+                Action::Answer { id, result: Ok(requests::auto_decline(&kind)) },
+                self.emit(
+                    &route,
+                    EventKind::Warning { message: format!("codex sent `{method}` while no turn is running; declined") },
+                ),
+            ],
+            (Built::Answer { result, note }, _) => {
+                if result.as_ref().is_err_and(|e| e.code == -32601) && !is_declared_request(&method) {
+                    self.count_unknown(&method);
+                }
+                vec![Action::Answer { id, result }, self.emit(&route, EventKind::Warning { message: note })]
+            }
+        }
+    }
+}
+
+fn request_method(request: &ServerRequest) -> &str {
+    match request {
+        ServerRequest::CommandApproval(_) => "item/commandExecution/requestApproval",
+        ServerRequest::FileApproval(_) => "item/fileChange/requestApproval",
+        ServerRequest::Permissions(_) => "item/permissions/requestApproval",
+        ServerRequest::UserInput(_) => "item/tool/requestUserInput",
+        ServerRequest::Elicitation(_) => "mcpServer/elicitation/request",
+        ServerRequest::LegacyExec(_) => "execCommandApproval",
+        ServerRequest::LegacyPatch(_) => "applyPatchApproval",
+        ServerRequest::DynamicToolCall { .. } => "item/tool/call",
+        ServerRequest::Unsupported { method, .. } => method,
+    }
+}
+
+fn is_declared_request(method: &str) -> bool {
+    matches!(method, "account/chatgptAuthTokens/refresh" | "attestation/generate")
+}
+
+/// Closes the turn's open tool items as interrupted.
+fn close_items(turn: &mut TurnState) -> Vec<Action> {
+    std::mem::take(&mut turn.items)
+        .into_iter()
+        .filter_map(|(item_id, item)| match item {
+            OpenItem::Tool { output } | OpenItem::FileChange { output, .. } => Some(Action::Emit {
+                turn: Some(turn.harness.clone()),
+                kind: EventKind::ToolCompleted {
+                    item_id,
+                    status: ToolStatus::Interrupted,
+                    output: Some(output).filter(|o| !o.is_empty()),
+                    exit_code: None,
+                },
+                raw: None,
+            }),
+            OpenItem::Message { text } => {
+                if turn.last_message.is_none() && !text.is_empty() {
+                    turn.last_message = Some(text);
+                }
+                None
+            }
+            OpenItem::Reasoning { .. } => None,
+        })
+        .collect()
+}
+
+fn result_base(turn: &TurnState, summary_text: Option<String>) -> TurnResult {
+    let mut result = TurnResult::default();
+    result.text = summary_text.or_else(|| turn.last_message.clone());
+    result.usage = turn.usage;
+    result.provider_turn_id = turn.codex.clone();
+    result
+}
+
+fn push_bounded(buffer: &mut String, text: &str) {
+    if buffer.len() < MAX_TOOL_OUTPUT {
+        let room = MAX_TOOL_OUTPUT - buffer.len();
+        let mut end = text.len().min(room);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        buffer.push_str(&text[..end]);
+    }
+}
+
+/// The tool kind, name and input of a tool item other than commands and file changes.
+fn tool_of(item: &Item) -> Option<(ToolKind, String, Value)> {
+    let named = |default: &str| item.tool.clone().unwrap_or_else(|| default.to_owned());
+    match item.kind.as_str() {
+        "mcpToolCall" => Some((
+            ToolKind::Mcp,
+            named("mcp"),
+            json!({ "server": item.server, "tool": item.tool, "arguments": item.arguments }),
+        )),
+        "dynamicToolCall" => {
+            Some((ToolKind::Other, named("dynamic_tool"), item.arguments.clone().unwrap_or(Value::Null)))
+        }
+        "collabAgentToolCall" => Some((ToolKind::Other, named("collab_agent"), Value::Null)),
+        "webSearch" => Some((ToolKind::Web, "web_search".into(), json!({ "query": item.query }))),
+        "imageView" => Some((ToolKind::Other, "view_image".into(), json!({ "path": item.path }))),
+        "imageGeneration" => Some((ToolKind::Other, "image_generation".into(), Value::Null)),
+        _ => None,
+    }
+}
+
+fn tool_status(status: Option<&str>) -> ToolStatus {
+    match status {
+        Some("failed") => ToolStatus::Failed,
+        Some("declined") => ToolStatus::Declined,
+        _ => ToolStatus::Completed,
+    }
+}
+
+fn step_status(status: &str) -> String {
+    match status {
+        "inProgress" => "in_progress".into(),
+        other => other.to_owned(),
+    }
+}
+
+fn change_entry(change: wire::Change) -> FileChangeEntry {
+    let kind = if change.kind.kind.is_empty() { "update".to_owned() } else { change.kind.kind };
+    let change_kind = match (&*kind, &change.kind.move_path) {
+        ("update", Some(_)) => "move".to_owned(),
+        _ => kind,
+    };
+    FileChangeEntry { path: change.path, change: change_kind, diff: change.diff }
+}
+
+fn reasoning_text(item: &Item) -> String {
+    let strings = |v: Option<&Value>| -> Vec<String> {
+        v.and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default()
+    };
+    let summary = item.summary.as_ref().map(|s| s.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect());
+    let mut parts: Vec<String> = summary.unwrap_or_default();
+    parts.extend(strings(item.content.as_ref()));
+    parts.join("\n")
+}
+
+fn usage(tokens: Tokens) -> Usage {
+    let mut usage = Usage::default();
+    usage.input_tokens = Some(tokens.input_tokens);
+    usage.cached_input_tokens = Some(tokens.cached_input_tokens);
+    usage.output_tokens = Some(tokens.output_tokens);
+    usage.reasoning_tokens = Some(tokens.reasoning_output_tokens);
+    usage.total_tokens = Some(tokens.total_tokens);
+    usage
+}
+
+/// `codexErrorInfo` as a code: the string itself, or the single key of the object form.
+fn error_code(info: &Value) -> Option<String> {
+    match info {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(map) => map.keys().next().cloned(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_core::exec::ExitStatus;
+    use serde_json::value::RawValue;
+
+    use super::*;
+
+    fn turn(id: &str) -> TurnId {
+        TurnId::from_string(id)
+    }
+
+    /// A normalizer on thread `th` running harness turn `h1` (codex turn `tu`).
+    fn running() -> Normalizer {
+        let mut n = Normalizer::new();
+        n.set_thread("th");
+        n.begin_turn(turn("h1")).unwrap();
+        n.admitted(&turn("h1"), "tu");
+        n
+    }
+
+    fn feed(n: &mut Normalizer, message: Value) -> Vec<Action> {
+        let raw = RawValue::from_string(message.to_string()).unwrap();
+        n.on_message(wire::parse(raw.get()), raw)
+    }
+
+    fn note(method: &str, params: Value) -> Value {
+        json!({ "method": method, "params": params })
+    }
+
+    /// Each action as (turn, kind) for emits.
+    fn emitted(actions: &[Action]) -> Vec<(Option<&str>, &EventKind)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Emit { turn, kind, .. } => Some((turn.as_ref().map(TurnId::as_str), kind)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn item(kind: &str, id: &str, extra: Value) -> Value {
+        let mut item = json!({ "type": kind, "id": id });
+        item.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        json!({ "threadId": "th", "turnId": "tu", "item": item })
+    }
+
+    #[test]
+    fn reasoning_without_deltas_reports_its_text_once() {
+        let mut n = running();
+        let actions = feed(
+            &mut n,
+            note("item/completed", item("reasoning", "r1", json!({"summary": ["plan"], "content": ["detail"]}))),
+        );
+        assert_eq!(
+            emitted(&actions),
+            [(Some("h1"), &EventKind::ReasoningDelta { item_id: Some("r1".into()), text: "plan\ndetail".into() })]
+        );
+        feed(
+            &mut n,
+            note(
+                "item/reasoning/textDelta",
+                json!({"threadId": "th", "turnId": "tu", "itemId": "r2", "delta": "x", "contentIndex": 0}),
+            ),
+        );
+        let actions = feed(&mut n, note("item/completed", item("reasoning", "r2", json!({"content": ["x"]}))));
+        assert!(matches!(emitted(&actions)[0].1, EventKind::ProviderEvent { .. }));
+    }
+
+    #[test]
+    fn mcp_and_web_tools_start_and_complete() {
+        let mut n = running();
+        let started = feed(
+            &mut n,
+            note(
+                "item/started",
+                item(
+                    "mcpToolCall",
+                    "m1",
+                    json!({"server": "files", "tool": "read", "arguments": {"p": 1}, "status": "inProgress"}),
+                ),
+            ),
+        );
+        let EventKind::ToolStarted { tool, name, input, .. } = emitted(&started)[0].1 else { panic!("tool_started") };
+        assert_eq!((*tool, name.as_str()), (ToolKind::Mcp, "read"));
+        assert_eq!(input.as_ref().unwrap()["server"], "files");
+        let done = feed(
+            &mut n,
+            note(
+                "item/completed",
+                item(
+                    "mcpToolCall",
+                    "m1",
+                    json!({"server": "files", "tool": "read", "status": "failed", "error": {"message": "boom"}}),
+                ),
+            ),
+        );
+        assert_eq!(
+            emitted(&done)[0].1,
+            &EventKind::ToolCompleted {
+                item_id: "m1".into(),
+                status: ToolStatus::Failed,
+                output: Some("boom".into()),
+                exit_code: None
+            }
+        );
+        let web = feed(&mut n, note("item/started", item("webSearch", "w1", json!({"query": "rust"}))));
+        assert!(matches!(emitted(&web)[0].1, EventKind::ToolStarted { tool: ToolKind::Web, .. }));
+    }
+
+    #[test]
+    fn frames_of_another_thread_stay_unnormalized_in_the_running_turn() {
+        let mut n = running();
+        let actions = feed(
+            &mut n,
+            note("item/agentMessage/delta", json!({"threadId": "sub", "turnId": "x", "itemId": "m", "delta": "hi"})),
+        );
+        assert_eq!(
+            emitted(&actions),
+            [(Some("h1"), &EventKind::ProviderEvent { method: "item/agentMessage/delta".into() })]
+        );
+    }
+
+    #[test]
+    fn late_frames_go_to_their_finished_turn_and_early_ones_to_the_new_turn() {
+        let mut n = running();
+        let done = feed(
+            &mut n,
+            note("turn/completed", json!({"threadId": "th", "turn": {"id": "tu", "status": "completed"}})),
+        );
+        assert!(emitted(&done)[0].1.is_terminal());
+        n.begin_turn(turn("h2")).unwrap();
+        let late = feed(
+            &mut n,
+            note("item/agentMessage/delta", json!({"threadId": "th", "turnId": "tu", "itemId": "m", "delta": "old"})),
+        );
+        assert_eq!(emitted(&late)[0].0, Some("h1"));
+        // Before codex admits the new turn, frames without a known turn belong to it.
+        let early = feed(&mut n, note("warning", json!({"threadId": "th", "message": "careful"})));
+        assert_eq!(emitted(&early), [(Some("h2"), &EventKind::Warning { message: "careful".into() })]);
+        assert_eq!(n.begin_turn(turn("h3")), Err(turn("h2")));
+    }
+
+    #[test]
+    fn usage_is_per_turn_even_after_a_restored_total() {
+        let mut n = Normalizer::new();
+        n.set_thread("th");
+        let total = |t: u64| {
+            json!({"threadId": "th", "turnId": "old", "tokenUsage": {
+            "total": {"totalTokens": t, "inputTokens": t, "cachedInputTokens": 0, "outputTokens": 0, "reasoningOutputTokens": 0},
+            "last": {"totalTokens": 0, "inputTokens": 0, "cachedInputTokens": 0, "outputTokens": 0, "reasoningOutputTokens": 0}}})
+        };
+        feed(&mut n, note("thread/tokenUsage/updated", total(100)));
+        n.begin_turn(turn("h1")).unwrap();
+        n.admitted(&turn("h1"), "tu");
+        let mut update = total(130);
+        update["turnId"] = "tu".into();
+        let actions = feed(&mut n, note("thread/tokenUsage/updated", update));
+        let EventKind::UsageUpdated(usage) = emitted(&actions)[0].1 else { panic!("usage") };
+        assert_eq!(usage.total_tokens, Some(30));
+    }
+
+    #[test]
+    fn file_approvals_carry_the_latest_patch() {
+        let mut n = running();
+        let change =
+            |diff: &str| json!([{"path": "/w/a.txt", "kind": {"type": "update", "move_path": null}, "diff": diff}]);
+        feed(
+            &mut n,
+            note(
+                "item/started",
+                item("fileChange", "f1", json!({"changes": change("-a\n+b\n"), "status": "inProgress"})),
+            ),
+        );
+        let updated = feed(
+            &mut n,
+            note(
+                "item/fileChange/patchUpdated",
+                json!({"threadId": "th", "turnId": "tu", "itemId": "f1", "changes": change("-a\n+c\n")}),
+            ),
+        );
+        assert!(matches!(emitted(&updated)[0].1, EventKind::FileChange { .. }));
+        let actions = feed(
+            &mut n,
+            json!({"id": 3, "method": "item/fileChange/requestApproval", "params": {"threadId": "th", "turnId": "tu", "itemId": "f1"}}),
+        );
+        let Action::Request { spec, turn, .. } = &actions[0] else { panic!("request") };
+        assert_eq!(turn.as_str(), "h1");
+        assert_eq!(spec.metadata["diff"], "*** update /w/a.txt\n-a\n+c\n");
+        assert_eq!(spec.provider_ref.0, "3");
+        assert!(n.take_request("3").is_some());
+    }
+
+    #[test]
+    fn requests_codex_serves_itself_are_answered_at_once() {
+        let mut n = running();
+        let actions = feed(
+            &mut n,
+            json!({"id": "d1", "method": "item/tool/call", "params": {"threadId": "th", "turnId": "tu", "callId": "c", "tool": "x", "arguments": {}}}),
+        );
+        let Action::Answer { id, result: Ok(result) } = &actions[0] else { panic!("answer") };
+        assert_eq!(id, &RpcId::Str("d1".into()));
+        assert_eq!(result["success"], false);
+        let unknown = feed(&mut n, json!({"id": 4, "method": "future/request", "params": {}}));
+        let Action::Answer { result: Err(error), .. } = &unknown[0] else { panic!("error answer") };
+        assert_eq!(error.code, -32601);
+        assert_eq!(n.unknown_frames(), 1);
+    }
+
+    #[test]
+    fn process_exit_closes_open_tools_and_fails_the_turn() {
+        let mut n = running();
+        feed(
+            &mut n,
+            note("item/started", item("commandExecution", "c1", json!({"command": "sleep 9", "status": "inProgress"}))),
+        );
+        feed(
+            &mut n,
+            json!({"id": 0, "method": "item/tool/requestUserInput", "params": {"threadId": "th", "turnId": "tu", "questions": []}}),
+        );
+        let actions = n.on_exit("codex app-server exited (signal 9)", Some(ExitStatus::signal(9)), Some("boom".into()));
+        let kinds = emitted(&actions);
+        assert!(matches!(kinds[0].1, EventKind::ToolCompleted { status: ToolStatus::Interrupted, .. }));
+        let end = kinds[1].1.terminal_end().unwrap();
+        assert_eq!(end.status, TurnStatus::Failed);
+        assert_eq!(end.result.exit_status, Some(ExitStatus::signal(9)));
+        assert_eq!(end.result.stderr_tail.as_deref(), Some("boom"));
+        assert!(n.take_request("0").is_none(), "pending requests end with the turn");
+        assert!(n.on_exit("again", None, None).is_empty());
+    }
+}

@@ -1,0 +1,281 @@
+//! Codex-specific session and turn options, read from the typed provider-option slots.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// The program run when [`CodexOptions::binary`] is not set: `codex`, looked up on `PATH`.
+pub const DEFAULT_PROGRAM: &str = "codex";
+
+/// The `clientInfo.name` sent in `initialize` by default. Codex reports it to the model server
+/// as the `originator` header and records it on threads.
+pub const DEFAULT_CLIENT_NAME: &str = "agent_harness";
+
+/// Longest stdout line the provider accepts by default; longer lines are dropped with a
+/// `warning` event.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Which Codex thread a session opens.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ThreadMode {
+    /// A new thread (`thread/start`).
+    #[default]
+    New,
+    /// Continue an existing thread (`thread/resume`). Failing to resume fails the session; it
+    /// never silently starts a fresh thread.
+    Resume {
+        /// The Codex thread ID.
+        thread_id: String,
+    },
+    /// Branch an existing thread into a new one (`thread/fork`).
+    Fork {
+        /// The Codex thread ID to fork from.
+        thread_id: String,
+    },
+}
+
+/// Codex options of one session. Set with
+/// [`SessionOptions::provider_option`](agent_core::SessionOptions::provider_option).
+///
+/// ```
+/// use agent_core::SessionOptions;
+/// use agent_provider_codex::CodexOptions;
+///
+/// let options = SessionOptions::new(std::env::temp_dir()).provider_option(
+///     CodexOptions::new()
+///         .binary("/opt/codex/bin/codex")
+///         .config("model_reasoning_effort", "\"high\"")
+///         .resume("01a2260d-524c-7eb1-a3d8-9f492c03905d"),
+/// );
+/// # let _ = options;
+/// ```
+#[derive(Clone, PartialEq)]
+#[non_exhaustive]
+pub struct CodexOptions {
+    /// The `codex` executable: an absolute path or a bare name looked up on `PATH`.
+    /// Default [`DEFAULT_PROGRAM`]. Point it at the native binary (see
+    /// [`CodexOptions::npm_native_binary`]) to skip the Node launcher.
+    pub binary: Option<PathBuf>,
+    /// Extra `-c key=value` overrides for `codex app-server`; values are TOML.
+    pub config: Vec<(String, String)>,
+    /// `clientInfo.name` for `initialize`; default [`DEFAULT_CLIENT_NAME`].
+    pub client_name: Option<String>,
+    /// New thread, resume or fork.
+    pub thread: ThreadMode,
+    /// Opt into Codex's experimental app-server API (`capabilities.experimentalApi`).
+    pub experimental_api: bool,
+    /// Keep Codex's default of retrying an unreachable model server forever. By default the
+    /// provider passes `-c features.unbounded_connection_retries=false`, so such a turn fails
+    /// with Codex's reason instead of never ending.
+    pub unbounded_connection_retries: bool,
+    /// Let the agent ask questions (`request_user_input`) outside plan mode. On by default: the
+    /// provider passes `-c features.default_mode_request_user_input=true` (a codex feature
+    /// marked under development, hence the `questions` capability is experimental).
+    pub questions: bool,
+    /// Longest stdout line accepted; default [`DEFAULT_MAX_LINE_BYTES`].
+    pub max_line_bytes: usize,
+}
+
+impl Default for CodexOptions {
+    fn default() -> Self {
+        CodexOptions {
+            binary: None,
+            config: Vec::new(),
+            client_name: None,
+            thread: ThreadMode::New,
+            experimental_api: false,
+            unbounded_connection_retries: false,
+            questions: true,
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+        }
+    }
+}
+
+impl CodexOptions {
+    /// Default options: `codex` on `PATH`, a new thread.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs this executable.
+    pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
+        self.binary = Some(path.into());
+        self
+    }
+
+    /// Adds a `-c key=value` override (`value` is TOML, e.g. `"\"high\""` or `false`).
+    pub fn config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets `clientInfo.name`.
+    pub fn client_name(mut self, name: impl Into<String>) -> Self {
+        self.client_name = Some(name.into());
+        self
+    }
+
+    /// Resumes the Codex thread `thread_id` instead of starting a new one.
+    pub fn resume(mut self, thread_id: impl Into<String>) -> Self {
+        self.thread = ThreadMode::Resume { thread_id: thread_id.into() };
+        self
+    }
+
+    /// Forks the Codex thread `thread_id` into a new thread.
+    pub fn fork(mut self, thread_id: impl Into<String>) -> Self {
+        self.thread = ThreadMode::Fork { thread_id: thread_id.into() };
+        self
+    }
+
+    /// Opts into the experimental app-server API.
+    pub fn experimental_api(mut self, enabled: bool) -> Self {
+        self.experimental_api = enabled;
+        self
+    }
+
+    /// Keeps Codex's unbounded connection retries (see the field).
+    pub fn unbounded_connection_retries(mut self, enabled: bool) -> Self {
+        self.unbounded_connection_retries = enabled;
+        self
+    }
+
+    /// Lets the agent ask questions outside plan mode (see the field).
+    pub fn questions(mut self, enabled: bool) -> Self {
+        self.questions = enabled;
+        self
+    }
+
+    /// Sets the longest accepted stdout line.
+    pub fn max_line_bytes(mut self, bytes: usize) -> Self {
+        self.max_line_bytes = bytes;
+        self
+    }
+
+    /// The native `codex` binary inside an npm install of `@openai/codex` under `npm_prefix`
+    /// (the `--prefix` given to npm), for the platform this library was built for; `None` on
+    /// platforms Codex does not ship.
+    pub fn npm_native_binary(npm_prefix: impl AsRef<Path>) -> Option<PathBuf> {
+        let (package, triple) = native_target()?;
+        let exe = if cfg!(windows) { "codex.exe" } else { "codex" };
+        Some(
+            npm_prefix
+                .as_ref()
+                .join("node_modules/@openai")
+                .join(package)
+                .join("vendor")
+                .join(triple)
+                .join("bin")
+                .join(exe),
+        )
+    }
+
+    /// The program to spawn.
+    pub(crate) fn program(&self) -> OsString {
+        self.binary.as_ref().map_or_else(|| OsString::from(DEFAULT_PROGRAM), |p| p.clone().into_os_string())
+    }
+
+    /// The thread a resume or fork starts from.
+    pub(crate) fn thread_source(&self) -> Option<&str> {
+        match &self.thread {
+            ThreadMode::Resume { thread_id } | ThreadMode::Fork { thread_id } => Some(thread_id),
+            ThreadMode::New => None,
+        }
+    }
+
+    /// The `clientInfo.name` to send.
+    pub(crate) fn client_name_or_default(&self) -> &str {
+        self.client_name.as_deref().unwrap_or(DEFAULT_CLIENT_NAME)
+    }
+}
+
+fn native_target() -> Option<(&'static str, &'static str)> {
+    let target = match (std::env::consts::OS, std::env::consts::ARCH) {
+        ("linux", "x86_64") => ("codex-linux-x64", "x86_64-unknown-linux-musl"),
+        ("linux", "aarch64") => ("codex-linux-arm64", "aarch64-unknown-linux-musl"),
+        ("macos", "x86_64") => ("codex-darwin-x64", "x86_64-apple-darwin"),
+        ("macos", "aarch64") => ("codex-darwin-arm64", "aarch64-apple-darwin"),
+        ("windows", "x86_64") => ("codex-win32-x64", "x86_64-pc-windows-msvc"),
+        ("windows", "aarch64") => ("codex-win32-arm64", "aarch64-pc-windows-msvc"),
+        _ => return None,
+    };
+    Some(target)
+}
+
+impl fmt::Debug for CodexOptions {
+    // `-c` values can carry tokens or URLs with credentials: print keys only.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CodexOptions")
+            .field("binary", &self.binary)
+            .field("config_keys", &self.config.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .field("client_name", &self.client_name)
+            .field("thread", &self.thread)
+            .field("experimental_api", &self.experimental_api)
+            .field("unbounded_connection_retries", &self.unbounded_connection_retries)
+            .field("questions", &self.questions)
+            .field("max_line_bytes", &self.max_line_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Codex options of one turn. Set with
+/// [`TurnOptions::provider_option`](agent_core::TurnOptions::provider_option).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct CodexTurnOptions {
+    /// Reasoning effort for this turn (`minimal`, `low`, `medium`, `high`, …), sent as `effort`.
+    pub effort: Option<String>,
+    /// A JSON schema the final message must follow, sent as `outputSchema`.
+    pub output_schema: Option<Value>,
+}
+
+impl CodexTurnOptions {
+    /// No overrides.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the reasoning effort.
+    pub fn effort(mut self, effort: impl Into<String>) -> Self {
+        self.effort = Some(effort.into());
+        self
+    }
+
+    /// Sets the output schema.
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_hides_config_values() {
+        let options = CodexOptions::new().config("model_providers.x.http_headers.Authorization", "\"Bearer sekrit\"");
+        let text = format!("{options:?}");
+        assert!(!text.contains("sekrit"), "{text}");
+        assert!(text.contains("http_headers.Authorization"), "{text}");
+    }
+
+    #[test]
+    fn program_defaults_to_codex_on_path() {
+        assert_eq!(CodexOptions::new().program(), OsString::from("codex"));
+        assert_eq!(CodexOptions::new().binary("/x/codex").program(), OsString::from("/x/codex"));
+    }
+
+    #[test]
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    fn native_binary_sits_in_the_platform_package() {
+        assert_eq!(
+            CodexOptions::npm_native_binary("/prefix"),
+            Some(PathBuf::from(
+                "/prefix/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
+            ))
+        );
+    }
+}

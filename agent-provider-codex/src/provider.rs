@@ -1,0 +1,494 @@
+//! [`CodexProvider`]: validation, binary discovery and version check, spawn and handshake.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fmt;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use agent_core::exec::{Command, EnvSpec, Exec, ExecError};
+use agent_core::provider::{OpenContext, Opened, require_capabilities};
+use agent_core::{
+    Capabilities, Capability, DynExec, DynProvider, Error, EventKind, McpServer, Provider, ProviderId, Result,
+    SessionOptions, Support,
+};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+
+use crate::connection::{CallError, Connection};
+use crate::options::{CodexOptions, ThreadMode};
+use crate::session::{CodexSession, adapter_deadline, parse_result};
+use crate::validate;
+use crate::version::{LATEST_VALIDATED, MIN_SUPPORTED, Version};
+
+/// `codex --version` results: the exec backend, the program, and the version it reported.
+type VersionCache = Vec<(Weak<dyn Exec>, OsString, Version)>;
+
+/// The ID sessions name this provider by.
+pub const PROVIDER_ID: &str = "codex";
+
+/// Longest `codex --version` wait, within the startup deadline.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes of `codex --version` output read.
+const VERSION_OUTPUT_LIMIT: u64 = 4096;
+
+/// The Codex provider: runs `codex app-server` through the session's exec and speaks its
+/// JSON-RPC protocol. See the crate docs for the mappings.
+pub struct CodexProvider {
+    id: ProviderId,
+    /// `codex --version` results per exec backend and program, so each binary is probed once.
+    versions: Mutex<VersionCache>,
+}
+
+impl CodexProvider {
+    /// A provider registered as [`PROVIDER_ID`].
+    pub fn new() -> Self {
+        CodexProvider { id: ProviderId::new(PROVIDER_ID), versions: Mutex::new(Vec::new()) }
+    }
+
+    /// What a Codex session with these options can do.
+    fn capabilities_for(codex: &CodexOptions) -> Capabilities {
+        let native = [
+            Capability::TokenStreaming,
+            Capability::Reasoning,
+            Capability::Approvals,
+            Capability::SessionApprovals,
+            Capability::McpElicitation,
+            Capability::Cancel,
+            Capability::Steer,
+            Capability::Resume,
+            Capability::Fork,
+            Capability::PerSessionMcp,
+            Capability::Skills,
+            Capability::SystemPrompt,
+            Capability::ModelSelection,
+            Capability::ApprovalPolicy,
+            Capability::Sandbox,
+            Capability::StructuredInput,
+            Capability::Images,
+            Capability::Usage,
+        ];
+        native
+            .into_iter()
+            .fold(Capabilities::NONE, |caps, cap| caps.with(cap, Support::Native))
+            // `item/tool/requestUserInput` is experimental in the 0.171 schema, and outside plan
+            // mode it needs a feature codex marks under development.
+            .with(Capability::Questions, if codex.questions { Support::Experimental } else { Support::Unsupported })
+    }
+
+    fn unavailable(&self, reason: impl Into<String>) -> Error {
+        Error::ProviderUnavailable { provider: self.id.clone(), reason: reason.into() }
+    }
+
+    fn cached_version(&self, exec: &DynExec, program: &OsString) -> Option<Version> {
+        let mut versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
+        versions.retain(|(e, _, _)| e.strong_count() > 0);
+        let exec = Arc::downgrade(exec);
+        versions.iter().find(|(e, p, _)| Weak::ptr_eq(e, &exec) && p == program).map(|(_, _, v)| *v)
+    }
+
+    /// Runs `codex --version` (once per exec and program) and checks it against
+    /// [`MIN_SUPPORTED`].
+    async fn check_version(
+        &self,
+        ctx: &OpenContext,
+        program: &OsString,
+        env: &EnvSpec,
+        deadline: Duration,
+    ) -> Result<Version> {
+        if let Some(version) = self.cached_version(&ctx.exec, program) {
+            return Ok(version);
+        }
+        let mut command = Command::new(program.clone()).arg("--version").session(ctx.session_id.clone());
+        command.env = env.clone();
+        command.cwd.clone_from(&ctx.options.cwd);
+        let mut child = ctx.exec.spawn(command).await.map_err(|e| self.spawn_error(e, program))?;
+        let timeout = deadline.min(VERSION_TIMEOUT);
+        let mut output = String::new();
+        let stdout = child.stdout.take();
+        // Nothing is written to it, and its stderr is not read: close both.
+        drop((child.stdin.take(), child.stderr.take()));
+        let read = async {
+            if let Some(stdout) = stdout {
+                let _ = stdout.take(VERSION_OUTPUT_LIMIT).read_to_string(&mut output).await;
+            }
+            child.handle.wait().await
+        };
+        let status = match tokio::time::timeout(timeout, read).await {
+            Ok(Ok(status)) => status,
+            Ok(Err(error)) => return Err(Error::Exec(error)),
+            Err(_) => {
+                let _ = child.handle.kill();
+                return Err(self.unavailable(format!(
+                    "`{} --version` did not answer within {timeout:?}",
+                    program.to_string_lossy()
+                )));
+            }
+        };
+        let version = Version::from_cli_output(&output).filter(|_| status.success()).ok_or_else(|| {
+            self.unavailable(format!(
+                "`{} --version` ({status}) did not print a codex version; is it the codex CLI?",
+                program.to_string_lossy()
+            ))
+        })?;
+        if version < MIN_SUPPORTED {
+            return Err(self.unavailable(format!(
+                "codex {version} is older than the minimum supported {MIN_SUPPORTED}; upgrade it \
+                 (`npm install -g @openai/codex@latest`) or point CodexOptions::binary at a newer codex"
+            )));
+        }
+        if version > LATEST_VALIDATED {
+            tracing::warn!(%version, validated = %LATEST_VALIDATED, "codex is newer than the latest validated version");
+        }
+        let mut versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
+        versions.push((Arc::downgrade(&ctx.exec), program.clone(), version));
+        Ok(version)
+    }
+
+    fn spawn_error(&self, error: ExecError, program: &OsString) -> Error {
+        match error {
+            ExecError::ProgramNotFound { .. } => self.unavailable(format!(
+                "`{}` was not found; install the codex CLI {MIN_SUPPORTED} or newer (`npm install -g @openai/codex`) \
+                 or set CodexOptions::binary to its path",
+                program.to_string_lossy()
+            )),
+            ExecError::NotAllowed { resolved } => {
+                self.unavailable(format!("{} is not on the exec's executable allow-list", resolved.display()))
+            }
+            other => Error::Exec(other),
+        }
+    }
+
+    /// `initialize`, then the `initialized` notification.
+    async fn handshake(&self, conn: &Connection, codex: &CodexOptions, timeout: Duration) -> Result<()> {
+        let init = InitializeParams {
+            client_info: ClientInfo {
+                name: codex.client_name_or_default(),
+                title: "agent-harness",
+                version: env!("CARGO_PKG_VERSION"),
+            },
+            capabilities: InitializeCapabilities { experimental_api: codex.experimental_api },
+        };
+        let answered = match conn.call("initialize", init, timeout).await {
+            Ok(_) => conn.notify("initialized").await,
+            Err(error) => Err(error),
+        };
+        match answered {
+            Ok(()) => Ok(()),
+            Err(error) => Err(self.startup_error(conn, "initialize", timeout, error).await),
+        }
+    }
+
+    /// Maps a failed startup call, reporting the exit status and stderr when codex died.
+    async fn startup_error(
+        &self,
+        conn: &Connection,
+        operation: &'static str,
+        timeout: Duration,
+        error: CallError,
+    ) -> Error {
+        match error {
+            CallError::Timeout => Error::Timeout { operation, timeout },
+            CallError::Rpc { message, .. } => self.unavailable(format!("codex refused {operation}: {message}")),
+            CallError::Closed | CallError::Write(_) => {
+                let (status, tail) = conn.exit_report().await;
+                let status = status.map_or_else(|| "exit status unknown".to_owned(), |s| s.to_string());
+                let tail = tail.map(|t| format!("; stderr:\n{t}")).unwrap_or_default();
+                self.unavailable(format!("codex app-server exited during {operation} ({status}){tail}"))
+            }
+            CallError::Unexpected { method } => self.unavailable(format!(
+                "codex answered `{method}` in an unexpected shape; is it codex {MIN_SUPPORTED}+?"
+            )),
+        }
+    }
+}
+
+impl Default for CodexProvider {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for CodexProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CodexProvider").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+impl From<CodexProvider> for DynProvider {
+    fn from(provider: CodexProvider) -> Self {
+        Arc::new(provider)
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct InitializeParams<'a> {
+    client_info: ClientInfo<'a>,
+    capabilities: InitializeCapabilities,
+}
+
+#[derive(Serialize)]
+struct ClientInfo<'a> {
+    name: &'a str,
+    title: &'a str,
+    version: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct InitializeCapabilities {
+    experimental_api: bool,
+}
+
+/// `codex app-server` with the session's `-c` overrides, environment, cwd and stamp.
+fn app_server_command(ctx: &OpenContext, codex: &CodexOptions, program: &OsString, env: EnvSpec) -> Command {
+    let mut command = Command::new(program.clone()).arg("app-server").session(ctx.session_id.clone());
+    for (key, value) in &codex.config {
+        command = command.arg("-c").arg(format!("{key}={value}"));
+    }
+    if !codex.unbounded_connection_retries {
+        command = command.arg("-c").arg("features.unbounded_connection_retries=false");
+    }
+    if codex.questions {
+        command = command.arg("-c").arg("features.default_mode_request_user_input=true");
+    }
+    command.env = env;
+    command.cwd.clone_from(&ctx.options.cwd);
+    command
+}
+
+/// `thread/start`, `thread/resume` and `thread/fork` params.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ThreadParams<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thread_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exclude_turns: Option<bool>,
+    cwd: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approval_policy: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sandbox: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    developer_instructions: Option<&'a str>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    config: BTreeMap<String, Value>,
+}
+
+#[derive(Deserialize)]
+struct ThreadResult {
+    thread: ThreadIdOnly,
+}
+
+#[derive(Deserialize)]
+struct ThreadIdOnly {
+    id: String,
+}
+
+/// Codex's name for an approval policy (`OnFailure` is refused by validation).
+fn approval_policy(policy: agent_core::ApprovalPolicy) -> &'static str {
+    match policy {
+        agent_core::ApprovalPolicy::Untrusted => "untrusted",
+        agent_core::ApprovalPolicy::Never => "never",
+        _ => "on-request",
+    }
+}
+
+fn sandbox_mode(mode: agent_core::SandboxMode) -> &'static str {
+    match mode {
+        agent_core::SandboxMode::ReadOnly => "read-only",
+        agent_core::SandboxMode::WorkspaceWrite => "workspace-write",
+        _ => "danger-full-access",
+    }
+}
+
+/// The `config` overrides of a thread: one `mcp_servers.<name>` entry per session MCP server.
+fn thread_config(options: &SessionOptions) -> BTreeMap<String, Value> {
+    options
+        .mcp_servers
+        .iter()
+        .filter_map(|(name, server)| {
+            let value = match server {
+                McpServer::Stdio { command, args, env } => {
+                    let mut value = json!({ "command": command, "args": args });
+                    if !env.is_empty() {
+                        value["env"] = json!(env);
+                    }
+                    value
+                }
+                McpServer::Http { url, headers } => {
+                    let mut value = json!({ "url": url });
+                    if !headers.is_empty() {
+                        value["http_headers"] = json!(headers);
+                    }
+                    value
+                }
+                _ => return None,
+            };
+            Some((format!("mcp_servers.{name}"), value))
+        })
+        .collect()
+}
+
+fn thread_params<'a>(options: &'a SessionOptions, thread: &'a ThreadMode) -> (&'static str, ThreadParams<'a>) {
+    let (method, thread_id) = match thread {
+        ThreadMode::Resume { thread_id } => ("thread/resume", Some(thread_id.as_str())),
+        ThreadMode::Fork { thread_id } => ("thread/fork", Some(thread_id.as_str())),
+        _ => ("thread/start", None),
+    };
+    let params = ThreadParams {
+        thread_id,
+        exclude_turns: thread_id.map(|_| true),
+        cwd: options.cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
+        model: options.model.as_deref(),
+        approval_policy: options.approval_policy.map(approval_policy),
+        sandbox: options.sandbox.map(sandbox_mode),
+        developer_instructions: options.system_prompt.as_deref(),
+        config: thread_config(options),
+    };
+    (method, params)
+}
+
+#[async_trait]
+impl Provider for CodexProvider {
+    fn id(&self) -> ProviderId {
+        self.id.clone()
+    }
+
+    fn capabilities(&self, options: &SessionOptions) -> Capabilities {
+        Self::capabilities_for(&options.provider_options.get::<CodexOptions>().cloned().unwrap_or_default())
+    }
+
+    fn validate(&self, options: &SessionOptions) -> Result<()> {
+        require_capabilities(&self.id, &self.capabilities(options), options)?;
+        let codex = options.provider_options.get::<CodexOptions>().cloned().unwrap_or_default();
+        validate::validate(options, &codex)
+    }
+
+    async fn open(&self, ctx: OpenContext) -> Result<Opened> {
+        let started = Instant::now();
+        let options = Arc::clone(&ctx.options);
+        let codex = options.provider_options.get::<CodexOptions>().cloned().unwrap_or_default();
+        validate::validate(&options, &codex)?;
+        let deadline = adapter_deadline(options.startup_timeout);
+        let remaining = || deadline.saturating_sub(started.elapsed());
+        let env = validate::env_spec(&options);
+        let program = codex.program();
+        self.check_version(&ctx, &program, &env, deadline).await?;
+
+        let command = app_server_command(&ctx, &codex, &program, env);
+        let child = ctx.exec.spawn(command).await.map_err(|e| self.spawn_error(e, &program))?;
+        let conn = Connection::start(child, ctx.sink.clone(), codex.max_line_bytes)
+            .map_err(|_| self.unavailable("the exec backend did not provide the child's stdin, stdout and stderr"))?;
+        self.handshake(&conn, &codex, remaining()).await?;
+        let (method, params) = thread_params(&options, &codex.thread);
+        let raw = match conn.call(method, params, remaining()).await {
+            Ok(raw) => raw,
+            Err(CallError::Rpc { message, .. }) if method != "thread/start" => {
+                return Err(Error::ProviderRejected {
+                    provider: self.id.clone(),
+                    reason: format!(
+                        "codex could not {method} `{}`: {message} (no fresh thread was started)",
+                        codex.thread_source().unwrap_or_default()
+                    ),
+                });
+            }
+            Err(error) => return Err(self.startup_error(&conn, method, remaining(), error).await),
+        };
+        let Some(ThreadResult { thread: ThreadIdOnly { id: thread_id } }) = parse_result(raw.get()) else {
+            let error = CallError::Unexpected { method: method.to_owned() };
+            return Err(self.startup_error(&conn, method, remaining(), error).await);
+        };
+        if let ThreadMode::Resume { thread_id: wanted } = &codex.thread
+            && *wanted != thread_id
+        {
+            return Err(Error::ProviderRejected {
+                provider: self.id.clone(),
+                reason: format!("codex resumed thread `{thread_id}` when asked for `{wanted}`"),
+            });
+        }
+        conn.state().set_thread(&thread_id);
+        // The thread's settings as codex applied them (model, sandbox, approval policy).
+        let _ = ctx.sink.emit(None, EventKind::ProviderEvent { method: method.to_owned() }, Some(raw)).await;
+
+        let session = CodexSession {
+            provider: self.id.clone(),
+            conn,
+            thread_id: thread_id.clone(),
+            skills: options.skills.clone(),
+            turn_timeout: adapter_deadline(options.turn_start_timeout),
+            command_timeout: adapter_deadline(options.provider_command_timeout),
+        };
+        Ok(Opened::new(Arc::new(session)).provider_session_id(thread_id).capabilities(Self::capabilities_for(&codex)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_core::{ApprovalPolicy, SandboxMode};
+
+    use super::*;
+
+    #[test]
+    fn thread_params_carry_the_session_options() {
+        let mut server = McpServer::stdio("mcp-server", ["--flag"]);
+        if let McpServer::Stdio { env, .. } = &mut server {
+            env.insert("TOKEN".into(), "t".into());
+        }
+        let options = SessionOptions::new("/work")
+            .model("gpt-x")
+            .system_prompt("Be brief.")
+            .approval_policy(ApprovalPolicy::Untrusted)
+            .sandbox(SandboxMode::WorkspaceWrite)
+            .mcp_server("files", server)
+            .mcp_server("web", McpServer::http("https://mcp.example/x"));
+        let (method, params) = thread_params(&options, &ThreadMode::New);
+        assert_eq!(method, "thread/start");
+        assert_eq!(
+            serde_json::to_value(&params).unwrap(),
+            json!({
+                "cwd": "/work",
+                "model": "gpt-x",
+                "approvalPolicy": "untrusted",
+                "sandbox": "workspace-write",
+                "developerInstructions": "Be brief.",
+                "config": {
+                    "mcp_servers.files": {"command": "mcp-server", "args": ["--flag"], "env": {"TOKEN": "t"}},
+                    "mcp_servers.web": {"url": "https://mcp.example/x"},
+                },
+            })
+        );
+    }
+
+    #[test]
+    fn resume_and_fork_name_the_thread() {
+        let options = SessionOptions::new("/work").approval_policy(ApprovalPolicy::Never);
+        let resume = ThreadMode::Resume { thread_id: "t-1".into() };
+        let (method, params) = thread_params(&options, &resume);
+        assert_eq!(method, "thread/resume");
+        assert_eq!(
+            serde_json::to_value(&params).unwrap(),
+            json!({"threadId": "t-1", "excludeTurns": true, "cwd": "/work", "approvalPolicy": "never"})
+        );
+        let (method, _) = thread_params(&options, &ThreadMode::Fork { thread_id: "t-1".into() });
+        assert_eq!(method, "thread/fork");
+    }
+
+    #[test]
+    fn capabilities_are_reported_honestly() {
+        let provider = CodexProvider::new();
+        let caps = provider.capabilities(&SessionOptions::new("/work"));
+        assert_eq!(caps.steer, Support::Native);
+        assert_eq!(caps.session_approvals, Support::Native);
+        assert_eq!(caps.questions, Support::Experimental);
+        assert!(Capability::ALL.iter().all(|c| caps.get(*c).is_available()));
+        let without = SessionOptions::new("/work").provider_option(CodexOptions::new().questions(false));
+        assert_eq!(provider.capabilities(&without).questions, Support::Unsupported);
+    }
+}

@@ -1,0 +1,444 @@
+//! Server requests → [`RequestSpec`]s, and [`Response`]s → the JSON codex expects.
+
+use agent_core::event::FileChangeEntry;
+use agent_core::request::RequestSpec;
+use agent_core::{Answer, Choice, Error, Question, RequestKind, Response, Result, Scope, TurnId};
+use serde_json::{Map, Value, json};
+
+use crate::wire::{self, RpcId, ServerRequest};
+
+/// JSON-RPC "method not found", for server requests this client does not serve.
+const METHOD_NOT_FOUND: i64 = -32601;
+/// JSON-RPC "invalid params", for a known server request whose params did not parse.
+const INVALID_PARAMS: i64 = -32602;
+
+/// A server request waiting for the host's response.
+#[derive(Clone, Debug)]
+pub(crate) struct PendingRequest {
+    /// The JSON-RPC ID to answer.
+    pub(crate) id: RpcId,
+    /// The harness turn it belongs to.
+    pub(crate) turn: TurnId,
+    /// What was asked, with what the answer needs.
+    pub(crate) kind: PendingKind,
+}
+
+/// What a pending request needs to encode its answer.
+#[derive(Clone, Debug)]
+pub(crate) enum PendingKind {
+    /// `item/commandExecution/requestApproval` with the approval scopes codex takes.
+    Command { scopes: Vec<Scope> },
+    /// `item/fileChange/requestApproval`.
+    FileChange,
+    /// `item/permissions/requestApproval` with the requested profile.
+    Permissions { requested: Value },
+    /// `item/tool/requestUserInput` with its question IDs in order.
+    Question { ids: Vec<String> },
+    /// `mcpServer/elicitation/request`.
+    Elicitation,
+    /// The legacy `execCommandApproval` / `applyPatchApproval` (review decisions).
+    Legacy,
+}
+
+/// What to do with a server request.
+#[derive(Debug)]
+pub(crate) enum Built {
+    /// Ask the host.
+    Ask { spec: RequestSpec, kind: PendingKind },
+    /// Answer at once (requests this client does not serve), with why for the event log.
+    Answer { result: std::result::Result<Value, wire::AnswerError>, note: String },
+}
+
+/// Builds the host request for `request`. `changes` finds the file changes of a `fileChange`
+/// item announced earlier (the approval itself does not carry them).
+pub(crate) fn build(
+    id: &RpcId,
+    request: ServerRequest,
+    changes: impl Fn(&str) -> Option<Vec<FileChangeEntry>>,
+) -> Built {
+    let provider_ref = id.to_ref();
+    match request {
+        ServerRequest::CommandApproval(p) => command_approval(provider_ref, p),
+        ServerRequest::FileApproval(p) => {
+            let item_changes = p.item_id.as_deref().and_then(&changes).unwrap_or_default();
+            file_approval(provider_ref, p, item_changes)
+        }
+        ServerRequest::Permissions(p) => {
+            let prompt = p.reason.clone().unwrap_or_else(|| "Grant additional permissions".into());
+            let mut spec = RequestSpec::new(RequestKind::Permission, prompt, provider_ref)
+                .scopes([Scope::Once, Scope::Session])
+                .meta("permissions", p.permissions.clone());
+            spec = meta_opt(spec, "item_id", p.item_id);
+            spec = meta_opt(spec, "cwd", p.cwd);
+            spec = meta_opt(spec, "reason", p.reason);
+            Built::Ask { spec, kind: PendingKind::Permissions { requested: p.permissions } }
+        }
+        ServerRequest::UserInput(p) => {
+            let ids = p.questions.iter().map(|q| q.id.clone()).collect();
+            let questions: Vec<Question> = p.questions.into_iter().map(question).collect();
+            let prompt = questions.first().map(|q| q.prompt.clone()).unwrap_or_else(|| "Answer the agent".into());
+            let spec = meta_opt(RequestSpec::new(RequestKind::Question, prompt, provider_ref), "item_id", p.item_id)
+                .questions(questions);
+            Built::Ask { spec, kind: PendingKind::Question { ids } }
+        }
+        ServerRequest::Elicitation(p) => {
+            let prompt = p.message.clone().unwrap_or_else(|| "An MCP server asks for input".into());
+            let mut spec = RequestSpec::new(RequestKind::McpElicitation, prompt, provider_ref);
+            if let Some(schema) = p.requested_schema {
+                spec = spec.schema(schema);
+            }
+            spec = meta_opt(spec, "server_name", p.server_name);
+            spec = meta_opt(spec, "mode", p.mode);
+            spec = meta_opt(spec, "url", p.url);
+            spec = meta_opt(spec, "elicitation_id", p.elicitation_id);
+            Built::Ask { spec, kind: PendingKind::Elicitation }
+        }
+        ServerRequest::LegacyExec(p) => {
+            let command = p.command.join(" ");
+            let mut spec = RequestSpec::new(RequestKind::CommandApproval, format!("Run `{command}`"), provider_ref)
+                .scopes([Scope::Once, Scope::Session])
+                .meta("command", command);
+            spec = meta_opt(spec, "cwd", p.cwd);
+            spec = meta_opt(spec, "reason", p.reason);
+            spec = meta_opt(spec, "item_id", p.call_id);
+            Built::Ask { spec, kind: PendingKind::Legacy }
+        }
+        ServerRequest::LegacyPatch(p) => {
+            let files = p.file_changes.as_object().map(|m| m.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
+            let mut spec = RequestSpec::new(
+                RequestKind::FileChangeApproval,
+                format!("Apply changes to {}", files.join(", ")),
+                provider_ref,
+            )
+            .scopes([Scope::Once, Scope::Session])
+            .meta("changes", p.file_changes);
+            spec = meta_opt(spec, "reason", p.reason);
+            spec = meta_opt(spec, "item_id", p.call_id);
+            Built::Ask { spec, kind: PendingKind::Legacy }
+        }
+        ServerRequest::DynamicToolCall { .. } => Built::Answer {
+            result: Ok(json!({
+                "success": false,
+                "contentItems": [{"type": "inputText", "text": "this client registers no dynamic tools"}],
+            })),
+            note: "codex called a dynamic tool; this client registers none".into(),
+        },
+        ServerRequest::Unsupported { method, known, .. } => {
+            let code = if known && !is_unserved(&method) { INVALID_PARAMS } else { METHOD_NOT_FOUND };
+            let message = if code == INVALID_PARAMS {
+                format!("agent-harness could not read the params of `{method}`")
+            } else {
+                format!("agent-harness does not serve `{method}`")
+            };
+            Built::Answer { result: Err(wire::AnswerError { code, message: message.clone() }), note: message }
+        }
+    }
+}
+
+/// Server requests this client deliberately does not serve.
+fn is_unserved(method: &str) -> bool {
+    matches!(method, "account/chatgptAuthTokens/refresh" | "attestation/generate")
+}
+
+fn meta_opt(spec: RequestSpec, key: &str, value: Option<impl Into<Value>>) -> RequestSpec {
+    match value {
+        Some(v) => spec.meta(key, v),
+        None => spec,
+    }
+}
+
+fn command_approval(provider_ref: String, p: wire::CommandApproval) -> Built {
+    let command = p.command.clone().unwrap_or_default();
+    let prompt = match p.reason.as_deref().filter(|r| !r.is_empty()) {
+        Some(reason) => format!("Run `{command}`: {reason}"),
+        None => format!("Run `{command}`"),
+    };
+    let scopes = command_scopes(&p);
+    let mut spec = RequestSpec::new(RequestKind::CommandApproval, prompt, provider_ref)
+        .scopes(scopes.clone())
+        .meta("command", command);
+    spec = meta_opt(spec, "cwd", p.cwd);
+    spec = meta_opt(spec, "reason", p.reason);
+    spec = meta_opt(spec, "item_id", p.item_id);
+    spec = meta_opt(spec, "available_decisions", p.available_decisions.map(Value::Array));
+    spec = meta_opt(spec, "proposed_execpolicy_amendment", p.proposed_execpolicy_amendment);
+    spec = meta_opt(spec, "network_approval_context", p.network_approval_context);
+    spec = meta_opt(spec, "command_actions", p.command_actions);
+    Built::Ask { spec, kind: PendingKind::Command { scopes } }
+}
+
+/// The approval scopes of a command approval.
+///
+/// `Once` when `accept` is offered. `Session` when `acceptForSession` is offered, and also for a
+/// plain command approval (`kind` `command`, no network context) that offers `accept`: codex
+/// 0.171 leaves `acceptForSession` out of `availableDecisions` there but honours it, caching the
+/// approval for identical commands for the rest of the session (measured, like `decline`, which
+/// is honoured without being listed).
+fn command_scopes(p: &wire::CommandApproval) -> Vec<Scope> {
+    let listed = |decision: &str| p.available_decisions.as_deref().is_none_or(|list| offers(list, decision));
+    let plain_command = p.kind.as_deref().is_none_or(|k| k == "command") && p.network_approval_context.is_none();
+    let mut scopes = Vec::new();
+    if listed("accept") {
+        scopes.push(Scope::Once);
+    }
+    if listed("acceptForSession") || (plain_command && listed("accept")) {
+        scopes.push(Scope::Session);
+    }
+    scopes
+}
+
+fn file_approval(provider_ref: String, p: wire::FileApproval, changes: Vec<FileChangeEntry>) -> Built {
+    let paths: Vec<&str> = changes.iter().map(|c| c.path.as_str()).collect();
+    let prompt = match (p.reason.as_deref().filter(|r| !r.is_empty()), paths.is_empty()) {
+        (Some(reason), _) => reason.to_owned(),
+        (None, false) => format!("Apply changes to {}", paths.join(", ")),
+        (None, true) => "Apply file changes".to_owned(),
+    };
+    let diff: String = changes
+        .iter()
+        .map(|c| format!("*** {} {}\n{}", c.change, c.path, c.diff.as_deref().unwrap_or_default()))
+        .collect();
+    let mut spec = RequestSpec::new(RequestKind::FileChangeApproval, prompt, provider_ref)
+        .scopes([Scope::Once, Scope::Session])
+        .meta("changes", serde_json::to_value(&changes).unwrap_or_default())
+        .meta("diff", diff);
+    spec = meta_opt(spec, "item_id", p.item_id);
+    spec = meta_opt(spec, "reason", p.reason);
+    spec = meta_opt(spec, "grant_root", p.grant_root);
+    Built::Ask { spec, kind: PendingKind::FileChange }
+}
+
+fn question(q: wire::UserQuestion) -> Question {
+    let choices = q
+        .options
+        .unwrap_or_default()
+        .into_iter()
+        .map(|o| Choice { value: o.label.clone(), label: o.label, description: o.description })
+        .collect();
+    Question {
+        id: q.id,
+        header: q.header.filter(|h| !h.is_empty()),
+        prompt: q.question,
+        choices,
+        multi_select: false,
+        allow_other: q.is_other,
+        secret: q.is_secret,
+    }
+}
+
+fn offers(list: &[Value], decision: &str) -> bool {
+    list.iter().any(|d| d.as_str() == Some(decision) || d.get(decision).is_some())
+}
+
+/// The answer to send for a response, and whether the turn must also be interrupted (a cancel
+/// of a request kind codex has no cancel decision for).
+#[derive(Debug, PartialEq)]
+pub(crate) struct Encoded {
+    pub(crate) result: Value,
+    pub(crate) interrupt: bool,
+}
+
+impl Encoded {
+    fn answer(result: Value) -> Self {
+        Encoded { result, interrupt: false }
+    }
+}
+
+/// Encodes `response` for `pending`. Errors are definite: nothing was sent.
+pub(crate) fn encode(pending: &PendingRequest, kind: RequestKind, response: &Response) -> Result<Encoded> {
+    let mismatch = || Error::ResponseKindMismatch { kind, action: response.action() };
+    match (&pending.kind, response) {
+        (PendingKind::Command { scopes }, Response::Approve { scope }) => {
+            if !scopes.contains(scope) {
+                return Err(Error::UnsupportedScope { scope: *scope });
+            }
+            let decision = if *scope == Scope::Session { "acceptForSession" } else { "accept" };
+            Ok(Encoded::answer(json!({ "decision": decision })))
+        }
+        (PendingKind::FileChange, Response::Approve { scope }) => {
+            let decision = if *scope == Scope::Session { "acceptForSession" } else { "accept" };
+            Ok(Encoded::answer(json!({ "decision": decision })))
+        }
+        (PendingKind::Command { .. } | PendingKind::FileChange, Response::Deny { .. }) => {
+            Ok(Encoded::answer(json!({ "decision": "decline" })))
+        }
+        (PendingKind::Command { .. } | PendingKind::FileChange, Response::Cancel { .. }) => {
+            Ok(Encoded::answer(json!({ "decision": "cancel" })))
+        }
+        (PendingKind::Permissions { requested }, Response::Approve { scope }) => {
+            let scope = if *scope == Scope::Session { "session" } else { "turn" };
+            Ok(Encoded::answer(json!({ "permissions": requested, "scope": scope })))
+        }
+        (PendingKind::Permissions { .. }, Response::Deny { .. } | Response::Cancel { .. }) => {
+            Ok(Encoded { result: json!({ "permissions": {} }), interrupt: matches!(response, Response::Cancel { .. }) })
+        }
+        (PendingKind::Question { ids }, Response::Answer { answer }) => {
+            Ok(Encoded::answer(json!({ "answers": question_answers(ids, answer)? })))
+        }
+        (PendingKind::Question { ids }, Response::Deny { .. } | Response::Cancel { .. }) => {
+            let empty: Map<String, Value> = ids.iter().map(|id| (id.clone(), json!({ "answers": [] }))).collect();
+            Ok(Encoded { result: json!({ "answers": empty }), interrupt: matches!(response, Response::Cancel { .. }) })
+        }
+        (PendingKind::Elicitation, Response::Answer { answer }) => {
+            let content = match answer {
+                Answer::Content(value) => value.clone(),
+                Answer::ByQuestion(map) => Value::Object(
+                    map.iter()
+                        .map(|(k, v)| {
+                            let value = match v.as_slice() {
+                                [one] => Value::String(one.clone()),
+                                many => json!(many),
+                            };
+                            (k.clone(), value)
+                        })
+                        .collect(),
+                ),
+                _ => return Err(mismatch()),
+            };
+            Ok(Encoded::answer(json!({ "action": "accept", "content": content })))
+        }
+        (PendingKind::Elicitation, Response::Deny { .. }) => Ok(Encoded::answer(json!({ "action": "decline" }))),
+        (PendingKind::Elicitation, Response::Cancel { .. }) => Ok(Encoded::answer(json!({ "action": "cancel" }))),
+        (PendingKind::Legacy, Response::Approve { scope }) => {
+            let decision = if *scope == Scope::Session { "approved_for_session" } else { "approved" };
+            Ok(Encoded::answer(json!({ "decision": decision })))
+        }
+        (PendingKind::Legacy, Response::Deny { reason }) => {
+            let rejection = reason.clone().unwrap_or_else(|| "denied by the user".into());
+            Ok(Encoded::answer(json!({ "decision": { "denied": { "rejection": rejection } } })))
+        }
+        (PendingKind::Legacy, Response::Cancel { .. }) => Ok(Encoded::answer(json!({ "decision": "abort" }))),
+        _ => Err(mismatch()),
+    }
+}
+
+fn question_answers(ids: &[String], answer: &Answer) -> Result<Map<String, Value>> {
+    let single = |values: Vec<String>| -> Result<Map<String, Value>> {
+        match ids {
+            [id] => Ok(Map::from_iter([(id.clone(), json!({ "answers": values }))])),
+            _ => Err(Error::InvalidResponse(format!(
+                "the request has {} questions; answer with a map keyed by question id",
+                ids.len()
+            ))),
+        }
+    };
+    match answer {
+        Answer::Text(text) => single(vec![text.clone()]),
+        Answer::Many(values) => single(values.clone()),
+        Answer::ByQuestion(map) => {
+            if let Some(missing) = ids.iter().find(|id| !map.contains_key(*id)) {
+                return Err(Error::MissingAnswer { question_id: missing.clone() });
+            }
+            Ok(ids.iter().map(|id| (id.clone(), json!({ "answers": map[id] }))).collect())
+        }
+        _ => Err(Error::InvalidResponse("questions are answered with text".into())),
+    }
+}
+
+/// The answer sent when a request cannot reach the host (no turn is running): decline, or its
+/// closest equivalent.
+pub(crate) fn auto_decline(kind: &PendingKind) -> Value {
+    match kind {
+        PendingKind::Command { .. } | PendingKind::FileChange => json!({ "decision": "decline" }),
+        PendingKind::Permissions { .. } => json!({ "permissions": {} }),
+        PendingKind::Question { ids } => {
+            json!({ "answers": ids.iter().map(|id| (id.clone(), json!({ "answers": [] }))).collect::<Map<_, _>>() })
+        }
+        PendingKind::Elicitation => json!({ "action": "decline" }),
+        PendingKind::Legacy => json!({ "decision": { "denied": { "rejection": "no turn is running" } } }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn pending(kind: PendingKind) -> PendingRequest {
+        PendingRequest { id: RpcId::Num(1), turn: TurnId::from_string("t"), kind }
+    }
+
+    fn command(params: Value) -> wire::CommandApproval {
+        serde_json::from_value(params).unwrap()
+    }
+
+    #[track_caller]
+    fn check_scopes(params: Value, expected: &[Scope]) {
+        assert_eq!(command_scopes(&command(params)), expected);
+    }
+
+    #[test]
+    fn command_scopes_follow_what_codex_honours() {
+        check_scopes(json!({}), &[Scope::Once, Scope::Session]);
+        check_scopes(json!({"availableDecisions": ["accept", "cancel"]}), &[Scope::Once, Scope::Session]);
+        check_scopes(json!({"kind": "writeStdin", "availableDecisions": ["accept", "decline"]}), &[Scope::Once]);
+        check_scopes(
+            json!({"kind": "writeStdin", "availableDecisions": ["accept", "acceptForSession"]}),
+            &[Scope::Once, Scope::Session],
+        );
+        check_scopes(
+            json!({"networkApprovalContext": {"host": "x", "protocol": "https"}, "availableDecisions": ["accept"]}),
+            &[Scope::Once],
+        );
+        check_scopes(json!({"availableDecisions": ["decline", "cancel"]}), &[]);
+    }
+
+    #[test]
+    fn legacy_approvals_use_review_decisions() {
+        let legacy = pending(PendingKind::Legacy);
+        let kind = RequestKind::CommandApproval;
+        let encode = |r: Response| encode(&legacy, kind, &r).unwrap().result;
+        assert_eq!(encode(Response::approve()), json!({"decision": "approved"}));
+        assert_eq!(encode(Response::approve_with(Scope::Session)), json!({"decision": "approved_for_session"}));
+        assert_eq!(encode(Response::deny("too risky")), json!({"decision": {"denied": {"rejection": "too risky"}}}));
+        assert_eq!(encode(Response::cancel("stop")), json!({"decision": "abort"}));
+    }
+
+    #[test]
+    fn elicitations_take_content_or_answers_by_field() {
+        let elicitation = pending(PendingKind::Elicitation);
+        let by_field = Response::Answer {
+            answer: Answer::ByQuestion(BTreeMap::from([
+                ("root".to_owned(), vec!["/srv".to_owned()]),
+                ("tags".to_owned(), vec!["a".to_owned(), "b".to_owned()]),
+            ])),
+        };
+        let encoded = encode(&elicitation, RequestKind::McpElicitation, &by_field).unwrap();
+        assert_eq!(encoded.result, json!({"action": "accept", "content": {"root": "/srv", "tags": ["a", "b"]}}));
+        let text = encode(&elicitation, RequestKind::McpElicitation, &Response::answer("x"));
+        assert!(matches!(text, Err(Error::ResponseKindMismatch { .. })));
+        let cancel = encode(&elicitation, RequestKind::McpElicitation, &Response::cancel("no")).unwrap();
+        assert_eq!(cancel, Encoded { result: json!({"action": "cancel"}), interrupt: false });
+    }
+
+    #[test]
+    fn refusals_are_detected_before_sending() {
+        let question = pending(PendingKind::Question { ids: vec!["a".into(), "b".into()] });
+        let kind = RequestKind::Question;
+        assert!(matches!(encode(&question, kind, &Response::answer("x")), Err(Error::InvalidResponse(_))));
+        assert!(matches!(
+            encode(&question, kind, &Response::answers([("a", "1")])),
+            Err(Error::MissingAnswer { question_id }) if question_id == "b"
+        ));
+        assert!(matches!(encode(&question, kind, &Response::approve()), Err(Error::ResponseKindMismatch { .. })));
+        let once_only = pending(PendingKind::Command { scopes: vec![Scope::Once] });
+        assert!(matches!(
+            encode(&once_only, RequestKind::CommandApproval, &Response::approve_with(Scope::Session)),
+            Err(Error::UnsupportedScope { scope: Scope::Session })
+        ));
+        let permissions = pending(PendingKind::Permissions { requested: json!({"network": {"enabled": true}}) });
+        let cancel = encode(&permissions, RequestKind::Permission, &Response::cancel("no")).unwrap();
+        assert_eq!(cancel, Encoded { result: json!({"permissions": {}}), interrupt: true });
+    }
+
+    #[test]
+    fn requests_without_a_turn_are_declined_in_kind() {
+        assert_eq!(auto_decline(&PendingKind::FileChange), json!({"decision": "decline"}));
+        assert_eq!(
+            auto_decline(&PendingKind::Question { ids: vec!["q".into()] }),
+            json!({"answers": {"q": {"answers": []}}})
+        );
+        assert_eq!(auto_decline(&PendingKind::Permissions { requested: json!({}) }), json!({"permissions": {}}));
+    }
+}

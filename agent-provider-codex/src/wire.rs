@@ -1,0 +1,835 @@
+//! The codex app-server wire format: tolerant private types, parsed one line at a time.
+//!
+//! Lines are JSON-RPC 2.0 without the `jsonrpc` field. Every type here ignores unknown fields
+//! and treats missing optional fields as absent, so additive protocol changes never break
+//! parsing. A message that does not fit its method's shape is kept as an unnormalized frame.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// Server notifications codex 0.171.0 declares (sorted for binary search). Methods outside
+/// this list are counted as unknown: they signal protocol drift.
+pub(crate) const KNOWN_NOTIFICATIONS: &[&str] = &[
+    "account/gatewayOAuth/changed",
+    "account/login/completed",
+    "account/rateLimits/updated",
+    "account/updated",
+    "app/list/updated",
+    "autoApprovalReview/strictReviewRequired",
+    "command/exec/outputDelta",
+    "configWarning",
+    "deprecationNotice",
+    "error",
+    "externalAgentConfig/import/completed",
+    "externalAgentConfig/import/progress",
+    "fs/changed",
+    "fuzzyFileSearch/sessionCompleted",
+    "fuzzyFileSearch/sessionUpdated",
+    "guardianWarning",
+    "hook/completed",
+    "hook/started",
+    "item/agentMessage/delta",
+    "item/autoApprovalReview/completed",
+    "item/autoApprovalReview/started",
+    "item/commandExecution/outputDelta",
+    "item/commandExecution/terminalInteraction",
+    "item/completed",
+    "item/fileChange/outputDelta",
+    "item/fileChange/patchUpdated",
+    "item/mcpToolCall/progress",
+    "item/plan/delta",
+    "item/reasoning/summaryPartAdded",
+    "item/reasoning/summaryTextDelta",
+    "item/reasoning/textDelta",
+    "item/started",
+    "mcpServer/event/stream/notification",
+    "mcpServer/oauthLogin/completed",
+    "mcpServer/startupStatus/updated",
+    "model/rerouted",
+    "model/safetyBuffering/updated",
+    "model/verification",
+    "modelProvider/authRecoveryCompleted",
+    "modelProvider/authRecoveryStarted",
+    "process/exited",
+    "process/outputDelta",
+    "project/changed",
+    "remoteControl/status/changed",
+    "serverRequest/resolved",
+    "skills/changed",
+    "thread/archived",
+    "thread/attachment/updated",
+    "thread/closed",
+    "thread/compacted",
+    "thread/deleted",
+    "thread/environment/connected",
+    "thread/environment/disconnected",
+    "thread/goal/cleared",
+    "thread/goal/updated",
+    "thread/name/updated",
+    "thread/prediction/updated",
+    "thread/project/updated",
+    "thread/queue/changed",
+    "thread/readState/changed",
+    "thread/realtime/closed",
+    "thread/realtime/error",
+    "thread/realtime/item/completed",
+    "thread/realtime/item/started",
+    "thread/realtime/item/transcript/delta",
+    "thread/realtime/itemAdded",
+    "thread/realtime/outputAudio/delta",
+    "thread/realtime/sdp",
+    "thread/realtime/started",
+    "thread/realtime/transcript/delta",
+    "thread/realtime/transcript/done",
+    "thread/reverted",
+    "thread/search/partial",
+    "thread/section/changed",
+    "thread/settings/updated",
+    "thread/started",
+    "thread/status/changed",
+    "thread/tokenUsage/updated",
+    "thread/unarchived",
+    "turn/completed",
+    "turn/diff/updated",
+    "turn/moderationMetadata",
+    "turn/plan/updated",
+    "turn/started",
+    "warning",
+    "windows/worldWritableWarning",
+    "windowsSandbox/setupCompleted",
+];
+
+/// A JSON-RPC request ID: codex uses integers, the protocol allows strings.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RpcId {
+    Num(i64),
+    Str(String),
+}
+
+impl RpcId {
+    /// The opaque provider reference of a server request: the ID's JSON text (`0`, `"abc"`).
+    pub(crate) fn to_ref(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for RpcId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_ref())
+    }
+}
+
+/// A JSON-RPC error object.
+#[derive(Clone, Debug, Deserialize)]
+pub(crate) struct RpcError {
+    #[serde(default)]
+    pub(crate) code: i64,
+    #[serde(default)]
+    pub(crate) message: String,
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(default, borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    method: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
+}
+
+/// One parsed line.
+#[derive(Debug)]
+pub(crate) enum Message {
+    /// A response to one of our requests; the caller parses it from the raw line.
+    Response { id: RpcId },
+    /// A notification.
+    Notification(Notification),
+    /// A request from codex that waits for our answer.
+    Request { id: RpcId, request: Box<ServerRequest> },
+    /// JSON that is not a JSON-RPC message.
+    Unrecognized,
+}
+
+/// Parses one line (already validated as JSON) into a message.
+pub(crate) fn parse(line: &str) -> Message {
+    let Ok(envelope) = serde_json::from_str::<Envelope<'_>>(line) else { return Message::Unrecognized };
+    let id = envelope.id.and_then(|raw| serde_json::from_str::<RpcId>(raw.get()).ok());
+    match (id, envelope.method) {
+        (Some(id), None) => Message::Response { id },
+        (None, Some(method)) => Message::Notification(Notification::parse(&method, envelope.params)),
+        (Some(id), Some(method)) => {
+            Message::Request { id, request: Box::new(ServerRequest::parse(&method, envelope.params)) }
+        }
+        (None, None) => Message::Unrecognized,
+    }
+}
+
+fn params<T: DeserializeOwned>(params: Option<&RawValue>) -> Option<T> {
+    serde_json::from_str(params.map_or("{}", RawValue::get)).ok()
+}
+
+/// The thread and turn a frame belongs to.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Ids {
+    #[serde(default)]
+    pub(crate) thread_id: Option<String>,
+    #[serde(default)]
+    pub(crate) turn_id: Option<String>,
+}
+
+impl Ids {
+    /// Borrowed form, for routing.
+    pub(crate) fn as_ref(&self) -> IdRef<'_> {
+        IdRef { thread: self.thread_id.as_deref(), turn: self.turn_id.as_deref() }
+    }
+}
+
+/// The thread and turn a frame names, borrowed.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IdRef<'a> {
+    pub(crate) thread: Option<&'a str>,
+    pub(crate) turn: Option<&'a str>,
+}
+
+/// A streamed text piece of an item. The hottest message: no flattening, so serde parses it
+/// without buffering.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Delta {
+    #[serde(default)]
+    pub(crate) thread_id: Option<String>,
+    #[serde(default)]
+    pub(crate) turn_id: Option<String>,
+    pub(crate) item_id: String,
+    pub(crate) delta: String,
+}
+
+impl Delta {
+    /// The thread and turn.
+    pub(crate) fn ids(&self) -> IdRef<'_> {
+        IdRef { thread: self.thread_id.as_deref(), turn: self.turn_id.as_deref() }
+    }
+}
+
+/// `item/started` and `item/completed`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ItemNote {
+    #[serde(flatten)]
+    pub(crate) ids: Ids,
+    pub(crate) item: Item,
+}
+
+/// A thread item, flattened: each `type` fills the fields it has.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Item {
+    #[serde(rename = "type")]
+    pub(crate) kind: String,
+    pub(crate) id: String,
+    #[serde(default)]
+    pub(crate) text: Option<String>,
+    #[serde(default)]
+    pub(crate) command: Option<String>,
+    #[serde(default)]
+    pub(crate) cwd: Option<String>,
+    #[serde(default)]
+    pub(crate) status: Option<String>,
+    #[serde(default)]
+    pub(crate) aggregated_output: Option<String>,
+    #[serde(default)]
+    pub(crate) exit_code: Option<i64>,
+    #[serde(default)]
+    pub(crate) changes: Option<Vec<Change>>,
+    #[serde(default)]
+    pub(crate) summary: Option<Vec<Value>>,
+    #[serde(default)]
+    pub(crate) content: Option<Value>,
+    #[serde(default)]
+    pub(crate) server: Option<String>,
+    #[serde(default)]
+    pub(crate) tool: Option<String>,
+    #[serde(default)]
+    pub(crate) arguments: Option<Value>,
+    #[serde(default)]
+    pub(crate) result: Option<Value>,
+    #[serde(default)]
+    pub(crate) error: Option<Value>,
+    #[serde(default)]
+    pub(crate) query: Option<String>,
+    #[serde(default)]
+    pub(crate) path: Option<String>,
+}
+
+/// One file of a `fileChange` item.
+#[derive(Clone, Debug, Deserialize)]
+pub(crate) struct Change {
+    pub(crate) path: String,
+    #[serde(default)]
+    pub(crate) kind: ChangeKind,
+    #[serde(default)]
+    pub(crate) diff: Option<String>,
+}
+
+/// `{"type":"add"|"delete"|"update","move_path":..}`.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub(crate) struct ChangeKind {
+    #[serde(rename = "type", default)]
+    pub(crate) kind: String,
+    #[serde(default)]
+    pub(crate) move_path: Option<String>,
+}
+
+/// `item/fileChange/patchUpdated`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PatchUpdated {
+    #[serde(flatten)]
+    pub(crate) ids: Ids,
+    pub(crate) item_id: String,
+    pub(crate) changes: Vec<Change>,
+}
+
+/// `item/mcpToolCall/progress`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Progress {
+    #[serde(flatten)]
+    pub(crate) ids: Ids,
+    pub(crate) item_id: String,
+    pub(crate) message: String,
+}
+
+/// `turn/plan/updated`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct PlanUpdated {
+    #[serde(flatten)]
+    pub(crate) ids: Ids,
+    #[serde(default)]
+    pub(crate) explanation: Option<String>,
+    pub(crate) plan: Vec<PlanStep>,
+}
+
+/// One plan step.
+#[derive(Debug, Deserialize)]
+pub(crate) struct PlanStep {
+    pub(crate) step: String,
+    pub(crate) status: String,
+}
+
+/// `turn/diff/updated`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct TurnDiff {
+    #[serde(flatten)]
+    pub(crate) ids: Ids,
+    pub(crate) diff: String,
+}
+
+/// `thread/tokenUsage/updated`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TokenUsageNote {
+    #[serde(flatten)]
+    pub(crate) ids: Ids,
+    pub(crate) token_usage: TokenUsage,
+}
+
+/// Thread token totals and the last model call.
+#[derive(Debug, Deserialize)]
+pub(crate) struct TokenUsage {
+    pub(crate) total: Tokens,
+}
+
+/// Token counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Tokens {
+    #[serde(default)]
+    pub(crate) total_tokens: u64,
+    #[serde(default)]
+    pub(crate) input_tokens: u64,
+    #[serde(default)]
+    pub(crate) cached_input_tokens: u64,
+    #[serde(default)]
+    pub(crate) output_tokens: u64,
+    #[serde(default)]
+    pub(crate) reasoning_output_tokens: u64,
+}
+
+impl Tokens {
+    /// `self - base`, field by field, never below zero.
+    pub(crate) fn since(self, base: Tokens) -> Tokens {
+        Tokens {
+            total_tokens: self.total_tokens.saturating_sub(base.total_tokens),
+            input_tokens: self.input_tokens.saturating_sub(base.input_tokens),
+            cached_input_tokens: self.cached_input_tokens.saturating_sub(base.cached_input_tokens),
+            output_tokens: self.output_tokens.saturating_sub(base.output_tokens),
+            reasoning_output_tokens: self.reasoning_output_tokens.saturating_sub(base.reasoning_output_tokens),
+        }
+    }
+}
+
+/// `account/rateLimits/updated`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RateLimits {
+    pub(crate) rate_limits: Value,
+}
+
+/// `warning`, `configWarning`, `deprecationNotice`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct WarningNote {
+    #[serde(flatten)]
+    pub(crate) ids: Ids,
+    #[serde(default)]
+    pub(crate) message: Option<String>,
+    #[serde(default)]
+    pub(crate) summary: Option<String>,
+    #[serde(default)]
+    pub(crate) details: Option<String>,
+}
+
+impl WarningNote {
+    /// The human-readable text.
+    pub(crate) fn text(&self) -> String {
+        let main = self.message.as_deref().or(self.summary.as_deref()).unwrap_or("codex warning");
+        match self.details.as_deref().filter(|d| !d.is_empty()) {
+            Some(details) => format!("{main} ({details})"),
+            None => main.to_owned(),
+        }
+    }
+}
+
+/// `error`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ErrorNote {
+    #[serde(flatten)]
+    pub(crate) ids: Ids,
+    pub(crate) error: Value,
+    #[serde(default)]
+    pub(crate) will_retry: Option<bool>,
+}
+
+/// `turn/started` and `turn/completed`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TurnNote {
+    #[serde(default)]
+    pub(crate) thread_id: Option<String>,
+    pub(crate) turn: TurnInfo,
+}
+
+/// A codex turn.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TurnInfo {
+    pub(crate) id: String,
+    #[serde(default)]
+    pub(crate) status: String,
+    #[serde(default)]
+    pub(crate) error: Option<Value>,
+    #[serde(default)]
+    pub(crate) items: Vec<Item>,
+    #[serde(default)]
+    pub(crate) duration_ms: Option<u64>,
+}
+
+/// `serverRequest/resolved`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Resolved {
+    #[serde(default)]
+    pub(crate) thread_id: Option<String>,
+    pub(crate) request_id: RpcId,
+}
+
+/// A server notification, parsed by method.
+#[derive(Debug)]
+pub(crate) enum Notification {
+    AgentMessageDelta(Delta),
+    /// `item/reasoning/summaryTextDelta` or `item/reasoning/textDelta` (the method).
+    ReasoningDelta(Delta, &'static str),
+    CommandOutputDelta(Delta),
+    FileChangeOutputDelta(Delta),
+    ItemStarted(Box<ItemNote>),
+    ItemCompleted(Box<ItemNote>),
+    PatchUpdated(PatchUpdated),
+    McpProgress(Progress),
+    PlanUpdated(PlanUpdated),
+    TurnDiff(TurnDiff),
+    TokenUsage(TokenUsageNote),
+    RateLimits(RateLimits),
+    Warning(WarningNote),
+    Error(ErrorNote),
+    TurnStarted(Box<TurnNote>),
+    TurnCompleted(Box<TurnNote>),
+    Resolved(Resolved),
+    /// Anything not normalized: a known method kept as `provider_event`, an unknown method, or
+    /// a known method whose params did not fit.
+    Other {
+        method: String,
+        ids: Ids,
+        known: bool,
+    },
+}
+
+impl Notification {
+    fn parse(method: &str, raw: Option<&RawValue>) -> Notification {
+        let parsed = match method {
+            "item/agentMessage/delta" => params(raw).map(Notification::AgentMessageDelta),
+            "item/reasoning/summaryTextDelta" => {
+                params(raw).map(|d| Notification::ReasoningDelta(d, "item/reasoning/summaryTextDelta"))
+            }
+            "item/reasoning/textDelta" => {
+                params(raw).map(|d| Notification::ReasoningDelta(d, "item/reasoning/textDelta"))
+            }
+            "item/commandExecution/outputDelta" => params(raw).map(Notification::CommandOutputDelta),
+            "item/fileChange/outputDelta" => params(raw).map(Notification::FileChangeOutputDelta),
+            "item/started" => params(raw).map(|n| Notification::ItemStarted(Box::new(n))),
+            "item/completed" => params(raw).map(|n| Notification::ItemCompleted(Box::new(n))),
+            "item/fileChange/patchUpdated" => params(raw).map(Notification::PatchUpdated),
+            "item/mcpToolCall/progress" => params(raw).map(Notification::McpProgress),
+            "turn/plan/updated" => params(raw).map(Notification::PlanUpdated),
+            "turn/diff/updated" => params(raw).map(Notification::TurnDiff),
+            "thread/tokenUsage/updated" => params(raw).map(Notification::TokenUsage),
+            "account/rateLimits/updated" => params(raw).map(Notification::RateLimits),
+            "warning" | "configWarning" | "deprecationNotice" => params(raw).map(Notification::Warning),
+            "error" => params(raw).map(Notification::Error),
+            "turn/started" => params(raw).map(|n| Notification::TurnStarted(Box::new(n))),
+            "turn/completed" => params(raw).map(|n| Notification::TurnCompleted(Box::new(n))),
+            "serverRequest/resolved" => params(raw).map(Notification::Resolved),
+            _ => None,
+        };
+        parsed.unwrap_or_else(|| Notification::Other {
+            method: method.to_owned(),
+            ids: params(raw).unwrap_or_default(),
+            known: KNOWN_NOTIFICATIONS.binary_search(&method).is_ok(),
+        })
+    }
+
+    /// The method name, for `provider_event`s and logs.
+    pub(crate) fn method(&self) -> &str {
+        match self {
+            Notification::AgentMessageDelta(_) => "item/agentMessage/delta",
+            Notification::ReasoningDelta(_, method) => method,
+            Notification::CommandOutputDelta(_) => "item/commandExecution/outputDelta",
+            Notification::FileChangeOutputDelta(_) => "item/fileChange/outputDelta",
+            Notification::ItemStarted(_) => "item/started",
+            Notification::ItemCompleted(_) => "item/completed",
+            Notification::PatchUpdated(_) => "item/fileChange/patchUpdated",
+            Notification::McpProgress(_) => "item/mcpToolCall/progress",
+            Notification::PlanUpdated(_) => "turn/plan/updated",
+            Notification::TurnDiff(_) => "turn/diff/updated",
+            Notification::TokenUsage(_) => "thread/tokenUsage/updated",
+            Notification::RateLimits(_) => "account/rateLimits/updated",
+            Notification::Warning(_) => "warning",
+            Notification::Error(_) => "error",
+            Notification::TurnStarted(_) => "turn/started",
+            Notification::TurnCompleted(_) => "turn/completed",
+            Notification::Resolved(_) => "serverRequest/resolved",
+            Notification::Other { method, .. } => method,
+        }
+    }
+}
+
+/// `item/commandExecution/requestApproval`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CommandApproval {
+    #[serde(flatten)]
+    pub(crate) ids: Ids,
+    #[serde(default)]
+    pub(crate) kind: Option<String>,
+    #[serde(default)]
+    pub(crate) item_id: Option<String>,
+    #[serde(default)]
+    pub(crate) command: Option<String>,
+    #[serde(default)]
+    pub(crate) cwd: Option<String>,
+    #[serde(default)]
+    pub(crate) reason: Option<String>,
+    #[serde(default)]
+    pub(crate) available_decisions: Option<Vec<Value>>,
+    #[serde(default)]
+    pub(crate) proposed_execpolicy_amendment: Option<Value>,
+    #[serde(default)]
+    pub(crate) network_approval_context: Option<Value>,
+    #[serde(default)]
+    pub(crate) command_actions: Option<Value>,
+}
+
+/// `item/fileChange/requestApproval`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct FileApproval {
+    #[serde(flatten)]
+    pub(crate) ids: Ids,
+    #[serde(default)]
+    pub(crate) item_id: Option<String>,
+    #[serde(default)]
+    pub(crate) reason: Option<String>,
+    #[serde(default)]
+    pub(crate) grant_root: Option<String>,
+}
+
+/// `item/permissions/requestApproval`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PermissionsApproval {
+    #[serde(flatten)]
+    pub(crate) ids: Ids,
+    #[serde(default)]
+    pub(crate) item_id: Option<String>,
+    #[serde(default)]
+    pub(crate) cwd: Option<String>,
+    #[serde(default)]
+    pub(crate) reason: Option<String>,
+    #[serde(default)]
+    pub(crate) permissions: Value,
+}
+
+/// `item/tool/requestUserInput`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct UserInput {
+    #[serde(flatten)]
+    pub(crate) ids: Ids,
+    #[serde(default)]
+    pub(crate) item_id: Option<String>,
+    pub(crate) questions: Vec<UserQuestion>,
+}
+
+/// One question of `item/tool/requestUserInput`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct UserQuestion {
+    pub(crate) id: String,
+    #[serde(default)]
+    pub(crate) header: Option<String>,
+    #[serde(default)]
+    pub(crate) question: String,
+    #[serde(default)]
+    pub(crate) options: Option<Vec<UserOption>>,
+    #[serde(default)]
+    pub(crate) is_other: bool,
+    #[serde(default)]
+    pub(crate) is_secret: bool,
+}
+
+/// One offered answer.
+#[derive(Debug, Deserialize)]
+pub(crate) struct UserOption {
+    pub(crate) label: String,
+    #[serde(default)]
+    pub(crate) description: Option<String>,
+}
+
+/// `mcpServer/elicitation/request`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Elicitation {
+    #[serde(flatten)]
+    pub(crate) ids: Ids,
+    #[serde(default)]
+    pub(crate) server_name: Option<String>,
+    #[serde(default)]
+    pub(crate) message: Option<String>,
+    #[serde(default)]
+    pub(crate) mode: Option<String>,
+    #[serde(default)]
+    pub(crate) requested_schema: Option<Value>,
+    #[serde(default)]
+    pub(crate) url: Option<String>,
+    #[serde(default)]
+    pub(crate) elicitation_id: Option<String>,
+}
+
+/// The legacy `execCommandApproval`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct LegacyExec {
+    #[serde(default)]
+    pub(crate) call_id: Option<String>,
+    #[serde(default)]
+    pub(crate) command: Vec<String>,
+    #[serde(default)]
+    pub(crate) cwd: Option<String>,
+    #[serde(default)]
+    pub(crate) reason: Option<String>,
+}
+
+/// The legacy `applyPatchApproval`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct LegacyPatch {
+    #[serde(default)]
+    pub(crate) call_id: Option<String>,
+    #[serde(default)]
+    pub(crate) file_changes: Value,
+    #[serde(default)]
+    pub(crate) reason: Option<String>,
+}
+
+/// A request from codex, parsed by method.
+#[derive(Debug)]
+pub(crate) enum ServerRequest {
+    CommandApproval(CommandApproval),
+    FileApproval(FileApproval),
+    Permissions(PermissionsApproval),
+    UserInput(UserInput),
+    Elicitation(Elicitation),
+    LegacyExec(LegacyExec),
+    LegacyPatch(LegacyPatch),
+    /// `item/tool/call`: a dynamic tool, which this client never registers.
+    DynamicToolCall {
+        ids: Ids,
+    },
+    /// A method this client does not answer (or whose params did not fit).
+    Unsupported {
+        method: String,
+        ids: Ids,
+        known: bool,
+    },
+}
+
+/// Server requests codex 0.171.0 declares.
+const KNOWN_REQUESTS: &[&str] = &[
+    "account/chatgptAuthTokens/refresh",
+    "applyPatchApproval",
+    "attestation/generate",
+    "execCommandApproval",
+    "item/commandExecution/requestApproval",
+    "item/fileChange/requestApproval",
+    "item/permissions/requestApproval",
+    "item/tool/call",
+    "item/tool/requestUserInput",
+    "mcpServer/elicitation/request",
+];
+
+impl ServerRequest {
+    fn parse(method: &str, raw: Option<&RawValue>) -> ServerRequest {
+        let parsed = match method {
+            "item/commandExecution/requestApproval" => params(raw).map(ServerRequest::CommandApproval),
+            "item/fileChange/requestApproval" => params(raw).map(ServerRequest::FileApproval),
+            "item/permissions/requestApproval" => params(raw).map(ServerRequest::Permissions),
+            "item/tool/requestUserInput" => params(raw).map(ServerRequest::UserInput),
+            "mcpServer/elicitation/request" => params(raw).map(ServerRequest::Elicitation),
+            "execCommandApproval" => params(raw).map(ServerRequest::LegacyExec),
+            "applyPatchApproval" => params(raw).map(ServerRequest::LegacyPatch),
+            "item/tool/call" => Some(ServerRequest::DynamicToolCall { ids: params(raw).unwrap_or_default() }),
+            _ => None,
+        };
+        parsed.unwrap_or_else(|| ServerRequest::Unsupported {
+            method: method.to_owned(),
+            ids: params(raw).unwrap_or_default(),
+            known: KNOWN_REQUESTS.binary_search(&method).is_ok(),
+        })
+    }
+
+    /// The thread and turn the request names (legacy requests name neither).
+    pub(crate) fn ids(&self) -> Ids {
+        match self {
+            ServerRequest::CommandApproval(p) => p.ids.clone(),
+            ServerRequest::FileApproval(p) => p.ids.clone(),
+            ServerRequest::Permissions(p) => p.ids.clone(),
+            ServerRequest::UserInput(p) => p.ids.clone(),
+            ServerRequest::Elicitation(p) => p.ids.clone(),
+            ServerRequest::DynamicToolCall { ids } | ServerRequest::Unsupported { ids, .. } => ids.clone(),
+            ServerRequest::LegacyExec(_) | ServerRequest::LegacyPatch(_) => Ids::default(),
+        }
+    }
+}
+
+/// A response line as received, for the caller that sent the request.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Reply<T> {
+    #[serde(default = "Option::default")]
+    pub(crate) result: Option<T>,
+    #[serde(default)]
+    pub(crate) error: Option<RpcError>,
+}
+
+/// A request or notification we send.
+#[derive(Debug, Serialize)]
+pub(crate) struct Outgoing<'a, P: Serialize> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) id: Option<i64>,
+    pub(crate) method: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) params: Option<P>,
+}
+
+/// Our answer to a server request.
+#[derive(Debug, Serialize)]
+pub(crate) struct Answer<'a> {
+    pub(crate) id: &'a RpcId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) result: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<AnswerError>,
+}
+
+/// A JSON-RPC error we send.
+#[derive(Debug, Serialize)]
+pub(crate) struct AnswerError {
+    pub(crate) code: i64,
+    pub(crate) message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_method_lists_are_sorted_for_binary_search() {
+        assert!(KNOWN_NOTIFICATIONS.windows(2).all(|w| w[0] < w[1]));
+        assert!(KNOWN_REQUESTS.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn classifies_messages() {
+        assert!(matches!(parse(r#"{"id":1,"result":{}}"#), Message::Response { id: RpcId::Num(1) }));
+        assert!(matches!(parse(r#"{"error":{"code":-32600,"message":"x"},"id":"a"}"#), Message::Response { .. }));
+        assert!(matches!(
+            parse(r#"{"method":"item/agentMessage/delta","params":{"itemId":"m","delta":"Hi","turnId":"t"}}"#),
+            Message::Notification(Notification::AgentMessageDelta(Delta { ref delta, .. })) if delta == "Hi"
+        ));
+        assert!(matches!(
+            parse(r#"{"method":"item/tool/requestUserInput","id":0,"params":{"questions":[]}}"#),
+            Message::Request { id: RpcId::Num(0), request } if matches!(*request, ServerRequest::UserInput(_))
+        ));
+        assert!(matches!(parse(r#"{"type":"thread.started"}"#), Message::Unrecognized));
+        assert!(matches!(parse("[1,2]"), Message::Unrecognized));
+    }
+
+    #[test]
+    fn bad_params_become_unnormalized_frames() {
+        let Message::Notification(Notification::Other { method, known, ids }) =
+            parse(r#"{"method":"item/agentMessage/delta","params":{"threadId":"th","delta":7}}"#)
+        else {
+            panic!("expected an unnormalized frame");
+        };
+        assert_eq!(method, "item/agentMessage/delta");
+        assert!(known);
+        assert_eq!(ids.thread_id.as_deref(), Some("th"));
+        let Message::Notification(Notification::Other { known, .. }) = parse(r#"{"method":"brand/new"}"#) else {
+            panic!("expected an unnormalized frame");
+        };
+        assert!(!known);
+    }
+
+    #[test]
+    fn request_ids_round_trip_as_provider_refs() {
+        assert_eq!(RpcId::Num(0).to_ref(), "0");
+        assert_eq!(RpcId::Str("a\"b".into()).to_ref(), r#""a\"b""#);
+        assert_eq!(serde_json::from_str::<RpcId>("\"x\"").unwrap(), RpcId::Str("x".into()));
+    }
+}

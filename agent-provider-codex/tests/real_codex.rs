@@ -1,0 +1,543 @@
+//! The real `codex` 0.171.0 (from `cargo xtask clis`) driven through the public `Harness` API,
+//! offline, against the testkit's fake Responses server on 127.0.0.1.
+//!
+//! Every test fails with "run `cargo xtask clis`" when the pinned CLI is not installed.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agent_core::event::ToolStatus;
+use agent_core::exec::{Child, ChildHandle, Command, Exec, ExecError};
+use agent_core::{
+    ApprovalPolicy, Error, Event, EventKind, ExpiryReason, Harness, Replay, Request, RequestKind, Response,
+    SandboxMode, Scope, SessionOptions, SessionRef, StoreChoice, Turn, TurnEnd, TurnOptions, TurnStatus,
+};
+use agent_exec::LocalExec;
+use agent_provider_codex::{CodexOptions, CodexProvider};
+use agent_store_memory::MemoryStore;
+use agent_testkit::{Cli, FakeModel, OfflineEnv, Provider, Scenario};
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde_json::Value;
+
+/// Longest wait for any one event of a turn.
+const IDLE: Duration = Duration::from_secs(30);
+
+fn codex_cli() -> Cli {
+    Cli::latest(Provider::Codex).unwrap_or_else(|e| panic!("{e}\nrun `cargo xtask clis`"))
+}
+
+/// A `LocalExec` that remembers every child it started, to find and kill the CLI and to check
+/// that nothing outlives a test.
+#[derive(Debug, Default)]
+struct RecordingExec {
+    inner: LocalExec,
+    children: Mutex<Vec<Arc<dyn ChildHandle>>>,
+}
+
+#[async_trait]
+impl Exec for RecordingExec {
+    async fn spawn(&self, command: Command) -> Result<Child, ExecError> {
+        let child = self.inner.spawn(command).await?;
+        self.children.lock().unwrap().push(Arc::clone(&child.handle));
+        Ok(child)
+    }
+}
+
+impl RecordingExec {
+    fn last(&self) -> Arc<dyn ChildHandle> {
+        Arc::clone(self.children.lock().unwrap().last().expect("a child was spawned"))
+    }
+
+    fn all(&self) -> Vec<Arc<dyn ChildHandle>> {
+        self.children.lock().unwrap().clone()
+    }
+}
+
+/// One test's world: the CLI, the fake model, an offline environment and a harness.
+struct Codex {
+    cli: Cli,
+    /// `None` once a test took the server down.
+    server: Option<FakeModel>,
+    env: OfflineEnv,
+    exec: Arc<RecordingExec>,
+    harness: Harness,
+}
+
+impl Codex {
+    async fn start(scenario: Scenario) -> Codex {
+        let cli = codex_cli();
+        let server = FakeModel::start(scenario).await.expect("fake model server");
+        let env = OfflineEnv::new(&cli, &server).expect("offline environment");
+        let exec = Arc::new(RecordingExec::default());
+        let harness = Harness::builder()
+            .provider(CodexProvider::new())
+            .exec(Arc::clone(&exec) as Arc<dyn Exec>)
+            .store(StoreChoice::Custom(Arc::new(MemoryStore::new())))
+            .build()
+            .expect("harness");
+        Codex { cli, server: Some(server), env, exec, harness }
+    }
+
+    fn options(&self) -> SessionOptions {
+        self.options_with(CodexOptions::new())
+    }
+
+    fn options_with(&self, codex: CodexOptions) -> SessionOptions {
+        self.env.session_options().provider_option(codex.binary(self.cli.program()))
+    }
+
+    async fn session(&self, options: SessionOptions) -> SessionRef {
+        self.harness.start_session("codex", options).await.expect("session starts")
+    }
+
+    fn server(&self) -> &FakeModel {
+        self.server.as_ref().expect("the fake model server is running")
+    }
+
+    fn workspace(&self) -> &Path {
+        self.env.workspace()
+    }
+
+    /// Starts a turn and collects its events up to the terminal one, answering requests with
+    /// `answer` (`None`: leave it pending).
+    async fn run(
+        &self,
+        session: &SessionRef,
+        prompt: &str,
+        mut answer: impl FnMut(&Request) -> Option<Response>,
+    ) -> (Turn, Vec<Arc<Event>>) {
+        let turn = self.harness.start_turn(session, prompt, TurnOptions::new()).await.expect("turn recorded");
+        let mut stream = self.harness.stream(&turn, Replay::Start, Some(IDLE)).await.expect("turn stream");
+        let mut events = Vec::new();
+        while let Some(event) = stream.next().await {
+            let event = event.unwrap_or_else(|e| panic!("turn stream ended early: {e}; events: {}", names(&events)));
+            if let EventKind::RequestCreated(request) = &event.kind
+                && let Some(response) = answer(request)
+            {
+                self.harness.respond(request, response).await.expect("response delivered");
+            }
+            let terminal = event.is_terminal();
+            events.push(event);
+            if terminal {
+                break;
+            }
+        }
+        (turn, events)
+    }
+
+    /// Stops every session and checks that no codex process is left.
+    async fn finish(self) {
+        for session in self.harness.list_sessions() {
+            self.harness.stop_session(&session, true).await.expect("stop");
+        }
+        for child in self.exec.all() {
+            let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+            assert!(matches!(status, Ok(Ok(_))), "a codex process outlived its session");
+        }
+        if let Some(server) = &self.server {
+            assert!(server.proxy().attempts().is_empty(), "codex tried to reach outside 127.0.0.1");
+        }
+    }
+}
+
+fn names(events: &[Arc<Event>]) -> String {
+    events.iter().map(|e| e.type_name()).collect::<Vec<_>>().join(" ")
+}
+
+fn terminal(events: &[Arc<Event>]) -> &TurnEnd {
+    events.last().and_then(|e| e.kind.terminal_end()).unwrap_or_else(|| panic!("no terminal event: {}", names(events)))
+}
+
+fn count(events: &[Arc<Event>], name: &str) -> usize {
+    events.iter().filter(|e| e.type_name() == name).count()
+}
+
+fn requests(events: &[Arc<Event>]) -> Vec<Request> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::RequestCreated(request) => Some((**request).clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The JSON text of the `input` of the model request at `index`.
+fn model_input(server: &FakeModel, index: usize) -> String {
+    let requests = server.model_requests();
+    let body: &Value = requests[index].body.as_ref().expect("a JSON body");
+    body["input"].to_string()
+}
+
+fn shell_options(codex: &Codex) -> SessionOptions {
+    codex.options().approval_policy(ApprovalPolicy::Untrusted).sandbox(SandboxMode::WorkspaceWrite)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_turn_streams_deltas_and_usage() {
+    let codex = Codex::start(Scenario::new().deltas(["Hel", "lo ", "world"], 0)).await;
+    let session = codex.session(codex.options().system_prompt("Answer briefly.")).await;
+    let (_, events) = codex.run(&session, "Say hello", |_| None).await;
+
+    let deltas: String = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::MessageDelta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, "Hello world");
+    assert_eq!(count(&events, "assistant_message"), 1);
+    assert!(count(&events, "usage_updated") >= 1, "{}", names(&events));
+    assert!(
+        events
+            .iter()
+            .all(|e| e.raw.is_some() || e.type_name().starts_with("turn_") || e.type_name() == "request_created")
+    );
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Completed);
+    assert_eq!(end.result.text.as_deref(), Some("Hello world"));
+    assert!(end.result.usage.and_then(|u| u.total_tokens).is_some_and(|t| t > 0));
+    // The system prompt reached the model as developer instructions.
+    assert!(model_input(codex.server(), 0).contains("Answer briefly."));
+    let status = codex.harness.status(&session).await.unwrap();
+    assert!(status.provider_session_id.is_some());
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_turns_in_one_session() {
+    let codex = Codex::start(Scenario::new().echo("one: ").echo("two: ").echo("three: ")).await;
+    let session = codex.session(codex.options()).await;
+    for (prompt, expected) in [("alpha", "one: alpha"), ("beta", "two: beta"), ("gamma", "three: gamma")] {
+        let (_, events) = codex.run(&session, prompt, |_| None).await;
+        let end = terminal(&events);
+        assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
+        assert_eq!(end.result.text.as_deref(), Some(expected));
+    }
+    let third = model_input(codex.server(), 2);
+    assert!(third.contains("alpha") && third.contains("one: alpha") && third.contains("beta"), "{third}");
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_in_a_new_session_sees_the_earlier_history() {
+    let codex = Codex::start(Scenario::new().echo("noted: ").echo("recall: ")).await;
+    let first = codex.session(codex.options()).await;
+    let (_, events) = codex.run(&first, "Remember the word PINEAPPLE", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    let thread = codex.harness.status(&first).await.unwrap().provider_session_id.expect("thread id");
+    codex.harness.stop_session(&first, false).await.unwrap();
+
+    let second = codex.session(codex.options_with(CodexOptions::new().resume(&thread))).await;
+    assert_eq!(codex.harness.status(&second).await.unwrap().provider_session_id.as_deref(), Some(thread.as_str()));
+    let (_, events) = codex.run(&second, "Which word did I ask you to remember?", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    let input = model_input(codex.server(), 1);
+    assert!(input.contains("Remember the word PINEAPPLE") && input.contains("noted: "), "{input}");
+
+    // A thread that does not exist is an error, never a fresh thread.
+    let missing = codex.options_with(CodexOptions::new().resume("01a2260d-0000-7000-8000-000000000000"));
+    match codex.harness.start_session("codex", missing).await {
+        Err(Error::ProviderRejected { reason, .. }) => assert!(reason.contains("no fresh thread"), "{reason}"),
+        other => panic!("resuming a missing thread must fail, got {other:?}"),
+    }
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_approval_approve_runs_the_command() {
+    let scenario = Scenario::new().shell("touch approved.txt && echo created-file").quote_tool_result("Tool said: ");
+    let codex = Codex::start(scenario).await;
+    let session = codex.session(shell_options(&codex)).await;
+    let (_, events) = codex.run(&session, "make the file", |_| Some(Response::approve())).await;
+
+    let [request] = requests(&events).try_into().expect("one approval");
+    assert_eq!(request.kind, RequestKind::CommandApproval);
+    assert!(request.metadata["command"].as_str().unwrap().contains("touch approved.txt"));
+    assert!(request.scopes.contains(&Scope::Once) && request.scopes.contains(&Scope::Session));
+    assert_eq!(count(&events, "request_resolved"), 1);
+    let completed = events.iter().find_map(|e| match &e.kind {
+        EventKind::ToolCompleted { status, exit_code, output, .. } => Some((*status, *exit_code, output.clone())),
+        _ => None,
+    });
+    assert_eq!(completed, Some((ToolStatus::Completed, Some(0), Some("created-file\n".into()))));
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    assert!(codex.workspace().join("approved.txt").exists());
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_approval_deny_tells_the_model() {
+    let scenario = Scenario::new().shell("touch denied.txt").quote_tool_result("Tool said: ");
+    let codex = Codex::start(scenario).await;
+    let session = codex.session(shell_options(&codex)).await;
+    let (_, events) = codex.run(&session, "make the file", |_| Some(Response::deny("not now"))).await;
+
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    assert!(!codex.workspace().join("denied.txt").exists());
+    assert!(model_input(codex.server(), 1).contains("rejected"), "the model saw the rejection");
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_approval_cancel_interrupts_the_turn() {
+    let scenario = Scenario::new().shell("touch cancelled.txt").quote_tool_result("Tool said: ");
+    let codex = Codex::start(scenario).await;
+    let session = codex.session(shell_options(&codex)).await;
+    let (_, events) = codex.run(&session, "make the file", |_| Some(Response::cancel("stop"))).await;
+
+    assert_eq!(terminal(&events).status, TurnStatus::Interrupted, "{}", names(&events));
+    assert!(!codex.workspace().join("cancelled.txt").exists());
+    assert_eq!(codex.server().model_requests().len(), 1, "no model request after the cancel");
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approve_for_session_is_not_asked_again() {
+    let scenario = Scenario::new()
+        .shell("touch session.txt")
+        .quote_tool_result("first: ")
+        .shell("touch session.txt")
+        .quote_tool_result("second: ");
+    let codex = Codex::start(scenario).await;
+    let session = codex.session(shell_options(&codex)).await;
+    let (_, first) = codex.run(&session, "once", |_| Some(Response::approve_with(Scope::Session))).await;
+    assert_eq!(requests(&first).len(), 1);
+    assert_eq!(terminal(&first).status, TurnStatus::Completed);
+    let (_, second) = codex.run(&session, "again", |_| Some(Response::deny("asked twice"))).await;
+    assert!(requests(&second).is_empty(), "asked again: {}", names(&second));
+    assert_eq!(terminal(&second).status, TurnStatus::Completed);
+    assert!(terminal(&second).result.text.as_deref().unwrap().starts_with("second: "));
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_change_approval_approve_and_deny() {
+    let scenario = Scenario::new()
+        .write_file("kept.txt", "hello\n")
+        .quote_tool_result("first: ")
+        .write_file("refused.txt", "hello\n")
+        .quote_tool_result("second: ");
+    let codex = Codex::start(scenario).await;
+    let options = codex.options().approval_policy(ApprovalPolicy::Untrusted).sandbox(SandboxMode::ReadOnly);
+    let session = codex.session(options).await;
+
+    let (_, approved) = codex.run(&session, "write it", |_| Some(Response::approve())).await;
+    let [request] = requests(&approved).try_into().expect("one approval");
+    assert_eq!(request.kind, RequestKind::FileChangeApproval);
+    assert!(request.metadata["diff"].as_str().unwrap().contains("hello"), "{:?}", request.metadata);
+    assert_eq!(request.scopes, vec![Scope::Once, Scope::Session]);
+    assert!(count(&approved, "file_change") >= 1);
+    assert_eq!(terminal(&approved).status, TurnStatus::Completed);
+    assert!(codex.workspace().join("kept.txt").exists());
+
+    let (_, denied) = codex.run(&session, "write another", |_| Some(Response::deny("no"))).await;
+    assert_eq!(requests(&denied).len(), 1);
+    assert_eq!(terminal(&denied).status, TurnStatus::Completed);
+    assert!(!codex.workspace().join("refused.txt").exists());
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_is_answered_through_respond() {
+    let scenario = Scenario::new().ask_user("Pick a color", ["red", "blue"]).quote_tool_result("Tool said: ");
+    let codex = Codex::start(scenario).await;
+    let session = codex.session(codex.options()).await;
+    let (_, events) = codex.run(&session, "ask me", |_| Some(Response::answer("blue"))).await;
+
+    let [request] = requests(&events).try_into().expect("one question");
+    assert_eq!(request.kind, RequestKind::Question);
+    assert_eq!(request.prompt, "Pick a color");
+    let choices: Vec<&str> = request.questions[0].choices.iter().map(|c| c.value.as_str()).collect();
+    assert_eq!(choices, ["red", "blue"]);
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Completed);
+    assert!(end.result.text.as_deref().unwrap().contains("blue"));
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_mid_stream_ends_within_a_second_and_the_session_stays_usable() {
+    let codex = Codex::start(Scenario::new().stall("Thinking very slowly").text("back again")).await;
+    let session = codex.session(codex.options()).await;
+    let turn = codex.harness.start_turn(&session, "take your time", TurnOptions::new()).await.unwrap();
+    let mut stream = codex.harness.stream(&turn, Replay::Start, Some(IDLE)).await.unwrap();
+    while let Some(event) = stream.next().await {
+        if event.expect("event").type_name() == "message_delta" {
+            break;
+        }
+    }
+    let asked = Instant::now();
+    codex.harness.cancel(&turn).await.unwrap();
+    let mut end = None;
+    while let Some(event) = stream.next().await {
+        let event = event.expect("event");
+        if let Some(e) = event.kind.terminal_end() {
+            end = Some(e.clone());
+            break;
+        }
+    }
+    let elapsed = asked.elapsed();
+    let end = end.expect("terminal event");
+    assert!(matches!(end.status, TurnStatus::Interrupted | TurnStatus::Cancelled), "{end:?}");
+    assert!(elapsed < Duration::from_secs(1), "cancel took {elapsed:?}");
+    assert_eq!(codex.server().wait_for_hangups(1).await, vec![0], "codex dropped the model stream");
+
+    let (_, events) = codex.run(&session, "still there?", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("back again"));
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_while_an_approval_is_pending_expires_it_and_ends_the_turn() {
+    let codex = Codex::start(Scenario::new().shell("touch never.txt").text("unused")).await;
+    let session = codex.session(shell_options(&codex)).await;
+    let turn = codex.harness.start_turn(&session, "make the file", TurnOptions::new()).await.unwrap();
+    let mut stream = codex.harness.stream(&turn, Replay::Start, Some(IDLE)).await.unwrap();
+    let mut pending = None;
+    let mut expired = false;
+    let mut end = None;
+    while let Some(event) = stream.next().await {
+        let event = event.expect("event");
+        match &event.kind {
+            EventKind::RequestCreated(request) => {
+                pending = Some((**request).clone());
+                codex.harness.cancel(&turn).await.unwrap();
+            }
+            EventKind::RequestExpired { reason, .. } => {
+                assert_eq!(*reason, ExpiryReason::Cancelled);
+                expired = true;
+            }
+            kind if kind.is_terminal() => {
+                end = kind.terminal_end().cloned();
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(expired, "the pending approval expired");
+    let end = end.expect("terminal event");
+    assert!(matches!(end.status, TurnStatus::Interrupted | TurnStatus::Cancelled), "{end:?}");
+    let late = codex.harness.respond(&pending.expect("a request"), Response::approve()).await;
+    assert!(matches!(late, Err(Error::RequestExpired { .. })), "{late:?}");
+    assert!(!codex.workspace().join("never.txt").exists());
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_server_error_fails_the_turn_quickly() {
+    let codex = Codex::start(Scenario::new().http_error(500, "the fake model broke")).await;
+    let session = codex.session(codex.options()).await;
+    let started = Instant::now();
+    let (_, events) = codex.run(&session, "hello", |_| None).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert!(end.result.reason.is_some() && end.result.error.is_some(), "{end:?}");
+    assert!(count(&events, "provider_error") >= 1);
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_model_server_fails_the_turn_quickly() {
+    let mut codex = Codex::start(Scenario::new()).await;
+    let session = codex.session(codex.options()).await;
+    // Nothing listens on the model server's port any more.
+    let server = codex.server.take().expect("server");
+    assert!(server.proxy().attempts().is_empty());
+    drop(server);
+    let started = Instant::now();
+    let (_, events) = codex.run(&session, "hello?", |_| None).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    let reason = end.result.reason.as_deref().unwrap_or_default();
+    assert!(reason.contains("Connection failed"), "{reason}");
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_cli_fails_the_turn_with_exit_status_and_stderr() {
+    let codex = Codex::start(Scenario::new().stall("working")).await;
+    let session = codex.session(codex.options()).await;
+    let turn = codex.harness.start_turn(&session, "work", TurnOptions::new()).await.unwrap();
+    let mut stream = codex.harness.stream(&turn, Replay::Start, Some(IDLE)).await.unwrap();
+    while let Some(event) = stream.next().await {
+        if event.expect("event").type_name() == "message_delta" {
+            break;
+        }
+    }
+    let pid = codex.exec.last().id().expect("a pid");
+    let killed = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("kill runs");
+    assert!(killed.success());
+    let mut end = None;
+    while let Some(event) = stream.next().await {
+        let event = event.expect("event");
+        if let Some(e) = event.kind.terminal_end() {
+            end = Some(e.clone());
+            break;
+        }
+    }
+    let end = end.expect("terminal event");
+    assert_eq!(end.status, TurnStatus::Failed);
+    assert_eq!(end.result.exit_status.and_then(|s| s.signal), Some(9), "{end:?}");
+    assert!(end.result.stderr_tail.as_deref().is_some_and(|t| t.contains("bubblewrap")), "{end:?}");
+    assert!(end.result.reason.as_deref().unwrap().contains("exited"));
+    let next = codex.harness.start_turn(&session, "again", TurnOptions::new()).await;
+    assert!(matches!(next, Err(Error::SessionUnavailable { .. })), "{next:?}");
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_starts_a_new_thread_with_the_history() {
+    let codex = Codex::start(Scenario::new().echo("noted: ").echo("forked: ")).await;
+    let first = codex.session(codex.options()).await;
+    let (_, events) = codex.run(&first, "The code word is MANGO", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    let thread = codex.harness.status(&first).await.unwrap().provider_session_id.expect("thread id");
+
+    let fork = codex.session(codex.options_with(CodexOptions::new().fork(&thread))).await;
+    let forked = codex.harness.status(&fork).await.unwrap().provider_session_id.expect("thread id");
+    assert_ne!(forked, thread, "a fork is a new thread");
+    let (_, events) = codex.run(&fork, "and now?", |_| None).await;
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("forked: and now?"));
+    assert!(model_input(codex.server(), 1).contains("The code word is MANGO"));
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_mcp_servers_and_structured_input_reach_codex() {
+    let codex = Codex::start(Scenario::new().text("seen")).await;
+    let options = codex.options().mcp_server("probe", agent_core::McpServer::stdio("/nonexistent/mcp-server", ["--x"]));
+    let session = codex.session(options).await;
+    let mut session_events = codex.harness.subscribe(&session, Replay::Start).await.unwrap();
+    let image = codex.workspace().join("shot.png");
+    std::fs::write(&image, b"not really a png").unwrap();
+    let input = agent_core::TurnInput::Items(vec![
+        agent_core::InputItem::Text { text: "look at this".into() },
+        agent_core::InputItem::LocalImage { path: image.clone() },
+    ]);
+    let turn = codex.harness.start_turn(&session, input, TurnOptions::new()).await.unwrap();
+    let outcome = codex.harness.await_turn(&turn, Some(IDLE)).await.expect("completed");
+    assert_eq!(outcome.result.text.as_deref(), Some("seen"));
+    let sent = model_input(codex.server(), 0);
+    assert!(sent.contains("look at this") && sent.contains(&*image.to_string_lossy()), "{sent}");
+
+    // Codex tried to start the session's MCP server (and reports that it could not).
+    let mut mcp_status = None;
+    while let Ok(Some(Ok(event))) = tokio::time::timeout(Duration::from_secs(5), session_events.next()).await {
+        if let EventKind::ProviderEvent { method } = &event.kind
+            && method == "mcpServer/startupStatus/updated"
+            && event.raw.as_ref().is_some_and(|r| r.get().contains("\"failed\""))
+        {
+            mcp_status = event.raw.as_ref().map(|r| r.get().to_owned());
+            break;
+        }
+    }
+    assert!(mcp_status.is_some_and(|s| s.contains("\"name\":\"probe\"")));
+    codex.finish().await;
+}
