@@ -227,13 +227,13 @@ pub enum EventKind {
         reason: Option<String>,
     },
     /// The turn finished successfully.
-    TurnCompleted(TurnEnd),
+    TurnCompleted(Box<TurnEnd>),
     /// The turn failed (provider error, rejected admission, process exit without a result, …).
-    TurnFailed(TurnEnd),
+    TurnFailed(Box<TurnEnd>),
     /// The provider reported the turn cancelled.
-    TurnCancelled(TurnEnd),
+    TurnCancelled(Box<TurnEnd>),
     /// The turn was interrupted (provider interrupt or forced stop).
-    TurnInterrupted(TurnEnd),
+    TurnInterrupted(Box<TurnEnd>),
     /// The provider transport became unusable.
     TransportError {
         /// What happened.
@@ -332,7 +332,7 @@ pub enum EventKind {
         steps: Vec<PlanStep>,
     },
     /// Token usage changed.
-    UsageUpdated(Usage),
+    UsageUpdated(Box<Usage>),
     /// Rate-limit information.
     RateLimit {
         /// The provider's rate-limit fields.
@@ -398,12 +398,12 @@ pub enum ExpiryReason {
 impl EventKind {
     /// A terminal kind for `status` carrying `result`.
     pub fn terminal(status: TurnStatus, result: TurnResult) -> Self {
-        let end = TurnEnd::new(status, result);
+        let end = Box::new(TurnEnd::new(status, result));
         match status {
             TurnStatus::Completed => EventKind::TurnCompleted(end),
             TurnStatus::Cancelled => EventKind::TurnCancelled(end),
             TurnStatus::Interrupted => EventKind::TurnInterrupted(end),
-            _ => EventKind::TurnFailed(TurnEnd { status: TurnStatus::Failed, ..end }),
+            _ => EventKind::TurnFailed(Box::new(TurnEnd { status: TurnStatus::Failed, ..*end })),
         }
     }
 
@@ -573,7 +573,7 @@ mod tests {
             serde_json::json!({"type": "turn_started", "data": {"provider_turn_id": "t"}}),
         );
         check(
-            EventKind::UsageUpdated(Usage::tokens(10, 5)),
+            EventKind::UsageUpdated(Box::new(Usage::tokens(10, 5))),
             serde_json::json!({"type": "usage_updated", "data": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}}),
         );
         check(
@@ -598,5 +598,14 @@ mod tests {
             let json = serde_json::to_value(event(kind.clone(), None)).unwrap();
             assert_eq!(json["type"], kind.type_name());
         }
+    }
+}
+
+#[cfg(test)]
+mod size {
+    /// Events move through channels by value; rare, large payloads are boxed to keep it small.
+    #[test]
+    fn event_kind_stays_small() {
+        assert!(std::mem::size_of::<super::EventKind>() <= 104, "{}", std::mem::size_of::<super::EventKind>());
     }
 }

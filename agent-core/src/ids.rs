@@ -163,6 +163,19 @@ generated_id!(
     "evt_"
 );
 
+impl EventId {
+    /// The ID of the event with `seq` in a session whose event IDs start with `prefix` (a
+    /// generated event ID): `<prefix>.<seq>`. Unique as long as prefixes are, and cheaper than a
+    /// fresh random ID per event.
+    pub(crate) fn in_sequence(prefix: &str, seq: u64) -> Self {
+        use std::fmt::Write;
+        let mut id = String::with_capacity(prefix.len() + 21);
+        id.push_str(prefix);
+        let _ = write!(id, ".{seq}");
+        Self(Arc::from(id))
+    }
+}
+
 string_id!(
     /// The name a provider is registered under: `codex`, `claude`, `pi`, or a preset ID.
     ProviderId

@@ -25,7 +25,6 @@ const MAX_TOOL_OUTPUT: usize = 64 * 1024;
 
 /// Something the connection must do.
 #[derive(Debug)]
-#[expect(clippy::large_enum_variant, reason = "`Emit` is the common variant; boxing it would allocate per event")]
 pub(crate) enum Action {
     /// Report an event.
     Emit { turn: Option<TurnId>, kind: EventKind, raw: Option<RawJson> },
@@ -400,7 +399,7 @@ impl Normalizer {
                 } else {
                     let usage = usage(n.token_usage.total.since(turn.baseline));
                     turn.usage = Some(usage);
-                    EventKind::UsageUpdated(usage)
+                    EventKind::UsageUpdated(Box::new(usage))
                 }
             }
             Notification::TurnStarted(n) => {

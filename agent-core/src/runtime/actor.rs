@@ -144,6 +144,10 @@ pub(crate) struct Actor {
     attempt: u64,
     exiting: Option<ExitReason>,
     stale_frames: u64,
+    /// Prefix of this session's event IDs (see [`EventId::in_sequence`]).
+    event_prefix: String,
+    /// The time of the current wake-up, shared by the events it sequences.
+    clock: Option<Timestamp>,
     span: Span,
 }
 
@@ -183,6 +187,8 @@ impl Actor {
             attempt: parts.attempt,
             exiting: None,
             stale_frames: 0,
+            event_prefix: EventId::generate().to_string(),
+            clock: None,
             span: parts.span,
         };
         for event in parts.initial_events {
@@ -199,6 +205,7 @@ impl Actor {
             tracing::debug!("session runtime started");
             let mut buf = Vec::with_capacity(SINK_BATCH);
             loop {
+                self.clock = None;
                 if let Some(reason) = self.exiting.take() {
                     self.shutdown(reason).await;
                     return;
@@ -1046,14 +1053,15 @@ impl Actor {
     fn emit(&mut self, turn: Option<TurnId>, kind: EventKind, raw: Option<RawJson>) -> Arc<Event> {
         let seq = self.next_seq;
         self.next_seq += 1;
+        let at = *self.clock.get_or_insert_with(Timestamp::now);
         let event = Arc::new(Event {
             schema_version: SCHEMA_VERSION,
-            id: EventId::generate(),
+            id: EventId::in_sequence(&self.event_prefix, seq),
             seq,
             session_id: self.session.id.clone(),
             turn_id: turn,
             provider: self.session.provider.clone(),
-            at: Timestamp::now(),
+            at,
             kind,
             raw,
         });

@@ -183,7 +183,7 @@ async fn a_scripted_turn_plays_its_frames() {
     let (session, _) = f.session(opts()).await;
     f.control.push_script([
         Frame::delta("Hel"),
-        Frame::Event(EventKind::UsageUpdated(Usage::tokens(10, 5)), Some(r#"{"usage":1}"#.into())),
+        Frame::Event(EventKind::UsageUpdated(Box::new(Usage::tokens(10, 5))), Some(r#"{"usage":1}"#.into())),
         Frame::complete("Hello"),
     ]);
     let turn = f.harness.start_turn(&session, "hi", TurnOptions::new()).await.unwrap();
