@@ -322,7 +322,9 @@ impl Harness {
     }
 
     /// Subscribes to a session or a turn. See [`Replay`] for where it starts and
-    /// [`Subscription`] for delivery and lag.
+    /// [`Subscription`] for delivery and lag. A session that is not live (stopped, or from before
+    /// a restart) replays from the default store with `Replay::Start` / `Replay::After` and the
+    /// subscription ends after the stored events.
     pub async fn subscribe(&self, target: impl Into<Target>, replay: Replay) -> Result<Subscription> {
         self.subscribe_inner(target.into(), replay, false).await
     }
@@ -330,7 +332,9 @@ impl Harness {
     async fn subscribe_inner(&self, target: Target, replay: Replay, for_stream: bool) -> Result<Subscription> {
         let session_id = target.session_id().clone();
         let turn = target.turn_id().cloned();
-        let handle = self.live(&session_id)?;
+        let Some(handle) = self.inner.registry.get(&session_id) else {
+            return self.stored_subscription(session_id, turn, replay).await;
+        };
         let lookup =
             handle.call(|reply| Command::Subscribe { turn: turn.clone(), replay, for_stream, reply }).await??;
         let grant = match lookup {
@@ -339,6 +343,38 @@ impl Harness {
                 let turn = turn.clone().expect("session subscriptions are always found");
                 self.stored_turn_grant(&handle, store, &turn, replay, for_stream, pruned).await?
             }
+        };
+        Ok(Subscription::new(session_id, turn, replay.after(), grant))
+    }
+
+    /// Replays a session that is not live (stopped, or from before a restart) from the default
+    /// store. `Replay::Latest` has nothing to follow: `SessionNotFound`, like any other operation
+    /// on a stopped session.
+    async fn stored_subscription(
+        &self,
+        session_id: SessionId,
+        turn: Option<TurnId>,
+        replay: Replay,
+    ) -> Result<Subscription> {
+        let not_found = || Error::SessionNotFound { id: session_id.clone() };
+        let (Some(store), Some(_)) = (&self.inner.store, replay.after()) else {
+            return Err(not_found());
+        };
+        if store.fetch_session(&session_id).await?.is_none() {
+            return Err(not_found());
+        }
+        if let Some(turn) = &turn
+            && store.fetch_turn(&session_id, turn).await?.is_none()
+        {
+            return Err(Error::TurnNotFound { session_id: session_id.clone(), turn_id: turn.clone() });
+        }
+        let (_, exit) = watch::channel(Some(ExitReason::NotLive));
+        let grant = Grant {
+            rx: None,
+            live_from: u64::MAX,
+            store_replay: Some((Arc::clone(store), u64::MAX)),
+            buffered: Vec::new(),
+            exit,
         };
         Ok(Subscription::new(session_id, turn, replay.after(), grant))
     }
@@ -643,11 +679,14 @@ impl Startup {
         let (replace, opened) = match tokio::time::timeout(options.startup_timeout, open).await {
             Ok(Ok(opened)) => opened,
             Ok(Err(error)) => {
+                // Release the ID before answering, so an immediate retry finds it free.
+                drop(reservation);
                 let _ = caller.send(Err(error));
                 return;
             }
             Err(_) => {
                 tracing::warn!(timeout = ?options.startup_timeout, "provider open timed out; torn down");
+                drop(reservation);
                 let _ = caller.send(Err(Error::StartupTimeout {
                     provider: session.provider.clone(),
                     timeout: options.startup_timeout,
@@ -707,6 +746,7 @@ impl Startup {
                             options.store_failure == StoreFailurePolicy::Degrade && matches!(error, Error::Store(_));
                         if !degrade {
                             close_bounded(runtime.as_ref(), finalize_timeout).await;
+                            drop(reservation);
                             let _ = caller.send(Err(error));
                             return;
                         }

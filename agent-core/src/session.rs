@@ -155,6 +155,8 @@ pub enum ExitReason {
         /// The store's error.
         reason: String,
     },
+    /// The session is not live in this harness: a subscription replays its stored history.
+    NotLive,
     /// The runtime task ended unexpectedly (a bug); the reason is the panic message if any.
     Crashed {
         /// What is known.
@@ -168,6 +170,7 @@ impl fmt::Display for ExitReason {
             ExitReason::Closed { reason } => write!(f, "closed ({reason:?})"),
             ExitReason::Retired { reason } => write!(f, "retired: {reason}"),
             ExitReason::StoreFailed { reason } => write!(f, "store failed: {reason}"),
+            ExitReason::NotLive => f.write_str("not live in this harness"),
             ExitReason::Crashed { reason } => write!(f, "crashed: {reason}"),
         }
     }

@@ -187,3 +187,23 @@ impl StreamSubscription for Harness {
         self.subscribe(turn, Replay::Start).await.unwrap()
     }
 }
+
+#[tokio::test]
+async fn a_stopped_session_replays_from_the_store() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts()).await;
+    let (one, _) = two_turns(&f, &session).await;
+    f.harness.stop_session(&session, false).await.unwrap();
+    let seqs: Vec<u64> =
+        f.harness.subscribe(&session, Replay::After(2)).await.unwrap().map(|e| e.unwrap().seq).collect().await;
+    assert_eq!(seqs, (3..=9).collect::<Vec<_>>(), "everything stored, through session_closed, then the end");
+    let types = f.harness.stream(&one, Replay::Start, None).await.unwrap().collect().await.unwrap();
+    assert_eq!(
+        types.iter().map(|e| e.type_name()).collect::<Vec<_>>(),
+        ["turn_started", "message_delta", "message_delta", "turn_completed"]
+    );
+    let err = f.harness.subscribe(&session, Replay::Latest).await.unwrap_err();
+    assert!(matches!(err, Error::SessionNotFound { .. }), "nothing live to follow: {err:?}");
+    let unknown = Target::Session(SessionId::new("never-existed").unwrap());
+    assert!(matches!(f.harness.subscribe(unknown, Replay::Start).await, Err(Error::SessionNotFound { .. })));
+}

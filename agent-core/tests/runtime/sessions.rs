@@ -413,3 +413,15 @@ async fn a_forced_stop_kills_a_hung_admission_and_expires_pending_requests() {
     let err = f.harness.respond(&request, Response::approve()).await.unwrap_err();
     assert!(matches!(err, Error::RequestExpired { .. }), "{err:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_start_releases_its_id_before_answering() {
+    let f = Fixture::new();
+    for _ in 0..50 {
+        f.control.set_open(OpenBehavior::Fail("not yet".into()));
+        assert!(f.harness.start_session(PROVIDER, opts().id("retry")).await.is_err());
+        f.control.set_open(OpenBehavior::Succeed);
+        let session = f.harness.start_session(PROVIDER, opts().id("retry").reuse(Reuse::Closed)).await.unwrap();
+        f.harness.stop_session(&session, false).await.unwrap();
+    }
+}

@@ -1,0 +1,141 @@
+//! Opening the database: the private file, the checks that leave foreign files untouched, the
+//! connection settings.
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use rusqlite::config::DbConfig;
+use rusqlite::{Connection, ErrorCode, OpenFlags};
+
+use crate::error::OpenError;
+use crate::options::SqliteOptions;
+use crate::schema;
+
+/// The first 16 bytes of every SQLite 3 database file.
+const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+/// Permissions of a database the store creates: owner read and write only. SQLite gives its WAL
+/// and shared-memory files the same permissions.
+pub(crate) const FILE_MODE: u32 = 0o600;
+
+/// Prepared statements each connection keeps compiled.
+const STATEMENT_CACHE: usize = 32;
+
+/// Page cache of the write connection, in KiB: the hot index pages of every active session stay
+/// in memory instead of being read back from the file.
+const WRITER_CACHE_KIB: i64 = 16 * 1024;
+
+/// WAL pages (4 KiB each) after which a commit checkpoints the WAL into the database. Larger
+/// than SQLite's default of 1000 so that index pages rewritten by every group commit are copied
+/// to the database once per checkpoint rather than every few commits.
+const WAL_AUTOCHECKPOINT_PAGES: i64 = 8192;
+
+/// The size the WAL file is truncated back to after a checkpoint, in bytes.
+const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
+
+/// Opens the write connection: creates the file if needed, refuses what is not a store of a
+/// known version, switches to WAL and migrates. Nothing is written to a refused file.
+pub(crate) fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection, OpenError> {
+    prepare_file(path)?;
+    let wal_existed = side_file(path, "-wal").exists();
+    let mut conn = connect(path, options).map_err(|e| classify(path, e))?;
+    let sqlite = |source: rusqlite::Error| OpenError::Sqlite { path: path.to_owned(), source: Box::new(source) };
+    // Until the file is known to be a store of a known version, closing this connection must
+    // not checkpoint a WAL left by another writer into it.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).map_err(sqlite)?;
+    let checked = schema::inspect(&conn).map_err(|e| classify(path, e)).and_then(|found| schema::check(path, found));
+    if let Err(error) = checked {
+        if !wal_existed {
+            // The WAL is this connection's own and empty: a normal close removes it and the
+            // shared-memory file without writing to the database.
+            let _ = conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, false);
+        }
+        return Err(error);
+    }
+    let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)).map_err(sqlite)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(OpenError::Sqlite {
+            path: path.to_owned(),
+            source: format!("the file system does not support WAL mode (journal_mode is {mode})").into(),
+        });
+    }
+    conn.pragma_update(None, "synchronous", options.synchronous.pragma_value()).map_err(sqlite)?;
+    conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB).map_err(sqlite)?;
+    // Savepoint journals stay in memory.
+    conn.pragma_update(None, "temp_store", "MEMORY").map_err(sqlite)?;
+    conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES).map_err(sqlite)?;
+    conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT).map_err(sqlite)?;
+    schema::migrate(&mut conn, path)?;
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, false).map_err(sqlite)?;
+    Ok(conn)
+}
+
+/// Opens a read connection to an existing store; it refuses writes.
+pub(crate) fn open_reader(path: &Path, options: &SqliteOptions) -> rusqlite::Result<Connection> {
+    let conn = connect(path, options)?;
+    conn.pragma_update(None, "query_only", true)?;
+    Ok(conn)
+}
+
+fn connect(path: &Path, options: &SqliteOptions) -> rusqlite::Result<Connection> {
+    // No SQLITE_OPEN_CREATE: the file was created (private) before, or already existed.
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(options.busy_timeout)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    Ok(conn)
+}
+
+fn classify(path: &Path, error: rusqlite::Error) -> OpenError {
+    match error.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => OpenError::NotSqlite { path: path.to_owned() },
+        _ => OpenError::Sqlite { path: path.to_owned(), source: Box::new(error) },
+    }
+}
+
+/// Creates the file with [`FILE_MODE`] if it does not exist; otherwise checks, by reading its
+/// header, that it is a SQLite database (an empty file counts as a new one).
+fn prepare_file(path: &Path) -> Result<(), OpenError> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(OpenError::MissingDirectory { path: path.to_owned(), dir: dir.to_owned() });
+    }
+    let io_error = |source: io::Error| OpenError::Io { path: path.to_owned(), source };
+    match OpenOptions::new().read(true).write(true).create_new(true).mode(FILE_MODE).open(path) {
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io_error(e)),
+    }
+    let metadata = fs::metadata(path).map_err(io_error)?;
+    if !metadata.is_file() {
+        return Err(OpenError::NotAFile { path: path.to_owned() });
+    }
+    if metadata.len() == 0 {
+        return Ok(());
+    }
+    let mut header = [0u8; SQLITE_HEADER.len()];
+    match fs::File::open(path).and_then(|mut file| file.read_exact(&mut header)) {
+        Ok(()) if &header == SQLITE_HEADER => Ok(()),
+        Ok(()) => Err(OpenError::NotSqlite { path: path.to_owned() }),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Err(OpenError::NotSqlite { path: path.to_owned() }),
+        Err(e) => Err(io_error(e)),
+    }
+}
+
+/// `path` with `suffix` appended to its file name (SQLite's `-wal` and `-shm` files).
+fn side_file(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// The path as given, made absolute against the current directory so later connections do not
+/// depend on it.
+pub(crate) fn absolute(path: &Path) -> Result<PathBuf, OpenError> {
+    std::path::absolute(path).map_err(|source| OpenError::Io { path: path.to_owned(), source })
+}

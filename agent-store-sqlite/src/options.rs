@@ -1,0 +1,82 @@
+//! Typed options of a [`SqliteStore`](crate::SqliteStore).
+
+use std::time::Duration;
+
+/// How long a connection waits for a lock held by another connection before a call fails with
+/// `StoreError::Unavailable`.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// When SQLite forces a commit to stable storage (`PRAGMA synchronous`; the store always runs in
+/// WAL mode).
+///
+/// Both settings keep every acknowledged write across a crash of the process (SIGKILL, panic,
+/// OOM kill): a write is acknowledged only after `COMMIT` returned, and a committed transaction
+/// is in the WAL file, which the next open replays. They differ for a crash of the machine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Synchronous {
+    /// `fsync` the WAL at every commit: an acknowledged write also survives a power loss or an
+    /// operating-system crash. With group commit the cost is one `fsync` per group of writes,
+    /// not per event. The default.
+    #[default]
+    Full,
+    /// `fsync` only at checkpoints: an acknowledged write survives a process crash, but the most
+    /// recent commits can roll back after a power loss or an operating-system crash (the database
+    /// stays consistent).
+    Normal,
+}
+
+impl Synchronous {
+    pub(crate) fn pragma_value(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
+}
+
+/// Options of a [`SqliteStore`](crate::SqliteStore). `SqliteOptions::default()` is what
+/// [`SqliteStore::open`](crate::SqliteStore::open) uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqliteOptions {
+    /// Commit durability; default [`Synchronous::Full`].
+    pub synchronous: Synchronous,
+    /// How long a connection waits on another connection's lock; default
+    /// [`DEFAULT_BUSY_TIMEOUT`].
+    pub busy_timeout: Duration,
+    /// Commit the writes queued by many sessions in one transaction (one `fsync` for all of
+    /// them); default `true`. With `false` every write commits in a transaction of its own.
+    pub group_commit: bool,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions { synchronous: Synchronous::Full, busy_timeout: DEFAULT_BUSY_TIMEOUT, group_commit: true }
+    }
+}
+
+impl SqliteOptions {
+    /// The default options.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the commit durability.
+    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// Sets how long a connection waits on another connection's lock.
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// Turns group commit on or off.
+    pub fn group_commit(mut self, enabled: bool) -> Self {
+        self.group_commit = enabled;
+        self
+    }
+}

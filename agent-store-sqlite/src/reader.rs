@@ -1,0 +1,135 @@
+//! Reads: a small pool of read-only connections used on tokio's blocking threads. In WAL mode a
+//! reader sees the last commit before its read began and never blocks the writer.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use agent_core::store::EventQuery;
+use agent_core::{Event, StoreError};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::de::DeserializeOwned;
+
+use crate::error::{corrupt_json, store_error};
+use crate::options::SqliteOptions;
+
+/// Read connections kept open between reads. More concurrent reads open extra connections,
+/// closed when they finish.
+const MAX_IDLE_READERS: usize = 4;
+
+/// The read side of a store.
+#[derive(Debug)]
+pub(crate) struct Readers {
+    path: PathBuf,
+    options: SqliteOptions,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Readers {
+    pub(crate) fn new(path: PathBuf, options: SqliteOptions) -> Self {
+        Readers { path, options, idle: Mutex::new(Vec::new()) }
+    }
+
+    fn idle(&self) -> MutexGuard<'_, Vec<Connection>> {
+        // The guarded vector is always valid, even after a panic elsewhere.
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `read` on a pooled connection on a blocking thread.
+    pub(crate) async fn run<T, F>(self: &Arc<Self>, read: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let this = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let conn = match this.idle().pop() {
+                Some(conn) => conn,
+                None => crate::open::open_reader(&this.path, &this.options).map_err(|e| store_error(&e))?,
+            };
+            let result = read(&conn);
+            let mut idle = this.idle();
+            if idle.len() < MAX_IDLE_READERS {
+                idle.push(conn);
+            }
+            result
+        })
+        .await
+        .map_err(|e| StoreError::Backend(format!("a store read did not finish: {e}").into()))?
+    }
+
+    /// Closes the idle connections.
+    pub(crate) fn close(&self) {
+        self.idle().clear();
+    }
+}
+
+fn decode<T: DeserializeOwned>(what: &str, json: &str) -> Result<T, StoreError> {
+    serde_json::from_str(json).map_err(|e| corrupt_json(what, &e))
+}
+
+/// One JSON document selected by `sql` with `params`.
+pub(crate) fn one<T: DeserializeOwned>(
+    conn: &Connection,
+    what: &str,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Option<T>, StoreError> {
+    let json: Option<String> = conn
+        .prepare_cached(sql)
+        .and_then(|mut stmt| stmt.query_row(params, |row| row.get(0)).optional())
+        .map_err(|e| store_error(&e))?;
+    json.map(|json| decode(what, &json)).transpose()
+}
+
+/// Every JSON document selected by `sql` with `params`, in the query's order.
+pub(crate) fn all<T: DeserializeOwned>(
+    conn: &Connection,
+    what: &str,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<T>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql).map_err(|e| store_error(&e))?;
+    let mut rows = stmt.query(params).map_err(|e| store_error(&e))?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(|e| store_error(&e))? {
+        let json = row.get_ref(0).and_then(|v| Ok(v.as_str()?)).map_err(|e| store_error(&e))?;
+        out.push(decode(what, json)?);
+    }
+    Ok(out)
+}
+
+/// Events of `session` matching `query`, ascending by seq.
+pub(crate) fn events(conn: &Connection, session: &str, query: &EventQuery) -> Result<Vec<Arc<Event>>, StoreError> {
+    let after = i64::try_from(query.after.unwrap_or(0)).unwrap_or(i64::MAX);
+    // A negative LIMIT is no limit.
+    let limit = query.limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+    let events: Vec<Event> = match &query.turn {
+        None => all(
+            conn,
+            "event",
+            "SELECT event FROM events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+            params![session, after, limit],
+        )?,
+        Some(turn) => all(
+            conn,
+            "event",
+            "SELECT event FROM events WHERE session_id = ?1 AND turn_id = ?2 AND seq > ?3 ORDER BY seq LIMIT ?4",
+            params![session, turn.as_str(), after, limit],
+        )?,
+    };
+    Ok(events.into_iter().map(Arc::new).collect())
+}
+
+/// The highest stored seq of `session`.
+pub(crate) fn latest_seq(conn: &Connection, session: &str) -> Result<Option<u64>, StoreError> {
+    let latest: Option<i64> = conn
+        .prepare_cached("SELECT last_seq FROM sessions WHERE id = ?1")
+        .and_then(|mut stmt| stmt.query_row([session], |row| row.get(0)).optional())
+        .map_err(|e| store_error(&e))?;
+    match latest {
+        None | Some(0) => Ok(None),
+        Some(seq) => {
+            u64::try_from(seq).map(Some).map_err(|_| StoreError::Corrupt(format!("stored seq {seq} is negative")))
+        }
+    }
+}

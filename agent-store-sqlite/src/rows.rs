@@ -1,0 +1,99 @@
+//! Records encoded for the writer: JSON is produced by the calling task, so the single writer
+//! thread only runs SQL.
+
+use std::sync::Arc;
+
+use agent_core::store::WriteBatch;
+use agent_core::{Event, Request, SessionId, SessionSnapshot, StoreError, Turn, TurnId};
+
+/// One write, ready for the writer thread: everything in it commits or nothing does.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    pub(crate) session: SessionId,
+    pub(crate) delete_first: bool,
+    pub(crate) snapshot: Option<String>,
+    /// `(turn ID, record)`.
+    pub(crate) turns: Vec<(String, String)>,
+    /// `(request ID, record)`.
+    pub(crate) requests: Vec<(String, String)>,
+    pub(crate) events: Vec<EventRow>,
+}
+
+/// One event with its encoded form.
+#[derive(Debug)]
+pub(crate) struct EventRow {
+    pub(crate) seq: i64,
+    pub(crate) turn_id: Option<TurnId>,
+    pub(crate) json: String,
+    /// Compared with the stored event when the same seq is appended again.
+    pub(crate) event: Arc<Event>,
+}
+
+impl Prepared {
+    pub(crate) fn new(session: SessionId) -> Self {
+        Prepared {
+            session,
+            delete_first: false,
+            snapshot: None,
+            turns: Vec::new(),
+            requests: Vec::new(),
+            events: Vec::new(),
+        }
+    }
+
+    /// True when the write touches records under the session (which must then exist).
+    pub(crate) fn has_children(&self) -> bool {
+        !(self.turns.is_empty() && self.requests.is_empty() && self.events.is_empty())
+    }
+
+    pub(crate) fn batch(session: &SessionId, batch: &WriteBatch) -> Result<Self, StoreError> {
+        let mut prepared = Prepared::new(session.clone());
+        prepared.delete_first = batch.delete_first;
+        if let Some(snapshot) = &batch.snapshot {
+            prepared.snapshot = Some(encode(snapshot)?);
+        }
+        for turn in &batch.turns {
+            prepared.push_turn(turn)?;
+        }
+        for request in &batch.requests {
+            prepared.push_request(request)?;
+        }
+        prepared.push_events(&batch.events)?;
+        Ok(prepared)
+    }
+
+    pub(crate) fn snapshot(snapshot: &SessionSnapshot) -> Result<Self, StoreError> {
+        let mut prepared = Prepared::new(snapshot.id.clone());
+        prepared.snapshot = Some(encode(snapshot)?);
+        Ok(prepared)
+    }
+
+    pub(crate) fn push_turn(&mut self, turn: &Turn) -> Result<(), StoreError> {
+        self.turns.push((turn.id.to_string(), encode(turn)?));
+        Ok(())
+    }
+
+    pub(crate) fn push_request(&mut self, request: &Request) -> Result<(), StoreError> {
+        self.requests.push((request.id.to_string(), encode(request)?));
+        Ok(())
+    }
+
+    pub(crate) fn push_events(&mut self, events: &[Arc<Event>]) -> Result<(), StoreError> {
+        self.events.reserve(events.len());
+        for event in events {
+            let seq = i64::try_from(event.seq)
+                .map_err(|_| StoreError::Conflict(format!("seq {} is beyond the stored range", event.seq)))?;
+            self.events.push(EventRow {
+                seq,
+                turn_id: event.turn_id.clone(),
+                json: encode(&**event)?,
+                event: Arc::clone(event),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn encode<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Backend(Box::new(e)))
+}

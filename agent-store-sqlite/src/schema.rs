@@ -1,0 +1,114 @@
+//! The database schema and its forward migrations.
+//!
+//! `schema_version` holds one row per applied migration; the highest `version` is the schema
+//! version of the file. A file whose version is above [`SCHEMA_VERSION`] is refused at open and
+//! left untouched. Migrations only move forward, each in the same transaction as its
+//! `schema_version` row.
+
+use std::path::Path;
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::error::OpenError;
+
+/// The newest schema version this build reads and writes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// `MIGRATIONS[n]` upgrades a database from version `n` to `n + 1`; version 0 is an empty file.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1];
+
+/// Version 1. Records are JSON documents in TEXT columns, written with agent-core's serde forms,
+/// so an event's `raw` payload is stored byte for byte. Keys are the columns the store looks up by.
+/// `sessions.last_seq` is the highest stored seq of the session's events (0 for none), kept by
+/// the writer in the same transaction as the events. Rowid tables throughout: event and record
+/// documents can be large, and `position` keeps the creation order of turns and requests (an
+/// upsert keeps the row, and so its position).
+const V1: &str = "
+CREATE TABLE schema_version (
+    version    INTEGER PRIMARY KEY,
+    applied_at TEXT NOT NULL
+);
+CREATE TABLE sessions (
+    id       TEXT NOT NULL UNIQUE,
+    last_seq INTEGER NOT NULL DEFAULT 0,
+    snapshot TEXT NOT NULL
+);
+CREATE TABLE turns (
+    position   INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    turn_id    TEXT NOT NULL,
+    record     TEXT NOT NULL,
+    UNIQUE (session_id, turn_id)
+);
+CREATE TABLE requests (
+    position   INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    record     TEXT NOT NULL,
+    UNIQUE (session_id, request_id)
+);
+CREATE TABLE events (
+    session_id TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    turn_id    TEXT,
+    event      TEXT NOT NULL,
+    UNIQUE (session_id, seq)
+);
+CREATE INDEX events_by_turn ON events (session_id, turn_id, seq) WHERE turn_id IS NOT NULL;
+";
+
+/// What an opened file holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// No schema objects at all: a new file.
+    Empty,
+    /// A store at this schema version.
+    Version(u32),
+    /// Tables of something else.
+    Foreign,
+}
+
+/// Reads what the file holds without writing to it.
+pub(crate) fn inspect(conn: &Connection) -> rusqlite::Result<Found> {
+    let has_version: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version')",
+        [],
+        |row| row.get(0),
+    )?;
+    if has_version {
+        let version: Option<i64> = conn.query_row("SELECT MAX(version) FROM schema_version", [], |row| row.get(0))?;
+        return Ok(Found::Version(version.map_or(0, |v| u32::try_from(v).unwrap_or(u32::MAX))));
+    }
+    let objects: i64 = conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |row| row.get(0))?;
+    Ok(if objects == 0 { Found::Empty } else { Found::Foreign })
+}
+
+/// Refuses files this build must not write to.
+pub(crate) fn check(path: &Path, found: Found) -> Result<u32, OpenError> {
+    match found {
+        Found::Empty => Ok(0),
+        Found::Version(found) if found <= SCHEMA_VERSION => Ok(found),
+        Found::Version(found) => {
+            Err(OpenError::NewerSchema { path: path.to_owned(), found, supported: SCHEMA_VERSION })
+        }
+        Found::Foreign => Err(OpenError::NotAStore { path: path.to_owned() }),
+    }
+}
+
+/// Applies the missing migrations in one write transaction. The version is read again inside
+/// it, so two processes opening the same new file migrate it once.
+pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), OpenError> {
+    let sqlite = |source: rusqlite::Error| OpenError::Sqlite { path: path.to_owned(), source: Box::new(source) };
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sqlite)?;
+    let current = check(path, inspect(&tx).map_err(sqlite)?)?;
+    for (from, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        tx.execute_batch(sql).map_err(sqlite)?;
+        tx.execute(
+            "INSERT INTO schema_version (version, applied_at) VALUES (?1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+            [from as i64 + 1],
+        )
+        .map_err(sqlite)?;
+        tracing::info!(path = %path.display(), version = from + 1, "store schema migrated");
+    }
+    tx.commit().map_err(sqlite)
+}

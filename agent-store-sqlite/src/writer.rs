@@ -1,0 +1,411 @@
+//! The single writer: a dedicated thread that owns the write connection and commits queued
+//! writes of many sessions together (group commit).
+//!
+//! Each write runs inside its own `SAVEPOINT` within the group's transaction, so a write that
+//! fails (a conflict, an unknown session) is rolled back alone and the others still commit. A
+//! write is acknowledged only after `COMMIT` returned.
+
+use std::thread::JoinHandle;
+
+use agent_core::{Event, StoreError};
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{corrupt_json, store_error};
+use crate::rows::{EventRow, Prepared};
+
+/// Writes waiting for the writer thread. When full, a write waits for room: back-pressure on
+/// the sessions' flush tasks, which already accumulate new events in their next batch.
+const WRITE_QUEUE_CAPACITY: usize = 1024;
+
+/// The most writes committed in one transaction; the rest of the queue forms the next group.
+const MAX_GROUP_WRITES: usize = 512;
+
+/// What a write is answered with.
+pub(crate) type Reply = oneshot::Sender<Result<(), StoreError>>;
+
+/// A message to the writer thread.
+#[derive(Debug)]
+pub(crate) enum Job {
+    /// Commit this write.
+    Write(Box<Prepared>, Reply),
+    /// Switch the connection to refusing writes (`PRAGMA query_only`), or back.
+    RefuseWrites(bool, Reply),
+}
+
+/// Joins the writer thread when dropped, after the job queue closed and drained.
+#[derive(Debug)]
+pub(crate) struct WriterThread(Option<JoinHandle<()>>);
+
+impl Drop for WriterThread {
+    fn drop(&mut self) {
+        if let Some(thread) = self.0.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the SQLite store's writer thread panicked");
+        }
+    }
+}
+
+/// Starts the writer thread on `conn`.
+pub(crate) fn spawn(conn: Connection, group_commit: bool) -> std::io::Result<(mpsc::Sender<Job>, WriterThread)> {
+    let (tx, rx) = mpsc::channel(WRITE_QUEUE_CAPACITY);
+    let max_group = if group_commit { MAX_GROUP_WRITES } else { 1 };
+    let thread =
+        std::thread::Builder::new().name("agent-store-sqlite-writer".into()).spawn(move || run(conn, rx, max_group))?;
+    Ok((tx, WriterThread(Some(thread))))
+}
+
+/// Receives jobs until every sender is gone, then closes the connection (which checkpoints the
+/// WAL when it is the last one).
+fn run(conn: Connection, mut rx: mpsc::Receiver<Job>, max_group: usize) {
+    let mut group: Vec<(Box<Prepared>, Reply)> = Vec::with_capacity(max_group);
+    let mut next = rx.blocking_recv();
+    while let Some(job) = next.take() {
+        match job {
+            Job::RefuseWrites(refuse, reply) => {
+                let result = conn.pragma_update(None, "query_only", refuse).map_err(|e| store_error(&e));
+                let _ = reply.send(result);
+            }
+            Job::Write(write, reply) => {
+                group.push((write, reply));
+                // Take what else is queued; a control job ends the group and runs after it.
+                while group.len() < max_group {
+                    match rx.try_recv() {
+                        Ok(Job::Write(write, reply)) => group.push((write, reply)),
+                        Ok(control) => {
+                            next = Some(control);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                commit_group(&conn, &mut group);
+            }
+        }
+        if next.is_none() {
+            next = rx.blocking_recv();
+        }
+    }
+}
+
+/// Commits a group and answers every write in it.
+fn commit_group(conn: &Connection, group: &mut Vec<(Box<Prepared>, Reply)>) {
+    let results = run_group(conn, group);
+    for ((_, reply), result) in group.drain(..).zip(results) {
+        // A caller that went away no longer needs the answer.
+        let _ = reply.send(result);
+    }
+}
+
+/// Runs the group's transaction. Returns one result per write.
+fn run_group(conn: &Connection, group: &[(Box<Prepared>, Reply)]) -> Vec<Result<(), StoreError>> {
+    let every = |error: &StoreError| group.iter().map(|_| Err(replicate(error))).collect();
+    if let Err(error) = exec(conn, "BEGIN IMMEDIATE") {
+        return every(&store_error(&error));
+    }
+    let mut results = Vec::with_capacity(group.len());
+    for (write, _) in group {
+        match apply_isolated(conn, write) {
+            Ok(result) => results.push(result),
+            Err(error) => {
+                // The transaction itself is lost: nothing of the group is stored.
+                rollback(conn);
+                return every(&error);
+            }
+        }
+    }
+    if let Err(error) = exec(conn, "COMMIT") {
+        let error = store_error(&error);
+        rollback(conn);
+        return results.into_iter().map(|r| r.and_then(|()| Err(replicate(&error)))).collect();
+    }
+    results
+}
+
+fn rollback(conn: &Connection) {
+    if !conn.is_autocommit()
+        && let Err(error) = conn.execute_batch("ROLLBACK")
+    {
+        tracing::error!(%error, "rolling back a failed store transaction failed");
+    }
+}
+
+/// Applies one write inside a savepoint, so that on failure it is undone alone. The outer `Err`
+/// means the group's transaction is lost: SQLite rolled it back (an I/O error, a full disk) or
+/// the savepoint statements failed.
+fn apply_isolated(conn: &Connection, write: &Prepared) -> Result<Result<(), StoreError>, StoreError> {
+    let sql = |e: rusqlite::Error| store_error(&e);
+    exec(conn, "SAVEPOINT write").map_err(sql)?;
+    match apply(conn, write) {
+        Ok(()) => {
+            exec(conn, "RELEASE write").map_err(sql)?;
+            Ok(Ok(()))
+        }
+        Err(error) if conn.is_autocommit() => Err(error),
+        Err(error) => {
+            exec(conn, "ROLLBACK TO write").and_then(|()| exec(conn, "RELEASE write")).map_err(sql)?;
+            Ok(Err(error))
+        }
+    }
+}
+
+/// The same failure again, for another write of the group.
+fn replicate(error: &StoreError) -> StoreError {
+    match error {
+        StoreError::UnknownSession(id) => StoreError::UnknownSession(id.clone()),
+        StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
+        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
+        StoreError::WriteRefused(m) => StoreError::WriteRefused(m.clone()),
+        StoreError::Corrupt(m) => StoreError::Corrupt(m.clone()),
+        StoreError::Backend(source) => StoreError::Backend(source.to_string().into()),
+        other => StoreError::Backend(other.to_string().into()),
+    }
+}
+
+/// Runs a statement without parameters through the statement cache.
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
+}
+
+/// Applies a write's parts in the order of the `Store::write` contract.
+fn apply(conn: &Connection, write: &Prepared) -> Result<(), StoreError> {
+    let sql = |e: rusqlite::Error| store_error(&e);
+    let session = write.session.as_str();
+    if write.delete_first {
+        delete_session(conn, session).map_err(sql)?;
+    }
+    if let Some(snapshot) = &write.snapshot {
+        conn.prepare_cached(
+            "INSERT INTO sessions (id, snapshot) VALUES (?1, ?2)
+             ON CONFLICT (id) DO UPDATE SET snapshot = excluded.snapshot",
+        )
+        .and_then(|mut stmt| stmt.execute(params![session, snapshot]))
+        .map_err(sql)?;
+    }
+    if !write.has_children() {
+        return Ok(());
+    }
+    // One lookup tells whether the session exists and where its journal ends.
+    let latest: Option<i64> = conn
+        .prepare_cached("SELECT last_seq FROM sessions WHERE id = ?1")
+        .and_then(|mut stmt| stmt.query_row([session], |row| row.get(0)).optional())
+        .map_err(sql)?;
+    let Some(latest) = latest else {
+        return Err(StoreError::UnknownSession(write.session.clone()));
+    };
+    if !write.turns.is_empty() {
+        let mut stmt = conn
+            .prepare_cached(
+                "INSERT INTO turns (session_id, turn_id, record) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (session_id, turn_id) DO UPDATE SET record = excluded.record",
+            )
+            .map_err(sql)?;
+        for (id, record) in &write.turns {
+            stmt.execute(params![session, id, record]).map_err(sql)?;
+        }
+    }
+    if !write.requests.is_empty() {
+        let mut stmt = conn
+            .prepare_cached(
+                "INSERT INTO requests (session_id, request_id, record) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (session_id, request_id) DO UPDATE SET record = excluded.record",
+            )
+            .map_err(sql)?;
+        for (id, record) in &write.requests {
+            stmt.execute(params![session, id, record]).map_err(sql)?;
+        }
+    }
+    if !write.events.is_empty() {
+        append(conn, session, latest, &write.events)?;
+    }
+    Ok(())
+}
+
+fn delete_session(conn: &Connection, session: &str) -> rusqlite::Result<()> {
+    for sql in [
+        "DELETE FROM events WHERE session_id = ?1",
+        "DELETE FROM requests WHERE session_id = ?1",
+        "DELETE FROM turns WHERE session_id = ?1",
+        "DELETE FROM sessions WHERE id = ?1",
+    ] {
+        conn.prepare_cached(sql)?.execute([session])?;
+    }
+    Ok(())
+}
+
+/// Appends events after `latest`: a seq above the latest is inserted; a used seq must hold the
+/// identical event; a free seq below the latest is refused. Records the new latest seq.
+fn append(conn: &Connection, session: &str, mut latest: i64, events: &[EventRow]) -> Result<(), StoreError> {
+    let sql = |e: rusqlite::Error| store_error(&e);
+    let before = latest;
+    let mut insert = conn
+        .prepare_cached("INSERT INTO events (session_id, seq, turn_id, event) VALUES (?1, ?2, ?3, ?4)")
+        .map_err(sql)?;
+    for row in events {
+        if row.seq > latest {
+            insert
+                .execute(params![session, row.seq, row.turn_id.as_ref().map(|t| t.as_str()), row.json])
+                .map_err(sql)?;
+            latest = row.seq;
+        } else {
+            check_retry(conn, session, row, latest)?;
+        }
+    }
+    if latest != before {
+        conn.prepare_cached("UPDATE sessions SET last_seq = ?2 WHERE id = ?1")
+            .and_then(|mut stmt| stmt.execute(params![session, latest]))
+            .map_err(sql)?;
+    }
+    Ok(())
+}
+
+/// An append at a seq that is not above the latest is fine only as an identical retry.
+fn check_retry(conn: &Connection, session: &str, row: &EventRow, latest: i64) -> Result<(), StoreError> {
+    let stored: Option<String> = conn
+        .prepare_cached("SELECT event FROM events WHERE session_id = ?1 AND seq = ?2")
+        .and_then(|mut stmt| stmt.query_row(params![session, row.seq], |r| r.get(0)).optional())
+        .map_err(|e| store_error(&e))?;
+    let Some(stored) = stored else {
+        return Err(StoreError::Conflict(format!(
+            "seq {} of session `{session}` is not above the latest stored seq {latest}",
+            row.seq
+        )));
+    };
+    // Equal text is the common retry; otherwise compare the decoded events, as the JSON of an
+    // identical event may be laid out differently.
+    if stored == row.json {
+        return Ok(());
+    }
+    let decoded: Event = serde_json::from_str(&stored).map_err(|e| corrupt_json("event", &e))?;
+    if decoded == *row.event {
+        Ok(())
+    } else {
+        Err(StoreError::Conflict(format!("seq {} of session `{session}` holds a different event", row.seq)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_core::{SessionId, SessionState, TurnStatus};
+    use agent_testkit::conformance::store::{event, snapshot, turn};
+
+    use super::*;
+    use crate::options::SqliteOptions;
+
+    fn sid(id: &str) -> SessionId {
+        SessionId::new(id).unwrap()
+    }
+
+    fn new_session(id: &SessionId, seqs: std::ops::RangeInclusive<u64>) -> Box<Prepared> {
+        let mut write = Prepared::snapshot(&snapshot(id, SessionState::Running)).unwrap();
+        let events: Vec<_> = seqs.map(|seq| event(id, seq, None, "x")).collect();
+        write.push_events(&events).unwrap();
+        Box::new(write)
+    }
+
+    fn count(conn: &Connection, sql: &str, session: &SessionId) -> i64 {
+        conn.query_row(sql, [session.as_str()], |r| r.get(0)).unwrap()
+    }
+
+    /// A write connection on a new file in a directory of its own, removed on drop.
+    struct Scratch {
+        dir: std::path::PathBuf,
+        conn: Option<Connection>,
+    }
+
+    impl Scratch {
+        fn new(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!("agent-store-sqlite-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let conn = crate::open::open_writer(&dir.join("store.db"), &SqliteOptions::default()).unwrap();
+            Scratch { dir, conn: Some(conn) }
+        }
+
+        fn conn(&self) -> &Connection {
+            self.conn.as_ref().expect("open until drop")
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            drop(self.conn.take());
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// Commits `writes` as one group and returns each write's answer.
+    fn commit(conn: &Connection, writes: impl IntoIterator<Item = Box<Prepared>>) -> Vec<Result<(), StoreError>> {
+        let (mut group, mut answers) = (Vec::new(), Vec::new());
+        for write in writes {
+            let (reply, answer) = oneshot::channel();
+            group.push((write, reply));
+            answers.push(answer);
+        }
+        commit_group(conn, &mut group);
+        answers.into_iter().map(|mut a| a.try_recv().expect("every write is answered")).collect()
+    }
+
+    #[test]
+    fn a_failing_write_rolls_back_alone_and_the_rest_of_its_group_commits() {
+        let scratch = Scratch::new("group");
+        let conn = scratch.conn();
+        let (a, b, c) = (sid("a"), sid("b"), sid("c"));
+        let setup = commit(conn, [new_session(&a, 1..=1)]);
+        assert!(matches!(setup[..], [Ok(())]), "{setup:?}");
+
+        // One group: a new session, a write conflicting with `a` (with a turn that must not
+        // land), another new session, and a write for a session that does not exist.
+        let mut conflicting = Prepared::new(a.clone());
+        conflicting.push_turn(&turn(&a, "t1", TurnStatus::Running)).unwrap();
+        conflicting.push_events(&[event(&a, 2, Some("t1"), "ok"), event(&a, 1, None, "different")]).unwrap();
+        let mut orphan = Prepared::new(sid("nobody"));
+        orphan.push_events(&[event(&sid("nobody"), 1, None, "x")]).unwrap();
+        let results =
+            commit(conn, [new_session(&b, 1..=3), Box::new(conflicting), new_session(&c, 1..=2), Box::new(orphan)]);
+        assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+        assert!(matches!(results[1], Err(StoreError::Conflict(_))), "{results:?}");
+        assert!(matches!(results[3], Err(StoreError::UnknownSession(_))), "{results:?}");
+
+        assert!(conn.is_autocommit(), "the group transaction is committed");
+        assert_eq!(count(conn, "SELECT COUNT(*) FROM events WHERE session_id = ?1", &b), 3);
+        assert_eq!(count(conn, "SELECT COUNT(*) FROM events WHERE session_id = ?1", &c), 2);
+        assert_eq!(
+            count(conn, "SELECT MAX(seq) FROM events WHERE session_id = ?1", &a),
+            1,
+            "no event of the failed write"
+        );
+        assert_eq!(
+            count(conn, "SELECT COUNT(*) FROM turns WHERE session_id = ?1", &a),
+            0,
+            "no turn of the failed write"
+        );
+    }
+
+    #[test]
+    fn a_full_disk_refuses_the_whole_group_and_the_writer_recovers() {
+        let scratch = Scratch::new("full");
+        let conn = scratch.conn();
+        let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
+        // The database may not grow by more than two pages: as good as a full disk.
+        conn.pragma_update(None, "max_page_count", pages + 2).unwrap();
+        let big = |id: &SessionId| {
+            let mut write = Prepared::snapshot(&snapshot(id, SessionState::Running)).unwrap();
+            write.push_events(&[event(id, 1, None, &"x".repeat(64 * 1024))]).unwrap();
+            Box::new(write)
+        };
+        let (a, b) = (sid("a"), sid("b"));
+        let results = commit(conn, [new_session(&a, 1..=1), big(&b)]);
+        // SQLite rolls the whole transaction back on a full disk: the group fails together.
+        assert!(results.iter().all(|r| matches!(r, Err(StoreError::WriteRefused(_)))), "{results:?}");
+        assert!(conn.is_autocommit(), "no transaction is left open");
+        for id in [&a, &b] {
+            assert_eq!(count(conn, "SELECT COUNT(*) FROM sessions WHERE id = ?1", id), 0, "nothing of the group");
+        }
+
+        conn.pragma_update(None, "max_page_count", i64::from(u32::MAX)).unwrap();
+        let results = commit(conn, [new_session(&a, 1..=1), big(&b)]);
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+    }
+}

@@ -1,0 +1,154 @@
+//! Bad input at open: clear errors, and the file at the path left exactly as it was.
+
+mod common;
+
+use std::fs;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use agent_store_sqlite::{OpenError, SCHEMA_VERSION, SqliteStore};
+use common::TempDir;
+
+/// What must not change: the file's length and a digest of its bytes, and which SQLite side
+/// files exist next to it.
+#[derive(Debug, PartialEq, Eq)]
+struct State {
+    len: usize,
+    digest: u64,
+    wal: bool,
+    shm: bool,
+}
+
+fn state(path: &Path) -> State {
+    let bytes = fs::read(path).expect("read file");
+    let mut hasher = DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    let side = |suffix: &str| Path::new(&format!("{}{suffix}", path.display())).exists();
+    State { len: bytes.len(), digest: hasher.finish(), wal: side("-wal"), shm: side("-shm") }
+}
+
+#[track_caller]
+fn refused(path: &Path) -> OpenError {
+    match SqliteStore::open(path) {
+        Ok(store) => panic!("{} must be refused, but opened as {store:?}", path.display()),
+        Err(error) => error,
+    }
+}
+
+#[test]
+fn a_path_in_a_missing_directory_is_refused_and_nothing_is_created() {
+    let dir = TempDir::new("open-missing-dir");
+    let missing = dir.path().join("no-such-dir");
+    let path = missing.join("store.db");
+    let error = refused(&path);
+    assert!(matches!(&error, OpenError::MissingDirectory { dir, .. } if *dir == missing), "{error:?}");
+    assert!(error.to_string().contains("does not exist"), "{error}");
+    assert!(!missing.exists(), "the directory must not be created");
+}
+
+#[test]
+fn a_file_that_is_not_sqlite_is_refused_untouched() {
+    let dir = TempDir::new("open-not-sqlite");
+    let path = dir.path().join("notes.txt");
+    fs::write(&path, b"these are notes, not a database\n").unwrap();
+    let before = state(&path);
+    let error = refused(&path);
+    assert!(matches!(error, OpenError::NotSqlite { .. }), "{error:?}");
+    assert!(error.to_string().contains("is not a SQLite database"), "{error}");
+    assert_eq!(state(&path), before, "the file must be left untouched");
+}
+
+#[test]
+fn a_short_file_and_a_damaged_sqlite_file_are_refused_untouched() {
+    let dir = TempDir::new("open-damaged");
+    let short = dir.path().join("short.db");
+    fs::write(&short, b"SQLite").unwrap();
+    let before = state(&short);
+    assert!(matches!(refused(&short), OpenError::NotSqlite { .. }));
+    assert_eq!(state(&short), before);
+
+    // A valid header followed by garbage: SQLite itself rejects it.
+    let damaged = dir.path().join("damaged.db");
+    let mut bytes = b"SQLite format 3\0".to_vec();
+    bytes.extend((0..8192u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+    fs::write(&damaged, &bytes).unwrap();
+    let before = state(&damaged);
+    let error = refused(&damaged);
+    assert!(matches!(error, OpenError::NotSqlite { .. }), "{error:?}");
+    assert_eq!(state(&damaged), before);
+}
+
+#[test]
+fn another_applications_sqlite_database_is_refused_untouched() {
+    let dir = TempDir::new("open-foreign");
+    let path = dir.path().join("app.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE contacts (name TEXT); INSERT INTO contacts VALUES ('ada');").unwrap();
+    }
+    let before = state(&path);
+    let error = refused(&path);
+    assert!(matches!(error, OpenError::NotAStore { .. }), "{error:?}");
+    assert!(error.to_string().contains("another application"), "{error}");
+    assert_eq!(state(&path), before);
+}
+
+#[test]
+fn a_store_with_a_newer_schema_version_is_refused_untouched() {
+    let dir = TempDir::new("open-newer");
+    let path = dir.path().join("store.db");
+    drop(SqliteStore::open(&path).expect("create the store"));
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (?1, 'later')", [SCHEMA_VERSION + 1])
+            .unwrap();
+    }
+    let before = state(&path);
+    assert!(!before.wal && !before.shm, "a cleanly closed store has no side files");
+    let error = refused(&path);
+    match &error {
+        OpenError::NewerSchema { found, supported, .. } => {
+            assert_eq!((*found, *supported), (SCHEMA_VERSION + 1, SCHEMA_VERSION));
+        }
+        other => panic!("expected NewerSchema, got {other:?}"),
+    }
+    assert!(error.to_string().contains("newer build"), "{error}");
+    assert_eq!(state(&path), before, "the file must be left untouched");
+}
+
+#[test]
+fn a_directory_path_is_refused() {
+    let dir = TempDir::new("open-dir");
+    let error = refused(dir.path());
+    assert!(matches!(error, OpenError::NotAFile { .. }), "{error:?}");
+}
+
+#[test]
+fn a_new_store_file_is_private_and_so_are_its_wal_files() {
+    let dir = TempDir::new("open-private");
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::open(&path).expect("open");
+    let mode = |p: &Path| fs::metadata(p).expect("metadata").permissions().mode() & 0o777;
+    assert_eq!(mode(&path), 0o600, "the database file must be private");
+    for suffix in ["-wal", "-shm"] {
+        let side = Path::new(&format!("{}{suffix}", path.display())).to_owned();
+        assert_eq!(mode(&side), 0o600, "{suffix} must be private too");
+    }
+    drop(store);
+}
+
+#[test]
+fn an_empty_existing_file_becomes_a_store_and_reopens() {
+    let dir = TempDir::new("open-empty");
+    let path = dir.path().join("store.db");
+    fs::write(&path, b"").unwrap();
+    drop(SqliteStore::open(&path).expect("an empty file is a new store"));
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: u32 = conn.query_row("SELECT MAX(version) FROM schema_version", [], |r| r.get(0)).unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+    assert_eq!(mode, "wal");
+    drop(conn);
+    drop(SqliteStore::open(&path).expect("reopen"));
+}

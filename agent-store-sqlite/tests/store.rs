@@ -1,0 +1,161 @@
+//! Behaviour beyond the shared suite: persistence across reopen, error mapping, concurrency.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::store::{EventQuery, Store, WriteBatch};
+use agent_core::{Event, SessionId, SessionState, StoreError};
+use agent_store_sqlite::{SqliteOptions, SqliteStore};
+use agent_testkit::conformance::store::{event, snapshot};
+use common::TempDir;
+
+fn sid(id: &str) -> SessionId {
+    SessionId::new(id).expect("valid id")
+}
+
+/// An event whose raw JSON has irregular spacing and escapes that re-serializing would change.
+fn raw_event(session: &SessionId, seq: u64, raw: &str) -> Arc<Event> {
+    let json = format!(
+        r#"{{"schema_version":1,"id":"evt_{seq}","seq":{seq},"session_id":"{session}","turn_id":null,"provider":"codex","at":"2026-01-01T00:00:00.000001Z","type":"provider_event","data":{{"method":"x/y"}},"raw":{raw}}}"#
+    );
+    Arc::new(serde_json::from_str(&json).expect("event json"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_and_their_raw_bytes_survive_a_reopen() {
+    let dir = TempDir::new("reopen");
+    let path = dir.path().join("store.db");
+    let id = sid("s-reopen");
+    let raw = r#"{ "method" : "x/y",  "params":{"list":[1, 2 ,3], "text":"caf\u00e9 \"q\""} }"#;
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        let mut batch = WriteBatch::new(id.clone());
+        batch.snapshot = Some(snapshot(&id, SessionState::Idle));
+        batch.events = vec![raw_event(&id, 1, raw), event(&id, 2, Some("t1"), "hello")];
+        store.write(&batch).await.unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let events = store.read_events(&id, &EventQuery::all()).await.unwrap();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0].raw.as_ref().map(|r| r.get()), Some(raw), "raw must be kept byte for byte");
+    assert_eq!(store.latest_seq(&id).await.unwrap(), Some(2));
+    assert_eq!(store.fetch_session(&id).await.unwrap().map(|s| s.status), Some(SessionState::Idle));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_writes_fail_as_write_refused_while_reads_go_on() {
+    let dir = TempDir::new("refuse");
+    let store = SqliteStore::open(dir.path().join("store.db")).unwrap();
+    let id = sid("s-refuse");
+    store.save_session(&snapshot(&id, SessionState::Idle)).await.unwrap();
+    store.refuse_writes(true).await.unwrap();
+    let refused = store.append_events(&id, &[event(&id, 1, None, "a")]).await;
+    assert!(matches!(refused, Err(StoreError::WriteRefused(_))), "{refused:?}");
+    assert!(store.fetch_session(&id).await.unwrap().is_some(), "reads keep working");
+    assert_eq!(store.latest_seq(&id).await.unwrap(), None, "the refused write changed nothing");
+    store.refuse_writes(false).await.unwrap();
+    store.append_events(&id, &[event(&id, 1, None, "a")]).await.expect("writes are accepted again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_lock_held_elsewhere_makes_writes_unavailable_and_retryable() {
+    let dir = TempDir::new("busy");
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::open_with(&path, SqliteOptions::new().busy_timeout(Duration::from_millis(50))).unwrap();
+    let id = sid("s-busy");
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let busy = store.save_session(&snapshot(&id, SessionState::Idle)).await;
+    assert!(matches!(&busy, Err(StoreError::Unavailable(_))), "{busy:?}");
+    assert!(busy.unwrap_err().is_retryable());
+    other.execute_batch("COMMIT").unwrap();
+    store.save_session(&snapshot(&id, SessionState::Idle)).await.expect("the retry succeeds");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecodable_stored_json_is_reported_as_corrupt() {
+    let dir = TempDir::new("corrupt");
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let id = sid("s-corrupt");
+    store.save_session(&snapshot(&id, SessionState::Idle)).await.unwrap();
+    store.append_events(&id, &[event(&id, 1, None, "a")]).await.unwrap();
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute("UPDATE events SET event = '{\"seq\": 1' WHERE session_id = ?1", [id.as_str()]).unwrap();
+    other.execute("UPDATE sessions SET snapshot = '[]' WHERE id = ?1", [id.as_str()]).unwrap();
+    let events = store.read_events(&id, &EventQuery::all()).await;
+    assert!(matches!(events, Err(StoreError::Corrupt(_))), "{events:?}");
+    let snapshot = store.fetch_session(&id).await;
+    assert!(matches!(snapshot, Err(StoreError::Corrupt(_))), "{snapshot:?}");
+    let retry = store.append_events(&id, &[event(&id, 1, None, "a")]).await;
+    assert!(matches!(retry, Err(StoreError::Corrupt(_))), "a retry compared with a corrupt event: {retry:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_read_transaction_does_not_block_the_writer() {
+    let dir = TempDir::new("readers");
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let id = sid("s-readers");
+    store.save_session(&snapshot(&id, SessionState::Idle)).await.unwrap();
+    store.append_events(&id, &[event(&id, 1, None, "a")]).await.unwrap();
+
+    let reader = rusqlite::Connection::open(&path).unwrap();
+    reader.execute_batch("BEGIN").unwrap();
+    let count = || reader.query_row("SELECT COUNT(*) FROM events", [], |r| r.get::<_, i64>(0)).unwrap();
+    assert_eq!(count(), 1);
+    let second = [event(&id, 2, None, "b")];
+    let write = store.append_events(&id, &second);
+    tokio::time::timeout(Duration::from_secs(5), write).await.expect("the writer is not blocked").unwrap();
+    assert_eq!(count(), 1, "the open read transaction keeps its snapshot");
+    assert_eq!(store.latest_seq(&id).await.unwrap(), Some(2), "new reads see the commit");
+    reader.execute_batch("COMMIT").unwrap();
+    assert_eq!(count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_sessions_commit_beside_conflicting_batches() {
+    const SESSIONS: usize = 24;
+    const BATCHES: u64 = 20;
+    const PER_BATCH: u64 = 5;
+    let dir = TempDir::new("concurrent");
+    let store = Arc::new(SqliteStore::open(dir.path().join("store.db")).unwrap());
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..SESSIONS {
+        let store = Arc::clone(&store);
+        tasks.spawn(async move {
+            let id = sid(&format!("s-{n:02}"));
+            let mut conflicts = 0;
+            for b in 0..BATCHES {
+                let mut batch = WriteBatch::new(id.clone());
+                if b == 0 {
+                    batch.snapshot = Some(snapshot(&id, SessionState::Running));
+                }
+                let first = b * PER_BATCH + 1;
+                batch.events = (first..first + PER_BATCH).map(|seq| event(&id, seq, None, "x")).collect();
+                store.write(&batch).await.expect("a valid batch commits");
+                // Every few batches a stale write from the same session, which must fail alone.
+                if b % 4 == 3 {
+                    let mut stale = WriteBatch::new(id.clone());
+                    stale.events = vec![event(&id, first, None, "different")];
+                    let result = store.write(&stale).await;
+                    assert!(matches!(result, Err(StoreError::Conflict(_))), "{result:?}");
+                    conflicts += 1;
+                }
+            }
+            (id, conflicts)
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        let (id, conflicts) = done.unwrap();
+        assert_eq!(conflicts, BATCHES / 4);
+        let events = store.read_events(&id, &EventQuery::all()).await.unwrap();
+        let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (1..=BATCHES * PER_BATCH).collect::<Vec<_>>(), "{id}: every committed event, in order");
+        assert!(
+            events.iter().all(|e| matches!(&e.kind, agent_core::EventKind::MessageDelta { text, .. } if text == "x"))
+        );
+    }
+}
