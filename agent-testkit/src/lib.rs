@@ -3,6 +3,7 @@
 
 pub mod clis;
 pub mod conformance;
+pub mod fake_cli;
 pub mod fake_model;
 pub mod offline;
 pub mod proxy;

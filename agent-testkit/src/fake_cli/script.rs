@@ -1,0 +1,925 @@
+//! Fake CLI scripts: the steps, their JSON Lines form, the parser and the Rust builder.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::scenario::{Scenario, Step};
+
+/// Default size of a [`FakeStep::HugeLine`]: 10 MiB.
+pub const DEFAULT_HUGE_LINE_BYTES: usize = 10 * 1024 * 1024;
+/// Default size of a [`FakeStep::StderrFlood`]: 1 MiB.
+pub const DEFAULT_STDERR_FLOOD_BYTES: usize = 1024 * 1024;
+/// Smallest [`FakeStep::HugeLine`]: the frame around the padding needs this much.
+const MIN_HUGE_LINE_BYTES: usize = 64;
+
+/// How a [`FakeStep::Complete`] ends the turn.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EndStatus {
+    /// A successful turn (Codex `completed`, Claude `result/success`, Pi `agent_end`).
+    #[default]
+    Completed,
+    /// A failed turn: the CLI reports `message` as a model or API error.
+    Failed,
+    /// An interrupted turn, as if the user had interrupted it.
+    Interrupted,
+}
+
+/// What a [`FakeStep::Approval`] asks to do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ApprovalKind {
+    /// Run the shell command `command` (Codex `commandExecution`, Claude `Bash`, Pi `bash`).
+    #[default]
+    Command,
+    /// Write `content` to the file `path` (Codex `fileChange`, Claude `Write`, Pi `write`).
+    FileChange,
+}
+
+/// Which client message a [`FakeStep::Expect`] waits for, in the fake's own protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ExpectKind {
+    /// The opening request: Codex `initialize`, Claude `control_request/initialize`, Pi
+    /// `get_state`.
+    Handshake,
+    /// The request that starts a turn: Codex `turn/start`, Claude a `user` message, Pi `prompt`.
+    TurnStart,
+    /// An interrupt: Codex `turn/interrupt`, Claude `control_request/interrupt`, Pi `abort`
+    /// (only reaches the script with [`InterruptMode::Ignore`]).
+    Interrupt,
+    /// Any message.
+    Any,
+}
+
+/// What the fake does when its stdin reaches end of file. The default is what the real CLI
+/// does, with code 0: Codex and Pi exit at once, Claude finishes the running turn first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EofAction {
+    /// Exit with the given code at once.
+    Exit,
+    /// Play the running turn (and a turn already asked for) to its end, then exit with the code.
+    FinishTurn,
+    /// Keep running the script.
+    Ignore,
+}
+
+/// How the fake answers the client's interrupts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum InterruptMode {
+    /// Like the real CLI: acknowledge, end the active turn as interrupted and skip the script
+    /// to the next `turn_start`. The default.
+    #[default]
+    Honor,
+    /// Acknowledge, but keep playing the turn (it never ends unless the script ends it).
+    AckOnly,
+    /// Never answer; the interrupt is queued like any other message for `expect`.
+    Ignore,
+}
+
+/// One step of a fake CLI script. Steps run in order; the fake reads stdin all the time.
+///
+/// Protocol steps ([`Handshake`](FakeStep::Handshake) to [`Stall`](FakeStep::Stall)) are
+/// written once and rendered in each CLI's wire format. Text fields may use `${prompt}` (the
+/// text of the turn's prompt), `${answer}` (the last question answer), `${decision}` (the last
+/// approval decision: `approved`, `denied` or `cancelled`) and `${tool_output}` (what the last
+/// tool returned to the model). Frames of [`Send`](FakeStep::Send) and [`On`](FakeStep::On)
+/// may also use `${in.<path>}`: a field of the last expected (or the triggering) client message,
+/// e.g. `${in.id}`; a string that is only a placeholder is replaced by the JSON value itself.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum FakeStep {
+    /// Waits for the client's opening request(s) and answers them: Codex `initialize` then
+    /// `thread/start` (or `thread/resume` / `thread/fork`), Claude `control_request/initialize`,
+    /// Pi `get_state`. Afterwards the fake also answers the CLI's housekeeping requests.
+    Handshake {},
+    /// Waits for the client to start a turn and accepts it (Codex `turn/start` answered and
+    /// `turn/started`, Claude `system/init`, Pi the `prompt` response and `agent_start`).
+    TurnStart {},
+    /// Streams an assistant message, one delta per entry, `delay_ms` before each.
+    Deltas {
+        /// The text pieces.
+        deltas: Vec<String>,
+        /// Pause before each delta, in milliseconds.
+        #[serde(default)]
+        delay_ms: u64,
+    },
+    /// Ends the turn with its terminal frame (Codex `turn/completed`, Claude `result`, Pi
+    /// `agent_end`).
+    Complete {
+        /// How the turn ends.
+        #[serde(default)]
+        status: EndStatus,
+        /// The final text; default: the text streamed in this turn.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        /// The error message of a failed turn.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// Asks the client to approve a tool call (Codex `requestApproval` server request, Claude
+    /// `can_use_tool`, Pi `confirm` UI request) and waits for the answer. Approved: the tool
+    /// completes with `output`; denied: it is declined and the turn goes on; cancelled (Codex
+    /// `cancel`, Claude deny with `interrupt`): the turn ends interrupted.
+    Approval {
+        /// What is asked.
+        #[serde(default)]
+        kind: ApprovalKind,
+        /// The command line (for `command`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        command: Option<String>,
+        /// The file (for `file_change`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<String>,
+        /// The new file content (for `file_change`).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        content: String,
+        /// What the tool prints when approved.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        output: String,
+    },
+    /// Asks the user a multiple-choice question (Codex `item/tool/requestUserInput`, Claude
+    /// `AskUserQuestion` through `can_use_tool`, Pi `select` UI request) and waits for the
+    /// answer, which becomes `${answer}`.
+    Question {
+        /// The question.
+        question: String,
+        /// The choices.
+        options: Vec<String>,
+        /// A short header.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        header: Option<String>,
+    },
+    /// Keeps the turn open until the client interrupts it.
+    Stall {},
+    /// Waits for a client message, leaving it unanswered. Messages that do not match stay
+    /// queued for later steps.
+    Expect {
+        /// A protocol message kind.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kind: Option<ExpectKind>,
+        /// Or: a JSON pattern the message must contain (objects match by subset).
+        #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+        pattern: Option<Value>,
+    },
+    /// Answers the message the last `expect` took, in the protocol's response format.
+    Reply {
+        /// The success payload (Codex `result`, Claude `response`, Pi `data`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<Value>,
+        /// Or: an error message.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// Writes one frame, as given (after placeholder substitution).
+    Send {
+        /// The JSON frame.
+        frame: Value,
+    },
+    /// From now on, answers every client message that contains `match`: with `reply` or
+    /// `error` in the protocol's response format, then the `frames`. At most `times` times.
+    On {
+        /// The JSON pattern.
+        #[serde(rename = "match")]
+        pattern: Value,
+        /// Success payload of the response.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reply: Option<Value>,
+        /// Or: error message of the response.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        /// Frames written after the response.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        frames: Vec<Value>,
+        /// How many messages the rule answers; unlimited when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        times: Option<u32>,
+    },
+    /// Pauses the script.
+    Sleep {
+        /// Milliseconds.
+        ms: u64,
+    },
+    /// Exits with `code` after writing what is already queued.
+    Exit {
+        /// The exit code.
+        #[serde(default)]
+        code: i32,
+    },
+    /// Stops answering anything (and ignores stdin EOF) but keeps running until killed.
+    Hang {},
+    /// Writes a line that is not JSON.
+    Garbage {
+        /// The line.
+        #[serde(default = "default_garbage")]
+        text: String,
+    },
+    /// Writes one valid JSON frame of exactly `bytes` bytes (plus the newline) that the protocol
+    /// does not know.
+    HugeLine {
+        /// Line length.
+        #[serde(default = "default_huge_line")]
+        bytes: usize,
+    },
+    /// Writes `text` and a newline to stderr.
+    Stderr {
+        /// The text.
+        text: String,
+    },
+    /// Writes `bytes` bytes of log lines to stderr as fast as the reader takes them.
+    StderrFlood {
+        /// How much.
+        #[serde(default = "default_stderr_flood")]
+        bytes: usize,
+    },
+    /// Writes the last frame again, `count` times.
+    Duplicate {
+        /// How many copies.
+        #[serde(default = "one")]
+        count: u32,
+    },
+    /// Holds back every frame written from now on until [`Release`](FakeStep::Release).
+    Hold {},
+    /// Writes the held frames, in reverse order by default (out-of-order frames).
+    Release {
+        /// Reverse the held frames.
+        #[serde(default = "yes")]
+        reverse: bool,
+    },
+    /// Closes the fake's stdin: the client's next writes fail (EPIPE).
+    CloseStdin {},
+    /// Closes the fake's stdout while it keeps running: the client sees end of file.
+    CloseStdout {},
+    /// Stops reading stdin for `ms` milliseconds, after the line being read, so the client's
+    /// writes back up (a slow reader).
+    PauseReading {
+        /// Milliseconds.
+        ms: u64,
+    },
+    /// Sets what happens on stdin EOF (default: what the real CLI does, with code 0).
+    OnStdinEof {
+        /// Exit or ignore.
+        action: EofAction,
+        /// The exit code for `exit`.
+        #[serde(default)]
+        code: i32,
+    },
+    /// Sets how interrupts are answered (default: honor).
+    Interrupts {
+        /// The mode.
+        mode: InterruptMode,
+    },
+}
+
+fn default_garbage() -> String {
+    "this line is not JSON {".to_owned()
+}
+
+fn default_huge_line() -> usize {
+    DEFAULT_HUGE_LINE_BYTES
+}
+
+fn default_stderr_flood() -> usize {
+    DEFAULT_STDERR_FLOOD_BYTES
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl FakeStep {
+    /// Every step name a script may use.
+    pub const NAMES: &'static [&'static str] = &[
+        "handshake",
+        "turn_start",
+        "deltas",
+        "complete",
+        "approval",
+        "question",
+        "stall",
+        "expect",
+        "reply",
+        "send",
+        "on",
+        "sleep",
+        "exit",
+        "hang",
+        "garbage",
+        "huge_line",
+        "stderr",
+        "stderr_flood",
+        "duplicate",
+        "hold",
+        "release",
+        "close_stdin",
+        "close_stdout",
+        "pause_reading",
+        "on_stdin_eof",
+        "interrupts",
+    ];
+
+    /// The step's name as written in scripts.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FakeStep::Handshake {} => "handshake",
+            FakeStep::TurnStart {} => "turn_start",
+            FakeStep::Deltas { .. } => "deltas",
+            FakeStep::Complete { .. } => "complete",
+            FakeStep::Approval { .. } => "approval",
+            FakeStep::Question { .. } => "question",
+            FakeStep::Stall {} => "stall",
+            FakeStep::Expect { .. } => "expect",
+            FakeStep::Reply { .. } => "reply",
+            FakeStep::Send { .. } => "send",
+            FakeStep::On { .. } => "on",
+            FakeStep::Sleep { .. } => "sleep",
+            FakeStep::Exit { .. } => "exit",
+            FakeStep::Hang {} => "hang",
+            FakeStep::Garbage { .. } => "garbage",
+            FakeStep::HugeLine { .. } => "huge_line",
+            FakeStep::Stderr { .. } => "stderr",
+            FakeStep::StderrFlood { .. } => "stderr_flood",
+            FakeStep::Duplicate { .. } => "duplicate",
+            FakeStep::Hold {} => "hold",
+            FakeStep::Release { .. } => "release",
+            FakeStep::CloseStdin {} => "close_stdin",
+            FakeStep::CloseStdout {} => "close_stdout",
+            FakeStep::PauseReading { .. } => "pause_reading",
+            FakeStep::OnStdinEof { .. } => "on_stdin_eof",
+            FakeStep::Interrupts { .. } => "interrupts",
+        }
+    }
+
+    /// Checks what serde cannot: required combinations and value ranges.
+    fn check(&self) -> Result<(), String> {
+        match self {
+            FakeStep::Approval { kind: ApprovalKind::Command, command: None, .. } => {
+                Err("a command approval needs `command`".to_owned())
+            }
+            FakeStep::Approval { kind: ApprovalKind::FileChange, path: None, .. } => {
+                Err("a file_change approval needs `path`".to_owned())
+            }
+            FakeStep::Question { options, .. } if options.is_empty() => Err("options must not be empty".to_owned()),
+            FakeStep::Expect { kind, pattern } if kind.is_some() == pattern.is_some() => {
+                Err("give exactly one of `kind` and `match`".to_owned())
+            }
+            FakeStep::Reply { result: Some(_), error: Some(_) } => Err("give `result` or `error`, not both".to_owned()),
+            FakeStep::On { reply: Some(_), error: Some(_), .. } => Err("give `reply` or `error`, not both".to_owned()),
+            FakeStep::On { reply: None, error: None, frames, .. } if frames.is_empty() => {
+                Err("give at least one of `reply`, `error` and `frames`".to_owned())
+            }
+            FakeStep::On { times: Some(0), .. } => Err("times must be at least 1".to_owned()),
+            FakeStep::HugeLine { bytes } if *bytes < MIN_HUGE_LINE_BYTES => {
+                Err(format!("bytes must be at least {MIN_HUGE_LINE_BYTES}, found {bytes}"))
+            }
+            FakeStep::Duplicate { count: 0 } => Err("count must be at least 1".to_owned()),
+            FakeStep::Garbage { text } if text.contains('\n') => Err("text must be one line".to_owned()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Why a fake CLI script was rejected. Every variant about the script's content names its
+/// 1-based line.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FakeScriptError {
+    /// The script file could not be read.
+    #[error("cannot read script {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A line is not valid JSON.
+    #[error("script line {line}: not valid JSON: {source}")]
+    Json {
+        /// 1-based line number.
+        line: usize,
+        /// The JSON error.
+        source: serde_json::Error,
+    },
+    /// A line names a step that does not exist.
+    #[error("script line {line}: unknown step {step:?}; known steps: {}", FakeStep::NAMES.join(", "))]
+    UnknownStep {
+        /// 1-based line number.
+        line: usize,
+        /// The name found.
+        step: String,
+    },
+    /// A line is JSON but not a valid step (no `"step"`, missing or unknown fields, bad values).
+    #[error("script line {line}: {message}")]
+    InvalidStep {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl FakeScriptError {
+    /// The 1-based script line the error is about, if it is about a line.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            FakeScriptError::Read { .. } => None,
+            FakeScriptError::Json { line, .. }
+            | FakeScriptError::UnknownStep { line, .. }
+            | FakeScriptError::InvalidStep { line, .. } => Some(*line),
+        }
+    }
+}
+
+/// A fake CLI script: the steps a `fake-codex`, `fake-claude` or `fake-pi` plays.
+///
+/// ```
+/// use agent_testkit::fake_cli::FakeScript;
+///
+/// let script = FakeScript::new().handshake().turn_start().deltas(["Hel", "lo"]).complete();
+/// assert_eq!(FakeScript::parse(&script.to_script()).unwrap(), script);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FakeScript {
+    steps: Vec<FakeStep>,
+}
+
+impl FakeScript {
+    /// An empty script: the fake answers nothing and exits when stdin closes.
+    pub fn new() -> Self {
+        FakeScript::default()
+    }
+
+    /// Parses a JSON Lines script: one step object per line; blank lines and lines starting
+    /// with `#` are skipped (and counted).
+    pub fn parse(script: &str) -> Result<Self, FakeScriptError> {
+        let steps = script
+            .lines()
+            .enumerate()
+            .map(|(index, text)| (index + 1, text.trim()))
+            .filter(|(_, text)| !text.is_empty() && !text.starts_with('#'))
+            .map(|(line, text)| parse_line(line, text))
+            .collect::<Result<_, _>>()?;
+        Ok(FakeScript { steps })
+    }
+
+    /// Reads and parses a script file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, FakeScriptError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| FakeScriptError::Read { path: path.to_path_buf(), source })?;
+        FakeScript::parse(&text)
+    }
+
+    /// The script a fake CLI plays to behave like the real CLI talking to a fake model server
+    /// that serves `scenario`: a handshake, then one turn per model answer that ends without a
+    /// tool call.
+    ///
+    /// Mapping: `text` / `deltas` / `echo` / `quote_tool_result` stream their text (`echo` uses
+    /// `${prompt}`, `quote_tool_result` `${tool_output}`) and complete the turn; `shell` and
+    /// `tool_call` become command approvals, `write_file` / `edit_file` file-change approvals,
+    /// `ask_user` a question; `stall` streams its text and waits for an interrupt;
+    /// `http_error` and `disconnect` fail the turn.
+    pub fn from_scenario(scenario: &Scenario) -> Self {
+        let mut script = FakeScript::new().handshake();
+        let mut in_turn = false;
+        for step in scenario.steps() {
+            if !in_turn {
+                script = script.turn_start();
+            }
+            let (next, ends_turn) = script.scenario_step(step);
+            script = next;
+            in_turn = !ends_turn;
+        }
+        if in_turn { script.complete() } else { script }
+    }
+
+    /// Appends the fake CLI's rendering of one model answer; true when it ends the turn.
+    fn scenario_step(self, step: &Step) -> (Self, bool) {
+        let with_text = |script: FakeScript, text: &str| {
+            if text.is_empty() { script } else { script.deltas([text]) }
+        };
+        match step {
+            Step::Text { text } => (self.deltas([text.as_str()]).complete(), true),
+            Step::Deltas { deltas, delay_ms } => {
+                (self.step(FakeStep::Deltas { deltas: deltas.clone(), delay_ms: *delay_ms }).complete(), true)
+            }
+            Step::Echo { prefix } => (self.deltas([format!("{prefix}${{prompt}}")]).complete(), true),
+            Step::QuoteToolResult { prefix } => (self.deltas([format!("{prefix}${{tool_output}}")]).complete(), true),
+            Step::Shell { command } => (self.approval(command.as_str()), false),
+            Step::ToolCall { name, arguments } => (self.approval(format!("{name} {arguments}")), false),
+            Step::WriteFile { path, content } => (self.file_change(path.as_str(), content.as_str()), false),
+            Step::EditFile { path, new, .. } => (self.file_change(path.as_str(), new.as_str()), false),
+            Step::AskUser { question, options } => (self.question(question.as_str(), options.iter().cloned()), false),
+            Step::Stall { text } => (with_text(self, text).stall(), true),
+            Step::HttpError { status, message, .. } => (self.fail(format!("{status} {message}")), true),
+            Step::Disconnect { text } => (with_text(self, text).fail("stream disconnected before completion"), true),
+        }
+    }
+
+    /// The steps, in order.
+    pub fn steps(&self) -> &[FakeStep] {
+        &self.steps
+    }
+
+    /// The script form: one JSON object per line; [`FakeScript::parse`] reads it back.
+    pub fn to_script(&self) -> String {
+        self.steps.iter().map(|step| serde_json::to_string(step).unwrap_or_default() + "\n").collect()
+    }
+
+    /// Appends a step.
+    pub fn step(mut self, step: FakeStep) -> Self {
+        self.steps.push(step);
+        self
+    }
+
+    /// Appends [`FakeStep::Handshake`].
+    pub fn handshake(self) -> Self {
+        self.step(FakeStep::Handshake {})
+    }
+
+    /// Appends [`FakeStep::TurnStart`].
+    pub fn turn_start(self) -> Self {
+        self.step(FakeStep::TurnStart {})
+    }
+
+    /// Appends [`FakeStep::Deltas`] without delay.
+    pub fn deltas<I, S>(self, deltas: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.deltas_with_delay(deltas, 0)
+    }
+
+    /// Appends [`FakeStep::Deltas`] waiting `delay_ms` before each delta.
+    pub fn deltas_with_delay<I, S>(self, deltas: I, delay_ms: u64) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.step(FakeStep::Deltas { deltas: deltas.into_iter().map(Into::into).collect(), delay_ms })
+    }
+
+    /// Appends a completed [`FakeStep::Complete`] whose text is what the turn streamed.
+    pub fn complete(self) -> Self {
+        self.step(FakeStep::Complete { status: EndStatus::Completed, text: None, message: None })
+    }
+
+    /// Appends a failed [`FakeStep::Complete`] with an error message.
+    pub fn fail(self, message: impl Into<String>) -> Self {
+        self.step(FakeStep::Complete { status: EndStatus::Failed, text: None, message: Some(message.into()) })
+    }
+
+    /// Appends an interrupted [`FakeStep::Complete`].
+    pub fn interrupted(self) -> Self {
+        self.step(FakeStep::Complete { status: EndStatus::Interrupted, text: None, message: None })
+    }
+
+    /// Appends a whole turn: [`FakeStep::TurnStart`], the text as one delta, and completion.
+    pub fn turn(self, text: impl Into<String>) -> Self {
+        self.turn_start().deltas([text.into()]).complete()
+    }
+
+    /// Appends a command [`FakeStep::Approval`] whose tool prints nothing.
+    pub fn approval(self, command: impl Into<String>) -> Self {
+        self.approval_with_output(command, "")
+    }
+
+    /// Appends a command [`FakeStep::Approval`] whose tool prints `output` when approved.
+    pub fn approval_with_output(self, command: impl Into<String>, output: impl Into<String>) -> Self {
+        self.step(FakeStep::Approval {
+            kind: ApprovalKind::Command,
+            command: Some(command.into()),
+            path: None,
+            content: String::new(),
+            output: output.into(),
+        })
+    }
+
+    /// Appends a file-change [`FakeStep::Approval`].
+    pub fn file_change(self, path: impl Into<String>, content: impl Into<String>) -> Self {
+        self.step(FakeStep::Approval {
+            kind: ApprovalKind::FileChange,
+            command: None,
+            path: Some(path.into()),
+            content: content.into(),
+            output: String::new(),
+        })
+    }
+
+    /// Appends [`FakeStep::Question`].
+    pub fn question<I, S>(self, question: impl Into<String>, options: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.step(FakeStep::Question {
+            question: question.into(),
+            options: options.into_iter().map(Into::into).collect(),
+            header: None,
+        })
+    }
+
+    /// Appends [`FakeStep::Stall`].
+    pub fn stall(self) -> Self {
+        self.step(FakeStep::Stall {})
+    }
+
+    /// Appends [`FakeStep::Expect`] for a protocol message kind.
+    pub fn expect(self, kind: ExpectKind) -> Self {
+        self.step(FakeStep::Expect { kind: Some(kind), pattern: None })
+    }
+
+    /// Appends [`FakeStep::Expect`] for a JSON pattern.
+    pub fn expect_match(self, pattern: Value) -> Self {
+        self.step(FakeStep::Expect { kind: None, pattern: Some(pattern) })
+    }
+
+    /// Appends a successful [`FakeStep::Reply`].
+    pub fn reply(self, result: Value) -> Self {
+        self.step(FakeStep::Reply { result: Some(result), error: None })
+    }
+
+    /// Appends an error [`FakeStep::Reply`].
+    pub fn reply_error(self, message: impl Into<String>) -> Self {
+        self.step(FakeStep::Reply { result: None, error: Some(message.into()) })
+    }
+
+    /// Appends [`FakeStep::Send`].
+    pub fn send(self, frame: Value) -> Self {
+        self.step(FakeStep::Send { frame })
+    }
+
+    /// Appends an [`FakeStep::On`] rule that answers matching messages with `reply`.
+    pub fn on(self, pattern: Value, reply: Value) -> Self {
+        self.step(FakeStep::On { pattern, reply: Some(reply), error: None, frames: Vec::new(), times: None })
+    }
+
+    /// Appends [`FakeStep::Sleep`].
+    pub fn sleep(self, ms: u64) -> Self {
+        self.step(FakeStep::Sleep { ms })
+    }
+
+    /// Appends [`FakeStep::Exit`].
+    pub fn exit(self, code: i32) -> Self {
+        self.step(FakeStep::Exit { code })
+    }
+
+    /// Appends [`FakeStep::Hang`].
+    pub fn hang(self) -> Self {
+        self.step(FakeStep::Hang {})
+    }
+
+    /// Appends [`FakeStep::Garbage`] with the default line.
+    pub fn garbage(self) -> Self {
+        self.step(FakeStep::Garbage { text: default_garbage() })
+    }
+
+    /// Appends [`FakeStep::HugeLine`].
+    pub fn huge_line(self, bytes: usize) -> Self {
+        self.step(FakeStep::HugeLine { bytes })
+    }
+
+    /// Appends [`FakeStep::Stderr`].
+    pub fn stderr(self, text: impl Into<String>) -> Self {
+        self.step(FakeStep::Stderr { text: text.into() })
+    }
+
+    /// Appends [`FakeStep::StderrFlood`].
+    pub fn stderr_flood(self, bytes: usize) -> Self {
+        self.step(FakeStep::StderrFlood { bytes })
+    }
+
+    /// Appends [`FakeStep::Duplicate`].
+    pub fn duplicate(self, count: u32) -> Self {
+        self.step(FakeStep::Duplicate { count })
+    }
+
+    /// Appends [`FakeStep::Hold`].
+    pub fn hold(self) -> Self {
+        self.step(FakeStep::Hold {})
+    }
+
+    /// Appends [`FakeStep::Release`], reversing the held frames.
+    pub fn release_reversed(self) -> Self {
+        self.step(FakeStep::Release { reverse: true })
+    }
+
+    /// Appends [`FakeStep::CloseStdin`].
+    pub fn close_stdin(self) -> Self {
+        self.step(FakeStep::CloseStdin {})
+    }
+
+    /// Appends [`FakeStep::CloseStdout`].
+    pub fn close_stdout(self) -> Self {
+        self.step(FakeStep::CloseStdout {})
+    }
+
+    /// Appends [`FakeStep::PauseReading`].
+    pub fn pause_reading(self, ms: u64) -> Self {
+        self.step(FakeStep::PauseReading { ms })
+    }
+
+    /// Appends [`FakeStep::OnStdinEof`]: exit with `code`.
+    pub fn exit_on_stdin_eof(self, code: i32) -> Self {
+        self.step(FakeStep::OnStdinEof { action: EofAction::Exit, code })
+    }
+
+    /// Appends [`FakeStep::OnStdinEof`]: keep running.
+    pub fn ignore_stdin_eof(self) -> Self {
+        self.step(FakeStep::OnStdinEof { action: EofAction::Ignore, code: 0 })
+    }
+
+    /// Appends [`FakeStep::Interrupts`].
+    pub fn interrupts(self, mode: InterruptMode) -> Self {
+        self.step(FakeStep::Interrupts { mode })
+    }
+}
+
+impl FromIterator<FakeStep> for FakeScript {
+    fn from_iter<I: IntoIterator<Item = FakeStep>>(iter: I) -> Self {
+        FakeScript { steps: iter.into_iter().collect() }
+    }
+}
+
+fn parse_line(line: usize, text: &str) -> Result<FakeStep, FakeScriptError> {
+    let value: Value = serde_json::from_str(text).map_err(|source| FakeScriptError::Json { line, source })?;
+    let invalid = |message: String| FakeScriptError::InvalidStep { line, message };
+    let Some(object) = value.as_object() else {
+        return Err(invalid(format!("expected a JSON object with a \"step\" field, found {}", kind(&value))));
+    };
+    let name = match object.get("step") {
+        Some(Value::String(name)) => name,
+        Some(other) => return Err(invalid(format!("\"step\" must be a string, found {}", kind(other)))),
+        None => return Err(invalid("missing \"step\" field".to_owned())),
+    };
+    if !FakeStep::NAMES.contains(&name.as_str()) {
+        return Err(FakeScriptError::UnknownStep { line, step: name.clone() });
+    }
+    let step: FakeStep = serde_json::from_value(value.clone()).map_err(|e| invalid(format!("step {name:?}: {e}")))?;
+    step.check().map_err(|message| invalid(format!("step {name:?}: {message}")))?;
+    Ok(step)
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[track_caller]
+    fn check_error(script: &str, line: usize, contains: &str) {
+        let err = FakeScript::parse(script).unwrap_err();
+        assert_eq!(err.line(), Some(line), "{err}");
+        let message = err.to_string();
+        assert!(message.starts_with(&format!("script line {line}: ")), "{message}");
+        assert!(message.contains(contains), "{message:?} does not contain {contains:?}");
+    }
+
+    #[test]
+    fn every_step_parses_back_from_its_script_form() {
+        let script = FakeScript::new()
+            .handshake()
+            .turn_start()
+            .deltas_with_delay(["a", "b"], 5)
+            .complete()
+            .approval_with_output("touch x", "done")
+            .file_change("x.txt", "hi\n")
+            .question("Color?", ["red", "blue"])
+            .stall()
+            .expect(ExpectKind::Interrupt)
+            .expect_match(json!({"method": "turn/start"}))
+            .reply(json!({}))
+            .reply_error("no")
+            .send(json!({"method": "x", "params": {"id": "${in.id}"}}))
+            .on(json!({"type": "get_state"}), json!({"ok": true}))
+            .sleep(10)
+            .exit(3)
+            .hang()
+            .garbage()
+            .huge_line(1000)
+            .stderr("oops")
+            .stderr_flood(2048)
+            .duplicate(2)
+            .hold()
+            .release_reversed()
+            .close_stdin()
+            .close_stdout()
+            .pause_reading(100)
+            .exit_on_stdin_eof(4)
+            .interrupts(InterruptMode::AckOnly);
+        let names: Vec<&str> = script.steps().iter().map(FakeStep::name).collect();
+        for name in FakeStep::NAMES {
+            assert!(names.contains(name), "no builder test for {name}");
+        }
+        assert_eq!(FakeScript::parse(&script.to_script()).unwrap(), script);
+    }
+
+    #[test]
+    fn defaults_fill_optional_fields() {
+        let script = FakeScript::parse(
+            "{\"step\":\"huge_line\"}\n{\"step\":\"complete\"}\n{\"step\":\"release\"}\n{\"step\":\"exit\"}",
+        )
+        .unwrap();
+        assert_eq!(
+            script.steps(),
+            [
+                FakeStep::HugeLine { bytes: DEFAULT_HUGE_LINE_BYTES },
+                FakeStep::Complete { status: EndStatus::Completed, text: None, message: None },
+                FakeStep::Release { reverse: true },
+                FakeStep::Exit { code: 0 },
+            ]
+        );
+    }
+
+    #[test]
+    fn comments_and_blank_lines_are_skipped_but_counted() {
+        check_error("# a turn\n\n{\"step\":\"handshake\"}\n{oops", 4, "not valid JSON");
+    }
+
+    #[test]
+    fn unknown_steps_name_the_line_and_the_known_steps() {
+        check_error(
+            "{\"step\":\"handshake\"}\n{\"step\":\"moonwalk\"}",
+            2,
+            "unknown step \"moonwalk\"; known steps: handshake",
+        );
+    }
+
+    #[test]
+    fn invalid_steps_name_the_line() {
+        check_error("[1]", 1, "expected a JSON object");
+        check_error("{\"ms\": 3}", 1, "missing \"step\" field");
+        check_error("{\"step\": 3}", 1, "\"step\" must be a string");
+        check_error("{\"step\":\"sleep\"}", 1, "missing field `ms`");
+        check_error("{\"step\":\"handshake\",\"colour\":1}", 1, "unknown field `colour`");
+        check_error("{\"step\":\"approval\"}", 1, "needs `command`");
+        check_error("{\"step\":\"approval\",\"kind\":\"file_change\"}", 1, "needs `path`");
+        check_error("{\"step\":\"question\",\"question\":\"q\",\"options\":[]}", 1, "options must not be empty");
+        check_error("{\"step\":\"expect\"}", 1, "exactly one of `kind` and `match`");
+        check_error("{\"step\":\"expect\",\"kind\":\"nope\"}", 1, "unknown variant `nope`");
+        check_error("{\"step\":\"reply\",\"result\":{},\"error\":\"e\"}", 1, "not both");
+        check_error("{\"step\":\"on\",\"match\":{}}", 1, "at least one of");
+        check_error("{\"step\":\"huge_line\",\"bytes\":10}", 1, "at least 64");
+        check_error("{\"step\":\"duplicate\",\"count\":0}", 1, "at least 1");
+    }
+
+    #[test]
+    fn a_scenario_becomes_turns() {
+        let scenario = Scenario::new()
+            .shell("touch x")
+            .quote_tool_result("Tool said: ")
+            .stall("thinking")
+            .echo("You said: ")
+            .ask_user("Color?", ["red"]);
+        let script = FakeScript::from_scenario(&scenario);
+        let expected = FakeScript::new()
+            .handshake()
+            .turn_start()
+            .approval("touch x")
+            .deltas(["Tool said: ${tool_output}"])
+            .complete()
+            .turn_start()
+            .deltas(["thinking"])
+            .stall()
+            .turn_start()
+            .deltas(["You said: ${prompt}"])
+            .complete()
+            .turn_start()
+            .question("Color?", ["red"])
+            .complete();
+        assert_eq!(script, expected);
+    }
+
+    #[test]
+    fn unreadable_file_is_a_read_error() {
+        let err = FakeScript::from_file("/nonexistent/script.jsonl").unwrap_err();
+        assert!(matches!(err, FakeScriptError::Read { .. }));
+        assert_eq!(err.line(), None);
+    }
+}
