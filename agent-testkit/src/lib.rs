@@ -9,6 +9,7 @@ pub mod offline;
 pub mod proxy;
 pub mod scenario;
 
+mod jsonl;
 mod redact;
 mod scratch;
 

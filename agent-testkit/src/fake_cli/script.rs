@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::jsonl;
 use crate::scenario::{Scenario, Step};
 
 /// Default size of a [`FakeStep::HugeLine`]: 10 MiB.
@@ -466,14 +467,7 @@ impl FakeScript {
     /// Parses a JSON Lines script: one step object per line; blank lines and lines starting
     /// with `#` are skipped (and counted).
     pub fn parse(script: &str) -> Result<Self, FakeScriptError> {
-        let steps = script
-            .lines()
-            .enumerate()
-            .map(|(index, text)| (index + 1, text.trim()))
-            .filter(|(_, text)| !text.is_empty() && !text.starts_with('#'))
-            .map(|(line, text)| parse_line(line, text))
-            .collect::<Result<_, _>>()?;
-        Ok(FakeScript { steps })
+        Ok(FakeScript { steps: jsonl::parse(script)? })
     }
 
     /// Reads and parses a script file.
@@ -756,33 +750,21 @@ impl FromIterator<FakeStep> for FakeScript {
     }
 }
 
-fn parse_line(line: usize, text: &str) -> Result<FakeStep, FakeScriptError> {
-    let value: Value = serde_json::from_str(text).map_err(|source| FakeScriptError::Json { line, source })?;
-    let invalid = |message: String| FakeScriptError::InvalidStep { line, message };
-    let Some(object) = value.as_object() else {
-        return Err(invalid(format!("expected a JSON object with a \"step\" field, found {}", kind(&value))));
-    };
-    let name = match object.get("step") {
-        Some(Value::String(name)) => name,
-        Some(other) => return Err(invalid(format!("\"step\" must be a string, found {}", kind(other)))),
-        None => return Err(invalid("missing \"step\" field".to_owned())),
-    };
-    if !FakeStep::NAMES.contains(&name.as_str()) {
-        return Err(FakeScriptError::UnknownStep { line, step: name.clone() });
+impl From<jsonl::LineError> for FakeScriptError {
+    fn from(error: jsonl::LineError) -> Self {
+        match error {
+            jsonl::LineError::Json { line, source } => FakeScriptError::Json { line, source },
+            jsonl::LineError::UnknownStep { line, step } => FakeScriptError::UnknownStep { line, step },
+            jsonl::LineError::InvalidStep { line, message } => FakeScriptError::InvalidStep { line, message },
+        }
     }
-    let step: FakeStep = serde_json::from_value(value.clone()).map_err(|e| invalid(format!("step {name:?}: {e}")))?;
-    step.check().map_err(|message| invalid(format!("step {name:?}: {message}")))?;
-    Ok(step)
 }
 
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+impl jsonl::ScriptStep for FakeStep {
+    const NAMES: &'static [&'static str] = FakeStep::NAMES;
+
+    fn check(&self) -> Result<(), String> {
+        FakeStep::check(self)
     }
 }
 

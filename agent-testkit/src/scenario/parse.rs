@@ -2,9 +2,8 @@
 
 use std::path::PathBuf;
 
-use serde_json::Value;
-
 use super::Step;
+use crate::jsonl;
 
 /// Why a scenario script was rejected. Every variant about the script's content names its
 /// 1-based line.
@@ -57,33 +56,26 @@ impl ScenarioError {
     }
 }
 
-pub(super) fn parse(script: &str) -> Result<Vec<Step>, ScenarioError> {
-    script
-        .lines()
-        .enumerate()
-        .map(|(index, text)| (index + 1, text.trim()))
-        .filter(|(_, text)| !text.is_empty() && !text.starts_with('#'))
-        .map(|(line, text)| parse_line(line, text))
-        .collect()
+impl From<jsonl::LineError> for ScenarioError {
+    fn from(error: jsonl::LineError) -> Self {
+        match error {
+            jsonl::LineError::Json { line, source } => ScenarioError::Json { line, source },
+            jsonl::LineError::UnknownStep { line, step } => ScenarioError::UnknownStep { line, step },
+            jsonl::LineError::InvalidStep { line, message } => ScenarioError::InvalidStep { line, message },
+        }
+    }
 }
 
-fn parse_line(line: usize, text: &str) -> Result<Step, ScenarioError> {
-    let value: Value = serde_json::from_str(text).map_err(|source| ScenarioError::Json { line, source })?;
-    let invalid = |message: String| ScenarioError::InvalidStep { line, message };
-    let Some(object) = value.as_object() else {
-        return Err(invalid(format!("expected a JSON object with a \"step\" field, found {}", kind(&value))));
-    };
-    let name = match object.get("step") {
-        Some(Value::String(name)) => name,
-        Some(other) => return Err(invalid(format!("\"step\" must be a string, found {}", kind(other)))),
-        None => return Err(invalid("missing \"step\" field".to_owned())),
-    };
-    if !Step::NAMES.contains(&name.as_str()) {
-        return Err(ScenarioError::UnknownStep { line, step: name.clone() });
+pub(super) fn parse(script: &str) -> Result<Vec<Step>, ScenarioError> {
+    Ok(jsonl::parse(script)?)
+}
+
+impl jsonl::ScriptStep for Step {
+    const NAMES: &'static [&'static str] = Step::NAMES;
+
+    fn check(&self) -> Result<(), String> {
+        check(self)
     }
-    let step: Step = serde_json::from_value(value.clone()).map_err(|e| invalid(format!("step {name:?}: {e}")))?;
-    check(&step).map_err(|message| invalid(format!("step {name:?}: {message}")))?;
-    Ok(step)
 }
 
 fn check(step: &Step) -> Result<(), String> {
@@ -93,17 +85,6 @@ fn check(step: &Step) -> Result<(), String> {
         }
         Step::AskUser { options, .. } if options.is_empty() => Err("options must not be empty".to_owned()),
         _ => Ok(()),
-    }
-}
-
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
