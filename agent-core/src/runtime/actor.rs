@@ -383,34 +383,20 @@ impl Actor {
         };
         let exit = self.exit.subscribe();
         if let Some(terminal_seq) = finished_at {
-            let Some(after) = after else {
+            // Nothing of the finished turn lies after the cursor: an empty subscription, or for a
+            // stream (which must end with the terminal event) `ReplayUnavailable`.
+            let Some(after) = after.filter(|&after| after < terminal_seq) else {
                 if for_stream {
                     return Err(Error::ReplayUnavailable {
-                        reason: "the turn already finished; `Replay::Latest` cannot include its terminal event".into(),
+                        reason: format!(
+                            "the turn already finished; its terminal event (seq {terminal_seq}) is not after the cursor"
+                        ),
                     });
                 }
-                return Ok(Lookup::Found(Grant {
-                    rx: None,
-                    live_from: self.published_seq,
-                    store_replay: None,
-                    buffered: Vec::new(),
-                    exit,
-                }));
+                let grant =
+                    Grant { rx: None, live_from: self.published_seq, store_replay: None, buffered: Vec::new(), exit };
+                return Ok(Lookup::Found(grant));
             };
-            if after >= terminal_seq {
-                if for_stream {
-                    return Err(Error::ReplayUnavailable {
-                        reason: format!("the turn's terminal event (seq {terminal_seq}) is not after seq {after}"),
-                    });
-                }
-                return Ok(Lookup::Found(Grant {
-                    rx: None,
-                    live_from: self.published_seq,
-                    store_replay: None,
-                    buffered: Vec::new(),
-                    exit,
-                }));
-            }
             let buffered = self.buffered(after, terminal_seq, turn.as_ref());
             let store_replay = match &self.store {
                 Some(store) if !self.ring_covers(after) => Some((Arc::clone(store), terminal_seq)),
