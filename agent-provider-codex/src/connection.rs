@@ -12,19 +12,22 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use agent_core::Sink;
 use agent_core::event::RawJson;
 use agent_core::exec::{Child, ChildHandle, ChildOutput, ChildStdin, ExitStatus};
 use agent_core::provider::SinkClosed;
+use agent_core::{Sink, TurnId};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::lines::{Line, LineReader, StderrTail};
 use crate::normalize::{Action, Normalizer};
 use crate::wire::{self, Message, Outgoing, RpcError, RpcId};
+
+/// The request that starts a turn.
+const TURN_START: &str = "turn/start";
 
 /// How long the reader waits for the process to exit after stdout closed, before killing it.
 const EXIT_WAIT: Duration = Duration::from_secs(2);
@@ -72,7 +75,14 @@ impl From<RpcError> for CallError {
     }
 }
 
-type Pending = HashMap<i64, oneshot::Sender<RawJson>>;
+/// A caller waiting for the response to one of our requests.
+struct Waiter {
+    reply: oneshot::Sender<RawJson>,
+    /// The request is `turn/start`: its caller reports an exit before codex admitted the turn.
+    admission: bool,
+}
+
+type Pending = HashMap<i64, Waiter>;
 
 /// State shared by the connection's tasks and callers.
 struct Shared {
@@ -86,6 +96,8 @@ struct Shared {
     closing: AtomicBool,
     stderr: Mutex<StderrTail>,
     stderr_task: Mutex<Option<JoinHandle<()>>>,
+    /// Woken when the running turn ends or stdout closes.
+    turn_ended: Notify,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -115,6 +127,7 @@ impl Connection {
             closing: AtomicBool::new(false),
             stderr: Mutex::new(StderrTail::default()),
             stderr_task: Mutex::new(None),
+            turn_ended: Notify::new(),
         });
         let stderr_task = tokio::spawn(read_stderr(Arc::downgrade(&shared), stderr));
         let stderr_abort = stderr_task.abort_handle();
@@ -128,25 +141,35 @@ impl Connection {
         lock(&self.shared.state)
     }
 
-    /// Sends a request and waits up to `timeout` for its result (the whole response line).
+    /// Sends a request and waits up to `timeout` for its result (the whole response line). The
+    /// deadline covers the write too: codex not reading its stdin is no answer either.
     pub(crate) async fn call<P: Serialize>(
         &self,
         method: &str,
         params: P,
         timeout: Duration,
     ) -> Result<RawJson, CallError> {
+        let deadline = tokio::time::Instant::now() + timeout;
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
+        let waiter = Waiter { reply: tx, admission: method == TURN_START };
         match lock(&self.shared.pending).as_mut() {
-            Some(pending) => pending.insert(id, tx),
+            Some(pending) => pending.insert(id, waiter),
             None => return Err(CallError::Closed),
         };
         let line = encode(&Outgoing { id: Some(id), method, params: Some(params) });
-        if let Err(error) = self.shared.write(line).await {
-            self.forget(id);
-            return Err(CallError::Write(error));
+        match tokio::time::timeout_at(deadline, self.shared.write(line)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                self.forget(id);
+                return Err(CallError::Write(error));
+            }
+            Err(_) => {
+                self.forget(id);
+                return Err(CallError::Timeout);
+            }
         }
-        let raw = match tokio::time::timeout(timeout, rx).await {
+        let raw = match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(raw)) => raw,
             Ok(Err(_)) => return Err(CallError::Closed),
             Err(_) => {
@@ -166,7 +189,7 @@ impl Connection {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, _discarded) = oneshot::channel();
         match lock(&self.shared.pending).as_mut() {
-            Some(pending) => pending.insert(id, tx),
+            Some(pending) => pending.insert(id, Waiter { reply: tx, admission: false }),
             None => return Err(CallError::Closed),
         };
         let line = encode(&Outgoing { id: Some(id), method, params: Some(params) });
@@ -188,6 +211,20 @@ impl Connection {
     /// Answers a server request.
     pub(crate) async fn answer(&self, id: &RpcId, result: serde_json::Value) -> std::io::Result<()> {
         self.shared.write(encode(&wire::Answer { id, result: Some(result), error: None })).await
+    }
+
+    /// Returns once `turn` is no longer running in codex, or stdout closed (the turn's end is
+    /// then reported with the exit).
+    pub(crate) async fn turn_ended(&self, turn: &TurnId) {
+        loop {
+            let notified = self.shared.turn_ended.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.state().is_running(turn) || lock(&self.shared.pending).is_none() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Closes stdin, waits up to [`CLOSE_GRACE`] for codex to exit, then kills it.
@@ -268,11 +305,14 @@ impl Shared {
         if let Message::Response { id: RpcId::Num(id) } = &message {
             let waiter = lock(&self.pending).as_mut().and_then(|p| p.remove(id));
             if let Some(waiter) = waiter {
-                let _ = waiter.send(raw);
+                let _ = waiter.reply.send(raw);
                 return Ok(());
             }
         }
         let actions = lock(&self.state).on_message(message, raw);
+        if actions.iter().any(Action::ends_turn) {
+            self.turn_ended.notify_waiters();
+        }
         self.run(actions).await
     }
 
@@ -322,9 +362,15 @@ impl Shared {
 
     /// Stdout ended: fail waiting callers, then (unless closing) the running turn and the
     /// transport.
+    ///
+    /// A turn codex has not admitted yet is left to its `turn/start` caller, which now fails
+    /// with the exit status and stderr: the runtime retires the session for a transport failure
+    /// during admission, and a transport report from here would race that outcome.
     async fn on_stdout_closed(&self, read_error: Option<std::io::Error>) {
-        lock(&self.pending).take();
-        if self.closing.load(Ordering::SeqCst) {
+        let waiting = lock(&self.pending).take();
+        let admitting = waiting.is_some_and(|waiting| waiting.values().any(|w| w.admission));
+        self.turn_ended.notify_waiters();
+        if admitting || self.closing.load(Ordering::SeqCst) {
             return;
         }
         let status = self.wait_exit().await;

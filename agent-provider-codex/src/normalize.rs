@@ -37,6 +37,11 @@ pub(crate) enum Action {
 }
 
 impl Action {
+    /// True for the terminal event of a turn.
+    pub(crate) fn ends_turn(&self) -> bool {
+        matches!(self, Action::Emit { kind, .. } if kind.is_terminal())
+    }
+
     fn raw_slot(&mut self) -> Option<&mut Option<RawJson>> {
         match self {
             Action::Emit { raw, .. } | Action::Request { raw, .. } | Action::Resolved { raw, .. } => Some(raw),

@@ -161,8 +161,15 @@ impl CodexProvider {
         }
     }
 
-    /// `initialize`, then the `initialized` notification.
-    async fn handshake(&self, conn: &Connection, codex: &CodexOptions, timeout: Duration) -> Result<()> {
+    /// `initialize`, then the `initialized` notification, within `timeout`; a timeout is
+    /// reported as the startup `deadline`.
+    async fn handshake(
+        &self,
+        conn: &Connection,
+        codex: &CodexOptions,
+        timeout: Duration,
+        deadline: Duration,
+    ) -> Result<()> {
         let init = InitializeParams {
             client_info: ClientInfo {
                 name: codex.client_name_or_default(),
@@ -177,7 +184,7 @@ impl CodexProvider {
         };
         match answered {
             Ok(()) => Ok(()),
-            Err(error) => Err(self.startup_error(conn, "initialize", timeout, error).await),
+            Err(error) => Err(self.startup_error(conn, "initialize", deadline, error).await),
         }
     }
 
@@ -386,7 +393,7 @@ impl Provider for CodexProvider {
         let child = ctx.exec.spawn(command).await.map_err(|e| self.spawn_error(e, &program))?;
         let conn = Connection::start(child, ctx.sink.clone(), codex.max_line_bytes)
             .map_err(|_| self.unavailable("the exec backend did not provide the child's stdin, stdout and stderr"))?;
-        self.handshake(&conn, &codex, remaining()).await?;
+        self.handshake(&conn, &codex, remaining(), deadline).await?;
         let (method, params) = thread_params(&options, &codex.thread);
         let raw = match conn.call(method, params, remaining()).await {
             Ok(raw) => raw,
@@ -399,11 +406,11 @@ impl Provider for CodexProvider {
                     ),
                 });
             }
-            Err(error) => return Err(self.startup_error(&conn, method, remaining(), error).await),
+            Err(error) => return Err(self.startup_error(&conn, method, deadline, error).await),
         };
         let Some(ThreadResult { thread: ThreadIdOnly { id: thread_id } }) = parse_result(raw.get()) else {
             let error = CallError::Unexpected { method: method.to_owned() };
-            return Err(self.startup_error(&conn, method, remaining(), error).await);
+            return Err(self.startup_error(&conn, method, deadline, error).await);
         };
         if let ThreadMode::Resume { thread_id: wanted } = &codex.thread
             && *wanted != thread_id

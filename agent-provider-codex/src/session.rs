@@ -121,9 +121,10 @@ impl ProviderSession for CodexSession {
                 self.conn.state().abort_turn(&id);
                 Err(self.rejected(format!("codex refused turn/start: {message}")))
             }
-            Err(CallError::Closed | CallError::Write(_)) => {
+            Err(CallError::Closed) => {
                 // The process went away: say how, since the turn's own failure report cannot
-                // outlive an unadmitted turn.
+                // outlive an unadmitted turn. (A failed write says nothing of an exit: codex may
+                // just have closed its stdin, so that is reported as is, below.)
                 let (status, tail) = self.conn.exit_report().await;
                 let status = status.map_or_else(|| "exit status unknown".to_owned(), |s| s.to_string());
                 let tail = tail.map(|t| format!("; stderr:\n{t}")).unwrap_or_default();
@@ -167,16 +168,27 @@ impl ProviderSession for CodexSession {
         Ok(())
     }
 
+    /// Interrupts the turn and waits for codex to end it, all within the command deadline: an
+    /// acknowledged interrupt whose `turn/completed` never comes leaves the turn's state unknown
+    /// (a timeout, so the runtime retires the session rather than wait forever).
     async fn cancel(&self, turn: &TurnId) -> Result<()> {
         // Not running any more: its terminal event is already on its way.
         let Some(codex_turn) = self.conn.state().codex_turn(turn) else { return Ok(()) };
+        let deadline = tokio::time::Instant::now() + self.command_timeout;
         match self.interrupt(&codex_turn).await {
-            Ok(()) => Ok(()),
-            Err(CallError::Rpc { .. }) if !self.conn.state().is_running(turn) => Ok(()),
+            Ok(()) => {}
+            Err(CallError::Rpc { .. }) if !self.conn.state().is_running(turn) => return Ok(()),
             Err(CallError::Rpc { message, .. }) => {
-                Err(self.rejected(format!("codex refused turn/interrupt: {message}")))
+                return Err(self.rejected(format!("codex refused turn/interrupt: {message}")));
             }
-            Err(other) => Err(self.uncertain("turn/interrupt", self.command_timeout, other)),
+            Err(other) => return Err(self.uncertain("turn/interrupt", self.command_timeout, other)),
+        }
+        match tokio::time::timeout_at(deadline, self.conn.turn_ended(turn)).await {
+            Ok(()) => Ok(()),
+            Err(_) => Err(Error::Timeout {
+                operation: "turn/completed after an acknowledged turn/interrupt",
+                timeout: self.command_timeout,
+            }),
         }
     }
 

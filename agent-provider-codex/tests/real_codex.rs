@@ -541,3 +541,54 @@ async fn session_mcp_servers_and_structured_input_reach_codex() {
     assert!(mcp_status.is_some_and(|s| s.contains("\"name\":\"probe\"")));
     codex.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steer_reaches_a_stalled_turn_and_the_model_sees_it() {
+    let codex = Codex::start(Scenario::new().stall("Thinking").text("steered answer")).await;
+    let session = codex.session(codex.options()).await;
+    let turn = codex.harness.start_turn(&session, "take your time", TurnOptions::new()).await.unwrap();
+    let mut stream = codex.harness.stream(&turn, Replay::Start, Some(IDLE)).await.unwrap();
+    let mut events = Vec::new();
+    while let Some(event) = stream.next().await {
+        let event = event.expect("event");
+        let streaming = event.type_name() == "message_delta";
+        events.push(event);
+        if streaming {
+            break;
+        }
+    }
+    codex.harness.steer(&turn, "Also mention bananas").await.expect("codex accepts turn/steer");
+    while let Some(event) = stream.next().await {
+        events.push(event.expect("event"));
+    }
+
+    // Codex 0.171 drops the stalled model stream and asks the model again within the same turn,
+    // with the steered text as the newest user message.
+    assert_eq!(codex.server().wait_for_hangups(1).await, vec![0], "codex dropped the stalled stream");
+    let requests = codex.server().model_requests();
+    assert_eq!(requests.len(), 2, "one more model request after the steer");
+    let input = requests[1].body.as_ref().expect("a JSON body")["input"].as_array().cloned().expect("input items");
+    let user_texts: Vec<&str> = input
+        .iter()
+        .filter(|item| item["role"] == "user")
+        .filter_map(|item| item["content"][0]["text"].as_str())
+        .collect();
+    assert!(user_texts.ends_with(&["take your time", "Also mention bananas"]), "{user_texts:?}");
+    // Codex reports the steered input as a user-message item of the running turn.
+    assert!(
+        events.iter().any(|e| matches!(&e.kind, EventKind::ProviderEvent { method } if method == "item/started")
+            && e.raw
+                .as_ref()
+                .is_some_and(|r| r.get().contains("\"userMessage\"") && r.get().contains("Also mention bananas"))),
+        "{}",
+        names(&events)
+    );
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(end.result.text.as_deref(), Some("steered answer"));
+    assert_eq!(count(&events, "turn_completed"), 1);
+
+    let late = codex.harness.steer(&turn, "too late").await;
+    assert!(matches!(late, Err(Error::TurnNotActive { .. })), "{late:?}");
+    codex.finish().await;
+}

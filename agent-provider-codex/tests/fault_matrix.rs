@@ -1,0 +1,869 @@
+//! The fault matrix: the testkit's `fake-codex` misbehaving at every protocol phase, driven
+//! through the public `Harness` API with the real `LocalExec` and a `MemoryStore`.
+//!
+//! Every case asserts the outcome (the turn's terminal event, or the `start_session` error) and
+//! that every process the provider started (the `--version` probe and the app-server) is gone
+//! from `/proc` once its session ended. The fake binaries come from
+//! `cargo build -p agent-testkit --bins`; a missing or stale build fails with that command.
+//!
+//! | fault | outcome |
+//! |---|---|
+//! | exit before the `initialize` / `thread/start` reply | `start_session`: `ProviderUnavailable` with exit status and stderr |
+//! | exit after the handshake | session-level `transport_error`; the session is `unavailable` |
+//! | exit before the `turn/start` reply | `turn_failed` (admission uncertain, with exit status and stderr); session retired |
+//! | exit mid-turn, or exit 0 without a terminal event | `turn_failed` with `exit_status`, `stderr_tail`, partial text; `transport_error` |
+//! | exit after the terminal event | the turn stays `turn_completed`; session-level `transport_error` |
+//! | hang before the `initialize` / `thread/start` reply | `start_session`: `Timeout` at 90 % of `startup_timeout` |
+//! | hang mid-turn, then cancel | `turn_failed` ("cancellation failed"); session retired |
+//! | interrupt acknowledged, no terminal event | `turn_failed` ("cancellation failed"); session retired |
+//! | no terminal event, then silence | nothing ends it by itself: the stream's idle timeout fires and the turn keeps running until the caller cancels (as above) or force-stops (`turn_interrupted`) |
+//! | garbage line | `warning`; the turn completes |
+//! | 10 MiB line | a `provider_event` holding it (default 16 MiB cap), or a `warning` over a smaller cap; the turn completes |
+//! | stderr flood | drained; the turn completes; a later exit reports the last 40 lines |
+//! | duplicate frames | a duplicated terminal frame is dropped as stale; one terminal event per turn |
+//! | out-of-order frames | `turn/completed` first ends the turn (text from its items); later frames are dropped |
+//! | exit while a request is pending | `request_expired`, then `turn_failed` |
+//! | stdin closed early | `turn/start` / `turn/interrupt` is swallowed (times out) or fails with EPIPE: `turn_failed`; session retired |
+//! | slow reader | the turn waits for the reader and completes; past the deadline, `turn_failed` and retired |
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_core::exec::{Child, Command, Exec, ExecError};
+use agent_core::{
+    Error, Event, EventKind, ExitReason, ExpiryReason, Harness, Replay, Response, SessionMonitor, SessionOptions,
+    SessionRef, SessionState, StoreChoice, StreamError, Subscription, Turn, TurnEnd, TurnOptions, TurnStatus,
+};
+use agent_exec::LocalExec;
+use agent_provider_codex::{CodexOptions, CodexProvider};
+use agent_store_memory::MemoryStore;
+use agent_testkit::fake_cli::{Direction, ExpectKind, FakeCli, FakeCliEnv, FakeScript, InterruptMode};
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+/// `startup_timeout` of the cases (the adapter's own deadline is 90 % of it).
+const STARTUP: Duration = Duration::from_millis(1500);
+/// `startup_timeout` of the cases that hang during the handshake.
+const SHORT_STARTUP: Duration = Duration::from_millis(600);
+/// `turn_start_timeout`.
+const TURN_START: Duration = Duration::from_millis(1000);
+/// `provider_command_timeout`.
+const COMMAND: Duration = Duration::from_millis(500);
+/// `startup_finalization_timeout`, which also bounds the provider's close: a CLI that ignores
+/// the end of its stdin is killed once it passes.
+const FINALIZATION: Duration = Duration::from_millis(500);
+/// The longest wait for the next event before a case fails as hung.
+const IDLE: Duration = Duration::from_secs(5);
+/// How long an ended session's processes may take to disappear from `/proc`.
+const GONE_DEADLINE: Duration = Duration::from_secs(3);
+/// How often `/proc` is read while waiting for a process to disappear.
+const GONE_POLL: Duration = Duration::from_millis(10);
+/// Bytes of one line of fake-codex's stderr flood (`fake-cli stderr flood line 00000001 x…\n`).
+const FLOOD_LINE_BYTES: usize = 101;
+
+/// A process the provider started: its PID and start time (field 22 of `/proc/<pid>/stat`),
+/// which tells it apart from a later process reusing the PID.
+#[derive(Clone, Debug)]
+struct Spawned {
+    pid: u32,
+    started: Option<String>,
+    argv: String,
+}
+
+impl Spawned {
+    /// True while the process exists (a zombie not yet reaped counts).
+    fn is_running(&self) -> bool {
+        self.started.is_some() && start_time(self.pid) == self.started
+    }
+}
+
+/// The start time of `pid`, `None` when there is no such process.
+fn start_time(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat")).ok()?;
+    // `comm` (field 2) may hold spaces and parentheses; the fields after it are plain.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19).map(str::to_owned)
+}
+
+/// A `LocalExec` that notes the PID of every child. It keeps no handle, so the provider alone
+/// decides how long its processes live.
+#[derive(Debug, Default)]
+struct PidExec {
+    inner: LocalExec,
+    spawned: Mutex<Vec<Spawned>>,
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl Exec for PidExec {
+    async fn spawn(&self, command: Command) -> Result<Child, ExecError> {
+        let argv = std::iter::once(&command.program)
+            .chain(&command.args)
+            .map(|arg| arg.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let child = self.inner.spawn(command).await?;
+        let pid = child.handle.id().expect("a local child has a PID");
+        self.spawned.lock().unwrap().push(Spawned { pid, started: start_time(pid), argv });
+        Ok(child)
+    }
+
+    async fn reap_orphans(
+        &self,
+        is_live: &(dyn for<'s> Fn(&'s str) -> bool + Send + Sync),
+    ) -> Result<usize, ExecError> {
+        self.inner.reap_orphans(is_live).await
+    }
+}
+
+/// One case: a fake-codex script in its directory, and a harness spawning through a [`PidExec`].
+struct Case {
+    env: FakeCliEnv,
+    exec: Arc<PidExec>,
+    harness: Harness,
+}
+
+impl Case {
+    fn new(script: FakeScript) -> Case {
+        let env = FakeCliEnv::new(FakeCli::Codex, &script).unwrap_or_else(|e| panic!("{e}"));
+        let exec = Arc::new(PidExec::default());
+        let harness = Harness::builder()
+            .provider(CodexProvider::new())
+            .exec(Arc::clone(&exec) as Arc<dyn Exec>)
+            .store(StoreChoice::Custom(Arc::new(MemoryStore::new())))
+            .build()
+            .expect("harness");
+        Case { env, exec, harness }
+    }
+
+    fn options(&self) -> SessionOptions {
+        self.options_with(CodexOptions::new())
+    }
+
+    fn options_with(&self, codex: CodexOptions) -> SessionOptions {
+        self.env
+            .session_options()
+            .provider_option(codex.binary(self.env.program()))
+            .startup_timeout(STARTUP)
+            .turn_start_timeout(TURN_START)
+            .provider_command_timeout(COMMAND)
+            .startup_finalization_timeout(FINALIZATION)
+    }
+
+    async fn session(&self) -> SessionRef {
+        self.session_with(self.options()).await
+    }
+
+    async fn session_with(&self, options: SessionOptions) -> SessionRef {
+        self.harness.start_session("codex", options).await.expect("session starts")
+    }
+
+    /// Starts a turn, watching the session from before it starts.
+    async fn watch(&self, session: &SessionRef, prompt: &str) -> Watched {
+        let events = self.harness.subscribe(session, Replay::Latest).await.expect("subscribe");
+        let turn = self.harness.start_turn(session, prompt, TurnOptions::new()).await.expect("turn recorded");
+        Watched { turn, events, seen: Vec::new() }
+    }
+
+    /// Starts a turn and returns its events up to the terminal one.
+    async fn run(&self, session: &SessionRef, prompt: &str) -> Vec<Arc<Event>> {
+        self.watch(session, prompt).await.into_events().await
+    }
+
+    /// Starts a turn, opens the script's [`gate`] once the turn started, and returns the turn's
+    /// events up to the terminal one.
+    ///
+    /// The runtime holds a provider's frames for a turn until it processed the turn's admission;
+    /// a transport report that overtakes the admission fails the turn with the report's reason
+    /// and drops the held frames, the adapter's terminal event among them. A fault that follows
+    /// the gate cannot overtake it.
+    async fn run_gated(&self, session: &SessionRef, prompt: &str) -> Vec<Arc<Event>> {
+        let watched = self.watch(session, prompt).await;
+        self.open_gate(watched).await
+    }
+
+    /// Opens the script's [`gate`] once the watched turn started; returns the turn's events up
+    /// to the terminal one.
+    async fn open_gate(&self, mut watched: Watched) -> Vec<Arc<Event>> {
+        watched.until(|e| matches!(e.kind, EventKind::TurnStarted { .. })).await;
+        // The steer only has to reach the fake. A fault right after the gate can overtake the
+        // steer's answer: the runtime then drops the waiting caller's reply, which reads as
+        // `SessionNotFound` although the session is still live.
+        match self.harness.steer(&watched.turn, "go on").await {
+            Ok(()) | Err(Error::SessionNotFound { .. }) => {}
+            Err(other) => panic!("the gate did not open: {other}"),
+        }
+        watched.into_events().await
+    }
+
+    /// Starts a turn and waits until it streams text.
+    async fn streaming_turn(&self, session: &SessionRef) -> Watched {
+        let mut watched = self.watch(session, "work").await;
+        watched.until(|e| matches!(e.kind, EventKind::MessageDelta { .. })).await;
+        watched
+    }
+
+    /// The first event of the session that `select` takes.
+    async fn session_event(&self, session: &SessionRef, select: impl Fn(&Event) -> bool) -> Arc<Event> {
+        let mut events = self.harness.subscribe(session, Replay::Start).await.expect("subscribe");
+        let found = async {
+            while let Some(event) = events.next().await {
+                let event = event.expect("session event");
+                if select(&event) {
+                    return event;
+                }
+            }
+            panic!("the session's events ended");
+        };
+        tokio::time::timeout(IDLE, found).await.unwrap_or_else(|_| panic!("no such session event within {IDLE:?}"))
+    }
+
+    /// Every event the session published so far.
+    async fn session_log(&self, session: &SessionRef) -> Vec<Arc<Event>> {
+        let last = self.harness.status(session).await.expect("status").last_seq;
+        let mut events = self.harness.subscribe(session, Replay::Start).await.expect("subscribe");
+        let mut log = Vec::new();
+        while log.last().is_none_or(|e: &Arc<Event>| e.seq < last) {
+            let next = tokio::time::timeout(IDLE, events.next()).await.expect("replay");
+            log.push(next.expect("an event").expect("no lag"));
+        }
+        log
+    }
+
+    /// A live session and its monitor (taken at once: a session that ended has none).
+    async fn monitored_session(&self) -> (SessionRef, SessionMonitor) {
+        let session = self.session().await;
+        let monitor = self.harness.monitor(&session).expect("live session");
+        (session, monitor)
+    }
+
+    /// Asserts that every process the provider started has exited and been reaped.
+    async fn assert_no_process_left(&self) {
+        let spawned = self.exec.spawned.lock().unwrap().clone();
+        assert!(!spawned.is_empty(), "the provider started no process");
+        let deadline = Instant::now() + GONE_DEADLINE;
+        for process in spawned {
+            while process.is_running() {
+                assert!(
+                    Instant::now() < deadline,
+                    "process {} (`{}`) is still in /proc {GONE_DEADLINE:?} after its session ended",
+                    process.pid,
+                    process.argv
+                );
+                tokio::time::sleep(GONE_POLL).await;
+            }
+        }
+    }
+
+    /// Stops every live session (forced) and checks that no process is left.
+    async fn finish(self) {
+        for session in self.harness.list_sessions() {
+            self.harness.stop_session(&session, true).await.expect("forced stop");
+        }
+        self.assert_no_process_left().await;
+    }
+}
+
+/// A turn and a subscription to its session taken before the turn started: none of its events
+/// can be missed, even when the session ends right after the turn (a session that is shutting
+/// down answers `Harness::stream` with `SessionNotFound`).
+struct Watched {
+    turn: Turn,
+    events: Subscription,
+    seen: Vec<Arc<Event>>,
+}
+
+impl Watched {
+    /// Reads the turn's events up to the first one `stop` takes, which it returns.
+    async fn until(&mut self, stop: impl Fn(&Event) -> bool) -> Arc<Event> {
+        loop {
+            let next = tokio::time::timeout(IDLE, self.events.next()).await;
+            let next = next.unwrap_or_else(|_| panic!("no event within {IDLE:?}; events: {}", names(&self.seen)));
+            let event = match next {
+                Some(Ok(event)) => event,
+                other => panic!("the session's events ended ({other:?}); events: {}", names(&self.seen)),
+            };
+            if event.turn_id.as_ref() != Some(&self.turn.id) {
+                continue;
+            }
+            self.seen.push(Arc::clone(&event));
+            if stop(&event) {
+                return event;
+            }
+            assert!(!event.is_terminal(), "the turn ended early: {}", names(&self.seen));
+        }
+    }
+
+    /// The turn's events up to its terminal event.
+    async fn into_events(mut self) -> Vec<Arc<Event>> {
+        self.until(Event::is_terminal).await;
+        self.seen
+    }
+}
+
+fn names(events: &[Arc<Event>]) -> String {
+    events.iter().map(|e| e.type_name()).collect::<Vec<_>>().join(" ")
+}
+
+/// The turn's terminal event, checking that it is the only one and the last.
+#[track_caller]
+fn end(events: &[Arc<Event>]) -> &TurnEnd {
+    let terminals = events.iter().filter(|e| e.is_terminal()).count();
+    assert_eq!(terminals, 1, "exactly one terminal event: {}", names(events));
+    events.last().and_then(|e| e.kind.terminal_end()).unwrap_or_else(|| panic!("not terminal: {}", names(events)))
+}
+
+#[track_caller]
+fn reason(end: &TurnEnd) -> &str {
+    end.result.reason.as_deref().unwrap_or_else(|| panic!("a reason: {end:?}"))
+}
+
+fn count(events: &[Arc<Event>], name: &str) -> usize {
+    events.iter().filter(|e| e.type_name() == name).count()
+}
+
+fn warnings(events: &[Arc<Event>]) -> Vec<&str> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Warning { message } => Some(message.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn deltas(events: &[Arc<Event>]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::MessageDelta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `initialize` result, for scripts that answer it by hand.
+fn initialize_result() -> Value {
+    json!({"userAgent": "fake-codex/0.171.0", "codexHome": "/nonexistent", "platformFamily": "unix", "platformOs": "linux"})
+}
+
+/// A handshake whose `thread/start` reply comes after the steps `before_reply` adds, so that a
+/// fault they set up is in place before the client can send anything else.
+fn handshake_with(before_reply: impl FnOnce(FakeScript) -> FakeScript) -> FakeScript {
+    let script = FakeScript::new()
+        .expect(ExpectKind::Handshake)
+        .reply(initialize_result())
+        .expect_match(json!({"method": "thread/start"}));
+    before_reply(script).reply(json!({"thread": {"id": "${session_id}"}}))
+}
+
+/// The handshake, then a reader that takes one more line (the first turn's request) and stops
+/// reading for `ms`.
+///
+/// `pause_reading` starts after the line being read, so the reader must be back inside its
+/// read when the step runs (or the pause comes before that line), and the client must not have
+/// written the next line yet. The pause is set before the `thread/start` reply, so the client
+/// waits; nothing tells the script when the reader thread is back in its read, so it gives it
+/// 50 ms.
+fn slow_reader(ms: u64) -> FakeScript {
+    handshake_with(|script| script.sleep(50).pause_reading(ms))
+}
+
+/// `script` then waits for the client's `turn/steer` and accepts it: the steps after it run
+/// once the runtime admitted the turn (see [`Case::run_gated`]).
+fn gate(script: FakeScript) -> FakeScript {
+    script.expect_match(json!({"method": "turn/steer"})).reply(json!({"turnId": "${turn_id}"}))
+}
+
+/// Waits for the session to end and asserts that it retired `because` of something.
+async fn assert_retired(monitor: SessionMonitor, because: &str) {
+    match tokio::time::timeout(IDLE, monitor).await.expect("the session ends") {
+        ExitReason::Retired { reason } => assert!(reason.contains(because), "{reason}"),
+        other => panic!("expected the session to retire, got {other:?}"),
+    }
+}
+
+// ----- exits at each protocol phase --------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_before_the_initialize_reply_fails_start_session() {
+    let script = FakeScript::new().expect(ExpectKind::Handshake).stderr("fake-codex: config is broken").exit(3);
+    let case = Case::new(script);
+    let started = case.harness.start_session("codex", case.options()).await;
+    let Err(Error::ProviderUnavailable { reason, .. }) = started else {
+        panic!("expected ProviderUnavailable, got {started:?}")
+    };
+    assert!(reason.contains("exited during initialize (exit code 3)"), "{reason}");
+    assert!(reason.contains("fake-codex: config is broken"), "the stderr tail is reported: {reason}");
+    assert!(case.harness.list_sessions().is_empty());
+    case.assert_no_process_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_before_the_thread_reply_fails_start_session() {
+    let script = FakeScript::new()
+        .expect(ExpectKind::Handshake)
+        .reply(initialize_result())
+        .expect_match(json!({"method": "thread/start"}))
+        .exit(4);
+    let case = Case::new(script);
+    let started = case.harness.start_session("codex", case.options()).await;
+    let Err(Error::ProviderUnavailable { reason, .. }) = started else {
+        panic!("expected ProviderUnavailable, got {started:?}")
+    };
+    assert!(reason.contains("exited during thread/start (exit code 4)"), "{reason}");
+    case.assert_no_process_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_after_the_handshake_makes_the_session_unavailable() {
+    let case = Case::new(FakeScript::new().handshake().exit(5));
+    let session = case.session().await;
+    let down = case.session_event(&session, |e| matches!(e.kind, EventKind::TransportError { .. })).await;
+    assert!(
+        matches!(&down.kind, EventKind::TransportError { reason } if reason == "codex app-server exited (exit code 5)"),
+        "{:?}",
+        down.kind
+    );
+    assert_eq!(down.turn_id, None, "no turn was running");
+    // The process is gone before anyone stops the session.
+    case.assert_no_process_left().await;
+    assert_eq!(case.harness.status(&session).await.unwrap().status, SessionState::Unavailable);
+    let next = case.harness.start_turn(&session, "hello?", TurnOptions::new()).await;
+    assert!(matches!(next, Err(Error::SessionUnavailable { .. })), "{next:?}");
+    case.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_before_the_turn_start_reply_fails_the_turn_and_retires_the_session() {
+    let case = Case::new(FakeScript::new().handshake().expect(ExpectKind::TurnStart).stderr("dying").exit(6));
+    let (session, monitor) = case.monitored_session().await;
+    let events = case.run(&session, "hello").await;
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    assert_eq!(
+        reason(end),
+        "turn admission outcome is uncertain: provider `codex` transport failed: codex app-server exited during \
+         turn/start (exit code 6); stderr:\ndying"
+    );
+    assert_retired(monitor, "exited during turn/start").await;
+    case.assert_no_process_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_mid_turn_fails_the_turn_with_exit_status_and_stderr() {
+    let script = gate(FakeScript::new().handshake().turn_start())
+        .deltas(["partial ", "answer"])
+        .stderr("thread 'main' panicked: out of memory")
+        .exit(137);
+    let case = Case::new(script);
+    let session = case.session().await;
+    let events = case.run_gated(&session, "hello").await;
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    assert_eq!(reason(end), "codex app-server exited (exit code 137) without completing the turn");
+    assert_eq!(end.result.exit_status.and_then(|s| s.code), Some(137), "{end:?}");
+    assert_eq!(end.result.stderr_tail.as_deref(), Some("thread 'main' panicked: out of memory"));
+    assert_eq!(end.result.text.as_deref(), Some("partial answer"), "the partial text is kept");
+    let down = case.session_event(&session, |e| matches!(e.kind, EventKind::TransportError { .. })).await;
+    assert!(down.seq > events.last().unwrap().seq, "the transport is reported down after the turn failed");
+    case.assert_no_process_left().await;
+    let next = case.harness.start_turn(&session, "again", TurnOptions::new()).await;
+    assert!(matches!(next, Err(Error::SessionUnavailable { .. })), "{next:?}");
+    case.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_terminal_event_then_exit_0_fails_the_turn() {
+    let case = Case::new(gate(FakeScript::new().handshake().turn_start()).deltas(["half"]).exit(0));
+    let session = case.session().await;
+    let events = case.run_gated(&session, "hello").await;
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "a clean exit without turn/completed is no success");
+    assert_eq!(reason(end), "codex app-server exited (exit code 0) without completing the turn");
+    assert_eq!(end.result.exit_status.and_then(|s| s.code), Some(0));
+    assert_eq!(end.result.text.as_deref(), Some("half"));
+    case.assert_no_process_left().await;
+    case.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_after_the_terminal_event_keeps_the_completed_turn() {
+    let case = Case::new(gate(FakeScript::new().handshake().turn_start()).deltas(["done"]).complete().exit(0));
+    let session = case.session().await;
+    let watched = case.watch(&session, "hello").await;
+    let turn = watched.turn.clone();
+    let events = case.open_gate(watched).await;
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(end.result.text.as_deref(), Some("done"));
+    let down = case.session_event(&session, |e| matches!(e.kind, EventKind::TransportError { .. })).await;
+    assert_eq!(down.turn_id, None, "the exit belongs to no turn");
+    assert!(down.seq > events.last().unwrap().seq);
+    case.assert_no_process_left().await;
+    let outcome = case.harness.await_turn(&turn, Some(IDLE)).await.expect("the turn stays completed");
+    assert_eq!(outcome.result.text.as_deref(), Some("done"));
+    case.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_while_a_request_is_pending_expires_it_and_fails_the_turn() {
+    let request = json!({
+        "method": "item/commandExecution/requestApproval", "id": 0,
+        "params": {
+            "threadId": "${session_id}", "turnId": "${turn_id}", "itemId": "call_pending",
+            "command": "touch never.txt", "cwd": "/tmp", "availableDecisions": ["accept", "decline", "cancel"],
+        },
+    });
+    let case = Case::new(gate(FakeScript::new().handshake().turn_start()).send(request).exit(2));
+    let session = case.session().await;
+    let events = case.run_gated(&session, "hello").await;
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    assert_eq!(reason(end), "codex app-server exited (exit code 2) without completing the turn");
+    let created = events.iter().position(|e| e.type_name() == "request_created").expect("the request was created");
+    let expired = events
+        .iter()
+        .position(|e| matches!(e.kind, EventKind::RequestExpired { reason: ExpiryReason::TurnEnded, .. }))
+        .unwrap_or_else(|| panic!("the request expires with the turn: {}", names(&events)));
+    assert!(created < expired && expired < events.len() - 1, "{}", names(&events));
+    let EventKind::RequestCreated(request) = &events[created].kind else { unreachable!() };
+    let late = case.harness.respond(request, Response::approve()).await;
+    assert!(matches!(late, Err(Error::RequestExpired { .. })), "{late:?}");
+    case.assert_no_process_left().await;
+    case.finish().await;
+}
+
+// ----- hangs -------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hang_before_the_initialize_reply_times_out_start_session() {
+    let case = Case::new(FakeScript::new().hang());
+    let started = case.harness.start_session("codex", case.options().startup_timeout(SHORT_STARTUP)).await;
+    // The adapter's deadline (90 % of the runtime's) reports first.
+    let Err(Error::Timeout { operation: "initialize", timeout }) = started else {
+        panic!("expected the initialize timeout, got {started:?}")
+    };
+    assert_eq!(timeout, SHORT_STARTUP * 9 / 10);
+    case.assert_no_process_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hang_before_the_thread_reply_times_out_start_session() {
+    let script = FakeScript::new().expect(ExpectKind::Handshake).reply(initialize_result()).hang();
+    let case = Case::new(script);
+    let started = case.harness.start_session("codex", case.options().startup_timeout(SHORT_STARTUP)).await;
+    let Err(Error::Timeout { operation: "thread/start", timeout }) = started else {
+        panic!("expected the thread/start timeout, got {started:?}")
+    };
+    assert_eq!(timeout, SHORT_STARTUP * 9 / 10);
+    case.assert_no_process_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hang_mid_turn_then_cancel_retires_the_session() {
+    let case = Case::new(FakeScript::new().handshake().turn_start().deltas(["working"]).hang());
+    let (session, monitor) = case.monitored_session().await;
+    let watched = case.streaming_turn(&session).await;
+    case.harness.cancel(&watched.turn).await.expect("cancel accepted");
+    let events = watched.into_events().await;
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    // The adapter's deadline (90 % of `provider_command_timeout`) reports first.
+    assert_eq!(reason(end), "cancellation failed: turn/interrupt timed out after 450ms");
+    assert_eq!(count(&events, "cancel_requested"), 1);
+    assert_retired(monitor, "cancellation failed").await;
+    case.assert_no_process_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupt_acknowledged_without_a_terminal_event_retires_the_session() {
+    let script = FakeScript::new().handshake().interrupts(InterruptMode::AckOnly).turn_start().deltas(["half"]).stall();
+    let case = Case::new(script);
+    let (session, monitor) = case.monitored_session().await;
+    let watched = case.streaming_turn(&session).await;
+    case.harness.cancel(&watched.turn).await.expect("cancel accepted");
+    let events = watched.into_events().await;
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    assert_eq!(
+        reason(end),
+        "cancellation failed: turn/completed after an acknowledged turn/interrupt timed out after 450ms"
+    );
+    assert!(
+        case.env.received().unwrap().iter().any(|m| m["method"] == "turn/interrupt"),
+        "the interrupt reached the CLI"
+    );
+    assert_retired(monitor, "cancellation failed").await;
+    case.assert_no_process_left().await;
+}
+
+/// A CLI that goes silent mid-turn is not ended by the adapter: codex turns may legitimately
+/// run for a long time without a frame. The caller ends it, by `cancel` (see
+/// `hang_mid_turn_then_cancel_retires_the_session`) or by a forced stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_terminal_event_then_silence_runs_until_the_caller_stops_it() {
+    let case = Case::new(FakeScript::new().handshake().turn_start().deltas(["half"]).hang());
+    let session = case.session().await;
+    let mut watched = case.streaming_turn(&session).await;
+    // The last frame the fake writes.
+    watched.until(|e| matches!(e.kind, EventKind::AssistantMessage { .. })).await;
+    let idle = Duration::from_millis(300);
+    let mut stream = case.harness.stream(&watched.turn, Replay::Latest, Some(idle)).await.expect("turn stream");
+    let next = stream.next().await;
+    assert!(matches!(next, Some(Err(StreamError::IdleTimeout(t))) if t == idle), "{next:?}");
+    let status = case.harness.status(&session).await.unwrap();
+    assert_eq!(status.status, SessionState::Running);
+    assert_eq!(status.current_turn.map(|t| t.id), Some(watched.turn.id.clone()), "the turn is still running");
+
+    case.harness.stop_session(&session, true).await.expect("forced stop");
+    let events = watched.into_events().await;
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Interrupted);
+    assert_eq!(reason(end), "forced session stop");
+    case.assert_no_process_left().await;
+}
+
+// ----- bad output --------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_line_is_a_warning_and_the_turn_completes() {
+    let script = FakeScript::new().handshake().turn_start().garbage().deltas(["still ", "fine"]).complete();
+    let case = Case::new(script);
+    let session = case.session().await;
+    let events = case.run(&session, "hello").await;
+    assert_eq!(warnings(&events), ["codex wrote a stdout line that is not JSON (23 bytes)"]);
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(end.result.text.as_deref(), Some("still fine"));
+    case.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_megabyte_line_is_kept_and_the_turn_completes() {
+    const BYTES: usize = 10 * 1024 * 1024;
+    let script = FakeScript::new().handshake().turn_start().huge_line(BYTES).deltas(["after"]).complete();
+    let case = Case::new(script);
+    let session = case.session().await;
+    let events = case.run(&session, "hello").await;
+    let padding = events
+        .iter()
+        .find(|e| matches!(&e.kind, EventKind::ProviderEvent { method } if method == "fake/padding"))
+        .unwrap_or_else(|| panic!("the unknown frame is kept: {}", names(&events)));
+    assert_eq!(padding.raw.as_ref().map(|r| r.get().len()), Some(BYTES), "raw is the whole line");
+    assert!(warnings(&events).is_empty(), "{:?}", warnings(&events));
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Completed);
+    assert_eq!(end.result.text.as_deref(), Some("after"));
+    case.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_megabyte_line_over_the_line_limit_is_a_warning() {
+    let script = FakeScript::new().handshake().turn_start().huge_line(10 * 1024 * 1024).deltas(["after"]).complete();
+    let case = Case::new(script);
+    let session = case.session_with(case.options_with(CodexOptions::new().max_line_bytes(1024 * 1024))).await;
+    let events = case.run(&session, "hello").await;
+    assert_eq!(
+        warnings(&events),
+        ["codex wrote a stdout line of 10485760 bytes, over the 1048576-byte limit; dropped"]
+    );
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Completed);
+    assert_eq!(end.result.text.as_deref(), Some("after"));
+    case.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stderr_flood_is_drained_and_the_tail_stays_bounded() {
+    // Whole lines, so that the last flood line ends before the final words.
+    let first_turn = FakeScript::new()
+        .handshake()
+        .turn_start()
+        .stderr_flood(FLOOD_LINE_BYTES * 80_000)
+        .deltas(["after the flood"])
+        .complete()
+        .turn_start();
+    let script = gate(first_turn).stderr_flood(FLOOD_LINE_BYTES * 10_000).stderr("last words").exit(1);
+    let case = Case::new(script);
+    let session = case.session().await;
+    let first = case.run(&session, "hello").await;
+    let end_first = end(&first);
+    assert_eq!(end_first.status, TurnStatus::Completed, "8 MB of stderr must not stall the turn");
+    assert_eq!(end_first.result.text.as_deref(), Some("after the flood"));
+
+    let second = case.run_gated(&session, "again").await;
+    let end_second = end(&second);
+    assert_eq!(end_second.status, TurnStatus::Failed);
+    assert_eq!(end_second.result.exit_status.and_then(|s| s.code), Some(1));
+    let tail = end_second.result.stderr_tail.as_deref().expect("a stderr tail");
+    let lines: Vec<&str> = tail.lines().collect();
+    assert_eq!(lines.len(), 40, "the tail keeps the last 40 lines");
+    assert_eq!(lines.last(), Some(&"last words"));
+    assert!(lines[..39].iter().all(|l| l.starts_with("fake-cli stderr flood line ")), "{tail}");
+    case.assert_no_process_left().await;
+    case.finish().await;
+}
+
+// ----- duplicate and out-of-order frames ---------------------------------------------------------
+
+/// Asserts that every turn in the session's log has exactly one terminal event and no event
+/// after it.
+fn assert_one_ending_per_turn(log: &[Arc<Event>]) {
+    let mut turns: Vec<_> = log.iter().filter_map(|e| e.turn_id.clone()).collect();
+    turns.dedup();
+    for turn in turns {
+        let events: Vec<Arc<Event>> = log.iter().filter(|e| e.turn_id.as_ref() == Some(&turn)).cloned().collect();
+        end(&events);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_frames_end_each_turn_once() {
+    let script = FakeScript::new()
+        .handshake()
+        .turn("one")
+        // `turn/completed` of the first turn twice more, before and after the second turn starts.
+        .duplicate(1)
+        .turn_start()
+        .send(json!({"method": "turn/completed", "params": {
+            "threadId": "${session_id}",
+            "turn": {"id": "fake-turn-1", "items": [], "status": "failed", "error": {"message": "stale"}},
+        }}))
+        // The second turn's delta and its `item/completed` twice.
+        .deltas(["two"])
+        .duplicate(1)
+        .complete();
+    let case = Case::new(script);
+    let session = case.session().await;
+    let first = case.run(&session, "first").await;
+    assert_eq!(end(&first).status, TurnStatus::Completed);
+    assert_eq!(end(&first).result.text.as_deref(), Some("one"));
+    let second = case.run(&session, "second").await;
+    let end_second = end(&second);
+    assert_eq!(end_second.status, TurnStatus::Completed, "a stale turn/completed must not end the next turn");
+    assert_eq!(end_second.result.text.as_deref(), Some("two"));
+    assert_eq!(count(&second, "assistant_message"), 2, "a repeated item/completed is reported again");
+    assert_one_ending_per_turn(&case.session_log(&session).await);
+    case.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_order_frames_end_the_turn_at_its_terminal_frame() {
+    // `turn/completed` first, then the item frames in reverse.
+    let script =
+        FakeScript::new().handshake().turn_start().hold().deltas(["a", "b"]).complete().release_reversed().turn("next");
+    let case = Case::new(script);
+    let session = case.session().await;
+    let first = case.run(&session, "first").await;
+    let end_first = end(&first);
+    assert_eq!(end_first.status, TurnStatus::Completed, "{}", names(&first));
+    assert_eq!(end_first.result.text.as_deref(), Some("ab"), "the text comes from turn/completed's items");
+    assert_eq!(deltas(&first), "", "deltas after the terminal frame are stale");
+    let second = case.run(&session, "second").await;
+    assert_eq!(end(&second).result.text.as_deref(), Some("next"));
+    assert_one_ending_per_turn(&case.session_log(&session).await);
+    case.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_before_the_turn_start_reply_wait_for_admission() {
+    // Every frame of the turn, the `turn/start` reply last.
+    let script =
+        FakeScript::new().handshake().hold().turn_start().deltas(["early"]).complete().release_reversed().turn("next");
+    let case = Case::new(script);
+    let session = case.session().await;
+    let first = case.run(&session, "first").await;
+    assert_eq!(first.first().map(|e| e.type_name()), Some("turn_started"), "{}", names(&first));
+    let end_first = end(&first);
+    assert_eq!(end_first.status, TurnStatus::Completed);
+    assert_eq!(end_first.result.text.as_deref(), Some("early"));
+    assert_eq!(end_first.result.provider_turn_id.as_deref(), Some("fake-turn-1"));
+    let second = case.run(&session, "second").await;
+    assert_eq!(end(&second).result.text.as_deref(), Some("next"));
+    assert_one_ending_per_turn(&case.session_log(&session).await);
+    case.finish().await;
+}
+
+// ----- stdin -------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdin_closed_before_the_turn_fails_the_turn_and_retires_the_session() {
+    let case = Case::new(handshake_with(FakeScript::close_stdin).turn("never"));
+    let (session, monitor) = case.monitored_session().await;
+    let events = case.run(&session, "hello").await;
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    // Depending on whether the fake's reader was inside a read when the pipe went away, the
+    // request is swallowed (no answer in time) or its write fails (EPIPE): uncertain either way.
+    let reason = reason(end);
+    assert!(
+        reason == "turn admission outcome is uncertain: turn/start timed out after 900ms"
+            || reason.ends_with("turn/start: writing to codex failed: Broken pipe (os error 32)"),
+        "{reason}"
+    );
+    assert_retired(monitor, "turn/start").await;
+    case.assert_no_process_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdin_closed_mid_turn_then_cancel_retires_the_session() {
+    let case = Case::new(FakeScript::new().handshake().turn_start().close_stdin().deltas(["x"]).stall());
+    let (session, monitor) = case.monitored_session().await;
+    let watched = case.streaming_turn(&session).await;
+    case.harness.cancel(&watched.turn).await.expect("cancel accepted");
+    let events = watched.into_events().await;
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    // Swallowed or refused with EPIPE, as above.
+    let reason = reason(end);
+    assert!(
+        reason == "cancellation failed: turn/interrupt timed out after 450ms"
+            || reason.ends_with("turn/interrupt: writing to codex failed: Broken pipe (os error 32)"),
+        "{reason}"
+    );
+    assert_retired(monitor, "cancellation failed").await;
+    case.assert_no_process_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_reader_delays_the_turn_until_it_reads() {
+    const PAUSE_MS: u64 = 600;
+    let script = slow_reader(PAUSE_MS).turn("one").turn_start().deltas(["${prompt}"]).complete();
+    let case = Case::new(script);
+    let session = case.session().await;
+    assert_eq!(end(&case.run(&session, "small").await).status, TurnStatus::Completed);
+    // Far more than a pipe holds: the write waits for the reader.
+    let big = "y".repeat(1024 * 1024);
+    let events = case.run(&session, &big).await;
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(end.result.text.as_deref().map(str::len), Some(big.len()), "the whole prompt arrived");
+    let transcript = case.env.transcript().unwrap();
+    let read_at = transcript
+        .iter()
+        .find(|l| l.dir == Direction::In && l.bytes.is_some_and(|b| b > big.len()))
+        .map(|l| l.t)
+        .expect("the big request in the transcript");
+    assert!(read_at >= PAUSE_MS as f64 / 1000.0, "read at {read_at}s, before the pause ended");
+    case.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_reader_past_the_admission_deadline_retires_the_session() {
+    let script = slow_reader(3000).turn("one").turn("two");
+    let case = Case::new(script);
+    let (session, monitor) = case.monitored_session().await;
+    assert_eq!(end(&case.run(&session, "small").await).status, TurnStatus::Completed);
+    let big = "y".repeat(1024 * 1024);
+    let events = case.run(&session, &big).await;
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    // The adapter's deadline covers the blocked write, so the adapter reports first.
+    assert_eq!(reason(end), "turn admission outcome is uncertain: turn/start timed out after 900ms");
+    assert_retired(monitor, "turn/start timed out").await;
+    case.assert_no_process_left().await;
+}
