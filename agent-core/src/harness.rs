@@ -335,8 +335,16 @@ impl Harness {
         let Some(handle) = self.inner.registry.get(&session_id) else {
             return self.stored_subscription(session_id, turn, replay).await;
         };
-        let lookup =
-            handle.call(|reply| Command::Subscribe { turn: turn.clone(), replay, for_stream, reply }).await??;
+        let answer = handle.call(|reply| Command::Subscribe { turn: turn.clone(), replay, for_stream, reply }).await;
+        let lookup = match answer {
+            Ok(lookup) => lookup?,
+            // The session ended between the lookup and the call: replay what it stored.
+            Err(Error::SessionNotFound { .. } | Error::SessionDown { .. }) => {
+                handle.exit_reason().await;
+                return self.stored_subscription(session_id, turn, replay).await;
+            }
+            Err(error) => return Err(error),
+        };
         let grant = match lookup {
             Lookup::Found(grant) => grant,
             Lookup::NotHere { pruned, store } => {
@@ -501,7 +509,7 @@ impl Harness {
                 Err(Error::RequestNotFound { session_id, request_id })
             }
             Ok(result) => result,
-            Err(_) => Err(Error::SessionDown { id: request.session_id.clone(), reason: handle.exit_reason().await }),
+            Err(error) => Err(error),
         }
     }
 

@@ -152,6 +152,7 @@ struct Config {
     open: OpenBehavior,
     admission: VecDeque<CallBehavior>,
     respond: VecDeque<CallBehavior>,
+    steer: VecDeque<CallBehavior>,
     cancel: CancelBehavior,
     scripts: VecDeque<Vec<Frame>>,
     capabilities: Capabilities,
@@ -192,6 +193,7 @@ impl ScriptedProvider {
                 open: OpenBehavior::Succeed,
                 admission: VecDeque::new(),
                 respond: VecDeque::new(),
+                steer: VecDeque::new(),
                 cancel: CancelBehavior::Finish(TurnStatus::Cancelled),
                 scripts: VecDeque::new(),
                 capabilities: Self::default_capabilities(),
@@ -228,6 +230,11 @@ impl ScriptedControl {
     /// Queues the behavior of the next `respond` (default: accept).
     pub fn push_respond(&self, behavior: CallBehavior) {
         lock(&self.shared.config).respond.push_back(behavior);
+    }
+
+    /// Queues the behavior of the next `steer` (default: accept).
+    pub fn push_steer(&self, behavior: CallBehavior) {
+        lock(&self.shared.config).steer.push_back(behavior);
     }
 
     /// Sets how `cancel` behaves (default: acknowledge, then `turn_cancelled`).
@@ -406,7 +413,8 @@ impl ProviderSession for RuntimeHandle {
     async fn steer(&self, turn: &TurnId, input: &TurnInput) -> Result<()> {
         let inner = &self.0;
         lock(&inner.log).push(Recorded::Steer { turn: turn.clone(), input: input.clone() });
-        Ok(())
+        let behavior = lock(&inner.shared.config).steer.pop_front();
+        inner.call(behavior).await
     }
 
     async fn cancel(&self, turn: &TurnId) -> Result<()> {

@@ -176,10 +176,8 @@ impl Case {
     /// Starts a turn, opens the script's [`gate`] once the turn started, and returns the turn's
     /// events up to the terminal one.
     ///
-    /// The runtime holds a provider's frames for a turn until it processed the turn's admission;
-    /// a transport report that overtakes the admission fails the turn with the report's reason
-    /// and drops the held frames, the adapter's terminal event among them. A fault that follows
-    /// the gate cannot overtake it.
+    /// The gate pins the order of events: a fault that follows it happens after the runtime
+    /// admitted the turn, so each case asserts one outcome rather than one of two orderings.
     async fn run_gated(&self, session: &SessionRef, prompt: &str) -> Vec<Arc<Event>> {
         let watched = self.watch(session, prompt).await;
         self.open_gate(watched).await
@@ -190,10 +188,9 @@ impl Case {
     async fn open_gate(&self, mut watched: Watched) -> Vec<Arc<Event>> {
         watched.until(|e| matches!(e.kind, EventKind::TurnStarted { .. })).await;
         // The steer only has to reach the fake. A fault right after the gate can overtake the
-        // steer's answer: the runtime then drops the waiting caller's reply, which reads as
-        // `SessionNotFound` although the session is still live.
+        // steer's answer, which then says the transport went down.
         match self.harness.steer(&watched.turn, "go on").await {
-            Ok(()) | Err(Error::SessionNotFound { .. }) => {}
+            Ok(()) | Err(Error::SessionUnavailable { .. }) => {}
             Err(other) => panic!("the gate did not open: {other}"),
         }
         watched.into_events().await
@@ -268,8 +265,7 @@ impl Case {
 }
 
 /// A turn and a subscription to its session taken before the turn started: none of its events
-/// can be missed, even when the session ends right after the turn (a session that is shutting
-/// down answers `Harness::stream` with `SessionNotFound`).
+/// can be missed, even when the session ends right after the turn.
 struct Watched {
     turn: Turn,
     events: Subscription,

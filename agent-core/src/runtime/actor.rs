@@ -97,7 +97,7 @@ enum TaskDone {
     Admission { turn: TurnId, generation: u64, result: Result<Admission> },
     Responded { request: RequestId, result: Result<()> },
     Cancelled { turn: TurnId, result: Result<()> },
-    Steered { turn: TurnId, result: Result<()>, reply: oneshot::Sender<Result<()>> },
+    Steered { id: u64, turn: TurnId, result: Result<()> },
     RequestDeadline { request: RequestId },
 }
 
@@ -144,6 +144,9 @@ pub(crate) struct Actor {
     attempt: u64,
     exiting: Option<ExitReason>,
     stale_frames: u64,
+    /// Replies of steer commands in flight, by task.
+    steering: HashMap<u64, oneshot::Sender<Result<()>>>,
+    steer_id: u64,
     /// Prefix of this session's event IDs (see [`EventId::in_sequence`]).
     event_prefix: String,
     /// The time of the current wake-up, shared by the events it sequences.
@@ -187,6 +190,8 @@ impl Actor {
             attempt: parts.attempt,
             exiting: None,
             stale_frames: 0,
+            steering: HashMap::new(),
+            steer_id: 0,
             event_prefix: EventId::generate().to_string(),
             clock: None,
             span: parts.span,
@@ -547,10 +552,13 @@ impl Actor {
         let provider = Arc::clone(&self.provider);
         let timeout = self.options.provider_command_timeout;
         let span = tracing::info_span!(parent: &current.span, "provider_command", command = "steer");
+        self.steer_id += 1;
+        let id = self.steer_id;
+        self.steering.insert(id, reply);
         self.tasks.spawn(
             async move {
                 let result = bounded("steer", timeout, provider.steer(&turn, &input)).await;
-                TaskDone::Steered { turn, result, reply }
+                TaskDone::Steered { id, turn, result }
             }
             .instrument(span),
         );
@@ -618,18 +626,21 @@ impl Actor {
                     self.retire(format!("cancellation failed: {error}"));
                 }
             }
-            TaskDone::Steered { turn, result, reply } => match result {
-                Err(error) if !error.is_definite() => {
-                    let reason = format!("steering outcome is uncertain: {error}");
-                    let _ = reply.send(Err(error));
-                    if self.current.as_ref().is_some_and(|c| c.turn.id == turn) {
-                        self.retire(reason);
+            TaskDone::Steered { id, turn, result } => {
+                let Some(reply) = self.steering.remove(&id) else { return };
+                match result {
+                    Err(error) if !error.is_definite() => {
+                        let reason = format!("steering outcome is uncertain: {error}");
+                        let _ = reply.send(Err(error));
+                        if self.current.as_ref().is_some_and(|c| c.turn.id == turn) {
+                            self.retire(reason);
+                        }
+                    }
+                    result => {
+                        let _ = reply.send(result);
                     }
                 }
-                result => {
-                    let _ = reply.send(result);
-                }
-            },
+            }
             TaskDone::RequestDeadline { request } => self.on_request_deadline(request),
         }
     }
@@ -982,6 +993,7 @@ impl Actor {
         }
         tracing::warn!(%reason, "provider transport down");
         self.abort_commands();
+        self.release_held_frames();
         let turn = self.current.as_ref().map(|c| c.turn.id.clone());
         self.emit(turn, EventKind::TransportError { reason: reason.clone() }, None);
         if self.current.is_some() {
@@ -995,10 +1007,34 @@ impl Actor {
         self.record_snapshot();
     }
 
+    /// When the transport goes away (or the session retires) before the admission result arrived,
+    /// the frames the provider already sent for the turn are the best record of what it did: the
+    /// turn counts as started and they are replayed, so a terminal event among them ends it as
+    /// the provider said.
+    fn release_held_frames(&mut self) {
+        let Some(current) = self.current.as_mut().filter(|c| !c.admitted && !c.deferred.is_empty()) else {
+            return;
+        };
+        current.admitted = true;
+        current.turn.started_at = Some(Timestamp::now());
+        let turn = current.turn.id.clone();
+        let held = std::mem::take(&mut current.deferred);
+        self.emit(Some(turn), EventKind::TurnStarted { provider_turn_id: None }, None);
+        for message in held {
+            self.on_provider(message);
+        }
+    }
+
     /// Gives in-flight provider commands a definite answer: the session cannot deliver them.
     fn abort_commands(&mut self) {
         self.tasks.abort_all();
         let id = self.session.id.clone();
+        for (_, reply) in self.steering.drain() {
+            let _ = reply.send(Err(Error::SessionUnavailable {
+                id: id.clone(),
+                reason: "the provider transport went down during the steer".into(),
+            }));
+        }
         for entry in self.requests.values_mut() {
             if let Some(claim) = entry.claim.take()
                 && let Some(reply) = claim.reply
@@ -1020,6 +1056,7 @@ impl Actor {
         }
         tracing::warn!(%reason, "retiring session");
         self.abort_commands();
+        self.release_held_frames();
         if self.current.is_some() {
             self.finish_current(
                 EventKind::terminal(TurnStatus::Failed, TurnResult::reason(reason.clone())),

@@ -99,14 +99,18 @@ pub(crate) struct SessionHandle {
 }
 
 impl SessionHandle {
-    /// Sends a command and waits for its reply. A gone actor reads as `SessionNotFound`.
+    /// Sends a command and waits for its reply. An actor that is already gone reads as
+    /// `SessionNotFound`; one that ends before answering as `SessionDown` with its exit reason.
     pub(crate) async fn call<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T> {
         let (reply, rx) = oneshot::channel();
         let envelope = Envelope { command: make(reply), span: Span::current() };
         if self.tx.send(envelope).await.is_err() {
             return Err(self.not_found());
         }
-        rx.await.map_err(|_| self.not_found())
+        match rx.await {
+            Ok(answer) => Ok(answer),
+            Err(_) => Err(Error::SessionDown { id: self.session.id.clone(), reason: self.exit_reason().await }),
+        }
     }
 
     pub(crate) fn not_found(&self) -> Error {

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use agent_core::testing::{CallBehavior, Frame, Recorded};
 use agent_core::*;
+use futures::StreamExt;
 
 use crate::common::*;
 
@@ -287,4 +288,57 @@ async fn steering_adds_input_to_a_running_turn_where_the_provider_supports_it() 
     let turn = f.admitted_turn(&session, "start").await;
     let err = f.harness.steer(&turn, "more").await.unwrap_err();
     assert!(matches!(err, Error::Unsupported { capability: Capability::Steer, .. }), "{err:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transport_loss_before_the_admission_result_keeps_what_the_provider_already_reported() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    f.control.push_admission(CallBehavior::Delay(Duration::from_secs(5)));
+    let turn = f.harness.start_turn(&session, "quick", TurnOptions::new()).await.unwrap();
+    // A CLI that answers and exits before its admission reply is read.
+    remote.delta(&turn.id, "all").await;
+    remote.complete(&turn.id, "all done").await;
+    remote.transport_down("codex exited (exit code 0)").await;
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap();
+    assert_eq!(outcome.result.text.as_deref(), Some("all done"), "the provider's own terminal event stands");
+    let events = f.harness.subscribe(&session, Replay::After(1)).await.unwrap();
+    let types: Vec<_> = events.take(4).map(|e| e.unwrap().type_name()).collect().await;
+    assert_eq!(types, ["turn_started", "message_delta", "turn_completed", "transport_error"]);
+    assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Unavailable);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_steer_in_flight_gets_a_definite_answer_when_the_transport_goes_down_or_the_session_stops() {
+    let f = Fixture::new();
+    f.control.set_capabilities(
+        agent_core::testing::ScriptedProvider::default_capabilities().with(Capability::Steer, Support::Native),
+    );
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "start").await;
+    f.control.push_steer(CallBehavior::Hang);
+    let steering = tokio::spawn({
+        let harness = f.harness.clone();
+        let turn = turn.clone();
+        async move { harness.steer(&turn, "more").await }
+    });
+    tokio::task::yield_now().await;
+    f.harness.status(&session).await.unwrap();
+    remote.transport_down("gone").await;
+    let err = steering.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::SessionUnavailable { .. }), "{err:?}");
+
+    let (session, _) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "start").await;
+    f.control.push_steer(CallBehavior::Hang);
+    let steering = tokio::spawn({
+        let harness = f.harness.clone();
+        let turn = turn.clone();
+        async move { harness.steer(&turn, "more").await }
+    });
+    tokio::task::yield_now().await;
+    f.harness.status(&session).await.unwrap();
+    f.harness.stop_session(&session, true).await.unwrap();
+    let err = steering.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::SessionDown { reason: ExitReason::Closed { .. }, .. }), "{err:?}");
 }

@@ -788,6 +788,10 @@ async fn flood_stderr(bytes: usize) {
             chunk.extend_from_slice(line.as_bytes());
         }
         chunk.truncate(bytes - written);
+        // End on a line boundary so whatever the script writes next starts its own line.
+        if let Some(last) = chunk.last_mut() {
+            *last = b'\n';
+        }
         written += chunk.len();
         write_stderr(chunk).await;
     }
