@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
 use crate::capabilities::Capabilities;
@@ -782,7 +782,6 @@ impl Startup {
 
         // Phase 3: the hand-off. The session is live once the caller holds its handle.
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_CAPACITY);
-        let (live, _) = broadcast::channel(options.event_buffer_size.max(1));
         let (exit_tx, exit_rx) = watch::channel(None);
         let handle = SessionHandle { session: session.clone(), tx: commands_tx, exit: exit_rx, store: store.clone() };
         let registry = Arc::downgrade(reservation.registry());
@@ -811,7 +810,6 @@ impl Startup {
             initial_events,
             commands: commands_rx,
             sink: sink_rx,
-            live,
             exit: exit_tx,
             registry,
             attempt,

@@ -48,7 +48,6 @@ pub(crate) struct ActorParts {
     pub(crate) initial_events: Vec<Arc<Event>>,
     pub(crate) commands: mpsc::Receiver<Envelope>,
     pub(crate) sink: mpsc::Receiver<crate::provider::ProviderMessage>,
-    pub(crate) live: broadcast::Sender<Arc<Event>>,
     pub(crate) exit: watch::Sender<Option<ExitReason>>,
     pub(crate) registry: Weak<Registry>,
     pub(crate) attempt: u64,
@@ -133,7 +132,9 @@ pub(crate) struct Actor {
     after_commit: Vec<AfterCommit>,
     flush: Option<Flush>,
     ring: VecDeque<Arc<Event>>,
-    live: broadcast::Sender<Arc<Event>>,
+    /// Live delivery to subscribers; created by the first subscription and dropped when the last
+    /// one is gone, so an unwatched session holds no channel and spends nothing per event on it.
+    live: Option<broadcast::Sender<Arc<Event>>>,
 
     commands: mpsc::Receiver<Envelope>,
     sink: mpsc::Receiver<ProviderMessage>,
@@ -156,7 +157,6 @@ pub(crate) struct Actor {
 
 impl Actor {
     pub(crate) fn new(parts: ActorParts) -> Self {
-        let ring_cap = parts.options.event_buffer_size;
         let mut actor = Actor {
             pending: WriteBatch::new(parts.session.id.clone()),
             session: parts.session,
@@ -179,8 +179,8 @@ impl Actor {
             published_seq: 0,
             after_commit: Vec::new(),
             flush: None,
-            ring: VecDeque::with_capacity(ring_cap.min(4096)),
-            live: parts.live,
+            ring: VecDeque::new(),
+            live: None,
             commands: parts.commands,
             sink: parts.sink,
             sink_open: true,
@@ -416,7 +416,9 @@ impl Actor {
             }
             return Ok(Lookup::Found(Grant { rx: None, live_from: terminal_seq, store_replay, buffered, exit }));
         }
-        let rx = self.live.subscribe();
+        // Sized like the replay buffer: a subscriber that falls further behind gets `Lagged`.
+        let capacity = self.options.event_buffer_size;
+        let rx = self.live.get_or_insert_with(|| broadcast::channel(capacity).0).subscribe();
         let (buffered, store_replay) = match after {
             None => (Vec::new(), None),
             Some(after) => {
@@ -1109,8 +1111,12 @@ impl Actor {
                 let _ = waiter.send(Arc::clone(&event));
             }
         }
-        // No receivers is fine: nobody is listening.
-        let _ = self.live.send(event);
+        if let Some(live) = &self.live
+            && live.send(event).is_err()
+        {
+            // Every subscription is gone.
+            self.live = None;
+        }
         if !self.completed_order.is_empty() {
             self.evict_completed();
         }
