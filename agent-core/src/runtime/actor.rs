@@ -334,6 +334,10 @@ impl Actor {
             let _ = reply.send(Err(Error::TurnIdAlreadyUsed { turn_id: turn.id }));
             return;
         }
+        if let Some(capability) = self.missing_input_capability(&turn.input) {
+            let _ = reply.send(Err(Error::Unsupported { provider: self.session.provider.clone(), capability }));
+            return;
+        }
         self.generation += 1;
         turn.status = TurnStatus::Starting;
         let span = tracing::info_span!(parent: &self.span, "turn", turn_id = %turn.id);
@@ -355,6 +359,21 @@ impl Actor {
             let _ = reply.send(Ok(turn));
         })));
         self.after_commit(AfterCommit::Admit { turn: turn_id, generation: self.generation });
+    }
+
+    /// The capability structured input needs that the session lacks, if any.
+    fn missing_input_capability(&self, input: &crate::turn::TurnInput) -> Option<crate::capabilities::Capability> {
+        use crate::capabilities::Capability;
+        use crate::turn::{InputItem, TurnInput};
+        let TurnInput::Items(items) = input else { return None };
+        let needs = items.iter().map(|item| match item {
+            InputItem::LocalImage { .. } | InputItem::ImageUrl { .. } => Capability::Images,
+            InputItem::Skill { .. } => Capability::Skills,
+            _ => Capability::StructuredInput,
+        });
+        std::iter::once(Capability::StructuredInput)
+            .chain(needs)
+            .find(|&capability| !self.capabilities.get(capability).is_available())
     }
 
     fn admit(&mut self, turn_id: TurnId, generation: u64) {

@@ -342,3 +342,17 @@ async fn a_steer_in_flight_gets_a_definite_answer_when_the_transport_goes_down_o
     let err = steering.await.unwrap().unwrap_err();
     assert!(matches!(err, Error::SessionDown { reason: ExitReason::Closed { .. }, .. }), "{err:?}");
 }
+
+#[tokio::test]
+async fn structured_input_the_provider_cannot_take_is_refused_before_recording() {
+    let f = Fixture::new();
+    let caps =
+        agent_core::testing::ScriptedProvider::default_capabilities().with(Capability::Images, Support::Unsupported);
+    f.control.set_capabilities(caps);
+    let (session, remote) = f.session(opts()).await;
+    let input = vec![InputItem::Text { text: "look".into() }, InputItem::LocalImage { path: "/tmp/x.png".into() }];
+    let err = f.harness.start_turn(&session, input, TurnOptions::new()).await.unwrap_err();
+    assert!(matches!(err, Error::Unsupported { capability: Capability::Images, .. }), "{err:?}");
+    assert!(remote.commands().is_empty());
+    assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Idle);
+}
