@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use agent_core::testing::{CallBehavior, Frame, Recorded};
+use agent_core::testing::{CallBehavior, Frame, Recorded, ScriptedSession};
 use agent_core::*;
 use futures::StreamExt;
 
@@ -308,36 +308,32 @@ async fn a_transport_loss_before_the_admission_result_keeps_what_the_provider_al
     assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Unavailable);
 }
 
+/// A session whose running turn has a steer the provider never answers; returns the pending
+/// steer once the session has taken it.
+async fn hung_steer(f: &Fixture) -> (SessionRef, ScriptedSession, tokio::task::JoinHandle<Result<()>>) {
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "start").await;
+    f.control.push_steer(CallBehavior::Hang);
+    let harness = f.harness.clone();
+    let steering = tokio::spawn(async move { harness.steer(&turn, "more").await });
+    tokio::task::yield_now().await;
+    // Commands are handled in order: once this answers, the steer is in flight.
+    f.harness.status(&session).await.unwrap();
+    (session, remote, steering)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_steer_in_flight_gets_a_definite_answer_when_the_transport_goes_down_or_the_session_stops() {
     let f = Fixture::new();
     f.control.set_capabilities(
         agent_core::testing::ScriptedProvider::default_capabilities().with(Capability::Steer, Support::Native),
     );
-    let (session, remote) = f.session(opts()).await;
-    let turn = f.admitted_turn(&session, "start").await;
-    f.control.push_steer(CallBehavior::Hang);
-    let steering = tokio::spawn({
-        let harness = f.harness.clone();
-        let turn = turn.clone();
-        async move { harness.steer(&turn, "more").await }
-    });
-    tokio::task::yield_now().await;
-    f.harness.status(&session).await.unwrap();
+    let (_, remote, steering) = hung_steer(&f).await;
     remote.transport_down("gone").await;
     let err = steering.await.unwrap().unwrap_err();
     assert!(matches!(err, Error::SessionUnavailable { .. }), "{err:?}");
 
-    let (session, _) = f.session(opts()).await;
-    let turn = f.admitted_turn(&session, "start").await;
-    f.control.push_steer(CallBehavior::Hang);
-    let steering = tokio::spawn({
-        let harness = f.harness.clone();
-        let turn = turn.clone();
-        async move { harness.steer(&turn, "more").await }
-    });
-    tokio::task::yield_now().await;
-    f.harness.status(&session).await.unwrap();
+    let (session, _, steering) = hung_steer(&f).await;
     f.harness.stop_session(&session, true).await.unwrap();
     let err = steering.await.unwrap().unwrap_err();
     assert!(matches!(err, Error::SessionDown { reason: ExitReason::Closed { .. }, .. }), "{err:?}");
