@@ -389,4 +389,10 @@ pub enum ExecError {
     /// A backend-specific failure (remote exec).
     #[error("exec backend: {0}")]
     Backend(String),
+    /// The harness already runs its configured maximum of provider processes.
+    #[error("the harness already runs {limit} provider processes (max_provider_processes)")]
+    LimitReached {
+        /// The configured limit.
+        limit: usize,
+    },
 }

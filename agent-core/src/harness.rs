@@ -21,6 +21,7 @@ use crate::options::{Reuse, SessionOptions, StoreChoice, StoreFailurePolicy, Tur
 use crate::provider::{DynProvider, OpenContext, Opened, Sink};
 use crate::request::{Request, RequestStatus, Response};
 use crate::runtime::actor::{Actor, ActorParts};
+use crate::runtime::limited::LimitedExec;
 use crate::runtime::registry::{Registry, Reservation};
 use crate::runtime::subscription::Grant;
 use crate::runtime::{
@@ -51,6 +52,8 @@ struct Inner {
     exec: DynExec,
     registry: Arc<Registry>,
     call_timeout: Duration,
+    /// Shared by every session's exec when `max_provider_processes` is set.
+    process_limit: Option<(Arc<tokio::sync::Semaphore>, usize)>,
 }
 
 /// Builds a [`Harness`].
@@ -60,6 +63,7 @@ pub struct HarnessBuilder {
     store: Option<StoreChoice>,
     exec: Option<DynExec>,
     max_sessions: Option<usize>,
+    max_provider_processes: Option<usize>,
     call_timeout: Option<Duration>,
 }
 
@@ -90,6 +94,14 @@ impl HarnessBuilder {
         self
     }
 
+    /// Bounds how many provider processes (CLIs) run at once across all sessions, whichever exec
+    /// they use; unlimited by default. A start beyond it fails with [`ExecError::LimitReached`];
+    /// a slot frees when its process exits.
+    pub fn max_provider_processes(mut self, limit: usize) -> Self {
+        self.max_provider_processes = Some(limit);
+        self
+    }
+
     /// Sets the default local deadline of `start_turn` calls.
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = Some(timeout);
@@ -115,6 +127,9 @@ impl HarnessBuilder {
         if self.max_sessions == Some(0) {
             return Err(Error::InvalidConfig("max_sessions must be positive".into()));
         }
+        if self.max_provider_processes == Some(0) {
+            return Err(Error::InvalidConfig("max_provider_processes must be positive".into()));
+        }
         let mut providers = BTreeMap::new();
         for provider in self.providers {
             let id = provider.id();
@@ -129,6 +144,9 @@ impl HarnessBuilder {
                 exec: self.exec.unwrap_or_else(|| Arc::new(NoExec)),
                 registry: Arc::new(Registry::new(self.max_sessions)),
                 call_timeout: self.call_timeout.unwrap_or(DEFAULT_CALL_TIMEOUT),
+                process_limit: self
+                    .max_provider_processes
+                    .map(|limit| (Arc::new(tokio::sync::Semaphore::new(limit)), limit)),
             }),
         })
     }
@@ -140,6 +158,7 @@ impl fmt::Debug for HarnessBuilder {
             .field("providers", &self.providers.iter().map(|p| p.id()).collect::<Vec<_>>())
             .field("store", &self.store)
             .field("max_sessions", &self.max_sessions)
+            .field("max_provider_processes", &self.max_provider_processes)
             .finish_non_exhaustive()
     }
 }
@@ -197,7 +216,10 @@ impl Harness {
             StoreChoice::Disabled => None,
             StoreChoice::Custom(store) => Some(Arc::clone(store)),
         };
-        let exec = options.exec.clone().unwrap_or_else(|| Arc::clone(&self.inner.exec));
+        let mut exec = options.exec.clone().unwrap_or_else(|| Arc::clone(&self.inner.exec));
+        if let Some((permits, limit)) = &self.inner.process_limit {
+            exec = LimitedExec::wrap(exec, Arc::clone(permits), *limit);
+        }
         let reservation = self.inner.registry.reserve(&id)?;
         let span = tracing::info_span!("session", session_id = %id, provider = %provider_id);
         let (tx, rx) = oneshot::channel();

@@ -592,3 +592,27 @@ async fn steer_reaches_a_stalled_turn_and_the_model_sees_it() {
     assert!(matches!(late, Err(Error::TurnNotActive { .. })), "{late:?}");
     codex.finish().await;
 }
+
+#[tokio::test]
+async fn max_provider_processes_bounds_running_clis_across_sessions() {
+    let cli = codex_cli();
+    let server = FakeModel::start(Scenario::new()).await.expect("fake model server");
+    let env = OfflineEnv::new(&cli, &server).expect("offline environment");
+    let harness = Harness::builder()
+        .provider(CodexProvider::new())
+        .exec(Arc::new(LocalExec::new()))
+        .store(StoreChoice::Disabled)
+        .max_provider_processes(1)
+        .build()
+        .expect("harness");
+    let options = || env.session_options().provider_option(CodexOptions::new().binary(cli.program()));
+    let first = harness.start_session("codex", options()).await.expect("the first CLI fits");
+    let refused = harness.start_session("codex", options()).await.unwrap_err();
+    assert!(
+        matches!(refused, Error::Exec(ExecError::LimitReached { limit: 1 })),
+        "a second running CLI is refused: {refused:?}"
+    );
+    harness.stop_session(&first, false).await.unwrap();
+    let second = harness.start_session("codex", options()).await.expect("the stopped CLI freed its slot");
+    harness.stop_session(&second, false).await.unwrap();
+}
