@@ -325,7 +325,7 @@ impl Harness {
         };
         let call_timeout = options.call_timeout.unwrap_or(self.inner.call_timeout);
         let call = async {
-            if let (Some(id), Some(store)) = (&options.id, self.session_store(&handle))
+            if let (Some(id), Some(store)) = (&options.id, &handle.store)
                 && store.fetch_turn(&session.id, id).await?.is_some()
             {
                 return Err(Error::TurnIdAlreadyUsed { turn_id: id.clone() });
@@ -337,10 +337,6 @@ impl Harness {
             Ok(result) => result,
             Err(_) => Err(Error::SessionCallTimeout { turn: Box::new(turn), timeout: call_timeout }),
         }
-    }
-
-    fn session_store(&self, handle: &SessionHandle) -> Option<DynStore> {
-        handle.store.clone()
     }
 
     /// Subscribes to a session or a turn. See [`Replay`] for where it starts and
@@ -520,18 +516,17 @@ impl Harness {
             return Err(Error::SessionNotFound { id: request.session_id.clone() });
         };
         let request_id = request.id.clone();
-        let result = handle.call(|reply| Command::Respond { request: request_id, response, reply }).await;
-        match result {
-            Ok(Err(Error::RequestNotFound { session_id, request_id })) => {
-                if let Some(store) = self.session_store(&handle)
+        match handle.call(|reply| Command::Respond { request: request_id, response, reply }).await? {
+            // Not held by the live session: the store may know how it was settled.
+            Err(Error::RequestNotFound { session_id, request_id }) => {
+                if let Some(store) = &handle.store
                     && let Some(stored) = store.fetch_request(&session_id, &request_id).await?
                 {
                     return Err(settled_error(&stored));
                 }
                 Err(Error::RequestNotFound { session_id, request_id })
             }
-            Ok(result) => result,
-            Err(error) => Err(error),
+            result => result,
         }
     }
 
