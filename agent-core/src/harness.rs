@@ -735,6 +735,8 @@ impl Startup {
             metadata: options.metadata.clone(),
             config_fingerprint: options.fingerprint(session.provider.as_str()),
             startup: Some(StartupMarker { attempt_id: EventId::generate().to_string(), acknowledged: false }),
+            ended: None,
+            durability: Durability::Durable,
             created_at: now,
             updated_at: now,
         };

@@ -35,6 +35,6 @@ pub use runtime::{Lagged, Replay, StreamError, Subscription, Target, TurnStream}
 pub use session::{
     CloseReason, Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, SessionStatus, StoredSession,
 };
-pub use store::{DynStore, Store, StoreError};
+pub use store::{DynStore, RequestQuery, Store, StoreError};
 pub use time::Timestamp;
 pub use turn::{InputItem, Turn, TurnInput, TurnOutcome, TurnRef, TurnResult, TurnStatus};

@@ -47,8 +47,12 @@ pub enum SessionState {
     Cancelling,
     /// The provider transport failed or was retired; no new turns.
     Unavailable,
-    /// Closed by the harness.
+    /// Closed by the harness; the snapshot's `ended` says why.
     Closed,
+    /// Not live, but its end was never recorded: its host was killed, or its store failed before
+    /// the final write. The rest of the snapshot is the last thing known. The runtime never writes
+    /// this state; the harness reports a stale snapshot this way when it reads one back.
+    Abandoned,
 }
 
 impl SessionState {
@@ -64,7 +68,22 @@ impl SessionState {
             SessionState::Cancelling => "cancelling",
             SessionState::Unavailable => "unavailable",
             SessionState::Closed => "closed",
+            SessionState::Abandoned => "abandoned",
         }
+    }
+
+    /// True for the states of a session a runtime holds (idle through unavailable); false for
+    /// the startup states and the two ends, closed and abandoned.
+    pub fn is_live(self) -> bool {
+        matches!(
+            self,
+            SessionState::Idle
+                | SessionState::Starting
+                | SessionState::Running
+                | SessionState::AwaitingInput
+                | SessionState::Cancelling
+                | SessionState::Unavailable
+        )
     }
 
     /// True while a turn is active.
@@ -83,11 +102,12 @@ impl fmt::Display for SessionState {
 }
 
 /// Whether the session's history is being persisted.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "state")]
 #[non_exhaustive]
 pub enum Durability {
     /// Every event is committed to the store before subscribers see it.
+    #[default]
     Durable,
     /// The session runs without a store.
     Disabled,
@@ -157,6 +177,12 @@ pub enum ExitReason {
     },
     /// The session is not live in this harness: a subscription replays its stored history.
     NotLive,
+    /// The runtime ended without recording its end (host killed, store lost); the stored
+    /// snapshot was last written in `last_status`.
+    Abandoned {
+        /// The status the stored snapshot was left in.
+        last_status: SessionState,
+    },
     /// The runtime task ended unexpectedly (a bug); the reason is the panic message if any.
     Crashed {
         /// What is known.
@@ -171,6 +197,9 @@ impl fmt::Display for ExitReason {
             ExitReason::Retired { reason } => write!(f, "retired: {reason}"),
             ExitReason::StoreFailed { reason } => write!(f, "store failed: {reason}"),
             ExitReason::NotLive => f.write_str("not live in this harness"),
+            ExitReason::Abandoned { last_status } => {
+                write!(f, "abandoned: its end was never recorded (last stored status: {last_status})")
+            }
             ExitReason::Crashed { reason } => write!(f, "crashed: {reason}"),
         }
     }
@@ -218,10 +247,27 @@ pub struct SessionSnapshot {
     /// Present while the startup hand-off is unacknowledged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup: Option<StartupMarker>,
+    /// How the session ended, once it has (written with the final `closed` snapshot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<ExitReason>,
+    /// Whether the stored history is complete: `degraded` when a store write failed and the
+    /// session went on live-only (events after that point are missing).
+    #[serde(default)]
+    pub durability: Durability,
     /// When the session was created.
     pub created_at: Timestamp,
     /// When this snapshot was written.
     pub updated_at: Timestamp,
+}
+
+impl SessionSnapshot {
+    /// True when the snapshot says a runtime holds the session: its status is a live state
+    /// ([`SessionState::is_live`]) and its startup hand-off completed. Stores refuse to delete
+    /// such a session ([`crate::StoreError::SessionLive`]); `Harness::purge_session` reconciles a
+    /// stale one first.
+    pub fn is_open(&self) -> bool {
+        self.status.is_live() && self.startup.is_none()
+    }
 }
 
 /// One entry of [`crate::Harness::list_stored_sessions`].

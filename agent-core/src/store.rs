@@ -9,11 +9,17 @@
 //! - `append` is idempotent per `(session, seq)`: re-appending an identical event is `Ok`, a
 //!   different event with a used seq is [`StoreError::Conflict`], and a seq not above the
 //!   session's latest is [`StoreError::Conflict`] too. Gaps are allowed.
+//! - Event IDs are unique within a session: an event whose ID is already stored at another seq
+//!   is [`StoreError::Conflict`].
 //! - Event reads are ascending by seq; `after` is exclusive.
 //! - Turn, request and event writes for a session that has no snapshot are
-//!   [`StoreError::UnknownSession`].
+//!   [`StoreError::UnknownSession`]; a request, or an event with a `turn_id`, whose turn has no
+//!   record (stored earlier or in the same batch) is [`StoreError::UnknownTurn`].
 //! - `delete_session` removes the snapshot and everything under it; deleting an unknown session
-//!   is `Ok`.
+//!   is `Ok`. A session whose snapshot is open ([`SessionSnapshot::is_open`]: a runtime may hold
+//!   it) is refused with [`StoreError::SessionLive`] and nothing is deleted. A batch's
+//!   `delete_first` is the harness's deliberate replacement and is not refused.
+//! - Failed writes change nothing: a batch lands whole or not at all.
 
 use std::fmt;
 use std::sync::Arc;
@@ -22,7 +28,7 @@ use async_trait::async_trait;
 
 use crate::event::Event;
 use crate::ids::{RequestId, SessionId, TurnId};
-use crate::request::Request;
+use crate::request::{Request, RequestStatus};
 use crate::session::SessionSnapshot;
 use crate::turn::Turn;
 
@@ -62,6 +68,40 @@ impl EventQuery {
     pub fn limit(mut self, limit: usize) -> Self {
         self.limit = Some(limit);
         self
+    }
+}
+
+/// Which requests to read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RequestQuery {
+    /// Only requests of this turn.
+    pub turn: Option<TurnId>,
+    /// Only requests with this status.
+    pub status: Option<RequestStatus>,
+}
+
+impl RequestQuery {
+    /// All requests.
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// Restricts to one turn.
+    pub fn turn(mut self, turn: TurnId) -> Self {
+        self.turn = Some(turn);
+        self
+    }
+
+    /// Restricts to one status.
+    pub fn status(mut self, status: RequestStatus) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// True when `request` matches.
+    pub fn matches(&self, request: &Request) -> bool {
+        self.turn.as_ref().is_none_or(|t| &request.turn_id == t) && self.status.is_none_or(|s| request.status == s)
     }
 }
 
@@ -124,6 +164,13 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     async fn fetch_request(&self, session: &SessionId, request: &RequestId) -> Result<Option<Request>, StoreError>;
     /// A session's requests, by creation time.
     async fn list_requests(&self, session: &SessionId) -> Result<Vec<Request>, StoreError>;
+    /// A session's requests matching `query`, by creation time. The default filters
+    /// [`Store::list_requests`]; indexed backends override it.
+    async fn read_requests(&self, session: &SessionId, query: &RequestQuery) -> Result<Vec<Request>, StoreError> {
+        let mut requests = self.list_requests(session).await?;
+        requests.retain(|r| query.matches(r));
+        Ok(requests)
+    }
 
     /// Appends events of one session (ascending seq; see the module docs for idempotency).
     async fn append_events(&self, session: &SessionId, events: &[Arc<Event>]) -> Result<(), StoreError>;
@@ -139,6 +186,12 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
             return Ok(());
         };
         if batch.delete_first {
+            // A deliberate replacement: mark a stale open snapshot ended so the delete rule lets
+            // it go.
+            if let Some(mut stale) = self.fetch_session(session).await?.filter(SessionSnapshot::is_open) {
+                stale.status = crate::session::SessionState::Abandoned;
+                self.save_session(&stale).await?;
+            }
             self.delete_session(session).await?;
         }
         if let Some(snapshot) = &batch.snapshot {
@@ -164,6 +217,18 @@ pub enum StoreError {
     /// A write refers to a session that has no snapshot.
     #[error("store has no session `{0}`")]
     UnknownSession(SessionId),
+    /// A request or event refers to a turn the session has no record of.
+    #[error("store has no turn `{turn}` in session `{session}`")]
+    UnknownTurn {
+        /// The session.
+        session: SessionId,
+        /// The turn that has no record.
+        turn: TurnId,
+    },
+    /// The session's snapshot is open (a runtime may hold it), so it cannot be deleted; stop it,
+    /// or purge it through the harness, which reconciles a stale one.
+    #[error("session `{0}` is open in the store; stop it or use Harness::purge_session")]
+    SessionLive(SessionId),
     /// A write conflicts with stored data (a used seq with another event, a seq out of order).
     #[error("store conflict: {0}")]
     Conflict(String),
