@@ -36,6 +36,14 @@ pub enum Error {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A caller-chosen turn ID is malformed.
+    #[error("invalid turn id {id:?}: {reason}")]
+    InvalidTurnId {
+        /// The rejected ID.
+        id: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// No provider is registered under this ID.
     #[error("unknown provider `{provider}` (registered: {registered})")]
     UnknownProvider {
@@ -77,6 +85,14 @@ pub enum Error {
         /// The ID.
         id: SessionId,
     },
+    /// The session has ended; the store (or this harness) knows how.
+    #[error("session `{id}` is closed: {reason}")]
+    SessionClosed {
+        /// The ID.
+        id: SessionId,
+        /// How it ended.
+        reason: crate::session::ExitReason,
+    },
     /// The session is live; the operation needs a stopped one (e.g. `purge_session`).
     #[error("session `{id}` is live; stop it first")]
     SessionLive {
@@ -96,6 +112,23 @@ pub enum Error {
         provider: ProviderId,
         /// The configured startup timeout.
         timeout: Duration,
+    },
+    /// The provider's transport went down while it was opening; the attempt was torn down.
+    #[error("provider `{provider}` failed while opening: {reason}")]
+    ProviderOpenFailed {
+        /// The provider.
+        provider: ProviderId,
+        /// What the provider reported (the transport's reason).
+        reason: String,
+    },
+    /// A resume or fork could not continue the provider conversation it asked for. Nothing was
+    /// started: a session never falls back to a fresh conversation.
+    #[error("could not {mode} the conversation: {reason}")]
+    ResumeFailed {
+        /// Resume or fork.
+        mode: crate::options::ConversationMode,
+        /// Why.
+        reason: String,
     },
     /// The initial store commit, cleanup or hand-off exceeded `startup_finalization_timeout`.
     #[error("session startup could not be finalized within {timeout:?}")]

@@ -251,6 +251,31 @@ pub enum EventKind {
         /// Why.
         reason: CloseReason,
     },
+    /// The session continues an earlier provider conversation (follows `session_ready`).
+    ConversationResumed {
+        /// The provider conversation that continues.
+        provider_session_id: String,
+    },
+    /// The session branched an earlier provider conversation into a new one (follows
+    /// `session_ready`).
+    ConversationForked {
+        /// The provider conversation it branched from.
+        from_provider_session_id: String,
+        /// The stored session it branched from, when named by session.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from_session: Option<SessionId>,
+    },
+    /// A resume or fork of this session's conversation was asked for and could not be done;
+    /// nothing was started. Recorded in the stored history of the session that was to be resumed.
+    ConversationFailed {
+        /// Resume or fork.
+        mode: crate::options::ConversationMode,
+        /// The provider conversation it was to continue, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provider_session_id: Option<String>,
+        /// Why it failed.
+        reason: String,
+    },
 
     // ----- provider content -------------------------------------------------------------
     /// A piece of assistant text.
@@ -440,6 +465,9 @@ impl EventKind {
             EventKind::TransportError { .. } => "transport_error",
             EventKind::StoreFailed { .. } => "store_failed",
             EventKind::SessionClosed { .. } => "session_closed",
+            EventKind::ConversationResumed { .. } => "conversation_resumed",
+            EventKind::ConversationForked { .. } => "conversation_forked",
+            EventKind::ConversationFailed { .. } => "conversation_failed",
             EventKind::MessageDelta { .. } => "message_delta",
             EventKind::AssistantMessage { .. } => "assistant_message",
             EventKind::ReasoningDelta { .. } => "reasoning_delta",

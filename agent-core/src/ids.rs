@@ -19,11 +19,26 @@ use crate::error::Error;
 pub const MAX_SESSION_ID_LEN: usize = 128;
 
 macro_rules! string_id {
-    ($(#[$doc:meta])* $name:ident) => {
+    ($(#[$doc:meta])* $name:ident, $check:path) => {
         $(#[$doc])*
-        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
         #[serde(transparent)]
         pub struct $name(Arc<str>);
+
+        // Reading an ID from JSON applies the rules of its kind: an empty or blank ID is never
+        // accepted from the outside.
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let id = String::deserialize(deserializer)?;
+                match $check(&id) {
+                    Some(reason) => Err(serde::de::Error::custom(format_args!(
+                        "invalid {} {id:?}: {reason}",
+                        stringify!($name)
+                    ))),
+                    None => Ok(Self(Arc::from(id))),
+                }
+            }
+        }
 
         impl $name {
             /// The identifier as a string slice.
@@ -60,7 +75,7 @@ macro_rules! string_id {
 
 macro_rules! generated_id {
     ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
-        string_id!($(#[$doc])* $name);
+        string_id!($(#[$doc])* $name, stored_id_problem);
 
         impl $name {
             /// A new unique identifier.
@@ -83,7 +98,8 @@ string_id!(
     ///
     /// Caller-chosen IDs are 1 to [`MAX_SESSION_ID_LEN`] bytes of ASCII letters, digits and
     /// `-_.:@`, so they are safe in file names, URLs, log lines and SQL without quoting.
-    SessionId
+    SessionId,
+    session_id_problem
 );
 
 impl SessionId {
@@ -131,6 +147,7 @@ impl TryFrom<String> for SessionId {
     }
 }
 
+/// What is wrong with a caller-chosen ID (session or turn), if anything.
 fn session_id_problem(id: &str) -> Option<&'static str> {
     if id.is_empty() {
         return Some("must not be empty");
@@ -146,10 +163,28 @@ fn session_id_problem(id: &str) -> Option<&'static str> {
 }
 
 generated_id!(
-    /// A turn ID (`turn_…`), unique within the harness.
+    /// A turn ID (`turn_…`), unique within the harness. A caller may choose one
+    /// ([`TurnId::new`]) under the same rules as a session ID.
     TurnId,
     "turn_"
 );
+
+impl TurnId {
+    /// Validates a caller-chosen turn ID: 1 to [`MAX_SESSION_ID_LEN`] bytes of ASCII letters,
+    /// digits and `-_.:@`, like a session ID.
+    pub fn new(id: impl Into<String>) -> Result<Self, Error> {
+        let id = id.into();
+        match Self::problem(&id) {
+            Some(reason) => Err(Error::InvalidTurnId { id, reason }),
+            None => Ok(Self(Arc::from(id))),
+        }
+    }
+
+    /// What is wrong with `id` as a caller-chosen turn ID, if anything.
+    pub(crate) fn problem(id: &str) -> Option<&'static str> {
+        session_id_problem(id)
+    }
+}
 
 generated_id!(
     /// A request ID (`req_…`) for a question or approval the harness surfaced.
@@ -178,7 +213,8 @@ impl EventId {
 
 string_id!(
     /// The name a provider is registered under: `codex`, `claude`, `pi`, or a preset ID.
-    ProviderId
+    ProviderId,
+    stored_id_problem
 );
 
 impl ProviderId {
@@ -211,6 +247,18 @@ impl From<&ProviderId> for ProviderId {
     fn from(p: &ProviderId) -> Self {
         p.clone()
     }
+}
+
+/// What is wrong with an ID read from the outside that the harness generated or that comes
+/// from a store written by any version: it must not be empty, blank or hold control characters.
+fn stored_id_problem(id: &str) -> Option<&'static str> {
+    if id.trim().is_empty() {
+        return Some("must not be empty or blank");
+    }
+    if id.chars().any(|c| c.is_control()) {
+        return Some("must not contain control characters");
+    }
+    None
 }
 
 const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
@@ -281,6 +329,33 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(2));
         let later = TurnId::generate();
         assert!(first < later, "{first} should sort before {later}");
+    }
+
+    #[test]
+    fn caller_turn_ids_follow_the_session_id_rules() {
+        assert!(TurnId::new("step-1").is_ok());
+        for bad in ["", " ", "\t", "has space", &"x".repeat(129)] {
+            let err = TurnId::new(bad).unwrap_err();
+            assert!(matches!(err, Error::InvalidTurnId { .. }), "{bad:?} gave {err:?}");
+        }
+    }
+
+    #[test]
+    fn blank_ids_are_refused_when_read() {
+        assert!(serde_json::from_str::<SessionId>("\"\"").is_err());
+        assert!(serde_json::from_str::<SessionId>("\"a b\"").is_err());
+        for bad in ["\"\"", "\"  \"", "\"a\\nb\""] {
+            assert!(serde_json::from_str::<TurnId>(bad).is_err(), "{bad}");
+            assert!(serde_json::from_str::<RequestId>(bad).is_err(), "{bad}");
+            assert!(serde_json::from_str::<EventId>(bad).is_err(), "{bad}");
+            assert!(serde_json::from_str::<ProviderId>(bad).is_err(), "{bad}");
+        }
+        let refs = serde_json::from_str::<crate::SessionRef>(r#"{"provider": "codex", "id": ""}"#);
+        assert!(refs.is_err(), "{refs:?}");
+        let turn = serde_json::from_str::<crate::TurnRef>(r#"{"session_id": "s", "id": " "}"#);
+        assert!(turn.is_err(), "{turn:?}");
+        let turn: crate::TurnRef = serde_json::from_str(r#"{"session_id": "s", "id": "turn_01"}"#).unwrap();
+        assert_eq!(turn.id.as_str(), "turn_01");
     }
 
     #[test]

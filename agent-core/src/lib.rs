@@ -26,12 +26,12 @@ pub use exec::{DynExec, Exec};
 pub use harness::{AwaitError, DEFAULT_CALL_TIMEOUT, Harness, HarnessBuilder, SessionMonitor};
 pub use ids::{EventId, ProviderId, RequestId, SessionId, TurnId};
 pub use options::{
-    ApprovalPolicy, AuthMode, CacheSize, Env, McpServer, ProviderOptions, Reuse, SandboxMode, SessionOptions, Skill,
-    StoreChoice, StoreFailurePolicy, TurnOptions,
+    ApprovalPolicy, AuthMode, CacheSize, Conversation, ConversationMode, ConversationSource, Env, McpServer,
+    ProviderOptions, Reuse, SandboxMode, SessionOptions, Skill, StoreChoice, StoreFailurePolicy, TurnOptions,
 };
 pub use provider::{DynProvider, Provider, ProviderSession, Sink};
 pub use request::{Answer, Choice, Question, Request, RequestKind, RequestStatus, Response, Scope};
-pub use runtime::{Lagged, Replay, StreamError, Subscription, Target, TurnStream};
+pub use runtime::{Lagged, Replay, StreamError, Subscription, SubscriptionError, Target, TurnStream};
 pub use session::{
     CloseReason, Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, SessionStatus, StoredSession,
 };

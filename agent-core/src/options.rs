@@ -272,6 +272,75 @@ pub enum AuthMode {
     Inherit,
 }
 
+/// Which provider conversation a session opens: a new one (the default), or an earlier one
+/// resumed or forked. A session never falls back to a fresh conversation when the one asked for
+/// cannot be continued: the start fails with [`Error::ResumeFailed`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "mode", content = "from")]
+#[non_exhaustive]
+pub enum Conversation {
+    /// A new provider conversation.
+    #[default]
+    New,
+    /// Continue an earlier conversation (needs the `resume` capability).
+    Resume(ConversationSource),
+    /// Branch an earlier conversation into a new one (needs the `fork` capability).
+    Fork(ConversationSource),
+}
+
+impl Conversation {
+    /// Resume or fork; `None` for a new conversation.
+    pub fn mode(&self) -> Option<ConversationMode> {
+        match self {
+            Conversation::New => None,
+            Conversation::Resume(_) => Some(ConversationMode::Resume),
+            Conversation::Fork(_) => Some(ConversationMode::Fork),
+        }
+    }
+
+    /// Where a resumed or forked conversation comes from.
+    pub fn source(&self) -> Option<&ConversationSource> {
+        match self {
+            Conversation::New => None,
+            Conversation::Resume(source) | Conversation::Fork(source) => Some(source),
+        }
+    }
+}
+
+/// Where a resumed or forked conversation comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ConversationSource {
+    /// A stopped session of the session's store: its provider conversation is the one recorded in
+    /// its snapshot. Resuming it continues the session under its own ID and its stored history
+    /// (`seq` goes on where it stopped); forking it starts a new session.
+    Session(SessionId),
+    /// A provider conversation by the provider's own ID (a Codex thread ID, a Claude session ID).
+    /// The session starts with an empty history.
+    Provider(String),
+}
+
+/// Resume or fork, for errors and events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ConversationMode {
+    /// Continue the conversation.
+    Resume,
+    /// Branch the conversation.
+    Fork,
+}
+
+impl fmt::Display for ConversationMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ConversationMode::Resume => "resume",
+            ConversationMode::Fork => "fork",
+        })
+    }
+}
+
 /// How many completed turns a live session keeps for `await_turn`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CacheSize {
@@ -321,6 +390,12 @@ pub struct SessionOptions {
     pub provider_command_timeout: Duration,
     /// Deadline for answering a request; the provider is told to deny it afterwards. Default none.
     pub request_timeout: Option<Duration>,
+    /// How long a running turn may go without any provider activity (while no request is
+    /// pending) before it is cancelled as stalled; default none. See
+    /// [`TurnOptions::inactivity_timeout`].
+    pub turn_inactivity_timeout: Option<Duration>,
+    /// Which provider conversation to open; default a new one.
+    pub conversation: Conversation,
     /// Store failure policy; default [`StoreFailurePolicy::Degrade`].
     pub store_failure: StoreFailurePolicy,
     /// Store choice; default the harness's store.
@@ -354,6 +429,8 @@ impl Default for SessionOptions {
             turn_start_timeout: DEFAULT_TURN_START_TIMEOUT,
             provider_command_timeout: DEFAULT_PROVIDER_COMMAND_TIMEOUT,
             request_timeout: None,
+            turn_inactivity_timeout: None,
+            conversation: Conversation::New,
             store_failure: StoreFailurePolicy::Degrade,
             store: StoreChoice::Default,
             reuse: Reuse::Never,
@@ -421,6 +498,22 @@ impl SessionOptions {
         provider_command_timeout(v: Duration) => |o| o.provider_command_timeout = v;
         /// Sets the request answer deadline.
         request_timeout(v: Duration) => |o| o.request_timeout = Some(v);
+        /// Cancels a running turn that shows no provider activity for this long.
+        turn_inactivity_timeout(v: Duration) => |o| o.turn_inactivity_timeout = Some(v);
+        /// Chooses the provider conversation to open.
+        conversation(v: Conversation) => |o| o.conversation = v;
+        /// Continues the stopped session `id` under its own ID: the provider conversation recorded
+        /// in its snapshot, and its stored history.
+        resume_session(id: SessionId) => |o| {
+            o.id = Some(id.as_str().to_owned());
+            o.conversation = Conversation::Resume(ConversationSource::Session(id));
+        };
+        /// Continues a provider conversation by the provider's own ID, in a new session.
+        resume_provider_session(v: impl Into<String>) => |o| o.conversation = Conversation::Resume(ConversationSource::Provider(v.into()));
+        /// Branches the conversation of the stored session `id` into this new session.
+        fork_session(id: SessionId) => |o| o.conversation = Conversation::Fork(ConversationSource::Session(id));
+        /// Branches a provider conversation by the provider's own ID into this new session.
+        fork_provider_session(v: impl Into<String>) => |o| o.conversation = Conversation::Fork(ConversationSource::Provider(v.into()));
         /// Sets the store failure policy.
         store_failure(v: StoreFailurePolicy) => |o| o.store_failure = v;
         /// Chooses the store.
@@ -463,6 +556,30 @@ impl SessionOptions {
         }
         if self.request_timeout.is_some_and(|t| t.is_zero()) {
             return Err(Error::invalid("request_timeout", "must be positive"));
+        }
+        if self.turn_inactivity_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::invalid("turn_inactivity_timeout", "must be positive"));
+        }
+        match &self.conversation {
+            Conversation::Resume(ConversationSource::Session(source)) if id.as_ref().is_some_and(|id| id != source) => {
+                return Err(Error::invalid(
+                    "conversation",
+                    format!("a stored session is resumed under its own ID `{source}`, not another one"),
+                ));
+            }
+            Conversation::Fork(ConversationSource::Session(source)) if id.as_ref() == Some(source) => {
+                return Err(Error::invalid(
+                    "conversation",
+                    format!("a fork of `{source}` is a new session and needs another ID"),
+                ));
+            }
+            Conversation::Resume(ConversationSource::Provider(p))
+            | Conversation::Fork(ConversationSource::Provider(p))
+                if p.trim().is_empty() =>
+            {
+                return Err(Error::invalid("conversation", "the provider conversation ID must not be empty"));
+            }
+            _ => {}
         }
         if let Some(empty) = [("model", &self.model), ("system_prompt", &self.system_prompt)]
             .into_iter()
@@ -575,6 +692,8 @@ impl fmt::Debug for SessionOptions {
             .field("turn_start_timeout", &self.turn_start_timeout)
             .field("provider_command_timeout", &self.provider_command_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("turn_inactivity_timeout", &self.turn_inactivity_timeout)
+            .field("conversation", &self.conversation)
             .field("store_failure", &self.store_failure)
             .field("store", &self.store)
             .field("reuse", &self.reuse)
@@ -599,6 +718,11 @@ pub struct TurnOptions {
     /// Local deadline for the call itself (not the turn). On expiry the call returns
     /// [`Error::SessionCallTimeout`] holding the turn. Default 30 s.
     pub call_timeout: Option<Duration>,
+    /// How long the running turn may go without any provider activity while no request is
+    /// pending; overrides [`SessionOptions::turn_inactivity_timeout`]. On expiry the turn is
+    /// cancelled (`cancel_requested` with a `stalled` reason); if the provider does not end it
+    /// within `provider_command_timeout`, it fails as stalled and the session retires.
+    pub inactivity_timeout: Option<Duration>,
 }
 
 impl TurnOptions {
@@ -618,6 +742,8 @@ impl TurnOptions {
         provider_option(v: impl Any + Send + Sync) => |o| o.provider_options.insert(v);
         /// Sets the local call deadline.
         call_timeout(v: Duration) => |o| o.call_timeout = Some(v);
+        /// Sets the turn's inactivity deadline.
+        inactivity_timeout(v: Duration) => |o| o.inactivity_timeout = Some(v);
     }
 }
 
@@ -629,6 +755,7 @@ impl fmt::Debug for TurnOptions {
             .field("model", &self.model)
             .field("provider_options", &self.provider_options)
             .field("call_timeout", &self.call_timeout)
+            .field("inactivity_timeout", &self.inactivity_timeout)
             .finish_non_exhaustive()
     }
 }

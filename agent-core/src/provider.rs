@@ -68,10 +68,42 @@ pub fn require_capabilities(provider: &ProviderId, caps: &Capabilities, options:
         (!options.mcp_servers.is_empty(), Capability::PerSessionMcp),
         (!options.skills.is_empty(), Capability::Skills),
     ];
+    let conversation = match options.conversation.mode() {
+        Some(crate::options::ConversationMode::Resume) => (true, Capability::Resume),
+        Some(crate::options::ConversationMode::Fork) => (true, Capability::Fork),
+        None => (false, Capability::Resume),
+    };
+    let needs = needs.into_iter().chain([conversation]);
     match needs.into_iter().find(|(needed, cap)| *needed && caps.get(*cap) == Support::Unsupported) {
         Some((_, capability)) => Err(Error::Unsupported { provider: provider.clone(), capability }),
         None => Ok(()),
     }
+}
+
+/// The provider conversation a session opens, resolved by the runtime from
+/// [`SessionOptions::conversation`](crate::SessionOptions::conversation) (a stored session named
+/// as the source is looked up in the store; its recorded provider session ID is used).
+///
+/// Rules for providers: on `Resume`, open that exact conversation and report its ID in
+/// [`Opened::provider_session_id`] — the runtime refuses a session that reports another one
+/// (never a silently fresh conversation); when the CLI cannot continue it, fail `open` (ideally
+/// with [`Error::ResumeFailed`]). On `Fork`, report the new conversation's ID.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OpenConversation {
+    /// A new conversation.
+    #[default]
+    New,
+    /// Continue this provider conversation.
+    Resume {
+        /// The provider's conversation ID.
+        provider_session_id: String,
+    },
+    /// Branch this provider conversation into a new one.
+    Fork {
+        /// The provider's conversation ID.
+        provider_session_id: String,
+    },
 }
 
 /// What [`Provider::open`] gets.
@@ -85,12 +117,21 @@ pub struct OpenContext {
     pub exec: DynExec,
     /// Where to report what the provider observes.
     pub sink: Sink,
+    /// Which provider conversation to open.
+    pub conversation: OpenConversation,
 }
 
 impl OpenContext {
-    /// Assembles a context (the runtime does this; tests of providers may too).
+    /// Assembles a context for a new conversation (the runtime does this; tests of providers
+    /// may too).
     pub fn new(session_id: SessionId, options: Arc<SessionOptions>, exec: DynExec, sink: Sink) -> Self {
-        OpenContext { session_id, options, exec, sink }
+        OpenContext { session_id, options, exec, sink, conversation: OpenConversation::New }
+    }
+
+    /// Opens `conversation` instead of a new one.
+    pub fn with_conversation(mut self, conversation: OpenConversation) -> Self {
+        self.conversation = conversation;
+        self
     }
 }
 
@@ -100,6 +141,7 @@ impl fmt::Debug for OpenContext {
             .field("session_id", &self.session_id)
             .field("options", &self.options)
             .field("exec", &self.exec)
+            .field("conversation", &self.conversation)
             .finish_non_exhaustive()
     }
 }

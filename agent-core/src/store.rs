@@ -247,6 +247,22 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The same error for a second caller; a backend source is kept as its message.
+    pub(crate) fn copy(&self) -> StoreError {
+        match self {
+            StoreError::UnknownSession(id) => StoreError::UnknownSession(id.clone()),
+            StoreError::UnknownTurn { session, turn } => {
+                StoreError::UnknownTurn { session: session.clone(), turn: turn.clone() }
+            }
+            StoreError::SessionLive(id) => StoreError::SessionLive(id.clone()),
+            StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
+            StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
+            StoreError::WriteRefused(m) => StoreError::WriteRefused(m.clone()),
+            StoreError::Corrupt(m) => StoreError::Corrupt(m.clone()),
+            StoreError::Backend(source) => StoreError::Backend(source.to_string().into()),
+        }
+    }
+
     /// True when retrying later may succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Unavailable(_))

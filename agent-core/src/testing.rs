@@ -33,7 +33,9 @@ use crate::error::{Error, Result};
 use crate::event::{EventKind, RawJson};
 use crate::ids::{ProviderId, SessionId, TurnId};
 use crate::options::SessionOptions;
-use crate::provider::{Admission, DynProvider, OpenContext, Opened, Provider, ProviderSession, Sink, TurnStart};
+use crate::provider::{
+    Admission, DynProvider, OpenContext, OpenConversation, Opened, Provider, ProviderSession, Sink, TurnStart,
+};
 use crate::request::{ProviderRef, Request, RequestSpec, Response};
 use crate::turn::{TurnInput, TurnResult, TurnStatus};
 
@@ -49,6 +51,10 @@ pub enum OpenBehavior {
     Hang,
     /// Fails with a provider error.
     Fail(String),
+    /// Reports the transport down through the sink while opening, then opens anyway.
+    LoseTransport(String),
+    /// Opens a new conversation whatever was asked (a CLI that silently starts fresh).
+    IgnoreConversation,
 }
 
 /// How a provider command (`start_turn`, `respond`) behaves.
@@ -67,6 +73,8 @@ pub enum CallBehavior {
     Hang,
     /// Panics (a crashed provider callback).
     Panic(String),
+    /// Waits, then behaves as the inner behavior.
+    After(Duration, Box<CallBehavior>),
 }
 
 /// How `cancel` behaves.
@@ -162,6 +170,8 @@ struct Config {
 struct Shared {
     config: Mutex<Config>,
     sessions: Mutex<HashMap<SessionId, Arc<SessionInner>>>,
+    /// The conversation each open was asked for, in order.
+    conversations: Mutex<Vec<(SessionId, OpenConversation)>>,
     opened: Notify,
     abandoned_opens: AtomicUsize,
 }
@@ -199,6 +209,7 @@ impl ScriptedProvider {
                 capabilities: Self::default_capabilities(),
             }),
             sessions: Mutex::new(HashMap::new()),
+            conversations: Mutex::new(Vec::new()),
             opened: Notify::new(),
             abandoned_opens: AtomicUsize::new(0),
         });
@@ -267,6 +278,11 @@ impl ScriptedControl {
     pub fn abandoned_opens(&self) -> usize {
         self.shared.abandoned_opens.load(Ordering::SeqCst)
     }
+
+    /// The conversation each open was asked for, in order.
+    pub fn conversations(&self) -> Vec<(SessionId, OpenConversation)> {
+        lock(&self.shared.conversations).clone()
+    }
 }
 
 #[async_trait]
@@ -290,6 +306,9 @@ impl Provider for ScriptedProvider {
         }
         let mut guard = Abandon(&self.shared.abandoned_opens, false);
         let behavior = lock(&self.shared.config).open.clone();
+        lock(&self.shared.conversations).push((ctx.session_id.clone(), ctx.conversation.clone()));
+        let mut conversation = ctx.conversation.clone();
+        let fresh = if behavior == OpenBehavior::IgnoreConversation { "-fresh" } else { "" };
         match behavior {
             OpenBehavior::Succeed => {}
             OpenBehavior::Delay(d) => tokio::time::sleep(d).await,
@@ -298,6 +317,10 @@ impl Provider for ScriptedProvider {
                 guard.1 = true;
                 return Err(Error::ProviderUnavailable { provider: self.id.clone(), reason });
             }
+            OpenBehavior::LoseTransport(reason) => {
+                let _ = ctx.sink.transport_down(reason).await;
+            }
+            OpenBehavior::IgnoreConversation => conversation = OpenConversation::New,
         }
         guard.1 = true;
         let inner = Arc::new(SessionInner {
@@ -311,7 +334,13 @@ impl Provider for ScriptedProvider {
         });
         lock(&self.shared.sessions).insert(ctx.session_id.clone(), Arc::clone(&inner));
         self.shared.opened.notify_waiters();
-        Ok(Opened::new(Arc::new(RuntimeHandle(inner))).provider_session_id(format!("scripted-{}", ctx.session_id)))
+        // A resumed conversation keeps its ID; a new or forked one gets a fresh one.
+        let provider_session_id = match conversation {
+            OpenConversation::Resume { provider_session_id } => provider_session_id,
+            OpenConversation::Fork { provider_session_id } => format!("{provider_session_id}-fork"),
+            _ => format!("scripted-{}{fresh}", ctx.session_id),
+        };
+        Ok(Opened::new(Arc::new(RuntimeHandle(inner))).provider_session_id(provider_session_id))
     }
 }
 
@@ -328,7 +357,12 @@ struct SessionInner {
 
 impl SessionInner {
     async fn call(&self, behavior: Option<CallBehavior>) -> Result<()> {
-        match behavior.unwrap_or(CallBehavior::Accept) {
+        let mut behavior = behavior.unwrap_or(CallBehavior::Accept);
+        while let CallBehavior::After(delay, then) = behavior {
+            tokio::time::sleep(delay).await;
+            behavior = *then;
+        }
+        match behavior {
             CallBehavior::Accept => Ok(()),
             CallBehavior::Delay(d) => {
                 tokio::time::sleep(d).await;
@@ -338,6 +372,7 @@ impl SessionInner {
             CallBehavior::Break(reason) => Err(Error::Transport { provider: self.provider.clone(), reason }),
             CallBehavior::Hang => futures::future::pending().await,
             CallBehavior::Panic(message) => panic!("{message}"),
+            CallBehavior::After(..) => unreachable!("unwrapped above"),
         }
     }
 

@@ -233,7 +233,7 @@ impl Case {
     /// A live session and its monitor (taken at once: a session that ended has none).
     async fn monitored_session(&self) -> (SessionRef, SessionMonitor) {
         let session = self.session().await;
-        let monitor = self.harness.monitor(&session).expect("live session");
+        let monitor = self.harness.monitor(&session).await.expect("live session");
         (session, monitor)
     }
 

@@ -102,7 +102,10 @@ async fn a_harness_restarted_on_the_same_file_sees_its_sessions_stored_and_appli
     let stored = second.list_stored_sessions().await.unwrap();
     let listed: Vec<(&str, SessionState, bool)> =
         stored.iter().map(|s| (s.session_id.as_str(), s.snapshot.status, s.live)).collect();
-    assert_eq!(listed, [("crashed", SessionState::Running, false), ("done", SessionState::Closed, false)]);
+    // A snapshot a killed host left `running` reads back as abandoned, never as running.
+    assert_eq!(listed, [("crashed", SessionState::Abandoned, false), ("done", SessionState::Closed, false)]);
+    let crashed_end = &stored[0].snapshot.ended;
+    assert_eq!(crashed_end, &Some(ExitReason::Abandoned { last_status: SessionState::Running }));
 
     // The stored journals replay through the harness, as a reconciling orchestrator reads them.
     let history: Vec<Arc<Event>> =
@@ -127,7 +130,7 @@ async fn a_harness_restarted_on_the_same_file_sees_its_sessions_stored_and_appli
     assert!(matches!(never, Err(Error::SessionIdAlreadyUsed { status: SessionState::Closed, .. })), "{never:?}");
     let not_closed = second.start_session("scripted", options(cwd, "crashed").reuse(Reuse::Closed)).await;
     assert!(
-        matches!(not_closed, Err(Error::SessionIdAlreadyUsed { status: SessionState::Running, .. })),
+        matches!(not_closed, Err(Error::SessionIdAlreadyUsed { status: SessionState::Abandoned, .. })),
         "{not_closed:?}"
     );
     let reused = second.start_session("scripted", options(cwd, "done").reuse(Reuse::Closed)).await.unwrap();
@@ -191,7 +194,7 @@ async fn a_failing_store_under_degrade_keeps_the_session_live_and_degraded() {
 async fn a_failing_store_under_stop_ends_the_session_cleanly() {
     let dir = TempDir::new("stop");
     let (store, harness, session, turn, scripted, mut events) = running_session(&dir, StoreFailurePolicy::Stop).await;
-    let monitor = harness.monitor(&session).unwrap();
+    let monitor = harness.monitor(&session).await.unwrap();
 
     store.refuse_writes(true).await.unwrap();
     scripted.delta(&turn.id, "after").await;

@@ -7,7 +7,7 @@
 //! published to subscribers only once the batch that holds them is committed. The actor itself
 //! never waits on I/O except while shutting down.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -25,7 +25,8 @@ use crate::provider::{Admission, ProviderMessage, ProviderSession, TurnStart};
 use crate::request::{Request, RequestStatus, Response};
 use crate::runtime::registry::Registry;
 use crate::runtime::subscription::{Grant, Replay};
-use crate::runtime::{AwaitGrant, Command, Envelope, Lookup, StartTurn};
+use crate::runtime::watchdog::{Fired, Watchdog};
+use crate::runtime::{AwaitGrant, Command, Envelope, Lookup, StartTurn, write_batch};
 use crate::session::{CloseReason, Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, SessionStatus};
 use crate::store::{DynStore, StoreError, WriteBatch};
 use crate::time::Timestamp;
@@ -41,11 +42,17 @@ pub(crate) struct ActorParts {
     pub(crate) provider: Arc<dyn ProviderSession>,
     pub(crate) capabilities: Capabilities,
     pub(crate) provider_session_id: Option<String>,
+    /// The store events are committed to; `None` when disabled or degraded at startup.
     pub(crate) store: Option<DynStore>,
+    /// The store the session was started with, even when it degraded: the final snapshot is
+    /// still offered to it, so a stopped session never reads back as running.
+    pub(crate) home_store: Option<DynStore>,
     pub(crate) durability: Durability,
     pub(crate) snapshot: SessionSnapshot,
     /// Events already committed (and, for a degraded start, not stored) during startup.
     pub(crate) initial_events: Vec<Arc<Event>>,
+    /// What the provider reported while it was opening, handled before anything else.
+    pub(crate) early_messages: Vec<ProviderMessage>,
     pub(crate) commands: mpsc::Receiver<Envelope>,
     pub(crate) sink: mpsc::Receiver<crate::provider::ProviderMessage>,
     pub(crate) exit: watch::Sender<Option<ExitReason>>,
@@ -65,7 +72,14 @@ struct ActiveTurn {
     turn: Turn,
     generation: u64,
     admitted: bool,
+    /// The provider's admission call is running.
+    admitting: bool,
     cancel: CancelState,
+    /// Inactivity deadline (see `TurnOptions::inactivity_timeout`), once admitted.
+    inactivity: Option<Duration>,
+    /// Set when the turn was cancelled for inactivity: the reason it fails with if the provider
+    /// does not end it within the cancel deadline.
+    stalled: Option<String>,
     /// Provider frames that arrived before admission completed; replayed after `turn_started`.
     deferred: Vec<ProviderMessage>,
     /// The caller's turn options, until admission takes them.
@@ -93,18 +107,23 @@ struct CompletedTurn {
 }
 
 enum TaskDone {
-    Admission { turn: TurnId, generation: u64, result: Result<Admission> },
     Responded { request: RequestId, result: Result<()> },
     Cancelled { turn: TurnId, result: Result<()> },
     Steered { id: u64, turn: TurnId, result: Result<()> },
     RequestDeadline { request: RequestId },
 }
 
+/// What waits for a batch to commit.
 enum AfterCommit {
-    Reply(Box<dyn FnOnce() + Send>),
+    /// A reply that promises durability. It gets `Err` only when the batch failed and the
+    /// session stops over it (`StoreFailurePolicy::Stop`); under `Degrade` the session goes on
+    /// live-only and the command did take effect.
+    Reply(Box<dyn FnOnce(Result<()>) + Send>),
+    /// Provider admission of a turn, which must not start before the turn is checkpointed.
     Admit { turn: TurnId, generation: u64 },
 }
 
+/// A batch write in flight; the task always hands the batch back, even when the store panics.
 type Flush = JoinHandle<(WriteBatch, Vec<AfterCommit>, std::result::Result<(), StoreError>)>;
 
 pub(crate) struct Actor {
@@ -126,12 +145,20 @@ pub(crate) struct Actor {
     waiters: HashMap<TurnId, Vec<oneshot::Sender<Arc<Event>>>>,
 
     store: Option<DynStore>,
+    home_store: Option<DynStore>,
     next_seq: u64,
     published_seq: u64,
     pending: WriteBatch,
     after_commit: Vec<AfterCommit>,
     flush: Option<Flush>,
     ring: VecDeque<Arc<Event>>,
+    /// The turn and seq of the last turn event that left the ring: that turn's events up to the
+    /// seq are gone from the ring (turns run one after another, so only the oldest turn in the
+    /// ring can have lost some).
+    last_evicted: Option<(TurnId, u64)>,
+    /// Every turn ID this session used, so a caller-chosen ID is never reused even after the
+    /// turn left the completed-turn cache and the session has no store to ask.
+    used_turn_ids: HashSet<TurnId>,
     /// Live delivery to subscribers; created by the first subscription and dropped when the last
     /// one is gone, so an unwatched session holds no channel and spends nothing per event on it.
     live: Option<broadcast::Sender<Arc<Event>>>,
@@ -139,7 +166,15 @@ pub(crate) struct Actor {
     commands: mpsc::Receiver<Envelope>,
     sink: mpsc::Receiver<ProviderMessage>,
     sink_open: bool,
+    early_messages: Vec<ProviderMessage>,
     tasks: JoinSet<TaskDone>,
+    /// The provider's admission of the current turn, separate from other commands: a transport
+    /// loss aborts those but waits for this one, whose outcome decides how the turn is told.
+    admission: Option<JoinHandle<(TurnId, u64, Result<Admission>)>>,
+    /// The transport went down while an admission was in flight; reported once it answers.
+    transport_lost: Option<String>,
+    /// The current turn's inactivity or stall deadline.
+    watchdog: Watchdog,
     exit: watch::Sender<Option<ExitReason>>,
     registry: Weak<Registry>,
     attempt: u64,
@@ -175,16 +210,23 @@ impl Actor {
             requests: HashMap::new(),
             waiters: HashMap::new(),
             store: parts.store,
+            home_store: parts.home_store,
             next_seq: 1,
             published_seq: 0,
             after_commit: Vec::new(),
             flush: None,
             ring: VecDeque::new(),
+            last_evicted: None,
+            used_turn_ids: HashSet::new(),
             live: None,
             commands: parts.commands,
             sink: parts.sink,
             sink_open: true,
+            early_messages: parts.early_messages,
             tasks: JoinSet::new(),
+            admission: None,
+            transport_lost: None,
+            watchdog: Watchdog::default(),
             exit: parts.exit,
             registry: parts.registry,
             attempt: parts.attempt,
@@ -208,6 +250,9 @@ impl Actor {
         let span = self.span.clone();
         async move {
             tracing::debug!("session runtime started");
+            for message in std::mem::take(&mut self.early_messages) {
+                self.on_provider(message);
+            }
             let mut buf = Vec::with_capacity(SINK_BATCH);
             loop {
                 self.clock = None;
@@ -222,11 +267,18 @@ impl Actor {
                         self.flush = None;
                         self.on_flushed(flushed);
                     }
+                    admitted = wait_admission(&mut self.admission), if self.admission.is_some() => {
+                        self.admission = None;
+                        if let Some((turn, generation, result)) = admitted {
+                            self.on_admission(turn, generation, result);
+                        }
+                    }
                     Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => {
                         if let Ok(done) = done {
                             self.on_task(done);
                         }
                     }
+                    () = self.watchdog.expired(), if self.watchdog.is_armed() => self.on_watchdog(),
                     command = self.commands.recv() => match command {
                         Some(envelope) => {
                             let _enter = envelope.span.enter();
@@ -241,6 +293,7 @@ impl Actor {
                                 self.transport_down("the provider runtime ended".into());
                             }
                         }
+                        self.watchdog.activity(buf.len());
                         for message in buf.drain(..) {
                             self.on_provider(message);
                         }
@@ -330,7 +383,7 @@ impl Actor {
                 return;
             }
         }
-        if options.id.is_some() && self.completed.contains_key(&turn.id) {
+        if options.id.is_some() && self.used_turn_ids.contains(&turn.id) {
             let _ = reply.send(Err(Error::TurnIdAlreadyUsed { turn_id: turn.id }));
             return;
         }
@@ -340,13 +393,17 @@ impl Actor {
         }
         self.generation += 1;
         turn.status = TurnStatus::Starting;
+        self.used_turn_ids.insert(turn.id.clone());
         let span = tracing::info_span!(parent: &self.span, "turn", turn_id = %turn.id);
         span.in_scope(|| tracing::debug!("turn recorded"));
         self.current = Some(ActiveTurn {
             turn: turn.clone(),
             generation: self.generation,
             admitted: false,
+            admitting: false,
             cancel: CancelState::None,
+            inactivity: options.inactivity_timeout.or(self.options.turn_inactivity_timeout),
+            stalled: None,
             deferred: Vec::new(),
             options: Some(options),
             span,
@@ -355,8 +412,8 @@ impl Actor {
         self.record_turn(&turn);
         self.record_snapshot();
         let turn_id = turn.id.clone();
-        self.after_commit(AfterCommit::Reply(Box::new(move || {
-            let _ = reply.send(Ok(turn));
+        self.after_commit(AfterCommit::Reply(Box::new(move |committed| {
+            let _ = reply.send(committed.map(|()| turn));
         })));
         self.after_commit(AfterCommit::Admit { turn: turn_id, generation: self.generation });
     }
@@ -377,32 +434,46 @@ impl Actor {
     }
 
     fn admit(&mut self, turn_id: TurnId, generation: u64) {
-        let Some(current) = self.current.as_mut().filter(|c| c.turn.id == turn_id && c.generation == generation) else {
+        if !self.current.as_ref().is_some_and(|c| c.turn.id == turn_id && c.generation == generation) {
             return;
-        };
+        }
+        if self.state == SessionState::Unavailable {
+            // The transport went down before the turn reached the provider: it ended with it.
+            let result = TurnResult::reason("the provider transport went down before the turn was admitted");
+            self.finish_current(EventKind::terminal(TurnStatus::Failed, result), None, ExpiryReason::TurnEnded);
+            return;
+        }
+        let Some(current) = self.current.as_mut() else { return };
+        current.admitting = true;
         let options = current.options.take().unwrap_or_default();
         let start = TurnStart { turn: current.turn.clone(), options };
         let provider = Arc::clone(&self.provider);
         let timeout = self.options.turn_start_timeout;
         let span = tracing::info_span!(parent: &current.span, "provider_command", command = "start_turn");
-        self.tasks.spawn(
+        self.admission = Some(tokio::spawn(
             async move {
                 let result = bounded("turn admission", timeout, provider.start_turn(start)).await;
-                TaskDone::Admission { turn: turn_id, generation, result }
+                (turn_id, generation, result)
             }
             .instrument(span),
-        );
+        ));
     }
 
     fn subscribe(&mut self, turn: Option<TurnId>, replay: Replay, for_stream: bool) -> Result<Lookup<Grant>> {
         let after = replay.after();
+        // `After(seq)` promises every event after `seq`; `Start` serves what is retained.
+        let exact = matches!(replay, Replay::After(_));
         let finished_at = match &turn {
             None => None,
             Some(t) if self.current.as_ref().is_some_and(|c| &c.turn.id == t) => None,
             Some(t) => match self.completed.get(t) {
+                // Sequenced but not yet committed: it arrives live.
                 Some(done) if done.terminal.seq > self.published_seq => None,
                 Some(done) => Some(done.terminal.seq),
-                None => return Ok(Lookup::NotHere { pruned: self.pruned, store: self.store.clone() }),
+                None => match self.ring_terminal(t) {
+                    Some(terminal) => Some(terminal.seq),
+                    None => return Ok(Lookup::NotHere { pruned: self.pruned, store: self.store.clone() }),
+                },
             },
         };
         let exit = self.exit.subscribe();
@@ -417,39 +488,68 @@ impl Actor {
                         ),
                     });
                 }
-                let grant =
-                    Grant { rx: None, live_from: self.published_seq, store_replay: None, buffered: Vec::new(), exit };
-                return Ok(Lookup::Found(grant));
+                return Ok(Lookup::Found(Grant::empty(self.published_seq, exit)));
             };
             let buffered = self.buffered(after, terminal_seq, turn.as_ref());
             let store_replay = match &self.store {
                 Some(store) if !self.ring_covers(after) => Some((Arc::clone(store), terminal_seq)),
                 _ => None,
             };
-            if store_replay.is_none() && !buffered.iter().any(|e| e.seq == terminal_seq) {
-                return Err(Error::ReplayUnavailable {
-                    reason: format!(
-                        "the turn's terminal event (seq {terminal_seq}) is no longer buffered and the session has no store"
-                    ),
-                });
+            if store_replay.is_none() {
+                if !buffered.iter().any(|e| e.seq == terminal_seq) {
+                    return Err(Error::ReplayUnavailable {
+                        reason: format!(
+                            "the turn's terminal event (seq {terminal_seq}) is no longer buffered and the session has no store"
+                        ),
+                    });
+                }
+                self.check_retained(turn.as_ref(), after, exact)?;
             }
-            return Ok(Lookup::Found(Grant { rx: None, live_from: terminal_seq, store_replay, buffered, exit }));
+            let grant = Grant { rx: None, live_from: terminal_seq, store_replay, buffered, store: None, exit };
+            return Ok(Lookup::Found(grant));
         }
-        // Sized like the replay buffer: a subscriber that falls further behind gets `Lagged`.
-        let capacity = self.options.event_buffer_size;
-        let rx = self.live.get_or_insert_with(|| broadcast::channel(capacity).0).subscribe();
         let (buffered, store_replay) = match after {
             None => (Vec::new(), None),
             Some(after) => {
-                let buffered = self.buffered(after, self.published_seq, turn.as_ref());
                 let store_replay = match &self.store {
                     Some(store) if !self.ring_covers(after) => Some((Arc::clone(store), self.published_seq)),
                     _ => None,
                 };
-                (buffered, store_replay)
+                if store_replay.is_none() {
+                    self.check_retained(turn.as_ref(), after, exact)?;
+                }
+                (self.buffered(after, self.published_seq, turn.as_ref()), store_replay)
             }
         };
-        Ok(Lookup::Found(Grant { rx: Some(rx), live_from: self.published_seq, store_replay, buffered, exit }))
+        // Sized like the replay buffer: a subscriber that falls further behind catches up from
+        // the store, or without one gets `Lagged`.
+        let capacity = self.options.event_buffer_size;
+        let rx = self.live.get_or_insert_with(|| broadcast::channel(capacity).0).subscribe();
+        let store = self.store.clone();
+        Ok(Lookup::Found(Grant { rx: Some(rx), live_from: self.published_seq, store_replay, buffered, store, exit }))
+    }
+
+    /// With no store to replay from, an exact cursor must find every event it asks for in the
+    /// ring: a gap is an error, never silent.
+    fn check_retained(&self, turn: Option<&TurnId>, after: u64, exact: bool) -> Result<()> {
+        if !exact || self.ring_covers(after) {
+            return Ok(());
+        }
+        // Only the oldest turn in the ring can have lost events to eviction.
+        let lost = match (turn, &self.last_evicted) {
+            (None, _) => true,
+            (Some(turn), Some((evicted, seq))) => evicted == turn && *seq > after,
+            (Some(_), None) => false,
+        };
+        if !lost {
+            return Ok(());
+        }
+        let first = self.ring.front().map_or(self.published_seq + 1, |e| e.seq);
+        Err(Error::ReplayUnavailable {
+            reason: format!(
+                "events after seq {after} are no longer buffered (the buffer starts at seq {first}) and the session has no store"
+            ),
+        })
     }
 
     /// Whether the ring holds every published event after `after`.
@@ -470,6 +570,11 @@ impl Actor {
             .collect()
     }
 
+    /// A finished turn's terminal event, if the ring still holds it.
+    fn ring_terminal(&self, turn: &TurnId) -> Option<&Arc<Event>> {
+        self.ring.iter().rev().find(|e| e.is_terminal() && e.turn_id.as_ref() == Some(turn))
+    }
+
     fn await_turn(&mut self, turn: TurnId) -> Lookup<AwaitGrant> {
         if self.current.as_ref().is_some_and(|c| c.turn.id == turn) {
             return Lookup::Found(AwaitGrant::Wait(self.waiter(turn)));
@@ -479,7 +584,10 @@ impl Actor {
                 Lookup::Found(AwaitGrant::Done(Arc::clone(&done.terminal)))
             }
             Some(_) => Lookup::Found(AwaitGrant::Wait(self.waiter(turn))),
-            None => Lookup::NotHere { pruned: self.pruned, store: self.store.clone() },
+            None => match self.ring_terminal(&turn) {
+                Some(terminal) => Lookup::Found(AwaitGrant::Done(Arc::clone(terminal))),
+                None => Lookup::NotHere { pruned: self.pruned, store: self.store.clone() },
+            },
         }
     }
 
@@ -532,7 +640,7 @@ impl Actor {
     }
 
     fn cancel(&mut self, turn: TurnId, reason: Option<String>, reply: oneshot::Sender<Result<()>>) {
-        let Some(current) = self.current.as_mut().filter(|c| c.turn.id == turn) else {
+        let Some(current) = self.current.as_ref().filter(|c| c.turn.id == turn) else {
             let _ = reply.send(Err(Error::TurnNotActive { turn_id: turn }));
             return;
         };
@@ -540,6 +648,18 @@ impl Actor {
             let _ = reply.send(Ok(()));
             return;
         }
+        self.request_cancel(turn, reason);
+        // The intent is acted on whether or not it was stored: a store failure that stops the
+        // session interrupts the turn anyway.
+        self.after_commit(AfterCommit::Reply(Box::new(move |_| {
+            let _ = reply.send(Ok(()));
+        })));
+    }
+
+    /// Records the intent to cancel the current turn `turn` (which is not cancelling yet) and
+    /// schedules the provider's cancel once the turn is admitted.
+    fn request_cancel(&mut self, turn: TurnId, reason: Option<String>) {
+        let Some(current) = self.current.as_mut().filter(|c| c.turn.id == turn) else { return };
         let admitted = current.admitted;
         current.cancel = if admitted { CancelState::Sent } else { CancelState::Requested };
         current.turn.status = TurnStatus::Cancelling;
@@ -552,9 +672,6 @@ impl Actor {
         self.record_snapshot();
         self.emit(Some(turn.clone()), EventKind::CancelRequested { reason }, None);
         self.expire_pending(&turn, ExpiryReason::Cancelled);
-        self.after_commit(AfterCommit::Reply(Box::new(move || {
-            let _ = reply.send(Ok(()));
-        })));
     }
 
     fn steer(&mut self, turn: TurnId, input: crate::turn::TurnInput, reply: oneshot::Sender<Result<()>>) {
@@ -616,6 +733,11 @@ impl Actor {
             return;
         }
         self.tasks.abort_all();
+        self.abort_admission();
+        self.watchdog.disarm();
+        if let Some(lost) = self.transport_lost.take() {
+            self.emit(None, EventKind::TransportError { reason: lost }, None);
+        }
         if self.current.is_some() {
             let why = match reason {
                 CloseReason::ForcedStop => "forced session stop",
@@ -639,12 +761,15 @@ impl Actor {
 
     fn on_task(&mut self, done: TaskDone) {
         match done {
-            TaskDone::Admission { turn, generation, result } => self.on_admission(turn, generation, result),
             TaskDone::Responded { request, result } => self.on_responded(request, result),
             TaskDone::Cancelled { turn, result } => {
-                let still_current = self.current.as_ref().is_some_and(|c| c.turn.id == turn);
-                if let (true, Err(error)) = (still_current, result) {
-                    self.retire(format!("cancellation failed: {error}"));
+                let Some(current) = self.current.as_ref().filter(|c| c.turn.id == turn) else { return };
+                if let Err(error) = result {
+                    let reason = match &current.stalled {
+                        Some(stalled) => format!("{stalled}; cancellation failed: {error}"),
+                        None => format!("cancellation failed: {error}"),
+                    };
+                    self.retire(reason);
                 }
             }
             TaskDone::Steered { id, turn, result } => {
@@ -667,9 +792,15 @@ impl Actor {
     }
 
     fn on_admission(&mut self, turn_id: TurnId, generation: u64, result: Result<Admission>) {
+        // A transport that went down while the admission ran is reported after its outcome.
+        let lost = self.transport_lost.take();
         let Some(current) = self.current.as_mut().filter(|c| c.turn.id == turn_id && c.generation == generation) else {
+            if let Some(reason) = lost {
+                self.report_transport_down(reason);
+            }
             return;
         };
+        current.admitting = false;
         match result {
             Ok(admission) => {
                 current.admitted = true;
@@ -682,16 +813,26 @@ impl Actor {
                 }
                 let turn = current.turn.clone();
                 let deferred = std::mem::take(&mut current.deferred);
+                let watch = current.inactivity.filter(|_| !cancel_now && lost.is_none());
                 if cancel_now {
                     self.spawn_cancel(turn_id.clone());
-                } else {
+                } else if lost.is_none() {
                     self.state = SessionState::Running;
                 }
                 self.record_turn(&turn);
                 self.record_snapshot();
-                self.emit(Some(turn_id), EventKind::TurnStarted { provider_turn_id: admission.provider_turn_id }, None);
+                self.emit(
+                    Some(turn_id.clone()),
+                    EventKind::TurnStarted { provider_turn_id: admission.provider_turn_id },
+                    None,
+                );
                 for message in deferred {
                     self.on_provider(message);
+                }
+                if let Some(timeout) = watch
+                    && self.current.as_ref().is_some_and(|c| c.turn.id == turn_id)
+                {
+                    self.watchdog.watch(timeout);
                 }
             }
             Err(error) if error.is_definite() => {
@@ -699,7 +840,48 @@ impl Actor {
                 let result = TurnResult::reason(format!("provider rejected the turn: {error}"));
                 self.finish_current(EventKind::terminal(TurnStatus::Failed, result), None, ExpiryReason::TurnEnded);
             }
+            // The transport is gone: the admission's uncertainty is the transport's loss, told
+            // below with the frames the provider already sent.
+            Err(_) if lost.is_some() => {}
             Err(error) => self.retire(format!("turn admission outcome is uncertain: {error}")),
+        }
+        if let Some(reason) = lost {
+            self.report_transport_down(reason);
+        }
+    }
+
+    /// The current turn's watchdog fired: cancel a turn that went silent, or fail one whose
+    /// cancel the provider did not complete.
+    fn on_watchdog(&mut self) {
+        let Some(fired) = self.watchdog.fired() else { return };
+        let Some(current) = self.current.as_mut() else { return };
+        let turn = current.turn.id.clone();
+        match fired {
+            Fired::Inactive { timeout } => {
+                if !matches!(current.cancel, CancelState::None) {
+                    // Already cancelling: the cancel's own deadline applies.
+                    return;
+                }
+                let waiting = self
+                    .requests
+                    .values()
+                    .any(|e| e.request.turn_id == turn && e.request.status == RequestStatus::Pending);
+                if waiting {
+                    // The turn waits on the host, not on the provider.
+                    self.watchdog.rewatch(timeout);
+                    return;
+                }
+                let reason = format!("stalled: no provider activity for {timeout:?}");
+                current.span.in_scope(|| tracing::warn!(%reason, "cancelling a stalled turn"));
+                current.stalled = Some(reason.clone());
+                self.request_cancel(turn, Some(reason));
+                self.watchdog.stall(self.options.provider_command_timeout);
+            }
+            Fired::Stalled => {
+                let stalled = current.stalled.clone().unwrap_or_else(|| "stalled".into());
+                let deadline = self.options.provider_command_timeout;
+                self.retire(format!("{stalled}; the provider did not end the turn within {deadline:?} of the cancel"));
+            }
         }
     }
 
@@ -740,7 +922,8 @@ impl Actor {
                             EventKind::RequestResolved { request_id, response: Box::new(recorded) },
                             None,
                         );
-                        self.after_commit(AfterCommit::Reply(Box::new(move || {
+                        // The provider has the answer: delivery is the fact the caller needs.
+                        self.after_commit(AfterCommit::Reply(Box::new(move |_| {
                             let _ = reply.send(Ok(()));
                         })));
                     }
@@ -962,6 +1145,7 @@ impl Actor {
     /// terminal event is sequenced and the session becomes idle (unless it is going away).
     fn finish_current(&mut self, kind: EventKind, raw: Option<RawJson>, expiry: ExpiryReason) {
         let Some(mut current) = self.current.take() else { return };
+        self.watchdog.disarm();
         let turn_id = current.turn.id.clone();
         let end = kind.terminal_end().cloned();
         self.expire_pending(&turn_id, expiry);
@@ -1014,6 +1198,20 @@ impl Actor {
         }
         tracing::warn!(%reason, "provider transport down");
         self.abort_commands();
+        self.watchdog.disarm();
+        if self.admission.is_some() {
+            // The admission in flight keeps running (bounded by `turn_start_timeout`): whether
+            // the provider admitted the turn decides how its end is told.
+            self.transport_lost = Some(reason);
+            self.state = SessionState::Unavailable;
+            self.record_snapshot();
+            return;
+        }
+        self.report_transport_down(reason);
+    }
+
+    /// Records a transport loss: `transport_error`, then the active turn fails.
+    fn report_transport_down(&mut self, reason: String) {
         self.release_held_frames();
         let turn = self.current.as_ref().map(|c| c.turn.id.clone());
         self.emit(turn, EventKind::TransportError { reason: reason.clone() }, None);
@@ -1046,7 +1244,18 @@ impl Actor {
         }
     }
 
-    /// Gives in-flight provider commands a definite answer: the session cannot deliver them.
+    /// Stops waiting for a turn admission.
+    fn abort_admission(&mut self) {
+        if let Some(admission) = self.admission.take() {
+            admission.abort();
+        }
+        if let Some(current) = self.current.as_mut() {
+            current.admitting = false;
+        }
+    }
+
+    /// Gives in-flight provider commands (all but an admission) a definite answer: the session
+    /// cannot deliver them.
     fn abort_commands(&mut self) {
         self.tasks.abort_all();
         let id = self.session.id.clone();
@@ -1077,6 +1286,11 @@ impl Actor {
         }
         tracing::warn!(%reason, "retiring session");
         self.abort_commands();
+        self.abort_admission();
+        self.watchdog.disarm();
+        if let Some(lost) = self.transport_lost.take() {
+            self.emit(None, EventKind::TransportError { reason: lost }, None);
+        }
         self.release_held_frames();
         if self.current.is_some() {
             self.finish_current(
@@ -1119,8 +1333,15 @@ impl Actor {
 
     fn publish(&mut self, event: Arc<Event>) {
         self.published_seq = event.seq;
-        if self.ring.len() == self.options.event_buffer_size {
-            self.ring.pop_front();
+        if self.ring.len() == self.options.event_buffer_size
+            && let Some(evicted) = self.ring.pop_front()
+            && let Some(turn) = &evicted.turn_id
+        {
+            match &mut self.last_evicted {
+                // The common case, a long turn: no ID clone per eviction.
+                Some((last, seq)) if last == turn => *seq = evicted.seq,
+                last => *last = Some((turn.clone(), evicted.seq)),
+            }
         }
         self.ring.push_back(Arc::clone(&event));
         if event.is_terminal()
@@ -1169,14 +1390,18 @@ impl Actor {
         if self.store.is_some() {
             self.after_commit.push(action);
         } else {
-            self.run_after_commit(action);
+            self.run_after_commit(action, None);
         }
     }
 
-    fn run_after_commit(&mut self, action: AfterCommit) {
-        match action {
-            AfterCommit::Reply(reply) => reply(),
-            AfterCommit::Admit { turn, generation } => self.admit(turn, generation),
+    /// Runs what waited for a commit; `failed` is the store error when the session stops over it.
+    fn run_after_commit(&mut self, action: AfterCommit, failed: Option<&StoreError>) {
+        match (action, failed) {
+            (AfterCommit::Reply(reply), None) => reply(Ok(())),
+            (AfterCommit::Reply(reply), Some(error)) => reply(Err(Error::Store(error.copy()))),
+            (AfterCommit::Admit { turn, generation }, None) => self.admit(turn, generation),
+            // The session is stopping: the turn is interrupted without reaching the provider.
+            (AfterCommit::Admit { .. }, Some(_)) => {}
         }
     }
 
@@ -1187,13 +1412,13 @@ impl Actor {
         }
         let Some(store) = self.store.clone() else {
             for action in std::mem::take(&mut self.after_commit) {
-                self.run_after_commit(action);
+                self.run_after_commit(action, None);
             }
             return;
         };
         if self.pending.is_empty() {
             for action in std::mem::take(&mut self.after_commit) {
-                self.run_after_commit(action);
+                self.run_after_commit(action, None);
             }
             return;
         }
@@ -1202,7 +1427,8 @@ impl Actor {
         let span = tracing::debug_span!(parent: &self.span, "store_write", events = batch.events.len());
         self.flush = Some(tokio::spawn(
             async move {
-                let result = store.write(&batch).await;
+                // A panicking store is a failed write, not a lost batch.
+                let result = write_batch(&store, &batch).await;
                 (batch, actions, result)
             }
             .instrument(span),
@@ -1219,7 +1445,7 @@ impl Actor {
             self.publish(event);
         }
         for action in actions {
-            self.run_after_commit(action);
+            self.run_after_commit(action, None);
         }
     }
 
@@ -1238,10 +1464,11 @@ impl Actor {
         let turn = self.current.as_ref().map(|c| c.turn.id.clone());
         self.emit(turn, EventKind::StoreFailed { reason: reason.clone(), policy }, None);
         let later_actions = std::mem::take(&mut self.after_commit);
+        let stopping = policy == StoreFailurePolicy::Stop;
         for action in actions.into_iter().chain(later_actions) {
-            self.run_after_commit(action);
+            self.run_after_commit(action, stopping.then_some(&error));
         }
-        if policy == StoreFailurePolicy::Stop && self.exiting.is_none() {
+        if stopping && self.exiting.is_none() {
             self.close(CloseReason::StoreFailed);
             self.exiting = Some(ExitReason::StoreFailed { reason });
         }
@@ -1250,6 +1477,12 @@ impl Actor {
     /// Final flush, provider close, deregistration. Waits on I/O: nothing else runs any more.
     async fn shutdown(mut self, reason: ExitReason) {
         self.tasks.abort_all();
+        self.abort_admission();
+        // The final snapshot records how the session ended.
+        self.state = SessionState::Closed;
+        self.snapshot.ended = Some(reason.clone());
+        self.snapshot.durability = self.durability.clone();
+        self.record_snapshot();
         for _ in 0..3 {
             if let Some(flush) = self.flush.take() {
                 let flushed = wait_flush(&mut Some(flush)).await;
@@ -1260,17 +1493,31 @@ impl Actor {
                 break;
             }
         }
-        let close_timeout = self.options.startup_finalization_timeout;
+        let finalize = self.options.startup_finalization_timeout;
+        if self.store.is_none()
+            && let Some(home) = &self.home_store
+        {
+            // A session that degraded still offers its end to its store, so that its stored
+            // snapshot never reads back as running (its history there stays incomplete, and the
+            // snapshot says so in `durability`).
+            let mut batch = WriteBatch::new(self.session.id.clone());
+            batch.snapshot = Some(self.snapshot.clone());
+            match tokio::time::timeout(finalize, write_batch(home, &batch)).await {
+                Ok(Ok(())) => tracing::debug!("final snapshot of a degraded session stored"),
+                Ok(Err(error)) => tracing::warn!(%error, "the final snapshot could not be stored"),
+                Err(_) => tracing::warn!(?finalize, "storing the final snapshot timed out"),
+            }
+        }
         let closing = self.provider.close();
-        if tokio::time::timeout(close_timeout, closing).await.is_err() {
-            tracing::warn!(?close_timeout, "provider did not close in time; dropping it");
+        if tokio::time::timeout(finalize, closing).await.is_err() {
+            tracing::warn!(close_timeout = ?finalize, "provider did not close in time; dropping it");
         }
         if self.stale_frames > 0 {
             tracing::debug!(stale_frames = self.stale_frames, "frames for finished turns were dropped");
         }
         tracing::info!(reason = %reason, "session ended");
         if let Some(registry) = self.registry.upgrade() {
-            registry.remove(&self.session.id, self.attempt);
+            registry.finish(&self.session.id, self.attempt, reason.clone());
         }
         let _ = self.exit.send(Some(reason));
         // Dropping the actor drops the provider session (killing its processes) and the live
@@ -1292,6 +1539,9 @@ fn is_reserved(kind: &EventKind) -> bool {
             | EventKind::StoreFailed { .. }
             | EventKind::SessionClosed { .. }
             | EventKind::TransportError { .. }
+            | EventKind::ConversationResumed { .. }
+            | EventKind::ConversationForked { .. }
+            | EventKind::ConversationFailed { .. }
     )
 }
 
@@ -1299,12 +1549,18 @@ async fn wait_flush(flush: &mut Option<Flush>) -> (WriteBatch, Vec<AfterCommit>,
     let handle = flush.as_mut().expect("guarded by is_some");
     match handle.await {
         Ok(done) => done,
-        Err(join) => {
-            let reason = if join.is_panic() { "the store panicked" } else { "the store write was cancelled" };
-            let error = StoreError::Backend(reason.into());
-            (WriteBatch::default(), Vec::new(), Err(error))
-        }
+        // The write task catches panics and is never aborted, so this is the Tokio runtime
+        // shutting down under the session: nothing is left to publish to.
+        Err(_) => (WriteBatch::default(), Vec::new(), Err(StoreError::Backend("the store write was cancelled".into()))),
     }
+}
+
+/// Waits for the admission task; `None` when it was aborted (the turn is handled elsewhere).
+async fn wait_admission(
+    admission: &mut Option<JoinHandle<(TurnId, u64, Result<Admission>)>>,
+) -> Option<(TurnId, u64, Result<Admission>)> {
+    let handle = admission.as_mut().expect("guarded by is_some");
+    handle.await.ok()
 }
 
 /// Runs a provider call under a deadline; a missed deadline is an uncertain outcome.

@@ -3,7 +3,9 @@
 pub(crate) mod actor;
 pub(crate) mod limited;
 pub(crate) mod registry;
+pub(crate) mod startup;
 pub(crate) mod subscription;
+pub(crate) mod watchdog;
 
 use std::sync::Arc;
 
@@ -17,14 +19,23 @@ use crate::ids::{RequestId, TurnId};
 use crate::options::TurnOptions;
 use crate::request::Response;
 use crate::session::{ExitReason, SessionRef, SessionStatus};
-use crate::store::DynStore;
+use crate::store::{DynStore, StoreError};
 use crate::turn::Turn;
 
-pub use subscription::{Lagged, Replay, StreamError, Subscription, Target, TurnStream};
+pub use subscription::{Lagged, Replay, StreamError, Subscription, SubscriptionError, Target, TurnStream};
 
 /// How many commands may wait for a session actor before callers wait to send. Commands are
 /// cheap for the actor (slow work runs in tasks), so a full queue means a burst of callers.
 pub(crate) const COMMAND_CAPACITY: usize = 64;
+
+/// Commits a batch; a store that panics has failed the write (the batch is not lost with it).
+pub(crate) async fn write_batch(store: &DynStore, batch: &crate::store::WriteBatch) -> Result<(), StoreError> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(store.write(batch)).catch_unwind().await {
+        Ok(result) => result,
+        Err(_) => Err(StoreError::Backend("the store panicked during the write".into())),
+    }
+}
 
 /// A command and the caller's span, so the actor's work is traced under the caller.
 pub(crate) struct Envelope {

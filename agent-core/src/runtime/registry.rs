@@ -1,13 +1,13 @@
 //! The map from session ID to live actor handle.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
 use crate::runtime::SessionHandle;
-use crate::session::SessionRef;
+use crate::session::{ExitReason, SessionRef};
 
 enum Slot {
     /// A `start_session` holds the ID while it opens the provider.
@@ -28,16 +28,66 @@ impl Slot {
     }
 }
 
+/// How many ended sessions the registry remembers the exit reason of, so that calls on a
+/// session that just stopped can say how it ended even without a store. The oldest record is
+/// forgotten first; beyond it, the store's snapshot is the record.
+pub(crate) const ENDED_RECORDS: usize = 1024;
+
+/// Exit reasons of recently ended sessions, oldest first.
+#[derive(Default)]
+struct Ended {
+    order: VecDeque<(SessionId, u64)>,
+    reasons: HashMap<SessionId, (u64, ExitReason)>,
+}
+
 /// Live and starting sessions. A plain mutex: every critical section is a map operation.
 pub(crate) struct Registry {
     slots: Mutex<HashMap<SessionId, Slot>>,
+    ended: Mutex<Ended>,
     max_sessions: Option<usize>,
     attempts: AtomicU64,
 }
 
 impl Registry {
     pub(crate) fn new(max_sessions: Option<usize>) -> Self {
-        Registry { slots: Mutex::new(HashMap::new()), max_sessions, attempts: AtomicU64::new(1) }
+        Registry {
+            slots: Mutex::new(HashMap::new()),
+            ended: Mutex::default(),
+            max_sessions,
+            attempts: AtomicU64::new(1),
+        }
+    }
+
+    fn ended(&self) -> MutexGuard<'_, Ended> {
+        self.ended.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Removes a live `id` that belongs to `attempt` and remembers how it ended.
+    pub(crate) fn finish(&self, id: &SessionId, attempt: u64, reason: ExitReason) {
+        self.remove(id, attempt);
+        let mut ended = self.ended();
+        ended.reasons.insert(id.clone(), (attempt, reason));
+        ended.order.push_back((id.clone(), attempt));
+        while ended.order.len() > ENDED_RECORDS {
+            let Some((oldest, attempt)) = ended.order.pop_front() else { break };
+            // A later run of the same ID keeps its own record.
+            if ended.reasons.get(&oldest).is_some_and(|(a, _)| *a == attempt) {
+                ended.reasons.remove(&oldest);
+            }
+        }
+    }
+
+    /// How `id` ended, if it ended recently in this harness and is not live again.
+    pub(crate) fn exit_reason(&self, id: &SessionId) -> Option<ExitReason> {
+        if self.contains(id) {
+            return None;
+        }
+        self.ended().reasons.get(id).map(|(_, reason)| reason.clone())
+    }
+
+    /// Forgets how `id` ended (its history was purged).
+    pub(crate) fn forget(&self, id: &SessionId) {
+        self.ended().reasons.remove(id);
     }
 
     fn slots(&self) -> MutexGuard<'_, HashMap<SessionId, Slot>> {

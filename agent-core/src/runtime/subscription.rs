@@ -21,6 +21,11 @@ use crate::turn::{Turn, TurnRef};
 pub(crate) const REPLAY_PAGE: usize = 1024;
 
 /// Where a subscription starts.
+///
+/// `Start` replays what is retained: everything when the session has a store, otherwise what
+/// its bounded buffer still holds. `After(seq)` is exact: it replays every event after `seq` or
+/// fails with [`Error::ReplayUnavailable`](crate::Error::ReplayUnavailable) — a gap is never
+/// silent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Replay {
     /// Only events published after subscribing (the default for `subscribe`).
@@ -28,7 +33,7 @@ pub enum Replay {
     Latest,
     /// Every retained event, then live.
     Start,
-    /// Events with a greater seq, then live.
+    /// Every event with a greater seq, then live.
     After(u64),
 }
 
@@ -85,41 +90,107 @@ impl From<TurnRef> for Target {
     }
 }
 
-/// The subscriber fell more than the session's buffer behind live events and was cut off.
+/// The subscriber fell more than the session's buffer behind live events, and the events it
+/// missed cannot be replayed (the session has no store, or its store stopped taking events).
 ///
-/// Nothing was skipped silently: every event up to `resume_after` was delivered (or filtered
-/// out by the turn filter). Subscribe again with `Replay::After(resume_after)` to continue
-/// without loss, as long as a store retains the events.
+/// Everything up to `resume_after` was delivered (or filtered out by the turn filter); the
+/// events after it are lost to this subscription. With a working store a subscription never
+/// lags: it catches up from the store by itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("subscriber lagged; resume after seq {resume_after}")]
+#[error("subscriber lagged; events after seq {resume_after} are no longer available")]
 pub struct Lagged {
     /// The last seq this subscription observed.
     pub resume_after: u64,
+}
+
+/// Why a subscription ended before its session or turn did. Everything up to
+/// [`SubscriptionError::resume_after`] was delivered; nothing after it was skipped silently.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubscriptionError {
+    /// The subscriber fell behind and the missed events cannot be replayed.
+    #[error(transparent)]
+    Lagged(#[from] Lagged),
+    /// Reading the events to replay failed (a store error, or events that are in neither the
+    /// store nor the session's buffer).
+    #[error("replay stopped after seq {resume_after}: {reason}")]
+    ReplayFailed {
+        /// The last seq delivered; `Replay::After(resume_after)` continues from there once the
+        /// source works again.
+        resume_after: u64,
+        /// What failed.
+        reason: String,
+    },
+}
+
+impl SubscriptionError {
+    /// The last seq this subscription delivered (or filtered out).
+    pub fn resume_after(&self) -> u64 {
+        match self {
+            SubscriptionError::Lagged(lagged) => lagged.resume_after,
+            SubscriptionError::ReplayFailed { resume_after, .. } => *resume_after,
+        }
+    }
 }
 
 /// What the session actor hands a new subscription.
 pub(crate) struct Grant {
     /// Live events with seq greater than `live_from`; `None` for a finished turn.
     pub(crate) rx: Option<broadcast::Receiver<Arc<Event>>>,
-    /// The last published seq when the grant was made.
+    /// The last published seq when the grant was made: replay covers everything up to it.
     pub(crate) live_from: u64,
-    /// Replay from the store for `(after, live_from]`, if the buffer does not cover it.
+    /// Replay from the store for `(after, upto]`, if the buffer does not cover it.
     pub(crate) store_replay: Option<(DynStore, u64)>,
     /// Buffered events to replay (already filtered to `(after, live_from]` and the turn).
     pub(crate) buffered: Vec<Arc<Event>>,
+    /// The session's store while it takes every event: where a lagging subscriber catches up.
+    pub(crate) store: Option<DynStore>,
     /// The exit reason channel, for `stream`'s session-down error.
     pub(crate) exit: watch::Receiver<Option<ExitReason>>,
+}
+
+impl Grant {
+    /// Nothing to replay and nothing live: a finished turn with nothing after the cursor.
+    pub(crate) fn empty(live_from: u64, exit: watch::Receiver<Option<ExitReason>>) -> Self {
+        Grant { rx: None, live_from, store_replay: None, buffered: Vec::new(), store: None, exit }
+    }
+
+    /// Replay everything after the cursor from `store`, then end.
+    pub(crate) fn stored(store: DynStore, exit: watch::Receiver<Option<ExitReason>>) -> Self {
+        Grant {
+            rx: None,
+            live_from: u64::MAX,
+            store_replay: Some((store, u64::MAX)),
+            buffered: Vec::new(),
+            store: None,
+            exit,
+        }
+    }
+}
+
+/// A store read in progress: `(after, upto]`, one page at a time.
+struct StoreRead {
+    store: DynStore,
+    upto: u64,
+    /// Filling a gap after a lag: every seq must be there (reads are not turn-filtered), and
+    /// `then` (the live event that revealed the gap) follows.
+    gap: Option<Arc<Event>>,
 }
 
 struct State {
     session_id: SessionId,
     turn: Option<TurnId>,
     replay: VecDeque<Arc<Event>>,
-    store_replay: Option<(DynStore, u64)>,
+    reading: Option<StoreRead>,
+    /// Buffered events after what the store returns (a degraded stretch was never stored).
     fallback: Vec<Arc<Event>>,
+    /// Everything up to this seq is covered by the grant's replay.
     live_from: u64,
     rx: Option<broadcast::Receiver<Arc<Event>>>,
+    store: Option<DynStore>,
     last_seen: u64,
+    /// The error to end with once the replay queue is delivered.
+    failed: Option<SubscriptionError>,
     done: bool,
 }
 
@@ -132,14 +203,14 @@ impl State {
     }
 
     /// Marks the end after a turn-scoped subscription saw its terminal event.
-    fn deliver(&mut self, event: Arc<Event>) -> Option<Result<Arc<Event>, Lagged>> {
+    fn deliver(&mut self, event: Arc<Event>) -> Option<Result<Arc<Event>, SubscriptionError>> {
         if self.turn.is_some() && event.is_terminal() {
             self.done = true;
         }
         Some(Ok(event))
     }
 
-    async fn next(&mut self) -> Option<Result<Arc<Event>, Lagged>> {
+    async fn next(&mut self) -> Option<Result<Arc<Event>, SubscriptionError>> {
         loop {
             if self.done {
                 return None;
@@ -151,12 +222,21 @@ impl State {
                 }
                 continue;
             }
-            if let Some((store, upto)) = self.store_replay.take() {
-                self.load_page(store, upto).await;
+            if let Some(error) = self.failed.take() {
+                self.done = true;
+                return Some(Err(error));
+            }
+            if let Some(read) = self.reading.take() {
+                self.read_page(read).await;
                 continue;
             }
+            // The replay is delivered: it covered everything up to `live_from`, including
+            // events of other turns a turn filter skipped.
+            if self.live_from != u64::MAX {
+                self.last_seen = self.last_seen.max(self.live_from);
+            }
             let Some(rx) = self.rx.as_mut() else {
-                // A finished turn: replay only.
+                // A finished turn or a stopped session: replay only.
                 self.done = true;
                 return None;
             };
@@ -165,15 +245,26 @@ impl State {
                     if event.seq <= self.last_seen {
                         continue;
                     }
+                    if event.seq > self.last_seen + 1 {
+                        // Events were missed after a lag: fill the gap from the store first.
+                        match self.store.clone() {
+                            Some(store) => {
+                                let upto = event.seq - 1;
+                                self.reading = Some(StoreRead { store, upto, gap: Some(event) });
+                                continue;
+                            }
+                            None => return self.lagged(),
+                        }
+                    }
                     self.last_seen = event.seq;
                     if self.matches(&event) {
                         return self.deliver(event);
                     }
                 }
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    self.done = true;
-                    return Some(Err(Lagged { resume_after: self.last_seen }));
-                }
+                // The channel moved past this subscriber. With a store, the next live event
+                // reveals the gap, which is read back; without one the missed events are gone.
+                Err(broadcast::error::RecvError::Lagged(_)) if self.store.is_some() => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => return self.lagged(),
                 Err(broadcast::error::RecvError::Closed) => {
                     self.done = true;
                     return None;
@@ -182,78 +273,121 @@ impl State {
         }
     }
 
-    /// Reads the next page of `(last_seen, upto]` from the store, or falls back to the buffer.
-    async fn load_page(&mut self, store: DynStore, upto: u64) {
-        if self.last_seen >= upto {
+    fn lagged(&mut self) -> Option<Result<Arc<Event>, SubscriptionError>> {
+        self.done = true;
+        Some(Err(Lagged { resume_after: self.last_seen }.into()))
+    }
+
+    /// Reads the next page of `(last_seen, upto]` from the store into the replay queue.
+    async fn read_page(&mut self, read: StoreRead) {
+        if self.last_seen >= read.upto {
+            self.finish_read(read);
             return;
         }
         let mut query = EventQuery::after(self.last_seen).limit(REPLAY_PAGE);
-        query.turn = self.turn.clone();
-        match store.read_events(&self.session_id, &query).await {
-            Ok(events) => {
-                let full_page = events.len() == REPLAY_PAGE;
-                let mut reached = false;
-                for event in events {
-                    if event.seq > upto {
-                        reached = true;
-                        break;
-                    }
-                    self.replay.push_back(event);
-                }
-                if let Some(last) = self.replay.back() {
-                    reached |= last.seq >= upto;
-                }
-                if full_page && !reached {
-                    self.store_replay = Some((store, upto));
-                } else {
-                    // The store is done; the buffer may hold what it skipped (events of a
-                    // degraded stretch were never stored).
-                    let last = self.replay.back().map_or(self.last_seen, |e| e.seq);
-                    let rest = std::mem::take(&mut self.fallback);
-                    self.replay.extend(rest.into_iter().filter(|e| e.seq > last));
-                }
-            }
+        if read.gap.is_none() {
+            query.turn = self.turn.clone();
+        }
+        let events = match read.store.read_events(&self.session_id, &query).await {
+            Ok(events) => events,
             Err(error) => {
-                tracing::warn!(%error, session_id = %self.session_id, "replay read failed; using the session buffer");
-                let after = self.last_seen;
+                tracing::warn!(%error, session_id = %self.session_id, "replay read failed");
+                let reason = format!("the store could not be read: {error}");
+                self.failed = Some(SubscriptionError::ReplayFailed { resume_after: self.last_seen, reason });
+                return;
+            }
+        };
+        let full_page = events.len() == REPLAY_PAGE;
+        let mut last = self.last_seen;
+        let mut reached = false;
+        for event in events {
+            if event.seq > read.upto {
+                reached = true;
+                break;
+            }
+            if read.gap.is_some() && event.seq != last + 1 {
+                // The store is missing events the session published: they are gone.
+                self.failed = Some(Lagged { resume_after: last }.into());
+                return;
+            }
+            last = event.seq;
+            self.replay.push_back(event);
+        }
+        reached |= last >= read.upto;
+        if full_page && !reached {
+            self.reading = Some(read);
+        } else {
+            self.finish_read_after(read, last);
+        }
+    }
+
+    fn finish_read(&mut self, read: StoreRead) {
+        let last = self.last_seen;
+        self.finish_read_after(read, last);
+    }
+
+    /// The store has nothing more up to `read.upto`; `last` is the last seq it returned.
+    fn finish_read_after(&mut self, read: StoreRead, last: u64) {
+        match read.gap {
+            Some(_) if last < read.upto => {
+                // The store stopped taking events (the session degraded): the rest is gone.
+                self.failed = Some(Lagged { resume_after: last }.into());
+            }
+            Some(live) => self.replay.push_back(live),
+            None => {
+                // The buffer may hold what the store lacks (a degraded stretch was never
+                // stored); it must continue the store's events without a hole.
                 let rest = std::mem::take(&mut self.fallback);
-                self.replay.extend(rest.into_iter().filter(|e| e.seq > after));
+                let mut rest = rest.into_iter().filter(|e| e.seq > last).peekable();
+                if let Some(first) = rest.peek()
+                    && self.turn.is_none()
+                    && first.seq > last + 1
+                {
+                    let reason = format!(
+                        "events {}..{} are in neither the store nor the session's buffer",
+                        last + 1,
+                        first.seq - 1
+                    );
+                    self.failed = Some(SubscriptionError::ReplayFailed { resume_after: last, reason });
+                    return;
+                }
+                self.replay.extend(rest);
             }
         }
-        // Live events start after `live_from`; anything the store returned beyond it is dropped
-        // by the seq check when live events arrive.
-        let _ = self.live_from;
     }
 }
 
 /// A stream of a session's (or a turn's) events: the requested replay, then live events.
 ///
-/// Items are `Ok(event)` in strictly increasing `seq`, or one final `Err(Lagged)` when the
-/// subscriber fell too far behind. The stream ends when the session ends or, for a turn
-/// subscription, after the turn's terminal event. Dropping it unsubscribes; it never slows the
-/// session.
+/// Items are `Ok(event)` in strictly increasing `seq`, or one final `Err` when the subscription
+/// cannot go on without a gap ([`SubscriptionError`]). A subscriber that falls behind live
+/// events catches up from the session's store by itself; only without a store (or when the
+/// store stopped taking events) does it end with [`Lagged`]. The stream ends when the session
+/// ends or, for a turn subscription, after the turn's terminal event. Dropping it unsubscribes;
+/// it never slows the session.
 pub struct Subscription {
     session_id: SessionId,
     turn: Option<TurnId>,
     exit: watch::Receiver<Option<ExitReason>>,
-    inner: BoxStream<'static, Result<Arc<Event>, Lagged>>,
+    inner: BoxStream<'static, Result<Arc<Event>, SubscriptionError>>,
 }
 
 impl Subscription {
     pub(crate) fn new(session_id: SessionId, turn: Option<TurnId>, after: Option<u64>, grant: Grant) -> Self {
-        let state = State {
+        let mut state = State {
             session_id: session_id.clone(),
             turn: turn.clone(),
             replay: VecDeque::new(),
-            store_replay: grant.store_replay,
+            reading: grant.store_replay.map(|(store, upto)| StoreRead { store, upto, gap: None }),
             fallback: Vec::new(),
             live_from: grant.live_from,
             rx: grant.rx,
+            store: grant.store,
             last_seen: after.unwrap_or(grant.live_from),
+            failed: None,
             done: false,
         };
-        let mut state = state;
-        if state.store_replay.is_some() {
+        if state.reading.is_some() {
             state.fallback = grant.buffered;
         } else {
             state.replay = grant.buffered.into();
@@ -292,7 +426,7 @@ fn crashed() -> ExitReason {
 }
 
 impl Stream for Subscription {
-    type Item = Result<Arc<Event>, Lagged>;
+    type Item = Result<Arc<Event>, SubscriptionError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.inner.as_mut().poll_next(cx)
@@ -318,9 +452,28 @@ pub enum StreamError {
     /// The session ended before the turn's terminal event.
     #[error("session went down: {0}")]
     SessionDown(ExitReason),
-    /// The consumer fell behind; resume with `Replay::After(resume_after)`.
+    /// The consumer fell behind and the missed events cannot be replayed (no store).
     #[error(transparent)]
     Lagged(#[from] Lagged),
+    /// Replaying the turn's events failed (see [`SubscriptionError::ReplayFailed`]).
+    #[error("replay stopped after seq {resume_after}: {reason}")]
+    ReplayFailed {
+        /// The last seq delivered.
+        resume_after: u64,
+        /// What failed.
+        reason: String,
+    },
+}
+
+impl From<SubscriptionError> for StreamError {
+    fn from(error: SubscriptionError) -> Self {
+        match error {
+            SubscriptionError::Lagged(lagged) => StreamError::Lagged(lagged),
+            SubscriptionError::ReplayFailed { resume_after, reason } => {
+                StreamError::ReplayFailed { resume_after, reason }
+            }
+        }
+    }
 }
 
 /// The events of one turn up to and including its terminal event (see `Harness::stream`).
@@ -358,9 +511,9 @@ impl TurnStream {
                 }
                 Some(Ok(event))
             }
-            Some(Err(lagged)) => {
+            Some(Err(error)) => {
                 self.finished = true;
-                Some(Err(StreamError::Lagged(lagged)))
+                Some(Err(error.into()))
             }
             None => {
                 self.finished = true;

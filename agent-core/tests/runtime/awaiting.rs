@@ -52,18 +52,40 @@ async fn await_after_cache_eviction_reads_the_store() {
 }
 
 #[tokio::test]
-async fn without_a_store_an_evicted_turn_is_replay_unavailable_rather_than_a_wait() {
+async fn without_a_store_a_turn_gone_from_cache_and_buffer_is_replay_unavailable_rather_than_a_wait() {
     let f = Fixture::new();
-    let options = opts().store(StoreChoice::Disabled).completed_turn_cache_size(CacheSize::Bounded(1));
+    let options =
+        opts().store(StoreChoice::Disabled).completed_turn_cache_size(CacheSize::Bounded(1)).event_buffer_size(4);
     let (session, _) = f.session(options).await;
     f.control.push_script([Frame::complete("first")]);
     let first = f.harness.start_turn(&session, "1", TurnOptions::new()).await.unwrap();
     f.harness.await_turn(&first, None).await.unwrap();
-    f.control.push_script([Frame::complete("second")]);
+    f.control.push_script([Frame::delta("a"), Frame::delta("b"), Frame::complete("second")]);
     let second = f.harness.start_turn(&session, "2", TurnOptions::new()).await.unwrap();
     f.harness.await_turn(&second, None).await.unwrap();
     let err = f.harness.await_turn(&first, None).await.unwrap_err();
     assert!(matches!(err, AwaitError::Failed(Error::ReplayUnavailable { .. })), "{err:?}");
+    let err = f.harness.stream(&first, Replay::Start, None).await.unwrap_err();
+    assert!(matches!(err, Error::ReplayUnavailable { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn without_a_store_or_cache_a_finished_turn_is_served_from_the_buffer() {
+    let f = Fixture::new();
+    let options = opts().store(StoreChoice::Disabled).completed_turn_cache_size(CacheSize::Bounded(0));
+    let (session, _) = f.session(options).await;
+    f.control.push_script([Frame::delta("Hel"), Frame::delta("lo"), Frame::complete("Hello")]);
+    let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    let turn = f.harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();
+    next_of(&mut events, "turn_completed").await;
+
+    let outcome = f.harness.await_turn(&turn, None).await.expect("the terminal event is still buffered");
+    assert_eq!(outcome.result.text.as_deref(), Some("Hello"));
+    let streamed = f.harness.stream(&turn, Replay::Start, None).await.unwrap().collect().await.unwrap();
+    let types: Vec<_> = streamed.iter().map(|e| e.type_name()).collect();
+    assert_eq!(types, ["turn_started", "message_delta", "message_delta", "turn_completed"]);
+    let subscribed = drain_types(f.harness.subscribe(&turn, Replay::Start).await.unwrap()).await;
+    assert_eq!(subscribed, types);
 }
 
 #[tokio::test(start_paused = true)]
@@ -121,4 +143,32 @@ fn await_reports_session_down_when_the_runtime_goes_away() {
         waiting.await.unwrap()
     });
     assert!(matches!(result, Err(AwaitError::SessionDown(ExitReason::Crashed { .. }))), "{result:?}");
+}
+
+#[tokio::test]
+async fn a_session_with_its_own_store_keeps_its_history_reachable_after_it_stops() {
+    use agent_core::request::RequestSpec;
+
+    let custom: DynStore = std::sync::Arc::new(agent_store_memory::MemoryStore::new());
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts().store(StoreChoice::Custom(custom.clone()))).await;
+    let turn = f.admitted_turn(&session, "work").await;
+    let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    remote.request(&turn.id, RequestSpec::new(RequestKind::Confirmation, "Proceed?", "c1")).await;
+    let request = request_of(&next(&mut events).await);
+    f.harness.respond(&request, Response::approve()).await.unwrap();
+    remote.complete(&turn.id, "done").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    f.harness.stop_session(&session, false).await.unwrap();
+    assert!(f.dyn_store().fetch_session(&session.id).await.unwrap().is_none(), "not in the default store");
+
+    let outcome = f.harness.await_turn(&turn, None).await.expect("the turn's outcome is in its store");
+    assert_eq!(outcome.result.text.as_deref(), Some("done"));
+    let err = f.harness.respond(&request, Response::approve()).await.unwrap_err();
+    assert!(matches!(err, Error::AlreadyResolved { .. }), "{err:?}");
+    let types = drain_types(f.harness.subscribe(&session, Replay::Start).await.unwrap()).await;
+    assert_eq!(types.first(), Some(&"session_ready"));
+    assert_eq!(types.last(), Some(&"session_closed"));
+    let err = f.harness.status(&session).await.unwrap_err();
+    assert!(matches!(err, Error::SessionClosed { .. }), "{err:?}");
 }

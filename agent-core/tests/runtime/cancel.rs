@@ -101,7 +101,7 @@ async fn a_rejected_cancellation_retires_the_session() {
     f.control.set_cancel(CancelBehavior::Reject("no such turn".into()));
     let (session, _) = f.session(opts()).await;
     let turn = f.admitted_turn(&session, "work").await;
-    let monitor = f.harness.monitor(&session).unwrap();
+    let monitor = f.harness.monitor(&session).await.unwrap();
     f.harness.cancel(&turn).await.unwrap();
     let reason = monitor.await;
     assert!(
@@ -118,7 +118,7 @@ async fn a_cancellation_that_never_returns_retires_the_session() {
     f.control.set_cancel(CancelBehavior::Hang);
     let (session, _) = f.session(opts().provider_command_timeout(Duration::from_secs(4))).await;
     let turn = f.admitted_turn(&session, "work").await;
-    let monitor = f.harness.monitor(&session).unwrap();
+    let monitor = f.harness.monitor(&session).await.unwrap();
     f.harness.cancel(&turn).await.unwrap();
     let reason = monitor.await;
     assert!(matches!(reason, ExitReason::Retired { ref reason } if reason.contains("timed out")), "{reason:?}");

@@ -90,6 +90,9 @@ pub(crate) enum WriteMode {
     Normal,
     Fail,
     Hang,
+    Panic,
+    /// Writes after a short (paused-clock) delay.
+    Slow,
 }
 
 /// A memory store whose writes can be made to fail or hang.
@@ -97,15 +100,25 @@ pub(crate) enum WriteMode {
 pub(crate) struct ControlledStore {
     pub(crate) inner: MemoryStore,
     mode: std::sync::Mutex<WriteMode>,
+    fail_reads: std::sync::atomic::AtomicBool,
 }
 
 impl ControlledStore {
     pub(crate) fn new() -> Arc<Self> {
-        Arc::new(ControlledStore { inner: MemoryStore::new(), mode: std::sync::Mutex::new(WriteMode::Normal) })
+        Arc::new(ControlledStore {
+            inner: MemoryStore::new(),
+            mode: std::sync::Mutex::new(WriteMode::Normal),
+            fail_reads: Default::default(),
+        })
     }
 
     pub(crate) fn set(&self, mode: WriteMode) {
         *self.mode.lock().unwrap() = mode;
+    }
+
+    /// Makes event reads fail (or work again).
+    pub(crate) fn fail_reads(&self, fail: bool) {
+        self.fail_reads.store(fail, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -145,7 +158,13 @@ impl Store for ControlledStore {
         self.inner.append_events(s, e).await
     }
     async fn read_events(&self, s: &SessionId, q: &EventQuery) -> Result<Vec<Arc<Event>>, StoreError> {
+        if self.fail_reads.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("the disk went away".into()));
+        }
         self.inner.read_events(s, q).await
+    }
+    async fn read_requests(&self, s: &SessionId, q: &RequestQuery) -> Result<Vec<Request>, StoreError> {
+        self.inner.read_requests(s, q).await
     }
     async fn latest_seq(&self, s: &SessionId) -> Result<Option<u64>, StoreError> {
         self.inner.latest_seq(s).await
@@ -156,6 +175,11 @@ impl Store for ControlledStore {
             WriteMode::Normal => self.inner.write(batch).await,
             WriteMode::Fail => Err(StoreError::WriteRefused("disk is read-only".into())),
             WriteMode::Hang => futures::future::pending().await,
+            WriteMode::Panic => panic!("store bug"),
+            WriteMode::Slow => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                self.inner.write(batch).await
+            }
         }
     }
 }

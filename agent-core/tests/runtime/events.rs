@@ -203,7 +203,7 @@ async fn a_stopped_session_replays_from_the_store() {
         ["turn_started", "message_delta", "message_delta", "turn_completed"]
     );
     let err = f.harness.subscribe(&session, Replay::Latest).await.unwrap_err();
-    assert!(matches!(err, Error::SessionNotFound { .. }), "nothing live to follow: {err:?}");
+    assert!(matches!(err, Error::SessionClosed { .. }), "nothing live to follow: {err:?}");
     let unknown = Target::Session(SessionId::new("never-existed").unwrap());
     assert!(matches!(f.harness.subscribe(unknown, Replay::Start).await, Err(Error::SessionNotFound { .. })));
 }

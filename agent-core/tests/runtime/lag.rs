@@ -1,4 +1,7 @@
-//! A subscriber that never reads cannot slow a session, and resumes losslessly.
+//! A subscriber that never reads cannot slow a session; with a store it catches up by itself,
+//! without one it is told exactly where its events were lost — a gap is never silent.
+
+use std::time::Duration;
 
 use agent_core::*;
 use futures::StreamExt;
@@ -7,36 +10,95 @@ use crate::common::*;
 
 const EVENTS: u64 = 1_000_000;
 
+async fn flood(remote: &agent_core::testing::ScriptedSession, turn: &Turn, events: u64) {
+    for i in 0..events {
+        let kind = EventKind::MessageDelta { item_id: None, text: if i % 2 == 0 { "a".into() } else { "b".into() } };
+        remote.sink().emit(Some(&turn.id), kind, None).await.unwrap();
+    }
+    remote.complete(&turn.id, "flooded").await;
+}
+
 #[tokio::test]
-async fn a_subscriber_that_never_reads_gets_lagged_and_resumes_without_loss() {
+async fn a_subscriber_that_never_reads_catches_up_from_the_store_without_loss() {
     let f = Fixture::new();
     let (session, remote) = f.session(opts()).await;
     let turn = f.admitted_turn(&session, "flood").await;
     let mut idle = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
     let subscribed_at = f.harness.status(&session).await.unwrap().last_seq;
 
-    for i in 0..EVENTS {
-        let kind = EventKind::MessageDelta { item_id: None, text: if i % 2 == 0 { "a".into() } else { "b".into() } };
-        remote.sink().emit(Some(&turn.id), kind, None).await.unwrap();
-    }
-    remote.complete(&turn.id, "flooded").await;
+    flood(&remote, &turn, EVENTS).await;
     // The session kept going while the subscriber read nothing.
     f.harness.await_turn(&turn, None).await.unwrap();
     let last = f.harness.status(&session).await.unwrap().last_seq;
     assert_eq!(last, subscribed_at + EVENTS + 1);
 
+    let mut expected = subscribed_at + 1;
+    while expected <= last {
+        let event = idle.next().await.expect("more events").expect("no lag with a store");
+        assert_eq!(event.seq, expected, "delivery is contiguous");
+        expected += 1;
+    }
+}
+
+#[tokio::test]
+async fn without_a_store_a_lagging_subscriber_learns_where_its_events_were_lost() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts().store(StoreChoice::Disabled).event_buffer_size(64)).await;
+    let turn = f.admitted_turn(&session, "flood").await;
+    let mut idle = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    let subscribed_at = f.harness.status(&session).await.unwrap().last_seq;
+    flood(&remote, &turn, 10_000).await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+
     let lagged = match idle.next().await {
-        Some(Err(lagged)) => lagged,
+        Some(Err(SubscriptionError::Lagged(lagged))) => lagged,
         other => panic!("expected Lagged first, got {other:?}"),
     };
     assert_eq!(lagged.resume_after, subscribed_at, "nothing was delivered before the lag");
     assert!(idle.next().await.is_none(), "a lagged subscription ends");
 
-    let mut resumed = f.harness.subscribe(&session, Replay::After(lagged.resume_after)).await.unwrap();
-    let mut expected = lagged.resume_after + 1;
-    while expected <= last {
-        let event = resumed.next().await.expect("more events").expect("no lag while replaying");
-        assert_eq!(event.seq, expected, "replay is contiguous");
-        expected += 1;
+    // Nothing holds the events after the cursor any more: an exact resume is refused...
+    let err = f.harness.subscribe(&session, Replay::After(lagged.resume_after)).await.unwrap_err();
+    assert!(matches!(err, Error::ReplayUnavailable { .. }), "{err:?}");
+    // ...while `Start` serves what the buffer retains.
+    let mut retained = f.harness.subscribe(&session, Replay::Start).await.unwrap();
+    let first = next(&mut retained).await;
+    assert!(first.seq > lagged.resume_after + 1, "the buffer starts later: {}", first.seq);
+}
+
+#[tokio::test]
+async fn a_turn_stream_that_keeps_reading_survives_a_burst_larger_than_the_buffer() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts().event_buffer_size(8)).await;
+    let turn = f.admitted_turn(&session, "burst").await;
+    let mut stream = f.harness.stream(&turn, Replay::Start, None).await.unwrap();
+    assert_eq!(stream.next().await.unwrap().unwrap().type_name(), "turn_started");
+    // The burst is published in one go, while the reader is waiting for its next event.
+    flood(&remote, &turn, 20).await;
+    let rest = stream.collect().await.expect("the stream recovers from the store by itself");
+    assert_eq!(rest.len(), 21, "every delta and the terminal event");
+    assert!(rest.windows(2).all(|w| w[1].seq == w[0].seq + 1), "no event is skipped");
+    assert_eq!(rest.last().unwrap().type_name(), "turn_completed");
+}
+
+#[tokio::test]
+async fn a_store_read_that_fails_during_replay_ends_the_subscription_with_an_error() {
+    let store = ControlledStore::new();
+    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (session, remote) = f.session(opts().event_buffer_size(4)).await;
+    let turn = f.admitted_turn(&session, "work").await;
+    flood(&remote, &turn, 10).await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    store.fail_reads(true);
+    // The buffer no longer covers seq 1, so the replay needs the store, which fails.
+    let mut events = f.harness.subscribe(&session, Replay::Start).await.unwrap();
+    match tokio::time::timeout(Duration::from_secs(60), events.next()).await.unwrap() {
+        Some(Err(SubscriptionError::ReplayFailed { resume_after: 0, reason })) => {
+            assert!(reason.contains("could not be read"), "{reason}")
+        }
+        other => panic!("expected ReplayFailed, got {other:?}"),
     }
+    assert!(events.next().await.is_none());
+    let err = f.harness.stream(&turn, Replay::Start, None).await.unwrap().collect().await.unwrap_err();
+    assert!(matches!(err, StreamError::ReplayFailed { .. }), "{err:?}");
 }

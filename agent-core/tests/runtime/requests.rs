@@ -175,7 +175,7 @@ async fn an_uncertain_response_retires_the_session() {
     let (session, remote) = f.session(opts()).await;
     let (turn, request) = pending(&f, &session, &remote, approval("a6")).await;
     f.control.push_respond(CallBehavior::Break("broken pipe".into()));
-    let monitor = f.harness.monitor(&session).unwrap();
+    let monitor = f.harness.monitor(&session).await.unwrap();
     let err = f.harness.respond(&request, Response::approve()).await.unwrap_err();
     assert!(matches!(err, Error::Transport { .. }), "{err:?}");
     assert!(matches!(monitor.await, ExitReason::Retired { ref reason } if reason.contains("uncertain")));
@@ -189,7 +189,7 @@ async fn a_response_that_never_returns_times_out_and_retires_the_session() {
     let (session, remote) = f.session(opts().provider_command_timeout(Duration::from_secs(7))).await;
     let (_, request) = pending(&f, &session, &remote, approval("a7")).await;
     f.control.push_respond(CallBehavior::Hang);
-    let monitor = f.harness.monitor(&session).unwrap();
+    let monitor = f.harness.monitor(&session).await.unwrap();
     let started = tokio::time::Instant::now();
     let err = f.harness.respond(&request, Response::approve()).await.unwrap_err();
     assert!(matches!(err, Error::Timeout { operation: "respond", .. }), "{err:?}");

@@ -82,7 +82,7 @@ async fn reuse_closed_refuses_a_session_that_did_not_close_cleanly_but_replace_t
     f.dyn_store().save_session(&snapshot).await.unwrap();
 
     let err = f.harness.start_session(PROVIDER, opts().id("stale").reuse(Reuse::Closed)).await.unwrap_err();
-    assert!(matches!(err, Error::SessionIdAlreadyUsed { status: SessionState::Idle, .. }), "{err:?}");
+    assert!(matches!(err, Error::SessionIdAlreadyUsed { status: SessionState::Abandoned, .. }), "{err:?}");
     let (session, _) = f.session(opts().id("stale").reuse(Reuse::Replace)).await;
     assert_eq!(session.id.as_str(), "stale");
     let listed = f.harness.list_stored_sessions().await.unwrap();
@@ -102,26 +102,41 @@ async fn an_unacknowledged_startup_snapshot_is_reclaimed_whatever_the_reuse_mode
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_caller_that_goes_away_during_startup_leaves_a_reclaimable_snapshot() {
+async fn a_caller_that_stops_waiting_for_a_hung_open_drops_it_and_frees_the_id() {
     let f = Fixture::new();
-    f.control.set_open(OpenBehavior::Delay(Duration::from_millis(50)));
+    f.control.set_open(OpenBehavior::Hang);
     let harness = f.harness.clone();
     let start = tokio::spawn(async move { harness.start_session(PROVIDER, opts().id("gone")).await });
-    tokio::task::yield_now().await;
+    while f.control.conversations().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    let abandoned_at = tokio::time::Instant::now();
+    start.abort();
+    while f.control.abandoned_opens() == 0 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(abandoned_at.elapsed(), Duration::ZERO, "the open is dropped at once, not at startup_timeout");
+    f.control.set_open(OpenBehavior::Succeed);
+    f.session(opts().id("gone")).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_that_goes_away_during_the_initial_commit_leaves_a_reclaimable_snapshot() {
+    let store = ControlledStore::new();
+    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    store.set(WriteMode::Slow);
+    let harness = f.harness.clone();
+    let start = tokio::spawn(async move { harness.start_session(PROVIDER, opts().id("gone")).await });
+    // The provider opened; the initial commit is under way.
+    let remote = f.control.session(&SessionId::new("gone").unwrap()).await;
     start.abort();
     // The startup finishes in the background, finds nobody to hand the session to, tears down.
-    let remote = f.control.session(&SessionId::new("gone").unwrap()).await;
-    for _ in 0..100 {
-        if remote.is_closed() && f.harness.list_sessions().is_empty() {
-            break;
-        }
+    while !(remote.is_closed() && f.harness.list_sessions().is_empty()) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(remote.is_closed(), "the provider runtime is closed");
-    assert!(f.harness.list_sessions().is_empty());
-    let stored = f.dyn_store().fetch_session(&SessionId::new("gone").unwrap()).await.unwrap().expect("snapshot");
+    let stored = store.fetch_session(&SessionId::new("gone").unwrap()).await.unwrap().expect("snapshot");
     assert!(stored.startup.is_some(), "the snapshot stays unacknowledged");
-    f.control.set_open(OpenBehavior::Succeed);
+    store.set(WriteMode::Normal);
     f.session(opts().id("gone")).await;
 }
 
@@ -253,7 +268,7 @@ async fn stop_is_idempotent_and_later_operations_find_no_session() {
     let f = Fixture::new();
     let (session, remote) = f.session(opts()).await;
     let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
-    let monitor = f.harness.monitor(&session).unwrap();
+    let monitor = f.harness.monitor(&session).await.unwrap();
     f.harness.stop_session(&session, false).await.unwrap();
     let closed = next(&mut events).await;
     assert!(matches!(&closed.kind, EventKind::SessionClosed { reason: CloseReason::Stopped }));
@@ -261,14 +276,43 @@ async fn stop_is_idempotent_and_later_operations_find_no_session() {
     assert!(remote.commands().contains(&Recorded::Close), "the provider was closed");
     assert!(events.next_is_end().await, "the subscription ends with the session");
     f.harness.stop_session(&session, false).await.expect("stopping again is Ok");
-    assert!(matches!(f.harness.status(&session).await, Err(Error::SessionNotFound { .. })));
-    assert!(matches!(
-        f.harness.start_turn(&session, "x", TurnOptions::new()).await,
-        Err(Error::SessionNotFound { .. })
-    ));
-    assert!(matches!(f.harness.monitor(&session), Err(Error::SessionNotFound { .. })));
+    let stopped = ExitReason::Closed { reason: CloseReason::Stopped };
+    let closed = |r: Result<(), Error>| matches!(r, Err(Error::SessionClosed { reason, .. }) if reason == stopped);
+    assert!(closed(f.harness.status(&session).await.map(drop)), "status says the session is closed and why");
+    assert!(closed(f.harness.start_turn(&session, "x", TurnOptions::new()).await.map(drop)));
+    assert!(closed(f.harness.capabilities(&session).await.map(drop)));
+    assert_eq!(f.harness.monitor(&session).await.unwrap().await, stopped, "a monitor of an ended session resolves");
     let stored = f.dyn_store().fetch_session(&session.id).await.unwrap().unwrap();
     assert_eq!(stored.status, SessionState::Closed, "history is retained");
+    assert_eq!(stored.ended, Some(stopped.clone()), "the snapshot records how it ended");
+
+    // Another harness on the same store knows only what the store says.
+    let (provider, _) = agent_core::testing::ScriptedProvider::new(PROVIDER);
+    let other = Harness::builder().provider(provider).store(StoreChoice::Custom(f.dyn_store())).build().unwrap();
+    let err = other.status(&session).await.unwrap_err();
+    assert!(matches!(err, Error::SessionClosed { ref reason, .. } if *reason == stopped), "{err:?}");
+    let unknown = SessionRef { provider: session.provider.clone(), id: SessionId::new("never-started").unwrap() };
+    assert!(matches!(other.status(&unknown).await, Err(Error::SessionNotFound { .. })));
+    assert!(matches!(other.monitor(&unknown).await, Err(Error::SessionNotFound { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_store_the_harness_remembers_how_a_session_ended() {
+    let f = Fixture::new();
+    let options = opts().store(StoreChoice::Disabled).turn_start_timeout(Duration::from_secs(5));
+    let (session, _) = f.session(options).await;
+    f.control.push_admission(agent_core::testing::CallBehavior::Hang);
+    let monitor = f.harness.monitor(&session).await.unwrap();
+    f.harness.start_turn(&session, "stuck", TurnOptions::new()).await.unwrap();
+    // The admission never answers: its outcome is uncertain and the session retires.
+    assert!(matches!(monitor.await, ExitReason::Retired { .. }));
+    for err in [
+        f.harness.start_turn(&session, "again", TurnOptions::new()).await.map(drop).unwrap_err(),
+        f.harness.status(&session).await.map(drop).unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::SessionClosed { reason: ExitReason::Retired { .. }, .. }), "{err:?}");
+    }
+    assert!(matches!(f.harness.monitor(&session).await.unwrap().await, ExitReason::Retired { .. }));
 }
 
 #[tokio::test]
@@ -281,7 +325,7 @@ async fn stop_without_force_refuses_an_active_turn_and_force_interrupts_it() {
     assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Running);
 
     let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
-    let monitor = f.harness.monitor(&session).unwrap();
+    let monitor = f.harness.monitor(&session).await.unwrap();
     f.harness.stop_session(&session, true).await.unwrap();
     let interrupted = next(&mut events).await;
     match &interrupted.kind {
@@ -316,7 +360,7 @@ async fn purge_refuses_a_live_session_and_removes_a_stopped_one() {
 async fn dropping_the_harness_closes_its_sessions() {
     let f = Fixture::new();
     let (session, remote) = f.session(opts()).await;
-    let monitor = f.harness.monitor(&session).unwrap();
+    let monitor = f.harness.monitor(&session).await.unwrap();
     drop(f.harness);
     assert_eq!(monitor.await, ExitReason::Closed { reason: CloseReason::HarnessShutdown });
     assert!(remote.is_closed());
@@ -424,4 +468,46 @@ async fn a_refused_start_releases_its_id_before_answering() {
         let session = f.harness.start_session(PROVIDER, opts().id("retry").reuse(Reuse::Closed)).await.unwrap();
         f.harness.stop_session(&session, false).await.unwrap();
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transport_lost_while_opening_fails_the_start_and_frees_the_id() {
+    let f = Fixture::new();
+    f.control.set_open(OpenBehavior::LoseTransport("codex exited (exit code 1)".into()));
+    let id = SessionId::new("flaky").unwrap();
+    let err = f.harness.start_session(PROVIDER, opts().id("flaky")).await.unwrap_err();
+    assert!(matches!(err, Error::ProviderOpenFailed { ref reason, .. } if reason.contains("exit code 1")), "{err:?}");
+    let remote = f.control.session(&id).await;
+    let closes = remote.commands().iter().filter(|c| **c == Recorded::Close).count();
+    assert_eq!(closes, 1, "the opened provider session is closed exactly once");
+    assert!(f.harness.list_sessions().is_empty());
+    assert!(f.dyn_store().fetch_session(&id).await.unwrap().is_none(), "nothing was stored");
+    f.control.set_open(OpenBehavior::Succeed);
+    let (session, _) = f.session(opts().id("flaky")).await;
+    assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Idle);
+}
+
+#[tokio::test]
+async fn a_stale_snapshot_reads_back_as_abandoned_and_can_be_purged() {
+    let f = Fixture::new();
+    // What a killed host leaves: a snapshot that says a turn is running.
+    let mut snapshot = agent_testkit_snapshot("killed");
+    snapshot.status = SessionState::Running;
+    f.dyn_store().save_session(&snapshot).await.unwrap();
+    let listed = f.harness.list_stored_sessions().await.unwrap();
+    let stored = listed.iter().find(|s| s.session_id.as_str() == "killed").expect("listed");
+    assert!(!stored.live);
+    assert_eq!(stored.snapshot.status, SessionState::Abandoned, "never read back as running");
+    assert_eq!(stored.snapshot.ended, Some(ExitReason::Abandoned { last_status: SessionState::Running }));
+    let session = SessionRef { provider: PROVIDER.into(), id: snapshot.id.clone() };
+    let err = f.harness.status(&session).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::SessionClosed { reason: ExitReason::Abandoned { last_status: SessionState::Running }, .. }
+        ),
+        "{err:?}"
+    );
+    f.harness.purge_session(&session).await.unwrap();
+    assert!(f.dyn_store().fetch_session(&session.id).await.unwrap().is_none());
 }

@@ -39,7 +39,7 @@ async fn stop_ends_the_session_cleanly() {
     let (session, remote) = f.session(opts().store_failure(StoreFailurePolicy::Stop)).await;
     let turn = f.admitted_turn(&session, "work").await;
     let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
-    let monitor = f.harness.monitor(&session).unwrap();
+    let monitor = f.harness.monitor(&session).await.unwrap();
     store.set(WriteMode::Fail);
     remote.delta(&turn.id, "x").await;
     assert_eq!(next(&mut events).await.type_name(), "message_delta");
@@ -77,4 +77,96 @@ async fn drain_types_until(mut events: Subscription, n: usize) -> Vec<&'static s
         types.push(next(&mut events).await.type_name());
     }
     types
+}
+
+#[tokio::test]
+async fn under_stop_a_turn_whose_checkpoint_fails_is_refused_with_the_store_error() {
+    let store = ControlledStore::new();
+    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (session, remote) = f.session(opts().store_failure(StoreFailurePolicy::Stop)).await;
+    let monitor = f.harness.monitor(&session).await.unwrap();
+    store.set(WriteMode::Fail);
+    let err = f.harness.start_turn(&session, "work", TurnOptions::new()).await.unwrap_err();
+    assert!(matches!(err, Error::Store(StoreError::WriteRefused(_))), "{err:?}");
+    assert!(matches!(monitor.await, ExitReason::StoreFailed { .. }));
+    assert!(
+        !remote.commands().iter().any(|c| matches!(c, agent_core::testing::Recorded::StartTurn { .. })),
+        "a turn that was never checkpointed is never admitted"
+    );
+}
+
+#[tokio::test]
+async fn under_degrade_a_turn_whose_checkpoint_fails_runs_live_only() {
+    let store = ControlledStore::new();
+    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (session, remote) = f.session(opts()).await;
+    store.set(WriteMode::Fail);
+    let turn = f.harness.start_turn(&session, "work", TurnOptions::new()).await.unwrap();
+    remote.complete(&turn.id, "done").await;
+    assert_eq!(f.harness.await_turn(&turn, None).await.unwrap().result.text.as_deref(), Some("done"));
+    assert!(matches!(f.harness.status(&session).await.unwrap().durability, Durability::Degraded { .. }));
+}
+
+#[tokio::test]
+async fn a_store_that_panics_is_a_store_failure_and_loses_no_event_or_reply() {
+    let store = ControlledStore::new();
+    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "work").await;
+    let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    store.set(WriteMode::Panic);
+    remote.delta(&turn.id, "kept").await;
+    let delta = next(&mut events).await;
+    assert_eq!(delta.type_name(), "message_delta", "the panicked batch's event is still published");
+    let failed = next(&mut events).await;
+    assert!(
+        matches!(&failed.kind, EventKind::StoreFailed { reason, policy: StoreFailurePolicy::Degrade } if reason.contains("panicked")),
+        "{failed:?}"
+    );
+    assert_eq!(failed.seq, delta.seq + 1, "no seq is skipped");
+    // Replies still come: the session went on live-only.
+    f.harness.cancel(&turn).await.unwrap();
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
+    assert!(matches!(outcome, AwaitError::Ended(ref o) if o.status == TurnStatus::Cancelled), "{outcome:?}");
+
+    store.set(WriteMode::Normal);
+    let (stopping, _) = f.session(opts().store_failure(StoreFailurePolicy::Stop)).await;
+    let monitor = f.harness.monitor(&stopping).await.unwrap();
+    store.set(WriteMode::Panic);
+    let err = f.harness.start_turn(&stopping, "work", TurnOptions::new()).await.unwrap_err();
+    assert!(matches!(err, Error::Store(StoreError::Backend(_))), "{err:?}");
+    assert!(matches!(monitor.await, ExitReason::StoreFailed { ref reason } if reason.contains("panicked")));
+}
+
+#[tokio::test]
+async fn a_degraded_session_records_its_end_when_the_store_is_back() {
+    let store = ControlledStore::new();
+    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "work").await;
+    store.set(WriteMode::Fail);
+    remote.complete(&turn.id, "done").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    store.set(WriteMode::Normal);
+    f.harness.stop_session(&session, false).await.unwrap();
+    let stored = store.fetch_session(&session.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, SessionState::Closed, "never left reading as running");
+    assert_eq!(stored.ended, Some(ExitReason::Closed { reason: CloseReason::Stopped }));
+    assert!(matches!(stored.durability, Durability::Degraded { .. }), "the history is marked incomplete");
+}
+
+#[tokio::test]
+async fn a_degraded_session_whose_store_stays_down_reads_back_as_abandoned() {
+    let store = ControlledStore::new();
+    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "work").await;
+    store.set(WriteMode::Fail);
+    remote.complete(&turn.id, "done").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    f.harness.stop_session(&session, false).await.unwrap();
+    let listed = f.harness.list_stored_sessions().await.unwrap();
+    let stored = listed.iter().find(|s| s.session_id == session.id).expect("listed");
+    assert_eq!(stored.snapshot.status, SessionState::Abandoned, "not `running`: {stored:?}");
+    assert_eq!(stored.snapshot.ended, Some(ExitReason::Closed { reason: CloseReason::Stopped }), "what is known");
 }

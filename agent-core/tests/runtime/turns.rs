@@ -1,5 +1,6 @@
 //! Starting turns: admission, rejection, uncertainty, one active turn, call timeouts.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::testing::{CallBehavior, Frame, Recorded, ScriptedSession};
@@ -96,7 +97,7 @@ async fn an_admission_timeout_fails_the_turn_and_retires_the_session() {
     let f = Fixture::new();
     let (session, remote) = f.session(opts().turn_start_timeout(Duration::from_secs(5))).await;
     f.control.push_admission(CallBehavior::Hang);
-    let monitor = f.harness.monitor(&session).unwrap();
+    let monitor = f.harness.monitor(&session).await.unwrap();
     let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
     let turn = f.harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();
     let failed = next(&mut events).await;
@@ -109,7 +110,8 @@ async fn an_admission_timeout_fails_the_turn_and_retires_the_session() {
     assert!(matches!(reason, ExitReason::Retired { ref reason } if reason.contains("turn admission")), "{reason:?}");
     assert!(remote.is_closed(), "the provider session was closed");
     let stored = f.dyn_store().fetch_session(&session.id).await.unwrap().unwrap();
-    assert_eq!(stored.status, SessionState::Unavailable);
+    assert_eq!(stored.status, SessionState::Closed);
+    assert!(matches!(stored.ended, Some(ExitReason::Retired { .. })), "{:?}", stored.ended);
     assert!(f.harness.list_sessions().is_empty());
 }
 
@@ -118,7 +120,7 @@ async fn a_broken_transport_during_admission_is_uncertain_too() {
     let f = Fixture::new();
     let (session, _) = f.session(opts()).await;
     f.control.push_admission(CallBehavior::Break("stdin closed".into()));
-    let monitor = f.harness.monitor(&session).unwrap();
+    let monitor = f.harness.monitor(&session).await.unwrap();
     let turn = f.harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();
     assert!(matches!(monitor.await, ExitReason::Retired { .. }));
     let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
@@ -244,7 +246,7 @@ async fn a_crashed_provider_callback_is_uncertain_and_retires_the_session() {
     let f = Fixture::new();
     let (session, _) = f.session(opts()).await;
     f.control.push_admission(CallBehavior::Panic("adapter bug".into()));
-    let monitor = f.harness.monitor(&session).unwrap();
+    let monitor = f.harness.monitor(&session).await.unwrap();
     let turn = f.harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();
     let reason = monitor.await;
     assert!(matches!(reason, ExitReason::Retired { ref reason } if reason.contains("panicked")), "{reason:?}");
@@ -351,4 +353,83 @@ async fn structured_input_the_provider_cannot_take_is_refused_before_recording()
     assert!(matches!(err, Error::Unsupported { capability: Capability::Images, .. }), "{err:?}");
     assert!(remote.commands().is_empty());
     assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Idle);
+}
+
+/// Starts a turn whose admission is in flight when the transport goes down, and returns the
+/// event types that follow `subscribe(Latest)` until the session is unavailable.
+async fn transport_lost_during_admission(admission: CallBehavior) -> (Vec<Arc<Event>>, SessionState) {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    f.control.push_admission(admission);
+    let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    f.harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();
+    while !remote.commands().iter().any(|c| matches!(c, Recorded::StartTurn { .. })) {
+        tokio::task::yield_now().await;
+    }
+    remote.transport_down("codex exited (exit code 1)").await;
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let event = next(&mut events).await;
+        let done = event.type_name() == "transport_error" && seen.iter().any(|e: &Arc<Event>| e.is_terminal());
+        seen.push(event);
+        if done {
+            break;
+        }
+    }
+    (seen, f.harness.status(&session).await.unwrap().status)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transport_lost_while_an_admission_succeeds_is_told_after_turn_started() {
+    let (events, status) = transport_lost_during_admission(CallBehavior::Delay(Duration::from_secs(1))).await;
+    let types: Vec<_> = events.iter().map(|e| e.type_name()).collect();
+    assert_eq!(types, ["turn_started", "transport_error", "turn_failed"]);
+    assert_eq!(status, SessionState::Unavailable);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transport_lost_while_an_admission_is_rejected_is_told_after_turn_failed() {
+    let rejected = CallBehavior::After(Duration::from_secs(1), Box::new(CallBehavior::Reject("model unknown".into())));
+    let (events, status) = transport_lost_during_admission(rejected).await;
+    let types: Vec<_> = events.iter().map(|e| e.type_name()).collect();
+    assert_eq!(types, ["turn_failed", "transport_error"]);
+    match &events[0].kind {
+        EventKind::TurnFailed(end) => assert!(end.result.reason.as_deref().unwrap().contains("rejected"), "{end:?}"),
+        other => panic!("expected turn_failed, got {other:?}"),
+    }
+    assert_eq!(status, SessionState::Unavailable);
+}
+
+#[tokio::test]
+async fn without_a_store_a_caller_chosen_turn_id_is_never_reused_even_after_eviction() {
+    let f = Fixture::new();
+    let options =
+        opts().store(StoreChoice::Disabled).completed_turn_cache_size(CacheSize::Bounded(0)).event_buffer_size(2);
+    let (session, _) = f.session(options).await;
+    let id = TurnId::new("step-1").unwrap();
+    f.control.push_script([Frame::complete("one")]);
+    let first = f.harness.start_turn(&session, "1", TurnOptions::new().id(id.clone())).await.unwrap();
+    f.harness.await_turn(&first, None).await.unwrap();
+    f.control.push_script([Frame::delta("a"), Frame::delta("b"), Frame::complete("two")]);
+    let second = f.harness.start_turn(&session, "2", TurnOptions::new()).await.unwrap();
+    f.harness.await_turn(&second, None).await.unwrap();
+    let err = f.harness.await_turn(&first, None).await.unwrap_err();
+    assert!(matches!(err, AwaitError::Failed(Error::ReplayUnavailable { .. })), "its history is gone: {err:?}");
+    let err = f.harness.start_turn(&session, "again", TurnOptions::new().id(id)).await.unwrap_err();
+    assert!(matches!(err, Error::TurnIdAlreadyUsed { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn malformed_caller_turn_ids_are_refused_and_nothing_is_recorded() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let before = f.harness.status(&session).await.unwrap().last_seq;
+    for bad in ["", "   ", "has space", "tab\there"] {
+        let options = TurnOptions::new().id(TurnId::from_string(bad));
+        let err = f.harness.start_turn(&session, "go", options).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidTurnId { ref id, .. } if id == bad), "{bad:?}: {err:?}");
+    }
+    assert_eq!(f.harness.status(&session).await.unwrap().last_seq, before, "no event was recorded");
+    assert!(f.dyn_store().list_turns(&session.id).await.unwrap().is_empty(), "no turn was stored");
+    assert!(remote.commands().is_empty(), "the provider heard nothing");
 }

@@ -1,39 +1,39 @@
 //! The [`Harness`]: the provider-neutral entry point.
 
-use std::collections::BTreeMap;
+mod stored;
+mod telemetry;
+
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
-use crate::event::{Event, EventKind, SCHEMA_VERSION};
 use crate::exec::{Child, Command as ExecCommand, DynExec, Exec, ExecError};
-use crate::ids::{EventId, ProviderId, SessionId, TurnId};
-use crate::options::{Reuse, SessionOptions, StoreChoice, StoreFailurePolicy, TurnOptions};
-use crate::provider::{DynProvider, OpenContext, Opened, Sink};
-use crate::request::{Request, RequestStatus, Response};
-use crate::runtime::actor::{Actor, ActorParts};
+use crate::ids::{ProviderId, SessionId, TurnId};
+use crate::options::{SessionOptions, StoreChoice, TurnOptions};
+use crate::provider::{DynProvider, require_capabilities};
+use crate::request::{Request, Response};
 use crate::runtime::limited::LimitedExec;
-use crate::runtime::registry::{Registry, Reservation};
-use crate::runtime::subscription::Grant;
-use crate::runtime::{
-    AwaitGrant, COMMAND_CAPACITY, Command, Lookup, Replay, SessionHandle, Subscription, Target, TurnStream,
-};
+use crate::runtime::registry::Registry;
+use crate::runtime::startup::Startup;
+use crate::runtime::{AwaitGrant, Command, Lookup, Replay, SessionHandle, Subscription, Target, TurnStream};
 use crate::runtime::{StartTurn, exit_reason};
-use crate::session::{
-    Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, SessionStatus, StartupMarker, StoredSession,
-};
-use crate::store::{DynStore, EventQuery, WriteBatch};
+use crate::session::{ExitReason, SessionRef, SessionSnapshot, SessionStatus, StoredSession};
+use crate::store::{DynStore, Store};
 use crate::time::Timestamp;
 use crate::turn::{Turn, TurnInput, TurnOutcome, TurnStatus};
+
+use self::stored::{forgotten, outcome, settled_error};
+use self::telemetry::Cmd;
 
 /// Default local deadline of a `start_turn` call (not of the turn).
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -54,6 +54,37 @@ struct Inner {
     call_timeout: Duration,
     /// Shared by every session's exec when `max_provider_processes` is set.
     process_limit: Option<(Arc<tokio::sync::Semaphore>, usize)>,
+    /// The stores of sessions started with their own store, so their history stays reachable
+    /// after they stop. Weak: a store the caller dropped is not kept alive for this.
+    session_stores: Mutex<HashMap<SessionId, Weak<dyn Store>>>,
+}
+
+impl Inner {
+    fn session_stores(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Weak<dyn Store>>> {
+        // Every critical section is a single map operation.
+        self.session_stores.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn remember_store(&self, id: &SessionId, store: &DynStore) {
+        let mut stores = self.session_stores();
+        stores.retain(|_, store| store.strong_count() > 0);
+        stores.insert(id.clone(), Arc::downgrade(store));
+    }
+
+    /// The store holding a session's history: the custom store it ran with in this harness, or
+    /// the default store.
+    fn store_of(&self, id: &SessionId) -> Option<DynStore> {
+        match self.session_stores().get(id) {
+            Some(store) => store.upgrade(),
+            None => self.store.clone(),
+        }
+    }
+
+    /// Forgets a purged session.
+    fn forget(&self, id: &SessionId) {
+        self.session_stores().remove(id);
+        self.registry.forget(id);
+    }
 }
 
 /// Builds a [`Harness`].
@@ -147,6 +178,7 @@ impl HarnessBuilder {
                 process_limit: self
                     .max_provider_processes
                     .map(|limit| (Arc::new(tokio::sync::Semaphore::new(limit)), limit)),
+                session_stores: Mutex::default(),
             }),
         })
     }
@@ -192,8 +224,13 @@ impl Harness {
         self.inner.providers.keys().cloned().collect()
     }
 
-    fn live(&self, id: &SessionId) -> Result<SessionHandle> {
-        self.inner.registry.get(id).ok_or_else(|| Error::SessionNotFound { id: id.clone() })
+    /// The live session's handle, or an error saying what became of it: closed (and why) when
+    /// this harness or the session's store knows it ended, not found otherwise.
+    async fn live(&self, id: &SessionId) -> Result<SessionHandle> {
+        match self.inner.registry.get(id) {
+            Some(handle) => Ok(handle),
+            None => Err(self.not_live(id).await),
+        }
     }
 
     /// Opens a session on `provider` and returns its handle once the provider is ready.
@@ -201,16 +238,35 @@ impl Harness {
     /// ID rules: a live ID gives [`Error::SessionAlreadyExists`]; an ID the store retains gives
     /// [`Error::SessionIdAlreadyUsed`] unless `options.reuse` allows replacing it; a snapshot
     /// whose startup was never acknowledged is reclaimed automatically. Independent starts run
-    /// concurrently. `startup_timeout` bounds the provider open (a hung open is torn down);
-    /// `startup_finalization_timeout` bounds the initial store commit and cleanup.
+    /// concurrently. `startup_timeout` bounds the provider open (a hung open is torn down, and so
+    /// is the open of a caller that stops waiting); `startup_finalization_timeout` bounds the
+    /// initial store commit and cleanup. A provider whose transport goes down while it opens
+    /// fails the start with [`Error::ProviderOpenFailed`].
+    ///
+    /// [`SessionOptions::conversation`] resumes or forks an earlier conversation; resuming a
+    /// stopped session under its own ID continues its stored history. A conversation that cannot
+    /// be continued fails the start with [`Error::ResumeFailed`] — never a fresh one instead.
     pub async fn start_session(&self, provider: impl Into<ProviderId>, options: SessionOptions) -> Result<SessionRef> {
         let provider_id = provider.into();
+        let command = telemetry::command_span(Cmd::StartSession, &provider_id, None);
+        let started = self.start_session_inner(provider_id, options, &command);
+        telemetry::traced(command.clone(), started).await
+    }
+
+    async fn start_session_inner(
+        &self,
+        provider_id: ProviderId,
+        options: SessionOptions,
+        command: &tracing::Span,
+    ) -> Result<SessionRef> {
         let provider = self.inner.providers.get(&provider_id).cloned().ok_or_else(|| Error::UnknownProvider {
             provider: provider_id.clone(),
             registered: self.inner.providers.keys().map(|p| p.as_str()).collect::<Vec<_>>().join(", "),
         })?;
         let id = options.validate()?.unwrap_or_else(SessionId::generate);
+        command.record("session_id", tracing::field::display(&id));
         provider.validate(&options)?;
+        require_capabilities(&provider_id, &provider.capabilities(&options), &options)?;
         let store = match &options.store {
             StoreChoice::Default => self.inner.store.clone(),
             StoreChoice::Disabled => None,
@@ -221,7 +277,12 @@ impl Harness {
             exec = LimitedExec::wrap(exec, Arc::clone(permits), *limit);
         }
         let reservation = self.inner.registry.reserve(&id)?;
-        let span = tracing::info_span!("session", session_id = %id, provider = %provider_id);
+        // The session outlives this call: its span is a root that follows from the command.
+        let span = tracing::info_span!(parent: None, "session", session_id = %id, provider = %provider_id);
+        span.follows_from(command);
+        if let StoreChoice::Custom(custom) = &options.store {
+            self.inner.remember_store(&id, custom);
+        }
         let (tx, rx) = oneshot::channel();
         let startup = Startup {
             session: SessionRef { provider: provider_id, id: id.clone() },
@@ -239,14 +300,15 @@ impl Harness {
         })?
     }
 
-    /// A live session's status.
+    /// A live session's status. A session that ended gives [`Error::SessionClosed`] with how it
+    /// ended (when this harness or its store knows), otherwise [`Error::SessionNotFound`].
     pub async fn status(&self, session: &SessionRef) -> Result<SessionStatus> {
-        self.live(&session.id)?.call(Command::Status).await
+        self.live(&session.id).await?.call(Command::Status).await
     }
 
     /// A live session's capabilities.
     pub async fn capabilities(&self, session: &SessionRef) -> Result<Capabilities> {
-        self.live(&session.id)?.call(Command::Capabilities).await?
+        self.live(&session.id).await?.call(Command::Capabilities).await?
     }
 
     /// Live sessions, by ID.
@@ -255,6 +317,10 @@ impl Harness {
     }
 
     /// Sessions in the default store, each marked live or not (restart reconciliation).
+    ///
+    /// A snapshot that says a runtime holds the session while none does in this harness (its host
+    /// was killed, or its store failed before the final write) reads back as
+    /// [`SessionState::Abandoned`], with [`SessionSnapshot::ended`] saying what is known.
     pub async fn list_stored_sessions(&self) -> Result<Vec<StoredSession>> {
         match &self.inner.store {
             Some(store) => self.list_stored_sessions_in(store).await,
@@ -262,31 +328,38 @@ impl Harness {
         }
     }
 
-    /// Sessions in `store`, each marked live or not.
+    /// Sessions in `store`, each marked live or not (see [`Harness::list_stored_sessions`]).
     pub async fn list_stored_sessions_in(&self, store: &DynStore) -> Result<Vec<StoredSession>> {
         let snapshots = store.list_sessions().await?;
         Ok(snapshots
             .into_iter()
-            .map(|snapshot| StoredSession {
-                live: self.inner.registry.get(&snapshot.id).is_some(),
-                session_id: snapshot.id.clone(),
-                snapshot,
+            .map(|snapshot| {
+                let live = self.inner.registry.get(&snapshot.id).is_some();
+                let snapshot = if live { snapshot } else { self.read_back(snapshot) };
+                StoredSession { live, session_id: snapshot.id.clone(), snapshot }
             })
             .collect())
     }
 
-    /// Deletes a stopped session's stored history from the default store. Refuses a live ID.
+    /// Deletes a stopped session's stored history from its store (the default store, or the
+    /// custom store it ran with in this harness). Refuses a live ID.
     pub async fn purge_session(&self, session: &SessionRef) -> Result<()> {
-        match &self.inner.store {
-            Some(store) => self.purge_session_in(store, session).await,
+        match self.inner.store_of(&session.id) {
+            Some(store) => self.purge_session_in(&store, session).await,
             None => self.refuse_live(&session.id),
         }
     }
 
-    /// Deletes a stopped session's stored history from `store`. Refuses a live ID.
+    /// Deletes a stopped session's stored history from `store`. Refuses a live ID. A stale
+    /// snapshot (abandoned by a killed host) is first recorded as abandoned, so the store lets it
+    /// go.
     pub async fn purge_session_in(&self, store: &DynStore, session: &SessionRef) -> Result<()> {
         self.refuse_live(&session.id)?;
+        if let Some(stale) = store.fetch_session(&session.id).await?.filter(SessionSnapshot::is_open) {
+            store.save_session(&self.read_back(stale)).await?;
+        }
         store.delete_session(&session.id).await?;
+        self.inner.forget(&session.id);
         Ok(())
     }
 
@@ -300,17 +373,36 @@ impl Harness {
     /// Records a turn and schedules its admission; returns once it is recorded (and committed
     /// to the store). `turn_started` means the provider accepted it; a rejection or admission
     /// timeout arrives as `turn_failed`. Another active turn gives [`Error::TurnInProgress`].
+    ///
+    /// A caller-chosen turn ID ([`TurnOptions::id`]) follows the session ID rules
+    /// ([`Error::InvalidTurnId`]) and may be used once per session ([`Error::TurnIdAlreadyUsed`]).
+    /// Under [`StoreFailurePolicy::Stop`](crate::StoreFailurePolicy::Stop) a turn whose record
+    /// cannot be committed is refused with the store's error (the session then closes).
     pub async fn start_turn(
         &self,
         session: &SessionRef,
         input: impl Into<TurnInput>,
         options: TurnOptions,
     ) -> Result<Turn> {
-        let handle = self.live(&session.id)?;
-        let input = input.into();
+        let command = telemetry::command_span(Cmd::StartTurn, &session.provider, Some(&session.id));
+        telemetry::traced(command, self.start_turn_inner(session, input.into(), options)).await
+    }
+
+    async fn start_turn_inner(&self, session: &SessionRef, input: TurnInput, options: TurnOptions) -> Result<Turn> {
         if input.is_empty() {
             return Err(Error::invalid("input", "must not be empty"));
         }
+        if let Some(id) = &options.id
+            && let Some(reason) = TurnId::problem(id.as_str())
+        {
+            return Err(Error::InvalidTurnId { id: id.to_string(), reason });
+        }
+        if let Some(timeout) = options.inactivity_timeout
+            && timeout.is_zero()
+        {
+            return Err(Error::invalid("inactivity_timeout", "must be positive"));
+        }
+        let handle = self.live(&session.id).await?;
         let now = Timestamp::now();
         let turn = Turn {
             id: options.id.clone().unwrap_or_else(TurnId::generate),
@@ -341,7 +433,7 @@ impl Harness {
 
     /// Subscribes to a session or a turn. See [`Replay`] for where it starts and
     /// [`Subscription`] for delivery and lag. A session that is not live (stopped, or from before
-    /// a restart) replays from the default store with `Replay::Start` / `Replay::After` and the
+    /// a restart) replays from its store with `Replay::Start` / `Replay::After` and the
     /// subscription ends after the stored events.
     pub async fn subscribe(&self, target: impl Into<Target>, replay: Replay) -> Result<Subscription> {
         self.subscribe_inner(target.into(), replay, false).await
@@ -373,81 +465,12 @@ impl Harness {
         Ok(Subscription::new(session_id, turn, replay.after(), grant))
     }
 
-    /// Replays a session that is not live (stopped, or from before a restart) from the default
-    /// store. `Replay::Latest` has nothing to follow: `SessionNotFound`, like any other operation
-    /// on a stopped session.
-    async fn stored_subscription(
-        &self,
-        session_id: SessionId,
-        turn: Option<TurnId>,
-        replay: Replay,
-    ) -> Result<Subscription> {
-        let not_found = || Error::SessionNotFound { id: session_id.clone() };
-        let (Some(store), Some(_)) = (&self.inner.store, replay.after()) else {
-            return Err(not_found());
-        };
-        if store.fetch_session(&session_id).await?.is_none() {
-            return Err(not_found());
-        }
-        if let Some(turn) = &turn
-            && store.fetch_turn(&session_id, turn).await?.is_none()
-        {
-            return Err(Error::TurnNotFound { session_id: session_id.clone(), turn_id: turn.clone() });
-        }
-        let (_, exit) = watch::channel(Some(ExitReason::NotLive));
-        let grant = Grant {
-            rx: None,
-            live_from: u64::MAX,
-            store_replay: Some((Arc::clone(store), u64::MAX)),
-            buffered: Vec::new(),
-            exit,
-        };
-        Ok(Subscription::new(session_id, turn, replay.after(), grant))
-    }
-
-    /// A replay-only grant for a turn the live session no longer holds in memory.
-    async fn stored_turn_grant(
-        &self,
-        handle: &SessionHandle,
-        store: Option<DynStore>,
-        turn: &TurnId,
-        replay: Replay,
-        for_stream: bool,
-        pruned: bool,
-    ) -> Result<Grant> {
-        let session_id = &handle.session.id;
-        let Some(store) = store else {
-            return Err(forgotten(session_id, turn, pruned));
-        };
-        let Some(stored) = store.fetch_turn(session_id, turn).await? else {
-            return Err(Error::TurnNotFound { session_id: session_id.clone(), turn_id: turn.clone() });
-        };
-        if !stored.status.is_terminal() {
-            return Err(Error::ReplayUnavailable {
-                reason: format!("turn `{turn}` has no terminal record in the store"),
-            });
-        }
-        let exit = handle.exit.clone();
-        match replay.after() {
-            None if for_stream => Err(Error::ReplayUnavailable {
-                reason: "the turn already finished; `Replay::Latest` cannot include its terminal event".into(),
-            }),
-            None => Ok(Grant { rx: None, live_from: 0, store_replay: None, buffered: Vec::new(), exit }),
-            Some(_) => Ok(Grant {
-                rx: None,
-                live_from: u64::MAX,
-                store_replay: Some((store, u64::MAX)),
-                buffered: Vec::new(),
-                exit,
-            }),
-        }
-    }
-
     /// The events of one turn up to and including its terminal event.
     ///
     /// With `Replay::Start` it works after the turn already finished, as long as the terminal
     /// event is still in the store or buffer; `Replay::Latest` on a finished turn is
-    /// [`Error::ReplayUnavailable`]. `idle_timeout` bounds the wait for each event.
+    /// [`Error::ReplayUnavailable`]. `idle_timeout` bounds the wait for each event. A reader
+    /// that falls behind live events catches up from the store by itself.
     pub async fn stream(&self, turn: &Turn, replay: Replay, idle_timeout: Option<Duration>) -> Result<TurnStream> {
         let subscription = self.subscribe_inner(Target::Turn(turn.turn_ref()), replay, true).await?;
         Ok(TurnStream::new(subscription, idle_timeout))
@@ -455,17 +478,11 @@ impl Harness {
 
     /// Waits for a turn's terminal event, without racing it: the terminal state is read and the
     /// wait registered in one step inside the session. Finished turns come from the session's
-    /// completed-turn cache, then from the store. `timeout` bounds the wait (not the turn).
+    /// completed-turn cache, its event buffer, then its store. `timeout` bounds the wait (not the
+    /// turn).
     pub async fn await_turn(&self, turn: &Turn, timeout: Option<Duration>) -> Result<TurnOutcome, AwaitError> {
         let Some(handle) = self.inner.registry.get(&turn.session_id) else {
-            // A stopped session: its history may still be in the default store.
-            let store = self.inner.store.clone();
-            return match store {
-                Some(store) if store.fetch_turn(&turn.session_id, &turn.id).await.map_err(Error::from)?.is_some() => {
-                    outcome_from_store(&store, &turn.session_id, &turn.id).await
-                }
-                _ => Err(Error::SessionNotFound { id: turn.session_id.clone() }.into()),
-            };
+            return self.stored_outcome(turn).await;
         };
         let lookup = handle.call(|reply| Command::Await { turn: turn.id.clone(), reply }).await?;
         let exit = handle.exit.clone();
@@ -487,17 +504,7 @@ impl Harness {
                 let Some(store) = store else {
                     return Err(forgotten(&turn.session_id, &turn.id, pruned).into());
                 };
-                return match store.fetch_turn(&turn.session_id, &turn.id).await.map_err(Error::from)? {
-                    None => {
-                        Err(Error::TurnNotFound { session_id: turn.session_id.clone(), turn_id: turn.id.clone() }
-                            .into())
-                    }
-                    Some(stored) if !stored.status.is_terminal() => Err(Error::ReplayUnavailable {
-                        reason: format!("turn `{}` has no terminal record in the store", turn.id),
-                    }
-                    .into()),
-                    Some(_) => outcome_from_store(&store, &turn.session_id, &turn.id).await,
-                };
+                return stored::outcome_in(&store, &turn.session_id, &turn.id).await;
             }
         };
         outcome(event)
@@ -507,13 +514,20 @@ impl Harness {
     /// later ones [`Error::AlreadyResolved`], answers after expiry [`Error::RequestExpired`]. A
     /// response that does not fit the request is refused before anything is sent.
     pub async fn respond(&self, request: &Request, response: Response) -> Result<()> {
+        let command = telemetry::command_span(Cmd::Respond, &self.provider_of(&request.session_id), None);
+        command.record("session_id", tracing::field::display(&request.session_id));
+        command.record("request_id", tracing::field::display(&request.id));
+        telemetry::traced(command, self.respond_inner(request, response)).await
+    }
+
+    async fn respond_inner(&self, request: &Request, response: Response) -> Result<()> {
         let Some(handle) = self.inner.registry.get(&request.session_id) else {
-            if let Some(store) = &self.inner.store
+            if let Some(store) = self.inner.store_of(&request.session_id)
                 && let Some(stored) = store.fetch_request(&request.session_id, &request.id).await?
             {
                 return Err(settled_error(&stored));
             }
-            return Err(Error::SessionNotFound { id: request.session_id.clone() });
+            return Err(self.not_live(&request.session_id).await);
         };
         let request_id = request.id.clone();
         match handle.call(|reply| Command::Respond { request: request_id, response, reply }).await? {
@@ -539,19 +553,31 @@ impl Harness {
 
     /// [`Harness::cancel`] with a reason recorded in `cancel_requested`.
     pub async fn cancel_with_reason(&self, turn: &Turn, reason: Option<String>) -> Result<()> {
-        let handle = self.live(&turn.session_id)?;
-        handle.call(|reply| Command::Cancel { turn: turn.id.clone(), reason, reply }).await?
+        let provider = self.provider_of(&turn.session_id);
+        let command = telemetry::command_span(Cmd::Cancel, &provider, Some(&turn.session_id));
+        command.record("turn_id", tracing::field::display(&turn.id));
+        let cancel = async {
+            let handle = self.live(&turn.session_id).await?;
+            handle.call(|reply| Command::Cancel { turn: turn.id.clone(), reason, reply }).await?
+        };
+        telemetry::traced(command, cancel).await
     }
 
     /// Adds input to the running turn (providers with the `steer` capability). Returns once the
     /// provider accepted it; an unadmitted, cancelling or finished turn is [`Error::TurnNotActive`].
     pub async fn steer(&self, turn: &Turn, input: impl Into<TurnInput>) -> Result<()> {
-        let handle = self.live(&turn.session_id)?;
+        let provider = self.provider_of(&turn.session_id);
+        let command = telemetry::command_span(Cmd::Steer, &provider, Some(&turn.session_id));
+        command.record("turn_id", tracing::field::display(&turn.id));
         let input = input.into();
-        if input.is_empty() {
-            return Err(Error::invalid("input", "must not be empty"));
-        }
-        handle.call(|reply| Command::Steer { turn: turn.id.clone(), input, reply }).await?
+        let steer = async {
+            if input.is_empty() {
+                return Err(Error::invalid("input", "must not be empty"));
+            }
+            let handle = self.live(&turn.session_id).await?;
+            handle.call(|reply| Command::Steer { turn: turn.id.clone(), input, reply }).await?
+        };
+        telemetry::traced(command, steer).await
     }
 
     /// Stops a session. An active turn gives [`Error::TurnInProgress`] unless `force`, which
@@ -559,22 +585,35 @@ impl Harness {
     /// waiting for the provider to acknowledge. Returns after the session has fully ended;
     /// stopping a session that is not live is `Ok`. History stays in the store.
     pub async fn stop_session(&self, session: &SessionRef, force: bool) -> Result<()> {
-        let Some(handle) = self.inner.registry.get(&session.id) else {
-            return Ok(());
+        let command = telemetry::command_span(Cmd::StopSession, &session.provider, Some(&session.id));
+        command.record("force", force);
+        let stop = async {
+            let Some(handle) = self.inner.registry.get(&session.id) else {
+                return Ok(());
+            };
+            match handle.call(|reply| Command::Stop { force, reply }).await {
+                Ok(Ok(())) | Err(_) => {}
+                Ok(Err(error)) => return Err(error),
+            }
+            handle.exit_reason().await;
+            Ok(())
         };
-        match handle.call(|reply| Command::Stop { force, reply }).await {
-            Ok(Ok(())) | Err(_) => {}
-            Ok(Err(error)) => return Err(error),
-        }
-        handle.exit_reason().await;
-        Ok(())
+        telemetry::traced(command, stop).await
     }
 
-    /// A future that resolves with the reason when the session ends.
-    pub fn monitor(&self, session: &SessionRef) -> Result<SessionMonitor> {
+    /// A future that resolves with the reason when the session ends. For a session that already
+    /// ended it resolves at once with how it ended, when this harness or the session's store
+    /// knows; an unknown session is [`Error::SessionNotFound`].
+    pub async fn monitor(&self, session: &SessionRef) -> Result<SessionMonitor> {
         // Hold only the exit signal: a monitor must not keep the session's command channel open.
-        let exit = self.live(&session.id)?.exit;
-        Ok(SessionMonitor { inner: Box::pin(async move { exit_reason(exit).await }) })
+        if let Some(handle) = self.inner.registry.get(&session.id) {
+            let exit = handle.exit;
+            return Ok(SessionMonitor { inner: Box::pin(async move { exit_reason(exit).await }) });
+        }
+        match self.not_live(&session.id).await {
+            Error::SessionClosed { reason, .. } => Ok(SessionMonitor { inner: Box::pin(async move { reason }) }),
+            error => Err(error),
+        }
     }
 
     /// Ends processes stamped for sessions that are no longer live (see
@@ -583,6 +622,11 @@ impl Harness {
         let registry = Arc::clone(&self.inner.registry);
         let is_live = move |id: &str| registry.get(&SessionId::from_stored(id)).is_some();
         Ok(self.inner.exec.reap_orphans(&is_live).await?)
+    }
+
+    /// The provider a session runs on, for telemetry (`unknown` for a session not live here).
+    fn provider_of(&self, id: &SessionId) -> ProviderId {
+        self.inner.registry.get(id).map_or_else(|| ProviderId::new("unknown"), |h| h.session.provider)
     }
 }
 
@@ -594,50 +638,6 @@ impl fmt::Debug for Harness {
             .field("exec", &self.inner.exec)
             .field("live_sessions", &self.inner.registry.live().len())
             .finish()
-    }
-}
-
-fn forgotten(session_id: &SessionId, turn: &TurnId, pruned: bool) -> Error {
-    if pruned {
-        Error::ReplayUnavailable {
-            reason: format!("turn `{turn}` was evicted from the completed-turn cache and the session has no store"),
-        }
-    } else {
-        Error::TurnNotFound { session_id: session_id.clone(), turn_id: turn.clone() }
-    }
-}
-
-fn settled_error(request: &Request) -> Error {
-    match request.status {
-        RequestStatus::Resolved => Error::AlreadyResolved { request_id: request.id.clone() },
-        _ => Error::RequestExpired { request_id: request.id.clone() },
-    }
-}
-
-fn outcome(event: Arc<Event>) -> Result<TurnOutcome, AwaitError> {
-    let outcome = TurnOutcome::from_event(event)
-        .ok_or_else(|| Error::ReplayUnavailable { reason: "the stored terminal event is not terminal".into() })?;
-    match outcome.status {
-        TurnStatus::Completed => Ok(outcome),
-        _ => Err(AwaitError::Ended(Box::new(outcome))),
-    }
-}
-
-async fn outcome_from_store(store: &DynStore, session: &SessionId, turn: &TurnId) -> Result<TurnOutcome, AwaitError> {
-    let mut after = 0;
-    loop {
-        let page = EventQuery::after(after).turn(turn.clone()).limit(crate::runtime::subscription::REPLAY_PAGE);
-        let events = store.read_events(session, &page).await.map_err(Error::from)?;
-        let Some(last) = events.last() else {
-            return Err(Error::ReplayUnavailable {
-                reason: format!("the store has no terminal event for turn `{turn}`"),
-            }
-            .into());
-        };
-        after = last.seq;
-        if let Some(terminal) = events.into_iter().find(|e| e.is_terminal()) {
-            return outcome(terminal);
-        }
     }
 }
 
@@ -670,194 +670,5 @@ impl Exec for NoExec {
         Err(ExecError::Backend(
             "no exec configured: add one with HarnessBuilder::exec (e.g. agent_exec::LocalExec)".into(),
         ))
-    }
-}
-
-/// One `start_session` attempt, run as its own task so a caller that goes away cannot leave a
-/// half-started session behind.
-struct Startup {
-    session: SessionRef,
-    options: Arc<SessionOptions>,
-    provider: DynProvider,
-    store: Option<DynStore>,
-    exec: DynExec,
-    reservation: Reservation,
-    span: tracing::Span,
-}
-
-impl Startup {
-    async fn run(self, caller: oneshot::Sender<Result<SessionRef>>) {
-        let Startup { session, options, provider, store, exec, reservation, span } = self;
-        let id = session.id.clone();
-
-        // Phase 1: the reuse check and the provider open, bounded by `startup_timeout`.
-        let (sink, sink_rx) = Sink::channel();
-        let open = async {
-            let replace = match &store {
-                Some(store) => check_reuse(store, &id, options.reuse).await?,
-                None => false,
-            };
-            let ctx = OpenContext::new(id.clone(), Arc::clone(&options), exec, sink);
-            let opened = provider.open(ctx).await?;
-            Ok::<_, Error>((replace, opened))
-        };
-        let (replace, opened) = match tokio::time::timeout(options.startup_timeout, open).await {
-            Ok(Ok(opened)) => opened,
-            Ok(Err(error)) => {
-                // Release the ID before answering, so an immediate retry finds it free.
-                drop(reservation);
-                let _ = caller.send(Err(error));
-                return;
-            }
-            Err(_) => {
-                tracing::warn!(timeout = ?options.startup_timeout, "provider open timed out; torn down");
-                drop(reservation);
-                let _ = caller.send(Err(Error::StartupTimeout {
-                    provider: session.provider.clone(),
-                    timeout: options.startup_timeout,
-                }));
-                return;
-            }
-        };
-        let Opened { session: runtime, provider_session_id, capabilities, .. } = opened;
-        let capabilities = capabilities.unwrap_or_else(|| provider.capabilities(&options));
-
-        // Phase 2: the initial commit, bounded by `startup_finalization_timeout`.
-        let now = Timestamp::now();
-        let snapshot = SessionSnapshot {
-            id: id.clone(),
-            provider: session.provider.clone(),
-            status: SessionState::Idle,
-            provider_session_id: provider_session_id.clone(),
-            current_turn_id: None,
-            cwd: options.cwd.clone().unwrap_or_default(),
-            model: options.model.clone(),
-            metadata: options.metadata.clone(),
-            config_fingerprint: options.fingerprint(session.provider.as_str()),
-            startup: Some(StartupMarker { attempt_id: EventId::generate().to_string(), acknowledged: false }),
-            ended: None,
-            durability: Durability::Durable,
-            created_at: now,
-            updated_at: now,
-        };
-        let ready = Arc::new(Event {
-            schema_version: SCHEMA_VERSION,
-            id: EventId::generate(),
-            seq: 1,
-            session_id: id.clone(),
-            turn_id: None,
-            provider: session.provider.clone(),
-            at: now,
-            kind: EventKind::SessionReady { provider_session_id: provider_session_id.clone() },
-            raw: None,
-        });
-        let finalize_timeout = options.startup_finalization_timeout;
-        let mut initial_events = vec![Arc::clone(&ready)];
-        let (store, durability) = match store {
-            None => (None, Durability::Disabled),
-            Some(store) => {
-                let mut batch = WriteBatch::new(id.clone());
-                batch.delete_first = replace;
-                batch.snapshot = Some(snapshot.clone());
-                batch.events.push(Arc::clone(&ready));
-                match tokio::time::timeout(finalize_timeout, store.write(&batch)).await {
-                    Ok(Ok(())) => (Some(store), Durability::Durable),
-                    outcome => {
-                        // Undo what part of the write landed; the caller gets a clean slate.
-                        let _ = tokio::time::timeout(finalize_timeout, store.delete_session(&id)).await;
-                        let error = match outcome {
-                            Ok(Err(error)) => Error::Store(error),
-                            _ => Error::StartupFinalizationTimeout { timeout: finalize_timeout },
-                        };
-                        let degrade =
-                            options.store_failure == StoreFailurePolicy::Degrade && matches!(error, Error::Store(_));
-                        if !degrade {
-                            close_bounded(runtime.as_ref(), finalize_timeout).await;
-                            drop(reservation);
-                            let _ = caller.send(Err(error));
-                            return;
-                        }
-                        let reason = error.to_string();
-                        tracing::error!(%reason, "initial store commit failed; the session runs live-only");
-                        initial_events.push(Arc::new(Event {
-                            schema_version: SCHEMA_VERSION,
-                            id: EventId::generate(),
-                            seq: 2,
-                            session_id: id.clone(),
-                            turn_id: None,
-                            provider: session.provider.clone(),
-                            at: Timestamp::now(),
-                            kind: EventKind::StoreFailed {
-                                reason: reason.clone(),
-                                policy: StoreFailurePolicy::Degrade,
-                            },
-                            raw: None,
-                        }));
-                        (None, Durability::Degraded { reason, at: Timestamp::now() })
-                    }
-                }
-            }
-        };
-
-        // Phase 3: the hand-off. The session is live once the caller holds its handle.
-        let (commands_tx, commands_rx) = mpsc::channel(COMMAND_CAPACITY);
-        let (exit_tx, exit_rx) = watch::channel(None);
-        let handle = SessionHandle { session: session.clone(), tx: commands_tx, exit: exit_rx, store: store.clone() };
-        let registry = Arc::downgrade(reservation.registry());
-        let attempt = reservation.attempt();
-        reservation.promote(handle);
-        if caller.send(Ok(session.clone())).is_err() {
-            // Nobody holds the handle: tear down. The stored snapshot keeps its unacknowledged
-            // startup marker, so the ID is reclaimed by the next start.
-            tracing::info!("caller went away during startup; session torn down");
-            if let Some(registry) = registry.upgrade() {
-                registry.remove(&id, attempt);
-            }
-            close_bounded(runtime.as_ref(), finalize_timeout).await;
-            let _ = exit_tx.send(Some(ExitReason::Closed { reason: crate::session::CloseReason::Stopped }));
-            return;
-        }
-        let actor = Actor::new(ActorParts {
-            session,
-            options,
-            provider: runtime,
-            capabilities,
-            provider_session_id,
-            store,
-            durability,
-            snapshot,
-            initial_events,
-            commands: commands_rx,
-            sink: sink_rx,
-            exit: exit_tx,
-            registry,
-            attempt,
-            span,
-        });
-        actor.run().await;
-    }
-}
-
-/// Applies the ID reuse rules against the stored snapshot. `Ok(true)` means the stored
-/// aggregate is replaced (deleted in the same commit as the new snapshot).
-async fn check_reuse(store: &DynStore, id: &SessionId, reuse: Reuse) -> Result<bool> {
-    let Some(snapshot) = store.fetch_session(id).await? else {
-        return Ok(false);
-    };
-    let abandoned =
-        snapshot.startup.is_some() || matches!(snapshot.status, SessionState::Opening | SessionState::Finalizing);
-    let replace =
-        abandoned || reuse == Reuse::Replace || (reuse == Reuse::Closed && snapshot.status == SessionState::Closed);
-    if replace {
-        tracing::info!(status = %snapshot.status, abandoned, "replacing stored session");
-        Ok(true)
-    } else {
-        Err(Error::SessionIdAlreadyUsed { id: id.clone(), status: snapshot.status })
-    }
-}
-
-async fn close_bounded(runtime: &dyn crate::provider::ProviderSession, timeout: Duration) {
-    if tokio::time::timeout(timeout, runtime.close()).await.is_err() {
-        tracing::warn!(?timeout, "provider did not close in time; dropping it");
     }
 }

@@ -1,0 +1,184 @@
+//! What the harness knows of sessions and turns that are not in a live session's memory: ended
+//! sessions (this harness's records, then the session's store), and the stored history of turns.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use super::{AwaitError, Harness};
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::ids::{SessionId, TurnId};
+use crate::request::{Request, RequestStatus};
+use crate::runtime::subscription::{Grant, REPLAY_PAGE};
+use crate::runtime::{Replay, SessionHandle, Subscription};
+use crate::session::{ExitReason, SessionSnapshot, SessionState};
+use crate::store::{DynStore, EventQuery};
+use crate::turn::{Turn, TurnOutcome, TurnStatus};
+
+impl Harness {
+    /// The error for a call on a session that is not live: [`Error::SessionClosed`] with how it
+    /// ended when this harness or the session's store knows, [`Error::SessionNotFound`]
+    /// otherwise (never started, purged, or only an unfinished startup attempt is stored).
+    pub(super) async fn not_live(&self, id: &SessionId) -> Error {
+        let not_found = || Error::SessionNotFound { id: id.clone() };
+        if let Some(reason) = self.inner.registry.exit_reason(id) {
+            return Error::SessionClosed { id: id.clone(), reason };
+        }
+        let Some(store) = self.inner.store_of(id) else { return not_found() };
+        match store.fetch_session(id).await {
+            Ok(Some(snapshot)) => match self.read_back(snapshot).ended {
+                Some(reason) => Error::SessionClosed { id: id.clone(), reason },
+                None => not_found(),
+            },
+            Ok(None) => not_found(),
+            Err(error) => Error::Store(error),
+        }
+    }
+
+    /// A stored snapshot as it reads back while its session is not live here: a snapshot that
+    /// says a runtime holds it is stale — its end was never recorded — so it reads as abandoned,
+    /// with what this harness knows of its end if anything.
+    pub(super) fn read_back(&self, mut snapshot: SessionSnapshot) -> SessionSnapshot {
+        if snapshot.is_open() {
+            let last_status = snapshot.status;
+            snapshot.status = SessionState::Abandoned;
+            snapshot.ended =
+                Some(self.inner.registry.exit_reason(&snapshot.id).unwrap_or(ExitReason::Abandoned { last_status }));
+        } else if snapshot.status == SessionState::Closed && snapshot.ended.is_none() {
+            // Written before ends were recorded: a clean close is all that is known.
+            snapshot.ended = Some(ExitReason::Closed { reason: crate::session::CloseReason::Stopped });
+        }
+        snapshot
+    }
+
+    /// Replays a session that is not live (stopped, or from before a restart) from its store.
+    /// `Replay::Latest` has nothing to follow: the not-live error, like any other operation on a
+    /// stopped session.
+    pub(super) async fn stored_subscription(
+        &self,
+        session_id: SessionId,
+        turn: Option<TurnId>,
+        replay: Replay,
+    ) -> Result<Subscription> {
+        let store = self.inner.store_of(&session_id);
+        let (Some(store), Some(_)) = (store, replay.after()) else {
+            return Err(self.not_live(&session_id).await);
+        };
+        if store.fetch_session(&session_id).await?.is_none() {
+            return Err(self.not_live(&session_id).await);
+        }
+        if let Some(turn) = &turn
+            && store.fetch_turn(&session_id, turn).await?.is_none()
+        {
+            return Err(Error::TurnNotFound { session_id: session_id.clone(), turn_id: turn.clone() });
+        }
+        let (_, exit) = watch::channel(Some(ExitReason::NotLive));
+        let grant = Grant::stored(Arc::clone(&store), exit);
+        Ok(Subscription::new(session_id, turn, replay.after(), grant))
+    }
+
+    /// A replay-only grant for a turn the live session no longer holds in memory.
+    pub(super) async fn stored_turn_grant(
+        &self,
+        handle: &SessionHandle,
+        store: Option<DynStore>,
+        turn: &TurnId,
+        replay: Replay,
+        for_stream: bool,
+        pruned: bool,
+    ) -> Result<Grant> {
+        let session_id = &handle.session.id;
+        let Some(store) = store else {
+            return Err(forgotten(session_id, turn, pruned));
+        };
+        let Some(stored) = store.fetch_turn(session_id, turn).await? else {
+            return Err(Error::TurnNotFound { session_id: session_id.clone(), turn_id: turn.clone() });
+        };
+        if !stored.status.is_terminal() {
+            return Err(Error::ReplayUnavailable {
+                reason: format!("turn `{turn}` has no terminal record in the store"),
+            });
+        }
+        let exit = handle.exit.clone();
+        match replay.after() {
+            None if for_stream => Err(Error::ReplayUnavailable {
+                reason: "the turn already finished; `Replay::Latest` cannot include its terminal event".into(),
+            }),
+            None => Ok(Grant::empty(0, exit)),
+            Some(_) => Ok(Grant::stored(store, exit)),
+        }
+    }
+
+    /// The outcome of a turn of a session that is not live, from its store.
+    pub(super) async fn stored_outcome(&self, turn: &Turn) -> Result<TurnOutcome, AwaitError> {
+        match self.inner.store_of(&turn.session_id) {
+            Some(store) if store.fetch_session(&turn.session_id).await.map_err(Error::from)?.is_some() => {
+                outcome_in(&store, &turn.session_id, &turn.id).await
+            }
+            _ => Err(self.not_live(&turn.session_id).await.into()),
+        }
+    }
+}
+
+/// A turn the live session no longer holds and that has no store to look in.
+pub(super) fn forgotten(session_id: &SessionId, turn: &TurnId, pruned: bool) -> Error {
+    if pruned {
+        Error::ReplayUnavailable {
+            reason: format!("turn `{turn}` was evicted from the completed-turn cache and the session has no store"),
+        }
+    } else {
+        Error::TurnNotFound { session_id: session_id.clone(), turn_id: turn.clone() }
+    }
+}
+
+/// The error for answering a request the store says was settled.
+pub(super) fn settled_error(request: &Request) -> Error {
+    match request.status {
+        RequestStatus::Resolved => Error::AlreadyResolved { request_id: request.id.clone() },
+        _ => Error::RequestExpired { request_id: request.id.clone() },
+    }
+}
+
+/// A terminal event as `await_turn`'s result.
+pub(super) fn outcome(event: Arc<Event>) -> Result<TurnOutcome, AwaitError> {
+    let outcome = TurnOutcome::from_event(event)
+        .ok_or_else(|| Error::ReplayUnavailable { reason: "the stored terminal event is not terminal".into() })?;
+    match outcome.status {
+        TurnStatus::Completed => Ok(outcome),
+        _ => Err(AwaitError::Ended(Box::new(outcome))),
+    }
+}
+
+/// A turn's outcome from its stored terminal event.
+pub(super) async fn outcome_in(
+    store: &DynStore,
+    session: &SessionId,
+    turn: &TurnId,
+) -> Result<TurnOutcome, AwaitError> {
+    match store.fetch_turn(session, turn).await.map_err(Error::from)? {
+        None => return Err(Error::TurnNotFound { session_id: session.clone(), turn_id: turn.clone() }.into()),
+        Some(stored) if !stored.status.is_terminal() => {
+            return Err(Error::ReplayUnavailable {
+                reason: format!("turn `{turn}` has no terminal record in the store"),
+            }
+            .into());
+        }
+        Some(_) => {}
+    }
+    let mut after = 0;
+    loop {
+        let page = EventQuery::after(after).turn(turn.clone()).limit(REPLAY_PAGE);
+        let events = store.read_events(session, &page).await.map_err(Error::from)?;
+        let Some(last) = events.last() else {
+            return Err(Error::ReplayUnavailable {
+                reason: format!("the store has no terminal event for turn `{turn}`"),
+            }
+            .into());
+        };
+        after = last.seq;
+        if let Some(terminal) = events.into_iter().find(|e| e.is_terminal()) {
+            return outcome(terminal);
+        }
+    }
+}

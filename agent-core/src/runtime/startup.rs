@@ -1,0 +1,536 @@
+//! One `start_session` attempt, run as its own task so a caller that goes away cannot leave a
+//! half-started session behind.
+//!
+//! Phases: plan (the conversation to open and the ID reuse rules, against the store) → provider
+//! `open` (both bounded by `startup_timeout`, both dropped at once when the caller goes away) →
+//! the initial commit (bounded by `startup_finalization_timeout`) → the hand-off to the caller →
+//! the session actor.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+use tracing::Span;
+
+use crate::error::{Error, Result};
+use crate::event::{Event, EventKind, SCHEMA_VERSION};
+use crate::exec::DynExec;
+use crate::ids::{EventId, SessionId};
+use crate::options::{Conversation, ConversationMode, ConversationSource, Reuse, SessionOptions, StoreFailurePolicy};
+use crate::provider::{DynProvider, OpenContext, OpenConversation, Opened, ProviderMessage, ProviderSession, Sink};
+use crate::runtime::actor::{Actor, ActorParts};
+use crate::runtime::registry::Reservation;
+use crate::runtime::{COMMAND_CAPACITY, SessionHandle, write_batch};
+use crate::session::{CloseReason, Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, StartupMarker};
+use crate::store::{DynStore, WriteBatch};
+use crate::time::Timestamp;
+use crate::turn::{TurnResult, TurnStatus};
+
+/// Everything one attempt needs.
+pub(crate) struct Startup {
+    pub(crate) session: SessionRef,
+    pub(crate) options: Arc<SessionOptions>,
+    pub(crate) provider: DynProvider,
+    pub(crate) store: Option<DynStore>,
+    pub(crate) exec: DynExec,
+    pub(crate) reservation: Reservation,
+    pub(crate) span: Span,
+}
+
+/// What the store says about the session before anything is opened.
+struct Plan {
+    conversation: OpenConversation,
+    /// Replace the stored aggregate with this ID (reuse rules), in the initial commit.
+    replace: bool,
+    /// Resuming a stored session under its own ID: its history continues.
+    resumed: Option<Resumed>,
+    /// The stored session a fork branches from, when named by session.
+    forked_from: Option<SessionId>,
+}
+
+struct Resumed {
+    snapshot: SessionSnapshot,
+    latest_seq: u64,
+    /// The turn the stored snapshot was left running (a killed host), to be recorded interrupted.
+    stale_turn: Option<crate::turn::Turn>,
+}
+
+/// How the attempt ended before the hand-off.
+enum Abort {
+    /// Nobody waits for an answer any more.
+    CallerGone,
+    /// Answer the caller with this error.
+    Failed(Error),
+}
+
+impl From<Error> for Abort {
+    fn from(error: Error) -> Self {
+        Abort::Failed(error)
+    }
+}
+
+impl Startup {
+    pub(crate) async fn run(self, mut caller: oneshot::Sender<Result<SessionRef>>) {
+        let Startup { session, options, provider, store, exec, reservation, span } = self;
+        let id = session.id.clone();
+        let finalize_timeout = options.startup_finalization_timeout;
+
+        // Phase 1: plan and open, bounded by `startup_timeout`, abandoned with the caller.
+        let deadline = Instant::now() + options.startup_timeout;
+        let (sink, mut sink_rx) = Sink::channel();
+        let opening = async {
+            let plan = tokio::select! {
+                biased;
+                () = caller.closed() => return Err(Abort::CallerGone),
+                planned = tokio::time::timeout_at(deadline, plan(store.as_ref(), &session, &options)) => {
+                    planned.map_err(|_| timed_out(&session, &options))??
+                }
+            };
+            let ctx = OpenContext::new(id.clone(), Arc::clone(&options), exec, sink)
+                .with_conversation(plan.conversation.clone());
+            let open = provider.open(ctx);
+            tokio::pin!(open);
+            // The provider reports through its sink while it opens: keep what it says for the
+            // actor, and note a transport that went down under the open.
+            let mut early = Vec::new();
+            let mut lost = None;
+            let opened = loop {
+                tokio::select! {
+                    biased;
+                    () = caller.closed() => return Err(Abort::CallerGone),
+                    Some(message) = sink_rx.recv() => note(message, &mut early, &mut lost),
+                    opened = &mut open => break opened,
+                    () = tokio::time::sleep_until(deadline) => return Err(timed_out(&session, &options).into()),
+                }
+            };
+            while let Ok(message) = sink_rx.try_recv() {
+                note(message, &mut early, &mut lost);
+            }
+            Ok((plan, opened, early, lost))
+        };
+        let (plan, opened, early, lost) = match opening.await {
+            Ok(opening) => opening,
+            Err(Abort::CallerGone) => {
+                // Dropping the open future tore down whatever it had started.
+                tracing::info!("caller went away while the provider was opening; startup abandoned");
+                return;
+            }
+            Err(Abort::Failed(error)) => {
+                if matches!(error, Error::StartupTimeout { .. }) {
+                    tracing::warn!(timeout = ?options.startup_timeout, "provider open timed out; torn down");
+                }
+                // Release the ID before answering, so an immediate retry finds it free.
+                drop(reservation);
+                let _ = caller.send(Err(error));
+                return;
+            }
+        };
+        let failure = match opened {
+            Err(error) => Some((error, None)),
+            Ok(opened) => match refuse_opened(&session, &plan, &opened, lost) {
+                Some(error) => Some((error, Some(opened.session))),
+                None => {
+                    let startup =
+                        Opening { session, options, provider, store, reservation, span, plan, early, sink_rx };
+                    return startup.finish(opened, caller).await;
+                }
+            },
+        };
+        let Some((error, runtime)) = failure else { return };
+        if let Some(runtime) = runtime {
+            close_bounded(runtime.as_ref(), finalize_timeout).await;
+        }
+        if let (Some(store), Some(resumed)) = (&store, &plan.resumed) {
+            record_failed_resume(store, resumed, &plan, &session, &error, finalize_timeout).await;
+        }
+        drop(reservation);
+        let _ = caller.send(Err(error));
+    }
+}
+
+/// Sorts a message the provider sent while opening.
+fn note(message: ProviderMessage, early: &mut Vec<ProviderMessage>, lost: &mut Option<String>) {
+    match message {
+        ProviderMessage::TransportDown { reason } => {
+            lost.get_or_insert(reason);
+        }
+        other => early.push(other),
+    }
+}
+
+fn timed_out(session: &SessionRef, options: &SessionOptions) -> Error {
+    Error::StartupTimeout { provider: session.provider.clone(), timeout: options.startup_timeout }
+}
+
+/// Why an opened provider session cannot be handed out, if it cannot.
+fn refuse_opened(session: &SessionRef, plan: &Plan, opened: &Opened, lost: Option<String>) -> Option<Error> {
+    if let Some(reason) = lost {
+        tracing::warn!(%reason, "provider transport went down while opening");
+        return Some(Error::ProviderOpenFailed { provider: session.provider.clone(), reason });
+    }
+    if let OpenConversation::Resume { provider_session_id: wanted } = &plan.conversation
+        && opened.provider_session_id.as_deref() != Some(wanted.as_str())
+    {
+        let got = opened.provider_session_id.as_deref().unwrap_or("none");
+        return Some(Error::ResumeFailed {
+            mode: ConversationMode::Resume,
+            reason: format!("provider `{}` opened conversation `{got}`, not `{wanted}`", session.provider),
+        });
+    }
+    None
+}
+
+/// The rest of a startup whose provider opened: the initial commit and the hand-off.
+struct Opening {
+    session: SessionRef,
+    options: Arc<SessionOptions>,
+    provider: DynProvider,
+    store: Option<DynStore>,
+    reservation: Reservation,
+    span: Span,
+    plan: Plan,
+    early: Vec<ProviderMessage>,
+    sink_rx: mpsc::Receiver<ProviderMessage>,
+}
+
+impl Opening {
+    async fn finish(self, opened: Opened, caller: oneshot::Sender<Result<SessionRef>>) {
+        let Opening { session, options, provider, store, reservation, span, plan, early, sink_rx } = self;
+        let id = session.id.clone();
+        let Opened { session: runtime, provider_session_id, capabilities, .. } = opened;
+        let capabilities = capabilities.unwrap_or_else(|| provider.capabilities(&options));
+        let finalize_timeout = options.startup_finalization_timeout;
+
+        // Phase 2: the initial commit, bounded by `startup_finalization_timeout`.
+        let now = Timestamp::now();
+        let snapshot = match &plan.resumed {
+            Some(resumed) => {
+                let mut snapshot = resumed.snapshot.clone();
+                snapshot.status = SessionState::Idle;
+                snapshot.current_turn_id = None;
+                snapshot.startup = None;
+                snapshot.ended = None;
+                snapshot.durability = Durability::Durable;
+                snapshot.cwd = options.cwd.clone().unwrap_or_default();
+                snapshot.model = options.model.clone();
+                snapshot.metadata = options.metadata.clone();
+                snapshot.config_fingerprint = options.fingerprint(session.provider.as_str());
+                snapshot.updated_at = now;
+                snapshot
+            }
+            None => SessionSnapshot {
+                id: id.clone(),
+                provider: session.provider.clone(),
+                status: SessionState::Idle,
+                provider_session_id: None,
+                current_turn_id: None,
+                cwd: options.cwd.clone().unwrap_or_default(),
+                model: options.model.clone(),
+                metadata: options.metadata.clone(),
+                config_fingerprint: options.fingerprint(session.provider.as_str()),
+                startup: Some(StartupMarker { attempt_id: EventId::generate().to_string(), acknowledged: false }),
+                ended: None,
+                durability: Durability::Durable,
+                created_at: now,
+                updated_at: now,
+            },
+        };
+        let snapshot = SessionSnapshot { provider_session_id: provider_session_id.clone(), ..snapshot };
+        let mut journal = Journal::new(&session, plan.resumed.as_ref().map_or(0, |r| r.latest_seq));
+        let mut batch = WriteBatch::new(id.clone());
+        if let Some(mut stale) = plan.resumed.as_ref().and_then(|r| r.stale_turn.clone()) {
+            let result = TurnResult::reason("the session's runtime ended during the turn");
+            stale.status = TurnStatus::Interrupted;
+            stale.finished_at = Some(now);
+            stale.result = Some(result.clone());
+            journal.push(Some(stale.id.clone()), EventKind::terminal(TurnStatus::Interrupted, result));
+            batch.turns.push(stale);
+        }
+        journal.push(None, EventKind::SessionReady { provider_session_id: provider_session_id.clone() });
+        match &plan.conversation {
+            OpenConversation::New => {}
+            OpenConversation::Resume { provider_session_id } => {
+                journal.push(None, EventKind::ConversationResumed { provider_session_id: provider_session_id.clone() })
+            }
+            OpenConversation::Fork { provider_session_id } => journal.push(
+                None,
+                EventKind::ConversationForked {
+                    from_provider_session_id: provider_session_id.clone(),
+                    from_session: plan.forked_from.clone(),
+                },
+            ),
+        }
+        let home_store = store.clone();
+        let (store, durability) = match store {
+            None => (None, Durability::Disabled),
+            Some(store) => {
+                batch.delete_first = plan.replace;
+                batch.snapshot = Some(snapshot.clone());
+                batch.events = journal.events.clone();
+                match tokio::time::timeout(finalize_timeout, write_batch(&store, &batch)).await {
+                    Ok(Ok(())) => (Some(store), Durability::Durable),
+                    outcome => {
+                        // A failed write changed nothing; a timed-out one may have landed: undo it.
+                        if outcome.is_err() {
+                            undo_initial_commit(&store, &id, plan.resumed.as_ref(), finalize_timeout).await;
+                        }
+                        let error = match outcome {
+                            Ok(Err(error)) => Error::Store(error),
+                            _ => Error::StartupFinalizationTimeout { timeout: finalize_timeout },
+                        };
+                        let degrade =
+                            options.store_failure == StoreFailurePolicy::Degrade && matches!(error, Error::Store(_));
+                        if !degrade {
+                            close_bounded(runtime.as_ref(), finalize_timeout).await;
+                            drop(reservation);
+                            let _ = caller.send(Err(error));
+                            return;
+                        }
+                        let reason = error.to_string();
+                        tracing::error!(%reason, "initial store commit failed; the session runs live-only");
+                        let policy = StoreFailurePolicy::Degrade;
+                        journal.push(None, EventKind::StoreFailed { reason: reason.clone(), policy });
+                        (None, Durability::Degraded { reason, at: Timestamp::now() })
+                    }
+                }
+            }
+        };
+
+        // Phase 3: the hand-off. The session is live once the caller holds its handle.
+        let (commands_tx, commands_rx) = mpsc::channel(COMMAND_CAPACITY);
+        let (exit_tx, exit_rx) = watch::channel(None);
+        let handle = SessionHandle { session: session.clone(), tx: commands_tx, exit: exit_rx, store: store.clone() };
+        let registry = Arc::downgrade(reservation.registry());
+        let attempt = reservation.attempt();
+        reservation.promote(handle);
+        if caller.send(Ok(session.clone())).is_err() {
+            // Nobody holds the handle: tear down. A new session's snapshot keeps its
+            // unacknowledged startup marker, so the ID is reclaimed by the next start; a resumed
+            // one is closed again, its history intact.
+            tracing::info!("caller went away during startup; session torn down");
+            if let Some(registry) = registry.upgrade() {
+                registry.remove(&id, attempt);
+            }
+            close_bounded(runtime.as_ref(), finalize_timeout).await;
+            let reason = ExitReason::Closed { reason: CloseReason::Stopped };
+            if let (Some(store), true) = (&store, plan.resumed.is_some()) {
+                let mut closed = snapshot.clone();
+                closed.status = SessionState::Closed;
+                closed.ended = Some(reason.clone());
+                closed.updated_at = Timestamp::now();
+                let mut batch = WriteBatch::new(id.clone());
+                batch.snapshot = Some(closed);
+                batch.events = vec![journal.event(None, EventKind::SessionClosed { reason: CloseReason::Stopped })];
+                let _ = tokio::time::timeout(finalize_timeout, write_batch(store, &batch)).await;
+            }
+            let _ = exit_tx.send(Some(reason));
+            return;
+        }
+        let actor = Actor::new(ActorParts {
+            session,
+            options,
+            provider: runtime,
+            capabilities,
+            provider_session_id,
+            store,
+            home_store,
+            durability,
+            snapshot,
+            initial_events: journal.events,
+            early_messages: early,
+            commands: commands_rx,
+            sink: sink_rx,
+            exit: exit_tx,
+            registry,
+            attempt,
+            span,
+        });
+        actor.run().await;
+    }
+}
+
+/// The events a startup sequences before the actor takes over.
+struct Journal {
+    session: SessionRef,
+    next_seq: u64,
+    events: Vec<Arc<Event>>,
+}
+
+impl Journal {
+    /// A journal continuing after `latest_seq` (0 for a new session).
+    fn new(session: &SessionRef, latest_seq: u64) -> Self {
+        Journal { session: session.clone(), next_seq: latest_seq + 1, events: Vec::new() }
+    }
+
+    fn event(&mut self, turn: Option<crate::ids::TurnId>, kind: EventKind) -> Arc<Event> {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        Arc::new(Event {
+            schema_version: SCHEMA_VERSION,
+            id: EventId::generate(),
+            seq,
+            session_id: self.session.id.clone(),
+            turn_id: turn,
+            provider: self.session.provider.clone(),
+            at: Timestamp::now(),
+            kind,
+            raw: None,
+        })
+    }
+
+    fn push(&mut self, turn: Option<crate::ids::TurnId>, kind: EventKind) {
+        let event = self.event(turn, kind);
+        self.events.push(event);
+    }
+}
+
+/// Resolves the conversation to open and applies the ID reuse rules.
+async fn plan(store: Option<&DynStore>, session: &SessionRef, options: &SessionOptions) -> Result<Plan> {
+    let id = &session.id;
+    let reuse = || async {
+        match store {
+            Some(store) => check_reuse(store, id, options.reuse).await,
+            None => Ok(false),
+        }
+    };
+    let plan = |conversation, replace| Plan { conversation, replace, resumed: None, forked_from: None };
+    match &options.conversation {
+        Conversation::New => Ok(plan(OpenConversation::New, reuse().await?)),
+        Conversation::Resume(ConversationSource::Provider(provider_session_id)) => {
+            let conversation = OpenConversation::Resume { provider_session_id: provider_session_id.clone() };
+            Ok(plan(conversation, reuse().await?))
+        }
+        Conversation::Fork(ConversationSource::Provider(provider_session_id)) => {
+            let conversation = OpenConversation::Fork { provider_session_id: provider_session_id.clone() };
+            Ok(plan(conversation, reuse().await?))
+        }
+        Conversation::Resume(ConversationSource::Session(source)) => {
+            // `SessionOptions::validate` made sure `source` is this session's own ID.
+            let store = needs_store(store, ConversationMode::Resume)?;
+            let (snapshot, provider_session_id) =
+                stored_source(store, session, source, ConversationMode::Resume).await?;
+            let latest_seq = store.latest_seq(id).await?.unwrap_or(0);
+            let stale_turn = match &snapshot.current_turn_id {
+                Some(turn) => store.fetch_turn(id, turn).await?.filter(|t| !t.status.is_terminal()),
+                None => None,
+            };
+            Ok(Plan {
+                conversation: OpenConversation::Resume { provider_session_id },
+                replace: false,
+                resumed: Some(Resumed { snapshot, latest_seq, stale_turn }),
+                forked_from: None,
+            })
+        }
+        Conversation::Fork(ConversationSource::Session(source)) => {
+            let store = needs_store(store, ConversationMode::Fork)?;
+            let (_, provider_session_id) = stored_source(store, session, source, ConversationMode::Fork).await?;
+            let replace = reuse().await?;
+            Ok(Plan {
+                conversation: OpenConversation::Fork { provider_session_id },
+                replace,
+                resumed: None,
+                forked_from: Some(source.clone()),
+            })
+        }
+    }
+}
+
+fn needs_store(store: Option<&DynStore>, mode: ConversationMode) -> Result<&DynStore> {
+    store.ok_or_else(|| Error::invalid("conversation", format!("to {mode} a stored session the session needs a store")))
+}
+
+/// The stored snapshot of a session to resume or fork from, and its provider conversation.
+async fn stored_source(
+    store: &DynStore,
+    session: &SessionRef,
+    source: &SessionId,
+    mode: ConversationMode,
+) -> Result<(SessionSnapshot, String)> {
+    let failed = |reason: String| Error::ResumeFailed { mode, reason };
+    let Some(snapshot) = store.fetch_session(source).await? else {
+        return Err(failed(format!("the store has no session `{source}`")));
+    };
+    if snapshot.provider != session.provider {
+        return Err(failed(format!(
+            "session `{source}` ran on provider `{}`, not `{}`",
+            snapshot.provider, session.provider
+        )));
+    }
+    let Some(provider_session_id) = snapshot.provider_session_id.clone() else {
+        return Err(failed(format!("session `{source}` has no provider conversation recorded")));
+    };
+    Ok((snapshot, provider_session_id))
+}
+
+/// Applies the ID reuse rules against the stored snapshot. `Ok(true)` means the stored
+/// aggregate is replaced (deleted in the same commit as the new snapshot).
+///
+/// The caller holds the ID's reservation, so a snapshot that says a runtime holds it is stale
+/// (its host died): it reads back as abandoned.
+pub(crate) async fn check_reuse(store: &DynStore, id: &SessionId, reuse: Reuse) -> Result<bool> {
+    let Some(snapshot) = store.fetch_session(id).await? else {
+        return Ok(false);
+    };
+    let unacknowledged =
+        snapshot.startup.is_some() || matches!(snapshot.status, SessionState::Opening | SessionState::Finalizing);
+    let status = if snapshot.is_open() { SessionState::Abandoned } else { snapshot.status };
+    let replace =
+        unacknowledged || reuse == Reuse::Replace || (reuse == Reuse::Closed && status == SessionState::Closed);
+    if replace {
+        tracing::info!(%status, unacknowledged, "replacing stored session");
+        Ok(true)
+    } else {
+        Err(Error::SessionIdAlreadyUsed { id: id.clone(), status })
+    }
+}
+
+/// Records in a stored session's history that resuming it failed.
+async fn record_failed_resume(
+    store: &DynStore,
+    resumed: &Resumed,
+    plan: &Plan,
+    session: &SessionRef,
+    error: &Error,
+    timeout: Duration,
+) {
+    let provider_session_id = match &plan.conversation {
+        OpenConversation::Resume { provider_session_id } => Some(provider_session_id.clone()),
+        _ => None,
+    };
+    let mut journal = Journal::new(session, resumed.latest_seq);
+    let kind = EventKind::ConversationFailed {
+        mode: ConversationMode::Resume,
+        provider_session_id,
+        reason: error.to_string(),
+    };
+    let mut batch = WriteBatch::new(session.id.clone());
+    batch.events = vec![journal.event(None, kind)];
+    match tokio::time::timeout(timeout, write_batch(store, &batch)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(%error, "could not record the failed resume"),
+        Err(_) => tracing::warn!(?timeout, "recording the failed resume timed out"),
+    }
+}
+
+/// Takes back an initial commit whose outcome is unknown (it timed out).
+async fn undo_initial_commit(store: &DynStore, id: &SessionId, resumed: Option<&Resumed>, timeout: Duration) {
+    let undo = async {
+        match resumed {
+            // The stored session goes back to how it was; its history stays.
+            Some(resumed) => store.save_session(&resumed.snapshot).await,
+            // The snapshot carries its startup marker, so the store lets it go.
+            None => store.delete_session(id).await,
+        }
+    };
+    if !matches!(tokio::time::timeout(timeout, undo).await, Ok(Ok(()))) {
+        tracing::warn!("could not take back the initial commit; the next start reclaims it");
+    }
+}
+
+/// Closes a provider session within `timeout`; dropping it afterwards kills what is left.
+pub(crate) async fn close_bounded(runtime: &dyn ProviderSession, timeout: Duration) {
+    if tokio::time::timeout(timeout, runtime.close()).await.is_err() {
+        tracing::warn!(?timeout, "provider did not close in time; dropping it");
+    }
+}

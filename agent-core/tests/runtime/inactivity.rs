@@ -1,0 +1,109 @@
+//! The per-turn inactivity deadline: a turn whose provider goes silent is cancelled, and fails
+//! as stalled if the provider does not end it within the cancel deadline. Off by default.
+
+use std::time::Duration;
+
+use agent_core::request::RequestSpec;
+use agent_core::testing::{CancelBehavior, Recorded};
+use agent_core::*;
+use tokio::time::Instant;
+
+use crate::common::*;
+
+const SILENCE: Duration = Duration::from_secs(30);
+
+fn cancels(remote: &agent_core::testing::ScriptedSession) -> usize {
+    remote.commands().iter().filter(|c| matches!(c, Recorded::Cancel { .. })).count()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_turn_is_cancelled_as_stalled() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts().turn_inactivity_timeout(SILENCE)).await;
+    let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    let turn = f.harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();
+    next_of(&mut events, "turn_started").await;
+    let started = Instant::now();
+    let cancel = next(&mut events).await;
+    assert_eq!(started.elapsed(), SILENCE);
+    match &cancel.kind {
+        EventKind::CancelRequested { reason: Some(reason) } => assert!(reason.starts_with("stalled"), "{reason}"),
+        other => panic!("expected cancel_requested, got {other:?}"),
+    }
+    assert_eq!(cancels(&remote), 1, "the provider was asked to cancel");
+    // The scripted provider ends a cancelled turn: its terminal event is the outcome.
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
+    assert!(matches!(outcome, AwaitError::Ended(ref o) if o.status == TurnStatus::Cancelled), "{outcome:?}");
+    assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Idle);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_turn_the_provider_does_not_end_fails_as_stalled_and_retires_the_session() {
+    let f = Fixture::new();
+    f.control.set_cancel(CancelBehavior::AckOnly);
+    let (session, _) = f.session(opts().provider_command_timeout(Duration::from_secs(10))).await;
+    let monitor = f.harness.monitor(&session).await.unwrap();
+    // The turn's own deadline (the session has none).
+    let options = TurnOptions::new().inactivity_timeout(SILENCE);
+    let turn = f.harness.start_turn(&session, "go", options).await.unwrap();
+    let started = Instant::now();
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
+    match outcome {
+        AwaitError::Ended(outcome) => {
+            assert_eq!(outcome.status, TurnStatus::Failed);
+            let reason = outcome.result.reason.unwrap();
+            assert!(reason.starts_with("stalled"), "{reason}");
+        }
+        other => panic!("expected a failed turn, got {other:?}"),
+    }
+    assert_eq!(started.elapsed(), SILENCE + Duration::from_secs(10), "the inactivity, then the cancel deadline");
+    assert!(matches!(monitor.await, ExitReason::Retired { ref reason } if reason.starts_with("stalled")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_turn_is_not_watched_by_default() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "go").await;
+    let outcome = f.harness.await_turn(&turn, Some(Duration::from_secs(3600))).await;
+    assert!(matches!(outcome, Err(AwaitError::Timeout(_))), "{outcome:?}");
+    assert_eq!(cancels(&remote), 0);
+    assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Running);
+}
+
+#[tokio::test(start_paused = true)]
+async fn provider_activity_and_pending_requests_keep_a_turn_alive() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts().turn_inactivity_timeout(SILENCE)).await;
+    let turn = f.admitted_turn(&session, "go").await;
+    let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    // A delta every 20 s for two minutes: never 30 s of silence.
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        remote.delta(&turn.id, ".").await;
+    }
+    // Waiting on the host for ten minutes is not a stall either.
+    remote.request(&turn.id, RequestSpec::new(RequestKind::Confirmation, "Proceed?", "c1")).await;
+    let request = loop {
+        let event = next(&mut events).await;
+        if event.type_name() == "request_created" {
+            break request_of(&event);
+        }
+    };
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(cancels(&remote), 0, "no cancel while active or waiting on the host");
+    f.harness.respond(&request, Response::approve()).await.unwrap();
+    remote.complete(&turn.id, "done").await;
+    assert_eq!(f.harness.await_turn(&turn, None).await.unwrap().result.text.as_deref(), Some("done"));
+}
+
+#[tokio::test]
+async fn a_zero_inactivity_timeout_is_refused() {
+    let f = Fixture::new();
+    let err = f.harness.start_session(PROVIDER, opts().turn_inactivity_timeout(Duration::ZERO)).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidOption { option: "turn_inactivity_timeout", .. }), "{err:?}");
+    let (session, _) = f.session(opts()).await;
+    let err =
+        f.harness.start_turn(&session, "go", TurnOptions::new().inactivity_timeout(Duration::ZERO)).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidOption { option: "inactivity_timeout", .. }), "{err:?}");
+}

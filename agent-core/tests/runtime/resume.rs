@@ -1,0 +1,193 @@
+//! Resume and fork as core options: a stopped session resumed under its own ID continues its
+//! provider conversation and its stored history; a conversation that cannot be continued fails
+//! the start and is recorded — never a silently fresh conversation.
+
+use agent_core::provider::OpenConversation;
+use agent_core::testing::{Frame, OpenBehavior};
+use agent_core::*;
+use futures::StreamExt;
+
+use crate::common::*;
+
+/// A session that ran one turn and stopped.
+async fn stopped_session(f: &Fixture, id: &str) -> (SessionRef, Turn) {
+    let (session, _) = f.session(opts().id(id)).await;
+    f.control.push_script([Frame::delta("one"), Frame::complete("first")]);
+    let turn = f.harness.start_turn(&session, "1", TurnOptions::new()).await.unwrap();
+    f.harness.await_turn(&turn, None).await.unwrap();
+    f.harness.stop_session(&session, false).await.unwrap();
+    (session, turn)
+}
+
+#[tokio::test]
+async fn resuming_a_stopped_session_continues_its_conversation_and_history() {
+    let f = Fixture::new();
+    let (session, first) = stopped_session(&f, "long-job").await;
+    let before = f.dyn_store().latest_seq(&session.id).await.unwrap().unwrap();
+
+    let resumed = f.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
+    assert_eq!(resumed, session, "the same session, under its own ID");
+    let (_, asked) = f.control.conversations().pop().unwrap();
+    let provider_session_id = format!("scripted-{}", session.id);
+    assert_eq!(asked, OpenConversation::Resume { provider_session_id: provider_session_id.clone() });
+    let status = f.harness.status(&resumed).await.unwrap();
+    assert_eq!(status.provider_session_id.as_deref(), Some(provider_session_id.as_str()));
+
+    f.control.push_script([Frame::complete("second")]);
+    let second = f.harness.start_turn(&resumed, "2", TurnOptions::new()).await.unwrap();
+    f.harness.await_turn(&second, None).await.unwrap();
+    let outcome = f.harness.await_turn(&first, None).await.unwrap();
+    assert_eq!(outcome.result.text.as_deref(), Some("first"), "the first run's turn is still there");
+
+    let last = f.harness.status(&resumed).await.unwrap().last_seq as usize;
+    let events: Vec<_> = f.harness.subscribe(&resumed, Replay::Start).await.unwrap().take(last).collect().await;
+    let events: Vec<_> = events.into_iter().map(|e| e.unwrap()).collect();
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "one seq order across both runs");
+    let after_stop: Vec<_> = events[before as usize..].iter().map(|e| e.type_name()).collect();
+    assert_eq!(after_stop[..2], ["session_ready", "conversation_resumed"]);
+    assert!(matches!(
+        &events[before as usize + 1].kind,
+        EventKind::ConversationResumed { provider_session_id: id } if *id == provider_session_id
+    ));
+    assert_eq!(events[before as usize - 1].type_name(), "session_closed", "the first run's history stays");
+}
+
+#[tokio::test]
+async fn a_failed_resume_is_an_error_and_is_recorded_in_the_stored_history() {
+    let f = Fixture::new();
+    let (session, _) = stopped_session(&f, "cannot-resume").await;
+    let before = f.dyn_store().latest_seq(&session.id).await.unwrap().unwrap();
+    f.control.set_open(OpenBehavior::Fail("the thread was deleted".into()));
+    let err = f.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap_err();
+    assert!(matches!(err, Error::ProviderUnavailable { ref reason, .. } if reason.contains("deleted")), "{err:?}");
+    let stored = f.dyn_store().read_events(&session.id, &Default::default()).await.unwrap();
+    let last = stored.last().unwrap();
+    assert_eq!(last.seq, before + 1);
+    match &last.kind {
+        EventKind::ConversationFailed { mode: ConversationMode::Resume, provider_session_id, reason } => {
+            assert_eq!(provider_session_id.as_deref(), Some(format!("scripted-{}", session.id).as_str()));
+            assert!(reason.contains("deleted"), "{reason}");
+        }
+        other => panic!("expected conversation_failed, got {other:?}"),
+    }
+    let snapshot = f.dyn_store().fetch_session(&session.id).await.unwrap().unwrap();
+    assert_eq!(snapshot.status, SessionState::Closed, "the stored session is left as it was");
+    assert!(f.harness.list_sessions().is_empty());
+}
+
+#[tokio::test]
+async fn a_provider_that_opens_a_fresh_conversation_instead_fails_the_resume() {
+    let f = Fixture::new();
+    let (session, _) = stopped_session(&f, "silently-fresh").await;
+    f.control.set_open(OpenBehavior::IgnoreConversation);
+    let err = f.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap_err();
+    assert!(matches!(err, Error::ResumeFailed { mode: ConversationMode::Resume, .. }), "{err:?}");
+    let remote = f.control.session(&session.id).await;
+    assert!(remote.is_closed(), "the fresh provider session was closed");
+    assert!(f.harness.list_sessions().is_empty());
+}
+
+#[tokio::test]
+async fn a_resume_that_cannot_be_planned_is_refused_before_anything_opens() {
+    let f = Fixture::new();
+    let unknown = SessionId::new("never-ran").unwrap();
+    let err = f.harness.start_session(PROVIDER, opts().resume_session(unknown)).await.unwrap_err();
+    assert!(matches!(err, Error::ResumeFailed { ref reason, .. } if reason.contains("never-ran")), "{err:?}");
+
+    let (session, _) = stopped_session(&f, "other-id").await;
+    let err = f
+        .harness
+        .start_session(
+            PROVIDER,
+            opts().conversation(Conversation::Resume(ConversationSource::Session(session.id.clone()))).id("x"),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidOption { option: "conversation", .. }), "{err:?}");
+    let err = f
+        .harness
+        .start_session(PROVIDER, opts().resume_session(session.id.clone()).store(StoreChoice::Disabled))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidOption { option: "conversation", .. }), "{err:?}");
+    let err = f.harness.start_session(PROVIDER, opts().resume_provider_session(" ")).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidOption { option: "conversation", .. }), "{err:?}");
+
+    f.control.set_capabilities(
+        agent_core::testing::ScriptedProvider::default_capabilities().with(Capability::Resume, Support::Unsupported),
+    );
+    let err = f.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap_err();
+    assert!(matches!(err, Error::Unsupported { capability: Capability::Resume, .. }), "{err:?}");
+    assert_eq!(f.control.conversations().len(), 1, "only the first session was ever opened");
+}
+
+#[tokio::test]
+async fn a_live_session_cannot_be_resumed() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts().id("busy")).await;
+    let err = f.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap_err();
+    assert!(matches!(err, Error::SessionAlreadyExists { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn forking_a_stored_session_starts_a_new_session_on_a_branch_of_its_conversation() {
+    let f = Fixture::new();
+    f.control.set_capabilities(
+        agent_core::testing::ScriptedProvider::default_capabilities().with(Capability::Fork, Support::Native),
+    );
+    let (source, _) = stopped_session(&f, "trunk").await;
+    let (fork, _) = f.session(opts().id("branch").fork_session(source.id.clone())).await;
+    let (_, asked) = f.control.conversations().pop().unwrap();
+    let trunk = format!("scripted-{}", source.id);
+    assert_eq!(asked, OpenConversation::Fork { provider_session_id: trunk.clone() });
+    let types: Vec<_> = f.harness.subscribe(&fork, Replay::Start).await.unwrap().take(2).collect().await;
+    let forked = types[1].as_ref().unwrap();
+    assert!(
+        matches!(&forked.kind, EventKind::ConversationForked { from_provider_session_id, from_session: Some(from) }
+            if *from_provider_session_id == trunk && *from == source.id),
+        "{forked:?}"
+    );
+    assert_eq!(forked.seq, 2, "a fork is a new history");
+}
+
+#[tokio::test]
+async fn a_provider_conversation_can_be_resumed_into_a_new_session() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts().resume_provider_session("thread-42")).await;
+    assert_eq!(f.harness.status(&session).await.unwrap().provider_session_id.as_deref(), Some("thread-42"));
+    let events: Vec<_> = f.harness.subscribe(&session, Replay::Start).await.unwrap().take(2).collect().await;
+    assert!(matches!(
+        &events[1].as_ref().unwrap().kind,
+        EventKind::ConversationResumed { provider_session_id } if provider_session_id == "thread-42"
+    ));
+}
+
+#[tokio::test]
+async fn resuming_a_session_its_host_abandoned_closes_the_turn_it_left_running() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts().id("crashed")).await;
+    let turn = f.admitted_turn(&session, "work").await;
+    remote.delta(&turn.id, "partial").await;
+    // A killed host: the runtime vanishes and its store keeps what was committed — a snapshot
+    // and a turn that say `running`. Copy that state into the store of a new harness.
+    let store = f.dyn_store();
+    let snapshot = store.fetch_session(&session.id).await.unwrap().unwrap();
+    assert_eq!(snapshot.status, SessionState::Running);
+    let running = store.fetch_turn(&session.id, &turn.id).await.unwrap().unwrap();
+    let events = store.read_events(&session.id, &Default::default()).await.unwrap();
+    let f2 = Fixture::new();
+    let mut batch = agent_core::store::WriteBatch::new(session.id.clone());
+    batch.snapshot = Some(snapshot);
+    batch.turns = vec![running];
+    batch.events = events;
+    f2.dyn_store().write(&batch).await.unwrap();
+
+    let resumed = f2.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
+    let outcome = f2.harness.await_turn(&turn, None).await.unwrap_err();
+    match outcome {
+        AwaitError::Ended(outcome) => assert_eq!(outcome.status, TurnStatus::Interrupted),
+        other => panic!("expected an interrupted turn, got {other:?}"),
+    }
+    assert_eq!(f2.harness.status(&resumed).await.unwrap().status, SessionState::Idle);
+}
