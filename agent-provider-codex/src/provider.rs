@@ -154,6 +154,17 @@ impl CodexProvider {
                  or set CodexOptions::binary to its path",
                 program.to_string_lossy()
             )),
+            ExecError::ProgramNotExecutable { path, searched_path: false, problem, .. } => self.unavailable(format!(
+                "the codex CLI path {} {problem}; set CodexOptions::binary to the codex executable \
+                 ({MIN_SUPPORTED} or newer)",
+                path.display()
+            )),
+            ExecError::ProgramNotExecutable { path, problem, .. } => self.unavailable(format!(
+                "`{}` resolves on PATH to {}, which {problem}; fix it or set CodexOptions::binary to the codex \
+                 executable ({MIN_SUPPORTED} or newer)",
+                program.to_string_lossy(),
+                path.display()
+            )),
             ExecError::NotAllowed { resolved } => {
                 self.unavailable(format!("{} is not on the exec's executable allow-list", resolved.display()))
             }
