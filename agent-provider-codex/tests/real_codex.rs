@@ -207,6 +207,24 @@ async fn text_turn_streams_deltas_and_usage() {
     codex.finish().await;
 }
 
+/// With `CODEX_HOME` under the temp dir, codex warns on stderr at every start, `--version`
+/// included; the version probe must read that warning rather than let codex die of a closed pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_home_under_the_temp_dir_still_passes_the_version_probe() {
+    let codex = Codex::start(Scenario::new().text("hello")).await;
+    let temp = std::env::temp_dir();
+    let codex_home = codex.env.var("CODEX_HOME").expect("CODEX_HOME");
+    assert!(Path::new(codex_home).starts_with(&temp), "{codex_home} is under {}", temp.display());
+    let warned = codex.env.command(&codex.cli).env("TMPDIR", &temp).arg("--version").output().expect("codex runs");
+    let stderr = String::from_utf8_lossy(&warned.stderr);
+    assert!(stderr.contains("temporary dir"), "codex warns on stderr: {stderr}");
+
+    let session = codex.session(codex.options().env("TMPDIR", temp.to_str().expect("a UTF-8 temp dir"))).await;
+    let (_, events) = codex.run(&session, "hi", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    codex.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_turns_in_one_session() {
     let codex = Codex::start(Scenario::new().echo("one: ").echo("two: ").echo("three: ")).await;
