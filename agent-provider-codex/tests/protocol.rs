@@ -372,6 +372,75 @@ async fn questions_are_answered_by_question_id() {
     assert!(interrupted);
 }
 
+/// A question request line with server request ID `id` and one question `qid`.
+fn question_request(id: u64, qid: &str) -> String {
+    let params = question(json!([{"id": qid, "header": "", "question": "Go on?"}]))["params"].clone();
+    json!({"id": id, "method": "item/tool/requestUserInput", "params": params}).to_string()
+}
+
+/// Answers every `turn/interrupt` with an empty result.
+fn acknowledge_interrupts(script: Script) -> Script {
+    script.on_line(r#""method":"turn/interrupt""#, |line| {
+        let id = serde_json::from_str::<Value>(line).expect("JSON")["id"].clone();
+        vec![Step::stdout(json!({"id": id, "result": {}}).to_string())]
+    })
+}
+
+fn interrupts(fixture: &Fixture) -> Vec<Value> {
+    fixture.sent().into_iter().filter(|m| m["method"] == "turn/interrupt").collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_two_pending_questions_interrupts_the_turn_once() {
+    let script = acknowledge_interrupts(admitted())
+        .stdout(question_request(0, "a"))
+        .stdout(question_request(1, "b"))
+        .wait_line(r#""id":0,"result""#)
+        .wait_line(r#""id":1,"result""#)
+        // Time for anything the second answer sets off to arrive.
+        .sleep(Duration::from_secs(1))
+        .stdout(completed("interrupted"))
+        .wait_eof();
+    let fixture = Fixture::with(script);
+    let session = fixture.session(options()).await;
+    let events = fixture.run(&session, |_| Some(Response::cancel("stop"))).await;
+    assert_eq!(end(&events).status, TurnStatus::Interrupted);
+    assert_eq!(names(&events).iter().filter(|n| **n == "request_resolved").count(), 2);
+    fixture.harness.stop_session(&session, false).await.unwrap();
+    let sent = interrupts(&fixture);
+    assert_eq!(sent.len(), 1, "one turn/interrupt per turn: {sent:?}");
+    assert_eq!(sent[0]["params"], json!({"threadId": "th-1", "turnId": "tu-1"}));
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_after_a_cancelled_question_does_not_interrupt_again() {
+    let script = acknowledge_interrupts(admitted())
+        .stdout(question_request(0, "a"))
+        .wait_line(r#""id":0,"result""#)
+        .sleep(Duration::from_secs(1))
+        .stdout(completed("interrupted"))
+        .wait_eof();
+    let fixture = Fixture::with(script);
+    let session = fixture.session(options()).await;
+    let turn = fixture.harness.start_turn(&session, "hi", TurnOptions::new()).await.unwrap();
+    let mut stream = fixture.harness.stream(&turn, Replay::Start, None).await.unwrap();
+    let mut status = None;
+    while let Some(event) = stream.next().await {
+        let event = event.unwrap();
+        if let EventKind::RequestCreated(request) = &event.kind {
+            fixture.harness.respond(request, Response::cancel("stop")).await.expect("answered");
+            fixture.harness.cancel(&turn).await.expect("cancel accepted");
+        }
+        if let Some(end) = event.kind.terminal_end() {
+            status = Some(end.status);
+            break;
+        }
+    }
+    assert_eq!(status, Some(TurnStatus::Interrupted));
+    fixture.harness.stop_session(&session, false).await.unwrap();
+    assert_eq!(interrupts(&fixture).len(), 1, "one turn/interrupt per turn");
+}
+
 #[tokio::test(start_paused = true)]
 async fn questions_become_requests_with_choices() {
     let script = admitted()
