@@ -288,6 +288,41 @@ async fn shell_approval_approve_runs_the_command() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn choosing_the_execpolicy_amendment_runs_the_command_and_codex_keeps_the_rule() {
+    let scenario = Scenario::new()
+        .shell("touch amended.txt")
+        .quote_tool_result("first: ")
+        .shell("touch amended.txt")
+        .quote_tool_result("second: ");
+    let codex = Codex::start(scenario).await;
+    let session = codex.session(shell_options(&codex)).await;
+    let choose = |_: &Request| Some(Response::choose("accept_with_execpolicy_amendment"));
+    let (_, first) = codex.run(&session, "make the file", choose).await;
+    let [request] = requests(&first).try_into().expect("one approval");
+    let [choice] = request.choices.clone().try_into().expect("codex offers the amendment");
+    assert_eq!(choice.value, "accept_with_execpolicy_amendment");
+    assert!(choice.description.as_deref().is_some_and(|d| d.contains("`touch amended.txt`")), "{choice:?}");
+    assert_eq!(request.metadata["execpolicy_amendment"], serde_json::json!(["touch", "amended.txt"]));
+    assert_eq!(count(&first, "request_resolved"), 1);
+    assert_eq!(terminal(&first).status, TurnStatus::Completed, "{}", names(&first));
+    assert!(codex.workspace().join("amended.txt").exists(), "the command ran");
+    // Codex saved the rule in its rules file.
+    let rules = Path::new(codex.env.var("CODEX_HOME").expect("CODEX_HOME")).join("rules/default.rules");
+    let saved = std::fs::read_to_string(&rules).unwrap_or_else(|e| panic!("{}: {e}", rules.display()));
+    assert!(saved.contains(r#"prefix_rule(pattern=["touch", "amended.txt"], decision="allow")"#), "{saved}");
+    codex.harness.stop_session(&session, false).await.expect("stop");
+
+    // A new codex process applies it: the same command runs without asking.
+    std::fs::remove_file(codex.workspace().join("amended.txt")).expect("remove");
+    let later = codex.session(shell_options(&codex)).await;
+    let (_, second) = codex.run(&later, "make it again", |_| Some(Response::deny("asked again"))).await;
+    assert!(requests(&second).is_empty(), "asked again: {}", names(&second));
+    assert_eq!(terminal(&second).status, TurnStatus::Completed, "{}", names(&second));
+    assert!(codex.workspace().join("amended.txt").exists(), "the command ran again");
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shell_approval_deny_tells_the_model() {
     let scenario = Scenario::new().shell("touch denied.txt").quote_tool_result("Tool said: ");
     let codex = Codex::start(scenario).await;
