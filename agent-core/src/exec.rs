@@ -343,6 +343,20 @@ pub enum ExecError {
         /// Whether `PATH` was searched (a bare name) or the path was taken as given.
         searched_path: bool,
     },
+    /// The program exists but cannot be run: a directory, a file without execute permission, a
+    /// dangling symbolic link, …. For a bare name, `path` is the first match on `PATH` (the
+    /// search found nothing runnable).
+    #[error("program {path:?} {problem}")]
+    ProgramNotExecutable {
+        /// The program as given.
+        program: OsString,
+        /// What it resolved to.
+        path: PathBuf,
+        /// Whether `PATH` was searched (a bare name) or the path was taken as given.
+        searched_path: bool,
+        /// What is wrong with `path`.
+        problem: ProgramProblem,
+    },
     /// The program is not on the executable allow-list.
     #[error("program {resolved:?} is not on the executable allow-list")]
     NotAllowed {
@@ -394,5 +408,40 @@ pub enum ExecError {
     LimitReached {
         /// The configured limit.
         limit: usize,
+    },
+}
+
+/// Why a path that exists cannot be run as a program ([`ExecError::ProgramNotExecutable`]). It
+/// displays as a predicate of the path: "is a directory".
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProgramProblem {
+    /// The path is a directory.
+    #[error("is a directory")]
+    IsDirectory,
+    /// A regular file with no execute permission bit.
+    #[error("is not executable (mode {mode:04o})")]
+    NotExecutable {
+        /// The permission bits (`0o644`).
+        mode: u32,
+    },
+    /// A symbolic link whose target does not exist.
+    #[error("is a symbolic link to {target:?}, which does not exist")]
+    DanglingSymlink {
+        /// The link's target, as stored in the link.
+        target: PathBuf,
+    },
+    /// Neither a regular file nor a directory.
+    #[error("is not a regular file ({kind})")]
+    NotRegularFile {
+        /// What it is: "a FIFO", "a socket", "a character device", "a block device".
+        kind: &'static str,
+    },
+    /// Its metadata could not be read (permission denied on a parent directory, a loop of
+    /// symbolic links, …).
+    #[error("cannot be inspected: {reason}")]
+    Inaccessible {
+        /// The OS error.
+        reason: String,
     },
 }

@@ -68,12 +68,14 @@ pub enum RequestStatus {
     Expired,
 }
 
-/// One option offered to the user.
+/// One option offered to the user: an answer to a question ([`Question::choices`]), or a
+/// provider decision on a request ([`Request::choices`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Choice {
     /// Text to show.
     pub label: String,
-    /// Value to answer with.
+    /// Value to answer with: the answer text of a question, or the [`Response::Choose`] value of
+    /// a request decision (a stable snake_case name).
     pub value: String,
     /// Longer explanation, if the provider gave one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -160,7 +162,12 @@ pub struct Request {
     pub kind: RequestKind,
     /// Human-readable summary (for questions, the first question's text).
     pub prompt: String,
-    /// Offered choices for single-choice requests.
+    /// Decisions the provider offers besides approve, deny and cancel, each answered with
+    /// [`Response::Choose`] naming its `value` (a stable snake_case name), e.g. "approve this
+    /// command and allow commands with the same prefix from now on". `label` is short; the
+    /// `description` says what the decision does, including any rule or amendment it would
+    /// apply, whose details are also in `metadata`. Empty when there are none. (The choices of a
+    /// question are answers, in [`Question::choices`].)
     #[serde(default)]
     pub choices: Vec<Choice>,
     /// The questions of a question request.
@@ -204,7 +211,8 @@ pub struct RequestSpec {
     pub kind: RequestKind,
     /// Human-readable summary.
     pub prompt: String,
-    /// Offered choices.
+    /// Provider decisions besides approve, deny and cancel, answered with [`Response::Choose`]
+    /// (see [`Request::choices`]).
     pub choices: Vec<Choice>,
     /// Questions (for [`RequestKind::Question`]).
     pub questions: Vec<Question>,
@@ -244,7 +252,7 @@ impl RequestSpec {
         self
     }
 
-    /// Sets the choices.
+    /// Sets the provider decisions offered besides approve, deny and cancel.
     pub fn choices(mut self, choices: impl IntoIterator<Item = Choice>) -> Self {
         self.choices = choices.into_iter().collect();
         self
@@ -348,6 +356,14 @@ pub enum Response {
         /// Why.
         reason: Option<String>,
     },
+    /// Take one of the decisions the request offers in [`Request::choices`], by its
+    /// [`Choice::value`]: what approve, deny and cancel cannot say, such as approving a command
+    /// and allowing commands with the same prefix from now on. Only a value the request offers
+    /// is accepted; the provider sends its own decision for it (with the details it offered).
+    Choose {
+        /// The chosen [`Choice::value`].
+        value: String,
+    },
 }
 
 impl Response {
@@ -391,8 +407,14 @@ impl Response {
         Response::Cancel { reason: Some(reason.into()) }
     }
 
+    /// Take the offered decision whose [`Choice::value`] is `value` (see [`Request::choices`]).
+    pub fn choose(value: impl Into<String>) -> Self {
+        Response::Choose { value: value.into() }
+    }
+
     /// The same response with answer values replaced by `"[redacted]"`, for recording answers
-    /// to secret questions.
+    /// to secret questions. Other responses (a [`Response::Choose`] value names an offered
+    /// decision, never a secret) pass through unchanged.
     pub fn redacted(&self) -> Response {
         const REDACTED: &str = "[redacted]";
         let answer = match self {
@@ -417,6 +439,7 @@ impl Response {
             Response::Approve { .. } => ResponseAction::Approve,
             Response::Deny { .. } => ResponseAction::Deny,
             Response::Cancel { .. } => ResponseAction::Cancel,
+            Response::Choose { .. } => ResponseAction::Choose,
         }
     }
 
@@ -424,11 +447,14 @@ impl Response {
     ///
     /// Rules: questions take `answer` (every question answered, no unknown question IDs), `deny`
     /// or `cancel`; approvals and confirmations take `approve` (with a scope the request offers),
-    /// `deny` or `cancel`; MCP elicitations take `answer` with content, `deny` or `cancel`.
+    /// `deny` or `cancel`; MCP elicitations take `answer` with content, `deny` or `cancel`; any
+    /// request takes `choose` with the value of one of its [`Request::choices`]
+    /// (`Error::InvalidResponse` naming the offered values otherwise).
     pub fn validate_for(&self, request: &Request) -> Result<()> {
         let mismatch = || Error::ResponseKindMismatch { kind: request.kind, action: self.action() };
         match (request.kind, self) {
             (_, Response::Deny { .. } | Response::Cancel { .. }) => Ok(()),
+            (_, Response::Choose { value }) => validate_choice(request, value),
             (RequestKind::Question, Response::Answer { answer }) => validate_answer(request, answer),
             (RequestKind::McpElicitation, Response::Answer { answer }) => match answer {
                 Answer::Content(_) | Answer::ByQuestion(_) => Ok(()),
@@ -442,6 +468,18 @@ impl Response {
             _ => Err(mismatch()),
         }
     }
+}
+
+fn validate_choice(request: &Request, value: &str) -> Result<()> {
+    if request.choices.iter().any(|choice| choice.value == value) {
+        return Ok(());
+    }
+    let offered: Vec<String> = request.choices.iter().map(|choice| format!("`{}`", choice.value)).collect();
+    Err(Error::InvalidResponse(if offered.is_empty() {
+        format!("`{value}` is not a choice of this {} request: it offers none", request.kind)
+    } else {
+        format!("`{value}` is not a choice of this {} request; it offers {}", request.kind, offered.join(", "))
+    }))
 }
 
 fn validate_answer(request: &Request, answer: &Answer) -> Result<()> {
@@ -494,6 +532,8 @@ pub enum ResponseAction {
     Deny,
     /// [`Response::Cancel`].
     Cancel,
+    /// [`Response::Choose`].
+    Choose,
 }
 
 impl fmt::Display for ResponseAction {
@@ -503,6 +543,7 @@ impl fmt::Display for ResponseAction {
             ResponseAction::Approve => "approve",
             ResponseAction::Deny => "deny",
             ResponseAction::Cancel => "cancel",
+            ResponseAction::Choose => "choose",
         })
     }
 }
@@ -585,6 +626,53 @@ mod tests {
         assert!(!text.contains("hunter2"), "{text}");
         let text = format!("{:?}", Response::answers([("password", "hunter2")]));
         assert!(!text.contains("hunter2") && text.contains("password"), "{text}");
+    }
+
+    fn with_choices(mut request: Request, values: &[&str]) -> Request {
+        request.choices = values
+            .iter()
+            .map(|value| Choice { label: value.to_string(), value: value.to_string(), description: None })
+            .collect();
+        request
+    }
+
+    #[test]
+    fn choose_takes_only_an_offered_value() {
+        let plain = request(RequestKind::CommandApproval, vec![], vec![Scope::Once]);
+        let offered =
+            with_choices(plain.clone(), &["accept_with_execpolicy_amendment", "apply_network_policy_amendment"]);
+        assert!(Response::choose("accept_with_execpolicy_amendment").validate_for(&offered).is_ok());
+        match Response::choose("accept_everything").validate_for(&offered) {
+            Err(Error::InvalidResponse(message)) => {
+                assert!(message.contains("`accept_everything`"), "{message}");
+                assert!(
+                    message.contains("`accept_with_execpolicy_amendment`, `apply_network_policy_amendment`"),
+                    "the offered values are named: {message}"
+                );
+            }
+            other => panic!("expected InvalidResponse, got {other:?}"),
+        }
+        match Response::choose("accept_with_execpolicy_amendment").validate_for(&plain) {
+            Err(Error::InvalidResponse(message)) => assert!(message.contains("offers none"), "{message}"),
+            other => panic!("expected InvalidResponse, got {other:?}"),
+        }
+        // Any kind of request may offer decisions; approve, deny and cancel keep working.
+        let question = with_choices(request(RequestKind::Question, vec![Question::new("q", "?")], vec![]), &["skip"]);
+        assert!(Response::choose("skip").validate_for(&question).is_ok());
+        assert!(Response::approve().validate_for(&offered).is_ok());
+        assert!(Response::deny("no").validate_for(&offered).is_ok());
+        assert!(Response::cancel("stop").validate_for(&offered).is_ok());
+    }
+
+    #[test]
+    fn choose_is_recorded_as_is() {
+        let choose = Response::choose("accept_with_execpolicy_amendment");
+        assert_eq!(choose.redacted(), choose);
+        assert_eq!(choose.action(), ResponseAction::Choose);
+        assert_eq!(ResponseAction::Choose.to_string(), "choose");
+        let json = serde_json::to_value(&choose).unwrap();
+        assert_eq!(json, serde_json::json!({"action": "choose", "value": "accept_with_execpolicy_amendment"}));
+        assert_eq!(serde_json::from_value::<Response>(json).unwrap(), choose);
     }
 
     #[test]

@@ -3,12 +3,14 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use agent_core::SessionId;
-use agent_core::exec::{Command, Exec, ExecError, KillCause, KillPolicy, Limits};
+use agent_core::exec::{Command, Exec, ExecError, KillCause, KillPolicy, Limits, ProgramProblem};
 use agent_exec::{LimitExceeded, LocalExec};
+use agent_testkit::programs::ProgramDir;
 use common::{GONE_WITHIN, alive, assert_gone_within, pids, read_line};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -260,6 +262,66 @@ async fn bad_input_fails_with_specific_errors() {
         let error = exec.spawn(command).await.expect_err("must be rejected");
         assert_eq!(format!("{error:?}"), expected);
     }
+}
+
+#[tokio::test]
+async fn a_program_that_exists_but_cannot_run_says_why() {
+    let exec = LocalExec::new();
+    let programs = ProgramDir::new("not-runnable");
+    let directory = programs.dir("tool-dir");
+    let plain = programs.file("tool-plain", 0o644);
+    let missing = programs.path().join("missing-tool");
+    let dangling = programs.symlink("tool-link", &missing);
+    let fifo = programs.path().join("tool-fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
+    assert!(made.success());
+    let search = programs.dir("bin");
+    let found = search.join("tool");
+    std::fs::write(&found, "").expect("write");
+    let cases: Vec<(Command, &Path, ProgramProblem, &str)> = vec![
+        (Command::new(&directory), &directory, ProgramProblem::IsDirectory, "is a directory"),
+        (Command::new(&plain), &plain, ProgramProblem::NotExecutable { mode: 0o644 }, "is not executable (mode 0644)"),
+        (
+            Command::new(&dangling),
+            &dangling,
+            ProgramProblem::DanglingSymlink { target: missing.clone() },
+            "which does not exist",
+        ),
+        (Command::new(&fifo), &fifo, ProgramProblem::NotRegularFile { kind: "a FIFO" }, "is not a regular file"),
+        (
+            Command::new("tool").env("PATH", search.as_os_str()),
+            &found,
+            ProgramProblem::NotExecutable { mode: 0o644 },
+            "is not executable (mode 0644)",
+        ),
+    ];
+    for (command, path, problem, text) in cases {
+        let searched = !command.program.as_encoded_bytes().contains(&b'/');
+        let error = exec.spawn(command).await.expect_err("must be rejected");
+        let message = error.to_string();
+        assert!(message.contains(&*path.to_string_lossy()), "the error names {}: {message}", path.display());
+        assert!(message.contains(text), "the error says `{text}`: {message}");
+        match error {
+            ExecError::ProgramNotExecutable { path: got, problem: why, searched_path, .. } => {
+                assert_eq!((got.as_path(), why, searched_path), (path, problem, searched));
+            }
+            other => panic!("expected ProgramNotExecutable, got {other:?}"),
+        }
+    }
+
+    // Like `execvp`, the `PATH` search passes over a match that cannot run for one that can.
+    let later = programs.dir("later");
+    std::fs::write(later.join("tool"), "#!/bin/sh\necho ran\n").expect("write");
+    std::fs::set_permissions(later.join("tool"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut both = search.into_os_string();
+    both.push(":");
+    both.push(&later);
+    let mut child = exec.spawn(Command::new("tool").env("PATH", both)).await.expect("the later match runs");
+    assert_eq!(read_line(child.stdout.as_mut().expect("stdout")).await, "ran");
+    assert!(child.handle.wait().await.expect("wait").success());
+    // The allow-list resolves its entries the same way.
+    let refused = LocalExec::builder().allow_executable(&plain).build();
+    assert!(matches!(refused, Err(ExecError::ProgramNotExecutable { .. })), "{refused:?}");
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@ mod input;
 mod lines;
 mod normalize;
 mod options;
+mod probe;
 mod provider;
 mod requests;
 mod session;

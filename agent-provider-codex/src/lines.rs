@@ -67,12 +67,25 @@ pub(crate) const STDERR_TAIL_LINES: usize = 40;
 const STDERR_LINE_CHARS: usize = 500;
 
 /// The last lines of a child's stderr, with terminal colour codes removed.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct StderrTail {
     lines: VecDeque<String>,
+    max_lines: usize,
+}
+
+impl Default for StderrTail {
+    /// Keeps [`STDERR_TAIL_LINES`] lines.
+    fn default() -> Self {
+        StderrTail::new(STDERR_TAIL_LINES)
+    }
 }
 
 impl StderrTail {
+    /// Keeps the last `max_lines` lines (at least one).
+    pub(crate) fn new(max_lines: usize) -> Self {
+        StderrTail { lines: VecDeque::new(), max_lines: max_lines.max(1) }
+    }
+
     pub(crate) fn push(&mut self, line: &[u8]) {
         let text = strip_ansi(&String::from_utf8_lossy(line));
         let text = text.trim_end();
@@ -83,7 +96,7 @@ impl StderrTail {
         if kept.len() < text.len() {
             kept.push('…');
         }
-        if self.lines.len() == STDERR_TAIL_LINES {
+        if self.lines.len() == self.max_lines {
             self.lines.pop_front();
         }
         self.lines.push_back(kept);
@@ -160,5 +173,10 @@ mod tests {
         assert!(!text.contains('\u{1b}'));
         tail.push("y".repeat(2000).as_bytes());
         assert!(tail.text().unwrap().ends_with('…'));
+        let mut short = StderrTail::new(2);
+        for line in ["a", "b", "c"] {
+            short.push(line.as_bytes());
+        }
+        assert_eq!(short.text().as_deref(), Some("b\nc"));
     }
 }

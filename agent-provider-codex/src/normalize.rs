@@ -92,6 +92,8 @@ struct TurnState {
     last_message: Option<String>,
     diff: Option<String>,
     error: Option<Value>,
+    /// A `turn/interrupt` was sent for it (codex gets at most one per turn).
+    interrupt_sent: bool,
 }
 
 impl TurnState {
@@ -150,6 +152,7 @@ impl Normalizer {
             last_message: None,
             diff: None,
             error: None,
+            interrupt_sent: false,
         });
         Ok(())
     }
@@ -171,6 +174,16 @@ impl Normalizer {
     /// Codex's ID of the running turn, if `harness` is running.
     pub(crate) fn codex_turn(&self, harness: &TurnId) -> Option<String> {
         self.turn.as_ref().filter(|t| &t.harness == harness).and_then(|t| t.codex.clone())
+    }
+
+    /// Claims the one `turn/interrupt` of the running turn: codex's turn ID the first time this
+    /// is asked for `harness` once codex admitted it; `None` after that, or when `harness` is not
+    /// running or not admitted yet.
+    pub(crate) fn claim_interrupt(&mut self, harness: &TurnId) -> Option<String> {
+        let turn = self.turn.as_mut().filter(|t| &t.harness == harness && !t.interrupt_sent)?;
+        let codex = turn.codex.clone()?;
+        turn.interrupt_sent = true;
+        Some(codex)
     }
 
     /// True while `harness` is the running turn.
@@ -778,6 +791,21 @@ mod tests {
         let mut item = json!({ "type": kind, "id": id });
         item.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
         json!({ "threadId": "th", "turnId": "tu", "item": item })
+    }
+
+    #[test]
+    fn a_turn_is_interrupted_at_most_once() {
+        let mut n = Normalizer::new();
+        n.begin_turn(turn("h1")).unwrap();
+        assert_eq!(n.claim_interrupt(&turn("h1")), None, "not admitted: nothing to interrupt yet");
+        n.admitted(&turn("h1"), "tu");
+        assert_eq!(n.claim_interrupt(&turn("h2")), None, "not the running turn");
+        assert_eq!(n.claim_interrupt(&turn("h1")).as_deref(), Some("tu"));
+        assert_eq!(n.claim_interrupt(&turn("h1")), None, "already interrupted");
+        feed(&mut n, note("turn/completed", json!({"threadId": "th", "turn": {"id": "tu", "status": "interrupted"}})));
+        n.begin_turn(turn("h2")).unwrap();
+        n.admitted(&turn("h2"), "tu2");
+        assert_eq!(n.claim_interrupt(&turn("h2")).as_deref(), Some("tu2"), "each turn gets its own");
     }
 
     #[test]

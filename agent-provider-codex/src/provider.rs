@@ -15,10 +15,10 @@ use agent_core::{
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::io::AsyncReadExt;
 
 use crate::connection::{CallError, Connection};
 use crate::options::{CodexOptions, ThreadMode};
+use crate::probe::{self, ProbeError, ProbeLimits};
 use crate::session::{CodexSession, adapter_deadline, parse_result};
 use crate::validate;
 use crate::version::{LATEST_VALIDATED, MIN_SUPPORTED, Version};
@@ -31,8 +31,10 @@ pub const PROVIDER_ID: &str = "codex";
 
 /// Longest `codex --version` wait, within the startup deadline.
 const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
-/// Bytes of `codex --version` output read.
-const VERSION_OUTPUT_LIMIT: u64 = 4096;
+/// Bytes of `codex --version` stdout kept (the rest is read and dropped).
+const VERSION_OUTPUT_LIMIT: usize = 4096;
+/// Lines of `codex --version` stderr kept for an error report.
+const VERSION_STDERR_LINES: usize = 10;
 
 /// The Codex provider: runs `codex app-server` through the session's exec and speaks its
 /// JSON-RPC protocol. See the crate docs for the mappings.
@@ -90,7 +92,7 @@ impl CodexProvider {
     }
 
     /// Runs `codex --version` (once per exec and program) and checks it against
-    /// [`MIN_SUPPORTED`].
+    /// [`MIN_SUPPORTED`]. Every failure names the program and carries the probe's stderr tail.
     async fn check_version(
         &self,
         ctx: &OpenContext,
@@ -104,35 +106,37 @@ impl CodexProvider {
         let mut command = Command::new(program.clone()).arg("--version").session(ctx.session_id.clone());
         command.env = env.clone();
         command.cwd.clone_from(&ctx.options.cwd);
-        let mut child = ctx.exec.spawn(command).await.map_err(|e| self.spawn_error(e, program))?;
-        let timeout = deadline.min(VERSION_TIMEOUT);
-        let mut output = String::new();
-        let stdout = child.stdout.take();
-        // Nothing is written to it, and its stderr is not read: close both.
-        drop((child.stdin.take(), child.stderr.take()));
-        let read = async {
-            if let Some(stdout) = stdout {
-                let _ = stdout.take(VERSION_OUTPUT_LIMIT).read_to_string(&mut output).await;
-            }
-            child.handle.wait().await
+        let limits = ProbeLimits {
+            timeout: deadline.min(VERSION_TIMEOUT),
+            stdout_bytes: VERSION_OUTPUT_LIMIT,
+            stderr_lines: VERSION_STDERR_LINES,
         };
-        let status = match tokio::time::timeout(timeout, read).await {
-            Ok(Ok(status)) => status,
-            Ok(Err(error)) => return Err(Error::Exec(error)),
-            Err(_) => {
-                let _ = child.handle.kill();
+        let shown = program.to_string_lossy();
+        let output = match probe::run(ctx.exec.as_ref(), command, limits).await {
+            Ok(output) => output,
+            Err(ProbeError::Spawn(error)) => return Err(self.spawn_error(error, program)),
+            Err(ProbeError::Wait(error)) => return Err(Error::Exec(error)),
+            Err(ProbeError::TimedOut { stderr_tail }) => {
                 return Err(self.unavailable(format!(
-                    "`{} --version` did not answer within {timeout:?}",
-                    program.to_string_lossy()
+                    "`{shown} --version` did not answer within {:?}{}",
+                    limits.timeout,
+                    stderr_note(stderr_tail)
                 )));
             }
         };
-        let version = Version::from_cli_output(&output).filter(|_| status.success()).ok_or_else(|| {
-            self.unavailable(format!(
-                "`{} --version` ({status}) did not print a codex version; is it the codex CLI?",
-                program.to_string_lossy()
-            ))
-        })?;
+        let status = output.status;
+        if !status.success() {
+            return Err(self.unavailable(format!(
+                "`{shown} --version` failed ({status}); is it the codex CLI?{}",
+                stderr_note(output.stderr_tail)
+            )));
+        }
+        let Some(version) = Version::from_cli_output(&output.stdout) else {
+            return Err(self.unavailable(format!(
+                "`{shown} --version` ({status}) did not print a codex version; is it the codex CLI?{}",
+                stderr_note(output.stderr_tail)
+            )));
+        };
         if version < MIN_SUPPORTED {
             return Err(self.unavailable(format!(
                 "codex {version} is older than the minimum supported {MIN_SUPPORTED}; upgrade it \
@@ -153,6 +157,17 @@ impl CodexProvider {
                 "`{}` was not found; install the codex CLI {MIN_SUPPORTED} or newer (`npm install -g @openai/codex`) \
                  or set CodexOptions::binary to its path",
                 program.to_string_lossy()
+            )),
+            ExecError::ProgramNotExecutable { path, searched_path: false, problem, .. } => self.unavailable(format!(
+                "the codex CLI path {} {problem}; set CodexOptions::binary to the codex executable \
+                 ({MIN_SUPPORTED} or newer)",
+                path.display()
+            )),
+            ExecError::ProgramNotExecutable { path, problem, .. } => self.unavailable(format!(
+                "`{}` resolves on PATH to {}, which {problem}; fix it or set CodexOptions::binary to the codex \
+                 executable ({MIN_SUPPORTED} or newer)",
+                program.to_string_lossy(),
+                path.display()
             )),
             ExecError::NotAllowed { resolved } => {
                 self.unavailable(format!("{} is not on the exec's executable allow-list", resolved.display()))
@@ -202,8 +217,7 @@ impl CodexProvider {
             CallError::Closed | CallError::Write(_) => {
                 let (status, tail) = conn.exit_report().await;
                 let status = status.map_or_else(|| "exit status unknown".to_owned(), |s| s.to_string());
-                let tail = tail.map(|t| format!("; stderr:\n{t}")).unwrap_or_default();
-                self.unavailable(format!("codex app-server exited during {operation} ({status}){tail}"))
+                self.unavailable(format!("codex app-server exited during {operation} ({status}){}", stderr_note(tail)))
             }
             CallError::Unexpected { method } => self.unavailable(format!(
                 "codex answered `{method}` in an unexpected shape; is it codex {MIN_SUPPORTED}+?"
@@ -248,6 +262,11 @@ struct ClientInfo<'a> {
 #[serde(rename_all = "camelCase")]
 struct InitializeCapabilities {
     experimental_api: bool,
+}
+
+/// `; stderr:` and the tail, for an error report; nothing when stderr was empty.
+fn stderr_note(tail: Option<String>) -> String {
+    tail.map(|t| format!("; stderr:\n{t}")).unwrap_or_default()
 }
 
 /// `codex app-server` with the session's `-c` overrides, environment, cwd and stamp.

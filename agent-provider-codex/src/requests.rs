@@ -11,6 +11,10 @@ use crate::wire::{self, RpcId, ServerRequest};
 const METHOD_NOT_FOUND: i64 = -32601;
 /// JSON-RPC "invalid params", for a known server request whose params did not parse.
 const INVALID_PARAMS: i64 = -32602;
+/// The choice value of codex's `acceptWithExecpolicyAmendment` decision.
+pub(crate) const EXECPOLICY_AMENDMENT: &str = "accept_with_execpolicy_amendment";
+/// The choice value of codex's `applyNetworkPolicyAmendment` decision.
+pub(crate) const NETWORK_POLICY_AMENDMENT: &str = "apply_network_policy_amendment";
 
 /// A server request waiting for the host's response.
 #[derive(Clone, Debug)]
@@ -26,8 +30,9 @@ pub(crate) struct PendingRequest {
 /// What a pending request needs to encode its answer.
 #[derive(Clone, Debug)]
 pub(crate) enum PendingKind {
-    /// `item/commandExecution/requestApproval` with the approval scopes codex takes.
-    Command { scopes: Vec<Scope> },
+    /// `item/commandExecution/requestApproval` with the approval scopes codex takes and the
+    /// other decisions it offered.
+    Command { scopes: Vec<Scope>, offered: Vec<Offered> },
     /// `item/fileChange/requestApproval`.
     FileChange,
     /// `item/permissions/requestApproval` with the requested profile.
@@ -38,6 +43,14 @@ pub(crate) enum PendingKind {
     Elicitation,
     /// The legacy `execCommandApproval` / `applyPatchApproval` (review decisions).
     Legacy,
+}
+
+/// A codex decision offered as a [`Choice`]: its value and the exact decision JSON codex listed
+/// (with the amendment), sent back as is when it is chosen.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Offered {
+    pub(crate) value: String,
+    pub(crate) decision: Value,
 }
 
 /// What to do with a server request.
@@ -154,17 +167,96 @@ fn command_approval(provider_ref: String, p: wire::CommandApproval) -> Built {
         None => format!("Run `{command}`"),
     };
     let scopes = command_scopes(&p);
+    let (offered, choices, amendments) = command_choices(&p);
     let mut spec = RequestSpec::new(RequestKind::CommandApproval, prompt, provider_ref)
         .scopes(scopes.clone())
+        .choices(choices)
         .meta("command", command);
+    for (key, amendment) in amendments {
+        spec = spec.meta(key, amendment);
+    }
     spec = meta_opt(spec, "cwd", p.cwd);
     spec = meta_opt(spec, "reason", p.reason);
     spec = meta_opt(spec, "item_id", p.item_id);
     spec = meta_opt(spec, "available_decisions", p.available_decisions.map(Value::Array));
     spec = meta_opt(spec, "proposed_execpolicy_amendment", p.proposed_execpolicy_amendment);
+    spec = meta_opt(spec, "proposed_network_policy_amendments", p.proposed_network_policy_amendments.map(Value::Array));
     spec = meta_opt(spec, "network_approval_context", p.network_approval_context);
     spec = meta_opt(spec, "command_actions", p.command_actions);
-    Built::Ask { spec, kind: PendingKind::Command { scopes } }
+    Built::Ask { spec, kind: PendingKind::Command { scopes, offered } }
+}
+
+/// The decisions of a command approval beyond accept, decline and cancel, as choices, with the
+/// metadata entry (`execpolicy_amendment`, `network_policy_amendment`) of each amendment.
+///
+/// From `availableDecisions`, or, when codex leaves the list out, what codex itself offers
+/// then: the first `allow` network amendment for a network approval, else the proposed
+/// execpolicy amendment. A decision offered twice is offered once (the first).
+fn command_choices(p: &wire::CommandApproval) -> (Vec<Offered>, Vec<Choice>, Vec<(&'static str, Value)>) {
+    let listed = match &p.available_decisions {
+        Some(list) => list.clone(),
+        None => default_decisions(p),
+    };
+    let (mut offered, mut choices, mut amendments) = (Vec::new(), Vec::new(), Vec::new());
+    for decision in listed {
+        let Some((choice, meta)) = amendment_choice(&decision) else { continue };
+        if offered.iter().any(|o: &Offered| o.value == choice.value) {
+            continue;
+        }
+        offered.push(Offered { value: choice.value.clone(), decision });
+        choices.push(choice);
+        amendments.push(meta);
+    }
+    (offered, choices, amendments)
+}
+
+/// What codex offers when `availableDecisions` is absent (its `default_available_decisions`).
+fn default_decisions(p: &wire::CommandApproval) -> Vec<Value> {
+    if p.network_approval_context.is_some() {
+        let allow = p.proposed_network_policy_amendments.iter().flatten().find(|a| a["action"] == "allow");
+        return allow
+            .map(|a| json!({ "applyNetworkPolicyAmendment": { "network_policy_amendment": a } }))
+            .into_iter()
+            .collect();
+    }
+    p.proposed_execpolicy_amendment
+        .iter()
+        .filter(|a| a.as_array().is_some_and(|words| !words.is_empty()))
+        .map(|a| json!({ "acceptWithExecpolicyAmendment": { "execpolicy_amendment": a } }))
+        .collect()
+}
+
+/// The choice for one listed decision and its amendment's metadata entry; `None` for the plain
+/// decisions (`accept`, `decline`, …) and for shapes this client does not know.
+fn amendment_choice(decision: &Value) -> Option<(Choice, (&'static str, Value))> {
+    if let Some(amendment) = decision.pointer("/acceptWithExecpolicyAmendment/execpolicy_amendment") {
+        let words: Vec<&str> = amendment.as_array()?.iter().map(Value::as_str).collect::<Option<_>>()?;
+        let prefix = words.join(" ");
+        let choice = Choice {
+            value: EXECPOLICY_AMENDMENT.into(),
+            label: "Approve and allow similar commands".into(),
+            description: Some(format!(
+                "Run this command and add a rule to codex's execution policy that allows commands starting with \
+                 `{prefix}` without asking, in this and later sessions (codex saves it under CODEX_HOME/rules)"
+            )),
+        };
+        return Some((choice, ("execpolicy_amendment", amendment.clone())));
+    }
+    let amendment = decision.pointer("/applyNetworkPolicyAmendment/network_policy_amendment")?;
+    let host = amendment.get("host")?.as_str()?;
+    let (label, description) = match amendment.get("action")?.as_str()? {
+        "allow" => (
+            "Approve and always allow this host",
+            format!("Run this command and add a persistent network policy rule that allows connections to `{host}`"),
+        ),
+        "deny" => (
+            "Refuse and always block this host",
+            format!("Refuse this command and add a persistent network policy rule that blocks connections to `{host}`"),
+        ),
+        _ => return None,
+    };
+    let choice = Choice { value: NETWORK_POLICY_AMENDMENT.into(), label: label.into(), description: Some(description) };
+    Some((choice, ("network_policy_amendment", amendment.clone())))
 }
 
 /// The approval scopes of a command approval.
@@ -248,7 +340,7 @@ impl Encoded {
 pub(crate) fn encode(pending: &PendingRequest, kind: RequestKind, response: &Response) -> Result<Encoded> {
     let mismatch = || Error::ResponseKindMismatch { kind, action: response.action() };
     match (&pending.kind, response) {
-        (PendingKind::Command { scopes }, Response::Approve { scope }) => {
+        (PendingKind::Command { scopes, .. }, Response::Approve { scope }) => {
             if !scopes.contains(scope) {
                 return Err(Error::UnsupportedScope { scope: *scope });
             }
@@ -259,6 +351,13 @@ pub(crate) fn encode(pending: &PendingRequest, kind: RequestKind, response: &Res
             let decision = if *scope == Scope::Session { "acceptForSession" } else { "accept" };
             Ok(Encoded::answer(json!({ "decision": decision })))
         }
+        (PendingKind::Command { offered, .. }, Response::Choose { value }) => {
+            match offered.iter().find(|o| o.value == *value) {
+                Some(offered) => Ok(Encoded::answer(json!({ "decision": offered.decision }))),
+                None => Err(unoffered(value, offered)),
+            }
+        }
+        (_, Response::Choose { value }) => Err(unoffered(value, &[])),
         (PendingKind::Command { .. } | PendingKind::FileChange, Response::Deny { .. }) => {
             Ok(Encoded::answer(json!({ "decision": "decline" })))
         }
@@ -310,6 +409,16 @@ pub(crate) fn encode(pending: &PendingRequest, kind: RequestKind, response: &Res
         (PendingKind::Legacy, Response::Cancel { .. }) => Ok(Encoded::answer(json!({ "decision": "abort" }))),
         _ => Err(mismatch()),
     }
+}
+
+/// A `Response::Choose` naming a decision the request does not offer.
+fn unoffered(value: &str, offered: &[Offered]) -> Error {
+    let names: Vec<String> = offered.iter().map(|o| format!("`{}`", o.value)).collect();
+    Error::InvalidResponse(if names.is_empty() {
+        format!("`{value}` is not a choice of this request: codex offered none")
+    } else {
+        format!("`{value}` is not a choice of this request; codex offered {}", names.join(", "))
+    })
 }
 
 fn question_answers(ids: &[String], answer: &Answer) -> Result<Map<String, Value>> {
@@ -384,6 +493,79 @@ mod tests {
         check_scopes(json!({"availableDecisions": ["decline", "cancel"]}), &[]);
     }
 
+    #[track_caller]
+    fn check_choices(params: Value, expected: &[(&str, Value)]) {
+        let (offered, choices, _) = command_choices(&command(params));
+        let got: Vec<(&str, &Value)> = offered.iter().map(|o| (o.value.as_str(), &o.decision)).collect();
+        let expected: Vec<(&str, &Value)> = expected.iter().map(|(v, d)| (*v, d)).collect();
+        assert_eq!(got, expected);
+        let values: Vec<&str> = choices.iter().map(|c| c.value.as_str()).collect();
+        assert_eq!(values, expected.iter().map(|(v, _)| *v).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn offered_amendments_become_choices() {
+        let execpolicy = json!({"acceptWithExecpolicyAmendment": {"execpolicy_amendment": ["cargo", "test"]}});
+        let allow = json!({"host": "crates.io", "action": "allow"});
+        let network = json!({"applyNetworkPolicyAmendment": {"network_policy_amendment": allow}});
+        check_choices(
+            json!({"availableDecisions": ["accept", execpolicy, "cancel"]}),
+            &[(EXECPOLICY_AMENDMENT, execpolicy.clone())],
+        );
+        check_choices(
+            json!({"availableDecisions": ["accept", "acceptForSession", network, "cancel"]}),
+            &[(NETWORK_POLICY_AMENDMENT, network.clone())],
+        );
+        // Only what codex lists is offered; a repeat or an unknown shape is not.
+        check_choices(json!({"availableDecisions": ["accept", "cancel"], "proposedExecpolicyAmendment": ["ls"]}), &[]);
+        check_choices(
+            json!({"availableDecisions": [execpolicy, {"acceptWithExecpolicyAmendment": {"execpolicy_amendment": ["x"]}},
+                                          {"somethingNew": {}}, {"acceptWithExecpolicyAmendment": {}}]}),
+            &[(EXECPOLICY_AMENDMENT, execpolicy.clone())],
+        );
+        // Without a list, what codex offers by default.
+        check_choices(json!({"proposedExecpolicyAmendment": ["cargo", "test"]}), &[(EXECPOLICY_AMENDMENT, execpolicy)]);
+        check_choices(
+            json!({"networkApprovalContext": {"host": "crates.io", "protocol": "https"}, "proposedExecpolicyAmendment": ["curl"],
+                   "proposedNetworkPolicyAmendments": [{"host": "crates.io", "action": "deny"}, allow]}),
+            &[(NETWORK_POLICY_AMENDMENT, network)],
+        );
+        check_choices(json!({"proposedExecpolicyAmendment": []}), &[]);
+    }
+
+    #[test]
+    fn amendment_choices_say_what_they_allow() {
+        let deny = json!({"applyNetworkPolicyAmendment": {"network_policy_amendment": {"host": "evil.test", "action": "deny"}}});
+        let (choice, (key, amendment)) = amendment_choice(&deny).expect("a choice");
+        assert_eq!(choice.value, NETWORK_POLICY_AMENDMENT);
+        assert!(choice.description.as_deref().unwrap().contains("blocks connections to `evil.test`"), "{choice:?}");
+        assert_eq!((key, amendment), ("network_policy_amendment", json!({"host": "evil.test", "action": "deny"})));
+        let execpolicy = json!({"acceptWithExecpolicyAmendment": {"execpolicy_amendment": ["npm", "run", "lint"]}});
+        let (choice, (key, _)) = amendment_choice(&execpolicy).expect("a choice");
+        assert!(choice.description.as_deref().unwrap().contains("starting with `npm run lint`"), "{choice:?}");
+        assert_eq!(key, "execpolicy_amendment");
+        assert!(amendment_choice(&json!("accept")).is_none());
+    }
+
+    #[test]
+    fn choose_sends_the_offered_decision_as_codex_listed_it() {
+        let decision = json!({"acceptWithExecpolicyAmendment": {"execpolicy_amendment": ["cargo", "test"]}});
+        let offered = vec![Offered { value: EXECPOLICY_AMENDMENT.into(), decision: decision.clone() }];
+        let approval = pending(PendingKind::Command { scopes: vec![Scope::Once], offered });
+        let kind = RequestKind::CommandApproval;
+        let encoded = encode(&approval, kind, &Response::choose(EXECPOLICY_AMENDMENT)).unwrap();
+        assert_eq!(encoded, Encoded { result: json!({"decision": decision}), interrupt: false });
+        match encode(&approval, kind, &Response::choose(NETWORK_POLICY_AMENDMENT)) {
+            Err(Error::InvalidResponse(message)) => assert!(message.contains("`accept_with_execpolicy_amendment`")),
+            other => panic!("expected InvalidResponse, got {other:?}"),
+        }
+        let file = pending(PendingKind::FileChange);
+        let refused = encode(&file, RequestKind::FileChangeApproval, &Response::choose(EXECPOLICY_AMENDMENT));
+        assert!(matches!(refused, Err(Error::InvalidResponse(_))), "{refused:?}");
+        // Approve keeps its meaning next to the choices.
+        assert_eq!(encode(&approval, kind, &Response::approve()).unwrap().result, json!({"decision": "accept"}));
+    }
+
     #[test]
     fn legacy_approvals_use_review_decisions() {
         let legacy = pending(PendingKind::Legacy);
@@ -422,7 +604,7 @@ mod tests {
             Err(Error::MissingAnswer { question_id }) if question_id == "b"
         ));
         assert!(matches!(encode(&question, kind, &Response::approve()), Err(Error::ResponseKindMismatch { .. })));
-        let once_only = pending(PendingKind::Command { scopes: vec![Scope::Once] });
+        let once_only = pending(PendingKind::Command { scopes: vec![Scope::Once], offered: Vec::new() });
         assert!(matches!(
             encode(&once_only, RequestKind::CommandApproval, &Response::approve_with(Scope::Session)),
             Err(Error::UnsupportedScope { scope: Scope::Session })

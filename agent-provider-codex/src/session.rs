@@ -155,9 +155,10 @@ impl ProviderSession for CodexSession {
             });
         }
         // The answer is delivered; the interrupt that completes a cancel is not awaited (its
-        // outcome is the turn's terminal event).
+        // outcome is the turn's terminal event), and not sent again when a cancel of another
+        // request or of the turn already sent it.
         if encoded.interrupt {
-            let codex_turn = self.conn.state().codex_turn(&pending.turn);
+            let codex_turn = self.conn.state().claim_interrupt(&pending.turn);
             if let Some(codex_turn) = codex_turn {
                 let params = TurnRefParams { thread_id: &self.thread_id, turn_id: &codex_turn };
                 if let Err(error) = self.conn.send("turn/interrupt", params).await {
@@ -170,12 +171,23 @@ impl ProviderSession for CodexSession {
 
     /// Interrupts the turn and waits for codex to end it, all within the command deadline: an
     /// acknowledged interrupt whose `turn/completed` never comes leaves the turn's state unknown
-    /// (a timeout, so the runtime retires the session rather than wait forever).
+    /// (a timeout, so the runtime retires the session rather than wait forever). When a
+    /// cancelled request already interrupted the turn, only the wait remains.
     async fn cancel(&self, turn: &TurnId) -> Result<()> {
-        // Not running any more: its terminal event is already on its way.
-        let Some(codex_turn) = self.conn.state().codex_turn(turn) else { return Ok(()) };
+        let claimed = {
+            let mut state = self.conn.state();
+            // Not running any more: its terminal event is already on its way.
+            if state.codex_turn(turn).is_none() {
+                return Ok(());
+            }
+            state.claim_interrupt(turn)
+        };
         let deadline = tokio::time::Instant::now() + self.command_timeout;
-        match self.interrupt(&codex_turn).await {
+        let sent = match claimed {
+            Some(codex_turn) => self.interrupt(&codex_turn).await,
+            None => Ok(()),
+        };
+        match sent {
             Ok(()) => {}
             Err(CallError::Rpc { .. }) if !self.conn.state().is_running(turn) => return Ok(()),
             Err(CallError::Rpc { message, .. }) => {

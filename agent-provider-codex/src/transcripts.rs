@@ -451,6 +451,11 @@ fn approval_requests_keep_what_the_host_needs() {
     assert_eq!(command.scopes, vec![Scope::Once, Scope::Session]);
     assert_eq!(command.metadata["cwd"], "<workdir>/workspace");
     assert_eq!(command.metadata["available_decisions"].as_array().unwrap().len(), 3);
+    // The execpolicy amendment codex offered is a choice; choosing it sends the decision back.
+    let values: Vec<&str> = command.choices.iter().map(|c| c.value.as_str()).collect();
+    assert_eq!(values, ["accept_with_execpolicy_amendment"]);
+    assert!(command.choices[0].description.as_deref().unwrap().contains("`touch approved.txt`"));
+    assert_eq!(command.metadata["execpolicy_amendment"], serde_json::json!(["touch", "approved.txt"]));
     let [file] = requests_of("filechange_accept").try_into().unwrap();
     assert_eq!(file.kind, RequestKind::FileChangeApproval);
     assert_eq!(file.scopes, vec![Scope::Once, Scope::Session]);

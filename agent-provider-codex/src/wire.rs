@@ -561,6 +561,8 @@ pub(crate) struct CommandApproval {
     #[serde(default)]
     pub(crate) proposed_execpolicy_amendment: Option<Value>,
     #[serde(default)]
+    pub(crate) proposed_network_policy_amendments: Option<Vec<Value>>,
+    #[serde(default)]
     pub(crate) network_approval_context: Option<Value>,
     #[serde(default)]
     pub(crate) command_actions: Option<Value>,

@@ -272,6 +272,12 @@ async fn turns_normalize_and_carry_skills_and_overrides() {
 /// Plays one server request in a turn, answers it with `response`, and returns what the
 /// provider wrote back for it (and whether it also interrupted the turn).
 async fn answer(request: Value, response: Response) -> (Value, bool) {
+    let (reply, interrupted, _) = answer_seen(request, response).await;
+    (reply, interrupted)
+}
+
+/// [`answer`], also returning the request the host saw.
+async fn answer_seen(request: Value, response: Response) -> (Value, bool, Request) {
     let line = json!({"id": 0, "method": request["method"], "params": request["params"]}).to_string();
     let script = admitted()
         .stdout(line)
@@ -282,14 +288,20 @@ async fn answer(request: Value, response: Response) -> (Value, bool) {
     let fixture = Fixture::with(script);
     let session = fixture.session(options()).await;
     let response = std::sync::Mutex::new(Some(response));
-    let events = fixture.run(&session, |_| response.lock().unwrap().take()).await;
+    let seen = std::sync::Mutex::new(None);
+    let events = fixture
+        .run(&session, |request| {
+            *seen.lock().unwrap() = Some(request.clone());
+            response.lock().unwrap().take()
+        })
+        .await;
     assert!(names(&events).contains(&"request_resolved"), "{:?}", names(&events));
     fixture.harness.stop_session(&session, false).await.unwrap();
     let sent = fixture.sent();
     let reply = sent.iter().find(|m| m["id"] == 0 && m.get("method").is_none()).expect("an answer").clone();
     assert!(reply.get("error").is_none(), "{reply}");
     let interrupted = sent.iter().any(|m| m["method"] == "turn/interrupt");
-    (reply["result"].clone(), interrupted)
+    (reply["result"].clone(), interrupted, seen.into_inner().unwrap().expect("a request"))
 }
 
 fn command_approval(decisions: Value) -> Value {
@@ -348,6 +360,63 @@ async fn approvals_are_answered_in_codex_shapes() {
     }
 }
 
+#[tokio::test(start_paused = true)]
+async fn offered_amendments_become_choices_and_choose_sends_them_back() {
+    let execpolicy = json!({"acceptWithExecpolicyAmendment": {"execpolicy_amendment": ["touch", "approved.txt"]}});
+    let mut request = command_approval(json!(["accept", execpolicy.clone(), "cancel"]));
+    request["params"]["proposedExecpolicyAmendment"] = json!(["touch", "approved.txt"]);
+    let (reply, interrupted, seen) = answer_seen(request, Response::choose("accept_with_execpolicy_amendment")).await;
+    assert_eq!(reply, json!({"decision": execpolicy}));
+    assert!(!interrupted);
+    let [choice] = seen.choices.try_into().expect("one choice");
+    assert_eq!(choice.value, "accept_with_execpolicy_amendment");
+    assert!(choice.description.as_deref().is_some_and(|d| d.contains("`touch approved.txt`")), "{choice:?}");
+    assert_eq!(seen.metadata["execpolicy_amendment"], json!(["touch", "approved.txt"]));
+    assert_eq!(seen.scopes, vec![Scope::Once, Scope::Session], "approve keeps its scopes");
+
+    let network = json!({"applyNetworkPolicyAmendment": {"network_policy_amendment": {"host": "example.com", "action": "allow"}}});
+    let mut request = command_approval(json!(["accept", "acceptForSession", network.clone(), "cancel"]));
+    request["params"]["networkApprovalContext"] = json!({"host": "example.com", "protocol": "https"});
+    request["params"]["proposedNetworkPolicyAmendments"] =
+        json!([{"host": "example.com", "action": "allow"}, {"host": "example.com", "action": "deny"}]);
+    let (reply, _, seen) = answer_seen(request, Response::choose("apply_network_policy_amendment")).await;
+    assert_eq!(reply, json!({"decision": network}));
+    let [choice] = seen.choices.try_into().expect("one choice");
+    assert!(choice.description.as_deref().is_some_and(|d| d.contains("`example.com`")), "{choice:?}");
+    assert_eq!(seen.metadata["network_policy_amendment"], json!({"host": "example.com", "action": "allow"}));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unoffered_choice_is_refused_before_anything_is_sent() {
+    let execpolicy = json!({"acceptWithExecpolicyAmendment": {"execpolicy_amendment": ["ls"]}});
+    let request = json!({"id": 0, "method": "item/commandExecution/requestApproval", "params": {"threadId": "th-1",
+        "turnId": "tu-1", "itemId": "c1", "command": "ls", "availableDecisions": ["accept", execpolicy, "cancel"]}});
+    let script =
+        admitted().stdout(request.to_string()).wait_line(r#""id":0"#).stdout(completed("completed")).wait_eof();
+    let fixture = Fixture::with(script);
+    let session = fixture.session(options()).await;
+    let turn = fixture.harness.start_turn(&session, "hi", TurnOptions::new()).await.unwrap();
+    let mut stream = fixture.harness.stream(&turn, Replay::Start, None).await.unwrap();
+    while let Some(event) = stream.next().await {
+        let event = event.unwrap();
+        if let EventKind::RequestCreated(request) = &event.kind {
+            match fixture.harness.respond(request, Response::choose("apply_network_policy_amendment")).await {
+                Err(Error::InvalidResponse(message)) => {
+                    assert!(message.contains("`accept_with_execpolicy_amendment`"), "names the offer: {message}");
+                }
+                other => panic!("expected InvalidResponse, got {other:?}"),
+            }
+            // The refusal was definite: the request can still be answered.
+            fixture.harness.respond(request, Response::approve()).await.unwrap();
+        }
+        if event.is_terminal() {
+            break;
+        }
+    }
+    let answers: Vec<Value> = fixture.sent().into_iter().filter(|m| m["id"] == 0).collect();
+    assert_eq!(answers, vec![json!({"id": 0, "result": {"decision": "accept"}})]);
+}
+
 fn question(questions: Value) -> Value {
     json!({"method": "item/tool/requestUserInput", "params": {"threadId": "th-1", "turnId": "tu-1", "itemId": "q",
            "isBlocking": true, "questions": questions}})
@@ -370,6 +439,75 @@ async fn questions_are_answered_by_question_id() {
     let (reply, interrupted) = answer(question(one), Response::cancel("stop")).await;
     assert_eq!(reply, json!({"answers": {"color": {"answers": []}}}));
     assert!(interrupted);
+}
+
+/// A question request line with server request ID `id` and one question `qid`.
+fn question_request(id: u64, qid: &str) -> String {
+    let params = question(json!([{"id": qid, "header": "", "question": "Go on?"}]))["params"].clone();
+    json!({"id": id, "method": "item/tool/requestUserInput", "params": params}).to_string()
+}
+
+/// Answers every `turn/interrupt` with an empty result.
+fn acknowledge_interrupts(script: Script) -> Script {
+    script.on_line(r#""method":"turn/interrupt""#, |line| {
+        let id = serde_json::from_str::<Value>(line).expect("JSON")["id"].clone();
+        vec![Step::stdout(json!({"id": id, "result": {}}).to_string())]
+    })
+}
+
+fn interrupts(fixture: &Fixture) -> Vec<Value> {
+    fixture.sent().into_iter().filter(|m| m["method"] == "turn/interrupt").collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_two_pending_questions_interrupts_the_turn_once() {
+    let script = acknowledge_interrupts(admitted())
+        .stdout(question_request(0, "a"))
+        .stdout(question_request(1, "b"))
+        .wait_line(r#""id":0,"result""#)
+        .wait_line(r#""id":1,"result""#)
+        // Time for anything the second answer sets off to arrive.
+        .sleep(Duration::from_secs(1))
+        .stdout(completed("interrupted"))
+        .wait_eof();
+    let fixture = Fixture::with(script);
+    let session = fixture.session(options()).await;
+    let events = fixture.run(&session, |_| Some(Response::cancel("stop"))).await;
+    assert_eq!(end(&events).status, TurnStatus::Interrupted);
+    assert_eq!(names(&events).iter().filter(|n| **n == "request_resolved").count(), 2);
+    fixture.harness.stop_session(&session, false).await.unwrap();
+    let sent = interrupts(&fixture);
+    assert_eq!(sent.len(), 1, "one turn/interrupt per turn: {sent:?}");
+    assert_eq!(sent[0]["params"], json!({"threadId": "th-1", "turnId": "tu-1"}));
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_after_a_cancelled_question_does_not_interrupt_again() {
+    let script = acknowledge_interrupts(admitted())
+        .stdout(question_request(0, "a"))
+        .wait_line(r#""id":0,"result""#)
+        .sleep(Duration::from_secs(1))
+        .stdout(completed("interrupted"))
+        .wait_eof();
+    let fixture = Fixture::with(script);
+    let session = fixture.session(options()).await;
+    let turn = fixture.harness.start_turn(&session, "hi", TurnOptions::new()).await.unwrap();
+    let mut stream = fixture.harness.stream(&turn, Replay::Start, None).await.unwrap();
+    let mut status = None;
+    while let Some(event) = stream.next().await {
+        let event = event.unwrap();
+        if let EventKind::RequestCreated(request) = &event.kind {
+            fixture.harness.respond(request, Response::cancel("stop")).await.expect("answered");
+            fixture.harness.cancel(&turn).await.expect("cancel accepted");
+        }
+        if let Some(end) = event.kind.terminal_end() {
+            status = Some(end.status);
+            break;
+        }
+    }
+    assert_eq!(status, Some(TurnStatus::Interrupted));
+    fixture.harness.stop_session(&session, false).await.unwrap();
+    assert_eq!(interrupts(&fixture).len(), 1, "one turn/interrupt per turn");
 }
 
 #[tokio::test(start_paused = true)]

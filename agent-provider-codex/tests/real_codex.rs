@@ -207,6 +207,24 @@ async fn text_turn_streams_deltas_and_usage() {
     codex.finish().await;
 }
 
+/// With `CODEX_HOME` under the temp dir, codex warns on stderr at every start, `--version`
+/// included; the version probe must read that warning rather than let codex die of a closed pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_home_under_the_temp_dir_still_passes_the_version_probe() {
+    let codex = Codex::start(Scenario::new().text("hello")).await;
+    let temp = std::env::temp_dir();
+    let codex_home = codex.env.var("CODEX_HOME").expect("CODEX_HOME");
+    assert!(Path::new(codex_home).starts_with(&temp), "{codex_home} is under {}", temp.display());
+    let warned = codex.env.command(&codex.cli).env("TMPDIR", &temp).arg("--version").output().expect("codex runs");
+    let stderr = String::from_utf8_lossy(&warned.stderr);
+    assert!(stderr.contains("temporary dir"), "codex warns on stderr: {stderr}");
+
+    let session = codex.session(codex.options().env("TMPDIR", temp.to_str().expect("a UTF-8 temp dir"))).await;
+    let (_, events) = codex.run(&session, "hi", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    codex.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_turns_in_one_session() {
     let codex = Codex::start(Scenario::new().echo("one: ").echo("two: ").echo("three: ")).await;
@@ -266,6 +284,41 @@ async fn shell_approval_approve_runs_the_command() {
     assert_eq!(completed, Some((ToolStatus::Completed, Some(0), Some("created-file\n".into()))));
     assert_eq!(terminal(&events).status, TurnStatus::Completed);
     assert!(codex.workspace().join("approved.txt").exists());
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn choosing_the_execpolicy_amendment_runs_the_command_and_codex_keeps_the_rule() {
+    let scenario = Scenario::new()
+        .shell("touch amended.txt")
+        .quote_tool_result("first: ")
+        .shell("touch amended.txt")
+        .quote_tool_result("second: ");
+    let codex = Codex::start(scenario).await;
+    let session = codex.session(shell_options(&codex)).await;
+    let choose = |_: &Request| Some(Response::choose("accept_with_execpolicy_amendment"));
+    let (_, first) = codex.run(&session, "make the file", choose).await;
+    let [request] = requests(&first).try_into().expect("one approval");
+    let [choice] = request.choices.clone().try_into().expect("codex offers the amendment");
+    assert_eq!(choice.value, "accept_with_execpolicy_amendment");
+    assert!(choice.description.as_deref().is_some_and(|d| d.contains("`touch amended.txt`")), "{choice:?}");
+    assert_eq!(request.metadata["execpolicy_amendment"], serde_json::json!(["touch", "amended.txt"]));
+    assert_eq!(count(&first, "request_resolved"), 1);
+    assert_eq!(terminal(&first).status, TurnStatus::Completed, "{}", names(&first));
+    assert!(codex.workspace().join("amended.txt").exists(), "the command ran");
+    // Codex saved the rule in its rules file.
+    let rules = Path::new(codex.env.var("CODEX_HOME").expect("CODEX_HOME")).join("rules/default.rules");
+    let saved = std::fs::read_to_string(&rules).unwrap_or_else(|e| panic!("{}: {e}", rules.display()));
+    assert!(saved.contains(r#"prefix_rule(pattern=["touch", "amended.txt"], decision="allow")"#), "{saved}");
+    codex.harness.stop_session(&session, false).await.expect("stop");
+
+    // A new codex process applies it: the same command runs without asking.
+    std::fs::remove_file(codex.workspace().join("amended.txt")).expect("remove");
+    let later = codex.session(shell_options(&codex)).await;
+    let (_, second) = codex.run(&later, "make it again", |_| Some(Response::deny("asked again"))).await;
+    assert!(requests(&second).is_empty(), "asked again: {}", names(&second));
+    assert_eq!(terminal(&second).status, TurnStatus::Completed, "{}", names(&second));
+    assert!(codex.workspace().join("amended.txt").exists(), "the command ran again");
     codex.finish().await;
 }
 

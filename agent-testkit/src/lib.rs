@@ -6,7 +6,9 @@ pub mod conformance;
 pub mod fake_cli;
 pub mod fake_model;
 pub mod offline;
+pub mod programs;
 pub mod proxy;
+pub mod recording;
 pub mod scenario;
 
 mod jsonl;

@@ -158,8 +158,9 @@ impl LocalExecBuilder {
         self
     }
 
-    /// Builds the exec, resolving the allow-list; an entry that does not name an executable
-    /// fails with [`ExecError::ProgramNotFound`].
+    /// Builds the exec, resolving the allow-list; an entry that names nothing fails with
+    /// [`ExecError::ProgramNotFound`], one that names something that cannot run with
+    /// [`ExecError::ProgramNotExecutable`].
     pub fn build(self) -> Result<LocalExec, ExecError> {
         let allowed = match self.allowed {
             Some(entries) => {

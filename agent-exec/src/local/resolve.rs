@@ -2,10 +2,11 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use agent_core::exec::ExecError;
+use agent_core::exec::{ExecError, ProgramProblem};
 
 use crate::validate::Env;
 
@@ -24,29 +25,53 @@ pub(super) fn check_cwd(cwd: &Path) -> Result<PathBuf, ExecError> {
 /// A name with a `/` is taken as a path, relative to `cwd` (the child's working directory, the
 /// host's when `None`). A bare name is looked up on the `PATH` of the child's environment, or
 /// the host's `PATH` when the child's has none; empty `PATH` entries are skipped rather than
-/// meaning the current directory, and relative entries are relative to `cwd`.
+/// meaning the current directory, and relative entries are relative to `cwd`. Like `execvp`,
+/// the search passes over matches that cannot run; when nothing runnable is found, the first of
+/// them is reported with what is wrong with it ([`ExecError::ProgramNotExecutable`]).
 pub(super) fn resolve_program(program: &OsStr, env: &Env, cwd: Option<&Path>) -> Result<PathBuf, ExecError> {
     let base = || match cwd {
         Some(cwd) => Ok(cwd.to_path_buf()),
         None => std::env::current_dir(),
     };
     let not_found = |searched_path| ExecError::ProgramNotFound { program: program.to_os_string(), searched_path };
+    let not_runnable = |path, searched_path, problem| ExecError::ProgramNotExecutable {
+        program: program.to_os_string(),
+        path,
+        searched_path,
+        problem,
+    };
     if program.as_encoded_bytes().contains(&b'/') {
         let candidate = base().map_err(|_| not_found(false))?.join(program);
-        return if is_executable_file(&candidate) { Ok(candidate) } else { Err(not_found(false)) };
+        return match inspect(&candidate) {
+            Candidate::Runnable => Ok(candidate),
+            Candidate::Missing => Err(not_found(false)),
+            Candidate::Unreadable(error) => {
+                Err(not_runnable(candidate, false, ProgramProblem::Inaccessible { reason: error.to_string() }))
+            }
+            Candidate::Unusable(problem) => Err(not_runnable(candidate, false, problem)),
+        };
     }
     let search: OsString = match env.get(OsStr::new("PATH")) {
         Some(path) => path.clone(),
         None => std::env::var_os("PATH").unwrap_or_default(),
     };
+    let mut first_unusable = None;
     for dir in std::env::split_paths(&search).filter(|dir| !dir.as_os_str().is_empty()) {
         let dir = if dir.is_absolute() { dir } else { base().map_err(|_| not_found(true))?.join(dir) };
         let candidate = dir.join(program);
-        if is_executable_file(&candidate) {
-            return Ok(candidate);
+        match inspect(&candidate) {
+            Candidate::Runnable => return Ok(candidate),
+            // A `PATH` entry that cannot be read says nothing about the program.
+            Candidate::Missing | Candidate::Unreadable(_) => {}
+            Candidate::Unusable(problem) => {
+                first_unusable.get_or_insert((candidate, problem));
+            }
         }
     }
-    Err(not_found(true))
+    Err(match first_unusable {
+        Some((path, problem)) => not_runnable(path, true, problem),
+        None => not_found(true),
+    })
 }
 
 /// Resolves an allow-list entry the way a host-side bare name or path resolves, then to its
@@ -57,9 +82,57 @@ pub(super) fn resolve_allowed(entry: &Path) -> Result<PathBuf, ExecError> {
         .map_err(|_| ExecError::ProgramNotFound { program: entry.as_os_str().to_os_string(), searched_path: false })
 }
 
-/// A regular file (after following links) with an execute bit set.
-fn is_executable_file(path: &Path) -> bool {
-    fs::metadata(path).is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)
+/// What is at a candidate path.
+#[derive(Debug)]
+enum Candidate {
+    /// A regular file (after following links) with an execute bit set.
+    Runnable,
+    /// Nothing (or a path through something that is not a directory).
+    Missing,
+    /// Whether something is there cannot be told (e.g. a directory that may not be searched).
+    Unreadable(io::Error),
+    /// Something that cannot run.
+    Unusable(ProgramProblem),
+}
+
+fn inspect(path: &Path) -> Candidate {
+    let absent = |error: &io::Error| matches!(error.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory);
+    let link = match fs::symlink_metadata(path) {
+        Ok(link) => link,
+        Err(error) if absent(&error) => return Candidate::Missing,
+        Err(error) => return Candidate::Unreadable(error),
+    };
+    let metadata = match fs::metadata(path) {
+        Ok(metadata) => metadata,
+        Err(error) if link.file_type().is_symlink() && absent(&error) => {
+            let target = fs::read_link(path).unwrap_or_default();
+            return Candidate::Unusable(ProgramProblem::DanglingSymlink { target });
+        }
+        Err(error) => return Candidate::Unusable(ProgramProblem::Inaccessible { reason: error.to_string() }),
+    };
+    let file_type = metadata.file_type();
+    let mode = metadata.permissions().mode() & 0o7777;
+    let problem = if file_type.is_dir() {
+        ProgramProblem::IsDirectory
+    } else if !file_type.is_file() {
+        let kind = if file_type.is_fifo() {
+            "a FIFO"
+        } else if file_type.is_socket() {
+            "a socket"
+        } else if file_type.is_char_device() {
+            "a character device"
+        } else if file_type.is_block_device() {
+            "a block device"
+        } else {
+            "an unknown kind of file"
+        };
+        ProgramProblem::NotRegularFile { kind }
+    } else if mode & 0o111 == 0 {
+        ProgramProblem::NotExecutable { mode }
+    } else {
+        return Candidate::Runnable;
+    };
+    Candidate::Unusable(problem)
 }
 
 #[cfg(test)]
@@ -86,10 +159,35 @@ mod tests {
         assert!(matches!(missing, Err(ExecError::ProgramNotFound { searched_path: false, .. })), "{missing:?}");
     }
 
+    #[track_caller]
+    fn check_unusable(program: &str, env: &Env, path: &str, problem: ProgramProblem) {
+        match resolve_program(OsStr::new(program), env, None) {
+            Err(ExecError::ProgramNotExecutable { path: found, problem: got, searched_path, .. }) => {
+                assert_eq!((found.as_path(), got), (Path::new(path), problem));
+                assert_eq!(searched_path, !program.contains('/'));
+            }
+            other => panic!("{program}: expected ProgramNotExecutable, got {other:?}"),
+        }
+    }
+
     #[test]
     fn directories_and_plain_files_are_not_programs() {
-        assert!(resolve_program(OsStr::new("/bin"), &Env::new(), None).is_err());
-        assert!(resolve_program(OsStr::new("/etc/passwd"), &Env::new(), None).is_err());
+        check_unusable("/bin", &Env::new(), "/bin", ProgramProblem::IsDirectory);
+        let mode = fs::metadata("/etc/passwd").expect("/etc/passwd").permissions().mode() & 0o7777;
+        check_unusable("/etc/passwd", &Env::new(), "/etc/passwd", ProgramProblem::NotExecutable { mode });
+        check_unusable(
+            "/dev/null",
+            &Env::new(),
+            "/dev/null",
+            ProgramProblem::NotRegularFile { kind: "a character device" },
+        );
+        // On `PATH`, a match that cannot run is reported when nothing runnable follows.
+        check_unusable(
+            "passwd",
+            &env_with_path("/nonexistent:/etc"),
+            "/etc/passwd",
+            ProgramProblem::NotExecutable { mode },
+        );
     }
 
     #[test]

@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use agent_core::exec::{
-    ChildOutput, Command, ExecError, ExitStatus, KillCause, KillPolicy, Limits, OWNER_MARKER_ENV, SESSION_MARKER_ENV,
+    ChildOutput, Command, ExecError, ExitStatus, KillCause, KillPolicy, Limits, OWNER_MARKER_ENV, ProgramProblem,
+    SESSION_MARKER_ENV,
 };
 use agent_core::{DynExec, SessionId};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -423,7 +424,8 @@ pub async fn program_is_found_on_the_child_path(exec: &DynExec) {
     .await;
 }
 
-/// Unusable working directories and missing program paths fail before spawning.
+/// Unusable working directories, missing program paths and paths that cannot run (a file
+/// without execute permission, a directory) fail before spawning, each with its own error.
 pub async fn filesystem_problems_are_rejected(exec: &DynExec) {
     within("filesystem_problems_are_rejected", async {
         let dir = TempDir::new("fs");
@@ -439,7 +441,13 @@ pub async fn filesystem_problems_are_rejected(exec: &DynExec) {
         let not_found = |e: &ExecError| matches!(e, ExecError::ProgramNotFound { searched_path: false, .. });
         let relative = Command::new("./agent-exec-no-such-program").cwd(dir.path());
         assert_rejected(exec.spawn(relative).await, not_found, "relative path that does not exist");
-        assert_rejected(exec.spawn(Command::new(&file)).await, not_found, "a file that is not executable");
+        let not_executable = |e: &ExecError| {
+            matches!(e, ExecError::ProgramNotExecutable { problem: ProgramProblem::NotExecutable { .. }, .. })
+        };
+        assert_rejected(exec.spawn(Command::new(&file)).await, not_executable, "a file that is not executable");
+        let is_directory =
+            |e: &ExecError| matches!(e, ExecError::ProgramNotExecutable { problem: ProgramProblem::IsDirectory, .. });
+        assert_rejected(exec.spawn(Command::new(dir.path())).await, is_directory, "a directory");
         let empty_path = |e: &ExecError| matches!(e, ExecError::ProgramNotFound { searched_path: true, .. });
         let unreachable = Command::new("sh").env("PATH", dir.path());
         assert_rejected(exec.spawn(unreachable).await, empty_path, "a name missing from the child's PATH");

@@ -25,9 +25,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_core::event::ToolStatus;
-use agent_core::exec::{Child, ChildHandle, Command, ExecError};
 use agent_core::{
-    ApprovalPolicy, Capability, DynExec, DynProvider, Event, EventKind, Exec, Harness, Replay, Request, RequestKind,
+    ApprovalPolicy, Capability, DynExec, DynProvider, Event, EventKind, Harness, Replay, Request, RequestKind,
     Response, SandboxMode, SessionOptions, SessionRef, StoreChoice, Turn, TurnOptions, TurnStatus,
 };
 use tokio::time::Instant;
@@ -36,6 +35,7 @@ use crate::clis::Cli;
 use crate::fake_cli::{FakeCli, FakeCliEnv, FakeScript};
 use crate::fake_model::FakeModel;
 use crate::offline::OfflineEnv;
+use crate::recording::RecordingExec;
 use crate::scenario::Scenario;
 
 /// The longest any one check may take before it fails as hung.
@@ -374,7 +374,7 @@ struct World {
 impl World {
     fn new<F: ProviderFixture>(fixture: &F) -> World {
         let provider = fixture.provider();
-        let exec = Arc::new(RecordingExec { inner: fixture.exec(), children: Mutex::default() });
+        let exec = Arc::new(RecordingExec::new(fixture.exec()));
         let harness = Harness::builder()
             .provider(Arc::clone(&provider))
             .exec(Arc::clone(&exec) as DynExec)
@@ -386,7 +386,7 @@ impl World {
 
     async fn start(&self, mut options: SessionOptions) -> SessionRef {
         if let Some(own) = options.exec.take() {
-            options.exec = Some(Arc::new(RecordingExec { inner: own, children: Mutex::default() }));
+            options.exec = Some(Arc::new(RecordingExec::new(own)));
         }
         let session = self.harness.start_session(self.provider.id(), options).await;
         session.unwrap_or_else(|e| panic!("the session must start: {e}"))
@@ -435,53 +435,6 @@ impl World {
             let exited = tokio::time::timeout(REAP_TIMEOUT, child.wait()).await;
             assert!(matches!(exited, Ok(Ok(_))), "process {:?} outlived its session", child.id());
         }
-    }
-}
-
-/// An exec that remembers the handle of every child it starts.
-struct RecordingExec {
-    inner: DynExec,
-    children: Mutex<Vec<Arc<dyn ChildHandle>>>,
-}
-
-impl RecordingExec {
-    fn children(&self) -> Vec<Arc<dyn ChildHandle>> {
-        self.children.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Kills the most recent child still running with SIGKILL, as if it crashed.
-    fn kill_running(&self) {
-        let running = self.children().into_iter().rev().find(|child| child.try_status().is_none());
-        let child = running.expect("the provider runs a process through the exec");
-        match child.id().and_then(|pid| i32::try_from(pid).ok()) {
-            // SAFETY: `kill` only sends a signal; the PID belongs to a child that has not been
-            // reaped (`try_status` is `None`), so it cannot have been reused.
-            Some(pid) => assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "SIGKILL to {pid}"),
-            None => child.kill().expect("the exec kills the child"),
-        }
-    }
-}
-
-impl fmt::Debug for RecordingExec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RecordingExec").field("inner", &self.inner).finish_non_exhaustive()
-    }
-}
-
-#[async_trait::async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Exec for RecordingExec {
-    async fn spawn(&self, command: Command) -> Result<Child, ExecError> {
-        let child = self.inner.spawn(command).await?;
-        self.children.lock().unwrap_or_else(|p| p.into_inner()).push(Arc::clone(&child.handle));
-        Ok(child)
-    }
-
-    async fn reap_orphans(
-        &self,
-        is_live: &(dyn for<'s> Fn(&'s str) -> bool + Send + Sync),
-    ) -> Result<usize, ExecError> {
-        self.inner.reap_orphans(is_live).await
     }
 }
 
