@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_core::store::{Store, WriteBatch};
-use agent_core::{Event, EventId, SessionId, SessionSnapshot, Timestamp};
+use agent_core::{Event, EventId, SessionId, SessionSnapshot, Timestamp, TurnStatus};
 use agent_store_sqlite::{SqliteOptions, SqliteStore, Synchronous};
+use agent_testkit::conformance::store::turn;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use tokio::runtime::Runtime;
 
@@ -65,6 +66,7 @@ impl Workload {
         runtime.block_on(async {
             for id in &sessions {
                 store.save_session(&snapshot(id)).await.expect("snapshot");
+                store.save_turn(&turn(id, "turn-1", TurnStatus::Running)).await.expect("turn");
             }
         });
         Workload { store, sessions, next_seq: 1, writes_per_session, events_per_write }

@@ -83,6 +83,16 @@ fn seqs(events: &[Arc<Event>]) -> Vec<u64> {
     events.iter().map(|e| e.seq).collect()
 }
 
+/// Deletes a session at the end of a check, closing its snapshot first if it is open (a store
+/// refuses to delete an open one).
+async fn remove_session(store: &DynStore, id: &SessionId) {
+    if let Some(mut snapshot) = store.fetch_session(id).await.unwrap().filter(SessionSnapshot::is_open) {
+        snapshot.status = SessionState::Closed;
+        store.save_session(&snapshot).await.unwrap();
+    }
+    store.delete_session(id).await.unwrap();
+}
+
 /// Snapshots save, fetch and replace.
 pub async fn snapshots_roundtrip(store: &DynStore) {
     let id = sid("conf-snap");
@@ -114,7 +124,7 @@ pub async fn list_is_ordered_by_id(store: &DynStore) {
         .collect();
     assert_eq!(listed, vec![sid("conf-list-a"), sid("conf-list-b"), sid("conf-list-c")], "list must be ordered by id");
     for id in &ids {
-        store.delete_session(id).await.unwrap();
+        remove_session(store, id).await;
     }
 }
 
@@ -139,7 +149,7 @@ pub async fn delete_cascades(store: &DynStore) {
     // The ID is free again, with no leftovers.
     store.save_session(&snapshot(&id, SessionState::Idle)).await.unwrap();
     assert!(store.list_turns(&id).await.unwrap().is_empty(), "a re-created session starts empty");
-    store.delete_session(&id).await.unwrap();
+    remove_session(store, &id).await;
 }
 
 /// Turn, request and event writes for an unknown session fail with `UnknownSession`.
@@ -175,7 +185,7 @@ pub async fn turns_and_requests_upsert(store: &DynStore) {
     assert_eq!(fetched.status, RequestStatus::Resolved, "requests must upsert");
     assert_eq!(fetched.response, Some(Response::approve()), "the response must be stored");
     assert_eq!(store.list_requests(&id).await.unwrap().len(), 1);
-    store.delete_session(&id).await.unwrap();
+    remove_session(store, &id).await;
 }
 
 /// Appends are idempotent per seq, conflicts are refused, order is enforced.
@@ -195,7 +205,7 @@ pub async fn append_is_idempotent_and_ordered(store: &DynStore) {
     assert_eq!(seqs(&all), vec![1, 2]);
     assert_eq!(*all[0], *e1, "events must round-trip exactly, raw included");
     assert_eq!(all[0].raw.as_ref().map(|r| r.get()), e1.raw.as_ref().map(|r| r.get()));
-    store.delete_session(&id).await.unwrap();
+    remove_session(store, &id).await;
 }
 
 /// Seq gaps are allowed.
@@ -211,13 +221,16 @@ pub async fn gaps_are_allowed(store: &DynStore) {
         matches!(below, Err(StoreError::Conflict(_))),
         "a new event below the latest seq must be refused: {below:?}"
     );
-    store.delete_session(&id).await.unwrap();
+    remove_session(store, &id).await;
 }
 
 /// Reads filter by `after` (exclusive), turn and limit, ascending.
 pub async fn reads_filter_by_seq_turn_and_limit(store: &DynStore) {
     let id = sid("conf-read");
     store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
+    for name in ["even", "odd"] {
+        store.save_turn(&turn(&id, name, TurnStatus::Running)).await.unwrap();
+    }
     let events: Vec<_> =
         (1..=10).map(|seq| event(&id, seq, Some(if seq % 2 == 0 { "even" } else { "odd" }), "x")).collect();
     store.append_events(&id, &events).await.unwrap();
@@ -234,7 +247,7 @@ pub async fn reads_filter_by_seq_turn_and_limit(store: &DynStore) {
     assert!(read(EventQuery::all().turn(TurnId::from_string("none"))).await.is_empty());
     let other = sid("conf-read-missing");
     assert!(store.read_events(&other, &EventQuery::all()).await.unwrap().is_empty(), "unknown sessions read empty");
-    store.delete_session(&id).await.unwrap();
+    remove_session(store, &id).await;
 }
 
 /// A batch with a conflicting event changes nothing.
@@ -261,7 +274,7 @@ pub async fn batch_write_is_atomic(store: &DynStore) {
         None,
         "a failed batch must not save turns"
     );
-    store.delete_session(&id).await.unwrap();
+    remove_session(store, &id).await;
 }
 
 /// `delete_first` replaces an aggregate in the same write.
@@ -280,5 +293,5 @@ pub async fn batch_write_replaces(store: &DynStore) {
     assert!(matches!(&events[0].kind, EventKind::MessageDelta { text, .. } if text == "new"));
     assert_eq!(store.fetch_turn(&id, &TurnId::from_string("old")).await.unwrap(), None, "old turns must be gone");
     assert_eq!(store.fetch_session(&id).await.unwrap().map(|s| s.status), Some(SessionState::Idle));
-    store.delete_session(&id).await.unwrap();
+    remove_session(store, &id).await;
 }
