@@ -197,8 +197,13 @@ impl Store for MemoryStore {
         Ok(self.lock().values().map(|a| a.snapshot.clone()).collect())
     }
 
+    /// Refuses an open snapshot ([`SessionSnapshot::is_open`]) with [`StoreError::SessionLive`].
     async fn delete_session(&self, id: &SessionId) -> Result<(), StoreError> {
-        self.lock().remove(id);
+        let mut map = self.lock();
+        if map.get(id).is_some_and(|a| a.snapshot.is_open()) {
+            return Err(StoreError::SessionLive(id.clone()));
+        }
+        map.remove(id);
         Ok(())
     }
 

@@ -146,10 +146,10 @@ impl Store for SqliteStore {
         self.read(|conn| reader::all(conn, "snapshot", "SELECT snapshot FROM sessions ORDER BY id", [])).await
     }
 
+    /// Refuses an open snapshot ([`SessionSnapshot::is_open`]) with [`StoreError::SessionLive`];
+    /// the check and the delete run in the same transaction.
     async fn delete_session(&self, id: &SessionId) -> Result<(), StoreError> {
-        let mut write = Prepared::new(id.clone());
-        write.delete_first = true;
-        self.submit(write).await
+        self.submit(Prepared::delete(id.clone())).await
     }
 
     async fn save_turn(&self, turn: &Turn) -> Result<(), StoreError> {

@@ -6,11 +6,23 @@ use std::sync::Arc;
 use agent_core::store::WriteBatch;
 use agent_core::{Event, Request, SessionId, SessionSnapshot, StoreError, Turn, TurnId};
 
+/// What a write does with the session's stored aggregate before its records are applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Clear {
+    /// Nothing: the records are added to it.
+    Keep,
+    /// Delete it whatever its state: a batch's `delete_first`, the harness's deliberate
+    /// replacement.
+    Replace,
+    /// Delete it unless its snapshot is open (`Store::delete_session`).
+    Delete,
+}
+
 /// One write, ready for the writer thread: everything in it commits or nothing does.
 #[derive(Debug)]
 pub(crate) struct Prepared {
     pub(crate) session: SessionId,
-    pub(crate) delete_first: bool,
+    pub(crate) clear: Clear,
     pub(crate) snapshot: Option<String>,
     /// `(turn ID, record)`.
     pub(crate) turns: Vec<(String, String)>,
@@ -33,7 +45,7 @@ impl Prepared {
     pub(crate) fn new(session: SessionId) -> Self {
         Prepared {
             session,
-            delete_first: false,
+            clear: Clear::Keep,
             snapshot: None,
             turns: Vec::new(),
             requests: Vec::new(),
@@ -48,7 +60,9 @@ impl Prepared {
 
     pub(crate) fn batch(session: &SessionId, batch: &WriteBatch) -> Result<Self, StoreError> {
         let mut prepared = Prepared::new(session.clone());
-        prepared.delete_first = batch.delete_first;
+        if batch.delete_first {
+            prepared.clear = Clear::Replace;
+        }
         if let Some(snapshot) = &batch.snapshot {
             prepared.snapshot = Some(encode(snapshot)?);
         }
@@ -60,6 +74,11 @@ impl Prepared {
         }
         prepared.push_events(&batch.events)?;
         Ok(prepared)
+    }
+
+    /// `Store::delete_session`.
+    pub(crate) fn delete(session: SessionId) -> Self {
+        Prepared { clear: Clear::Delete, ..Prepared::new(session) }
     }
 
     pub(crate) fn snapshot(snapshot: &SessionSnapshot) -> Result<Self, StoreError> {

@@ -7,12 +7,12 @@
 
 use std::thread::JoinHandle;
 
-use agent_core::{Event, StoreError};
+use agent_core::{Event, SessionSnapshot, StoreError};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{corrupt_json, store_error};
-use crate::rows::{EventRow, Prepared};
+use crate::rows::{Clear, EventRow, Prepared};
 
 /// Writes waiting for the writer thread. When full, a write waits for room: back-pressure on
 /// the sessions' flush tasks, which already accumulate new events in their next batch.
@@ -154,6 +154,10 @@ fn apply_isolated(conn: &Connection, write: &Prepared) -> Result<Result<(), Stor
 fn replicate(error: &StoreError) -> StoreError {
     match error {
         StoreError::UnknownSession(id) => StoreError::UnknownSession(id.clone()),
+        StoreError::UnknownTurn { session, turn } => {
+            StoreError::UnknownTurn { session: session.clone(), turn: turn.clone() }
+        }
+        StoreError::SessionLive(id) => StoreError::SessionLive(id.clone()),
         StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
         StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
         StoreError::WriteRefused(m) => StoreError::WriteRefused(m.clone()),
@@ -172,8 +176,13 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 fn apply(conn: &Connection, write: &Prepared) -> Result<(), StoreError> {
     let sql = |e: rusqlite::Error| store_error(&e);
     let session = write.session.as_str();
-    if write.delete_first {
-        delete_session(conn, session).map_err(sql)?;
+    match write.clear {
+        Clear::Keep => {}
+        Clear::Replace => delete_session(conn, session).map_err(sql)?,
+        Clear::Delete => {
+            refuse_open(conn, write)?;
+            delete_session(conn, session).map_err(sql)?;
+        }
     }
     if let Some(snapshot) = &write.snapshot {
         conn.prepare_cached(
@@ -218,6 +227,20 @@ fn apply(conn: &Connection, write: &Prepared) -> Result<(), StoreError> {
     }
     if !write.events.is_empty() {
         append(conn, session, latest, &write.events)?;
+    }
+    Ok(())
+}
+
+/// `delete_session` leaves a session alone while its snapshot says a runtime may hold it.
+fn refuse_open(conn: &Connection, write: &Prepared) -> Result<(), StoreError> {
+    let stored: Option<String> = conn
+        .prepare_cached("SELECT snapshot FROM sessions WHERE id = ?1")
+        .and_then(|mut stmt| stmt.query_row([write.session.as_str()], |row| row.get(0)).optional())
+        .map_err(|e| store_error(&e))?;
+    let Some(stored) = stored else { return Ok(()) };
+    let snapshot: SessionSnapshot = serde_json::from_str(&stored).map_err(|e| corrupt_json("snapshot", &e))?;
+    if snapshot.is_open() {
+        return Err(StoreError::SessionLive(write.session.clone()));
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use agent_core::event::SCHEMA_VERSION;
 use agent_core::request::{ProviderRef, RequestSpec};
+use agent_core::session::StartupMarker;
 use agent_core::store::{EventQuery, WriteBatch};
 use agent_core::{
     DynStore, Event, EventId, EventKind, ProviderId, Request, RequestId, RequestKind, RequestStatus, Response,
@@ -25,6 +26,7 @@ pub async fn run_all(store: DynStore) {
     reads_filter_by_seq_turn_and_limit(&store).await;
     batch_write_is_atomic(&store).await;
     batch_write_replaces(&store).await;
+    delete_refuses_open_sessions(&store).await;
 }
 
 fn sid(name: &str) -> SessionId {
@@ -81,6 +83,34 @@ pub fn event(session: &SessionId, seq: u64, turn: Option<&str>, text: &str) -> A
 
 fn seqs(events: &[Arc<Event>]) -> Vec<u64> {
     events.iter().map(|e| e.seq).collect()
+}
+
+/// Everything stored under one session.
+#[derive(Debug, PartialEq)]
+struct Contents {
+    snapshot: Option<SessionSnapshot>,
+    turns: Vec<Turn>,
+    requests: Vec<Request>,
+    events: Vec<Arc<Event>>,
+}
+
+async fn contents(store: &DynStore, id: &SessionId) -> Contents {
+    Contents {
+        snapshot: store.fetch_session(id).await.unwrap(),
+        turns: store.list_turns(id).await.unwrap(),
+        requests: store.list_requests(id).await.unwrap(),
+        events: store.read_events(id, &EventQuery::all()).await.unwrap(),
+    }
+}
+
+/// Stores a session in `status` with a turn `t1`, a request of it and two events.
+async fn populated(store: &DynStore, id: &SessionId, status: SessionState) {
+    let mut batch = WriteBatch::new(id.clone());
+    batch.snapshot = Some(snapshot(id, status));
+    batch.turns = vec![turn(id, "t1", TurnStatus::Running)];
+    batch.requests = vec![request(id, "t1", "r1", RequestStatus::Pending)];
+    batch.events = vec![event(id, 1, None, "ready"), event(id, 2, Some("t1"), "a")];
+    store.write(&batch).await.unwrap();
 }
 
 /// Deletes a session at the end of a check, closing its snapshot first if it is open (a store
@@ -294,4 +324,67 @@ pub async fn batch_write_replaces(store: &DynStore) {
     assert_eq!(store.fetch_turn(&id, &TurnId::from_string("old")).await.unwrap(), None, "old turns must be gone");
     assert_eq!(store.fetch_session(&id).await.unwrap().map(|s| s.status), Some(SessionState::Idle));
     remove_session(store, &id).await;
+}
+
+/// `delete_session` refuses a session whose snapshot is open with `SessionLive` and deletes
+/// nothing; closed, abandoned, opening, finalizing and startup-marked snapshots delete; a batch's
+/// `delete_first` replaces even an open snapshot.
+pub async fn delete_refuses_open_sessions(store: &DynStore) {
+    let open = [
+        SessionState::Idle,
+        SessionState::Starting,
+        SessionState::Running,
+        SessionState::AwaitingInput,
+        SessionState::Cancelling,
+        SessionState::Unavailable,
+    ];
+    for status in open {
+        let id = sid(&format!("conf-open-{status}"));
+        populated(store, &id, status).await;
+        let before = contents(store, &id).await;
+        let refused = store.delete_session(&id).await;
+        assert!(
+            matches!(&refused, Err(StoreError::SessionLive(s)) if *s == id),
+            "delete_session must refuse an open ({status}) snapshot with SessionLive naming it: {refused:?}"
+        );
+        assert_eq!(contents(store, &id).await, before, "a refused delete of a {status} session must delete nothing");
+        remove_session(store, &id).await;
+    }
+
+    let not_open = [SessionState::Closed, SessionState::Abandoned, SessionState::Opening, SessionState::Finalizing];
+    for status in not_open {
+        let id = sid(&format!("conf-ended-{status}"));
+        populated(store, &id, status).await;
+        store.delete_session(&id).await.unwrap_or_else(|e| panic!("a {status} snapshot must delete: {e:?}"));
+        assert_eq!(
+            contents(store, &id).await,
+            Contents { snapshot: None, turns: vec![], requests: vec![], events: vec![] },
+            "deleting a {status} session must remove everything under it"
+        );
+    }
+
+    // A live status whose startup hand-off was never acknowledged: no runtime holds it.
+    let id = sid("conf-open-marked");
+    populated(store, &id, SessionState::Running).await;
+    let mut marked = snapshot(&id, SessionState::Running);
+    marked.startup = Some(StartupMarker { attempt_id: "attempt-1".into(), acknowledged: false });
+    store.save_session(&marked).await.unwrap();
+    store.delete_session(&id).await.unwrap_or_else(|e| panic!("a startup-marked snapshot must delete: {e:?}"));
+    assert_eq!(store.fetch_session(&id).await.unwrap(), None, "a startup-marked snapshot must be deleted");
+
+    // The harness's replacement of an open snapshot is deliberate and is not refused.
+    let id = sid("conf-open-replaced");
+    populated(store, &id, SessionState::Running).await;
+    let mut replace = WriteBatch::new(id.clone());
+    replace.delete_first = true;
+    replace.snapshot = Some(snapshot(&id, SessionState::Finalizing));
+    replace.events = vec![event(&id, 1, None, "new")];
+    store.write(&replace).await.unwrap_or_else(|e| panic!("delete_first must replace an open snapshot: {e:?}"));
+    let replaced = contents(store, &id).await;
+    assert_eq!(replaced.snapshot.map(|s| s.status), Some(SessionState::Finalizing), "delete_first must replace");
+    assert!(replaced.turns.is_empty() && replaced.requests.is_empty(), "delete_first must drop the old records");
+    assert_eq!(seqs(&replaced.events), vec![1], "delete_first must drop the old journal");
+    remove_session(store, &id).await;
+
+    store.delete_session(&sid("conf-open-unknown")).await.expect("deleting an unknown session is Ok");
 }
