@@ -1,10 +1,11 @@
 //! Records encoded for the writer: JSON is produced by the calling task, so the single writer
 //! thread only runs SQL.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use agent_core::store::WriteBatch;
-use agent_core::{Event, Request, SessionId, SessionSnapshot, StoreError, Turn, TurnId};
+use agent_core::{Event, Request, RequestStatus, SessionId, SessionSnapshot, StoreError, Turn, TurnId};
 
 /// What a write does with the session's stored aggregate before its records are applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,9 +27,17 @@ pub(crate) struct Prepared {
     pub(crate) snapshot: Option<String>,
     /// `(turn ID, record)`.
     pub(crate) turns: Vec<(String, String)>,
-    /// `(request ID, record)`.
-    pub(crate) requests: Vec<(String, String)>,
+    pub(crate) requests: Vec<RequestRow>,
     pub(crate) events: Vec<EventRow>,
+}
+
+/// One request with its encoded form and the columns it is queried by.
+#[derive(Debug)]
+pub(crate) struct RequestRow {
+    pub(crate) id: String,
+    pub(crate) turn_id: TurnId,
+    pub(crate) status: String,
+    pub(crate) record: String,
 }
 
 /// One event with its encoded form.
@@ -93,11 +102,27 @@ impl Prepared {
     }
 
     pub(crate) fn push_request(&mut self, request: &Request) -> Result<(), StoreError> {
-        self.requests.push((request.id.to_string(), encode(request)?));
+        self.requests.push(RequestRow {
+            id: request.id.to_string(),
+            turn_id: request.turn_id.clone(),
+            status: status_name(request.status)?,
+            record: encode(request)?,
+        });
         Ok(())
     }
 
+    /// Refuses an event ID that appears twice among `events` (the writer's unique index catches
+    /// an ID stored before, but not an identical event repeated in one write).
     pub(crate) fn push_events(&mut self, events: &[Arc<Event>]) -> Result<(), StoreError> {
+        if events.len() > 1 {
+            let mut ids = HashSet::with_capacity(events.len());
+            if let Some(twice) = events.iter().find(|e| !ids.insert(e.id.as_str())) {
+                return Err(StoreError::Conflict(format!(
+                    "event ID `{}` appears twice in one write to session `{}`",
+                    twice.id, self.session
+                )));
+            }
+        }
         self.events.reserve(events.len());
         for event in events {
             let seq = i64::try_from(event.seq)
@@ -110,6 +135,14 @@ impl Prepared {
             });
         }
         Ok(())
+    }
+}
+
+/// The name a request status is stored and queried under: its serde form, as in the record.
+pub(crate) fn status_name(status: RequestStatus) -> Result<String, StoreError> {
+    match serde_json::to_value(status) {
+        Ok(serde_json::Value::String(name)) => Ok(name),
+        other => Err(StoreError::Backend(format!("request status {status:?} has no stored name: {other:?}").into())),
     }
 }
 

@@ -217,12 +217,13 @@ fn apply(conn: &Connection, write: &Prepared) -> Result<(), StoreError> {
     if !write.requests.is_empty() {
         let mut stmt = conn
             .prepare_cached(
-                "INSERT INTO requests (session_id, request_id, record) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (session_id, request_id) DO UPDATE SET record = excluded.record",
+                "INSERT INTO requests (session_id, request_id, turn_id, status, record) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (session_id, request_id) DO UPDATE
+                 SET turn_id = excluded.turn_id, status = excluded.status, record = excluded.record",
             )
             .map_err(sql)?;
-        for (id, record) in &write.requests {
-            stmt.execute(params![session, id, record]).map_err(sql)?;
+        for row in &write.requests {
+            stmt.execute(params![session, row.id, row.turn_id.as_str(), row.status, row.record]).map_err(sql)?;
         }
     }
     if !write.events.is_empty() {
@@ -257,19 +258,21 @@ fn delete_session(conn: &Connection, session: &str) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Appends events after `latest`: a seq above the latest is inserted; a used seq must hold the
-/// identical event; a free seq below the latest is refused. Records the new latest seq.
+/// Appends events after `latest`: a seq above the latest is inserted (its ID must be new to the
+/// session: `events_by_id` is unique); a used seq must hold the identical event; a free seq below
+/// the latest is refused. Records the new latest seq.
 fn append(conn: &Connection, session: &str, mut latest: i64, events: &[EventRow]) -> Result<(), StoreError> {
     let sql = |e: rusqlite::Error| store_error(&e);
     let before = latest;
     let mut insert = conn
-        .prepare_cached("INSERT INTO events (session_id, seq, turn_id, event) VALUES (?1, ?2, ?3, ?4)")
+        .prepare_cached("INSERT INTO events (session_id, seq, turn_id, event_id, event) VALUES (?1, ?2, ?3, ?4, ?5)")
         .map_err(sql)?;
     for row in events {
         if row.seq > latest {
+            let id = row.event.id.as_str();
             insert
-                .execute(params![session, row.seq, row.turn_id.as_ref().map(|t| t.as_str()), row.json])
-                .map_err(sql)?;
+                .execute(params![session, row.seq, row.turn_id.as_ref().map(|t| t.as_str()), id, row.json])
+                .map_err(|e| used_id(conn, session, row, &e).unwrap_or_else(|| sql(e)))?;
             latest = row.seq;
         } else {
             check_retry(conn, session, row, latest)?;
@@ -281,6 +284,21 @@ fn append(conn: &Connection, session: &str, mut latest: i64, events: &[EventRow]
             .map_err(sql)?;
     }
     Ok(())
+}
+
+/// The conflict behind a failed insert when the event's ID is already stored in the session.
+fn used_id(conn: &Connection, session: &str, row: &EventRow, error: &rusqlite::Error) -> Option<StoreError> {
+    if error.sqlite_error_code() != Some(rusqlite::ErrorCode::ConstraintViolation) {
+        return None;
+    }
+    let at: i64 = conn
+        .prepare_cached("SELECT seq FROM events WHERE session_id = ?1 AND event_id = ?2")
+        .and_then(|mut stmt| stmt.query_row(params![session, row.event.id.as_str()], |r| r.get(0)).optional())
+        .ok()??;
+    Some(StoreError::Conflict(format!(
+        "event ID `{}` of seq {} is already stored at seq {at} in session `{session}`",
+        row.event.id, row.seq
+    )))
 }
 
 /// An append at a seq that is not above the latest is fine only as an identical retry.

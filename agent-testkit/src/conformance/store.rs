@@ -27,6 +27,7 @@ pub async fn run_all(store: DynStore) {
     batch_write_is_atomic(&store).await;
     batch_write_replaces(&store).await;
     delete_refuses_open_sessions(&store).await;
+    event_ids_are_unique_within_a_session(&store).await;
 }
 
 fn sid(name: &str) -> SessionId {
@@ -83,6 +84,13 @@ pub fn event(session: &SessionId, seq: u64, turn: Option<&str>, text: &str) -> A
 
 fn seqs(events: &[Arc<Event>]) -> Vec<u64> {
     events.iter().map(|e| e.seq).collect()
+}
+
+/// An event like `event(session, seq, turn, text)` but with the ID `id`.
+fn event_with_id(session: &SessionId, seq: u64, turn: Option<&str>, text: &str, id: &EventId) -> Arc<Event> {
+    let mut event = (*event(session, seq, turn, text)).clone();
+    event.id = id.clone();
+    Arc::new(event)
 }
 
 /// Everything stored under one session.
@@ -387,4 +395,70 @@ pub async fn delete_refuses_open_sessions(store: &DynStore) {
     remove_session(store, &id).await;
 
     store.delete_session(&sid("conf-open-unknown")).await.expect("deleting an unknown session is Ok");
+}
+
+/// Event IDs are unique within a session: an ID stored at another seq, or twice in one write, is
+/// a `Conflict`; an identical re-append at the same seq stays `Ok`; other sessions may use it.
+pub async fn event_ids_are_unique_within_a_session(store: &DynStore) {
+    let id = sid("conf-event-ids");
+    store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
+    let first = event(&id, 1, None, "a");
+    store.append_events(&id, &[Arc::clone(&first)]).await.unwrap();
+    let before = contents(store, &id).await;
+
+    let reused = store.append_events(&id, &[event_with_id(&id, 2, None, "b", &first.id)]).await;
+    assert!(
+        matches!(reused, Err(StoreError::Conflict(_))),
+        "append_events with an event ID stored at another seq must conflict: {reused:?}"
+    );
+    let mut batch = WriteBatch::new(id.clone());
+    batch.events = vec![event(&id, 2, None, "b"), event_with_id(&id, 3, None, "c", &first.id)];
+    let reused = store.write(&batch).await;
+    assert!(
+        matches!(reused, Err(StoreError::Conflict(_))),
+        "write with an event ID stored at another seq must conflict: {reused:?}"
+    );
+    let twice = EventId::generate();
+    let pair = [event_with_id(&id, 2, None, "b", &twice), event_with_id(&id, 3, None, "c", &twice)];
+    let doubled = store.append_events(&id, &pair).await;
+    assert!(
+        matches!(doubled, Err(StoreError::Conflict(_))),
+        "append_events holding one event ID twice must conflict: {doubled:?}"
+    );
+    let mut batch = WriteBatch::new(id.clone());
+    batch.events = pair.to_vec();
+    let doubled = store.write(&batch).await;
+    assert!(
+        matches!(doubled, Err(StoreError::Conflict(_))),
+        "a batch holding one event ID twice must conflict: {doubled:?}"
+    );
+    let same = event(&id, 2, None, "b");
+    let repeated = store.append_events(&id, &[Arc::clone(&same), same]).await;
+    assert!(
+        matches!(repeated, Err(StoreError::Conflict(_))),
+        "append_events holding one event twice must conflict: {repeated:?}"
+    );
+    assert_eq!(contents(store, &id).await, before, "a refused duplicate event ID must change nothing");
+
+    store.append_events(&id, &[Arc::clone(&first)]).await.expect("an identical re-append at the same seq is Ok");
+    let mut batch = WriteBatch::new(id.clone());
+    batch.events = vec![Arc::clone(&first), event(&id, 2, None, "b")];
+    store.write(&batch).await.expect("a batch re-appending an identical event at its seq is Ok");
+    assert_eq!(seqs(&store.read_events(&id, &EventQuery::all()).await.unwrap()), vec![1, 2]);
+
+    let other = sid("conf-event-ids-other");
+    store.save_session(&snapshot(&other, SessionState::Running)).await.unwrap();
+    store
+        .append_events(&other, &[event_with_id(&other, 1, None, "a", &first.id)])
+        .await
+        .expect("event IDs are unique per session: another session may use the same ID");
+
+    // A replacement drops the old journal, and with it the IDs it used.
+    let mut replace = WriteBatch::new(id.clone());
+    replace.delete_first = true;
+    replace.snapshot = Some(snapshot(&id, SessionState::Idle));
+    replace.events = vec![event_with_id(&id, 1, None, "again", &first.id)];
+    store.write(&replace).await.expect("after delete_first an old event ID is free again");
+    remove_session(store, &id).await;
+    remove_session(store, &other).await;
 }
