@@ -158,6 +158,32 @@ impl MemoryStore {
     }
 }
 
+/// Checks that every request and turn-tagged event names a turn the session has a record of:
+/// stored in `stored`, or among the `turns` written with them.
+fn check_turns(
+    stored: Option<&Aggregate>,
+    session: &SessionId,
+    turns: &[Turn],
+    requests: &[Request],
+    events: &[Arc<Event>],
+) -> Result<(), StoreError> {
+    let known =
+        |turn: &TurnId| turns.iter().any(|t| t.id == *turn) || stored.is_some_and(|a| a.turn_index.contains_key(turn));
+    let named = requests.iter().map(|r| &r.turn_id).chain(events.iter().filter_map(|e| e.turn_id.as_ref()));
+    // Consecutive events almost always name the same turn: look it up once.
+    let mut checked: Option<&TurnId> = None;
+    for turn in named {
+        if checked == Some(turn) {
+            continue;
+        }
+        if !known(turn) {
+            return Err(StoreError::UnknownTurn { session: session.clone(), turn: turn.clone() });
+        }
+        checked = Some(turn);
+    }
+    Ok(())
+}
+
 /// Checks events appended to `stored` (`None`: a session stored empty, or replaced by the same
 /// write): each is new — above the latest seq, with an ID the session has not used — or an
 /// identical retry of a stored one; and no event ID appears twice among them.
@@ -244,7 +270,10 @@ impl Store for MemoryStore {
     }
 
     async fn save_request(&self, request: &Request) -> Result<(), StoreError> {
-        aggregate(&mut self.lock(), &request.session_id)?.save_request(request);
+        let mut map = self.lock();
+        let aggregate = aggregate(&mut map, &request.session_id)?;
+        check_turns(Some(aggregate), &request.session_id, &[], std::slice::from_ref(request), &[])?;
+        aggregate.save_request(request);
         Ok(())
     }
 
@@ -260,6 +289,7 @@ impl Store for MemoryStore {
     async fn append_events(&self, session: &SessionId, events: &[Arc<Event>]) -> Result<(), StoreError> {
         let mut map = self.lock();
         let aggregate = aggregate(&mut map, session)?;
+        check_turns(Some(aggregate), session, &[], &[], events)?;
         check_events(Some(aggregate), session, events)?;
         aggregate.append(events);
         Ok(())
@@ -284,6 +314,7 @@ impl Store for MemoryStore {
         if stored.is_none() && batch.snapshot.is_none() && has_children {
             return Err(StoreError::UnknownSession(session.clone()));
         }
+        check_turns(stored, session, &batch.turns, &batch.requests, &batch.events)?;
         check_events(stored, session, &batch.events)?;
         if batch.delete_first {
             map.remove(session);

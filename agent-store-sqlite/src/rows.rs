@@ -29,6 +29,9 @@ pub(crate) struct Prepared {
     pub(crate) turns: Vec<(String, String)>,
     pub(crate) requests: Vec<RequestRow>,
     pub(crate) events: Vec<EventRow>,
+    /// The turns its requests and events name that it does not write itself; each must be
+    /// stored (`StoreError::UnknownTurn`).
+    pub(crate) named_turns: Vec<TurnId>,
 }
 
 /// One request with its encoded form and the columns it is queried by.
@@ -59,6 +62,7 @@ impl Prepared {
             turns: Vec::new(),
             requests: Vec::new(),
             events: Vec::new(),
+            named_turns: Vec::new(),
         }
     }
 
@@ -101,7 +105,17 @@ impl Prepared {
         Ok(())
     }
 
+    /// Records that the write names `turn`: unless it writes that turn itself, the writer checks
+    /// that the turn is stored. Turns must be pushed before the requests and events naming them.
+    fn name_turn(&mut self, turn: &TurnId) {
+        let written = self.turns.iter().any(|(id, _)| id == turn.as_str());
+        if !written && !self.named_turns.contains(turn) {
+            self.named_turns.push(turn.clone());
+        }
+    }
+
     pub(crate) fn push_request(&mut self, request: &Request) -> Result<(), StoreError> {
+        self.name_turn(&request.turn_id);
         self.requests.push(RequestRow {
             id: request.id.to_string(),
             turn_id: request.turn_id.clone(),
@@ -124,7 +138,15 @@ impl Prepared {
             }
         }
         self.events.reserve(events.len());
+        // Consecutive events almost always name the same turn.
+        let mut named: Option<&TurnId> = None;
         for event in events {
+            if let Some(turn) = &event.turn_id
+                && named != Some(turn)
+            {
+                self.name_turn(turn);
+                named = Some(turn);
+            }
             let seq = i64::try_from(event.seq)
                 .map_err(|_| StoreError::Conflict(format!("seq {} is beyond the stored range", event.seq)))?;
             self.events.push(EventRow {

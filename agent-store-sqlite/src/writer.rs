@@ -203,6 +203,7 @@ fn apply(conn: &Connection, write: &Prepared) -> Result<(), StoreError> {
     let Some(latest) = latest else {
         return Err(StoreError::UnknownSession(write.session.clone()));
     };
+    check_named_turns(conn, write)?;
     if !write.turns.is_empty() {
         let mut stmt = conn
             .prepare_cached(
@@ -228,6 +229,26 @@ fn apply(conn: &Connection, write: &Prepared) -> Result<(), StoreError> {
     }
     if !write.events.is_empty() {
         append(conn, session, latest, &write.events)?;
+    }
+    Ok(())
+}
+
+/// Refuses a write naming a turn the session has no record of. One indexed lookup per turn the
+/// write names without writing it (a streaming write names one), not one per event.
+fn check_named_turns(conn: &Connection, write: &Prepared) -> Result<(), StoreError> {
+    if write.named_turns.is_empty() {
+        return Ok(());
+    }
+    let mut stmt = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM turns WHERE session_id = ?1 AND turn_id = ?2)")
+        .map_err(|e| store_error(&e))?;
+    for turn in &write.named_turns {
+        let stored: bool = stmt
+            .query_row(params![write.session.as_str(), turn.as_str()], |row| row.get(0))
+            .map_err(|e| store_error(&e))?;
+        if !stored {
+            return Err(StoreError::UnknownTurn { session: write.session.clone(), turn: turn.clone() });
+        }
     }
     Ok(())
 }

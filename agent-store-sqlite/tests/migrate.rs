@@ -161,6 +161,11 @@ async fn a_version_1_file_migrates_keeps_its_records_and_follows_the_current_rul
         let reused = store.append_events(&open, &[Arc::new(again)]).await;
         assert!(matches!(reused, Err(StoreError::Conflict(_))), "{name} must stay unique: {reused:?}");
     }
+    let orphaned = store.append_events(&open, &[event(&open, 5, Some("gone"), "d")]).await;
+    assert!(
+        matches!(&orphaned, Err(StoreError::UnknownTurn { turn, .. }) if turn.as_str() == "gone"),
+        "a turn with no record stays unknown, though version 1 stored an event of it: {orphaned:?}"
+    );
     let refused = store.delete_session(&open).await;
     assert!(matches!(refused, Err(StoreError::SessionLive(_))), "{refused:?}");
     store.append_events(&open, &[event(&open, 5, Some("t2"), "d")]).await.expect("a new event appends");

@@ -28,6 +28,7 @@ pub async fn run_all(store: DynStore) {
     batch_write_replaces(&store).await;
     delete_refuses_open_sessions(&store).await;
     event_ids_are_unique_within_a_session(&store).await;
+    requests_and_turn_events_need_their_turn(&store).await;
 }
 
 fn sid(name: &str) -> SessionId {
@@ -459,6 +460,61 @@ pub async fn event_ids_are_unique_within_a_session(store: &DynStore) {
     replace.snapshot = Some(snapshot(&id, SessionState::Idle));
     replace.events = vec![event_with_id(&id, 1, None, "again", &first.id)];
     store.write(&replace).await.expect("after delete_first an old event ID is free again");
+    remove_session(store, &id).await;
+    remove_session(store, &other).await;
+}
+
+/// A request, or an event with a `turn_id`, must name a turn the session has a record of
+/// (stored earlier or in the same batch), else `UnknownTurn`; events without a turn need none.
+pub async fn requests_and_turn_events_need_their_turn(store: &DynStore) {
+    let id = sid("conf-turn-refs");
+    let other = sid("conf-turn-refs-other");
+    store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
+    store.save_session(&snapshot(&other, SessionState::Running)).await.unwrap();
+    // A turn of another session does not count.
+    store.save_turn(&turn(&other, "elsewhere", TurnStatus::Running)).await.unwrap();
+    let unknown = |result: &Result<(), StoreError>, turn: &str| matches!(result, Err(StoreError::UnknownTurn { session, turn: t }) if *session == id && t.as_str() == turn);
+    let before = contents(store, &id).await;
+
+    let saved = store.save_request(&request(&id, "missing", "r1", RequestStatus::Pending)).await;
+    assert!(unknown(&saved, "missing"), "save_request of an unknown turn must be UnknownTurn naming it: {saved:?}");
+    let saved = store.save_request(&request(&id, "elsewhere", "r1", RequestStatus::Pending)).await;
+    assert!(unknown(&saved, "elsewhere"), "a turn of another session must not count: {saved:?}");
+    let appended = store.append_events(&id, &[event(&id, 1, None, "a"), event(&id, 2, Some("missing"), "b")]).await;
+    assert!(
+        unknown(&appended, "missing"),
+        "append_events with an unknown turn_id must be UnknownTurn naming it: {appended:?}"
+    );
+    let mut batch = WriteBatch::new(id.clone());
+    batch.requests = vec![request(&id, "missing", "r1", RequestStatus::Pending)];
+    let written = store.write(&batch).await;
+    assert!(unknown(&written, "missing"), "a batch request of an unknown turn must be UnknownTurn: {written:?}");
+    let mut batch = WriteBatch::new(id.clone());
+    batch.turns = vec![turn(&id, "t1", TurnStatus::Running)];
+    batch.events = vec![event(&id, 1, Some("t1"), "a"), event(&id, 2, Some("missing"), "b")];
+    let written = store.write(&batch).await;
+    assert!(unknown(&written, "missing"), "a batch event of an unknown turn must be UnknownTurn: {written:?}");
+    assert_eq!(contents(store, &id).await, before, "a write refused for an unknown turn must change nothing");
+
+    // The turn in the same batch counts: a batch applies turns before requests and events.
+    let mut batch = WriteBatch::new(id.clone());
+    batch.events = vec![event(&id, 1, None, "untagged"), event(&id, 2, Some("t1"), "a")];
+    batch.requests = vec![request(&id, "t1", "r1", RequestStatus::Pending)];
+    batch.turns = vec![turn(&id, "t1", TurnStatus::Running)];
+    store.write(&batch).await.expect("a batch holding the turn its request and events name is Ok");
+    // And a stored turn counts later.
+    store.save_request(&request(&id, "t1", "r2", RequestStatus::Pending)).await.expect("a stored turn counts");
+    store.append_events(&id, &[event(&id, 3, Some("t1"), "b")]).await.expect("a stored turn counts");
+    store.append_events(&id, &[event(&id, 4, None, "c")]).await.expect("events without a turn need none");
+
+    // A replacement deletes the old turns first: they no longer count.
+    let mut replace = WriteBatch::new(id.clone());
+    replace.delete_first = true;
+    replace.snapshot = Some(snapshot(&id, SessionState::Finalizing));
+    replace.events = vec![event(&id, 1, Some("t1"), "stale")];
+    let replaced = store.write(&replace).await;
+    assert!(unknown(&replaced, "t1"), "after delete_first the old turns must not count: {replaced:?}");
+    assert_eq!(store.latest_seq(&id).await.unwrap(), Some(4), "the refused replacement must change nothing");
     remove_session(store, &id).await;
     remove_session(store, &other).await;
 }
