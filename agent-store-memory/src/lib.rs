@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use agent_core::store::{EventQuery, Store, StoreError, WriteBatch};
+use agent_core::store::{EventQuery, RequestQuery, Store, StoreError, WriteBatch};
 use agent_core::{Event, EventId, Request, RequestId, SessionId, SessionSnapshot, SessionState, Turn, TurnId};
 use async_trait::async_trait;
 
@@ -284,6 +284,13 @@ impl Store for MemoryStore {
 
     async fn list_requests(&self, session: &SessionId) -> Result<Vec<Request>, StoreError> {
         Ok(self.lock().get(session).map(|a| a.requests.clone()).unwrap_or_default())
+    }
+
+    /// Filters under the lock, cloning only the matching records.
+    async fn read_requests(&self, session: &SessionId, query: &RequestQuery) -> Result<Vec<Request>, StoreError> {
+        let map = self.lock();
+        let Some(aggregate) = map.get(session) else { return Ok(Vec::new()) };
+        Ok(aggregate.requests.iter().filter(|r| query.matches(r)).cloned().collect())
     }
 
     async fn append_events(&self, session: &SessionId, events: &[Arc<Event>]) -> Result<(), StoreError> {

@@ -13,7 +13,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agent_core::store::{EventQuery, Store, StoreError, WriteBatch};
+use agent_core::store::{EventQuery, RequestQuery, Store, StoreError, WriteBatch};
 use agent_core::{Event, Request, RequestId, SessionId, SessionSnapshot, Turn, TurnId};
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
@@ -214,6 +214,12 @@ impl Store for SqliteStore {
             )
         })
         .await
+    }
+
+    /// One indexed query: `requests_by_turn` or `requests_by_status`.
+    async fn read_requests(&self, session: &SessionId, query: &RequestQuery) -> Result<Vec<Request>, StoreError> {
+        let (session, query) = (session.clone(), query.clone());
+        self.read(move |conn| reader::requests(conn, session.as_str(), &query)).await
     }
 
     async fn append_events(&self, session: &SessionId, events: &[Arc<Event>]) -> Result<(), StoreError> {

@@ -10,8 +10,9 @@ use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::session::StartupMarker;
 use agent_core::store::{EventQuery, WriteBatch};
 use agent_core::{
-    DynStore, Event, EventId, EventKind, ProviderId, Request, RequestId, RequestKind, RequestStatus, Response,
-    SessionId, SessionSnapshot, SessionState, StoreError, Timestamp, Turn, TurnId, TurnInput, TurnResult, TurnStatus,
+    DynStore, Event, EventId, EventKind, ProviderId, Request, RequestId, RequestKind, RequestQuery, RequestStatus,
+    Response, SessionId, SessionSnapshot, SessionState, StoreError, Timestamp, Turn, TurnId, TurnInput, TurnResult,
+    TurnStatus,
 };
 
 /// Runs every check.
@@ -29,6 +30,7 @@ pub async fn run_all(store: DynStore) {
     delete_refuses_open_sessions(&store).await;
     event_ids_are_unique_within_a_session(&store).await;
     requests_and_turn_events_need_their_turn(&store).await;
+    requests_are_read_by_turn_and_status(&store).await;
 }
 
 fn sid(name: &str) -> SessionId {
@@ -517,4 +519,61 @@ pub async fn requests_and_turn_events_need_their_turn(store: &DynStore) {
     assert_eq!(store.latest_seq(&id).await.unwrap(), Some(4), "the refused replacement must change nothing");
     remove_session(store, &id).await;
     remove_session(store, &other).await;
+}
+
+/// `read_requests` filters by turn and status and returns requests in creation order (an upsert
+/// keeps a request's place).
+pub async fn requests_are_read_by_turn_and_status(store: &DynStore) {
+    let id = sid("conf-request-query");
+    store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
+    for name in ["t1", "t2", "t3"] {
+        store.save_turn(&turn(&id, name, TurnStatus::Running)).await.unwrap();
+    }
+    // Created in this order; r1 is resolved after the others exist.
+    let created = [
+        ("t1", "r1", RequestStatus::Pending),
+        ("t2", "r2", RequestStatus::Resolved),
+        ("t1", "r3", RequestStatus::Pending),
+        ("t2", "r4", RequestStatus::Pending),
+        ("t1", "r5", RequestStatus::Expired),
+    ];
+    for (turn, request_id, status) in created {
+        store.save_request(&request(&id, turn, request_id, status)).await.unwrap();
+    }
+    store.save_request(&request(&id, "t1", "r1", RequestStatus::Resolved)).await.unwrap();
+
+    let read = |query: RequestQuery| {
+        let store = Arc::clone(store);
+        let id = id.clone();
+        async move {
+            let requests = store.read_requests(&id, &query).await.unwrap();
+            requests.iter().map(|r| r.id.as_str().to_owned()).collect::<Vec<_>>()
+        }
+    };
+    let t = TurnId::from_string;
+    assert_eq!(read(RequestQuery::all()).await, ["r1", "r2", "r3", "r4", "r5"], "all requests, in creation order");
+    assert_eq!(
+        read(RequestQuery::all().turn(t("t1"))).await,
+        ["r1", "r3", "r5"],
+        "requests of a turn, in creation order"
+    );
+    assert_eq!(read(RequestQuery::all().status(RequestStatus::Pending)).await, ["r3", "r4"], "requests by status");
+    assert_eq!(
+        read(RequestQuery::all().status(RequestStatus::Resolved)).await,
+        ["r1", "r2"],
+        "requests by their latest status, in creation order"
+    );
+    assert_eq!(
+        read(RequestQuery::all().turn(t("t1")).status(RequestStatus::Pending)).await,
+        ["r3"],
+        "requests by turn and status"
+    );
+    assert!(read(RequestQuery::all().turn(t("t3"))).await.is_empty(), "a turn without requests reads empty");
+    assert!(read(RequestQuery::all().turn(t("nope"))).await.is_empty(), "an unknown turn reads empty");
+    let listed = store.list_requests(&id).await.unwrap();
+    let full = store.read_requests(&id, &RequestQuery::all().turn(t("t2"))).await.unwrap();
+    assert_eq!(full, vec![listed[1].clone(), listed[3].clone()], "read_requests must return the stored records");
+    let missing = store.read_requests(&sid("conf-request-query-missing"), &RequestQuery::all()).await.unwrap();
+    assert!(missing.is_empty(), "an unknown session reads empty");
+    remove_session(store, &id).await;
 }
