@@ -31,6 +31,7 @@ pub async fn run_all(store: DynStore) {
     event_ids_are_unique_within_a_session(&store).await;
     requests_and_turn_events_need_their_turn(&store).await;
     requests_are_read_by_turn_and_status(&store).await;
+    refused_writes_change_nothing(&store).await;
 }
 
 fn sid(name: &str) -> SessionId {
@@ -575,5 +576,60 @@ pub async fn requests_are_read_by_turn_and_status(store: &DynStore) {
     assert_eq!(full, vec![listed[1].clone(), listed[3].clone()], "read_requests must return the stored records");
     let missing = store.read_requests(&sid("conf-request-query-missing"), &RequestQuery::all()).await.unwrap();
     assert!(missing.is_empty(), "an unknown session reads empty");
+    remove_session(store, &id).await;
+}
+
+/// Every refused write changes nothing: a batch refused by any rule — an event ID stored or
+/// repeated, an unknown turn, a seq conflict — leaves the snapshot, turns, requests and journal as
+/// they were, also when it would have replaced the session first.
+pub async fn refused_writes_change_nothing(store: &DynStore) {
+    let id = sid("conf-refused");
+    populated(store, &id, SessionState::Running).await;
+    let stored = store.read_events(&id, &EventQuery::all()).await.unwrap();
+    let before = contents(store, &id).await;
+
+    let twice = EventId::generate();
+    let ev = |seq: u64, turn: Option<&str>| event(&id, seq, turn, "x");
+    let ev_id = |seq: u64, event_id: &EventId| event_with_id(&id, seq, None, "x", event_id);
+    /// Whether a write was refused with the error its case expects.
+    type Expected = fn(&Result<(), StoreError>) -> bool;
+    let conflict: Expected = |r| matches!(r, Err(StoreError::Conflict(_)));
+    let unknown_turn: Expected = |r| matches!(r, Err(StoreError::UnknownTurn { .. }));
+    // (rule broken, delete_first, the batch's events, the error expected); only the last event
+    // breaks the rule.
+    let cases: [(&str, bool, Vec<Arc<Event>>, Expected); 7] = [
+        (
+            "an event ID stored at another seq",
+            false,
+            vec![ev(3, Some("t2")), ev(4, None), ev_id(5, &stored[0].id)],
+            conflict,
+        ),
+        ("an event ID twice in the batch", false, vec![ev_id(3, &twice), ev(4, None), ev_id(5, &twice)], conflict),
+        ("an event ID twice in the batch", true, vec![ev_id(3, &twice), ev(4, None), ev_id(5, &twice)], conflict),
+        ("an unknown turn", false, vec![ev(3, Some("t2")), ev(4, None), ev(5, Some("missing"))], unknown_turn),
+        ("an unknown turn", true, vec![ev(3, Some("t2")), ev(4, None), ev(5, Some("missing"))], unknown_turn),
+        ("a different event at a used seq", false, vec![ev(3, Some("t2")), ev(4, None), ev(2, Some("t1"))], conflict),
+        ("a seq below the batch's latest", true, vec![ev(3, Some("t2")), ev(4, None), ev(1, None)], conflict),
+    ];
+    for (rule, delete_first, events, expected) in cases {
+        // Besides its events, each batch carries a changed snapshot, a new turn, an updated
+        // turn, a new request and an updated request.
+        let mut changed = snapshot(&id, SessionState::AwaitingInput);
+        changed.provider_session_id = Some("must-not-land".into());
+        let mut batch = WriteBatch::new(id.clone());
+        batch.delete_first = delete_first;
+        batch.snapshot = Some(changed);
+        batch.turns = vec![turn(&id, "t2", TurnStatus::Running), turn(&id, "t1", TurnStatus::Completed)];
+        batch.requests =
+            vec![request(&id, "t2", "r2", RequestStatus::Pending), request(&id, "t1", "r1", RequestStatus::Resolved)];
+        batch.events = events;
+        let result = store.write(&batch).await;
+        assert!(expected(&result), "a batch with {rule} (delete_first: {delete_first}) must be refused: {result:?}");
+        assert_eq!(
+            contents(store, &id).await,
+            before,
+            "a batch refused for {rule} (delete_first: {delete_first}) must change nothing: {result:?}"
+        );
+    }
     remove_session(store, &id).await;
 }
