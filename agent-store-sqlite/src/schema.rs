@@ -60,8 +60,11 @@ CREATE INDEX events_by_turn ON events (session_id, turn_id, seq) WHERE turn_id I
 
 /// Version 2: event IDs unique within a session, and requests readable by turn and status.
 ///
-/// `events.event_id` is the event's ID, kept unique per session by `events_by_id`, so the writer
-/// refuses a reused ID through the index it inserts into anyway rather than a lookup per event.
+/// `events.event_id` is the event's ID; `events_by_id` keeps the pair (ID, session) unique, so the
+/// insert itself refuses an ID the session used before, with no lookup per event. The ID leads the
+/// key because generated IDs start with their creation time: the events a group commits land
+/// together at the end of the index rather than on one page per session, which costs the writer
+/// less (measured) than `(session_id, event_id)`.
 /// Version 1 accepted an ID twice; backfilling keeps the ID on its first row (rowids grow with
 /// seq within a session) and leaves later repeats `NULL` — NULLs are distinct in a unique index —
 /// so such a file migrates, every event stays readable, and a new event reusing the ID still
@@ -74,7 +77,7 @@ ALTER TABLE events ADD COLUMN event_id TEXT;
 UPDATE events SET event_id = json_extract(event, '$.id') WHERE json_valid(event);
 UPDATE events SET event_id = NULL
  WHERE rowid NOT IN (SELECT MIN(rowid) FROM events GROUP BY session_id, event_id);
-CREATE UNIQUE INDEX events_by_id ON events (session_id, event_id);
+CREATE UNIQUE INDEX events_by_id ON events (event_id, session_id);
 ALTER TABLE requests ADD COLUMN turn_id TEXT NOT NULL DEFAULT '';
 ALTER TABLE requests ADD COLUMN status TEXT NOT NULL DEFAULT '';
 UPDATE requests

@@ -446,6 +446,47 @@ mod tests {
     }
 
     #[test]
+    fn writes_refused_for_a_used_event_id_an_unknown_turn_or_an_open_session_roll_back_alone() {
+        let scratch = Scratch::new("rules");
+        let conn = scratch.conn();
+        let (a, b, c) = (sid("a"), sid("b"), sid("c"));
+        let setup = commit(conn, [new_session(&a, 1..=1)]);
+        assert!(matches!(setup[..], [Ok(())]), "{setup:?}");
+        let stored_id: String =
+            conn.query_row("SELECT event_id FROM events WHERE session_id = 'a'", [], |r| r.get(0)).unwrap();
+
+        // Each refused write of `a` brings a turn and a valid event first, which must not land.
+        let mut reused = Prepared::new(a.clone());
+        reused.push_turn(&turn(&a, "t1", TurnStatus::Running)).unwrap();
+        let mut again = (*event(&a, 3, None, "again")).clone();
+        again.id = agent_core::EventId::from_string(stored_id.as_str());
+        reused.push_events(&[event(&a, 2, Some("t1"), "ok"), std::sync::Arc::new(again)]).unwrap();
+        let mut unknown = Prepared::new(a.clone());
+        unknown.push_turn(&turn(&a, "t1", TurnStatus::Running)).unwrap();
+        unknown.push_events(&[event(&a, 2, Some("t1"), "ok"), event(&a, 3, Some("missing"), "x")]).unwrap();
+        let delete = Prepared::delete(a.clone());
+        let results = commit(
+            conn,
+            [new_session(&b, 1..=2), Box::new(reused), Box::new(unknown), Box::new(delete), new_session(&c, 1..=2)],
+        );
+        assert!(results[0].is_ok() && results[4].is_ok(), "{results:?}");
+        assert!(matches!(results[1], Err(StoreError::Conflict(_))), "{results:?}");
+        assert!(matches!(&results[2], Err(StoreError::UnknownTurn { turn, .. }) if turn.as_str() == "missing"));
+        assert!(matches!(&results[3], Err(StoreError::SessionLive(id)) if *id == a), "{results:?}");
+
+        assert!(conn.is_autocommit(), "the group transaction is committed");
+        for (id, events) in [(&a, 1), (&b, 2), (&c, 2)] {
+            assert_eq!(count(conn, "SELECT COUNT(*) FROM events WHERE session_id = ?1", id), events, "{id}");
+        }
+        assert_eq!(
+            count(conn, "SELECT COUNT(*) FROM turns WHERE session_id = ?1", &a),
+            0,
+            "no turn of a refused write"
+        );
+        assert_eq!(count(conn, "SELECT COUNT(*) FROM sessions WHERE id = ?1", &a), 1, "the open session is kept");
+    }
+
+    #[test]
     fn a_full_disk_refuses_the_whole_group_and_the_writer_recovers() {
         let scratch = Scratch::new("full");
         let conn = scratch.conn();
