@@ -1,11 +1,11 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use agent_core::store::{EventQuery, Store, StoreError, WriteBatch};
-use agent_core::{Event, Request, RequestId, SessionId, SessionSnapshot, SessionState, Turn, TurnId};
+use agent_core::store::{EventQuery, RequestQuery, Store, StoreError, WriteBatch};
+use agent_core::{Event, EventId, Request, RequestId, SessionId, SessionSnapshot, SessionState, Turn, TurnId};
 use async_trait::async_trait;
 
 /// Retention bounds of a [`MemoryStore`].
@@ -38,6 +38,8 @@ struct Aggregate {
     requests: Vec<Request>,
     request_index: HashMap<RequestId, usize>,
     events: Vec<Arc<Event>>,
+    /// The IDs of `events`, unique within the session (each a clone of the event's `Arc<str>`).
+    event_ids: HashSet<EventId>,
     /// Positions in `events` of each turn's events.
     by_turn: HashMap<TurnId, Vec<usize>>,
 }
@@ -51,6 +53,7 @@ impl Aggregate {
             requests: Vec::new(),
             request_index: HashMap::new(),
             events: Vec::new(),
+            event_ids: HashSet::new(),
             by_turn: HashMap::new(),
         }
     }
@@ -75,30 +78,6 @@ impl Aggregate {
         }
     }
 
-    /// Checks that each event is new and above the latest seq, or an identical retry.
-    fn check_append(&self, events: &[Arc<Event>]) -> Result<(), StoreError> {
-        let mut last = self.events.last().map_or(0, |e| e.seq);
-        for event in events {
-            if event.seq > last {
-                last = event.seq;
-                continue;
-            }
-            match self.events.binary_search_by_key(&event.seq, |e| e.seq) {
-                Ok(i) if *self.events[i] == **event => {}
-                Ok(_) => {
-                    return Err(StoreError::Conflict(format!("seq {} holds a different event", event.seq)));
-                }
-                Err(_) => {
-                    return Err(StoreError::Conflict(format!(
-                        "seq {} is not above the latest stored seq {last}",
-                        event.seq
-                    )));
-                }
-            }
-        }
-        Ok(())
-    }
-
     fn append(&mut self, events: &[Arc<Event>]) {
         for event in events {
             if self.events.last().is_some_and(|last| event.seq <= last.seq) {
@@ -107,6 +86,7 @@ impl Aggregate {
             if let Some(turn) = &event.turn_id {
                 self.by_turn.entry(turn.clone()).or_default().push(self.events.len());
             }
+            self.event_ids.insert(event.id.clone());
             self.events.push(Arc::clone(event));
         }
     }
@@ -178,6 +158,74 @@ impl MemoryStore {
     }
 }
 
+/// Checks that every request and turn-tagged event names a turn the session has a record of:
+/// stored in `stored`, or among the `turns` written with them.
+fn check_turns(
+    stored: Option<&Aggregate>,
+    session: &SessionId,
+    turns: &[Turn],
+    requests: &[Request],
+    events: &[Arc<Event>],
+) -> Result<(), StoreError> {
+    let known =
+        |turn: &TurnId| turns.iter().any(|t| t.id == *turn) || stored.is_some_and(|a| a.turn_index.contains_key(turn));
+    let named = requests.iter().map(|r| &r.turn_id).chain(events.iter().filter_map(|e| e.turn_id.as_ref()));
+    // Consecutive events almost always name the same turn: look it up once.
+    let mut checked: Option<&TurnId> = None;
+    for turn in named {
+        if checked == Some(turn) {
+            continue;
+        }
+        if !known(turn) {
+            return Err(StoreError::UnknownTurn { session: session.clone(), turn: turn.clone() });
+        }
+        checked = Some(turn);
+    }
+    Ok(())
+}
+
+/// Checks events appended to `stored` (`None`: a session stored empty, or replaced by the same
+/// write): each is new — above the latest seq, with an ID the session has not used — or an
+/// identical retry of a stored one; and no event ID appears twice among them.
+fn check_events(stored: Option<&Aggregate>, session: &SessionId, events: &[Arc<Event>]) -> Result<(), StoreError> {
+    let journal = stored.map_or(&[][..], |a| &a.events[..]);
+    let mut last = journal.last().map_or(0, |e| e.seq);
+    // The IDs of this write; only a write of several events can repeat one.
+    let mut written: HashSet<&EventId> = HashSet::new();
+    for event in events {
+        if events.len() > 1 && !written.insert(&event.id) {
+            return Err(StoreError::Conflict(format!(
+                "event ID `{}` appears twice in one write to session `{session}`",
+                event.id
+            )));
+        }
+        if event.seq > last {
+            if stored.is_some_and(|a| a.event_ids.contains(&event.id)) {
+                let at = journal.iter().find(|e| e.id == event.id).map_or(0, |e| e.seq);
+                return Err(StoreError::Conflict(format!(
+                    "event ID `{}` of seq {} is already stored at seq {at} in session `{session}`",
+                    event.id, event.seq
+                )));
+            }
+            last = event.seq;
+            continue;
+        }
+        match journal.binary_search_by_key(&event.seq, |e| e.seq) {
+            Ok(i) if *journal[i] == **event => {}
+            Ok(_) => {
+                return Err(StoreError::Conflict(format!("seq {} holds a different event", event.seq)));
+            }
+            Err(_) => {
+                return Err(StoreError::Conflict(format!(
+                    "seq {} is not above the latest stored seq {last}",
+                    event.seq
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn aggregate<'a>(map: &'a mut BTreeMap<SessionId, Aggregate>, id: &SessionId) -> Result<&'a mut Aggregate, StoreError> {
     map.get_mut(id).ok_or_else(|| StoreError::UnknownSession(id.clone()))
 }
@@ -197,8 +245,13 @@ impl Store for MemoryStore {
         Ok(self.lock().values().map(|a| a.snapshot.clone()).collect())
     }
 
+    /// Refuses an open snapshot ([`SessionSnapshot::is_open`]) with [`StoreError::SessionLive`].
     async fn delete_session(&self, id: &SessionId) -> Result<(), StoreError> {
-        self.lock().remove(id);
+        let mut map = self.lock();
+        if map.get(id).is_some_and(|a| a.snapshot.is_open()) {
+            return Err(StoreError::SessionLive(id.clone()));
+        }
+        map.remove(id);
         Ok(())
     }
 
@@ -217,7 +270,10 @@ impl Store for MemoryStore {
     }
 
     async fn save_request(&self, request: &Request) -> Result<(), StoreError> {
-        aggregate(&mut self.lock(), &request.session_id)?.save_request(request);
+        let mut map = self.lock();
+        let aggregate = aggregate(&mut map, &request.session_id)?;
+        check_turns(Some(aggregate), &request.session_id, &[], std::slice::from_ref(request), &[])?;
+        aggregate.save_request(request);
         Ok(())
     }
 
@@ -230,10 +286,18 @@ impl Store for MemoryStore {
         Ok(self.lock().get(session).map(|a| a.requests.clone()).unwrap_or_default())
     }
 
+    /// Filters under the lock, cloning only the matching records.
+    async fn read_requests(&self, session: &SessionId, query: &RequestQuery) -> Result<Vec<Request>, StoreError> {
+        let map = self.lock();
+        let Some(aggregate) = map.get(session) else { return Ok(Vec::new()) };
+        Ok(aggregate.requests.iter().filter(|r| query.matches(r)).cloned().collect())
+    }
+
     async fn append_events(&self, session: &SessionId, events: &[Arc<Event>]) -> Result<(), StoreError> {
         let mut map = self.lock();
         let aggregate = aggregate(&mut map, session)?;
-        aggregate.check_append(events)?;
+        check_turns(Some(aggregate), session, &[], &[], events)?;
+        check_events(Some(aggregate), session, events)?;
         aggregate.append(events);
         Ok(())
     }
@@ -251,17 +315,14 @@ impl Store for MemoryStore {
     async fn write(&self, batch: &WriteBatch) -> Result<(), StoreError> {
         let Some(session) = &batch.session_id else { return Ok(()) };
         let mut map = self.lock();
-        let fresh = batch.delete_first || !map.contains_key(session);
+        // What the records land on: nothing when the batch replaces the session.
+        let stored = if batch.delete_first { None } else { map.get(session) };
         let has_children = !(batch.turns.is_empty() && batch.requests.is_empty() && batch.events.is_empty());
-        match (&batch.snapshot, fresh) {
-            (None, true) if has_children => return Err(StoreError::UnknownSession(session.clone())),
-            (Some(snapshot), true) => Aggregate::new(snapshot.clone()).check_append(&batch.events)?,
-            _ => {
-                if let Some(existing) = map.get(session) {
-                    existing.check_append(&batch.events)?;
-                }
-            }
+        if stored.is_none() && batch.snapshot.is_none() && has_children {
+            return Err(StoreError::UnknownSession(session.clone()));
         }
+        check_turns(stored, session, &batch.turns, &batch.requests, &batch.events)?;
+        check_events(stored, session, &batch.events)?;
         if batch.delete_first {
             map.remove(session);
         }

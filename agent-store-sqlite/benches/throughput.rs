@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_core::store::{Store, WriteBatch};
-use agent_core::{Event, EventId, SessionId, SessionSnapshot, Timestamp};
+use agent_core::{Event, EventId, SessionId, SessionSnapshot, Timestamp, TurnStatus};
 use agent_store_sqlite::{SqliteOptions, SqliteStore, Synchronous};
+use agent_testkit::conformance::store::turn;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use tokio::runtime::Runtime;
 
@@ -65,6 +66,7 @@ impl Workload {
         runtime.block_on(async {
             for id in &sessions {
                 store.save_session(&snapshot(id)).await.expect("snapshot");
+                store.save_turn(&turn(id, "turn-1", TurnStatus::Running)).await.expect("turn");
             }
         });
         Workload { store, sessions, next_seq: 1, writes_per_session, events_per_write }
@@ -74,23 +76,23 @@ impl Workload {
         SESSIONS as u64 * self.writes_per_session * self.events_per_write
     }
 
-    /// The next iteration's writes, per session.
+    /// The next iteration's writes, per session. Events are made in the order their writes are
+    /// committed (write `w` of every session, then write `w + 1`), as the runtime makes an event
+    /// — and its ID, which starts with its creation time — when it sequences it; the store's
+    /// event-ID index then sees IDs arrive in about that order, as it does under a harness.
     fn batches(&mut self) -> Vec<Vec<WriteBatch>> {
         let first = self.next_seq;
         self.next_seq += self.writes_per_session * self.events_per_write;
-        self.sessions
-            .iter()
-            .map(|id| {
-                (0..self.writes_per_session)
-                    .map(|w| {
-                        let start = first + w * self.events_per_write;
-                        let mut batch = WriteBatch::new(id.clone());
-                        batch.events = (start..start + self.events_per_write).map(|seq| event(id, seq)).collect();
-                        batch
-                    })
-                    .collect()
-            })
-            .collect()
+        let mut batches: Vec<Vec<WriteBatch>> = self.sessions.iter().map(|_| Vec::new()).collect();
+        for w in 0..self.writes_per_session {
+            let start = first + w * self.events_per_write;
+            for (id, writes) in self.sessions.iter().zip(&mut batches) {
+                let mut batch = WriteBatch::new(id.clone());
+                batch.events = (start..start + self.events_per_write).map(|seq| event(id, seq)).collect();
+                writes.push(batch);
+            }
+        }
+        batches
     }
 
     /// Time spent committing `iterations` rounds of writes.

@@ -13,7 +13,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agent_core::store::{EventQuery, Store, StoreError, WriteBatch};
+use agent_core::store::{EventQuery, RequestQuery, Store, StoreError, WriteBatch};
 use agent_core::{Event, Request, RequestId, SessionId, SessionSnapshot, Turn, TurnId};
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
@@ -146,10 +146,10 @@ impl Store for SqliteStore {
         self.read(|conn| reader::all(conn, "snapshot", "SELECT snapshot FROM sessions ORDER BY id", [])).await
     }
 
+    /// Refuses an open snapshot ([`SessionSnapshot::is_open`]) with [`StoreError::SessionLive`];
+    /// the check and the delete run in the same transaction.
     async fn delete_session(&self, id: &SessionId) -> Result<(), StoreError> {
-        let mut write = Prepared::new(id.clone());
-        write.delete_first = true;
-        self.submit(write).await
+        self.submit(Prepared::delete(id.clone())).await
     }
 
     async fn save_turn(&self, turn: &Turn) -> Result<(), StoreError> {
@@ -214,6 +214,12 @@ impl Store for SqliteStore {
             )
         })
         .await
+    }
+
+    /// One indexed query: `requests_by_turn` or `requests_by_status`.
+    async fn read_requests(&self, session: &SessionId, query: &RequestQuery) -> Result<Vec<Request>, StoreError> {
+        let (session, query) = (session.clone(), query.clone());
+        self.read(move |conn| reader::requests(conn, session.as_str(), &query)).await
     }
 
     async fn append_events(&self, session: &SessionId, events: &[Arc<Event>]) -> Result<(), StoreError> {

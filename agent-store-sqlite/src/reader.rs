@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use agent_core::store::EventQuery;
-use agent_core::{Event, StoreError};
+use agent_core::store::{EventQuery, RequestQuery};
+use agent_core::{Event, Request, StoreError};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::de::DeserializeOwned;
 
@@ -120,6 +120,28 @@ pub(crate) fn events(conn: &Connection, session: &str, query: &EventQuery) -> Re
     Ok(events.into_iter().map(Arc::new).collect())
 }
 
+/// The request statements, by filter. Each is a plain equality lookup on an index (checked by a
+/// test below), and `ORDER BY position` keeps creation order whatever the index order is.
+const REQUESTS: &str = "SELECT record FROM requests WHERE session_id = ?1 ORDER BY position";
+const REQUESTS_OF_TURN: &str = "SELECT record FROM requests WHERE session_id = ?1 AND turn_id = ?2 ORDER BY position";
+const REQUESTS_WITH_STATUS: &str =
+    "SELECT record FROM requests WHERE session_id = ?1 AND status = ?2 ORDER BY position";
+const REQUESTS_OF_TURN_WITH_STATUS: &str =
+    "SELECT record FROM requests WHERE session_id = ?1 AND turn_id = ?2 AND status = ?3 ORDER BY position";
+
+/// Requests of `session` matching `query`, in creation order.
+pub(crate) fn requests(conn: &Connection, session: &str, query: &RequestQuery) -> Result<Vec<Request>, StoreError> {
+    let status = query.status.map(crate::rows::status_name).transpose()?;
+    match (&query.turn, &status) {
+        (None, None) => all(conn, "request", REQUESTS, params![session]),
+        (Some(turn), None) => all(conn, "request", REQUESTS_OF_TURN, params![session, turn.as_str()]),
+        (None, Some(status)) => all(conn, "request", REQUESTS_WITH_STATUS, params![session, status]),
+        (Some(turn), Some(status)) => {
+            all(conn, "request", REQUESTS_OF_TURN_WITH_STATUS, params![session, turn.as_str(), status])
+        }
+    }
+}
+
 /// The highest stored seq of `session`.
 pub(crate) fn latest_seq(conn: &Connection, session: &str) -> Result<Option<u64>, StoreError> {
     let latest: Option<i64> = conn
@@ -130,6 +152,39 @@ pub(crate) fn latest_seq(conn: &Connection, session: &str) -> Result<Option<u64>
         None | Some(0) => Ok(None),
         Some(seq) => {
             u64::try_from(seq).map(Some).map_err(|_| StoreError::Corrupt(format!("stored seq {seq} is negative")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SQLite's plan for `sql`, one line per step.
+    fn plan(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> String {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let steps = stmt.query_map(params, |row| row.get::<_, String>(3)).unwrap();
+        steps.map(Result::unwrap).collect::<Vec<_>>().join("\n")
+    }
+
+    #[test]
+    fn request_queries_are_index_lookups() {
+        let dir = std::env::temp_dir().join(format!("agent-store-sqlite-plan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let conn = crate::open::open_writer(&dir.join("store.db"), &SqliteOptions::default()).unwrap();
+        let cases = [
+            (REQUESTS_OF_TURN, plan(&conn, REQUESTS_OF_TURN, params!["s", "t"]), "requests_by_turn"),
+            (
+                REQUESTS_OF_TURN_WITH_STATUS,
+                plan(&conn, REQUESTS_OF_TURN_WITH_STATUS, params!["s", "t", "pending"]),
+                "requests_by_turn",
+            ),
+            (REQUESTS_WITH_STATUS, plan(&conn, REQUESTS_WITH_STATUS, params!["s", "pending"]), "requests_by_status"),
+        ];
+        drop(conn);
+        let _ = std::fs::remove_dir_all(&dir);
+        for (sql, plan, index) in cases {
+            assert!(plan.contains(&format!("USING INDEX {index} (")), "{sql} must look up {index}; plan:\n{plan}");
         }
     }
 }

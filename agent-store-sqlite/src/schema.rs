@@ -12,10 +12,11 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::OpenError;
 
 /// The newest schema version this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// `MIGRATIONS[n]` upgrades a database from version `n` to `n + 1`; version 0 is an empty file.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1];
+/// A released migration never changes: files in the field were migrated by it.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1, V2];
 
 /// Version 1. Records are JSON documents in TEXT columns, written with agent-core's serde forms,
 /// so an event's `raw` payload is stored byte for byte. Keys are the columns the store looks up by.
@@ -55,6 +56,35 @@ CREATE TABLE events (
     UNIQUE (session_id, seq)
 );
 CREATE INDEX events_by_turn ON events (session_id, turn_id, seq) WHERE turn_id IS NOT NULL;
+";
+
+/// Version 2: event IDs unique within a session, and requests readable by turn and status.
+///
+/// `events.event_id` is the event's ID; `events_by_id` keeps the pair (ID, session) unique, so the
+/// insert itself refuses an ID the session used before, with no lookup per event. The ID leads the
+/// key because generated IDs start with their creation time: the events a group commits land
+/// together at the end of the index rather than on one page per session, which costs the writer
+/// less (measured) than `(session_id, event_id)`.
+/// Version 1 accepted an ID twice; backfilling keeps the ID on its first row (rowids grow with
+/// seq within a session) and leaves later repeats `NULL` — NULLs are distinct in a unique index —
+/// so such a file migrates, every event stays readable, and a new event reusing the ID still
+/// conflicts with the first. A document that is not valid JSON is left for the reader to report
+/// as corrupt rather than failing the migration (and so the open).
+/// `requests.turn_id` and `requests.status` copy the record's fields for `requests_by_turn` and
+/// `requests_by_status`; the writer sets them with every upsert.
+const V2: &str = "
+ALTER TABLE events ADD COLUMN event_id TEXT;
+UPDATE events SET event_id = json_extract(event, '$.id') WHERE json_valid(event);
+UPDATE events SET event_id = NULL
+ WHERE rowid NOT IN (SELECT MIN(rowid) FROM events GROUP BY session_id, event_id);
+CREATE UNIQUE INDEX events_by_id ON events (event_id, session_id);
+ALTER TABLE requests ADD COLUMN turn_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE requests ADD COLUMN status TEXT NOT NULL DEFAULT '';
+UPDATE requests
+   SET turn_id = coalesce(json_extract(record, '$.turn_id'), ''), status = coalesce(json_extract(record, '$.status'), '')
+ WHERE json_valid(record);
+CREATE INDEX requests_by_turn ON requests (session_id, turn_id, status);
+CREATE INDEX requests_by_status ON requests (session_id, status);
 ";
 
 /// What an opened file holds.

@@ -7,12 +7,12 @@
 
 use std::thread::JoinHandle;
 
-use agent_core::{Event, StoreError};
+use agent_core::{Event, SessionSnapshot, StoreError};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{corrupt_json, store_error};
-use crate::rows::{EventRow, Prepared};
+use crate::rows::{Clear, EventRow, Prepared};
 
 /// Writes waiting for the writer thread. When full, a write waits for room: back-pressure on
 /// the sessions' flush tasks, which already accumulate new events in their next batch.
@@ -154,6 +154,10 @@ fn apply_isolated(conn: &Connection, write: &Prepared) -> Result<Result<(), Stor
 fn replicate(error: &StoreError) -> StoreError {
     match error {
         StoreError::UnknownSession(id) => StoreError::UnknownSession(id.clone()),
+        StoreError::UnknownTurn { session, turn } => {
+            StoreError::UnknownTurn { session: session.clone(), turn: turn.clone() }
+        }
+        StoreError::SessionLive(id) => StoreError::SessionLive(id.clone()),
         StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
         StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
         StoreError::WriteRefused(m) => StoreError::WriteRefused(m.clone()),
@@ -172,8 +176,13 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 fn apply(conn: &Connection, write: &Prepared) -> Result<(), StoreError> {
     let sql = |e: rusqlite::Error| store_error(&e);
     let session = write.session.as_str();
-    if write.delete_first {
-        delete_session(conn, session).map_err(sql)?;
+    match write.clear {
+        Clear::Keep => {}
+        Clear::Replace => delete_session(conn, session).map_err(sql)?,
+        Clear::Delete => {
+            refuse_open(conn, write)?;
+            delete_session(conn, session).map_err(sql)?;
+        }
     }
     if let Some(snapshot) = &write.snapshot {
         conn.prepare_cached(
@@ -194,6 +203,7 @@ fn apply(conn: &Connection, write: &Prepared) -> Result<(), StoreError> {
     let Some(latest) = latest else {
         return Err(StoreError::UnknownSession(write.session.clone()));
     };
+    check_named_turns(conn, write)?;
     if !write.turns.is_empty() {
         let mut stmt = conn
             .prepare_cached(
@@ -208,16 +218,51 @@ fn apply(conn: &Connection, write: &Prepared) -> Result<(), StoreError> {
     if !write.requests.is_empty() {
         let mut stmt = conn
             .prepare_cached(
-                "INSERT INTO requests (session_id, request_id, record) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (session_id, request_id) DO UPDATE SET record = excluded.record",
+                "INSERT INTO requests (session_id, request_id, turn_id, status, record) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (session_id, request_id) DO UPDATE
+                 SET turn_id = excluded.turn_id, status = excluded.status, record = excluded.record",
             )
             .map_err(sql)?;
-        for (id, record) in &write.requests {
-            stmt.execute(params![session, id, record]).map_err(sql)?;
+        for row in &write.requests {
+            stmt.execute(params![session, row.id, row.turn_id.as_str(), row.status, row.record]).map_err(sql)?;
         }
     }
     if !write.events.is_empty() {
         append(conn, session, latest, &write.events)?;
+    }
+    Ok(())
+}
+
+/// Refuses a write naming a turn the session has no record of. One indexed lookup per turn the
+/// write names without writing it (a streaming write names one), not one per event.
+fn check_named_turns(conn: &Connection, write: &Prepared) -> Result<(), StoreError> {
+    if write.named_turns.is_empty() {
+        return Ok(());
+    }
+    let mut stmt = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM turns WHERE session_id = ?1 AND turn_id = ?2)")
+        .map_err(|e| store_error(&e))?;
+    for turn in &write.named_turns {
+        let stored: bool = stmt
+            .query_row(params![write.session.as_str(), turn.as_str()], |row| row.get(0))
+            .map_err(|e| store_error(&e))?;
+        if !stored {
+            return Err(StoreError::UnknownTurn { session: write.session.clone(), turn: turn.clone() });
+        }
+    }
+    Ok(())
+}
+
+/// `delete_session` leaves a session alone while its snapshot says a runtime may hold it.
+fn refuse_open(conn: &Connection, write: &Prepared) -> Result<(), StoreError> {
+    let stored: Option<String> = conn
+        .prepare_cached("SELECT snapshot FROM sessions WHERE id = ?1")
+        .and_then(|mut stmt| stmt.query_row([write.session.as_str()], |row| row.get(0)).optional())
+        .map_err(|e| store_error(&e))?;
+    let Some(stored) = stored else { return Ok(()) };
+    let snapshot: SessionSnapshot = serde_json::from_str(&stored).map_err(|e| corrupt_json("snapshot", &e))?;
+    if snapshot.is_open() {
+        return Err(StoreError::SessionLive(write.session.clone()));
     }
     Ok(())
 }
@@ -234,19 +279,21 @@ fn delete_session(conn: &Connection, session: &str) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Appends events after `latest`: a seq above the latest is inserted; a used seq must hold the
-/// identical event; a free seq below the latest is refused. Records the new latest seq.
+/// Appends events after `latest`: a seq above the latest is inserted (its ID must be new to the
+/// session: `events_by_id` is unique); a used seq must hold the identical event; a free seq below
+/// the latest is refused. Records the new latest seq.
 fn append(conn: &Connection, session: &str, mut latest: i64, events: &[EventRow]) -> Result<(), StoreError> {
     let sql = |e: rusqlite::Error| store_error(&e);
     let before = latest;
     let mut insert = conn
-        .prepare_cached("INSERT INTO events (session_id, seq, turn_id, event) VALUES (?1, ?2, ?3, ?4)")
+        .prepare_cached("INSERT INTO events (session_id, seq, turn_id, event_id, event) VALUES (?1, ?2, ?3, ?4, ?5)")
         .map_err(sql)?;
     for row in events {
         if row.seq > latest {
+            let id = row.event.id.as_str();
             insert
-                .execute(params![session, row.seq, row.turn_id.as_ref().map(|t| t.as_str()), row.json])
-                .map_err(sql)?;
+                .execute(params![session, row.seq, row.turn_id.as_ref().map(|t| t.as_str()), id, row.json])
+                .map_err(|e| used_id(conn, session, row, &e).unwrap_or_else(|| sql(e)))?;
             latest = row.seq;
         } else {
             check_retry(conn, session, row, latest)?;
@@ -258,6 +305,21 @@ fn append(conn: &Connection, session: &str, mut latest: i64, events: &[EventRow]
             .map_err(sql)?;
     }
     Ok(())
+}
+
+/// The conflict behind a failed insert when the event's ID is already stored in the session.
+fn used_id(conn: &Connection, session: &str, row: &EventRow, error: &rusqlite::Error) -> Option<StoreError> {
+    if error.sqlite_error_code() != Some(rusqlite::ErrorCode::ConstraintViolation) {
+        return None;
+    }
+    let at: i64 = conn
+        .prepare_cached("SELECT seq FROM events WHERE session_id = ?1 AND event_id = ?2")
+        .and_then(|mut stmt| stmt.query_row(params![session, row.event.id.as_str()], |r| r.get(0)).optional())
+        .ok()??;
+    Some(StoreError::Conflict(format!(
+        "event ID `{}` of seq {} is already stored at seq {at} in session `{session}`",
+        row.event.id, row.seq
+    )))
 }
 
 /// An append at a seq that is not above the latest is fine only as an identical retry.
@@ -381,6 +443,47 @@ mod tests {
             0,
             "no turn of the failed write"
         );
+    }
+
+    #[test]
+    fn writes_refused_for_a_used_event_id_an_unknown_turn_or_an_open_session_roll_back_alone() {
+        let scratch = Scratch::new("rules");
+        let conn = scratch.conn();
+        let (a, b, c) = (sid("a"), sid("b"), sid("c"));
+        let setup = commit(conn, [new_session(&a, 1..=1)]);
+        assert!(matches!(setup[..], [Ok(())]), "{setup:?}");
+        let stored_id: String =
+            conn.query_row("SELECT event_id FROM events WHERE session_id = 'a'", [], |r| r.get(0)).unwrap();
+
+        // Each refused write of `a` brings a turn and a valid event first, which must not land.
+        let mut reused = Prepared::new(a.clone());
+        reused.push_turn(&turn(&a, "t1", TurnStatus::Running)).unwrap();
+        let mut again = (*event(&a, 3, None, "again")).clone();
+        again.id = agent_core::EventId::from_string(stored_id.as_str());
+        reused.push_events(&[event(&a, 2, Some("t1"), "ok"), std::sync::Arc::new(again)]).unwrap();
+        let mut unknown = Prepared::new(a.clone());
+        unknown.push_turn(&turn(&a, "t1", TurnStatus::Running)).unwrap();
+        unknown.push_events(&[event(&a, 2, Some("t1"), "ok"), event(&a, 3, Some("missing"), "x")]).unwrap();
+        let delete = Prepared::delete(a.clone());
+        let results = commit(
+            conn,
+            [new_session(&b, 1..=2), Box::new(reused), Box::new(unknown), Box::new(delete), new_session(&c, 1..=2)],
+        );
+        assert!(results[0].is_ok() && results[4].is_ok(), "{results:?}");
+        assert!(matches!(results[1], Err(StoreError::Conflict(_))), "{results:?}");
+        assert!(matches!(&results[2], Err(StoreError::UnknownTurn { turn, .. }) if turn.as_str() == "missing"));
+        assert!(matches!(&results[3], Err(StoreError::SessionLive(id)) if *id == a), "{results:?}");
+
+        assert!(conn.is_autocommit(), "the group transaction is committed");
+        for (id, events) in [(&a, 1), (&b, 2), (&c, 2)] {
+            assert_eq!(count(conn, "SELECT COUNT(*) FROM events WHERE session_id = ?1", id), events, "{id}");
+        }
+        assert_eq!(
+            count(conn, "SELECT COUNT(*) FROM turns WHERE session_id = ?1", &a),
+            0,
+            "no turn of a refused write"
+        );
+        assert_eq!(count(conn, "SELECT COUNT(*) FROM sessions WHERE id = ?1", &a), 1, "the open session is kept");
     }
 
     #[test]

@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agent_core::store::{EventQuery, Store, WriteBatch};
-use agent_core::{SessionId, SessionState};
+use agent_core::{SessionId, SessionState, TurnStatus};
 use agent_store_sqlite::SqliteStore;
-use agent_testkit::conformance::store::{event, snapshot};
+use agent_testkit::conformance::store::{event, snapshot, turn};
 use common::TempDir;
 
 const TEST_NAME: &str = "sigkilled_writer_loses_no_acknowledged_event";
@@ -107,6 +107,10 @@ async fn append_forever(store: Arc<SqliteStore>, out: Arc<Mutex<std::io::Stdout>
         let mut batch = WriteBatch::new(id.clone());
         if next == 1 || rng.in_range(0..=3) == 0 {
             batch.snapshot = Some(snapshot(&id, SessionState::Running));
+        }
+        if next == 1 {
+            // The events name this turn; its record must be stored first.
+            batch.turns = vec![turn(&id, "turn-1", TurnStatus::Running)];
         }
         batch.events = (next..next + count)
             .map(|seq| {

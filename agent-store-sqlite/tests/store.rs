@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::store::{EventQuery, Store, WriteBatch};
-use agent_core::{Event, SessionId, SessionState, StoreError};
+use agent_core::{Event, SessionId, SessionState, StoreError, TurnStatus};
 use agent_store_sqlite::{SqliteOptions, SqliteStore};
-use agent_testkit::conformance::store::{event, snapshot};
+use agent_testkit::conformance::store::{event, snapshot, turn};
 use common::TempDir;
 
 fn sid(id: &str) -> SessionId {
@@ -33,6 +33,7 @@ async fn events_and_their_raw_bytes_survive_a_reopen() {
         let store = SqliteStore::open(&path).unwrap();
         let mut batch = WriteBatch::new(id.clone());
         batch.snapshot = Some(snapshot(&id, SessionState::Idle));
+        batch.turns = vec![turn(&id, "t1", TurnStatus::Running)];
         batch.events = vec![raw_event(&id, 1, raw), event(&id, 2, Some("t1"), "hello")];
         store.write(&batch).await.unwrap();
     }

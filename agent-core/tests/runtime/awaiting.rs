@@ -32,7 +32,12 @@ async fn await_after_completion_reads_the_completed_turn_cache() {
     f.control.push_script([Frame::complete("cached")]);
     let turn = f.harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();
     f.harness.await_turn(&turn, None).await.unwrap();
-    f.dyn_store().delete_session(&session.id).await.unwrap(); // prove the store is not consulted
+    // Prove the store is not consulted: wipe the session from it. The session is live, so
+    // `delete_session` would refuse; a replacement batch (`delete_first`) is never refused.
+    let mut wipe = store::WriteBatch::new(session.id.clone());
+    wipe.delete_first = true;
+    f.dyn_store().write(&wipe).await.unwrap();
+    assert_eq!(f.dyn_store().fetch_session(&session.id).await.unwrap(), None, "the store no longer holds it");
     let outcome = f.harness.await_turn(&turn, None).await.unwrap();
     assert_eq!(outcome.result.text.as_deref(), Some("cached"));
 }

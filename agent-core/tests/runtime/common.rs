@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::store::{EventQuery, Store, WriteBatch};
+use agent_core::store::{EventQuery, RequestQuery, Store, WriteBatch};
 use agent_core::testing::{ScriptedControl, ScriptedProvider, ScriptedSession};
 use agent_core::*;
 use agent_store_memory::MemoryStore;
@@ -123,6 +123,7 @@ impl ControlledStore {
 }
 
 #[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Store for ControlledStore {
     async fn save_session(&self, s: &SessionSnapshot) -> Result<(), StoreError> {
         self.inner.save_session(s).await
@@ -153,6 +154,9 @@ impl Store for ControlledStore {
     }
     async fn list_requests(&self, s: &SessionId) -> Result<Vec<Request>, StoreError> {
         self.inner.list_requests(s).await
+    }
+    async fn read_requests(&self, s: &SessionId, q: &RequestQuery) -> Result<Vec<Request>, StoreError> {
+        self.inner.read_requests(s, q).await
     }
     async fn append_events(&self, s: &SessionId, e: &[Arc<Event>]) -> Result<(), StoreError> {
         self.inner.append_events(s, e).await

@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use agent_core::event::SCHEMA_VERSION;
 use agent_core::request::{ProviderRef, RequestSpec};
+use agent_core::session::StartupMarker;
 use agent_core::store::{EventQuery, WriteBatch};
 use agent_core::{
-    DynStore, Event, EventId, EventKind, ProviderId, Request, RequestId, RequestKind, RequestStatus, Response,
-    SessionId, SessionSnapshot, SessionState, StoreError, Timestamp, Turn, TurnId, TurnInput, TurnResult, TurnStatus,
+    DynStore, Event, EventId, EventKind, ProviderId, Request, RequestId, RequestKind, RequestQuery, RequestStatus,
+    Response, SessionId, SessionSnapshot, SessionState, StoreError, Timestamp, Turn, TurnId, TurnInput, TurnResult,
+    TurnStatus,
 };
 
 /// Runs every check.
@@ -25,6 +27,11 @@ pub async fn run_all(store: DynStore) {
     reads_filter_by_seq_turn_and_limit(&store).await;
     batch_write_is_atomic(&store).await;
     batch_write_replaces(&store).await;
+    delete_refuses_open_sessions(&store).await;
+    event_ids_are_unique_within_a_session(&store).await;
+    requests_and_turn_events_need_their_turn(&store).await;
+    requests_are_read_by_turn_and_status(&store).await;
+    refused_writes_change_nothing(&store).await;
 }
 
 fn sid(name: &str) -> SessionId {
@@ -83,6 +90,51 @@ fn seqs(events: &[Arc<Event>]) -> Vec<u64> {
     events.iter().map(|e| e.seq).collect()
 }
 
+/// An event like `event(session, seq, turn, text)` but with the ID `id`.
+fn event_with_id(session: &SessionId, seq: u64, turn: Option<&str>, text: &str, id: &EventId) -> Arc<Event> {
+    let mut event = (*event(session, seq, turn, text)).clone();
+    event.id = id.clone();
+    Arc::new(event)
+}
+
+/// Everything stored under one session.
+#[derive(Debug, PartialEq)]
+struct Contents {
+    snapshot: Option<SessionSnapshot>,
+    turns: Vec<Turn>,
+    requests: Vec<Request>,
+    events: Vec<Arc<Event>>,
+}
+
+async fn contents(store: &DynStore, id: &SessionId) -> Contents {
+    Contents {
+        snapshot: store.fetch_session(id).await.unwrap(),
+        turns: store.list_turns(id).await.unwrap(),
+        requests: store.list_requests(id).await.unwrap(),
+        events: store.read_events(id, &EventQuery::all()).await.unwrap(),
+    }
+}
+
+/// Stores a session in `status` with a turn `t1`, a request of it and two events.
+async fn populated(store: &DynStore, id: &SessionId, status: SessionState) {
+    let mut batch = WriteBatch::new(id.clone());
+    batch.snapshot = Some(snapshot(id, status));
+    batch.turns = vec![turn(id, "t1", TurnStatus::Running)];
+    batch.requests = vec![request(id, "t1", "r1", RequestStatus::Pending)];
+    batch.events = vec![event(id, 1, None, "ready"), event(id, 2, Some("t1"), "a")];
+    store.write(&batch).await.unwrap();
+}
+
+/// Deletes a session at the end of a check, closing its snapshot first if it is open (a store
+/// refuses to delete an open one).
+async fn remove_session(store: &DynStore, id: &SessionId) {
+    if let Some(mut snapshot) = store.fetch_session(id).await.unwrap().filter(SessionSnapshot::is_open) {
+        snapshot.status = SessionState::Closed;
+        store.save_session(&snapshot).await.unwrap();
+    }
+    store.delete_session(id).await.unwrap();
+}
+
 /// Snapshots save, fetch and replace.
 pub async fn snapshots_roundtrip(store: &DynStore) {
     let id = sid("conf-snap");
@@ -114,7 +166,7 @@ pub async fn list_is_ordered_by_id(store: &DynStore) {
         .collect();
     assert_eq!(listed, vec![sid("conf-list-a"), sid("conf-list-b"), sid("conf-list-c")], "list must be ordered by id");
     for id in &ids {
-        store.delete_session(id).await.unwrap();
+        remove_session(store, id).await;
     }
 }
 
@@ -139,7 +191,7 @@ pub async fn delete_cascades(store: &DynStore) {
     // The ID is free again, with no leftovers.
     store.save_session(&snapshot(&id, SessionState::Idle)).await.unwrap();
     assert!(store.list_turns(&id).await.unwrap().is_empty(), "a re-created session starts empty");
-    store.delete_session(&id).await.unwrap();
+    remove_session(store, &id).await;
 }
 
 /// Turn, request and event writes for an unknown session fail with `UnknownSession`.
@@ -175,7 +227,7 @@ pub async fn turns_and_requests_upsert(store: &DynStore) {
     assert_eq!(fetched.status, RequestStatus::Resolved, "requests must upsert");
     assert_eq!(fetched.response, Some(Response::approve()), "the response must be stored");
     assert_eq!(store.list_requests(&id).await.unwrap().len(), 1);
-    store.delete_session(&id).await.unwrap();
+    remove_session(store, &id).await;
 }
 
 /// Appends are idempotent per seq, conflicts are refused, order is enforced.
@@ -195,7 +247,7 @@ pub async fn append_is_idempotent_and_ordered(store: &DynStore) {
     assert_eq!(seqs(&all), vec![1, 2]);
     assert_eq!(*all[0], *e1, "events must round-trip exactly, raw included");
     assert_eq!(all[0].raw.as_ref().map(|r| r.get()), e1.raw.as_ref().map(|r| r.get()));
-    store.delete_session(&id).await.unwrap();
+    remove_session(store, &id).await;
 }
 
 /// Seq gaps are allowed.
@@ -211,13 +263,16 @@ pub async fn gaps_are_allowed(store: &DynStore) {
         matches!(below, Err(StoreError::Conflict(_))),
         "a new event below the latest seq must be refused: {below:?}"
     );
-    store.delete_session(&id).await.unwrap();
+    remove_session(store, &id).await;
 }
 
 /// Reads filter by `after` (exclusive), turn and limit, ascending.
 pub async fn reads_filter_by_seq_turn_and_limit(store: &DynStore) {
     let id = sid("conf-read");
     store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
+    for name in ["even", "odd"] {
+        store.save_turn(&turn(&id, name, TurnStatus::Running)).await.unwrap();
+    }
     let events: Vec<_> =
         (1..=10).map(|seq| event(&id, seq, Some(if seq % 2 == 0 { "even" } else { "odd" }), "x")).collect();
     store.append_events(&id, &events).await.unwrap();
@@ -234,7 +289,7 @@ pub async fn reads_filter_by_seq_turn_and_limit(store: &DynStore) {
     assert!(read(EventQuery::all().turn(TurnId::from_string("none"))).await.is_empty());
     let other = sid("conf-read-missing");
     assert!(store.read_events(&other, &EventQuery::all()).await.unwrap().is_empty(), "unknown sessions read empty");
-    store.delete_session(&id).await.unwrap();
+    remove_session(store, &id).await;
 }
 
 /// A batch with a conflicting event changes nothing.
@@ -261,7 +316,7 @@ pub async fn batch_write_is_atomic(store: &DynStore) {
         None,
         "a failed batch must not save turns"
     );
-    store.delete_session(&id).await.unwrap();
+    remove_session(store, &id).await;
 }
 
 /// `delete_first` replaces an aggregate in the same write.
@@ -280,5 +335,301 @@ pub async fn batch_write_replaces(store: &DynStore) {
     assert!(matches!(&events[0].kind, EventKind::MessageDelta { text, .. } if text == "new"));
     assert_eq!(store.fetch_turn(&id, &TurnId::from_string("old")).await.unwrap(), None, "old turns must be gone");
     assert_eq!(store.fetch_session(&id).await.unwrap().map(|s| s.status), Some(SessionState::Idle));
-    store.delete_session(&id).await.unwrap();
+    remove_session(store, &id).await;
+}
+
+/// `delete_session` refuses a session whose snapshot is open with `SessionLive` and deletes
+/// nothing; closed, abandoned, opening, finalizing and startup-marked snapshots delete; a batch's
+/// `delete_first` replaces even an open snapshot.
+pub async fn delete_refuses_open_sessions(store: &DynStore) {
+    let open = [
+        SessionState::Idle,
+        SessionState::Starting,
+        SessionState::Running,
+        SessionState::AwaitingInput,
+        SessionState::Cancelling,
+        SessionState::Unavailable,
+    ];
+    for status in open {
+        let id = sid(&format!("conf-open-{status}"));
+        populated(store, &id, status).await;
+        let before = contents(store, &id).await;
+        let refused = store.delete_session(&id).await;
+        assert!(
+            matches!(&refused, Err(StoreError::SessionLive(s)) if *s == id),
+            "delete_session must refuse an open ({status}) snapshot with SessionLive naming it: {refused:?}"
+        );
+        assert_eq!(contents(store, &id).await, before, "a refused delete of a {status} session must delete nothing");
+        remove_session(store, &id).await;
+    }
+
+    let not_open = [SessionState::Closed, SessionState::Abandoned, SessionState::Opening, SessionState::Finalizing];
+    for status in not_open {
+        let id = sid(&format!("conf-ended-{status}"));
+        populated(store, &id, status).await;
+        store.delete_session(&id).await.unwrap_or_else(|e| panic!("a {status} snapshot must delete: {e:?}"));
+        assert_eq!(
+            contents(store, &id).await,
+            Contents { snapshot: None, turns: vec![], requests: vec![], events: vec![] },
+            "deleting a {status} session must remove everything under it"
+        );
+    }
+
+    // A live status whose startup hand-off was never acknowledged: no runtime holds it.
+    let id = sid("conf-open-marked");
+    populated(store, &id, SessionState::Running).await;
+    let mut marked = snapshot(&id, SessionState::Running);
+    marked.startup = Some(StartupMarker { attempt_id: "attempt-1".into(), acknowledged: false });
+    store.save_session(&marked).await.unwrap();
+    store.delete_session(&id).await.unwrap_or_else(|e| panic!("a startup-marked snapshot must delete: {e:?}"));
+    assert_eq!(store.fetch_session(&id).await.unwrap(), None, "a startup-marked snapshot must be deleted");
+
+    // The harness's replacement of an open snapshot is deliberate and is not refused.
+    let id = sid("conf-open-replaced");
+    populated(store, &id, SessionState::Running).await;
+    let mut replace = WriteBatch::new(id.clone());
+    replace.delete_first = true;
+    replace.snapshot = Some(snapshot(&id, SessionState::Finalizing));
+    replace.events = vec![event(&id, 1, None, "new")];
+    store.write(&replace).await.unwrap_or_else(|e| panic!("delete_first must replace an open snapshot: {e:?}"));
+    let replaced = contents(store, &id).await;
+    assert_eq!(replaced.snapshot.map(|s| s.status), Some(SessionState::Finalizing), "delete_first must replace");
+    assert!(replaced.turns.is_empty() && replaced.requests.is_empty(), "delete_first must drop the old records");
+    assert_eq!(seqs(&replaced.events), vec![1], "delete_first must drop the old journal");
+    remove_session(store, &id).await;
+
+    store.delete_session(&sid("conf-open-unknown")).await.expect("deleting an unknown session is Ok");
+}
+
+/// Event IDs are unique within a session: an ID stored at another seq, or twice in one write, is
+/// a `Conflict`; an identical re-append at the same seq stays `Ok`; other sessions may use it.
+pub async fn event_ids_are_unique_within_a_session(store: &DynStore) {
+    let id = sid("conf-event-ids");
+    store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
+    let first = event(&id, 1, None, "a");
+    store.append_events(&id, &[Arc::clone(&first)]).await.unwrap();
+    let before = contents(store, &id).await;
+
+    let reused = store.append_events(&id, &[event_with_id(&id, 2, None, "b", &first.id)]).await;
+    assert!(
+        matches!(reused, Err(StoreError::Conflict(_))),
+        "append_events with an event ID stored at another seq must conflict: {reused:?}"
+    );
+    let mut batch = WriteBatch::new(id.clone());
+    batch.events = vec![event(&id, 2, None, "b"), event_with_id(&id, 3, None, "c", &first.id)];
+    let reused = store.write(&batch).await;
+    assert!(
+        matches!(reused, Err(StoreError::Conflict(_))),
+        "write with an event ID stored at another seq must conflict: {reused:?}"
+    );
+    let twice = EventId::generate();
+    let pair = [event_with_id(&id, 2, None, "b", &twice), event_with_id(&id, 3, None, "c", &twice)];
+    let doubled = store.append_events(&id, &pair).await;
+    assert!(
+        matches!(doubled, Err(StoreError::Conflict(_))),
+        "append_events holding one event ID twice must conflict: {doubled:?}"
+    );
+    let mut batch = WriteBatch::new(id.clone());
+    batch.events = pair.to_vec();
+    let doubled = store.write(&batch).await;
+    assert!(
+        matches!(doubled, Err(StoreError::Conflict(_))),
+        "a batch holding one event ID twice must conflict: {doubled:?}"
+    );
+    let same = event(&id, 2, None, "b");
+    let repeated = store.append_events(&id, &[Arc::clone(&same), same]).await;
+    assert!(
+        matches!(repeated, Err(StoreError::Conflict(_))),
+        "append_events holding one event twice must conflict: {repeated:?}"
+    );
+    assert_eq!(contents(store, &id).await, before, "a refused duplicate event ID must change nothing");
+
+    store.append_events(&id, &[Arc::clone(&first)]).await.expect("an identical re-append at the same seq is Ok");
+    let mut batch = WriteBatch::new(id.clone());
+    batch.events = vec![Arc::clone(&first), event(&id, 2, None, "b")];
+    store.write(&batch).await.expect("a batch re-appending an identical event at its seq is Ok");
+    assert_eq!(seqs(&store.read_events(&id, &EventQuery::all()).await.unwrap()), vec![1, 2]);
+
+    let other = sid("conf-event-ids-other");
+    store.save_session(&snapshot(&other, SessionState::Running)).await.unwrap();
+    store
+        .append_events(&other, &[event_with_id(&other, 1, None, "a", &first.id)])
+        .await
+        .expect("event IDs are unique per session: another session may use the same ID");
+
+    // A replacement drops the old journal, and with it the IDs it used.
+    let mut replace = WriteBatch::new(id.clone());
+    replace.delete_first = true;
+    replace.snapshot = Some(snapshot(&id, SessionState::Idle));
+    replace.events = vec![event_with_id(&id, 1, None, "again", &first.id)];
+    store.write(&replace).await.expect("after delete_first an old event ID is free again");
+    remove_session(store, &id).await;
+    remove_session(store, &other).await;
+}
+
+/// A request, or an event with a `turn_id`, must name a turn the session has a record of
+/// (stored earlier or in the same batch), else `UnknownTurn`; events without a turn need none.
+pub async fn requests_and_turn_events_need_their_turn(store: &DynStore) {
+    let id = sid("conf-turn-refs");
+    let other = sid("conf-turn-refs-other");
+    store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
+    store.save_session(&snapshot(&other, SessionState::Running)).await.unwrap();
+    // A turn of another session does not count.
+    store.save_turn(&turn(&other, "elsewhere", TurnStatus::Running)).await.unwrap();
+    let unknown = |result: &Result<(), StoreError>, turn: &str| matches!(result, Err(StoreError::UnknownTurn { session, turn: t }) if *session == id && t.as_str() == turn);
+    let before = contents(store, &id).await;
+
+    let saved = store.save_request(&request(&id, "missing", "r1", RequestStatus::Pending)).await;
+    assert!(unknown(&saved, "missing"), "save_request of an unknown turn must be UnknownTurn naming it: {saved:?}");
+    let saved = store.save_request(&request(&id, "elsewhere", "r1", RequestStatus::Pending)).await;
+    assert!(unknown(&saved, "elsewhere"), "a turn of another session must not count: {saved:?}");
+    let appended = store.append_events(&id, &[event(&id, 1, None, "a"), event(&id, 2, Some("missing"), "b")]).await;
+    assert!(
+        unknown(&appended, "missing"),
+        "append_events with an unknown turn_id must be UnknownTurn naming it: {appended:?}"
+    );
+    let mut batch = WriteBatch::new(id.clone());
+    batch.requests = vec![request(&id, "missing", "r1", RequestStatus::Pending)];
+    let written = store.write(&batch).await;
+    assert!(unknown(&written, "missing"), "a batch request of an unknown turn must be UnknownTurn: {written:?}");
+    let mut batch = WriteBatch::new(id.clone());
+    batch.turns = vec![turn(&id, "t1", TurnStatus::Running)];
+    batch.events = vec![event(&id, 1, Some("t1"), "a"), event(&id, 2, Some("missing"), "b")];
+    let written = store.write(&batch).await;
+    assert!(unknown(&written, "missing"), "a batch event of an unknown turn must be UnknownTurn: {written:?}");
+    assert_eq!(contents(store, &id).await, before, "a write refused for an unknown turn must change nothing");
+
+    // The turn in the same batch counts: a batch applies turns before requests and events.
+    let mut batch = WriteBatch::new(id.clone());
+    batch.events = vec![event(&id, 1, None, "untagged"), event(&id, 2, Some("t1"), "a")];
+    batch.requests = vec![request(&id, "t1", "r1", RequestStatus::Pending)];
+    batch.turns = vec![turn(&id, "t1", TurnStatus::Running)];
+    store.write(&batch).await.expect("a batch holding the turn its request and events name is Ok");
+    // And a stored turn counts later.
+    store.save_request(&request(&id, "t1", "r2", RequestStatus::Pending)).await.expect("a stored turn counts");
+    store.append_events(&id, &[event(&id, 3, Some("t1"), "b")]).await.expect("a stored turn counts");
+    store.append_events(&id, &[event(&id, 4, None, "c")]).await.expect("events without a turn need none");
+
+    // A replacement deletes the old turns first: they no longer count.
+    let mut replace = WriteBatch::new(id.clone());
+    replace.delete_first = true;
+    replace.snapshot = Some(snapshot(&id, SessionState::Finalizing));
+    replace.events = vec![event(&id, 1, Some("t1"), "stale")];
+    let replaced = store.write(&replace).await;
+    assert!(unknown(&replaced, "t1"), "after delete_first the old turns must not count: {replaced:?}");
+    assert_eq!(store.latest_seq(&id).await.unwrap(), Some(4), "the refused replacement must change nothing");
+    remove_session(store, &id).await;
+    remove_session(store, &other).await;
+}
+
+/// `read_requests` filters by turn and status and returns requests in creation order (an upsert
+/// keeps a request's place).
+pub async fn requests_are_read_by_turn_and_status(store: &DynStore) {
+    let id = sid("conf-request-query");
+    store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
+    for name in ["t1", "t2", "t3"] {
+        store.save_turn(&turn(&id, name, TurnStatus::Running)).await.unwrap();
+    }
+    // Created in this order; r1 is resolved after the others exist.
+    let created = [
+        ("t1", "r1", RequestStatus::Pending),
+        ("t2", "r2", RequestStatus::Resolved),
+        ("t1", "r3", RequestStatus::Pending),
+        ("t2", "r4", RequestStatus::Pending),
+        ("t1", "r5", RequestStatus::Expired),
+    ];
+    for (turn, request_id, status) in created {
+        store.save_request(&request(&id, turn, request_id, status)).await.unwrap();
+    }
+    store.save_request(&request(&id, "t1", "r1", RequestStatus::Resolved)).await.unwrap();
+
+    let read = |query: RequestQuery| {
+        let store = Arc::clone(store);
+        let id = id.clone();
+        async move {
+            let requests = store.read_requests(&id, &query).await.unwrap();
+            requests.iter().map(|r| r.id.as_str().to_owned()).collect::<Vec<_>>()
+        }
+    };
+    let t = TurnId::from_string;
+    assert_eq!(read(RequestQuery::all()).await, ["r1", "r2", "r3", "r4", "r5"], "all requests, in creation order");
+    assert_eq!(
+        read(RequestQuery::all().turn(t("t1"))).await,
+        ["r1", "r3", "r5"],
+        "requests of a turn, in creation order"
+    );
+    assert_eq!(read(RequestQuery::all().status(RequestStatus::Pending)).await, ["r3", "r4"], "requests by status");
+    assert_eq!(
+        read(RequestQuery::all().status(RequestStatus::Resolved)).await,
+        ["r1", "r2"],
+        "requests by their latest status, in creation order"
+    );
+    assert_eq!(
+        read(RequestQuery::all().turn(t("t1")).status(RequestStatus::Pending)).await,
+        ["r3"],
+        "requests by turn and status"
+    );
+    assert!(read(RequestQuery::all().turn(t("t3"))).await.is_empty(), "a turn without requests reads empty");
+    assert!(read(RequestQuery::all().turn(t("nope"))).await.is_empty(), "an unknown turn reads empty");
+    let listed = store.list_requests(&id).await.unwrap();
+    let full = store.read_requests(&id, &RequestQuery::all().turn(t("t2"))).await.unwrap();
+    assert_eq!(full, vec![listed[1].clone(), listed[3].clone()], "read_requests must return the stored records");
+    let missing = store.read_requests(&sid("conf-request-query-missing"), &RequestQuery::all()).await.unwrap();
+    assert!(missing.is_empty(), "an unknown session reads empty");
+    remove_session(store, &id).await;
+}
+
+/// Every refused write changes nothing: a batch refused by any rule — an event ID stored or
+/// repeated, an unknown turn, a seq conflict — leaves the snapshot, turns, requests and journal as
+/// they were, also when it would have replaced the session first.
+pub async fn refused_writes_change_nothing(store: &DynStore) {
+    let id = sid("conf-refused");
+    populated(store, &id, SessionState::Running).await;
+    let stored = store.read_events(&id, &EventQuery::all()).await.unwrap();
+    let before = contents(store, &id).await;
+
+    let twice = EventId::generate();
+    let ev = |seq: u64, turn: Option<&str>| event(&id, seq, turn, "x");
+    let ev_id = |seq: u64, event_id: &EventId| event_with_id(&id, seq, None, "x", event_id);
+    /// Whether a write was refused with the error its case expects.
+    type Expected = fn(&Result<(), StoreError>) -> bool;
+    let conflict: Expected = |r| matches!(r, Err(StoreError::Conflict(_)));
+    let unknown_turn: Expected = |r| matches!(r, Err(StoreError::UnknownTurn { .. }));
+    // (rule broken, delete_first, the batch's events, the error expected); only the last event
+    // breaks the rule.
+    let cases: [(&str, bool, Vec<Arc<Event>>, Expected); 7] = [
+        (
+            "an event ID stored at another seq",
+            false,
+            vec![ev(3, Some("t2")), ev(4, None), ev_id(5, &stored[0].id)],
+            conflict,
+        ),
+        ("an event ID twice in the batch", false, vec![ev_id(3, &twice), ev(4, None), ev_id(5, &twice)], conflict),
+        ("an event ID twice in the batch", true, vec![ev_id(3, &twice), ev(4, None), ev_id(5, &twice)], conflict),
+        ("an unknown turn", false, vec![ev(3, Some("t2")), ev(4, None), ev(5, Some("missing"))], unknown_turn),
+        ("an unknown turn", true, vec![ev(3, Some("t2")), ev(4, None), ev(5, Some("missing"))], unknown_turn),
+        ("a different event at a used seq", false, vec![ev(3, Some("t2")), ev(4, None), ev(2, Some("t1"))], conflict),
+        ("a seq below the batch's latest", true, vec![ev(3, Some("t2")), ev(4, None), ev(1, None)], conflict),
+    ];
+    for (rule, delete_first, events, expected) in cases {
+        // Besides its events, each batch carries a changed snapshot, a new turn, an updated
+        // turn, a new request and an updated request.
+        let mut changed = snapshot(&id, SessionState::AwaitingInput);
+        changed.provider_session_id = Some("must-not-land".into());
+        let mut batch = WriteBatch::new(id.clone());
+        batch.delete_first = delete_first;
+        batch.snapshot = Some(changed);
+        batch.turns = vec![turn(&id, "t2", TurnStatus::Running), turn(&id, "t1", TurnStatus::Completed)];
+        batch.requests =
+            vec![request(&id, "t2", "r2", RequestStatus::Pending), request(&id, "t1", "r1", RequestStatus::Resolved)];
+        batch.events = events;
+        let result = store.write(&batch).await;
+        assert!(expected(&result), "a batch with {rule} (delete_first: {delete_first}) must be refused: {result:?}");
+        assert_eq!(
+            contents(store, &id).await,
+            before,
+            "a batch refused for {rule} (delete_first: {delete_first}) must change nothing: {result:?}"
+        );
+    }
+    remove_session(store, &id).await;
 }
