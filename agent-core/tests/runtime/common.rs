@@ -167,9 +167,6 @@ impl Store for ControlledStore {
         }
         self.inner.read_events(s, q).await
     }
-    async fn read_requests(&self, s: &SessionId, q: &RequestQuery) -> Result<Vec<Request>, StoreError> {
-        self.inner.read_requests(s, q).await
-    }
     async fn latest_seq(&self, s: &SessionId) -> Result<Option<u64>, StoreError> {
         self.inner.latest_seq(s).await
     }
