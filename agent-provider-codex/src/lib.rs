@@ -16,9 +16,7 @@ mod validate;
 mod version;
 mod wire;
 
-pub use options::{
-    CodexOptions, CodexTurnOptions, DEFAULT_CLIENT_NAME, DEFAULT_MAX_LINE_BYTES, DEFAULT_PROGRAM, ThreadMode,
-};
+pub use options::{CodexOptions, CodexTurnOptions, DEFAULT_CLIENT_NAME, DEFAULT_MAX_LINE_BYTES, DEFAULT_PROGRAM};
 pub use provider::{CodexProvider, PROVIDER_ID};
 pub use validate::SCRUBBED_UNDER_SUBSCRIPTION;
 pub use version::{LATEST_VALIDATED, MIN_SUPPORTED, ParseVersionError, Version};

@@ -17,26 +17,6 @@ pub const DEFAULT_CLIENT_NAME: &str = "agent_harness";
 /// `warning` event.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
-/// Which Codex thread a session opens.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ThreadMode {
-    /// A new thread (`thread/start`).
-    #[default]
-    New,
-    /// Continue an existing thread (`thread/resume`). Failing to resume fails the session; it
-    /// never silently starts a fresh thread.
-    Resume {
-        /// The Codex thread ID.
-        thread_id: String,
-    },
-    /// Branch an existing thread into a new one (`thread/fork`).
-    Fork {
-        /// The Codex thread ID to fork from.
-        thread_id: String,
-    },
-}
-
 /// Codex options of one session. Set with
 /// [`SessionOptions::provider_option`](agent_core::SessionOptions::provider_option).
 ///
@@ -47,8 +27,7 @@ pub enum ThreadMode {
 /// let options = SessionOptions::new(std::env::temp_dir()).provider_option(
 ///     CodexOptions::new()
 ///         .binary("/opt/codex/bin/codex")
-///         .config("model_reasoning_effort", "\"high\"")
-///         .resume("01a2260d-524c-7eb1-a3d8-9f492c03905d"),
+///         .config("model_reasoning_effort", "\"high\""),
 /// );
 /// # let _ = options;
 /// ```
@@ -63,8 +42,6 @@ pub struct CodexOptions {
     pub config: Vec<(String, String)>,
     /// `clientInfo.name` for `initialize`; default [`DEFAULT_CLIENT_NAME`].
     pub client_name: Option<String>,
-    /// New thread, resume or fork.
-    pub thread: ThreadMode,
     /// Opt into Codex's experimental app-server API (`capabilities.experimentalApi`).
     pub experimental_api: bool,
     /// Keep Codex's default of retrying an unreachable model server forever. By default the
@@ -85,7 +62,6 @@ impl Default for CodexOptions {
             binary: None,
             config: Vec::new(),
             client_name: None,
-            thread: ThreadMode::New,
             experimental_api: false,
             unbounded_connection_retries: false,
             questions: true,
@@ -95,7 +71,7 @@ impl Default for CodexOptions {
 }
 
 impl CodexOptions {
-    /// Default options: `codex` on `PATH`, a new thread.
+    /// Default options: `codex` on `PATH`.
     pub fn new() -> Self {
         Self::default()
     }
@@ -115,18 +91,6 @@ impl CodexOptions {
     /// Sets `clientInfo.name`.
     pub fn client_name(mut self, name: impl Into<String>) -> Self {
         self.client_name = Some(name.into());
-        self
-    }
-
-    /// Resumes the Codex thread `thread_id` instead of starting a new one.
-    pub fn resume(mut self, thread_id: impl Into<String>) -> Self {
-        self.thread = ThreadMode::Resume { thread_id: thread_id.into() };
-        self
-    }
-
-    /// Forks the Codex thread `thread_id` into a new thread.
-    pub fn fork(mut self, thread_id: impl Into<String>) -> Self {
-        self.thread = ThreadMode::Fork { thread_id: thread_id.into() };
         self
     }
 
@@ -177,14 +141,6 @@ impl CodexOptions {
         self.binary.as_ref().map_or_else(|| OsString::from(DEFAULT_PROGRAM), |p| p.clone().into_os_string())
     }
 
-    /// The thread a resume or fork starts from.
-    pub(crate) fn thread_source(&self) -> Option<&str> {
-        match &self.thread {
-            ThreadMode::Resume { thread_id } | ThreadMode::Fork { thread_id } => Some(thread_id),
-            ThreadMode::New => None,
-        }
-    }
-
     /// The `clientInfo.name` to send.
     pub(crate) fn client_name_or_default(&self) -> &str {
         self.client_name.as_deref().unwrap_or(DEFAULT_CLIENT_NAME)
@@ -211,7 +167,6 @@ impl fmt::Debug for CodexOptions {
             .field("binary", &self.binary)
             .field("config_keys", &self.config.iter().map(|(k, _)| k).collect::<Vec<_>>())
             .field("client_name", &self.client_name)
-            .field("thread", &self.thread)
             .field("experimental_api", &self.experimental_api)
             .field("unbounded_connection_retries", &self.unbounded_connection_retries)
             .field("questions", &self.questions)

@@ -7,17 +7,17 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use agent_core::exec::{Command, EnvSpec, Exec, ExecError};
-use agent_core::provider::{OpenContext, Opened, require_capabilities};
+use agent_core::provider::{OpenContext, OpenConversation, Opened, require_capabilities};
 use agent_core::{
-    Capabilities, Capability, DynExec, DynProvider, Error, EventKind, McpServer, Provider, ProviderId, Result,
-    SessionOptions, Support,
+    Capabilities, Capability, ConversationMode, DynExec, DynProvider, Error, EventKind, McpServer, Provider,
+    ProviderId, Result, SessionOptions, Support,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::connection::{CallError, Connection};
-use crate::options::{CodexOptions, ThreadMode};
+use crate::options::CodexOptions;
 use crate::probe::{self, ProbeError, ProbeLimits};
 use crate::session::{CodexSession, adapter_deadline, parse_result};
 use crate::validate;
@@ -362,10 +362,13 @@ fn thread_config(options: &SessionOptions) -> BTreeMap<String, Value> {
         .collect()
 }
 
-fn thread_params<'a>(options: &'a SessionOptions, thread: &'a ThreadMode) -> (&'static str, ThreadParams<'a>) {
-    let (method, thread_id) = match thread {
-        ThreadMode::Resume { thread_id } => ("thread/resume", Some(thread_id.as_str())),
-        ThreadMode::Fork { thread_id } => ("thread/fork", Some(thread_id.as_str())),
+fn thread_params<'a>(
+    options: &'a SessionOptions,
+    conversation: &'a OpenConversation,
+) -> (&'static str, ThreadParams<'a>) {
+    let (method, thread_id) = match conversation {
+        OpenConversation::Resume { provider_session_id } => ("thread/resume", Some(provider_session_id.as_str())),
+        OpenConversation::Fork { provider_session_id } => ("thread/fork", Some(provider_session_id.as_str())),
         _ => ("thread/start", None),
     };
     let params = ThreadParams {
@@ -413,16 +416,18 @@ impl Provider for CodexProvider {
         let conn = Connection::start(child, ctx.sink.clone(), codex.max_line_bytes)
             .map_err(|_| self.unavailable("the exec backend did not provide the child's stdin, stdout and stderr"))?;
         self.handshake(&conn, &codex, remaining(), deadline).await?;
-        let (method, params) = thread_params(&options, &codex.thread);
+        let (method, params) = thread_params(&options, &ctx.conversation);
         let raw = match conn.call(method, params, remaining()).await {
             Ok(raw) => raw,
             Err(CallError::Rpc { message, .. }) if method != "thread/start" => {
-                return Err(Error::ProviderRejected {
-                    provider: self.id.clone(),
-                    reason: format!(
-                        "codex could not {method} `{}`: {message} (no fresh thread was started)",
-                        codex.thread_source().unwrap_or_default()
-                    ),
+                let (mode, thread) = match &ctx.conversation {
+                    OpenConversation::Fork { provider_session_id } => (ConversationMode::Fork, provider_session_id),
+                    OpenConversation::Resume { provider_session_id } => (ConversationMode::Resume, provider_session_id),
+                    _ => unreachable!("thread/start is the only call for a new conversation"),
+                };
+                return Err(Error::ResumeFailed {
+                    mode,
+                    reason: format!("codex could not {method} `{thread}`: {message} (no fresh thread was started)"),
                 });
             }
             Err(error) => return Err(self.startup_error(&conn, method, deadline, error).await),
@@ -431,11 +436,11 @@ impl Provider for CodexProvider {
             let error = CallError::Unexpected { method: method.to_owned() };
             return Err(self.startup_error(&conn, method, deadline, error).await);
         };
-        if let ThreadMode::Resume { thread_id: wanted } = &codex.thread
+        if let OpenConversation::Resume { provider_session_id: wanted } = &ctx.conversation
             && *wanted != thread_id
         {
-            return Err(Error::ProviderRejected {
-                provider: self.id.clone(),
+            return Err(Error::ResumeFailed {
+                mode: ConversationMode::Resume,
                 reason: format!("codex resumed thread `{thread_id}` when asked for `{wanted}`"),
             });
         }
@@ -474,7 +479,7 @@ mod tests {
             .sandbox(SandboxMode::WorkspaceWrite)
             .mcp_server("files", server)
             .mcp_server("web", McpServer::http("https://mcp.example/x"));
-        let (method, params) = thread_params(&options, &ThreadMode::New);
+        let (method, params) = thread_params(&options, &OpenConversation::New);
         assert_eq!(method, "thread/start");
         assert_eq!(
             serde_json::to_value(&params).unwrap(),
@@ -495,14 +500,14 @@ mod tests {
     #[test]
     fn resume_and_fork_name_the_thread() {
         let options = SessionOptions::new("/work").approval_policy(ApprovalPolicy::Never);
-        let resume = ThreadMode::Resume { thread_id: "t-1".into() };
+        let resume = OpenConversation::Resume { provider_session_id: "t-1".into() };
         let (method, params) = thread_params(&options, &resume);
         assert_eq!(method, "thread/resume");
         assert_eq!(
             serde_json::to_value(&params).unwrap(),
             json!({"threadId": "t-1", "excludeTurns": true, "cwd": "/work", "approvalPolicy": "never"})
         );
-        let (method, _) = thread_params(&options, &ThreadMode::Fork { thread_id: "t-1".into() });
+        let (method, _) = thread_params(&options, &OpenConversation::Fork { provider_session_id: "t-1".into() });
         assert_eq!(method, "thread/fork");
     }
 

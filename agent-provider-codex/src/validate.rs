@@ -6,7 +6,7 @@ use std::path::Path;
 use agent_core::exec::EnvSpec;
 use agent_core::{ApprovalPolicy, AuthMode, Error, McpServer, Result, SessionOptions};
 
-use crate::options::{CodexOptions, ThreadMode};
+use crate::options::CodexOptions;
 
 /// Variables removed from the inherited environment under [`AuthMode::Subscription`], so a key
 /// or endpoint in the host environment cannot switch Codex away from the saved login.
@@ -119,13 +119,10 @@ fn validate_codex_options(codex: &CodexOptions) -> Result<()> {
     if codex.client_name.as_deref().is_some_and(|n| n.trim().is_empty()) {
         return Err(invalid(OPTION, "CodexOptions::client_name must not be empty"));
     }
-    match &codex.thread {
-        ThreadMode::Resume { thread_id } | ThreadMode::Fork { thread_id } if thread_id.trim().is_empty() => {
-            Err(invalid(OPTION, "CodexOptions resume/fork needs a thread id"))
-        }
-        _ if codex.max_line_bytes < 1024 => Err(invalid(OPTION, "CodexOptions::max_line_bytes must be at least 1024")),
-        _ => Ok(()),
+    if codex.max_line_bytes < 1024 {
+        return Err(invalid(OPTION, "CodexOptions::max_line_bytes must be at least 1024"));
     }
+    Ok(())
 }
 
 /// True for session-environment names the auth guard refuses under [`AuthMode::Subscription`].
@@ -230,7 +227,6 @@ mod tests {
         );
         invalid_option(options(), none().binary("bin/codex"), "provider_options");
         invalid_option(options(), none().config("a=b", "1"), "provider_options");
-        invalid_option(options(), none().resume(" "), "provider_options");
         invalid_option(options(), none().max_line_bytes(10), "provider_options");
         assert!(validate(&options().mcp_server("ok_name-1", McpServer::http("https://x")), &none()).is_ok());
         assert!(validate(&options(), &none().binary("codex")).is_ok());

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use agent_core::exec::{Exec, SESSION_MARKER_ENV};
 use agent_core::{
-    ApprovalPolicy, AuthMode, Error, Event, EventKind, Harness, McpServer, Replay, Request, Response, SandboxMode,
-    Scope, SessionOptions, SessionRef, SessionState, Skill, StoreChoice, TurnOptions, TurnStatus,
+    ApprovalPolicy, AuthMode, ConversationMode, Error, Event, EventKind, Harness, McpServer, Replay, Request, Response,
+    SandboxMode, Scope, SessionOptions, SessionRef, SessionState, Skill, StoreChoice, TurnOptions, TurnStatus,
 };
 use agent_exec::scripted::{Script, ScriptedExec, ScriptedRun, Step};
 use agent_provider_codex::{CodexOptions, CodexProvider};
@@ -792,12 +792,12 @@ async fn a_failed_resume_is_an_error_not_a_fresh_thread() {
         .stdout(r#"{"id":2,"error":{"code":-32600,"message":"no rollout found for thread id th-9"}}"#)
         .wait_eof();
     let fixture = Fixture::with(script);
-    let options = options().provider_option(CodexOptions::new().resume("th-9"));
+    let options = options().resume_provider_session("th-9");
     match fixture.harness.start_session("codex", options).await {
-        Err(Error::ProviderRejected { reason, .. }) => {
+        Err(Error::ResumeFailed { mode: ConversationMode::Resume, reason }) => {
             assert!(reason.contains("th-9") && reason.contains("no fresh thread"), "{reason}");
         }
-        other => panic!("expected ProviderRejected, got {other:?}"),
+        other => panic!("expected ResumeFailed, got {other:?}"),
     }
     let resume = fixture.sent_method("thread/resume")["params"].clone();
     assert_eq!(resume["threadId"], "th-9");

@@ -241,7 +241,44 @@ async fn three_turns_in_one_session() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resume_in_a_new_session_sees_the_earlier_history() {
+async fn resuming_a_stopped_session_continues_its_thread_and_its_history() {
+    let codex = Codex::start(Scenario::new().echo("noted: ").echo("recall: ")).await;
+    let first = codex.session(codex.options().id("long-job")).await;
+    let (_, events) = codex.run(&first, "Remember the word PINEAPPLE", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    let thread = codex.harness.status(&first).await.unwrap().provider_session_id.expect("thread id");
+    codex.harness.stop_session(&first, false).await.unwrap();
+
+    let second = codex.session(codex.options().resume_session(first.id.clone())).await;
+    assert_eq!(second, first, "the same session, under its own ID");
+    assert_eq!(codex.harness.status(&second).await.unwrap().provider_session_id.as_deref(), Some(thread.as_str()));
+    let (_, events) = codex.run(&second, "Which word did I ask you to remember?", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    let input = model_input(codex.server(), 1);
+    assert!(input.contains("Remember the word PINEAPPLE") && input.contains("noted: "), "{input}");
+
+    // Both runs' events, in one seq order.
+    let last = codex.harness.status(&second).await.unwrap().last_seq as usize;
+    let history: Vec<Arc<Event>> = codex
+        .harness
+        .subscribe(&second, Replay::Start)
+        .await
+        .unwrap()
+        .take(last)
+        .map(|e| e.expect("no gap"))
+        .collect()
+        .await;
+    let seqs: Vec<u64> = history.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=last as u64).collect::<Vec<_>>());
+    let types: Vec<&str> = history.iter().map(|e| e.type_name()).collect();
+    let resumed = types.iter().position(|t| *t == "conversation_resumed").expect("the resume is recorded");
+    assert_eq!(types[resumed - 2..resumed], ["session_closed", "session_ready"], "{types:?}");
+    assert_eq!(types.iter().filter(|t| **t == "turn_completed").count(), 2, "{types:?}");
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_thread_resumes_into_a_new_session_but_a_missing_one_is_an_error() {
     let codex = Codex::start(Scenario::new().echo("noted: ").echo("recall: ")).await;
     let first = codex.session(codex.options()).await;
     let (_, events) = codex.run(&first, "Remember the word PINEAPPLE", |_| None).await;
@@ -249,7 +286,8 @@ async fn resume_in_a_new_session_sees_the_earlier_history() {
     let thread = codex.harness.status(&first).await.unwrap().provider_session_id.expect("thread id");
     codex.harness.stop_session(&first, false).await.unwrap();
 
-    let second = codex.session(codex.options_with(CodexOptions::new().resume(&thread))).await;
+    let second = codex.session(codex.options().resume_provider_session(&thread)).await;
+    assert_ne!(second, first);
     assert_eq!(codex.harness.status(&second).await.unwrap().provider_session_id.as_deref(), Some(thread.as_str()));
     let (_, events) = codex.run(&second, "Which word did I ask you to remember?", |_| None).await;
     assert_eq!(terminal(&events).status, TurnStatus::Completed);
@@ -257,9 +295,9 @@ async fn resume_in_a_new_session_sees_the_earlier_history() {
     assert!(input.contains("Remember the word PINEAPPLE") && input.contains("noted: "), "{input}");
 
     // A thread that does not exist is an error, never a fresh thread.
-    let missing = codex.options_with(CodexOptions::new().resume("01a2260d-0000-7000-8000-000000000000"));
+    let missing = codex.options().resume_provider_session("01a2260d-0000-7000-8000-000000000000");
     match codex.harness.start_session("codex", missing).await {
-        Err(Error::ProviderRejected { reason, .. }) => assert!(reason.contains("no fresh thread"), "{reason}"),
+        Err(Error::ResumeFailed { reason, .. }) => assert!(reason.contains("no fresh thread"), "{reason}"),
         other => panic!("resuming a missing thread must fail, got {other:?}"),
     }
     codex.finish().await;
@@ -553,7 +591,7 @@ async fn fork_starts_a_new_thread_with_the_history() {
     assert_eq!(terminal(&events).status, TurnStatus::Completed);
     let thread = codex.harness.status(&first).await.unwrap().provider_session_id.expect("thread id");
 
-    let fork = codex.session(codex.options_with(CodexOptions::new().fork(&thread))).await;
+    let fork = codex.session(codex.options().fork_session(first.id.clone())).await;
     let forked = codex.harness.status(&fork).await.unwrap().provider_session_id.expect("thread id");
     assert_ne!(forked, thread, "a fork is a new thread");
     let (_, events) = codex.run(&fork, "and now?", |_| None).await;
