@@ -2,6 +2,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use agent_core::store::{EventQuery, RequestQuery, Store, StoreError, WriteBatch};
@@ -38,8 +39,10 @@ struct Aggregate {
     requests: Vec<Request>,
     request_index: HashMap<RequestId, usize>,
     events: Vec<Arc<Event>>,
-    /// The IDs of `events`, unique within the session (each a clone of the event's `Arc<str>`).
-    event_ids: HashSet<EventId>,
+    /// A 64-bit hash of each ID of `events` (which are unique within the session). A hit is
+    /// confirmed against the journal before it counts as a duplicate, so two IDs that merely share
+    /// a hash are told apart; 8 bytes per event and no reference to the event.
+    event_ids: HashSet<u64, BuildHasherDefault<PassThrough>>,
     /// Positions in `events` of each turn's events.
     by_turn: HashMap<TurnId, Vec<usize>>,
 }
@@ -53,7 +56,7 @@ impl Aggregate {
             requests: Vec::new(),
             request_index: HashMap::new(),
             events: Vec::new(),
-            event_ids: HashSet::new(),
+            event_ids: HashSet::default(),
             by_turn: HashMap::new(),
         }
     }
@@ -86,9 +89,43 @@ impl Aggregate {
             if let Some(turn) = &event.turn_id {
                 self.by_turn.entry(turn.clone()).or_default().push(self.events.len());
             }
-            self.event_ids.insert(event.id.clone());
             self.events.push(Arc::clone(event));
         }
+    }
+
+    /// Claims the IDs of the new events of a checked write (one hash per event); an ID already
+    /// used — by the session or earlier in the same write — claims nothing and is a conflict.
+    fn claim_ids(&mut self, session: &SessionId, events: &[Arc<Event>]) -> Result<(), StoreError> {
+        let last = self.events.last().map_or(0, |e| e.seq);
+        let new = events.iter().filter(|e| e.seq > last);
+        // Events whose hash another ID already held: they claimed nothing, so undo skips them.
+        let mut shared = Vec::new();
+        for (i, event) in new.clone().enumerate() {
+            if self.event_ids.insert(id_hash(&event.id)) {
+                continue;
+            }
+            // The hash is taken: by this ID (a duplicate), or by another ID that shares it.
+            let earlier = new.clone().take(i).any(|e| e.id == event.id);
+            let stored = self.events.iter().find(|e| e.id == event.id);
+            if !earlier && stored.is_none() {
+                shared.push(i);
+                continue;
+            }
+            for (j, undo) in new.take(i).enumerate() {
+                if !shared.contains(&j) {
+                    self.event_ids.remove(&id_hash(&undo.id));
+                }
+            }
+            let reason = match stored {
+                Some(stored) => format!(
+                    "event ID `{}` of seq {} is already stored at seq {} in session `{session}`",
+                    event.id, event.seq, stored.seq
+                ),
+                None => format!("event ID `{}` appears twice in one write to session `{session}`", event.id),
+            };
+            return Err(StoreError::Conflict(reason));
+        }
+        Ok(())
     }
 
     fn read(&self, query: &EventQuery) -> Vec<Arc<Event>> {
@@ -184,32 +221,27 @@ fn check_turns(
     Ok(())
 }
 
-/// Checks events appended to `stored` (`None`: a session stored empty, or replaced by the same
-/// write): each is new — above the latest seq, with an ID the session has not used — or an
-/// identical retry of a stored one; and no event ID appears twice among them.
+/// Checks the seqs of events appended to `stored` (`None`: a session stored empty, or replaced
+/// by the same write): each is above the latest seq, or an identical retry of a stored event. An
+/// identical retry must not appear twice in one write. Event IDs are claimed afterwards
+/// ([`Aggregate::claim_ids`]), as the last check before anything changes.
 fn check_events(stored: Option<&Aggregate>, session: &SessionId, events: &[Arc<Event>]) -> Result<(), StoreError> {
     let journal = stored.map_or(&[][..], |a| &a.events[..]);
-    let mut last = journal.last().map_or(0, |e| e.seq);
-    // The IDs of this write; only a write of several events can repeat one.
-    let mut written: HashSet<&EventId> = HashSet::new();
+    let stored_last = journal.last().map_or(0, |e| e.seq);
+    let mut last = stored_last;
+    let mut retried = None;
     for event in events {
-        if events.len() > 1 && !written.insert(&event.id) {
+        if event.seq > last {
+            last = event.seq;
+            continue;
+        }
+        if event.seq <= stored_last && retried.is_some_and(|seq| event.seq <= seq) {
             return Err(StoreError::Conflict(format!(
                 "event ID `{}` appears twice in one write to session `{session}`",
                 event.id
             )));
         }
-        if event.seq > last {
-            if stored.is_some_and(|a| a.event_ids.contains(&event.id)) {
-                let at = journal.iter().find(|e| e.id == event.id).map_or(0, |e| e.seq);
-                return Err(StoreError::Conflict(format!(
-                    "event ID `{}` of seq {} is already stored at seq {at} in session `{session}`",
-                    event.id, event.seq
-                )));
-            }
-            last = event.seq;
-            continue;
-        }
+        retried = Some(event.seq);
         match journal.binary_search_by_key(&event.seq, |e| e.seq) {
             Ok(i) if *journal[i] == **event => {}
             Ok(_) => {
@@ -298,6 +330,7 @@ impl Store for MemoryStore {
         let aggregate = aggregate(&mut map, session)?;
         check_turns(Some(aggregate), session, &[], &[], events)?;
         check_events(Some(aggregate), session, events)?;
+        aggregate.claim_ids(session, events)?;
         aggregate.append(events);
         Ok(())
     }
@@ -323,11 +356,31 @@ impl Store for MemoryStore {
         }
         check_turns(stored, session, &batch.turns, &batch.requests, &batch.events)?;
         check_events(stored, session, &batch.events)?;
-        if batch.delete_first {
-            map.remove(session);
-        }
-        if let Some(snapshot) = &batch.snapshot {
-            self.upsert(&mut map, snapshot)?;
+        // The replaced or new aggregate is built aside, so a refused write leaves the map alone.
+        match (&batch.snapshot, stored.is_some()) {
+            (Some(snapshot), false) => {
+                let mut fresh = Aggregate::new(snapshot.clone());
+                fresh.claim_ids(session, &batch.events)?;
+                // A replaced session frees its own place.
+                if !map.contains_key(session) {
+                    self.make_room(&mut map)?;
+                }
+                map.insert(session.clone(), fresh);
+            }
+            // Nothing to write on (checked above: the batch has no records), at most a delete.
+            (None, false) => {
+                if batch.delete_first {
+                    map.remove(session);
+                }
+                return Ok(());
+            }
+            (snapshot, true) => {
+                let aggregate = aggregate(&mut map, session)?;
+                aggregate.claim_ids(session, &batch.events)?;
+                if let Some(snapshot) = snapshot {
+                    aggregate.snapshot = snapshot.clone();
+                }
+            }
         }
         let Some(aggregate) = map.get_mut(session) else { return Ok(()) };
         for turn in &batch.turns {
@@ -338,5 +391,49 @@ impl Store for MemoryStore {
         }
         aggregate.append(&batch.events);
         Ok(())
+    }
+}
+
+/// A 64-bit hash of an event ID: each 8-byte word folded in through MurmurHash3's finalizer, so
+/// IDs that differ in one digit (generated IDs share a long prefix) spread over the whole range.
+/// IDs are short and one is hashed per stored event; a collision only costs a journal scan (see
+/// `Aggregate::event_ids`).
+fn id_hash(id: &EventId) -> u64 {
+    fn mix(mut h: u64) -> u64 {
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
+    }
+    let bytes = id.as_str().as_bytes();
+    let mut hash = (bytes.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        hash = mix(hash ^ u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
+    }
+    let mut tail = [0u8; 8];
+    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    mix(hash ^ u64::from_le_bytes(tail))
+}
+
+/// The hasher of a set whose keys are already hashes.
+#[derive(Default)]
+struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used; anything else is folded in for correctness.
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }

@@ -1,23 +1,5 @@
-//! The tracing contract of the public commands.
-//!
-//! Every public command that changes a session runs in its own `INFO` span, named after the
-//! command (`start_session`, `start_turn`, `respond`, `cancel`, `steer`, `stop_session`), target
-//! `agent_core::harness`, with the fields:
-//!
-//! | field | value |
-//! | --- | --- |
-//! | `provider` | the provider ID (`unknown` when the session is not live in this harness) |
-//! | `session_id` | the session |
-//! | `turn_id`, `request_id`, `force` | where the command has them |
-//! | `outcome` | `ok`, or the error's stable snake_case kind (e.g. `turn_in_progress`) |
-//! | `error` | the error's message, on failure |
-//! | `duration_us` | how long the call took, in microseconds |
-//!
-//! A session's own work is traced under a root `session` span (`session_id`, `provider`) that
-//! follows from its `start_session` span; each turn has a `turn` span, each request a `request`
-//! span open from creation to resolution or expiry, each provider call a `provider_command`
-//! span, and each store write a `store_write` span (`DEBUG`). No span or event carries a secret:
-//! environment values, prompts, answers and raw provider frames are never recorded.
+//! The span of each public command: the tracing contract the agent-core README documents
+//! (span names, fields, and what never reaches tracing).
 
 use std::future::Future;
 
