@@ -247,8 +247,9 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// The same error for a second caller; a backend source is kept as its message.
-    pub(crate) fn copy(&self) -> StoreError {
+    /// The same failure again, for another caller of the same write (a backend's source error is
+    /// kept as its message).
+    pub fn replicate(&self) -> StoreError {
         match self {
             StoreError::UnknownSession(id) => StoreError::UnknownSession(id.clone()),
             StoreError::UnknownTurn { session, turn } => {

@@ -8,9 +8,6 @@
 #[allow(dead_code)]
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use agent_core::request::RequestSpec;
 use agent_core::*;
 
@@ -19,19 +16,6 @@ use common::*;
 const ENV_SECRET: &str = "sk-env-secret-0123456789";
 const PROMPT_SECRET: &str = "prompt-secret-4242";
 const ANSWER_SECRET: &str = "answer-secret-hunter2";
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[tokio::test]
 async fn secrets_stay_out_of_traces_debug_output_and_the_store() {
@@ -63,7 +47,7 @@ async fn secrets_stay_out_of_traces_debug_output_and_the_store() {
     let status_debug = format!("{:?}", f.harness.status(&session).await.unwrap());
     f.harness.stop_session(&session, false).await.unwrap();
 
-    let traces = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let traces = captured.text();
     for span in ["session{", "turn{", "provider_command{", "request{", "store_write{"] {
         assert!(traces.contains(span), "the {span}..}} span was recorded: {traces}");
     }

@@ -9,33 +9,15 @@
 #[allow(dead_code)]
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use agent_core::request::RequestSpec;
 use agent_core::*;
 
 use common::*;
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    /// The lines that close a span named `name`.
-    fn closed(&self, name: &str) -> Vec<String> {
-        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
-        text.lines().filter(|l| l.contains(&format!(" {name}{{")) && l.contains("close")).map(str::to_owned).collect()
-    }
+/// The lines that close a span named `name`.
+fn closed(captured: &Captured, name: &str) -> Vec<String> {
+    let text = captured.text();
+    text.lines().filter(|l| l.contains(&format!(" {name}{{")) && l.contains("close")).map(str::to_owned).collect()
 }
 
 #[track_caller]
@@ -74,10 +56,10 @@ async fn every_public_command_has_a_span_with_its_outcome() {
     assert!(err.is_ok());
 
     let ids = ["provider=scripted", "session_id=traced"];
-    check(&captured.closed("start_session"), &[&ids[..], &["outcome=\"ok\""]].concat());
-    check(&captured.closed("start_turn"), &[&ids[..], &["outcome=\"ok\""]].concat());
-    check(&captured.closed("respond"), &[&ids[..], &["outcome=\"ok\"", "request_id="]].concat());
-    check(&captured.closed("steer"), &[&ids[..], &["outcome=\"unsupported\"", "error="]].concat());
-    check(&captured.closed("cancel"), &[&ids[..], &["outcome=\"ok\"", "turn_id="]].concat());
-    check(&captured.closed("stop_session"), &[&ids[..], &["outcome=\"ok\"", "force=false"]].concat());
+    check(&closed(&captured, "start_session"), &[&ids[..], &["outcome=\"ok\""]].concat());
+    check(&closed(&captured, "start_turn"), &[&ids[..], &["outcome=\"ok\""]].concat());
+    check(&closed(&captured, "respond"), &[&ids[..], &["outcome=\"ok\"", "request_id="]].concat());
+    check(&closed(&captured, "steer"), &[&ids[..], &["outcome=\"unsupported\"", "error="]].concat());
+    check(&closed(&captured, "cancel"), &[&ids[..], &["outcome=\"ok\"", "turn_id="]].concat());
+    check(&closed(&captured, "stop_session"), &[&ids[..], &["outcome=\"ok\"", "force=false"]].concat());
 }

@@ -100,7 +100,7 @@ fn commit_group(conn: &Connection, group: &mut Vec<(Box<Prepared>, Reply)>) {
 
 /// Runs the group's transaction. Returns one result per write.
 fn run_group(conn: &Connection, group: &[(Box<Prepared>, Reply)]) -> Vec<Result<(), StoreError>> {
-    let every = |error: &StoreError| group.iter().map(|_| Err(replicate(error))).collect();
+    let every = |error: &StoreError| group.iter().map(|_| Err(error.replicate())).collect();
     if let Err(error) = exec(conn, "BEGIN IMMEDIATE") {
         return every(&store_error(&error));
     }
@@ -118,7 +118,7 @@ fn run_group(conn: &Connection, group: &[(Box<Prepared>, Reply)]) -> Vec<Result<
     if let Err(error) = exec(conn, "COMMIT") {
         let error = store_error(&error);
         rollback(conn);
-        return results.into_iter().map(|r| r.and_then(|()| Err(replicate(&error)))).collect();
+        return results.into_iter().map(|r| r.and_then(|()| Err(error.replicate()))).collect();
     }
     results
 }
@@ -147,23 +147,6 @@ fn apply_isolated(conn: &Connection, write: &Prepared) -> Result<Result<(), Stor
             exec(conn, "ROLLBACK TO write").and_then(|()| exec(conn, "RELEASE write")).map_err(sql)?;
             Ok(Err(error))
         }
-    }
-}
-
-/// The same failure again, for another write of the group.
-fn replicate(error: &StoreError) -> StoreError {
-    match error {
-        StoreError::UnknownSession(id) => StoreError::UnknownSession(id.clone()),
-        StoreError::UnknownTurn { session, turn } => {
-            StoreError::UnknownTurn { session: session.clone(), turn: turn.clone() }
-        }
-        StoreError::SessionLive(id) => StoreError::SessionLive(id.clone()),
-        StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
-        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
-        StoreError::WriteRefused(m) => StoreError::WriteRefused(m.clone()),
-        StoreError::Corrupt(m) => StoreError::Corrupt(m.clone()),
-        StoreError::Backend(source) => StoreError::Backend(source.to_string().into()),
-        other => StoreError::Backend(other.to_string().into()),
     }
 }
 

@@ -1398,7 +1398,7 @@ impl Actor {
     fn run_after_commit(&mut self, action: AfterCommit, failed: Option<&StoreError>) {
         match (action, failed) {
             (AfterCommit::Reply(reply), None) => reply(Ok(())),
-            (AfterCommit::Reply(reply), Some(error)) => reply(Err(Error::Store(error.copy()))),
+            (AfterCommit::Reply(reply), Some(error)) => reply(Err(Error::Store(error.replicate()))),
             (AfterCommit::Admit { turn, generation }, None) => self.admit(turn, generation),
             // The session is stopping: the turn is interrupted without reaching the provider.
             (AfterCommit::Admit { .. }, Some(_)) => {}

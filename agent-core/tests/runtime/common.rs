@@ -30,6 +30,13 @@ impl Fixture {
         Fixture { harness: configure(builder).build().expect("harness"), control, store }
     }
 
+    /// A harness whose store's writes and reads the test can make fail.
+    pub(crate) fn controlled() -> (Self, Arc<ControlledStore>) {
+        let store = ControlledStore::new();
+        let f = Self::with(|b| b.store(StoreChoice::Custom(store.clone())));
+        (f, store)
+    }
+
     pub(crate) fn dyn_store(&self) -> DynStore {
         self.store.clone()
     }
@@ -182,5 +189,29 @@ impl Store for ControlledStore {
                 self.inner.write(batch).await
             }
         }
+    }
+}
+
+/// A writer that keeps what a tracing subscriber prints, for the test binaries that read traces
+/// (`secrets`, `telemetry`); the runtime binary has no use for it.
+#[allow(dead_code)]
+#[derive(Clone, Default)]
+pub(crate) struct Captured(pub(crate) Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[allow(dead_code)]
+impl Captured {
+    /// Everything printed so far.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
     }
 }

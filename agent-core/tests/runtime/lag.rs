@@ -83,8 +83,7 @@ async fn a_turn_stream_that_keeps_reading_survives_a_burst_larger_than_the_buffe
 
 #[tokio::test]
 async fn a_store_read_that_fails_during_replay_ends_the_subscription_with_an_error() {
-    let store = ControlledStore::new();
-    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (f, store) = Fixture::controlled();
     let (session, remote) = f.session(opts().event_buffer_size(4)).await;
     let turn = f.admitted_turn(&session, "work").await;
     flood(&remote, &turn, 10).await;

@@ -122,8 +122,7 @@ async fn a_caller_that_stops_waiting_for_a_hung_open_drops_it_and_frees_the_id()
 
 #[tokio::test(start_paused = true)]
 async fn a_caller_that_goes_away_during_the_initial_commit_leaves_a_reclaimable_snapshot() {
-    let store = ControlledStore::new();
-    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (f, store) = Fixture::controlled();
     store.set(WriteMode::Slow);
     let harness = f.harness.clone();
     let start = tokio::spawn(async move { harness.start_session(PROVIDER, opts().id("gone")).await });
@@ -394,8 +393,7 @@ impl SubscriptionExt for Subscription {
 
 #[tokio::test(start_paused = true)]
 async fn startup_finalization_timeout_bounds_the_initial_commit() {
-    let store = ControlledStore::new();
-    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (f, store) = Fixture::controlled();
     store.set(WriteMode::Hang);
     let started = tokio::time::Instant::now();
     let err = f

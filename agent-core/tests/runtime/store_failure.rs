@@ -6,8 +6,7 @@ use crate::common::*;
 
 #[tokio::test]
 async fn degrade_keeps_the_session_running_live_only() {
-    let store = ControlledStore::new();
-    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (f, store) = Fixture::controlled();
     let (session, remote) = f.session(opts()).await;
     let turn = f.admitted_turn(&session, "work").await;
     let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
@@ -34,8 +33,7 @@ async fn degrade_keeps_the_session_running_live_only() {
 
 #[tokio::test]
 async fn stop_ends_the_session_cleanly() {
-    let store = ControlledStore::new();
-    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (f, store) = Fixture::controlled();
     let (session, remote) = f.session(opts().store_failure(StoreFailurePolicy::Stop)).await;
     let turn = f.admitted_turn(&session, "work").await;
     let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
@@ -53,8 +51,7 @@ async fn stop_ends_the_session_cleanly() {
 
 #[tokio::test]
 async fn a_failed_initial_commit_degrades_or_refuses_the_start_by_policy() {
-    let store = ControlledStore::new();
-    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (f, store) = Fixture::controlled();
     store.set(WriteMode::Fail);
     let (session, _) = f.session(opts().id("degraded-start")).await;
     let status = f.harness.status(&session).await.unwrap();
@@ -81,8 +78,7 @@ async fn drain_types_until(mut events: Subscription, n: usize) -> Vec<&'static s
 
 #[tokio::test]
 async fn under_stop_a_turn_whose_checkpoint_fails_is_refused_with_the_store_error() {
-    let store = ControlledStore::new();
-    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (f, store) = Fixture::controlled();
     let (session, remote) = f.session(opts().store_failure(StoreFailurePolicy::Stop)).await;
     let monitor = f.harness.monitor(&session).await.unwrap();
     store.set(WriteMode::Fail);
@@ -97,8 +93,7 @@ async fn under_stop_a_turn_whose_checkpoint_fails_is_refused_with_the_store_erro
 
 #[tokio::test]
 async fn under_degrade_a_turn_whose_checkpoint_fails_runs_live_only() {
-    let store = ControlledStore::new();
-    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (f, store) = Fixture::controlled();
     let (session, remote) = f.session(opts()).await;
     store.set(WriteMode::Fail);
     let turn = f.harness.start_turn(&session, "work", TurnOptions::new()).await.unwrap();
@@ -109,8 +104,7 @@ async fn under_degrade_a_turn_whose_checkpoint_fails_runs_live_only() {
 
 #[tokio::test]
 async fn a_store_that_panics_is_a_store_failure_and_loses_no_event_or_reply() {
-    let store = ControlledStore::new();
-    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (f, store) = Fixture::controlled();
     let (session, remote) = f.session(opts()).await;
     let turn = f.admitted_turn(&session, "work").await;
     let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
@@ -140,8 +134,7 @@ async fn a_store_that_panics_is_a_store_failure_and_loses_no_event_or_reply() {
 
 #[tokio::test]
 async fn a_degraded_session_records_its_end_when_the_store_is_back() {
-    let store = ControlledStore::new();
-    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (f, store) = Fixture::controlled();
     let (session, remote) = f.session(opts()).await;
     let turn = f.admitted_turn(&session, "work").await;
     store.set(WriteMode::Fail);
@@ -157,8 +150,7 @@ async fn a_degraded_session_records_its_end_when_the_store_is_back() {
 
 #[tokio::test]
 async fn a_degraded_session_whose_store_stays_down_reads_back_as_abandoned() {
-    let store = ControlledStore::new();
-    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (f, store) = Fixture::controlled();
     let (session, remote) = f.session(opts()).await;
     let turn = f.admitted_turn(&session, "work").await;
     store.set(WriteMode::Fail);

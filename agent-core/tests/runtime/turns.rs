@@ -219,8 +219,7 @@ async fn transport_loss_fails_the_turn_and_makes_the_session_unavailable() {
 
 #[tokio::test(start_paused = true)]
 async fn a_local_call_timeout_returns_the_turn_handle_for_reconciliation() {
-    let store = ControlledStore::new();
-    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (f, store) = Fixture::controlled();
     let (session, _) = f.session(opts()).await;
     store.set(WriteMode::Hang);
     let id = TurnId::from_string("reconcile-me");
