@@ -44,6 +44,14 @@ pub trait Exec: Send + Sync + fmt::Debug + 'static {
         let _ = is_live;
         Ok(0)
     }
+
+    /// True when processes run on this host, with its environment and filesystem. Providers
+    /// check a CLI's local configuration and scrub the host environment only for such an exec;
+    /// under `AuthMode::Subscription` they refuse one that is not (they cannot verify what it
+    /// would run with). The default is `false`, which fails closed; wrappers forward it.
+    fn is_local(&self) -> bool {
+        false
+    }
 }
 
 /// How the child's environment is built.

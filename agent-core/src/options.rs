@@ -102,20 +102,36 @@ impl McpServer {
 }
 
 impl fmt::Debug for McpServer {
+    // Arguments (`--token …`), environment and header values, and a URL's credentials or query
+    // can all be secrets: only names, counts and the URL's origin and path are shown.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             McpServer::Stdio { command, args, env } => f
                 .debug_struct("Stdio")
                 .field("command", command)
-                .field("args", args)
+                .field("args", &format_args!("[{} redacted]", args.len()))
                 .field("env_keys", &env.keys().collect::<Vec<_>>())
                 .finish(),
             McpServer::Http { url, headers } => f
                 .debug_struct("Http")
-                .field("url", url)
+                .field("url", &redacted_url(url))
                 .field("header_names", &headers.keys().collect::<Vec<_>>())
                 .finish(),
         }
+    }
+}
+
+/// A URL without its user info, query and fragment: what can be shown of it.
+fn redacted_url(url: &str) -> String {
+    let without_query = url.split(['?', '#']).next().unwrap_or_default();
+    match without_query.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+            let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+            let path = if path.is_empty() { String::new() } else { format!("/{path}") };
+            format!("{scheme}://{host}{path}")
+        }
+        None => "[redacted]".into(),
     }
 }
 
@@ -165,8 +181,10 @@ impl Env {
 }
 
 impl fmt::Debug for Env {
+    // Values can be credentials: names only.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Env").field("set", &self.set.keys().collect::<Vec<_>>()).field("unset", &self.unset).finish()
+        let Env { set, unset } = self;
+        f.debug_struct("Env").field("set", &set.keys().collect::<Vec<_>>()).field("unset", unset).finish()
     }
 }
 
@@ -672,34 +690,64 @@ impl SessionOptions {
 }
 
 impl fmt::Debug for SessionOptions {
+    // Every field is named here (the destructuring fails to compile when one is added), so each
+    // new field is a decision: values that can hold secrets — environment values, MCP arguments,
+    // headers, metadata values, the system prompt, provider option contents — never appear.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let SessionOptions {
+            id,
+            cwd,
+            model,
+            system_prompt,
+            approval_policy,
+            sandbox,
+            mcp_servers,
+            skills,
+            env,
+            provider_options,
+            metadata,
+            event_buffer_size,
+            completed_turn_cache_size,
+            startup_timeout,
+            startup_finalization_timeout,
+            turn_start_timeout,
+            provider_command_timeout,
+            request_timeout,
+            turn_inactivity_timeout,
+            conversation,
+            store_failure,
+            store,
+            reuse,
+            auth,
+            exec,
+        } = self;
         f.debug_struct("SessionOptions")
-            .field("id", &self.id)
-            .field("cwd", &self.cwd)
-            .field("model", &self.model)
-            .field("system_prompt", &self.system_prompt.as_ref().map(|p| p.len()))
-            .field("approval_policy", &self.approval_policy)
-            .field("sandbox", &self.sandbox)
-            .field("mcp_servers", &self.mcp_servers)
-            .field("skills", &self.skills)
-            .field("env", &self.env)
-            .field("provider_options", &self.provider_options)
-            .field("metadata_keys", &self.metadata.keys().collect::<Vec<_>>())
-            .field("event_buffer_size", &self.event_buffer_size)
-            .field("completed_turn_cache_size", &self.completed_turn_cache_size)
-            .field("startup_timeout", &self.startup_timeout)
-            .field("startup_finalization_timeout", &self.startup_finalization_timeout)
-            .field("turn_start_timeout", &self.turn_start_timeout)
-            .field("provider_command_timeout", &self.provider_command_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .field("turn_inactivity_timeout", &self.turn_inactivity_timeout)
-            .field("conversation", &self.conversation)
-            .field("store_failure", &self.store_failure)
-            .field("store", &self.store)
-            .field("reuse", &self.reuse)
-            .field("auth", &self.auth)
-            .field("exec", &self.exec)
-            .finish_non_exhaustive()
+            .field("id", id)
+            .field("cwd", cwd)
+            .field("model", model)
+            .field("system_prompt_bytes", &system_prompt.as_ref().map(|p| p.len()))
+            .field("approval_policy", approval_policy)
+            .field("sandbox", sandbox)
+            .field("mcp_servers", mcp_servers)
+            .field("skills", skills)
+            .field("env", env)
+            .field("provider_options", provider_options)
+            .field("metadata_keys", &metadata.keys().collect::<Vec<_>>())
+            .field("event_buffer_size", event_buffer_size)
+            .field("completed_turn_cache_size", completed_turn_cache_size)
+            .field("startup_timeout", startup_timeout)
+            .field("startup_finalization_timeout", startup_finalization_timeout)
+            .field("turn_start_timeout", turn_start_timeout)
+            .field("provider_command_timeout", provider_command_timeout)
+            .field("request_timeout", request_timeout)
+            .field("turn_inactivity_timeout", turn_inactivity_timeout)
+            .field("conversation", conversation)
+            .field("store_failure", store_failure)
+            .field("store", store)
+            .field("reuse", reuse)
+            .field("auth", auth)
+            .field("exec", exec)
+            .finish()
     }
 }
 
@@ -748,15 +796,17 @@ impl TurnOptions {
 }
 
 impl fmt::Debug for TurnOptions {
+    // As for `SessionOptions`: every field named, no metadata value shown.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let TurnOptions { id, metadata, model, provider_options, call_timeout, inactivity_timeout } = self;
         f.debug_struct("TurnOptions")
-            .field("id", &self.id)
-            .field("metadata_keys", &self.metadata.keys().collect::<Vec<_>>())
-            .field("model", &self.model)
-            .field("provider_options", &self.provider_options)
-            .field("call_timeout", &self.call_timeout)
-            .field("inactivity_timeout", &self.inactivity_timeout)
-            .finish_non_exhaustive()
+            .field("id", id)
+            .field("metadata_keys", &metadata.keys().collect::<Vec<_>>())
+            .field("model", model)
+            .field("provider_options", provider_options)
+            .field("call_timeout", call_timeout)
+            .field("inactivity_timeout", inactivity_timeout)
+            .finish()
     }
 }
 
@@ -835,18 +885,31 @@ mod tests {
 
     #[test]
     fn debug_never_shows_secret_values() {
-        let mut server = McpServer::http("https://mcp.example");
-        if let McpServer::Http { headers, .. } = &mut server {
+        // Every field that can hold a secret carries one; the Debug impls name every field, so a
+        // new field cannot be printed without a decision.
+        let mut http = McpServer::http("https://user:sekrit-userinfo@mcp.example/v1?token=sekrit-query");
+        if let McpServer::Http { headers, .. } = &mut http {
             headers.insert("Authorization".into(), "Bearer sekrit-header".into());
+        }
+        let mut stdio = McpServer::stdio("tool-server", ["--token", "sekrit-arg"]);
+        if let McpServer::Stdio { env, .. } = &mut stdio {
+            env.insert("TOOL_TOKEN".into(), "sekrit-mcp-env".into());
         }
         let o = SessionOptions::new(tmp())
             .env("OPENAI_API_KEY", "sk-sekrit-value")
-            .mcp_server("m", server)
-            .system_prompt("prompt-text-here");
+            .mcp_server("web", http)
+            .mcp_server("tools", stdio)
+            .metadata("note", "sekrit-metadata")
+            .provider_option(String::from("sekrit-provider-option"))
+            .system_prompt("sekrit-prompt-text");
         let text = format!("{o:?}");
         assert!(!text.contains("sekrit"), "{text}");
-        assert!(!text.contains("prompt-text-here"), "{text}");
-        assert!(text.contains("OPENAI_API_KEY"), "{text}");
+        for name in ["OPENAI_API_KEY", "TOOL_TOKEN", "Authorization", "note", "mcp.example/v1", "tool-server"] {
+            assert!(text.contains(name), "{name} stays visible: {text}");
+        }
+        let turn = TurnOptions::new().metadata("note", "sekrit-turn-metadata");
+        let text = format!("{turn:?}");
+        assert!(!text.contains("sekrit") && text.contains("note"), "{text}");
     }
 
     #[test]

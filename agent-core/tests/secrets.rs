@@ -16,6 +16,7 @@ use common::*;
 const ENV_SECRET: &str = "sk-env-secret-0123456789";
 const PROMPT_SECRET: &str = "prompt-secret-4242";
 const ANSWER_SECRET: &str = "answer-secret-hunter2";
+const MCP_SECRET: &str = "mcp-secret-token-77";
 
 #[tokio::test]
 async fn secrets_stay_out_of_traces_debug_output_and_the_store() {
@@ -29,7 +30,19 @@ async fn secrets_stay_out_of_traces_debug_output_and_the_store() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let f = Fixture::new();
-    let options = opts().env("OPENAI_API_KEY", ENV_SECRET).system_prompt(PROMPT_SECRET);
+    let mut tools = McpServer::stdio("tool-server", ["--token", MCP_SECRET]);
+    if let McpServer::Stdio { env, .. } = &mut tools {
+        env.insert("TOOL_TOKEN".into(), MCP_SECRET.into());
+    }
+    let mut web = McpServer::http("https://mcp.example/v1");
+    if let McpServer::Http { headers, .. } = &mut web {
+        headers.insert("Authorization".into(), MCP_SECRET.into());
+    }
+    let options = opts()
+        .env("OPENAI_API_KEY", ENV_SECRET)
+        .system_prompt(PROMPT_SECRET)
+        .mcp_server("tools", tools)
+        .mcp_server("web", web);
     let options_debug = format!("{options:?}");
     let (session, remote) = f.session(options).await;
     let turn = f.admitted_turn(&session, PROMPT_SECRET).await;
@@ -51,10 +64,10 @@ async fn secrets_stay_out_of_traces_debug_output_and_the_store() {
     for span in ["session{", "turn{", "provider_command{", "request{", "store_write{"] {
         assert!(traces.contains(span), "the {span}..}} span was recorded: {traces}");
     }
-    for secret in [ENV_SECRET, PROMPT_SECRET, ANSWER_SECRET] {
+    for secret in [ENV_SECRET, PROMPT_SECRET, ANSWER_SECRET, MCP_SECRET] {
         assert!(!traces.contains(secret), "tracing output leaks {secret}");
+        assert!(!options_debug.contains(secret), "Debug of the options leaks {secret}: {options_debug}");
     }
-    assert!(!options_debug.contains(ENV_SECRET) && !options_debug.contains(PROMPT_SECRET), "{options_debug}");
     assert!(!response_debug.contains(ANSWER_SECRET), "{response_debug}");
     assert!(!turn_debug.contains(PROMPT_SECRET), "{turn_debug}");
     assert!(!status_debug.contains(ENV_SECRET), "{status_debug}");
@@ -64,6 +77,7 @@ async fn secrets_stay_out_of_traces_debug_output_and_the_store() {
     assert!(!snapshot.contains(ENV_SECRET), "the snapshot holds no env values");
     let events = serde_json::to_string(&store.read_events(&session.id, &Default::default()).await.unwrap()).unwrap();
     assert!(!events.contains(ENV_SECRET), "events hold no env values");
+    assert!(!events.contains(MCP_SECRET) && !snapshot.contains(MCP_SECRET), "no MCP argument, env or header");
     assert!(!events.contains(ANSWER_SECRET), "answers to secret questions are not recorded in events");
     let requests = serde_json::to_string(&store.list_requests(&session.id).await.unwrap()).unwrap();
     assert!(!requests.contains(ANSWER_SECRET), "answers to secret questions are not stored");

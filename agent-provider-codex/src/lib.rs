@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod auth;
 mod connection;
 mod input;
 mod lines;
@@ -16,7 +17,7 @@ mod validate;
 mod version;
 mod wire;
 
+pub use auth::SCRUBBED_UNDER_SUBSCRIPTION;
 pub use options::{CodexOptions, CodexTurnOptions, DEFAULT_CLIENT_NAME, DEFAULT_MAX_LINE_BYTES, DEFAULT_PROGRAM};
 pub use provider::{CodexProvider, PROVIDER_ID};
-pub use validate::SCRUBBED_UNDER_SUBSCRIPTION;
 pub use version::{LATEST_VALIDATED, MIN_SUPPORTED, ParseVersionError, Version};

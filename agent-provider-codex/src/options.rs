@@ -38,7 +38,8 @@ pub struct CodexOptions {
     /// Default [`DEFAULT_PROGRAM`]. Point it at the native binary (see
     /// [`CodexOptions::npm_native_binary`]) to skip the Node launcher.
     pub binary: Option<PathBuf>,
-    /// Extra `-c key=value` overrides for `codex app-server`; values are TOML.
+    /// Config overrides (`key`, TOML `value`), applied like codex's `-c key=value` but sent in
+    /// the thread's `config` over stdin, so values never appear on a command line.
     pub config: Vec<(String, String)>,
     /// `clientInfo.name` for `initialize`; default [`DEFAULT_CLIENT_NAME`].
     pub client_name: Option<String>,
@@ -82,7 +83,8 @@ impl CodexOptions {
         self
     }
 
-    /// Adds a `-c key=value` override (`value` is TOML, e.g. `"\"high\""` or `false`).
+    /// Adds a config override (`value` is TOML, e.g. `"\"high\""` or `false`), sent in the
+    /// thread's `config` (never on the command line).
     pub fn config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.config.push((key.into(), value.into()));
         self
@@ -161,17 +163,27 @@ fn native_target() -> Option<(&'static str, &'static str)> {
 }
 
 impl fmt::Debug for CodexOptions {
-    // `-c` values can carry tokens or URLs with credentials: print keys only.
+    // Config values can carry tokens or URLs with credentials: keys only. Every field is named
+    // (the destructuring fails to compile when one is added), so a new one is a decision.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let CodexOptions {
+            binary,
+            config,
+            client_name,
+            experimental_api,
+            unbounded_connection_retries,
+            questions,
+            max_line_bytes,
+        } = self;
         f.debug_struct("CodexOptions")
-            .field("binary", &self.binary)
-            .field("config_keys", &self.config.iter().map(|(k, _)| k).collect::<Vec<_>>())
-            .field("client_name", &self.client_name)
-            .field("experimental_api", &self.experimental_api)
-            .field("unbounded_connection_retries", &self.unbounded_connection_retries)
-            .field("questions", &self.questions)
-            .field("max_line_bytes", &self.max_line_bytes)
-            .finish_non_exhaustive()
+            .field("binary", binary)
+            .field("config_keys", &config.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .field("client_name", client_name)
+            .field("experimental_api", experimental_api)
+            .field("unbounded_connection_retries", unbounded_connection_retries)
+            .field("questions", questions)
+            .field("max_line_bytes", max_line_bytes)
+            .finish()
     }
 }
 

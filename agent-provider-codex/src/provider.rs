@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use agent_core::exec::{Command, EnvSpec, Exec, ExecError};
 use agent_core::provider::{OpenContext, OpenConversation, Opened, require_capabilities};
 use agent_core::{
-    Capabilities, Capability, ConversationMode, DynExec, DynProvider, Error, EventKind, McpServer, Provider,
+    AuthMode, Capabilities, Capability, ConversationMode, DynExec, DynProvider, Error, EventKind, McpServer, Provider,
     ProviderId, Result, SessionOptions, Support,
 };
 use async_trait::async_trait;
@@ -20,8 +20,8 @@ use crate::connection::{CallError, Connection};
 use crate::options::CodexOptions;
 use crate::probe::{self, ProbeError, ProbeLimits};
 use crate::session::{CodexSession, adapter_deadline, parse_result};
-use crate::validate;
 use crate::version::{LATEST_VALIDATED, MIN_SUPPORTED, Version};
+use crate::{auth, validate};
 
 /// `codex --version` results: the exec backend, the program, and the version it reported.
 type VersionCache = Vec<(Weak<dyn Exec>, OsString, Version)>;
@@ -271,10 +271,9 @@ fn stderr_note(tail: Option<String>) -> String {
 
 /// `codex app-server` with the session's `-c` overrides, environment, cwd and stamp.
 fn app_server_command(ctx: &OpenContext, codex: &CodexOptions, program: &OsString, env: EnvSpec) -> Command {
+    // `CodexOptions::config` values can hold secrets: they go in the thread's `config`, over
+    // stdin, never on the command line every local user can read.
     let mut command = Command::new(program.clone()).arg("app-server").session(ctx.session_id.clone());
-    for (key, value) in &codex.config {
-        command = command.arg("-c").arg(format!("{key}={value}"));
-    }
     if !codex.unbounded_connection_retries {
         command = command.arg("-c").arg("features.unbounded_connection_retries=false");
     }
@@ -297,6 +296,9 @@ struct ThreadParams<'a> {
     cwd: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     model: Option<&'a str>,
+    /// Pinned to codex's own login under `AuthMode::Subscription`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model_provider: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     approval_policy: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -334,37 +336,38 @@ fn sandbox_mode(mode: agent_core::SandboxMode) -> &'static str {
     }
 }
 
-/// The `config` overrides of a thread: one `mcp_servers.<name>` entry per session MCP server.
-fn thread_config(options: &SessionOptions) -> BTreeMap<String, Value> {
-    options
-        .mcp_servers
-        .iter()
-        .filter_map(|(name, server)| {
-            let value = match server {
-                McpServer::Stdio { command, args, env } => {
-                    let mut value = json!({ "command": command, "args": args });
-                    if !env.is_empty() {
-                        value["env"] = json!(env);
-                    }
-                    value
+/// The `config` overrides of a thread: one `mcp_servers.<name>` entry per session MCP server,
+/// and the caller's [`CodexOptions::config`] entries (already checked by the auth guard).
+fn thread_config(options: &SessionOptions, overrides: BTreeMap<String, Value>) -> BTreeMap<String, Value> {
+    let mut config = overrides;
+    let servers = options.mcp_servers.iter().filter_map(|(name, server)| {
+        let value = match server {
+            McpServer::Stdio { command, args, env } => {
+                let mut value = json!({ "command": command, "args": args });
+                if !env.is_empty() {
+                    value["env"] = json!(env);
                 }
-                McpServer::Http { url, headers } => {
-                    let mut value = json!({ "url": url });
-                    if !headers.is_empty() {
-                        value["http_headers"] = json!(headers);
-                    }
-                    value
+                value
+            }
+            McpServer::Http { url, headers } => {
+                let mut value = json!({ "url": url });
+                if !headers.is_empty() {
+                    value["http_headers"] = json!(headers);
                 }
-                _ => return None,
-            };
-            Some((format!("mcp_servers.{name}"), value))
-        })
-        .collect()
+                value
+            }
+            _ => return None,
+        };
+        Some((format!("mcp_servers.{name}"), value))
+    });
+    config.extend(servers);
+    config
 }
 
 fn thread_params<'a>(
     options: &'a SessionOptions,
     conversation: &'a OpenConversation,
+    overrides: BTreeMap<String, Value>,
 ) -> (&'static str, ThreadParams<'a>) {
     let (method, thread_id) = match conversation {
         OpenConversation::Resume { provider_session_id } => ("thread/resume", Some(provider_session_id.as_str())),
@@ -376,10 +379,11 @@ fn thread_params<'a>(
         exclude_turns: thread_id.map(|_| true),
         cwd: options.cwd.as_ref().map(|p| p.to_string_lossy().into_owned()),
         model: options.model.as_deref(),
+        model_provider: (options.auth == AuthMode::Subscription).then_some(auth::PINNED_MODEL_PROVIDER),
         approval_policy: options.approval_policy.map(approval_policy),
         sandbox: options.sandbox.map(sandbox_mode),
         developer_instructions: options.system_prompt.as_deref(),
-        config: thread_config(options),
+        config: thread_config(options, overrides),
     };
     (method, params)
 }
@@ -405,6 +409,10 @@ impl Provider for CodexProvider {
         let options = Arc::clone(&ctx.options);
         let codex = options.provider_options.get::<CodexOptions>().cloned().unwrap_or_default();
         validate::validate(&options, &codex)?;
+        // The guard again with the exec it will run on, and codex's own configuration and login.
+        auth::GUARD.check(&options, Some(ctx.exec.as_ref()), codex.config.iter().map(|(k, _)| k.as_str()))?;
+        auth::check_local_state(&options)?;
+        let overrides = validate::config_overrides(&codex)?;
         let deadline = adapter_deadline(options.startup_timeout);
         let remaining = || deadline.saturating_sub(started.elapsed());
         let env = validate::env_spec(&options);
@@ -416,7 +424,7 @@ impl Provider for CodexProvider {
         let conn = Connection::start(child, ctx.sink.clone(), codex.max_line_bytes)
             .map_err(|_| self.unavailable("the exec backend did not provide the child's stdin, stdout and stderr"))?;
         self.handshake(&conn, &codex, remaining(), deadline).await?;
-        let (method, params) = thread_params(&options, &ctx.conversation);
+        let (method, params) = thread_params(&options, &ctx.conversation, overrides);
         let raw = match conn.call(method, params, remaining()).await {
             Ok(raw) => raw,
             Err(CallError::Rpc { message, .. }) if method != "thread/start" => {
@@ -479,35 +487,40 @@ mod tests {
             .sandbox(SandboxMode::WorkspaceWrite)
             .mcp_server("files", server)
             .mcp_server("web", McpServer::http("https://mcp.example/x"));
-        let (method, params) = thread_params(&options, &OpenConversation::New);
+        let overrides = BTreeMap::from([("model_reasoning_effort".to_owned(), json!("high"))]);
+        let (method, params) = thread_params(&options, &OpenConversation::New, overrides);
         assert_eq!(method, "thread/start");
         assert_eq!(
             serde_json::to_value(&params).unwrap(),
             json!({
                 "cwd": "/work",
                 "model": "gpt-x",
+                "modelProvider": "openai",
                 "approvalPolicy": "untrusted",
                 "sandbox": "workspace-write",
                 "developerInstructions": "Be brief.",
                 "config": {
+                    "model_reasoning_effort": "high",
                     "mcp_servers.files": {"command": "mcp-server", "args": ["--flag"], "env": {"TOKEN": "t"}},
                     "mcp_servers.web": {"url": "https://mcp.example/x"},
                 },
-            })
+            }),
+            "a subscription session is pinned to codex's own login"
         );
     }
 
     #[test]
     fn resume_and_fork_name_the_thread() {
-        let options = SessionOptions::new("/work").approval_policy(ApprovalPolicy::Never);
+        let options = SessionOptions::new("/work").approval_policy(ApprovalPolicy::Never).auth(AuthMode::Inherit);
         let resume = OpenConversation::Resume { provider_session_id: "t-1".into() };
-        let (method, params) = thread_params(&options, &resume);
+        let (method, params) = thread_params(&options, &resume, BTreeMap::new());
         assert_eq!(method, "thread/resume");
         assert_eq!(
             serde_json::to_value(&params).unwrap(),
             json!({"threadId": "t-1", "excludeTurns": true, "cwd": "/work", "approvalPolicy": "never"})
         );
-        let (method, _) = thread_params(&options, &OpenConversation::Fork { provider_session_id: "t-1".into() });
+        let (method, _) =
+            thread_params(&options, &OpenConversation::Fork { provider_session_id: "t-1".into() }, BTreeMap::new());
         assert_eq!(method, "thread/fork");
     }
 

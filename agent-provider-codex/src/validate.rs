@@ -1,37 +1,12 @@
 //! Checks of the options the provider cannot honour, the auth guard, and the child environment.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
 use agent_core::exec::EnvSpec;
-use agent_core::{ApprovalPolicy, AuthMode, Error, McpServer, Result, SessionOptions};
+use agent_core::{ApprovalPolicy, Error, McpServer, Result, SessionOptions};
 
 use crate::options::CodexOptions;
-
-/// Variables removed from the inherited environment under [`AuthMode::Subscription`], so a key
-/// or endpoint in the host environment cannot switch Codex away from the saved login.
-pub const SCRUBBED_UNDER_SUBSCRIPTION: &[&str] =
-    &["OPENAI_API_KEY", "CODEX_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE"];
-
-/// Exact variable names the auth guard refuses in the session environment.
-const REFUSED_NAMES: &[&str] = &[
-    "OPENAI_API_BASE",
-    "GOOGLE_APPLICATION_CREDENTIALS",
-    "GOOGLE_CLOUD_PROJECT",
-    "GCLOUD_PROJECT",
-    "CLOUDSDK_CORE_PROJECT",
-];
-
-/// Name suffixes the auth guard refuses: API keys and endpoint overrides of any provider.
-const REFUSED_SUFFIXES: &[&str] = &["_API_KEY", "_BASE_URL"];
-
-/// Name prefixes the auth guard refuses: cloud-provider credentials and selectors.
-const REFUSED_PREFIXES: &[&str] = &["AZURE_", "AWS_", "VERTEX_"];
-
-/// `-c` keys (or key prefixes ending in `.`) the auth guard refuses: they route Codex to another
-/// model provider or endpoint.
-const REFUSED_CONFIG_KEYS: &[&str] =
-    &["model_provider", "model_providers", "model_providers.", "openai_base_url", "chatgpt_base_url"];
 
 /// Everything [`crate::CodexProvider`] checks before spawning.
 pub(crate) fn validate(options: &SessionOptions, codex: &CodexOptions) -> Result<()> {
@@ -44,6 +19,7 @@ pub(crate) fn validate(options: &SessionOptions, codex: &CodexOptions) -> Result
     validate_mcp_servers(options)?;
     validate_skills(options)?;
     validate_codex_options(codex)?;
+    config_overrides(codex)?;
     auth_guard(options, codex)
 }
 
@@ -125,45 +101,34 @@ fn validate_codex_options(codex: &CodexOptions) -> Result<()> {
     Ok(())
 }
 
-/// True for session-environment names the auth guard refuses under [`AuthMode::Subscription`].
-pub(crate) fn is_refused_env(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    REFUSED_NAMES.contains(&upper.as_str())
-        || REFUSED_SUFFIXES.iter().any(|s| upper.ends_with(s))
-        || REFUSED_PREFIXES.iter().any(|p| upper.starts_with(p))
-}
-
-fn is_refused_config(key: &str) -> bool {
-    REFUSED_CONFIG_KEYS.iter().any(|refused| match refused.strip_suffix('.') {
-        Some(_) => key.starts_with(refused),
-        None => key == *refused,
-    })
-}
-
-/// The auth guard (DESIGN.md §6): under [`AuthMode::Subscription`] the session may not bring
-/// API keys, endpoint overrides or cloud-provider credentials. Errors name the variable or key,
-/// never its value.
+/// The auth guard (DESIGN.md §6) on what the options say; the exec and codex's own state are
+/// checked when the session opens ([`crate::auth`]).
 fn auth_guard(options: &SessionOptions, codex: &CodexOptions) -> Result<()> {
-    if options.auth != AuthMode::Subscription {
-        return Ok(());
-    }
-    if let Some(name) = options.env.set.keys().find(|k| is_refused_env(k)) {
-        return Err(Error::AuthGuard {
-            reason: format!(
-                "AuthMode::Subscription refuses the session environment variable `{name}` (an API key, endpoint or \
-                 cloud-provider override); use AuthMode::Inherit to pass it through"
-            ),
-        });
-    }
-    if let Some((key, _)) = codex.config.iter().find(|(k, _)| is_refused_config(k)) {
-        return Err(Error::AuthGuard {
-            reason: format!(
-                "AuthMode::Subscription refuses the codex config override `{key}` (it selects another model provider \
-                 or endpoint); use AuthMode::Inherit"
-            ),
-        });
-    }
-    Ok(())
+    crate::auth::GUARD.check(options, None, codex.config.iter().map(|(key, _)| key.as_str()))
+}
+
+/// The `config` overrides of [`CodexOptions::config`] as JSON, for the thread's `config`: they
+/// reach codex over its stdin, never on its command line. A value that is not TOML is refused.
+pub(crate) fn config_overrides(codex: &CodexOptions) -> Result<BTreeMap<String, serde_json::Value>> {
+    codex
+        .config
+        .iter()
+        .map(|(key, value)| {
+            let parsed: toml::Table = toml::from_str(&format!("value = {value}")).map_err(|_| {
+                invalid(
+                    "provider_options",
+                    format!("CodexOptions::config `{}` needs a TOML value (strings in quotes)", key.escape_debug()),
+                )
+            })?;
+            let json = serde_json::to_value(&parsed["value"]).map_err(|_| {
+                invalid(
+                    "provider_options",
+                    format!("CodexOptions::config `{}` has a value JSON cannot hold", key.escape_debug()),
+                )
+            })?;
+            Ok((key.trim().to_owned(), json))
+        })
+        .collect()
 }
 
 /// The child environment: the session's changes plus, under [`AuthMode::Subscription`], the
@@ -172,9 +137,7 @@ pub(crate) fn env_spec(options: &SessionOptions) -> EnvSpec {
     let mut spec = EnvSpec::default();
     spec.set = options.env.set.iter().map(|(k, v)| (k.into(), v.into())).collect();
     spec.unset = options.env.unset.iter().map(Into::into).collect();
-    if options.auth == AuthMode::Subscription {
-        spec.unset.extend(SCRUBBED_UNDER_SUBSCRIPTION.iter().map(Into::into));
-    }
+    spec.unset.extend(crate::auth::scrubbed(options));
     spec
 }
 
@@ -187,7 +150,7 @@ pub(crate) fn skill_file(path: &Path) -> std::path::PathBuf {
 mod tests {
     use std::path::PathBuf;
 
-    use agent_core::Skill;
+    use agent_core::{AuthMode, Skill};
 
     use super::*;
 

@@ -117,6 +117,10 @@ impl Exec for PidExec {
     ) -> Result<usize, ExecError> {
         self.inner.reap_orphans(is_live).await
     }
+
+    fn is_local(&self) -> bool {
+        self.inner.is_local()
+    }
 }
 
 /// One case: a fake-codex script in its directory, and a harness spawning through a [`PidExec`].

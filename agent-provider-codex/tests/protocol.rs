@@ -153,8 +153,6 @@ async fn handshake_carries_the_session_options() {
         [
             "app-server",
             "-c",
-            "model_reasoning_effort=\"low\"",
-            "-c",
             "features.unbounded_connection_retries=false",
             "-c",
             "features.default_mode_request_user_input=true"
@@ -176,6 +174,7 @@ async fn handshake_carries_the_session_options() {
     assert_eq!(initialize["params"]["capabilities"]["experimentalApi"], false);
     assert_eq!(fixture.sent()[1], json!({"method": "initialized"}));
     let thread = fixture.sent_method("thread/start")["params"].clone();
+    assert_eq!(thread["config"]["model_reasoning_effort"], "low", "config overrides go over stdin, not argv");
     assert_eq!(thread["model"], "gpt-test");
     assert_eq!(thread["developerInstructions"], "Be terse.");
     assert_eq!(thread["approvalPolicy"], "on-request");

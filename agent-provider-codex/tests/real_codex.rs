@@ -4,11 +4,11 @@
 //! Every test fails with "run `cargo xtask clis`" when the pinned CLI is not installed.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_core::event::ToolStatus;
-use agent_core::exec::{Child, ChildHandle, Command, Exec, ExecError};
+use agent_core::exec::{Exec, ExecError};
 use agent_core::{
     ApprovalPolicy, Error, Event, EventKind, ExpiryReason, Harness, Replay, Request, RequestKind, Response,
     SandboxMode, Scope, SessionOptions, SessionRef, StoreChoice, Turn, TurnEnd, TurnOptions, TurnStatus,
@@ -16,8 +16,8 @@ use agent_core::{
 use agent_exec::LocalExec;
 use agent_provider_codex::{CodexOptions, CodexProvider};
 use agent_store_memory::MemoryStore;
+use agent_testkit::recording::RecordingExec;
 use agent_testkit::{Cli, FakeModel, OfflineEnv, Provider, Scenario};
-use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::Value;
 
@@ -26,33 +26,6 @@ const IDLE: Duration = Duration::from_secs(30);
 
 fn codex_cli() -> Cli {
     Cli::latest(Provider::Codex).unwrap_or_else(|e| panic!("{e}\nrun `cargo xtask clis`"))
-}
-
-/// A `LocalExec` that remembers every child it started, to find and kill the CLI and to check
-/// that nothing outlives a test.
-#[derive(Debug, Default)]
-struct RecordingExec {
-    inner: LocalExec,
-    children: Mutex<Vec<Arc<dyn ChildHandle>>>,
-}
-
-#[async_trait]
-impl Exec for RecordingExec {
-    async fn spawn(&self, command: Command) -> Result<Child, ExecError> {
-        let child = self.inner.spawn(command).await?;
-        self.children.lock().unwrap().push(Arc::clone(&child.handle));
-        Ok(child)
-    }
-}
-
-impl RecordingExec {
-    fn last(&self) -> Arc<dyn ChildHandle> {
-        Arc::clone(self.children.lock().unwrap().last().expect("a child was spawned"))
-    }
-
-    fn all(&self) -> Vec<Arc<dyn ChildHandle>> {
-        self.children.lock().unwrap().clone()
-    }
 }
 
 /// One test's world: the CLI, the fake model, an offline environment and a harness.
@@ -70,7 +43,7 @@ impl Codex {
         let cli = codex_cli();
         let server = FakeModel::start(scenario).await.expect("fake model server");
         let env = OfflineEnv::new(&cli, &server).expect("offline environment");
-        let exec = Arc::new(RecordingExec::default());
+        let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
         let harness = Harness::builder()
             .provider(CodexProvider::new())
             .exec(Arc::clone(&exec) as Arc<dyn Exec>)
@@ -132,7 +105,7 @@ impl Codex {
         for session in self.harness.list_sessions() {
             self.harness.stop_session(&session, true).await.expect("stop");
         }
-        for child in self.exec.all() {
+        for child in self.exec.children() {
             let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
             assert!(matches!(status, Ok(Ok(_))), "a codex process outlived its session");
         }
@@ -300,6 +273,22 @@ async fn a_codex_thread_resumes_into_a_new_session_but_a_missing_one_is_an_error
         Err(Error::ResumeFailed { reason, .. }) => assert!(reason.contains("no fresh thread"), "{reason}"),
         other => panic!("resuming a missing thread must fail, got {other:?}"),
     }
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_overrides_reach_codex_over_stdin_and_never_its_command_line() {
+    const PLANTED: &str = "sekrit-config-value-0451";
+    let codex = Codex::start(Scenario::new().text("done")).await;
+    let overrides = CodexOptions::new().config("model_providers.fake.http_headers.X-Planted", format!("\"{PLANTED}\""));
+    let session = codex.session(codex.options_with(overrides)).await;
+    let pid = codex.exec.children().last().expect("codex runs").id().expect("a pid");
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("the running codex's command line");
+    assert!(!String::from_utf8_lossy(&cmdline).contains(PLANTED), "{}", String::from_utf8_lossy(&cmdline));
+    let (_, events) = codex.run(&session, "hello", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    let request = codex.server().requests().into_iter().find(|r| r.endpoint.is_model_call()).expect("a model call");
+    assert_eq!(request.header("x-planted"), Some(PLANTED), "the override took effect");
     codex.finish().await;
 }
 
@@ -562,7 +551,7 @@ async fn killed_cli_fails_the_turn_with_exit_status_and_stderr() {
             break;
         }
     }
-    let pid = codex.exec.last().id().expect("a pid");
+    let pid = codex.exec.children().last().expect("a child was spawned").id().expect("a pid");
     let killed = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("kill runs");
     assert!(killed.success());
     let mut end = None;

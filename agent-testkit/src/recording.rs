@@ -80,4 +80,8 @@ impl Exec for RecordingExec {
     ) -> Result<usize, ExecError> {
         self.inner.reap_orphans(is_live).await
     }
+
+    fn is_local(&self) -> bool {
+        self.inner.is_local()
+    }
 }

@@ -39,6 +39,13 @@ fn is_plugin(name: &str) -> bool {
     name.starts_with("agent-provider-") || name.starts_with("agent-store-") || name == "agent-exec"
 }
 
+/// What a plugin may depend on inside the workspace: agent-core, and for providers (not the kit
+/// itself) agent-provider-kit.
+fn allowed_internal(package: &str, dep: &str) -> bool {
+    let provider = package.starts_with("agent-provider-") && package != "agent-provider-kit";
+    dep == "agent-core" || (provider && dep == "agent-provider-kit")
+}
+
 #[test]
 fn providers_stores_and_exec_depend_on_agent_core_only() {
     let deps = dependencies();
@@ -47,11 +54,15 @@ fn providers_stores_and_exec_depend_on_agent_core_only() {
         for dep in package_deps {
             let internal = workspace.contains(&dep);
             assert!(
-                !internal || dep == "agent-core",
-                "{package} depends on {dep}: providers, stores and exec backends may depend on agent-core only"
+                !internal || allowed_internal(package, dep),
+                "{package} depends on {dep}: stores, exec backends and the provider kit may depend on agent-core \
+                 only, providers on agent-core and agent-provider-kit"
             );
         }
     }
+    assert!(!allowed_internal("agent-provider-kit", "agent-provider-kit"));
+    assert!(!allowed_internal("agent-store-sqlite", "agent-provider-kit"));
+    assert!(allowed_internal("agent-provider-codex", "agent-provider-kit"));
 }
 
 #[test]
@@ -89,6 +100,7 @@ fn only_agent_exec_spawns_processes() {
     let root = workspace_root();
     for package in [
         "agent-core",
+        "agent-provider-kit",
         "agent-provider-codex",
         "agent-provider-claude",
         "agent-provider-pi",

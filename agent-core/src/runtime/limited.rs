@@ -51,6 +51,10 @@ impl Exec for LimitedExec {
     ) -> Result<usize, ExecError> {
         self.inner.reap_orphans(is_live).await
     }
+
+    fn is_local(&self) -> bool {
+        self.inner.is_local()
+    }
 }
 
 /// A child handle that gives its slot back once the process has exited (or the handle is gone).

@@ -106,6 +106,11 @@ impl Exec for LocalExec {
         Ok(Child::new(Some(stdin), Some(stdout), Some(stderr), handle))
     }
 
+    /// Children run on this host.
+    fn is_local(&self) -> bool {
+        true
+    }
+
     /// Scans `/proc` for processes stamped by this or a dead harness process and SIGKILLs the
     /// process group of each orphan. Other Unix systems have no such scan and return `Ok(0)`.
     #[cfg(target_os = "linux")]

@@ -1,0 +1,59 @@
+//! Under `AuthMode::Subscription` the environment codex inherits from the host is scrubbed by
+//! the same rules as the session's: a key or endpoint exported in the harness's own shell never
+//! reaches the CLI.
+//!
+//! A test binary of its own: it changes this process's environment.
+
+use std::sync::Arc;
+
+use agent_core::exec::Exec;
+use agent_core::{Harness, SessionOptions, StoreChoice};
+use agent_exec::LocalExec;
+use agent_provider_codex::{CodexOptions, CodexProvider};
+use agent_testkit::programs::ProgramDir;
+use agent_testkit::recording::RecordingExec;
+
+const SECRET: &str = "sk-sekrit-host-0042";
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_host_api_key_or_endpoint_never_reaches_codex() {
+    let host = ["AZURE_OPENAI_API_KEY", "OPENAI_API_KEY", "MY_GATEWAY_BASE_URL", "AWS_SECRET_ACCESS_KEY"];
+    for name in host {
+        // SAFETY: this binary's only test changes the environment before anything else in the
+        // process reads it (the current-thread runtime starts no other thread).
+        unsafe { std::env::set_var(name, SECRET) };
+    }
+    let dir = ProgramDir::new("host-env");
+    let dumps = dir.dir("dumps");
+    // A `codex` that records the environment it got, answers `--version`, and fails to serve.
+    let codex = dir.script(
+        "codex",
+        &format!(
+            "env > '{}/env.'$$\ncase \"$1\" in --version) echo 'codex-cli 0.171.0' ;; *) exit 3 ;; esac",
+            dumps.display()
+        ),
+    );
+    let home = dir.dir("codex-home");
+    let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
+    let harness = Harness::builder()
+        .provider(CodexProvider::new())
+        .exec(Arc::clone(&exec) as Arc<dyn Exec>)
+        .store(StoreChoice::Disabled)
+        .build()
+        .unwrap();
+    let options = SessionOptions::new(dir.path())
+        .env("CODEX_HOME", home.to_string_lossy())
+        .provider_option(CodexOptions::new().binary(&codex));
+    assert!(harness.start_session("codex", options).await.is_err(), "this codex cannot serve");
+
+    let seen: Vec<String> = std::fs::read_dir(&dumps)
+        .unwrap()
+        .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(seen.len(), 2, "the version probe and the app-server both ran");
+    for env in &seen {
+        assert!(env.contains("CODEX_HOME="), "the dump is the child's environment: {env}");
+        assert!(!env.contains(SECRET), "a host credential reached codex:\n{env}");
+    }
+    assert!(std::env::var("AZURE_OPENAI_API_KEY").is_ok(), "the harness's own environment is untouched");
+}

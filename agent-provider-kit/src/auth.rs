@@ -1,0 +1,256 @@
+//! The auth guard every provider applies under [`AuthMode::Subscription`] (see the crate docs).
+//!
+//! A provider declares its [`AuthGuard`] once — the environment names and configuration keys
+//! that would route its CLI to another account, key or endpoint — and calls it before spawning
+//! anything. Names and keys are compared after normalising them the way a CLI (or a shell, or a
+//! lenient parser) might read them, so whitespace or case variants cannot slip past.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::Path;
+
+use agent_core::{AuthMode, Error, Exec, Result, SessionOptions};
+
+/// Environment names that carry a credential, an endpoint or a cloud-provider selector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EnvRules {
+    /// Exact names.
+    pub names: &'static [&'static str],
+    /// Name prefixes.
+    pub prefixes: &'static [&'static str],
+    /// Name suffixes.
+    pub suffixes: &'static [&'static str],
+}
+
+impl EnvRules {
+    /// The rules every provider shares: keys and endpoints of any model provider, and the
+    /// credentials and selectors of the cloud providers the CLIs can route through.
+    pub const COMMON: EnvRules = EnvRules {
+        names: &[
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            "GOOGLE_CLOUD_PROJECT",
+            "GOOGLE_CLOUD_LOCATION",
+            "GCLOUD_PROJECT",
+            "CLOUDSDK_CORE_PROJECT",
+            "CLOUD_ML_REGION",
+        ],
+        prefixes: &["AWS_", "AZURE_", "VERTEX_", "BEDROCK_"],
+        suffixes: &["_API_KEY", "_BASE_URL", "_API_BASE", "_AUTH_TOKEN"],
+    };
+
+    /// True when `name`, normalised ([`normalize_env_name`]), matches.
+    pub fn matches(&self, name: &str) -> bool {
+        let name = normalize_env_name(name);
+        self.names.contains(&name.as_str())
+            || self.prefixes.iter().any(|p| name.starts_with(p))
+            || self.suffixes.iter().any(|s| name.ends_with(s))
+    }
+}
+
+/// An environment name as the guard compares it: trimmed and in ASCII upper case.
+pub fn normalize_env_name(name: &str) -> String {
+    name.trim().to_ascii_uppercase()
+}
+
+/// A configuration key as a TOML-reading CLI resolves it: dotted segments, each trimmed and
+/// unquoted (`"model_providers" . 'x'` is `model_providers.x`), in lower case.
+pub fn config_key_path(key: &str) -> Vec<String> {
+    let mut segments = Vec::new();
+    let mut segment = String::new();
+    let mut quote = None;
+    for c in key.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => segment.push(c),
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '.') => segments.push(std::mem::take(&mut segment)),
+            (None, c) => segment.push(c),
+        }
+    }
+    segments.push(segment);
+    segments.into_iter().map(|s| s.trim().to_lowercase()).collect()
+}
+
+/// One provider's guard.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct AuthGuard {
+    cli: &'static str,
+    env: &'static [EnvRules],
+    config_keys: &'static [&'static str],
+}
+
+impl AuthGuard {
+    /// The guard of `cli`: the environment rules it refuses (usually [`EnvRules::COMMON`] plus
+    /// the CLI's own names) and the dotted configuration keys that route it elsewhere.
+    pub const fn new(cli: &'static str, env: &'static [EnvRules], config_keys: &'static [&'static str]) -> Self {
+        AuthGuard { cli, env, config_keys }
+    }
+
+    /// True when the guard applies to `options` (`AuthMode::Subscription`).
+    pub fn applies(options: &SessionOptions) -> bool {
+        options.auth == AuthMode::Subscription
+    }
+
+    /// True when the environment name `name` is refused.
+    pub fn refuses_env(&self, name: &str) -> bool {
+        self.env.iter().any(|rules| rules.matches(name))
+    }
+
+    /// The refused configuration key that `key` sets (itself, or a table holding one), if any.
+    pub fn refused_config_key(&self, key: &str) -> Option<&'static str> {
+        let path = config_key_path(key);
+        self.config_keys.iter().copied().find(|refused| {
+            let refused: Vec<&str> = refused.split('.').collect();
+            let shared = path.len().min(refused.len());
+            path[..shared].iter().map(String::as_str).eq(refused[..shared].iter().copied())
+        })
+    }
+
+    /// Checks a session under `AuthMode::Subscription` (and does nothing under `Inherit`): its
+    /// environment, the configuration keys it overrides, and the exec it runs on.
+    pub fn check<'k>(
+        &self,
+        options: &SessionOptions,
+        exec: Option<&dyn Exec>,
+        config_keys: impl IntoIterator<Item = &'k str>,
+    ) -> Result<()> {
+        if !Self::applies(options) {
+            return Ok(());
+        }
+        if let Some(name) = options.env.set.keys().find(|name| self.refuses_env(name)) {
+            return Err(self.refusal(format!(
+                "the session environment variable `{}` (an API key, endpoint or cloud-provider setting)",
+                name.escape_debug()
+            )));
+        }
+        for key in config_keys {
+            if let Some(refused) = self.refused_config_key(key) {
+                return Err(self.refusal(format!(
+                    "the {} configuration override `{}` (it sets `{refused}`, which selects another model provider, \
+                     endpoint or login)",
+                    self.cli,
+                    key.escape_debug()
+                )));
+            }
+        }
+        if let Some(exec) = exec
+            && !exec.is_local()
+        {
+            return Err(self.refusal(format!(
+                "running {} through an exec that is not local ({exec:?}): the guard can only verify this host's \
+                 environment, configuration and login",
+                self.cli
+            )));
+        }
+        Ok(())
+    }
+
+    /// The names among `host` (the environment the CLI would inherit) to remove from it.
+    pub fn scrub(&self, host: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+        host.into_iter().filter(|name| self.refuses_env(&name.to_string_lossy())).collect()
+    }
+
+    /// The names of this process's environment to remove from a local CLI's.
+    pub fn scrub_host(&self) -> Vec<OsString> {
+        self.scrub(std::env::vars_os().map(|(name, _)| name))
+    }
+
+    /// A refusal of `setting` found in the CLI's own configuration or login `file`.
+    pub fn refuse_file(&self, file: &Path, setting: &str) -> Error {
+        self.refusal(format!("`{setting}` in {} ({} configuration the session would use)", file.display(), self.cli))
+    }
+
+    /// A refusal of `what`, saying how to opt in.
+    pub fn refusal(&self, what: String) -> Error {
+        Error::AuthGuard {
+            reason: format!(
+                "AuthMode::Subscription runs {} on its own saved login and refuses {what}; use AuthMode::Inherit to \
+                 allow it",
+                self.cli
+            ),
+        }
+    }
+}
+
+impl fmt::Debug for AuthGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AuthGuard").field("cli", &self.cli).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GUARD: AuthGuard = AuthGuard::new(
+        "testcli",
+        &[EnvRules::COMMON, EnvRules { names: &["TESTCLI_HOME_OVERRIDE"], prefixes: &[], suffixes: &[] }],
+        &["model_provider", "model_providers", "profiles"],
+    );
+
+    fn subscription() -> SessionOptions {
+        SessionOptions::new(std::env::temp_dir())
+    }
+
+    #[track_caller]
+    fn refused(result: Result<()>, named: &str) {
+        match result {
+            Err(Error::AuthGuard { reason }) => {
+                assert!(reason.contains(named), "{reason}");
+                assert!(reason.contains("AuthMode::Inherit"), "{reason}");
+                assert!(!reason.contains("sekrit"), "{reason}");
+            }
+            other => panic!("expected a refusal naming {named}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn names_are_compared_as_a_lenient_reader_would_read_them() {
+        for name in [
+            "OPENAI_API_KEY",
+            " openai_api_key",
+            "OpenAI_Api_Key\t",
+            "AZURE_OPENAI_ENDPOINT",
+            "aws_profile",
+            "ANTHROPIC_BASE_URL",
+            "OPENAI_API_BASE",
+            "ANTHROPIC_AUTH_TOKEN",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            "testcli_home_override",
+        ] {
+            assert!(GUARD.refuses_env(name), "{name:?}");
+            refused(GUARD.check(&subscription().env(name, "sekrit"), None, []), name.trim());
+        }
+        for name in ["RUST_LOG", "PATH", "HOME", "API_KEYS_DIR", "MY_KEY"] {
+            assert!(!GUARD.refuses_env(name), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn config_keys_are_read_segment_by_segment() {
+        assert_eq!(config_key_path("\tmodel_provider "), ["model_provider"]);
+        assert_eq!(config_key_path(r#" "model_providers" . 'x'.base_url"#), ["model_providers", "x", "base_url"]);
+        assert_eq!(config_key_path("Model_Provider"), ["model_provider"]);
+        for key in ["\tmodel_provider", "model_providers.x.base_url", "\tmodel_providers.x.base_url", "\"profiles\".p"]
+        {
+            assert!(GUARD.refused_config_key(key).is_some(), "{key:?}");
+            refused(GUARD.check(&subscription(), None, [key]), &key.escape_debug().to_string());
+        }
+        for key in ["model_reasoning_effort", "model", "model_provider_notes", "features.x"] {
+            assert_eq!(GUARD.refused_config_key(key), None, "{key:?}");
+        }
+    }
+
+    #[test]
+    fn inherit_lets_everything_through() {
+        let inherit = subscription().auth(AuthMode::Inherit).env("OPENAI_API_KEY", "sekrit");
+        assert!(GUARD.check(&inherit, None, ["model_provider"]).is_ok());
+    }
+
+    #[test]
+    fn the_host_environment_is_scrubbed_by_the_same_rules() {
+        let host = ["PATH", "AZURE_OPENAI_API_KEY", " openai_base_url", "HOME", "AWS_REGION"].map(OsString::from);
+        let scrubbed = GUARD.scrub(host);
+        assert_eq!(scrubbed, ["AZURE_OPENAI_API_KEY", " openai_base_url", "AWS_REGION"].map(OsString::from));
+    }
+}
