@@ -2,13 +2,15 @@
 //! processes: each way around it that was found is refused before anything is spawned, and the
 //! refusal names the variable, key or file and setting — never a value.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_core::exec::Exec;
-use agent_core::{Error, Harness, SessionOptions, StoreChoice};
+use agent_core::{Error, Harness, SessionOptions};
 use agent_exec::LocalExec;
-use agent_provider_codex::{CodexOptions, CodexProvider};
+use agent_provider_codex::CodexOptions;
 use agent_testkit::programs::ProgramDir;
 use agent_testkit::recording::RecordingExec;
 
@@ -22,13 +24,7 @@ struct Guarded {
 
 impl Guarded {
     fn new(label: &str) -> Guarded {
-        let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
-        let harness = Harness::builder()
-            .provider(CodexProvider::new())
-            .exec(Arc::clone(&exec) as Arc<dyn Exec>)
-            .store(StoreChoice::Disabled)
-            .build()
-            .expect("harness");
+        let (harness, exec) = support::recording_harness();
         Guarded { dir: ProgramDir::new(label), exec, harness }
     }
 

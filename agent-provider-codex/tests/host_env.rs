@@ -4,14 +4,11 @@
 //!
 //! A test binary of its own: it changes this process's environment.
 
-use std::sync::Arc;
+mod support;
 
-use agent_core::exec::Exec;
-use agent_core::{Harness, SessionOptions, StoreChoice};
-use agent_exec::LocalExec;
-use agent_provider_codex::{CodexOptions, CodexProvider};
+use agent_core::SessionOptions;
+use agent_provider_codex::CodexOptions;
 use agent_testkit::programs::ProgramDir;
-use agent_testkit::recording::RecordingExec;
 
 const SECRET: &str = "sk-sekrit-host-0042";
 
@@ -34,13 +31,7 @@ async fn a_host_api_key_or_endpoint_never_reaches_codex() {
         ),
     );
     let home = dir.dir("codex-home");
-    let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
-    let harness = Harness::builder()
-        .provider(CodexProvider::new())
-        .exec(Arc::clone(&exec) as Arc<dyn Exec>)
-        .store(StoreChoice::Disabled)
-        .build()
-        .unwrap();
+    let (harness, _exec) = support::recording_harness();
     let options = SessionOptions::new(dir.path())
         .env("CODEX_HOME", home.to_string_lossy())
         .provider_option(CodexOptions::new().binary(&codex));

@@ -3,14 +3,15 @@
 //! up killed by its own closed pipes, that nothing it started is left running, and that a CLI
 //! path that cannot run is named with what is wrong with it before anything is spawned.
 
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::exec::{ChildHandle, Exec};
-use agent_core::{AuthMode, Error, Harness, SessionOptions, StoreChoice};
-use agent_exec::LocalExec;
-use agent_provider_codex::{CodexOptions, CodexProvider};
+use agent_core::exec::ChildHandle;
+use agent_core::{AuthMode, Error, Harness, SessionOptions};
+use agent_provider_codex::CodexOptions;
 use agent_testkit::fake_cli::{FakeCli, FakeCliEnv, FakeScript};
 use agent_testkit::programs::ProgramDir;
 use agent_testkit::recording::RecordingExec;
@@ -31,13 +32,7 @@ struct Probe {
 
 impl Probe {
     fn new(label: &str) -> Probe {
-        let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
-        let harness = Harness::builder()
-            .provider(CodexProvider::new())
-            .exec(Arc::clone(&exec) as Arc<dyn Exec>)
-            .store(StoreChoice::Disabled)
-            .build()
-            .expect("harness");
+        let (harness, exec) = support::recording_harness();
         Probe { programs: ProgramDir::new(label), exec, harness }
     }
 
