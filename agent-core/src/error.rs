@@ -183,6 +183,17 @@ pub enum Error {
         timeout: Duration,
     },
 
+    /// The awaited turn ended without completing (failed, cancelled or interrupted); the
+    /// outcome holds its terminal event. What [`crate::AwaitError::Ended`] becomes.
+    #[error("turn ended {:?}", .0.status)]
+    TurnEnded(Box<crate::turn::TurnOutcome>),
+    /// A wait (`await_turn`) gave up after its timeout; the turn keeps running.
+    #[error("timed out after {timeout:?} waiting for the turn")]
+    WaitTimeout {
+        /// The caller's timeout.
+        timeout: Duration,
+    },
+
     // ----- events ---------------------------------------------------------------------------
     /// The requested replay cannot be served: the events are gone from every source.
     #[error("replay unavailable: {reason}")]
@@ -348,7 +359,210 @@ impl Error {
         )
     }
 
+    /// What kind of error this is, to match on without parsing the message.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidOption { .. } => ErrorKind::InvalidOption,
+            Error::InvalidSessionId { .. } => ErrorKind::InvalidSessionId,
+            Error::InvalidTurnId { .. } => ErrorKind::InvalidTurnId,
+            Error::UnknownProvider { .. } => ErrorKind::UnknownProvider,
+            Error::Unsupported { .. } => ErrorKind::Unsupported,
+            Error::InvalidConfig { .. } => ErrorKind::InvalidConfig,
+            Error::SessionAlreadyExists { .. } => ErrorKind::SessionAlreadyExists,
+            Error::SessionIdAlreadyUsed { .. } => ErrorKind::SessionIdAlreadyUsed,
+            Error::SessionNotFound { .. } => ErrorKind::SessionNotFound,
+            Error::SessionClosed { .. } => ErrorKind::SessionClosed,
+            Error::SessionLive { .. } => ErrorKind::SessionLive,
+            Error::CapacityReached { .. } => ErrorKind::CapacityReached,
+            Error::StartupTimeout { .. } => ErrorKind::StartupTimeout,
+            Error::ProviderOpenFailed { .. } => ErrorKind::ProviderOpenFailed,
+            Error::ResumeFailed { .. } => ErrorKind::ResumeFailed,
+            Error::StartupFinalizationTimeout { .. } => ErrorKind::StartupFinalizationTimeout,
+            Error::SessionUnavailable { .. } => ErrorKind::SessionUnavailable,
+            Error::TurnInProgress { .. } => ErrorKind::TurnInProgress,
+            Error::TurnNotActive { .. } => ErrorKind::TurnNotActive,
+            Error::TurnIdAlreadyUsed { .. } => ErrorKind::TurnIdAlreadyUsed,
+            Error::TurnNotFound { .. } => ErrorKind::TurnNotFound,
+            Error::SessionCallTimeout { .. } => ErrorKind::SessionCallTimeout,
+            Error::TurnEnded { .. } => ErrorKind::TurnEnded,
+            Error::WaitTimeout { .. } => ErrorKind::WaitTimeout,
+            Error::ReplayUnavailable { .. } => ErrorKind::ReplayUnavailable,
+            Error::RequestNotFound { .. } => ErrorKind::RequestNotFound,
+            Error::ResponseInProgress { .. } => ErrorKind::ResponseInProgress,
+            Error::AlreadyResolved { .. } => ErrorKind::AlreadyResolved,
+            Error::RequestExpired { .. } => ErrorKind::RequestExpired,
+            Error::ResponseKindMismatch { .. } => ErrorKind::ResponseKindMismatch,
+            Error::MissingAnswer { .. } => ErrorKind::MissingAnswer,
+            Error::UnknownQuestion { .. } => ErrorKind::UnknownQuestion,
+            Error::UnsupportedScope { .. } => ErrorKind::UnsupportedScope,
+            Error::InvalidResponse { .. } => ErrorKind::InvalidResponse,
+            Error::ProviderRejected { .. } => ErrorKind::ProviderRejected,
+            Error::Transport { .. } => ErrorKind::Transport,
+            Error::Timeout { .. } => ErrorKind::Timeout,
+            Error::ProviderPanicked { .. } => ErrorKind::ProviderPanicked,
+            Error::ProviderUnavailable { .. } => ErrorKind::ProviderUnavailable,
+            Error::Provider { .. } => ErrorKind::Provider,
+            Error::AuthGuard { .. } => ErrorKind::AuthGuard,
+            Error::Store { .. } => ErrorKind::Store,
+            Error::Exec { .. } => ErrorKind::Exec,
+            Error::SessionDown { .. } => ErrorKind::SessionDown,
+        }
+    }
+
     pub(crate) fn invalid(option: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidOption { option, reason: reason.into() }
+    }
+}
+
+/// The kind of an [`Error`], one per variant, for matching and for telemetry (its
+/// [`as_str`](ErrorKind::as_str) is the stable snake_case name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// [`Error::InvalidOption`].
+    InvalidOption,
+    /// [`Error::InvalidSessionId`].
+    InvalidSessionId,
+    /// [`Error::InvalidTurnId`].
+    InvalidTurnId,
+    /// [`Error::UnknownProvider`].
+    UnknownProvider,
+    /// [`Error::Unsupported`].
+    Unsupported,
+    /// [`Error::InvalidConfig`].
+    InvalidConfig,
+    /// [`Error::SessionAlreadyExists`].
+    SessionAlreadyExists,
+    /// [`Error::SessionIdAlreadyUsed`].
+    SessionIdAlreadyUsed,
+    /// [`Error::SessionNotFound`].
+    SessionNotFound,
+    /// [`Error::SessionClosed`].
+    SessionClosed,
+    /// [`Error::SessionLive`].
+    SessionLive,
+    /// [`Error::CapacityReached`].
+    CapacityReached,
+    /// [`Error::StartupTimeout`].
+    StartupTimeout,
+    /// [`Error::ProviderOpenFailed`].
+    ProviderOpenFailed,
+    /// [`Error::ResumeFailed`].
+    ResumeFailed,
+    /// [`Error::StartupFinalizationTimeout`].
+    StartupFinalizationTimeout,
+    /// [`Error::SessionUnavailable`].
+    SessionUnavailable,
+    /// [`Error::TurnInProgress`].
+    TurnInProgress,
+    /// [`Error::TurnNotActive`].
+    TurnNotActive,
+    /// [`Error::TurnIdAlreadyUsed`].
+    TurnIdAlreadyUsed,
+    /// [`Error::TurnNotFound`].
+    TurnNotFound,
+    /// [`Error::SessionCallTimeout`].
+    SessionCallTimeout,
+    /// [`Error::TurnEnded`].
+    TurnEnded,
+    /// [`Error::WaitTimeout`].
+    WaitTimeout,
+    /// [`Error::ReplayUnavailable`].
+    ReplayUnavailable,
+    /// [`Error::RequestNotFound`].
+    RequestNotFound,
+    /// [`Error::ResponseInProgress`].
+    ResponseInProgress,
+    /// [`Error::AlreadyResolved`].
+    AlreadyResolved,
+    /// [`Error::RequestExpired`].
+    RequestExpired,
+    /// [`Error::ResponseKindMismatch`].
+    ResponseKindMismatch,
+    /// [`Error::MissingAnswer`].
+    MissingAnswer,
+    /// [`Error::UnknownQuestion`].
+    UnknownQuestion,
+    /// [`Error::UnsupportedScope`].
+    UnsupportedScope,
+    /// [`Error::InvalidResponse`].
+    InvalidResponse,
+    /// [`Error::ProviderRejected`].
+    ProviderRejected,
+    /// [`Error::Transport`].
+    Transport,
+    /// [`Error::Timeout`].
+    Timeout,
+    /// [`Error::ProviderPanicked`].
+    ProviderPanicked,
+    /// [`Error::ProviderUnavailable`].
+    ProviderUnavailable,
+    /// [`Error::Provider`].
+    Provider,
+    /// [`Error::AuthGuard`].
+    AuthGuard,
+    /// [`Error::Store`].
+    Store,
+    /// [`Error::Exec`].
+    Exec,
+    /// [`Error::SessionDown`].
+    SessionDown,
+}
+
+impl ErrorKind {
+    /// The stable snake_case name, e.g. `turn_in_progress`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidOption => "invalid_option",
+            ErrorKind::InvalidSessionId => "invalid_session_id",
+            ErrorKind::InvalidTurnId => "invalid_turn_id",
+            ErrorKind::UnknownProvider => "unknown_provider",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::InvalidConfig => "invalid_config",
+            ErrorKind::SessionAlreadyExists => "session_already_exists",
+            ErrorKind::SessionIdAlreadyUsed => "session_id_already_used",
+            ErrorKind::SessionNotFound => "session_not_found",
+            ErrorKind::SessionClosed => "session_closed",
+            ErrorKind::SessionLive => "session_live",
+            ErrorKind::CapacityReached => "capacity_reached",
+            ErrorKind::StartupTimeout => "startup_timeout",
+            ErrorKind::ProviderOpenFailed => "provider_open_failed",
+            ErrorKind::ResumeFailed => "resume_failed",
+            ErrorKind::StartupFinalizationTimeout => "startup_finalization_timeout",
+            ErrorKind::SessionUnavailable => "session_unavailable",
+            ErrorKind::TurnInProgress => "turn_in_progress",
+            ErrorKind::TurnNotActive => "turn_not_active",
+            ErrorKind::TurnIdAlreadyUsed => "turn_id_already_used",
+            ErrorKind::TurnNotFound => "turn_not_found",
+            ErrorKind::SessionCallTimeout => "session_call_timeout",
+            ErrorKind::TurnEnded => "turn_ended",
+            ErrorKind::WaitTimeout => "wait_timeout",
+            ErrorKind::ReplayUnavailable => "replay_unavailable",
+            ErrorKind::RequestNotFound => "request_not_found",
+            ErrorKind::ResponseInProgress => "response_in_progress",
+            ErrorKind::AlreadyResolved => "already_resolved",
+            ErrorKind::RequestExpired => "request_expired",
+            ErrorKind::ResponseKindMismatch => "response_kind_mismatch",
+            ErrorKind::MissingAnswer => "missing_answer",
+            ErrorKind::UnknownQuestion => "unknown_question",
+            ErrorKind::UnsupportedScope => "unsupported_scope",
+            ErrorKind::InvalidResponse => "invalid_response",
+            ErrorKind::ProviderRejected => "provider_rejected",
+            ErrorKind::Transport => "transport",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::ProviderPanicked => "provider_panicked",
+            ErrorKind::ProviderUnavailable => "provider_unavailable",
+            ErrorKind::Provider => "provider",
+            ErrorKind::AuthGuard => "auth_guard",
+            ErrorKind::Store => "store",
+            ErrorKind::Exec => "exec",
+            ErrorKind::SessionDown => "session_down",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }

@@ -437,6 +437,17 @@ impl EventKind {
         self.terminal_end().is_some()
     }
 
+    /// The terminal payload of a terminal kind, to change.
+    pub(crate) fn terminal_end_mut(&mut self) -> Option<&mut TurnEnd> {
+        match self {
+            EventKind::TurnCompleted(end)
+            | EventKind::TurnFailed(end)
+            | EventKind::TurnCancelled(end)
+            | EventKind::TurnInterrupted(end) => Some(end),
+            _ => None,
+        }
+    }
+
     /// The terminal payload of a terminal kind.
     pub fn terminal_end(&self) -> Option<&TurnEnd> {
         match self {

@@ -20,7 +20,7 @@ pub mod turn;
 pub mod testing;
 
 pub use capabilities::{Capabilities, Capability, Support};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use event::{Event, EventKind, ExpiryReason, TurnEnd, Usage};
 pub use exec::{DynExec, Exec};
 pub use harness::{AwaitError, DEFAULT_CALL_TIMEOUT, Harness, HarnessBuilder, SessionMonitor};
@@ -37,4 +37,4 @@ pub use session::{
 };
 pub use store::{DynStore, RequestQuery, Store, StoreError};
 pub use time::Timestamp;
-pub use turn::{InputItem, Turn, TurnInput, TurnOutcome, TurnRef, TurnResult, TurnStatus};
+pub use turn::{EndCause, InputItem, Turn, TurnInput, TurnOutcome, TurnRef, TurnResult, TurnStatus};

@@ -209,6 +209,35 @@ pub struct TurnResult {
     /// Provider-specific result fields (duration, stop reason, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<Value>,
+    /// Who or what ended the turn, set by the runtime on every terminal event it records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_by: Option<EndCause>,
+}
+
+/// Who or what ended a turn: tells a user's cancel, a stall, a forced stop and a shutdown apart
+/// without reading `reason`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EndCause {
+    /// The provider ended it on its own (completed, or failed by itself).
+    Provider,
+    /// The caller cancelled it (`Harness::cancel`); the provider's terminal event followed.
+    Cancel,
+    /// The inactivity deadline cancelled it (`TurnOptions::inactivity_timeout`).
+    Stalled,
+    /// The provider refused to admit it.
+    Rejected,
+    /// `stop_session(.., force: true)` interrupted it.
+    ForcedStop,
+    /// The harness shut down (dropped, or `Harness::shutdown`).
+    HarnessShutdown,
+    /// The session stopped because its store failed (`StoreFailurePolicy::Stop`).
+    StoreFailed,
+    /// The provider's transport went down (the CLI exited).
+    TransportLost,
+    /// An uncertain provider outcome (a timeout, a crash) retired the session.
+    Uncertain,
 }
 
 impl TurnResult {

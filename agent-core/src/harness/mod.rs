@@ -195,7 +195,8 @@ impl fmt::Debug for HarnessBuilder {
     }
 }
 
-/// Why awaiting a turn did not produce a completed outcome.
+/// Why awaiting a turn did not produce a completed outcome. Converts into [`Error`], so `?`
+/// works across both.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AwaitError {
@@ -205,12 +206,31 @@ pub enum AwaitError {
     /// The wait timed out; the turn keeps running.
     #[error("timed out after {0:?} waiting for the turn")]
     Timeout(Duration),
-    /// The session ended before the turn did.
-    #[error("session went down: {0}")]
-    SessionDown(ExitReason),
-    /// The turn cannot be awaited (unknown turn, replay unavailable, store error, …).
+    /// The turn cannot be awaited (unknown turn, replay unavailable, store error, the session
+    /// went down: [`Error::SessionDown`], …).
     #[error(transparent)]
     Failed(#[from] Error),
+}
+
+impl From<AwaitError> for Error {
+    fn from(error: AwaitError) -> Self {
+        match error {
+            AwaitError::Ended(outcome) => Error::TurnEnded(outcome),
+            AwaitError::Timeout(timeout) => Error::WaitTimeout { timeout },
+            AwaitError::Failed(error) => error,
+        }
+    }
+}
+
+impl AwaitError {
+    /// The kind of the [`Error`] this becomes.
+    pub fn kind(&self) -> crate::ErrorKind {
+        match self {
+            AwaitError::Ended(_) => crate::ErrorKind::TurnEnded,
+            AwaitError::Timeout(_) => crate::ErrorKind::WaitTimeout,
+            AwaitError::Failed(error) => error.kind(),
+        }
+    }
 }
 
 impl Harness {
@@ -497,7 +517,10 @@ impl Harness {
                 };
                 match waited {
                     Err(_) => return Err(AwaitError::Timeout(timeout.unwrap_or_default())),
-                    Ok(Err(_)) => return Err(AwaitError::SessionDown(exit_reason(exit).await)),
+                    Ok(Err(_)) => {
+                        let reason = exit_reason(exit).await;
+                        return Err(Error::SessionDown { id: turn.session_id.clone(), reason }.into());
+                    }
                     Ok(Ok(event)) => event,
                 }
             }

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ids::{ProviderId, SessionId};
 
 /// The traced commands.
@@ -62,58 +62,8 @@ pub(super) async fn traced<T>(span: Span, call: impl Future<Output = Result<T>>)
         Ok(_) => span.record("outcome", "ok"),
         Err(error) => {
             span.record("error", tracing::field::display(error));
-            span.record("outcome", error.code())
+            span.record("outcome", error.kind().as_str())
         }
     };
     result
-}
-
-impl Error {
-    /// The variant's stable snake_case name, for telemetry.
-    pub(crate) fn code(&self) -> &'static str {
-        match self {
-            Error::InvalidOption { .. } => "invalid_option",
-            Error::InvalidSessionId { .. } => "invalid_session_id",
-            Error::InvalidTurnId { .. } => "invalid_turn_id",
-            Error::UnknownProvider { .. } => "unknown_provider",
-            Error::Unsupported { .. } => "unsupported",
-            Error::InvalidConfig(_) => "invalid_config",
-            Error::SessionAlreadyExists { .. } => "session_already_exists",
-            Error::SessionIdAlreadyUsed { .. } => "session_id_already_used",
-            Error::SessionNotFound { .. } => "session_not_found",
-            Error::SessionClosed { .. } => "session_closed",
-            Error::SessionLive { .. } => "session_live",
-            Error::CapacityReached { .. } => "capacity_reached",
-            Error::StartupTimeout { .. } => "startup_timeout",
-            Error::ProviderOpenFailed { .. } => "provider_open_failed",
-            Error::ResumeFailed { .. } => "resume_failed",
-            Error::StartupFinalizationTimeout { .. } => "startup_finalization_timeout",
-            Error::SessionUnavailable { .. } => "session_unavailable",
-            Error::TurnInProgress { .. } => "turn_in_progress",
-            Error::TurnNotActive { .. } => "turn_not_active",
-            Error::TurnIdAlreadyUsed { .. } => "turn_id_already_used",
-            Error::TurnNotFound { .. } => "turn_not_found",
-            Error::SessionCallTimeout { .. } => "session_call_timeout",
-            Error::ReplayUnavailable { .. } => "replay_unavailable",
-            Error::RequestNotFound { .. } => "request_not_found",
-            Error::ResponseInProgress { .. } => "response_in_progress",
-            Error::AlreadyResolved { .. } => "already_resolved",
-            Error::RequestExpired { .. } => "request_expired",
-            Error::ResponseKindMismatch { .. } => "response_kind_mismatch",
-            Error::MissingAnswer { .. } => "missing_answer",
-            Error::UnknownQuestion { .. } => "unknown_question",
-            Error::UnsupportedScope { .. } => "unsupported_scope",
-            Error::InvalidResponse(_) => "invalid_response",
-            Error::ProviderRejected { .. } => "provider_rejected",
-            Error::Transport { .. } => "transport",
-            Error::Timeout { .. } => "timeout",
-            Error::ProviderPanicked { .. } => "provider_panicked",
-            Error::ProviderUnavailable { .. } => "provider_unavailable",
-            Error::Provider { .. } => "provider",
-            Error::AuthGuard { .. } => "auth_guard",
-            Error::Store(_) => "store",
-            Error::Exec(_) => "exec",
-            Error::SessionDown { .. } => "session_down",
-        }
-    }
 }

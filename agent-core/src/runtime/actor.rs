@@ -30,7 +30,7 @@ use crate::runtime::{AwaitGrant, Command, Envelope, Lookup, StartTurn, write_bat
 use crate::session::{CloseReason, Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, SessionStatus};
 use crate::store::{DynStore, StoreError, WriteBatch};
 use crate::time::Timestamp;
-use crate::turn::{Turn, TurnResult, TurnStatus};
+use crate::turn::{EndCause, Turn, TurnResult, TurnStatus};
 
 /// Provider messages taken from the sink per actor wake-up.
 const SINK_BATCH: usize = 512;
@@ -440,7 +440,12 @@ impl Actor {
         if self.state == SessionState::Unavailable {
             // The transport went down before the turn reached the provider: it ended with it.
             let result = TurnResult::reason("the provider transport went down before the turn was admitted");
-            self.finish_current(EventKind::terminal(TurnStatus::Failed, result), None, ExpiryReason::TurnEnded);
+            self.finish_current(
+                EventKind::terminal(TurnStatus::Failed, result),
+                None,
+                ExpiryReason::TurnEnded,
+                EndCause::TransportLost,
+            );
             return;
         }
         let Some(current) = self.current.as_mut() else { return };
@@ -745,10 +750,16 @@ impl Actor {
                 CloseReason::StoreFailed => "store failed",
                 _ => "session closed",
             };
+            let cause = match reason {
+                CloseReason::ForcedStop => EndCause::ForcedStop,
+                CloseReason::StoreFailed => EndCause::StoreFailed,
+                _ => EndCause::HarnessShutdown,
+            };
             self.finish_current(
                 EventKind::terminal(TurnStatus::Interrupted, TurnResult::reason(why)),
                 None,
                 ExpiryReason::SessionClosed,
+                cause,
             );
         }
         self.state = SessionState::Closed;
@@ -838,7 +849,12 @@ impl Actor {
             Err(error) if error.is_definite() => {
                 current.deferred.clear();
                 let result = TurnResult::reason(format!("provider rejected the turn: {error}"));
-                self.finish_current(EventKind::terminal(TurnStatus::Failed, result), None, ExpiryReason::TurnEnded);
+                self.finish_current(
+                    EventKind::terminal(TurnStatus::Failed, result),
+                    None,
+                    ExpiryReason::TurnEnded,
+                    EndCause::Rejected,
+                );
             }
             // The transport is gone: the admission's uncertainty is the transport's loss, told
             // below with the frames the provider already sent.
@@ -1029,7 +1045,7 @@ impl Actor {
                     return;
                 }
                 if kind.is_terminal() {
-                    self.finish_current(kind, raw, ExpiryReason::TurnEnded);
+                    self.finish_current(kind, raw, ExpiryReason::TurnEnded, EndCause::Provider);
                 } else {
                     self.emit(Some(turn), kind, raw);
                 }
@@ -1143,8 +1159,17 @@ impl Actor {
 
     /// Ends the current turn with a terminal `kind`: pending requests expire first, then the
     /// terminal event is sequenced and the session becomes idle (unless it is going away).
-    fn finish_current(&mut self, kind: EventKind, raw: Option<RawJson>, expiry: ExpiryReason) {
+    fn finish_current(&mut self, mut kind: EventKind, raw: Option<RawJson>, expiry: ExpiryReason, cause: EndCause) {
         let Some(mut current) = self.current.take() else { return };
+        // The provider ending a turn the caller (or the watchdog) asked to stop is that stop.
+        let cause = match (cause, &current.cancel, &current.stalled) {
+            (EndCause::Provider | EndCause::Uncertain, _, Some(_)) => EndCause::Stalled,
+            (EndCause::Provider, CancelState::Requested | CancelState::Sent, None) => EndCause::Cancel,
+            (cause, ..) => cause,
+        };
+        if let Some(end) = kind.terminal_end_mut() {
+            end.result.ended_by = Some(cause);
+        }
         self.watchdog.disarm();
         let turn_id = current.turn.id.clone();
         let end = kind.terminal_end().cloned();
@@ -1220,6 +1245,7 @@ impl Actor {
                 EventKind::terminal(TurnStatus::Failed, TurnResult::reason(reason)),
                 None,
                 ExpiryReason::TurnEnded,
+                EndCause::TransportLost,
             );
         }
         self.state = SessionState::Unavailable;
@@ -1297,6 +1323,7 @@ impl Actor {
                 EventKind::terminal(TurnStatus::Failed, TurnResult::reason(reason.clone())),
                 None,
                 ExpiryReason::TurnEnded,
+                EndCause::Uncertain,
             );
         }
         self.state = SessionState::Unavailable;

@@ -414,6 +414,11 @@ impl Subscription {
         self.exit.borrow().clone()
     }
 
+    /// The next item (an inherent name, so `TurnStream` does not need `StreamExt`).
+    async fn next_item(&mut self) -> Option<Result<Arc<Event>, SubscriptionError>> {
+        futures::StreamExt::next(&mut self.inner).await
+    }
+
     /// Waits (briefly) for the exit reason after the stream ended because the session went down.
     pub(crate) async fn wait_exit(&mut self) -> ExitReason {
         let waited = self.exit.wait_for(Option::is_some).await.ok().and_then(|r| r.clone());
@@ -477,49 +482,44 @@ impl From<SubscriptionError> for StreamError {
 }
 
 /// The events of one turn up to and including its terminal event (see `Harness::stream`).
+///
+/// A [`Stream`] of `Result<Arc<Event>, StreamError>`: it ends after the terminal event, or after
+/// one error (an idle timeout, the session going down without the turn ending, or a gap that
+/// cannot be replayed). [`TurnStream::next`] and [`TurnStream::collect`] are shortcuts.
 pub struct TurnStream {
-    subscription: Subscription,
     idle_timeout: Option<Duration>,
-    finished: bool,
+    inner: BoxStream<'static, Result<Arc<Event>, StreamError>>,
 }
 
 impl TurnStream {
     pub(crate) fn new(subscription: Subscription, idle_timeout: Option<Duration>) -> Self {
-        TurnStream { subscription, idle_timeout, finished: false }
+        let inner = Box::pin(futures::stream::unfold(Some(subscription), move |state| async move {
+            let mut subscription = state?;
+            let item = match idle_timeout {
+                None => subscription.next_item().await,
+                Some(limit) => match tokio::time::timeout(limit, subscription.next_item()).await {
+                    Ok(item) => item,
+                    Err(_) => return Some((Err(StreamError::IdleTimeout(limit)), None)),
+                },
+            };
+            match item {
+                Some(Ok(event)) => {
+                    let more = !event.is_terminal();
+                    Some((Ok(event), more.then_some(subscription)))
+                }
+                Some(Err(error)) => Some((Err(error.into()), None)),
+                None => {
+                    let reason = subscription.wait_exit().await;
+                    Some((Err(StreamError::SessionDown(reason)), None))
+                }
+            }
+        }));
+        TurnStream { idle_timeout, inner }
     }
 
     /// The next event; `None` after the terminal event or an error.
     pub async fn next(&mut self) -> Option<Result<Arc<Event>, StreamError>> {
-        use futures::StreamExt;
-        if self.finished {
-            return None;
-        }
-        let item = match self.idle_timeout {
-            None => self.subscription.next().await,
-            Some(limit) => match tokio::time::timeout(limit, self.subscription.next()).await {
-                Ok(item) => item,
-                Err(_) => {
-                    self.finished = true;
-                    return Some(Err(StreamError::IdleTimeout(limit)));
-                }
-            },
-        };
-        match item {
-            Some(Ok(event)) => {
-                if event.is_terminal() {
-                    self.finished = true;
-                }
-                Some(Ok(event))
-            }
-            Some(Err(error)) => {
-                self.finished = true;
-                Some(Err(error.into()))
-            }
-            None => {
-                self.finished = true;
-                Some(Err(StreamError::SessionDown(self.subscription.wait_exit().await)))
-            }
-        }
+        futures::StreamExt::next(&mut self.inner).await
     }
 
     /// Collects every remaining event; stops at the terminal event or the first error.
@@ -532,12 +532,16 @@ impl TurnStream {
     }
 }
 
+impl Stream for TurnStream {
+    type Item = Result<Arc<Event>, StreamError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
 impl fmt::Debug for TurnStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TurnStream")
-            .field("subscription", &self.subscription)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("finished", &self.finished)
-            .finish()
+        f.debug_struct("TurnStream").field("idle_timeout", &self.idle_timeout).finish_non_exhaustive()
     }
 }

@@ -147,7 +147,10 @@ fn await_reports_session_down_when_the_runtime_goes_away() {
         host.shutdown_background();
         waiting.await.unwrap()
     });
-    assert!(matches!(result, Err(AwaitError::SessionDown(ExitReason::Crashed { .. }))), "{result:?}");
+    assert!(
+        matches!(result, Err(AwaitError::Failed(Error::SessionDown { reason: ExitReason::Crashed { .. }, .. }))),
+        "{result:?}"
+    );
 }
 
 #[tokio::test]

@@ -123,3 +123,68 @@ async fn a_cancellation_that_never_returns_retires_the_session() {
     let reason = monitor.await;
     assert!(matches!(reason, ExitReason::Retired { ref reason } if reason.contains("timed out")), "{reason:?}");
 }
+
+/// How the turn ended, from its terminal event.
+async fn ended_by(f: &Fixture, turn: &Turn) -> (TurnStatus, Option<EndCause>) {
+    let outcome = match f.harness.await_turn(turn, None).await {
+        Ok(outcome) => outcome,
+        Err(AwaitError::Ended(outcome)) => *outcome,
+        Err(other) => panic!("the turn did not end: {other:?}"),
+    };
+    (outcome.status, outcome.result.ended_by)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_terminal_event_says_what_ended_the_turn() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+
+    let turn = f.admitted_turn(&session, "finishes").await;
+    remote.complete(&turn.id, "done").await;
+    assert_eq!(ended_by(&f, &turn).await, (TurnStatus::Completed, Some(EndCause::Provider)));
+
+    let turn = f.admitted_turn(&session, "cancelled").await;
+    f.harness.cancel(&turn).await.unwrap();
+    assert_eq!(ended_by(&f, &turn).await, (TurnStatus::Cancelled, Some(EndCause::Cancel)));
+
+    f.control.push_admission(CallBehavior::Reject("no".into()));
+    let turn = f.harness.start_turn(&session, "rejected", TurnOptions::new()).await.unwrap();
+    assert_eq!(ended_by(&f, &turn).await, (TurnStatus::Failed, Some(EndCause::Rejected)));
+
+    let turn = f
+        .harness
+        .start_turn(&session, "stalls", TurnOptions::new().inactivity_timeout(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(ended_by(&f, &turn).await, (TurnStatus::Cancelled, Some(EndCause::Stalled)));
+
+    let turn = f.admitted_turn(&session, "forced").await;
+    f.harness.stop_session(&session, true).await.unwrap();
+    assert_eq!(ended_by(&f, &turn).await, (TurnStatus::Interrupted, Some(EndCause::ForcedStop)));
+
+    let (session, _) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "shut down").await;
+    let monitor = f.harness.monitor(&session).await.unwrap();
+    let store = f.dyn_store();
+    drop(f.harness);
+    monitor.await;
+    let stored = store.fetch_turn(&session.id, &turn.id).await.unwrap().unwrap();
+    assert_eq!(stored.result.and_then(|r| r.ended_by), Some(EndCause::HarnessShutdown));
+}
+
+#[tokio::test]
+async fn await_errors_become_the_one_error_with_a_kind_to_match() {
+    async fn text_of(f: &Fixture, turn: &Turn) -> Result<String, Error> {
+        // `?` turns an AwaitError into an Error.
+        Ok(f.harness.await_turn(turn, None).await?.result.text.unwrap_or_default())
+    }
+    let f = Fixture::new();
+    let (session, _) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "cancelled").await;
+    f.harness.cancel(&turn).await.unwrap();
+    let err = text_of(&f, &turn).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TurnEnded);
+    assert!(matches!(err, Error::TurnEnded(ref outcome) if outcome.status == TurnStatus::Cancelled), "{err:?}");
+    let err = f.harness.start_turn(&session, "", TurnOptions::new()).await.unwrap_err();
+    assert_eq!((err.kind(), err.kind().as_str()), (ErrorKind::InvalidOption, "invalid_option"));
+}

@@ -207,3 +207,14 @@ async fn a_stopped_session_replays_from_the_store() {
     let unknown = Target::Session(SessionId::new("never-existed").unwrap());
     assert!(matches!(f.harness.subscribe(unknown, Replay::Start).await, Err(Error::SessionNotFound { .. })));
 }
+
+#[tokio::test]
+async fn a_turn_stream_is_a_stream_that_ends_after_the_terminal_event() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts()).await;
+    f.control.push_script([Frame::delta("a"), Frame::complete("a")]);
+    let turn = f.harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();
+    let stream = f.harness.stream(&turn, Replay::Start, None).await.unwrap();
+    let types: Vec<&str> = StreamExt::map(stream, |e| e.expect("no error").type_name()).collect().await;
+    assert_eq!(types, ["turn_started", "message_delta", "turn_completed"]);
+}
