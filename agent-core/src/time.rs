@@ -40,10 +40,6 @@ impl Timestamp {
         self.micros.div_euclid(1000)
     }
 
-    pub(crate) fn unix_nanos(self) -> u128 {
-        (self.micros as i128 * 1000) as u128
-    }
-
     /// This instant plus a duration, saturating.
     pub fn saturating_add(self, d: Duration) -> Self {
         let add = i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
