@@ -1,15 +1,20 @@
 //! Wall-clock timestamps with a stable RFC 3339 JSON form.
 
+use std::borrow::Cow;
 use std::fmt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
+use jiff::SignedDuration;
+use jiff::civil::DateTime;
+use jiff::fmt::temporal::Pieces;
+use jiff::tz::Offset;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A UTC instant with microsecond precision.
 ///
 /// JSON form: RFC 3339 with six fractional digits and a `Z` suffix, e.g.
-/// `"2026-11-29T08:00:00.123456Z"`. Parsing also accepts fewer fractional digits and numeric
-/// offsets.
+/// `"2026-11-29T08:00:00.123456Z"`. Parsing ([`Timestamp::parse`]) also accepts other fractional
+/// precisions and numeric offsets.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp {
     micros: i64,
@@ -18,7 +23,7 @@ pub struct Timestamp {
 impl Timestamp {
     /// The current time.
     pub fn now() -> Self {
-        let micros = match SystemTime::now().duration_since(UNIX_EPOCH) {
+        let micros = match SystemTime::now().duration_since(SystemTime::UNIX_EPOCH) {
             Ok(d) => d.as_micros() as i64,
             Err(e) => -(e.duration().as_micros() as i64),
         };
@@ -40,78 +45,54 @@ impl Timestamp {
         self.micros.div_euclid(1000)
     }
 
-    pub(crate) fn unix_nanos(self) -> u128 {
-        (self.micros as i128 * 1000) as u128
-    }
-
     /// This instant plus a duration, saturating.
     pub fn saturating_add(self, d: Duration) -> Self {
         let add = i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
         Self { micros: self.micros.saturating_add(add) }
     }
 
-    /// Parses an RFC 3339 timestamp.
+    /// Parses an RFC 3339 timestamp: any number of fractional digits (read to the microsecond,
+    /// truncated), `Z` or a numeric offset, `T`, `t` or a space between date and time. The other
+    /// forms `jiff` reads are accepted too (`+02` or `+0200` offsets, a `[time zone]` annotation,
+    /// which is ignored). A leap second (`:60`) reads as the second before it.
     pub fn parse(s: &str) -> Option<Self> {
-        let b = s.as_bytes();
-        if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
-            return None;
-        }
-        if b[13] != b':' || b[16] != b':' {
-            return None;
-        }
-        let num = |r: std::ops::Range<usize>| -> Option<i64> {
-            let part = s.get(r)?;
-            if !part.bytes().all(|c| c.is_ascii_digit()) {
-                return None;
-            }
-            part.parse().ok()
-        };
-        let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-        let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-        if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
-            return None;
-        }
-        if second > 60 {
-            return None;
-        }
-        let mut i = 19;
-        let mut micros_frac = 0i64;
-        if b.get(i) == Some(&b'.') {
-            i += 1;
-            let start = i;
-            while i < b.len() && b[i].is_ascii_digit() {
-                i += 1;
-            }
-            if i == start {
-                return None;
-            }
-            let digits = &s[start..i.min(start + 6)];
-            micros_frac = digits.parse::<i64>().ok()? * 10i64.pow(6 - digits.len() as u32);
-        }
-        let offset_secs = match b.get(i) {
-            Some(b'Z' | b'z') if i + 1 == b.len() => 0,
-            Some(&sign @ (b'+' | b'-')) if i + 6 == b.len() && b[i + 3] == b':' => {
-                let h = num(i + 1..i + 3)?;
-                let m = num(i + 4..i + 6)?;
-                let total = h * 3600 + m * 60;
-                if sign == b'+' { total } else { -total }
-            }
-            _ => return None,
-        };
-        let days = days_from_civil(year, month, day);
-        let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset_secs;
-        Some(Self { micros: secs * 1_000_000 + micros_frac })
+        let s = at_most_nine_fraction_digits(s);
+        let pieces = Pieces::parse(s.as_bytes()).ok()?;
+        let offset = pieces.to_numeric_offset()?;
+        let local = pieces.date().to_datetime(pieces.time()?);
+        let since_epoch = local.duration_since(UNIX_EPOCH).checked_sub(offset.duration_since(Offset::UTC))?;
+        Some(Self { micros: i64::try_from(since_epoch.as_nanos().div_euclid(1000)).ok()? })
     }
+
+    /// This instant as a UTC date and time; an instant beyond the years -9999 to 9999 (which only
+    /// [`Timestamp::from_unix_micros`] or [`Timestamp::saturating_add`] can make) is clamped to
+    /// the nearest end of that range.
+    fn to_utc(self) -> DateTime {
+        UNIX_EPOCH.checked_add(SignedDuration::from_micros(self.micros)).unwrap_or(if self.micros < 0 {
+            DateTime::MIN
+        } else {
+            DateTime::MAX
+        })
+    }
+}
+
+/// The Unix epoch as a UTC date and time.
+const UNIX_EPOCH: DateTime = DateTime::constant(1970, 1, 1, 0, 0, 0, 0);
+
+/// RFC 3339 allows any number of fractional digits and `jiff` reads nine (nanoseconds); digits
+/// past the sixth never change a `Timestamp`, so those past the ninth are dropped.
+fn at_most_nine_fraction_digits(s: &str) -> Cow<'_, str> {
+    let Some(point) = s.find(['.', ',']) else { return Cow::Borrowed(s) };
+    let digits = s[point + 1..].bytes().take_while(u8::is_ascii_digit).count();
+    if digits <= 9 {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(format!("{}{}", &s[..point + 10], &s[point + 1 + digits..]))
 }
 
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let secs = self.micros.div_euclid(1_000_000);
-        let frac = self.micros.rem_euclid(1_000_000);
-        let days = secs.div_euclid(86_400);
-        let rem = secs.rem_euclid(86_400);
-        let (year, month, day) = civil_from_days(days);
-        write!(f, "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{frac:06}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+        write!(f, "{:.6}Z", self.to_utc())
     }
 }
 
@@ -129,33 +110,9 @@ impl Serialize for Timestamp {
 
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        let s = <Cow<'de, str>>::deserialize(d)?;
         Timestamp::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("invalid RFC 3339 timestamp {s:?}")))
     }
-}
-
-// Howard Hinnant's days_from_civil / civil_from_days (proleptic Gregorian calendar).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 #[cfg(test)]
@@ -178,6 +135,20 @@ mod tests {
     }
 
     #[test]
+    fn formats_and_parses_the_ends_of_four_digit_years() {
+        check(-62_167_219_200_000_000, "0000-01-01T00:00:00.000000Z");
+        // Past jiff's own `Timestamp` range, still within its civil one.
+        check(253_402_300_799_999_999, "9999-12-31T23:59:59.999999Z");
+        // Only arithmetic reaches further; such instants print as the end of the range.
+        assert_eq!(Timestamp::from_unix_micros(i64::MAX).to_string(), "9999-12-31T23:59:59.999999Z");
+        assert_eq!(
+            Timestamp::from_unix_micros(0).saturating_add(Duration::MAX).to_string(),
+            "9999-12-31T23:59:59.999999Z"
+        );
+        assert_eq!(Timestamp::from_unix_micros(i64::MIN).to_string(), "-009999-01-01T00:00:00.000000Z");
+    }
+
+    #[test]
     fn parses_offsets_and_short_fractions() {
         let a = Timestamp::parse("2026-11-29T10:00:00.5+02:00").unwrap();
         let b = Timestamp::parse("2026-11-29T08:00:00.500000Z").unwrap();
@@ -188,10 +159,32 @@ mod tests {
     }
 
     #[test]
+    fn parses_every_rfc_3339_spelling() {
+        let at = |text: &str| Timestamp::parse(text).unwrap_or_else(|| panic!("{text:?} did not parse")).unix_micros();
+        let eight = 1_795_939_200_000_000;
+        for same in
+            ["2026-11-29t08:00:00z", "2026-11-29 08:00:00Z", "2026-11-29T08:00:00-00:00", "2026-11-29T09:30:00+01:30"]
+        {
+            assert_eq!(at(same), eight, "{same:?}");
+        }
+        assert_eq!(at("2026-11-29T08:00:00.123456789Z"), eight + 123_456);
+        assert_eq!(at("2026-11-29T08:00:00.1234567891234Z"), eight + 123_456, "any number of digits");
+        assert_eq!(at("2026-11-29T06:00:00.1234567891234-02:00"), eight + 123_456);
+        assert_eq!(at("1969-12-31T23:59:59.9999995Z"), -1, "truncated towards the past");
+        assert_eq!(at("2026-11-29T07:59:60Z"), eight - 1_000_000, "a leap second reads as the one before");
+        for bad in
+            ["2026-11-29T08:00:00.Z", "2026-11-29T24:00:00Z", "2026-11-29T08:60:00Z", "2026-11-29T08:00:00+02:60"]
+        {
+            assert_eq!(Timestamp::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
     fn json_roundtrip() {
         let now = Timestamp::now();
         let json = serde_json::to_string(&now).unwrap();
         let back: Timestamp = serde_json::from_str(&json).unwrap();
         assert_eq!(back, now);
+        assert_eq!(serde_json::to_string(&Timestamp::from_unix_micros(1)).unwrap(), r#""1970-01-01T00:00:00.000001Z""#);
     }
 }

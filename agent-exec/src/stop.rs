@@ -37,6 +37,7 @@ mod tests {
 
     #[test]
     fn numbers_match_the_platform() {
-        assert_eq!((SIGINT, SIGKILL, SIGTERM), (libc::SIGINT, libc::SIGKILL, libc::SIGTERM));
+        use rustix::process::Signal;
+        assert_eq!((SIGINT, SIGKILL, SIGTERM), (Signal::INT.as_raw(), Signal::KILL.as_raw(), Signal::TERM.as_raw()));
     }
 }

@@ -249,7 +249,7 @@ async fn bad_input_fails_with_specific_errors() {
             Command::new("true").cwd(missing_dir),
             format!(
                 "InvalidCwd {{ cwd: {missing_dir:?}, reason: {:?} }}",
-                std::io::Error::from_raw_os_error(libc::ENOENT).to_string()
+                std::io::Error::from(rustix::io::Errno::NOENT).to_string()
             ),
         ),
         (Command::new("true").env("K=V", "1"), r#"InvalidEnv { key: "K=V", reason: "name contains '='" }"#.into()),

@@ -10,7 +10,9 @@ pub const MIN_SUPPORTED: Version = Version::new(0, 171, 0);
 /// warning in the logs.
 pub const LATEST_VALIDATED: Version = Version::new(0, 171, 0);
 
-/// A `major.minor.patch` CLI version. Pre-release and build suffixes are ignored.
+/// A `major.minor.patch` CLI version. Pre-release and build suffixes are ignored, also when
+/// comparing: a pre-release of a supported version is supported (semantic-version precedence
+/// would put `0.171.0-alpha.1` before [`MIN_SUPPORTED`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Version {
     /// Major version.
@@ -41,24 +43,18 @@ impl fmt::Display for Version {
 
 /// Why a version string did not parse.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("not a major.minor.patch version")]
+#[error("not a semantic version (major.minor.patch)")]
 pub struct ParseVersionError;
 
 impl FromStr for Version {
     type Err = ParseVersionError;
 
+    /// Parses a semantic version as Cargo does (`0.171.0`, `0.172.0-alpha.3`, `1.0.0+build`):
+    /// codex is a Cargo package, so its releases follow those rules. The pre-release and build
+    /// parts are dropped.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let core = s.split(['-', '+']).next().unwrap_or_default();
-        let mut parts = core.split('.').map(|p| p.parse::<u64>().map_err(|_| ParseVersionError));
-        let version = Version::new(
-            parts.next().ok_or(ParseVersionError)??,
-            parts.next().ok_or(ParseVersionError)??,
-            parts.next().ok_or(ParseVersionError)??,
-        );
-        if parts.next().is_some() {
-            return Err(ParseVersionError);
-        }
-        Ok(version)
+        let version = semver::Version::parse(s).map_err(|_| ParseVersionError)?;
+        Ok(Version::new(version.major, version.minor, version.patch))
     }
 }
 
@@ -77,7 +73,12 @@ mod tests {
         check("codex-cli 0.172.0-alpha.3", Some(Version::new(0, 172, 0)));
         check("codex v1.2.3", Some(Version::new(1, 2, 3)));
         check("codex-cli", None);
+        check("codex-cli 0.171.0+8d1f2e0", Some(Version::new(0, 171, 0)));
+        check("codex-cli 0.171.0 (Homebrew)", Some(Version::new(0, 171, 0)));
         check("codex-cli 0.171", None);
+        check("codex-cli 0.171.0.1", None);
+        check("codex-cli 0.0171.0", None);
+        check("codex-cli 0.171.x", None);
         check("", None);
     }
 
@@ -88,5 +89,7 @@ mod tests {
         assert!(Version::new(1, 0, 0) > Version::new(0, 999, 999));
         assert!(MIN_SUPPORTED <= LATEST_VALIDATED);
         assert_eq!(MIN_SUPPORTED.to_string(), "0.171.0");
+        assert_eq!("0.171.0-alpha.1".parse::<Version>(), Ok(MIN_SUPPORTED));
+        assert_eq!("0.171.0-".parse::<Version>(), Err(ParseVersionError));
     }
 }

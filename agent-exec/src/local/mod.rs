@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use agent_core::exec::{Child, Command, Exec, ExecError};
 use async_trait::async_trait;
+use rustix::process::Pid;
 
 use self::process::{ExitWatch, LocalChildHandle, Process, Stdin};
 use crate::limits::{Stream, limit_output};
@@ -87,7 +88,7 @@ impl Exec for LocalExec {
         let spawned = spawner::spawn(prepared)
             .await
             .map_err(|source| ExecError::Spawn { program: command.program.clone(), source })?;
-        let process = Process::new(spawned.id() as libc::pid_t);
+        let process = Process::new(Pid::from_child(&spawned));
         tracing::debug!(program = ?command.program, pid = spawned.id(), session = ?command.session, "child spawned");
         let (stdin, stdout, stderr, exit) = match attach(spawned) {
             Ok(attached) => attached,
@@ -133,7 +134,7 @@ fn attach(
     let stdin = tokio::process::ChildStdin::from_std(spawned.stdin.take().ok_or_else(missing)?)?;
     let stdout = tokio::process::ChildStdout::from_std(spawned.stdout.take().ok_or_else(missing)?)?;
     let stderr = tokio::process::ChildStderr::from_std(spawned.stderr.take().ok_or_else(missing)?)?;
-    Ok((stdin, stdout, stderr, ExitWatch::new(spawned.id() as libc::pid_t)?))
+    Ok((stdin, stdout, stderr, ExitWatch::new(Pid::from_child(&spawned))?))
 }
 
 impl fmt::Debug for LocalExec {

@@ -27,7 +27,7 @@ mod linux {
     use std::io;
 
     use agent_core::exec::{OWNER_MARKER_ENV, SESSION_MARKER_ENV};
-    use libc::pid_t;
+    use rustix::process::{Pid, RawPid, Signal};
 
     use super::super::sys;
 
@@ -44,8 +44,8 @@ mod linux {
     /// are never listed.
     #[derive(Debug)]
     pub(crate) struct Stamped {
-        pid: pid_t,
-        pgid: pid_t,
+        pid: Pid,
+        pgid: RawPid,
         owner: Owner,
         session: Option<String>,
     }
@@ -65,27 +65,28 @@ mod linux {
     /// The fields of `/proc/<pid>/stat` the reaper needs.
     #[derive(Debug, PartialEq, Eq)]
     struct Stat {
-        ppid: pid_t,
-        pgid: pid_t,
+        ppid: RawPid,
+        pgid: RawPid,
         /// Start time in clock ticks since boot.
         start: u64,
     }
 
     /// Lists stamped processes, skipping this process and its ancestors.
     pub(crate) fn scan() -> io::Result<Vec<Stamped>> {
-        let me = std::process::id() as pid_t;
+        let me = std::process::id() as RawPid;
         let spared = ancestors(me);
         let mut found = Vec::new();
         for entry in fs::read_dir("/proc")? {
-            let Some(pid) = entry?.file_name().to_str().and_then(|name| name.parse::<pid_t>().ok()) else {
-                continue;
-            };
-            if spared.contains(&pid) {
+            let name = entry?.file_name();
+            let parsed = name.to_str().and_then(|name| name.parse::<RawPid>().ok());
+            let Some(pid) = parsed.filter(|&pid| pid > 0).and_then(Pid::from_raw) else { continue };
+            let raw = pid.as_raw_pid();
+            if spared.contains(&raw) {
                 continue;
             }
             // Processes that exit or that we may not inspect drop out here.
-            let Some((owner, session)) = read_stamp(pid) else { continue };
-            let Some(stat) = read_stat(pid) else { continue };
+            let Some((owner, session)) = read_stamp(raw) else { continue };
+            let Some(stat) = read_stat(raw) else { continue };
             let owner = if owner == me {
                 Owner::Me
             } else if owner_gone(owner, stat.start) {
@@ -101,23 +102,23 @@ mod linux {
     /// SIGKILLs each orphan's process group (or the orphan alone when it shares this process's
     /// group); returns how many orphans were signalled.
     pub(crate) fn end(orphans: &[Stamped]) -> usize {
-        let my_group = read_stat(std::process::id() as pid_t).map(|stat| stat.pgid);
+        let my_group = read_stat(std::process::id() as RawPid).map(|stat| stat.pgid);
         let mut groups = HashSet::new();
         let mut ended = 0;
         for orphan in orphans {
-            let result = if Some(orphan.pgid) == my_group || orphan.pgid <= 1 {
-                sys::kill(orphan.pid, libc::SIGKILL)
-            } else if groups.insert(orphan.pgid) {
-                sys::killpg(orphan.pgid, libc::SIGKILL)
-            } else {
-                Ok(())
+            // A group ID of 0 (no group: a kernel thread) or 1 is never signalled as a group.
+            let group = Some(orphan.pgid).filter(|&pgid| pgid > 1 && Some(pgid) != my_group).and_then(Pid::from_raw);
+            let result = match group {
+                None => sys::kill(orphan.pid, Signal::KILL),
+                Some(pgid) if groups.insert(pgid) => sys::killpg(pgid, Signal::KILL),
+                Some(_) => Ok(()),
             };
             match result {
                 Ok(()) => {
                     ended += 1;
-                    tracing::info!(pid = orphan.pid, pgid = orphan.pgid, session = ?orphan.session, "ended an orphaned child");
+                    tracing::info!(pid = orphan.pid.as_raw_pid(), pgid = orphan.pgid, session = ?orphan.session, "ended an orphaned child");
                 }
-                Err(error) => tracing::warn!(pid = orphan.pid, %error, "could not end an orphaned child"),
+                Err(error) => tracing::warn!(pid = orphan.pid.as_raw_pid(), %error, "could not end an orphaned child"),
             }
         }
         ended
@@ -125,7 +126,7 @@ mod linux {
 
     /// This process and its ancestors, which the reaper must never signal even when a crashed
     /// harness stamped them.
-    fn ancestors(me: pid_t) -> HashSet<pid_t> {
+    fn ancestors(me: RawPid) -> HashSet<RawPid> {
         let mut spared = HashSet::from([me]);
         let mut pid = me;
         while let Some(stat) = read_stat(pid) {
@@ -138,18 +139,18 @@ mod linux {
     }
 
     /// The owner PID and session stamped into `pid`'s environment.
-    fn read_stamp(pid: pid_t) -> Option<(pid_t, Option<String>)> {
+    fn read_stamp(pid: RawPid) -> Option<(RawPid, Option<String>)> {
         let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
         parse_stamp(&environ)
     }
 
-    fn parse_stamp(environ: &[u8]) -> Option<(pid_t, Option<String>)> {
+    fn parse_stamp(environ: &[u8]) -> Option<(RawPid, Option<String>)> {
         let mut owner = None;
         let mut session = None;
         for entry in environ.split(|&b| b == 0) {
             let text = std::str::from_utf8(entry).unwrap_or_default();
             if let Some(value) = text.strip_prefix(OWNER_MARKER_ENV).and_then(|rest| rest.strip_prefix('=')) {
-                owner = value.parse::<pid_t>().ok();
+                owner = value.parse::<RawPid>().ok();
             } else if let Some(value) = text.strip_prefix(SESSION_MARKER_ENV).and_then(|rest| rest.strip_prefix('=')) {
                 session = Some(value.to_owned());
             }
@@ -158,11 +159,11 @@ mod linux {
     }
 
     /// Whether `owner` is dead, or its PID was reused by a process younger than the child.
-    fn owner_gone(owner: pid_t, child_start: u64) -> bool {
+    fn owner_gone(owner: RawPid, child_start: u64) -> bool {
         read_stat(owner).is_none_or(|stat| stat.start > child_start)
     }
 
-    fn read_stat(pid: pid_t) -> Option<Stat> {
+    fn read_stat(pid: RawPid) -> Option<Stat> {
         parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
     }
 
@@ -202,7 +203,7 @@ mod linux {
 
         #[test]
         fn this_process_is_alive_and_spared() {
-            let me = std::process::id() as pid_t;
+            let me = std::process::id() as RawPid;
             let stat = read_stat(me).expect("own stat");
             assert!(!owner_gone(me, stat.start));
             assert!(owner_gone(me, stat.start - 1), "a younger owner means the PID was reused");

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use agent_core::exec::{ChildHandle, ExecError, ExitStatus, KillCause, KillPolicy};
 use async_trait::async_trait;
-use libc::pid_t;
+use rustix::process::{Pid, Signal as OsSignal};
 use tokio::io::AsyncWrite;
 use tokio::sync::watch;
 
@@ -27,7 +27,7 @@ use crate::stop::{self, Signal};
 /// What the handle, the streams and the supervisor share about one child.
 pub(super) struct Process {
     /// The child's PID, which is also its process-group ID.
-    pid: pid_t,
+    pid: Pid,
     state: Mutex<State>,
     /// Set once the leader is reaped; lets stdin writes fail without taking the lock.
     reaped: AtomicBool,
@@ -42,7 +42,7 @@ struct State {
 }
 
 impl Process {
-    pub(super) fn new(pid: pid_t) -> Arc<Self> {
+    pub(super) fn new(pid: Pid) -> Arc<Self> {
         Arc::new(Process {
             pid,
             state: Mutex::default(),
@@ -57,7 +57,7 @@ impl Process {
 
     /// Signals the whole group unless the leader is already reaped. The cause is recorded only
     /// if the leader had not exited on its own first.
-    fn signal_group(&self, signal: i32, cause: KillCause) -> Result<(), ExecError> {
+    fn signal_group(&self, signal: OsSignal, cause: KillCause) -> Result<(), ExecError> {
         let mut state = self.lock();
         if state.reaped {
             return Ok(());
@@ -76,19 +76,19 @@ impl Process {
             return;
         }
         // The zombie leader still reserves the group ID, so this reaches only our group.
-        let _ = sys::killpg(self.pid, libc::SIGKILL);
+        let _ = sys::killpg(self.pid, OsSignal::KILL);
         let mut status = sys::exit_status(sys::reap(self.pid));
         status.killed_by = state.cause;
         state.reaped = true;
         self.reaped.store(true, Ordering::Release);
         drop(state);
         self.status.send_replace(Some(status));
-        tracing::debug!(pid = self.pid, %status, "child reaped");
+        tracing::debug!(pid = self.pid.as_raw_pid(), %status, "child reaped");
     }
 
     /// Kills the group and reaps the leader on a thread of its own, for when no task will.
     pub(super) fn abandon(self: Arc<Self>) {
-        let _ = self.signal_group(libc::SIGKILL, KillCause::Requested);
+        let _ = self.signal_group(OsSignal::KILL, KillCause::Requested);
         let reaper = Arc::clone(&self);
         let reap = move || {
             sys::exited_unreaped(reaper.pid, true);
@@ -96,7 +96,7 @@ impl Process {
         };
         if let Err(error) = std::thread::Builder::new().name("agent-exec-reap".into()).spawn(reap) {
             // Without a thread the SIGKILLed leader stays a zombie until the host exits.
-            tracing::warn!(pid = self.pid, %error, "no thread to reap an abandoned child");
+            tracing::warn!(pid = self.pid.as_raw_pid(), %error, "no thread to reap an abandoned child");
         }
     }
 
@@ -107,8 +107,8 @@ impl Process {
 
 impl LimitTarget for Process {
     fn limit_exceeded(&self, cause: KillCause) {
-        if let Err(error) = self.signal_group(libc::SIGKILL, cause) {
-            tracing::warn!(pid = self.pid, %error, "could not kill a child over its output limit");
+        if let Err(error) = self.signal_group(OsSignal::KILL, cause) {
+            tracing::warn!(pid = self.pid.as_raw_pid(), %error, "could not kill a child over its output limit");
         }
     }
 }
@@ -123,7 +123,7 @@ pub(super) enum ExitWatch {
 }
 
 impl ExitWatch {
-    pub(super) fn new(pid: pid_t) -> io::Result<Self> {
+    pub(super) fn new(pid: Pid) -> io::Result<Self> {
         #[cfg(target_os = "linux")]
         if let Ok(fd) = sys::pidfd_open(pid) {
             // SAFETY: `fd` is a valid pidfd owned by the AsyncFd, which closes it only on drop.
@@ -133,7 +133,7 @@ impl ExitWatch {
         Self::thread(pid)
     }
 
-    fn thread(pid: pid_t) -> io::Result<Self> {
+    fn thread(pid: Pid) -> io::Result<Self> {
         /// The waiting thread only blocks in one syscall.
         const STACK_BYTES: usize = 64 * 1024;
         let (exited, watch) = tokio::sync::oneshot::channel();
@@ -146,7 +146,7 @@ impl ExitWatch {
 
     /// Resolves once the child has exited; the pidfd is closed when this returns.
     #[cfg_attr(not(target_os = "linux"), allow(unused_variables))]
-    async fn exited(self, pid: pid_t) {
+    async fn exited(self, pid: Pid) {
         match self {
             #[cfg(target_os = "linux")]
             ExitWatch::Pidfd(fd) => {
@@ -164,7 +164,7 @@ impl ExitWatch {
 
 /// Checks for the exit now and then, for when neither a pidfd nor a thread can watch it.
 #[cfg(target_os = "linux")]
-async fn poll_exit(pid: pid_t) {
+async fn poll_exit(pid: Pid) {
     /// How often to look; only used when the pidfd failed.
     const EXIT_POLL: Duration = Duration::from_millis(20);
     while !sys::exited_unreaped(pid, false) {
@@ -222,11 +222,11 @@ impl LocalChildHandle {
 #[async_trait]
 impl ChildHandle for LocalChildHandle {
     fn id(&self) -> Option<u32> {
-        Some(self.process.pid as u32)
+        Some(self.process.pid.as_raw_pid() as u32)
     }
 
     fn kill(&self) -> Result<(), ExecError> {
-        self.process.signal_group(libc::SIGKILL, KillCause::Requested)
+        self.process.signal_group(OsSignal::KILL, KillCause::Requested)
     }
 
     async fn terminate(&self) -> Result<ExitStatus, ExecError> {
@@ -247,14 +247,14 @@ impl ChildHandle for LocalChildHandle {
 
 impl Signal for LocalChildHandle {
     fn send_signal(&self, signal: i32) -> Result<(), ExecError> {
-        self.process.signal_group(signal, KillCause::Requested)
+        self.process.signal_group(sys::signal(signal)?, KillCause::Requested)
     }
 }
 
 impl Drop for LocalChildHandle {
     fn drop(&mut self) {
-        if let Err(error) = self.process.signal_group(libc::SIGKILL, KillCause::Requested) {
-            tracing::warn!(pid = self.process.pid, %error, "could not kill a dropped child's process group");
+        if let Err(error) = self.process.signal_group(OsSignal::KILL, KillCause::Requested) {
+            tracing::warn!(pid = self.process.pid.as_raw_pid(), %error, "could not kill a dropped child's process group");
         }
     }
 }
@@ -262,7 +262,7 @@ impl Drop for LocalChildHandle {
 impl fmt::Debug for LocalChildHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LocalChildHandle")
-            .field("pid", &self.process.pid)
+            .field("pid", &self.process.pid.as_raw_pid())
             .field("status", &self.process.status())
             .field("policy", &self.policy)
             .finish()

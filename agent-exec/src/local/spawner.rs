@@ -10,6 +10,7 @@ use std::process::{Child, Command};
 use std::sync::Mutex;
 use std::sync::mpsc::{self, Sender};
 
+use rustix::process::{Pid, Signal};
 use tokio::sync::oneshot;
 
 use super::sys;
@@ -53,8 +54,8 @@ fn serve(jobs: mpsc::Receiver<Job>) {
 
 /// Kills and reaps a child nobody is waiting for.
 fn discard(child: Child) {
-    let pid = child.id() as libc::pid_t;
-    let _ = sys::killpg(pid, libc::SIGKILL);
+    let pid = Pid::from_child(&child);
+    let _ = sys::killpg(pid, Signal::KILL);
     sys::reap(pid);
 }
 

@@ -2,11 +2,11 @@
 // Each test file uses a subset of these helpers.
 #![allow(dead_code)]
 
-use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::time::Duration;
 
 use agent_core::exec::ChildOutput;
+use rustix::io::Errno;
+use rustix::process::{Pid, PidfdFlags};
 use tokio::io::AsyncReadExt;
 use tokio::io::unix::AsyncFd;
 
@@ -25,17 +25,16 @@ pub(crate) fn alive(pid: u32) -> bool {
 /// Waits until `pid` has exited (zombie or gone), using a pidfd so no polling is needed.
 /// Panics if it is still running after `within`, and re-checks the verdict through `/proc`.
 pub(crate) async fn assert_gone_within(pid: u32, within: Duration) {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd >= 0 {
-        // SAFETY: the syscall returned a fresh descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        // SAFETY: `fd` is a valid pidfd owned by the AsyncFd until it is dropped.
-        let fd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.expect("register pidfd");
-        let exited = tokio::time::timeout(within, fd.readable()).await;
-        assert!(exited.is_ok(), "process {pid} still runs after {within:?}");
-    } else {
-        assert_eq!(io::Error::last_os_error().raw_os_error(), Some(libc::ESRCH), "pidfd_open({pid})");
+    let raw = Pid::from_raw(pid as i32).expect("a PID is not 0");
+    match rustix::process::pidfd_open(raw, PidfdFlags::empty()) {
+        Ok(fd) => {
+            // SAFETY: `fd` is a valid pidfd owned by the AsyncFd until it is dropped.
+            let fd =
+                unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.expect("register pidfd");
+            let exited = tokio::time::timeout(within, fd.readable()).await;
+            assert!(exited.is_ok(), "process {pid} still runs after {within:?}");
+        }
+        Err(error) => assert_eq!(error, Errno::SRCH, "pidfd_open({pid})"),
     }
     assert!(!alive(pid), "/proc still shows {pid} running");
 }
