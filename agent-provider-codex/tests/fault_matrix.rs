@@ -26,11 +26,10 @@
 //! | stdin closed early | `turn/start` / `turn/interrupt` is swallowed (times out) or fails with EPIPE: `turn_failed`; session retired |
 //! | slow reader | the turn waits for the reader and completes; past the deadline, `turn_failed` and retired |
 
-use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::exec::{Child, Command, Exec, ExecError};
+use agent_core::exec::Exec;
 use agent_core::{
     Error, Event, EventKind, ExitReason, ExpiryReason, Harness, Replay, Response, SessionMonitor, SessionOptions,
     SessionRef, SessionState, StoreChoice, StreamError, Subscription, Turn, TurnEnd, TurnOptions, TurnStatus,
@@ -39,7 +38,7 @@ use agent_exec::LocalExec;
 use agent_provider_codex::{CodexOptions, CodexProvider};
 use agent_store_memory::MemoryStore;
 use agent_testkit::fake_cli::{Direction, ExpectKind, FakeCli, FakeCliEnv, FakeScript, InterruptMode};
-use async_trait::async_trait;
+use agent_testkit::recording::RecordingExec;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -64,76 +63,19 @@ const GONE_POLL: Duration = Duration::from_millis(10);
 /// Bytes of one line of fake-codex's stderr flood (`fake-cli stderr flood line 00000001 x…\n`).
 const FLOOD_LINE_BYTES: usize = 101;
 
-/// A process the provider started: its PID and start time (field 22 of `/proc/<pid>/stat`),
-/// which tells it apart from a later process reusing the PID.
-#[derive(Clone, Debug)]
-struct Spawned {
-    pid: u32,
-    started: Option<String>,
-    argv: String,
-}
-
-impl Spawned {
-    /// True while the process exists (a zombie not yet reaped counts).
-    fn is_running(&self) -> bool {
-        self.started.is_some() && start_time(self.pid) == self.started
-    }
-}
-
-/// The start time of `pid`, `None` when there is no such process.
-fn start_time(pid: u32) -> Option<String> {
-    let stat = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat")).ok()?;
-    // `comm` (field 2) may hold spaces and parentheses; the fields after it are plain.
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(19).map(str::to_owned)
-}
-
-/// A `LocalExec` that notes the PID of every child. It keeps no handle, so the provider alone
+/// One case: a fake-codex script in its directory, and a harness spawning through a
+/// `LocalExec` that notes every child. The recorder keeps no handle, so the provider alone
 /// decides how long its processes live.
-#[derive(Debug, Default)]
-struct PidExec {
-    inner: LocalExec,
-    spawned: Mutex<Vec<Spawned>>,
-}
-
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Exec for PidExec {
-    async fn spawn(&self, command: Command) -> Result<Child, ExecError> {
-        let argv = std::iter::once(&command.program)
-            .chain(&command.args)
-            .map(|arg| arg.to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join(" ");
-        let child = self.inner.spawn(command).await?;
-        let pid = child.handle.id().expect("a local child has a PID");
-        self.spawned.lock().unwrap().push(Spawned { pid, started: start_time(pid), argv });
-        Ok(child)
-    }
-
-    async fn reap_orphans(
-        &self,
-        is_live: &(dyn for<'s> Fn(&'s str) -> bool + Send + Sync),
-    ) -> Result<usize, ExecError> {
-        self.inner.reap_orphans(is_live).await
-    }
-
-    fn is_local(&self) -> bool {
-        self.inner.is_local()
-    }
-}
-
-/// One case: a fake-codex script in its directory, and a harness spawning through a [`PidExec`].
 struct Case {
     env: FakeCliEnv,
-    exec: Arc<PidExec>,
+    exec: Arc<RecordingExec>,
     harness: Harness,
 }
 
 impl Case {
     fn new(script: FakeScript) -> Case {
         let env = FakeCliEnv::new(FakeCli::Codex, &script).unwrap_or_else(|e| panic!("{e}"));
-        let exec = Arc::new(PidExec::default());
+        let exec = Arc::new(RecordingExec::without_handles(Arc::new(LocalExec::new())));
         let harness = Harness::builder()
             .provider(CodexProvider::new())
             .exec(Arc::clone(&exec) as Arc<dyn Exec>)
@@ -243,16 +185,16 @@ impl Case {
 
     /// Asserts that every process the provider started has exited and been reaped.
     async fn assert_no_process_left(&self) {
-        let spawned = self.exec.spawned.lock().unwrap().clone();
+        let spawned = self.exec.spawned();
         assert!(!spawned.is_empty(), "the provider started no process");
         let deadline = Instant::now() + GONE_DEADLINE;
         for process in spawned {
+            let pid = process.pid().expect("a local child has a PID");
             while process.is_running() {
                 assert!(
                     Instant::now() < deadline,
-                    "process {} (`{}`) is still in /proc {GONE_DEADLINE:?} after its session ended",
-                    process.pid,
-                    process.argv
+                    "process {pid} (`{}`) is still in /proc {GONE_DEADLINE:?} after its session ended",
+                    process.argv()
                 );
                 tokio::time::sleep(GONE_POLL).await;
             }
