@@ -82,6 +82,63 @@ async fn expectations_check_stdin_in_order() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn requests_are_answered_with_the_ids_the_client_chose() {
+    let exec = ScriptedExec::new();
+    let script = Script::new()
+        .on_request("turn/interrupt", "{}")
+        .expect_request("initialize")
+        .respond(r#"{"ready":true}"#)
+        .wait_request("turn/start")
+        .respond_error(r#"{"code":-32600,"message":"busy"}"#)
+        .stdout(r#"{"id":0,"method":"item/approve"}"#)
+        .wait_line(LineMatch::response(0))
+        .answer(|line| vec![Step::stdout(format!("took {line}"))]);
+    exec.script("cli", script);
+    let (mut child, mut stdout) = spawn(&exec, Command::new("cli")).await;
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(b"{\"id\":41,\"method\":\"initialize\"}\n").await.expect("write");
+    assert_eq!(next(&mut stdout).await.as_deref(), Some(r#"{"id":41,"result":{"ready":true}}"#));
+    // A notification and a request of another method are skipped; the rule answers at once.
+    stdin.write_all(b"{\"method\":\"turn/start\"}\n{\"id\":\"x\",\"method\":\"turn/steer\"}\n").await.expect("write");
+    stdin.write_all(b"{\"method\":\"turn/interrupt\",\"id\":5}\n").await.expect("write");
+    assert_eq!(next(&mut stdout).await.as_deref(), Some(r#"{"id":5,"result":{}}"#));
+    stdin.write_all(b"{\"id\":\"t-1\",\"method\":\"turn/start\",\"params\":{\"id\":9}}\n").await.expect("write");
+    assert_eq!(next(&mut stdout).await.as_deref(), Some(r#"{"id":"t-1","error":{"code":-32600,"message":"busy"}}"#));
+    assert_eq!(next(&mut stdout).await.as_deref(), Some(r#"{"id":0,"method":"item/approve"}"#));
+    // Neither a request with the same ID nor the response to another request is the answer.
+    stdin.write_all(b"{\"id\":0,\"method\":\"ping\"}\n{\"id\":10,\"result\":{}}\n").await.expect("write");
+    stdin.write_all(b"{\"id\":0,\"result\":{\"decision\":\"accept\"}}\n").await.expect("write");
+    assert_eq!(next(&mut stdout).await.as_deref(), Some(r#"took {"id":0,"result":{"decision":"accept"}}"#));
+    drop(stdin);
+    assert!(child.handle.wait().await.expect("wait").success());
+    exec.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_needs_a_taken_line_with_an_id() {
+    let exec = ScriptedExec::new();
+    exec.script("early", Script::new().respond("{}").stdout("never"));
+    exec.script("no-id", Script::new().expect_line("hello").respond("{}").stdout("never"));
+    exec.script("notification", Script::new().expect_request("initialize"));
+    for (program, input) in [("early", ""), ("no-id", "hello\n"), ("notification", "{\"method\":\"initialize\"}\n")] {
+        let (mut child, mut stdout) = spawn(&exec, Command::new(program)).await;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(input.as_bytes()).await.expect("write");
+        assert_eq!(child.handle.wait().await.expect("wait").code, Some(EXPECTATION_FAILED_EXIT_CODE), "{program}");
+        assert_eq!(next(&mut stdout).await, None, "{program} writes nothing");
+    }
+    let failures: Vec<String> = exec.runs().iter().flat_map(|run| run.failures()).collect();
+    assert_eq!(
+        failures,
+        [
+            r#"no line was taken before Answer("result {}")"#,
+            r#"cannot answer "hello": it has no "id""#,
+            r#"expected a line holding a "initialize" request, got "{\"method\":\"initialize\"}""#,
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_broken_expectation_fails_the_run_and_verify() {
     let exec = ScriptedExec::new();
     exec.script("cli", Script::new().expect_line("initialize").stdout("never"));

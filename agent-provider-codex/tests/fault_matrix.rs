@@ -26,11 +26,10 @@
 //! | stdin closed early | `turn/start` / `turn/interrupt` is swallowed (times out) or fails with EPIPE: `turn_failed`; session retired |
 //! | slow reader | the turn waits for the reader and completes; past the deadline, `turn_failed` and retired |
 
-use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::exec::{Child, Command, Exec, ExecError};
+use agent_core::exec::{Exec, ExitStatus};
 use agent_core::{
     Error, Event, EventKind, ExitReason, ExpiryReason, Harness, Replay, Response, SessionMonitor, SessionOptions,
     SessionRef, SessionState, StoreChoice, StreamError, Subscription, Turn, TurnEnd, TurnOptions, TurnStatus,
@@ -39,12 +38,13 @@ use agent_exec::LocalExec;
 use agent_provider_codex::{CodexOptions, CodexProvider};
 use agent_store_memory::MemoryStore;
 use agent_testkit::fake_cli::{Direction, ExpectKind, FakeCli, FakeCliEnv, FakeScript, InterruptMode};
-use async_trait::async_trait;
+use agent_testkit::recording::RecordingExec;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-/// `startup_timeout` of the cases (the adapter's own deadline is 90 % of it).
+/// `startup_timeout` of the cases (the adapter's own deadline is 90 % of it, see
+/// [`adapter_deadline`]).
 const STARTUP: Duration = Duration::from_millis(1500);
 /// `startup_timeout` of the cases that hang during the handshake.
 const SHORT_STARTUP: Duration = Duration::from_millis(600);
@@ -64,76 +64,19 @@ const GONE_POLL: Duration = Duration::from_millis(10);
 /// Bytes of one line of fake-codex's stderr flood (`fake-cli stderr flood line 00000001 x…\n`).
 const FLOOD_LINE_BYTES: usize = 101;
 
-/// A process the provider started: its PID and start time (field 22 of `/proc/<pid>/stat`),
-/// which tells it apart from a later process reusing the PID.
-#[derive(Clone, Debug)]
-struct Spawned {
-    pid: u32,
-    started: Option<String>,
-    argv: String,
-}
-
-impl Spawned {
-    /// True while the process exists (a zombie not yet reaped counts).
-    fn is_running(&self) -> bool {
-        self.started.is_some() && start_time(self.pid) == self.started
-    }
-}
-
-/// The start time of `pid`, `None` when there is no such process.
-fn start_time(pid: u32) -> Option<String> {
-    let stat = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat")).ok()?;
-    // `comm` (field 2) may hold spaces and parentheses; the fields after it are plain.
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(19).map(str::to_owned)
-}
-
-/// A `LocalExec` that notes the PID of every child. It keeps no handle, so the provider alone
+/// One case: a fake-codex script in its directory, and a harness spawning through a
+/// `LocalExec` that notes every child. The recorder keeps no handle, so the provider alone
 /// decides how long its processes live.
-#[derive(Debug, Default)]
-struct PidExec {
-    inner: LocalExec,
-    spawned: Mutex<Vec<Spawned>>,
-}
-
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Exec for PidExec {
-    async fn spawn(&self, command: Command) -> Result<Child, ExecError> {
-        let argv = std::iter::once(&command.program)
-            .chain(&command.args)
-            .map(|arg| arg.to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join(" ");
-        let child = self.inner.spawn(command).await?;
-        let pid = child.handle.id().expect("a local child has a PID");
-        self.spawned.lock().unwrap().push(Spawned { pid, started: start_time(pid), argv });
-        Ok(child)
-    }
-
-    async fn reap_orphans(
-        &self,
-        is_live: &(dyn for<'s> Fn(&'s str) -> bool + Send + Sync),
-    ) -> Result<usize, ExecError> {
-        self.inner.reap_orphans(is_live).await
-    }
-
-    fn is_local(&self) -> bool {
-        self.inner.is_local()
-    }
-}
-
-/// One case: a fake-codex script in its directory, and a harness spawning through a [`PidExec`].
 struct Case {
     env: FakeCliEnv,
-    exec: Arc<PidExec>,
+    exec: Arc<RecordingExec>,
     harness: Harness,
 }
 
 impl Case {
     fn new(script: FakeScript) -> Case {
         let env = FakeCliEnv::new(FakeCli::Codex, &script).unwrap_or_else(|e| panic!("{e}"));
-        let exec = Arc::new(PidExec::default());
+        let exec = Arc::new(RecordingExec::without_handles(Arc::new(LocalExec::new())));
         let harness = Harness::builder()
             .provider(CodexProvider::new())
             .exec(Arc::clone(&exec) as Arc<dyn Exec>)
@@ -243,16 +186,16 @@ impl Case {
 
     /// Asserts that every process the provider started has exited and been reaped.
     async fn assert_no_process_left(&self) {
-        let spawned = self.exec.spawned.lock().unwrap().clone();
+        let spawned = self.exec.spawned();
         assert!(!spawned.is_empty(), "the provider started no process");
         let deadline = Instant::now() + GONE_DEADLINE;
         for process in spawned {
+            let pid = process.pid().expect("a local child has a PID");
             while process.is_running() {
                 assert!(
                     Instant::now() < deadline,
-                    "process {} (`{}`) is still in /proc {GONE_DEADLINE:?} after its session ended",
-                    process.pid,
-                    process.argv
+                    "process {pid} (`{}`) is still in /proc {GONE_DEADLINE:?} after its session ended",
+                    process.argv()
                 );
                 tokio::time::sleep(GONE_POLL).await;
             }
@@ -319,6 +262,27 @@ fn end(events: &[Arc<Event>]) -> &TurnEnd {
 #[track_caller]
 fn reason(end: &TurnEnd) -> &str {
     end.result.reason.as_deref().unwrap_or_else(|| panic!("a reason: {end:?}"))
+}
+
+/// Asserts that the turn failed because the CLI exited with `status` before ending it.
+#[track_caller]
+fn assert_exited(end: &TurnEnd, status: ExitStatus) {
+    assert_eq!(end.status, TurnStatus::Failed, "{end:?}");
+    assert_eq!(end.result.exit_status, Some(status), "{end:?}");
+    assert!(end.result.reason.is_some(), "a failed turn says why: {end:?}");
+}
+
+/// The adapter's own deadline for a provider command: 90 % of the runtime's `timeout`, so that
+/// the adapter reports first.
+fn adapter_deadline(timeout: Duration) -> Duration {
+    timeout * 9 / 10
+}
+
+/// What a retirement reason says of a provider command that passed the adapter's deadline.
+/// Neither the turn's result nor the session's exit reason carries the error itself, only its
+/// text, so the expected text is the typed error's.
+fn timed_out(operation: &'static str, runtime_timeout: Duration) -> String {
+    Error::Timeout { operation, timeout: adapter_deadline(runtime_timeout) }.to_string()
 }
 
 fn count(events: &[Arc<Event>], name: &str) -> usize {
@@ -396,7 +360,8 @@ async fn exit_before_the_initialize_reply_fails_start_session() {
     let Err(Error::ProviderUnavailable { reason, .. }) = started else {
         panic!("expected ProviderUnavailable, got {started:?}")
     };
-    assert!(reason.contains("exited during initialize (exit code 3)"), "{reason}");
+    // The error carries no exit status of its own: the reason says it.
+    assert!(reason.contains(&format!("exited during initialize ({})", ExitStatus::code(3))), "{reason}");
     assert!(reason.contains("fake-codex: config is broken"), "the stderr tail is reported: {reason}");
     assert!(case.harness.list_sessions().is_empty());
     case.assert_no_process_left().await;
@@ -414,7 +379,7 @@ async fn exit_before_the_thread_reply_fails_start_session() {
     let Err(Error::ProviderUnavailable { reason, .. }) = started else {
         panic!("expected ProviderUnavailable, got {started:?}")
     };
-    assert!(reason.contains("exited during thread/start (exit code 4)"), "{reason}");
+    assert!(reason.contains(&format!("exited during thread/start ({})", ExitStatus::code(4))), "{reason}");
     case.assert_no_process_left().await;
 }
 
@@ -424,7 +389,8 @@ async fn exit_after_the_handshake_makes_the_session_unavailable() {
     let session = case.session().await;
     let down = case.session_event(&session, |e| matches!(e.kind, EventKind::TransportError { .. })).await;
     assert!(
-        matches!(&down.kind, EventKind::TransportError { reason } if reason == "codex app-server exited (exit code 5)"),
+        matches!(&down.kind, EventKind::TransportError { reason }
+            if *reason == format!("codex app-server exited ({})", ExitStatus::code(5))),
         "{:?}",
         down.kind
     );
@@ -444,10 +410,14 @@ async fn exit_before_the_turn_start_reply_fails_the_turn_and_retires_the_session
     let events = case.run(&session, "hello").await;
     let end = end(&events);
     assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    // For a turn that was never admitted, only the reason tells the exit and the stderr tail.
     assert_eq!(
         reason(end),
-        "turn admission outcome is uncertain: provider `codex` transport failed: codex app-server exited during \
-         turn/start (exit code 6); stderr:\ndying"
+        format!(
+            "turn admission outcome is uncertain: provider `codex` transport failed: codex app-server exited during \
+             turn/start ({}); stderr:\ndying",
+            ExitStatus::code(6)
+        )
     );
     assert_retired(monitor, "exited during turn/start").await;
     case.assert_no_process_left().await;
@@ -463,9 +433,7 @@ async fn exit_mid_turn_fails_the_turn_with_exit_status_and_stderr() {
     let session = case.session().await;
     let events = case.run_gated(&session, "hello").await;
     let end = end(&events);
-    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
-    assert_eq!(reason(end), "codex app-server exited (exit code 137) without completing the turn");
-    assert_eq!(end.result.exit_status.and_then(|s| s.code), Some(137), "{end:?}");
+    assert_exited(end, ExitStatus::code(137));
     assert_eq!(end.result.stderr_tail.as_deref(), Some("thread 'main' panicked: out of memory"));
     assert_eq!(end.result.text.as_deref(), Some("partial answer"), "the partial text is kept");
     let down = case.session_event(&session, |e| matches!(e.kind, EventKind::TransportError { .. })).await;
@@ -482,9 +450,8 @@ async fn no_terminal_event_then_exit_0_fails_the_turn() {
     let session = case.session().await;
     let events = case.run_gated(&session, "hello").await;
     let end = end(&events);
-    assert_eq!(end.status, TurnStatus::Failed, "a clean exit without turn/completed is no success");
-    assert_eq!(reason(end), "codex app-server exited (exit code 0) without completing the turn");
-    assert_eq!(end.result.exit_status.and_then(|s| s.code), Some(0));
+    // A clean exit without turn/completed is no success.
+    assert_exited(end, ExitStatus::code(0));
     assert_eq!(end.result.text.as_deref(), Some("half"));
     case.assert_no_process_left().await;
     case.finish().await;
@@ -522,8 +489,7 @@ async fn exit_while_a_request_is_pending_expires_it_and_fails_the_turn() {
     let session = case.session().await;
     let events = case.run_gated(&session, "hello").await;
     let end = end(&events);
-    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
-    assert_eq!(reason(end), "codex app-server exited (exit code 2) without completing the turn");
+    assert_exited(end, ExitStatus::code(2));
     let created = events.iter().position(|e| e.type_name() == "request_created").expect("the request was created");
     let expired = events
         .iter()
@@ -547,7 +513,7 @@ async fn hang_before_the_initialize_reply_times_out_start_session() {
     let Err(Error::Timeout { operation: "initialize", timeout }) = started else {
         panic!("expected the initialize timeout, got {started:?}")
     };
-    assert_eq!(timeout, SHORT_STARTUP * 9 / 10);
+    assert_eq!(timeout, adapter_deadline(SHORT_STARTUP));
     case.assert_no_process_left().await;
 }
 
@@ -559,7 +525,7 @@ async fn hang_before_the_thread_reply_times_out_start_session() {
     let Err(Error::Timeout { operation: "thread/start", timeout }) = started else {
         panic!("expected the thread/start timeout, got {started:?}")
     };
-    assert_eq!(timeout, SHORT_STARTUP * 9 / 10);
+    assert_eq!(timeout, adapter_deadline(SHORT_STARTUP));
     case.assert_no_process_left().await;
 }
 
@@ -572,8 +538,8 @@ async fn hang_mid_turn_then_cancel_retires_the_session() {
     let events = watched.into_events().await;
     let end = end(&events);
     assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
-    // The adapter's deadline (90 % of `provider_command_timeout`) reports first.
-    assert_eq!(reason(end), "cancellation failed: turn/interrupt timed out after 450ms");
+    // The adapter's deadline reports first.
+    assert_eq!(reason(end), format!("cancellation failed: {}", timed_out("turn/interrupt", COMMAND)));
     assert_eq!(count(&events, "cancel_requested"), 1);
     assert_retired(monitor, "cancellation failed").await;
     case.assert_no_process_left().await;
@@ -589,10 +555,8 @@ async fn interrupt_acknowledged_without_a_terminal_event_retires_the_session() {
     let events = watched.into_events().await;
     let end = end(&events);
     assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
-    assert_eq!(
-        reason(end),
-        "cancellation failed: turn/completed after an acknowledged turn/interrupt timed out after 450ms"
-    );
+    let operation = "turn/completed after an acknowledged turn/interrupt";
+    assert_eq!(reason(end), format!("cancellation failed: {}", timed_out(operation, COMMAND)));
     assert!(
         case.env.received().unwrap().iter().any(|m| m["method"] == "turn/interrupt"),
         "the interrupt reached the CLI"
@@ -697,8 +661,7 @@ async fn stderr_flood_is_drained_and_the_tail_stays_bounded() {
 
     let second = case.run_gated(&session, "again").await;
     let end_second = end(&second);
-    assert_eq!(end_second.status, TurnStatus::Failed);
-    assert_eq!(end_second.result.exit_status.and_then(|s| s.code), Some(1));
+    assert_exited(end_second, ExitStatus::code(1));
     let tail = end_second.result.stderr_tail.as_deref().expect("a stderr tail");
     let lines: Vec<&str> = tail.lines().collect();
     assert_eq!(lines.len(), 40, "the tail keeps the last 40 lines");
@@ -801,7 +764,7 @@ async fn stdin_closed_before_the_turn_fails_the_turn_and_retires_the_session() {
     // request is swallowed (no answer in time) or its write fails (EPIPE): uncertain either way.
     let reason = reason(end);
     assert!(
-        reason == "turn admission outcome is uncertain: turn/start timed out after 900ms"
+        reason == format!("turn admission outcome is uncertain: {}", timed_out("turn/start", TURN_START))
             || reason.ends_with("turn/start: writing to codex failed: Broken pipe (os error 32)"),
         "{reason}"
     );
@@ -821,7 +784,7 @@ async fn stdin_closed_mid_turn_then_cancel_retires_the_session() {
     // Swallowed or refused with EPIPE, as above.
     let reason = reason(end);
     assert!(
-        reason == "cancellation failed: turn/interrupt timed out after 450ms"
+        reason == format!("cancellation failed: {}", timed_out("turn/interrupt", COMMAND))
             || reason.ends_with("turn/interrupt: writing to codex failed: Broken pipe (os error 32)"),
         "{reason}"
     );
@@ -863,7 +826,7 @@ async fn slow_reader_past_the_admission_deadline_retires_the_session() {
     let end = end(&events);
     assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
     // The adapter's deadline covers the blocked write, so the adapter reports first.
-    assert_eq!(reason(end), "turn admission outcome is uncertain: turn/start timed out after 900ms");
+    assert_eq!(reason(end), format!("turn admission outcome is uncertain: {}", timed_out("turn/start", TURN_START)));
     assert_retired(monitor, "turn/start timed out").await;
     case.assert_no_process_left().await;
 }

@@ -5,18 +5,22 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::exec::{Exec, SESSION_MARKER_ENV};
+use agent_core::exec::{Exec, ExitStatus, SESSION_MARKER_ENV};
 use agent_core::{
-    ApprovalPolicy, AuthMode, ConversationMode, Error, Event, EventKind, Harness, McpServer, Replay, Request, Response,
-    SandboxMode, Scope, SessionOptions, SessionRef, SessionState, Skill, StoreChoice, TurnOptions, TurnStatus,
+    ApprovalPolicy, AuthMode, ConversationMode, Error, Event, EventKind, ExitReason, Harness, McpServer, Replay,
+    Request, Response, SandboxMode, Scope, SessionOptions, SessionRef, SessionState, Skill, StoreChoice, TurnOptions,
+    TurnStatus,
 };
-use agent_exec::scripted::{Script, ScriptedExec, ScriptedRun, Step};
+use agent_exec::scripted::{LineMatch, Script, ScriptedExec, ScriptedRun, Step};
 use agent_provider_codex::{CodexOptions, CodexProvider};
 use serde_json::{Value, json};
 
-const INITIALIZED: &str = r#"{"id":1,"result":{"userAgent":"agent_harness/0.171.0","codexHome":"/h","platformFamily":"unix","platformOs":"linux"}}"#;
-const THREAD: &str = r#"{"id":2,"result":{"thread":{"id":"th-1","status":{"type":"idle"},"turns":[]},"model":"m"}}"#;
-const TURN: &str = r#"{"id":3,"result":{"turn":{"id":"tu-1","items":[],"status":"inProgress","error":null}}}"#;
+// The results of the handshake's and the turn's requests; the script answers each request with
+// the ID the provider gave it.
+const INITIALIZED: &str =
+    r#"{"userAgent":"agent_harness/0.171.0","codexHome":"/h","platformFamily":"unix","platformOs":"linux"}"#;
+const THREAD: &str = r#"{"thread":{"id":"th-1","status":{"type":"idle"},"turns":[]},"model":"m"}"#;
+const TURN: &str = r#"{"turn":{"id":"tu-1","items":[],"status":"inProgress","error":null}}"#;
 
 fn notification(method: &str, params: Value) -> String {
     json!({ "method": method, "params": params }).to_string()
@@ -39,16 +43,16 @@ fn delta(text: &str) -> String {
 /// `initialize`, `initialized`, `thread/start`, answered.
 fn handshake() -> Script {
     Script::new()
-        .expect_line(r#""method":"initialize""#)
-        .stdout(INITIALIZED)
+        .expect_request("initialize")
+        .respond(INITIALIZED)
         .expect_line(r#""method":"initialized""#)
-        .expect_line(r#""method":"thread/start""#)
-        .stdout(THREAD)
+        .expect_request("thread/start")
+        .respond(THREAD)
 }
 
 /// The handshake, then one admitted turn.
 fn admitted() -> Script {
-    handshake().expect_line(r#""method":"turn/start""#).stdout(TURN)
+    handshake().expect_request("turn/start").respond(TURN)
 }
 
 struct Fixture {
@@ -280,7 +284,7 @@ async fn answer_seen(request: Value, response: Response) -> (Value, bool, Reques
     let line = json!({"id": 0, "method": request["method"], "params": request["params"]}).to_string();
     let script = admitted()
         .stdout(line)
-        .wait_line(r#""id":0"#)
+        .wait_line(LineMatch::response(0))
         .stdout(notification("serverRequest/resolved", json!({"threadId": "th-1", "requestId": 0})))
         .stdout(completed("completed"))
         .wait_eof();
@@ -390,8 +394,11 @@ async fn an_unoffered_choice_is_refused_before_anything_is_sent() {
     let execpolicy = json!({"acceptWithExecpolicyAmendment": {"execpolicy_amendment": ["ls"]}});
     let request = json!({"id": 0, "method": "item/commandExecution/requestApproval", "params": {"threadId": "th-1",
         "turnId": "tu-1", "itemId": "c1", "command": "ls", "availableDecisions": ["accept", execpolicy, "cancel"]}});
-    let script =
-        admitted().stdout(request.to_string()).wait_line(r#""id":0"#).stdout(completed("completed")).wait_eof();
+    let script = admitted()
+        .stdout(request.to_string())
+        .wait_line(LineMatch::response(0))
+        .stdout(completed("completed"))
+        .wait_eof();
     let fixture = Fixture::with(script);
     let session = fixture.session(options()).await;
     let turn = fixture.harness.start_turn(&session, "hi", TurnOptions::new()).await.unwrap();
@@ -446,25 +453,18 @@ fn question_request(id: u64, qid: &str) -> String {
     json!({"id": id, "method": "item/tool/requestUserInput", "params": params}).to_string()
 }
 
-/// Answers every `turn/interrupt` with an empty result.
-fn acknowledge_interrupts(script: Script) -> Script {
-    script.on_line(r#""method":"turn/interrupt""#, |line| {
-        let id = serde_json::from_str::<Value>(line).expect("JSON")["id"].clone();
-        vec![Step::stdout(json!({"id": id, "result": {}}).to_string())]
-    })
-}
-
 fn interrupts(fixture: &Fixture) -> Vec<Value> {
     fixture.sent().into_iter().filter(|m| m["method"] == "turn/interrupt").collect()
 }
 
 #[tokio::test(start_paused = true)]
 async fn cancelling_two_pending_questions_interrupts_the_turn_once() {
-    let script = acknowledge_interrupts(admitted())
+    let script = admitted()
+        .on_request("turn/interrupt", json!({}))
         .stdout(question_request(0, "a"))
         .stdout(question_request(1, "b"))
-        .wait_line(r#""id":0,"result""#)
-        .wait_line(r#""id":1,"result""#)
+        .wait_line(LineMatch::response(0))
+        .wait_line(LineMatch::response(1))
         // Time for anything the second answer sets off to arrive.
         .sleep(Duration::from_secs(1))
         .stdout(completed("interrupted"))
@@ -475,6 +475,9 @@ async fn cancelling_two_pending_questions_interrupts_the_turn_once() {
     assert_eq!(end(&events).status, TurnStatus::Interrupted);
     assert_eq!(names(&events).iter().filter(|n| **n == "request_resolved").count(), 2);
     fixture.harness.stop_session(&session, false).await.unwrap();
+    let answers: Vec<Value> = fixture.sent().into_iter().filter(|m| m.get("method").is_none()).collect();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert!(answers.iter().all(|m| m["result"]["answers"].is_object()), "both are answered: {answers:?}");
     let sent = interrupts(&fixture);
     assert_eq!(sent.len(), 1, "one turn/interrupt per turn: {sent:?}");
     assert_eq!(sent[0]["params"], json!({"threadId": "th-1", "turnId": "tu-1"}));
@@ -482,9 +485,10 @@ async fn cancelling_two_pending_questions_interrupts_the_turn_once() {
 
 #[tokio::test(start_paused = true)]
 async fn cancel_after_a_cancelled_question_does_not_interrupt_again() {
-    let script = acknowledge_interrupts(admitted())
+    let script = admitted()
+        .on_request("turn/interrupt", json!({}))
         .stdout(question_request(0, "a"))
-        .wait_line(r#""id":0,"result""#)
+        .wait_line(LineMatch::response(0))
         .sleep(Duration::from_secs(1))
         .stdout(completed("interrupted"))
         .wait_eof();
@@ -518,7 +522,7 @@ async fn questions_become_requests_with_choices() {
                  "options": [{"label": "red", "description": "warm"}]}]))["params"]})
             .to_string(),
         )
-        .wait_line(r#""id":0"#)
+        .wait_line(LineMatch::response(0))
         .stdout(completed("completed"))
         .wait_eof();
     let fixture = Fixture::with(script);
@@ -543,8 +547,11 @@ async fn questions_become_requests_with_choices() {
 async fn an_unoffered_scope_is_refused_before_anything_is_sent() {
     let request = json!({"id": 0, "method": "item/commandExecution/requestApproval", "params": {"threadId": "th-1",
         "turnId": "tu-1", "itemId": "c1", "kind": "writeStdin", "command": "y", "availableDecisions": ["accept", "decline"]}});
-    let script =
-        admitted().stdout(request.to_string()).wait_line(r#""id":0"#).stdout(completed("completed")).wait_eof();
+    let script = admitted()
+        .stdout(request.to_string())
+        .wait_line(LineMatch::response(0))
+        .stdout(completed("completed"))
+        .wait_eof();
     let fixture = Fixture::with(script);
     let session = fixture.session(options()).await;
     let turn = fixture.harness.start_turn(&session, "hi", TurnOptions::new()).await.unwrap();
@@ -582,9 +589,9 @@ async fn exit_without_turn_completed_fails_the_turn_with_status_and_stderr() {
     let events = fixture.run(&session, |_| None).await;
     let end = end(&events);
     assert_eq!(end.status, TurnStatus::Failed);
-    assert_eq!(end.result.exit_status.and_then(|s| s.code), Some(3));
+    assert_eq!(end.result.exit_status, Some(ExitStatus::code(3)));
     assert_eq!(end.result.stderr_tail.as_deref(), Some("ERROR model stream broke\npanic: giving up"));
-    assert!(end.result.reason.as_deref().unwrap().contains("exit code 3"), "{:?}", end.result.reason);
+    assert!(end.result.reason.is_some(), "a failed turn says why");
     assert_eq!(end.result.text.as_deref(), Some("partial"));
     let status = fixture.harness.status(&session).await.unwrap();
     assert_eq!(status.status, SessionState::Unavailable);
@@ -649,10 +656,10 @@ async fn garbage_and_unknown_frames_never_end_the_session() {
 #[tokio::test(start_paused = true)]
 async fn a_refused_turn_fails_definitely_and_the_session_stays_usable() {
     let script = handshake()
-        .expect_line(r#""method":"turn/start""#)
-        .stdout(r#"{"id":3,"error":{"code":-32600,"message":"thread is busy"}}"#)
-        .expect_line(r#""method":"turn/start""#)
-        .stdout(r#"{"id":4,"result":{"turn":{"id":"tu-1","status":"inProgress"}}}"#)
+        .expect_request("turn/start")
+        .respond_error(json!({"code": -32600, "message": "thread is busy"}))
+        .expect_request("turn/start")
+        .respond(json!({"turn": {"id": "tu-1", "status": "inProgress"}}))
         .stdout(completed("completed"))
         .wait_eof();
     let fixture = Fixture::with(script);
@@ -663,14 +670,25 @@ async fn a_refused_turn_fails_definitely_and_the_session_stays_usable() {
     assert!(first.result.reason.as_deref().unwrap().contains("thread is busy"));
     let accepted = fixture.run(&session, |_| None).await;
     assert_eq!(end(&accepted).status, TurnStatus::Completed);
+    // Each request had an ID of its own, so each answer reached the request it was for.
+    let mut ids: Vec<String> = fixture
+        .sent()
+        .iter()
+        .filter(|m| m.get("method").is_some())
+        .filter_map(|m| Some(m.get("id")?.to_string()))
+        .collect();
+    assert_eq!(ids.len(), 4, "initialize, thread/start and two turn/start: {ids:?}");
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 4, "request IDs are unique: {ids:?}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn cancel_interrupts_the_codex_turn() {
     let script = admitted()
         .stdout(delta("working"))
-        .wait_line(r#""method":"turn/interrupt""#)
-        .stdout(r#"{"id":4,"result":{}}"#)
+        .wait_request("turn/interrupt")
+        .respond(json!({}))
         .stdout(completed("interrupted"))
         .wait_eof();
     let fixture = Fixture::with(script);
@@ -730,7 +748,11 @@ async fn requests_while_no_turn_runs_are_declined() {
     let request = json!({"id": 5, "method": "mcpServer/elicitation/request", "params": {"threadId": "th-1",
         "serverName": "files", "mode": "form", "message": "Token?", "requestedSchema": {}}});
     let unknown = json!({"id": 6, "method": "account/chatgptAuthTokens/refresh", "params": {}});
-    let script = handshake().stdout(request.to_string()).stdout(unknown.to_string()).wait_line(r#""id":6"#).wait_eof();
+    let script = handshake()
+        .stdout(request.to_string())
+        .stdout(unknown.to_string())
+        .wait_line(LineMatch::response(6))
+        .wait_eof();
     let fixture = Fixture::with(script);
     let session = fixture.session(options()).await;
     let mut events = fixture.harness.subscribe(&session, Replay::Start).await.unwrap();
@@ -784,11 +806,11 @@ async fn an_old_or_foreign_binary_is_refused_before_the_app_server_starts() {
 #[tokio::test(start_paused = true)]
 async fn a_failed_resume_is_an_error_not_a_fresh_thread() {
     let script = Script::new()
-        .expect_line(r#""method":"initialize""#)
-        .stdout(INITIALIZED)
+        .expect_request("initialize")
+        .respond(INITIALIZED)
         .expect_line(r#""method":"initialized""#)
-        .expect_line(r#""method":"thread/resume""#)
-        .stdout(r#"{"id":2,"error":{"code":-32600,"message":"no rollout found for thread id th-9"}}"#)
+        .expect_request("thread/resume")
+        .respond_error(json!({"code": -32600, "message": "no rollout found for thread id th-9"}))
         .wait_eof();
     let fixture = Fixture::with(script);
     let options = options().resume_provider_session("th-9");
@@ -805,11 +827,13 @@ async fn a_failed_resume_is_an_error_not_a_fresh_thread() {
 
 #[tokio::test(start_paused = true)]
 async fn a_crash_during_the_handshake_reports_status_and_stderr() {
-    let script = Script::new().expect_line(r#""method":"initialize""#).stderr("failed to load configuration").exit(1);
+    let script = Script::new().expect_request("initialize").stderr("failed to load configuration").exit(1);
     let fixture = Fixture::with(script);
     match fixture.harness.start_session("codex", options()).await {
         Err(Error::ProviderUnavailable { reason, .. }) => {
-            assert!(reason.contains("exit code 1") && reason.contains("failed to load configuration"), "{reason}");
+            // The error carries no exit status of its own: the reason says it, with stderr.
+            assert!(reason.contains(&ExitStatus::code(1).to_string()), "{reason}");
+            assert!(reason.contains("failed to load configuration"), "{reason}");
         }
         other => panic!("expected ProviderUnavailable, got {other:?}"),
     }
@@ -854,7 +878,7 @@ async fn subscription_auth_refuses_keys_before_spawning() {
 
 #[tokio::test(start_paused = true)]
 async fn a_crash_during_turn_start_retires_the_session_with_the_exit_report() {
-    let script = handshake().expect_line(r#""method":"turn/start""#).stderr("out of memory").exit(137);
+    let script = handshake().expect_request("turn/start").stderr("out of memory").exit(137);
     let fixture = Fixture::with(script);
     let session = fixture.session(options()).await;
     // The session retires right after the turn fails: watch it from the start.
@@ -869,24 +893,26 @@ async fn a_crash_during_turn_start_retires_the_session_with_the_exit_report() {
     let end = end.expect("a terminal event");
     assert_eq!(end.status, TurnStatus::Failed);
     let reason = end.result.reason.unwrap_or_default();
-    assert!(reason.contains("exit code 137") && reason.contains("out of memory"), "{reason}");
+    // For a turn that was never admitted, only the reason tells the exit and the stderr tail.
+    assert!(reason.contains(&ExitStatus::code(137).to_string()) && reason.contains("out of memory"), "{reason}");
     let next = fixture.harness.start_turn(&session, "again", TurnOptions::new()).await;
-    assert!(next.is_err(), "the session is no longer usable");
+    let retired = matches!(next, Err(Error::SessionClosed { reason: ExitReason::Retired { .. }, .. }));
+    assert!(retired, "the session retired and is no longer usable: {next:?}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_crash_during_thread_start_reports_status_and_stderr() {
     let script = Script::new()
-        .expect_line(r#""method":"initialize""#)
-        .stdout(INITIALIZED)
+        .expect_request("initialize")
+        .respond(INITIALIZED)
         .expect_line(r#""method":"initialized""#)
-        .expect_line(r#""method":"thread/start""#)
+        .expect_request("thread/start")
         .stderr("sandbox setup failed")
         .die(6);
     let fixture = Fixture::with(script);
     match fixture.harness.start_session("codex", options()).await {
         Err(Error::ProviderUnavailable { reason, .. }) => {
-            assert!(reason.contains("thread/start") && reason.contains("signal 6"), "{reason}");
+            assert!(reason.contains("thread/start") && reason.contains(&ExitStatus::signal(6).to_string()), "{reason}");
             assert!(reason.contains("sandbox setup failed"), "{reason}");
         }
         other => panic!("expected ProviderUnavailable, got {other:?}"),

@@ -7,6 +7,11 @@
 //! recorded as a [`ScriptedRun`]: the command, its effective environment, everything written to
 //! stdin, the signals received and how it ended.
 //!
+//! For JSON-RPC over JSON Lines, a script expects requests by method and answers them with the
+//! ID the client chose ([`Script::expect_request`], [`Script::respond`], [`Script::on_request`]),
+//! so it never depends on the order in which a client numbers its requests; requests the script
+//! sends itself carry IDs of its own choosing, and [`LineMatch::response`] finds their answers.
+//!
 //! ```
 //! use agent_core::exec::{Command, Exec};
 //! use agent_exec::scripted::{Script, ScriptedExec};
@@ -19,8 +24,8 @@
 //!     "fake-cli",
 //!     Script::new()
 //!         .stdout(r#"{"type":"ready"}"#)
-//!         .expect_line(r#""method":"initialize""#)
-//!         .stdout(r#"{"id":1,"result":{}}"#)
+//!         .expect_request("initialize")
+//!         .respond(r#"{"version":1}"#)
 //!         .reply("ping", "pong")
 //!         .wait_eof()
 //!         .exit(0),
@@ -30,8 +35,8 @@
 //! let mut stdin = child.stdin.take().expect("stdin");
 //! let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
 //! assert_eq!(stdout.next_line().await?.as_deref(), Some(r#"{"type":"ready"}"#));
-//! stdin.write_all(b"{\"id\":1,\"method\":\"initialize\"}\nping\n").await?;
-//! assert_eq!(stdout.next_line().await?.as_deref(), Some(r#"{"id":1,"result":{}}"#));
+//! stdin.write_all(b"{\"id\":7,\"method\":\"initialize\"}\nping\n").await?;
+//! assert_eq!(stdout.next_line().await?.as_deref(), Some(r#"{"id":7,"result":{"version":1}}"#));
 //! assert_eq!(stdout.next_line().await?.as_deref(), Some("pong"));
 //! drop(stdin);
 //! assert!(child.handle.wait().await?.success());
@@ -44,6 +49,7 @@
 //! ```
 
 mod process;
+mod rpc;
 mod script;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -56,7 +62,7 @@ use agent_core::exec::{Child, Command, Exec, ExecError, ExitStatus};
 use async_trait::async_trait;
 
 use self::process::RunShared;
-pub use self::script::{LineMatch, Script, Step};
+pub use self::script::{Answer, LineMatch, Script, Step};
 use crate::validate::{check_command, child_env};
 
 /// The exit code of a scripted process whose expectation about stdin failed. The failure is

@@ -224,6 +224,7 @@ pub(super) fn start(script: Script, run: Arc<RunShared>, limits: &Limits, policy
         rules: script.rules,
         reactions: script.reactions,
         unanswered: VecDeque::new(),
+        taken: None,
         eof: false,
         stdout: stdout_writer,
         stderr: stderr_writer,
@@ -270,6 +271,8 @@ struct Player {
     reactions: Vec<(i32, Vec<Step>)>,
     /// Stdin lines no rule answered, for `ExpectLine` and `WaitLine`.
     unanswered: VecDeque<String>,
+    /// The line the last `ExpectLine` or `WaitLine` took, for `Answer`.
+    taken: Option<String>,
     eof: bool,
     stdout: DuplexStream,
     stderr: DuplexStream,
@@ -316,17 +319,34 @@ impl Player {
                 None
             }
             Step::ExpectLine(matches) => match self.unanswered.pop_front() {
-                Some(line) if matches.matches(&line) => None,
+                Some(line) if matches.matches(&line) => {
+                    self.taken = Some(line);
+                    None
+                }
                 Some(line) => Some(self.fail(format!("expected {matches}, got {line:?}")).await),
                 None => self.wait_for_input(Step::ExpectLine(matches)).await,
             },
             Step::WaitLine(matches) => {
                 while let Some(line) = self.unanswered.pop_front() {
                     if matches.matches(&line) {
+                        self.taken = Some(line);
                         return None;
                     }
                 }
                 self.wait_for_input(Step::WaitLine(matches)).await
+            }
+            Step::Answer(answer) => {
+                let built = match &self.taken {
+                    Some(line) => answer.build(line),
+                    None => Err(format!("no line was taken before {answer:?}")),
+                };
+                match built {
+                    Ok(steps) => {
+                        self.run_first(steps);
+                        None
+                    }
+                    Err(failure) => Some(self.fail(failure).await),
+                }
             }
             Step::WaitEof => {
                 self.unanswered.clear();

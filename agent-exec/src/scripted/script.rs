@@ -1,8 +1,10 @@
-//! What a scripted process does: [`Script`], its [`Step`]s and [`LineMatch`]es.
+//! What a scripted process does: [`Script`], its [`Step`]s, [`LineMatch`]es and [`Answer`]s.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
+
+use super::rpc;
 
 /// Matches a line written to a scripted process's stdin (without its newline).
 ///
@@ -24,6 +26,21 @@ impl LineMatch {
     pub fn exact(expected: impl Into<String>) -> Self {
         let expected = expected.into();
         LineMatch::predicate(format!("equal to {expected:?}"), move |line| line == expected)
+    }
+
+    /// JSON-RPC requests of `method`: JSON object lines whose `method` is `method` and that have
+    /// an `id` (so notifications do not match).
+    pub fn request(method: impl Into<String>) -> Self {
+        let method = method.into();
+        LineMatch::predicate(format!("holding a {method:?} request"), move |line| rpc::is_request(line, &method))
+    }
+
+    /// JSON-RPC responses to the request with ID `id`: JSON object lines whose `id` is written
+    /// as `id` is displayed (`0`, or `"a"` for a string ID, as `serde_json::Value` displays
+    /// them) and that have no `method`.
+    pub fn response(id: impl fmt::Display) -> Self {
+        let id = id.to_string();
+        LineMatch::predicate(format!("holding the response to request {id}"), move |line| rpc::is_response(line, &id))
     }
 
     /// Any line.
@@ -83,6 +100,9 @@ pub enum Step {
     ExpectLine(LineMatch),
     /// Skips stdin lines until one matches; fails if stdin closes first.
     WaitLine(LineMatch),
+    /// Runs the steps built from the line the last `ExpectLine` or `WaitLine` took; fails if
+    /// none took a line yet, or the answer cannot be built from it.
+    Answer(Answer),
     /// Waits until stdin is closed, discarding unanswered lines.
     WaitEof,
     /// Exits with a code.
@@ -109,6 +129,51 @@ fn with_newline(line: String) -> Vec<u8> {
     let mut bytes = line.into_bytes();
     bytes.push(b'\n');
     bytes
+}
+
+/// Builds steps from a stdin line, or says why it cannot.
+type Build = Arc<dyn Fn(&str) -> Result<Vec<Step>, String> + Send + Sync>;
+
+/// Steps built from a stdin line that a script step took (see [`Step::Answer`]): made by
+/// [`Script::answer`], [`Script::respond`] and [`Script::respond_error`].
+#[derive(Clone)]
+pub struct Answer {
+    description: Arc<str>,
+    build: Build,
+}
+
+impl Answer {
+    /// Answers with the steps `build` returns for the line; `description` says what they are
+    /// in failure messages.
+    pub fn new(description: impl Into<String>, build: impl Fn(&str) -> Vec<Step> + Send + Sync + 'static) -> Self {
+        Answer::fallible(description, move |line| Ok(build(line)))
+    }
+
+    fn fallible(
+        description: impl Into<String>,
+        build: impl Fn(&str) -> Result<Vec<Step>, String> + Send + Sync + 'static,
+    ) -> Self {
+        Answer { description: description.into().into(), build: Arc::new(build) }
+    }
+
+    /// The JSON-RPC response to the request on the line: its `id`, and `field` holding `value`.
+    fn response(field: &'static str, value: impl fmt::Display) -> Self {
+        let value = value.to_string();
+        Answer::fallible(format!("{field} {value}"), move |line| {
+            rpc::response(line, field, &value).map(|response| vec![Step::stdout(response)])
+        })
+    }
+
+    /// The steps for `line`, or why there are none.
+    pub(super) fn build(&self, line: &str) -> Result<Vec<Step>, String> {
+        (self.build)(line)
+    }
+}
+
+impl fmt::Debug for Answer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Answer").field(&self.description).finish()
+    }
 }
 
 /// Answers a stdin line with steps.
@@ -175,6 +240,36 @@ impl Script {
         self.step(Step::WaitLine(matches.into()))
     }
 
+    /// Requires the next unanswered stdin line to be a JSON-RPC request of `method` (see
+    /// [`LineMatch::request`]).
+    pub fn expect_request(self, method: impl Into<String>) -> Self {
+        self.expect_line(LineMatch::request(method))
+    }
+
+    /// Skips stdin lines until a JSON-RPC request of `method` arrives.
+    pub fn wait_request(self, method: impl Into<String>) -> Self {
+        self.wait_line(LineMatch::request(method))
+    }
+
+    /// Runs the steps `answer` returns for the line the last `expect_line` or `wait_line` took.
+    /// The run fails if no line was taken before.
+    pub fn answer(self, answer: impl Fn(&str) -> Vec<Step> + Send + Sync + 'static) -> Self {
+        self.step(Step::Answer(Answer::new("an answer", answer)))
+    }
+
+    /// Answers the JSON-RPC request the last `expect_line` or `wait_line` took: writes
+    /// `{"id":<its id>,"result":<result>}`, so the script never guesses which ID the client
+    /// chose. `result` is JSON text (a `serde_json::Value` displays as such). The run fails if
+    /// no line was taken before or the line has no `id`.
+    pub fn respond(self, result: impl fmt::Display) -> Self {
+        self.step(Step::Answer(Answer::response("result", result)))
+    }
+
+    /// Like [`Script::respond`], with an error: writes `{"id":<its id>,"error":<error>}`.
+    pub fn respond_error(self, error: impl fmt::Display) -> Self {
+        self.step(Step::Answer(Answer::response("error", error)))
+    }
+
     /// Waits until stdin is closed.
     pub fn wait_eof(self) -> Self {
         self.step(Step::WaitEof)
@@ -211,6 +306,15 @@ impl Script {
     pub fn reply(self, matches: impl Into<LineMatch>, line: impl Into<String>) -> Self {
         let line = line.into();
         self.on_line(matches, move |_| vec![Step::stdout(line.clone())])
+    }
+
+    /// Answers every JSON-RPC request of `method` with `{"id":<its id>,"result":<result>}`, as
+    /// a rule (see [`Script::on_line`]). `result` is JSON text.
+    pub fn on_request(self, method: impl Into<String>, result: impl fmt::Display) -> Self {
+        let answer = Answer::response("result", result);
+        self.on_line(LineMatch::request(method), move |line| {
+            answer.build(line).expect("a line matching a request has an id")
+        })
     }
 
     /// Copies every stdin line to stdout, like `cat`.
