@@ -5,6 +5,7 @@ pub mod capabilities;
 pub mod error;
 pub mod event;
 pub mod exec;
+pub mod handler;
 mod harness;
 pub mod ids;
 pub mod options;

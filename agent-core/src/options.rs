@@ -424,6 +424,8 @@ pub struct SessionOptions {
     pub auth: AuthMode,
     /// Where the provider process runs; default the harness's exec.
     pub exec: Option<DynExec>,
+    /// Answers this session's requests as they come; default the harness's handler, if any.
+    pub request_handler: Option<crate::handler::DynRequestHandler>,
 }
 
 impl Default for SessionOptions {
@@ -454,6 +456,7 @@ impl Default for SessionOptions {
             reuse: Reuse::Never,
             auth: AuthMode::Subscription,
             exec: None,
+            request_handler: None,
         }
     }
 }
@@ -542,6 +545,8 @@ impl SessionOptions {
         auth(v: AuthMode) => |o| o.auth = v;
         /// Runs the provider process through this exec.
         exec(v: DynExec) => |o| o.exec = Some(v);
+        /// Answers this session's requests with `handler` (see [`crate::handler`]).
+        request_handler(v: impl Into<crate::handler::DynRequestHandler>) => |o| o.request_handler = Some(v.into());
     }
 
     /// The completed-turn cache size in effect.
@@ -720,6 +725,7 @@ impl fmt::Debug for SessionOptions {
             reuse,
             auth,
             exec,
+            request_handler,
         } = self;
         f.debug_struct("SessionOptions")
             .field("id", id)
@@ -747,6 +753,7 @@ impl fmt::Debug for SessionOptions {
             .field("reuse", reuse)
             .field("auth", auth)
             .field("exec", exec)
+            .field("request_handler", request_handler)
             .finish()
     }
 }

@@ -18,6 +18,7 @@ use tracing::Instrument;
 use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
 use crate::exec::{Child, Command as ExecCommand, DynExec, Exec, ExecError};
+use crate::handler::DynRequestHandler;
 use crate::ids::{ProviderId, SessionId, TurnId};
 use crate::options::{SessionOptions, StoreChoice, TurnOptions};
 use crate::provider::{DynProvider, require_capabilities};
@@ -54,6 +55,8 @@ struct Inner {
     call_timeout: Duration,
     /// Shared by every session's exec when `max_provider_processes` is set.
     process_limit: Option<(Arc<tokio::sync::Semaphore>, usize)>,
+    /// Answers the requests of sessions that have no handler of their own.
+    request_handler: Option<DynRequestHandler>,
     /// The stores of sessions started with their own store, so their history stays reachable
     /// after they stop. Weak: a store the caller dropped is not kept alive for this.
     session_stores: Mutex<HashMap<SessionId, Weak<dyn Store>>>,
@@ -96,6 +99,7 @@ pub struct HarnessBuilder {
     max_sessions: Option<usize>,
     max_provider_processes: Option<usize>,
     call_timeout: Option<Duration>,
+    request_handler: Option<DynRequestHandler>,
 }
 
 impl HarnessBuilder {
@@ -139,6 +143,14 @@ impl HarnessBuilder {
         self
     }
 
+    /// Answers the requests of every session that has no handler of its own (see
+    /// [`crate::handler`]): a closure from [`handler::from_fn`](crate::handler::from_fn) or a
+    /// [`RequestPolicy`](crate::handler::RequestPolicy).
+    pub fn request_handler(mut self, handler: impl Into<DynRequestHandler>) -> Self {
+        self.request_handler = Some(handler.into());
+        self
+    }
+
     /// Builds the harness.
     pub fn build(self) -> Result<Harness> {
         let store = match self.store {
@@ -179,6 +191,7 @@ impl HarnessBuilder {
                     .max_provider_processes
                     .map(|limit| (Arc::new(tokio::sync::Semaphore::new(limit)), limit)),
                 session_stores: Mutex::default(),
+                request_handler: self.request_handler,
             }),
         })
     }
@@ -311,6 +324,7 @@ impl Harness {
             store,
             exec,
             reservation,
+            request_handler: self.inner.request_handler.clone(),
             span: span.clone(),
         };
         tokio::spawn(startup.run(tx).instrument(span));

@@ -35,6 +35,8 @@ pub(crate) struct Startup {
     pub(crate) store: Option<DynStore>,
     pub(crate) exec: DynExec,
     pub(crate) reservation: Reservation,
+    /// The harness's request handler (the session's own wins).
+    pub(crate) request_handler: Option<crate::handler::DynRequestHandler>,
     pub(crate) span: Span,
 }
 
@@ -72,7 +74,8 @@ impl From<Error> for Abort {
 
 impl Startup {
     pub(crate) async fn run(self, mut caller: oneshot::Sender<Result<SessionRef>>) {
-        let Startup { session, options, provider, store, exec, reservation, span } = self;
+        let Startup { session, options, provider, store, exec, reservation, request_handler, span } = self;
+        let request_handler = options.request_handler.clone().or(request_handler);
         let id = session.id.clone();
         let finalize_timeout = options.startup_finalization_timeout;
 
@@ -131,8 +134,18 @@ impl Startup {
             Ok(opened) => match refuse_opened(&session, &plan, &opened, lost) {
                 Some(error) => Some((error, Some(opened.session))),
                 None => {
-                    let startup =
-                        Opening { session, options, provider, store, reservation, span, plan, early, sink_rx };
+                    let startup = Opening {
+                        session,
+                        options,
+                        provider,
+                        store,
+                        reservation,
+                        span,
+                        plan,
+                        early,
+                        sink_rx,
+                        request_handler,
+                    };
                     return startup.finish(opened, caller).await;
                 }
             },
@@ -192,11 +205,13 @@ struct Opening {
     plan: Plan,
     early: Vec<ProviderMessage>,
     sink_rx: mpsc::Receiver<ProviderMessage>,
+    request_handler: Option<crate::handler::DynRequestHandler>,
 }
 
 impl Opening {
     async fn finish(self, opened: Opened, caller: oneshot::Sender<Result<SessionRef>>) {
-        let Opening { session, options, provider, store, reservation, span, plan, early, sink_rx } = self;
+        let Opening { session, options, provider, store, reservation, span, plan, early, sink_rx, request_handler } =
+            self;
         let id = session.id.clone();
         let Opened { session: runtime, provider_session_id, capabilities, .. } = opened;
         let capabilities = capabilities.unwrap_or_else(|| provider.capabilities(&options));
@@ -339,6 +354,7 @@ impl Opening {
             snapshot,
             initial_events: journal.events,
             early_messages: early,
+            request_handler,
             commands: commands_rx,
             sink: sink_rx,
             exit: exit_tx,

@@ -6,6 +6,7 @@ mod common;
 mod awaiting;
 mod cancel;
 mod events;
+mod handlers;
 mod inactivity;
 mod lag;
 mod requests;

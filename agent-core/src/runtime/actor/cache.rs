@@ -1,0 +1,116 @@
+//! The turn cache: finished turns kept for `await_turn`, the waiters of unfinished ones, and
+//! every turn ID the session used.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use crate::event::Event;
+use crate::ids::TurnId;
+use crate::options::CacheSize;
+use crate::turn::Turn;
+
+struct CompletedTurn {
+    turn: Turn,
+    terminal: Arc<Event>,
+}
+
+/// What the cache knows of a turn that is not the current one.
+pub(super) enum Finished {
+    /// Its terminal event is published.
+    Published(Arc<Event>),
+    /// It ended but its terminal event waits for its batch to commit.
+    Unpublished,
+    /// Not in the cache.
+    Unknown,
+}
+
+pub(super) struct TurnCache {
+    completed: HashMap<TurnId, CompletedTurn>,
+    order: VecDeque<TurnId>,
+    limit: CacheSize,
+    /// Set once a turn was evicted: a store-less session can no longer tell "never existed"
+    /// from "forgotten".
+    pruned: bool,
+    /// Every turn ID the session used, so a caller-chosen ID is never reused even after the
+    /// turn left the cache and the session has no store to ask.
+    used: HashSet<TurnId>,
+    waiters: HashMap<TurnId, Vec<oneshot::Sender<Arc<Event>>>>,
+}
+
+impl TurnCache {
+    pub(super) fn new(limit: CacheSize) -> Self {
+        TurnCache {
+            completed: HashMap::new(),
+            order: VecDeque::new(),
+            limit,
+            pruned: false,
+            used: HashSet::new(),
+            waiters: HashMap::new(),
+        }
+    }
+
+    pub(super) fn pruned(&self) -> bool {
+        self.pruned
+    }
+
+    /// Records that the session uses `turn`; `false` when it used it before.
+    pub(super) fn use_id(&mut self, turn: &TurnId) -> bool {
+        self.used.insert(turn.clone())
+    }
+
+    pub(super) fn used(&self, turn: &TurnId) -> bool {
+        self.used.contains(turn)
+    }
+
+    /// Keeps a turn that just finished with `terminal` (sequenced, maybe not yet published).
+    pub(super) fn insert(&mut self, turn: Turn, terminal: Arc<Event>) {
+        self.order.push_back(turn.id.clone());
+        self.completed.insert(turn.id.clone(), CompletedTurn { turn, terminal });
+    }
+
+    pub(super) fn finished(&self, turn: &TurnId, published_seq: u64) -> Finished {
+        match self.completed.get(turn) {
+            Some(done) if done.terminal.seq <= published_seq => Finished::Published(Arc::clone(&done.terminal)),
+            Some(_) => Finished::Unpublished,
+            None => Finished::Unknown,
+        }
+    }
+
+    /// A receiver of `turn`'s terminal event, once published.
+    pub(super) fn waiter(&mut self, turn: TurnId) -> oneshot::Receiver<Arc<Event>> {
+        let (tx, rx) = oneshot::channel();
+        self.waiters.entry(turn).or_default().push(tx);
+        rx
+    }
+
+    /// Wakes the waiters of a published terminal event.
+    pub(super) fn notify(&mut self, terminal: &Arc<Event>) {
+        if let Some(turn) = &terminal.turn_id {
+            for waiter in self.waiters.remove(turn).unwrap_or_default() {
+                let _ = waiter.send(Arc::clone(terminal));
+            }
+        }
+    }
+
+    /// Drops the oldest finished turns beyond the limit whose terminal events are published;
+    /// returns their IDs (their requests go with them).
+    pub(super) fn evict(&mut self, published_seq: u64) -> Vec<TurnId> {
+        let CacheSize::Bounded(limit) = self.limit else { return Vec::new() };
+        let mut evicted = Vec::new();
+        while self.order.len() > limit {
+            let Some(oldest) = self.order.front() else { break };
+            if self.completed.get(oldest).is_some_and(|c| c.terminal.seq > published_seq) {
+                break;
+            }
+            let oldest = self.order.pop_front().expect("front exists");
+            if let Some(done) = self.completed.remove(&oldest) {
+                tracing::trace!(turn_id = %done.turn.id, "completed turn evicted from the cache");
+            }
+            self.pruned = true;
+            evicted.push(oldest);
+        }
+        evicted
+    }
+}

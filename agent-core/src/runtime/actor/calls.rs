@@ -1,0 +1,213 @@
+//! Slow work the actor hands to short-lived tasks: provider calls (admission, responses,
+//! cancellation, steering), request deadlines and request handlers. Each runs bounded by its
+//! deadline and comes back to the actor as a [`Done`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::sync::oneshot;
+use tokio::task::{AbortHandle, JoinHandle, JoinSet};
+use tracing::{Instrument, Span};
+
+use crate::error::{Error, Result};
+use crate::handler::DynRequestHandler;
+use crate::ids::{RequestId, TurnId};
+use crate::provider::{Admission, ProviderSession, TurnStart};
+use crate::request::{Request, Response};
+use crate::turn::TurnInput;
+
+/// A finished piece of work.
+pub(super) enum Done {
+    Admitted {
+        turn: TurnId,
+        generation: u64,
+        result: Result<Admission>,
+    },
+    Responded {
+        request: RequestId,
+        result: Result<()>,
+    },
+    Cancelled {
+        turn: TurnId,
+        result: Result<()>,
+    },
+    Steered {
+        id: u64,
+        turn: TurnId,
+        result: Result<()>,
+    },
+    RequestDeadline {
+        request: RequestId,
+    },
+    /// A request handler answered (`Ok(None)`: it left the request to the caller), or failed.
+    Handled {
+        request: RequestId,
+        result: std::result::Result<Option<Response>, String>,
+    },
+}
+
+pub(super) struct Calls {
+    provider: Arc<dyn ProviderSession>,
+    tasks: JoinSet<Done>,
+    /// The admission of the current turn, apart from the rest: a transport loss aborts the
+    /// others but waits for this one, whose outcome decides how the turn is told.
+    admission: Option<JoinHandle<(TurnId, u64, Result<Admission>)>>,
+    /// Callers of the steers in flight, by steer.
+    steering: HashMap<u64, oneshot::Sender<Result<()>>>,
+    steer_id: u64,
+}
+
+impl Calls {
+    pub(super) fn new(provider: Arc<dyn ProviderSession>) -> Self {
+        Calls { provider, tasks: JoinSet::new(), admission: None, steering: HashMap::new(), steer_id: 0 }
+    }
+
+    pub(super) fn provider(&self) -> &Arc<dyn ProviderSession> {
+        &self.provider
+    }
+
+    pub(super) fn admit(&mut self, start: TurnStart, generation: u64, timeout: Duration, span: Span) {
+        let provider = Arc::clone(&self.provider);
+        let turn = start.id().clone();
+        self.admission = Some(tokio::spawn(
+            async move {
+                let result = bounded("turn admission", timeout, provider.start_turn(start)).await;
+                (turn, generation, result)
+            }
+            .instrument(span),
+        ));
+    }
+
+    pub(super) fn is_admitting(&self) -> bool {
+        self.admission.is_some()
+    }
+
+    pub(super) fn abort_admission(&mut self) {
+        if let Some(admission) = self.admission.take() {
+            admission.abort();
+        }
+    }
+
+    pub(super) fn respond(&mut self, request: Request, response: Response, timeout: Duration, parent: &Span) {
+        let provider = Arc::clone(&self.provider);
+        let span = tracing::info_span!(
+            parent: parent,
+            "provider_command",
+            command = "respond",
+            request_id = %request.id,
+            kind = %request.kind,
+            action = %response.action(),
+        );
+        self.tasks.spawn(
+            async move {
+                let result = bounded("respond", timeout, provider.respond(&request, &response)).await;
+                Done::Responded { request: request.id, result }
+            }
+            .instrument(span),
+        );
+    }
+
+    pub(super) fn cancel(&mut self, turn: TurnId, timeout: Duration, parent: &Span) {
+        let provider = Arc::clone(&self.provider);
+        let span = tracing::info_span!(parent: parent, "provider_command", command = "cancel", turn_id = %turn);
+        self.tasks.spawn(
+            async move {
+                let result = bounded("cancel", timeout, provider.cancel(&turn)).await;
+                Done::Cancelled { turn, result }
+            }
+            .instrument(span),
+        );
+    }
+
+    pub(super) fn steer(
+        &mut self,
+        turn: TurnId,
+        input: TurnInput,
+        reply: oneshot::Sender<Result<()>>,
+        timeout: Duration,
+        parent: &Span,
+    ) {
+        let provider = Arc::clone(&self.provider);
+        let span = tracing::info_span!(parent: parent, "provider_command", command = "steer");
+        self.steer_id += 1;
+        let id = self.steer_id;
+        self.steering.insert(id, reply);
+        self.tasks.spawn(
+            async move {
+                let result = bounded("steer", timeout, provider.steer(&turn, &input)).await;
+                Done::Steered { id, turn, result }
+            }
+            .instrument(span),
+        );
+    }
+
+    /// The caller of a finished steer.
+    pub(super) fn steer_reply(&mut self, id: u64) -> Option<oneshot::Sender<Result<()>>> {
+        self.steering.remove(&id)
+    }
+
+    /// Schedules a request's deadline.
+    pub(super) fn deadline(&mut self, request: RequestId, timeout: Duration) -> AbortHandle {
+        self.tasks.spawn(async move {
+            tokio::time::sleep(timeout).await;
+            Done::RequestDeadline { request }
+        })
+    }
+
+    /// Asks the request handler, bounded by `timeout`; a panic or the deadline is a failure.
+    pub(super) fn handle(&mut self, handler: DynRequestHandler, request: Request, timeout: Duration, parent: &Span) {
+        let span = tracing::info_span!(parent: parent, "request_handler", request_id = %request.id);
+        self.tasks.spawn(
+            async move {
+                let call = std::panic::AssertUnwindSafe(tokio::time::timeout(timeout, handler.handle(&request)));
+                let result = match call.catch_unwind().await {
+                    Ok(Ok(answer)) => Ok(answer),
+                    Ok(Err(_)) => Err(format!("the request handler did not answer within {timeout:?}")),
+                    Err(_) => Err("the request handler panicked".to_owned()),
+                };
+                Done::Handled { request: request.id, result }
+            }
+            .instrument(span),
+        );
+    }
+
+    /// True while any work runs.
+    pub(super) fn is_busy(&self) -> bool {
+        self.admission.is_some() || !self.tasks.is_empty()
+    }
+
+    /// The next finished piece of work (guard with [`Calls::is_busy`]), the admission first;
+    /// `None` for an aborted task.
+    pub(super) async fn next(&mut self) -> Option<Done> {
+        tokio::select! {
+            biased;
+            admitted = async { self.admission.as_mut().expect("guarded").await }, if self.admission.is_some() => {
+                self.admission = None;
+                admitted.ok().map(|(turn, generation, result)| Done::Admitted { turn, generation, result })
+            }
+            Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => done.ok(),
+        }
+    }
+
+    /// Aborts every task but the admission; the steers they were running, to answer.
+    pub(super) fn abort_all(&mut self) -> Vec<oneshot::Sender<Result<()>>> {
+        self.tasks.abort_all();
+        self.steering.drain().map(|(_, reply)| reply).collect()
+    }
+}
+
+/// Runs a provider call under a deadline; a missed deadline is an uncertain outcome.
+/// A panic inside the provider is an uncertain outcome too.
+pub(super) async fn bounded<T>(
+    operation: &'static str,
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    match std::panic::AssertUnwindSafe(tokio::time::timeout(timeout, call)).catch_unwind().await {
+        Ok(Ok(result)) => result,
+        Ok(Err(_)) => Err(Error::Timeout { operation, timeout }),
+        Err(_) => Err(Error::ProviderPanicked { operation }),
+    }
+}

@@ -1,0 +1,408 @@
+//! The journal: a session's events from sequencing to delivery.
+//!
+//! It assigns `seq`, gathers events and records into the pending [`WriteBatch`], writes one
+//! batch at a time (so a slow store groups writes naturally), publishes an event — to the replay
+//! ring and the live channel — only once the batch holding it committed, and serves replays
+//! from the ring. It calls nothing back: it returns what the actor must act on (actions that
+//! waited for a commit, a store failure, the terminal events it published).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+use tracing::{Instrument, Span};
+
+use crate::error::{Error, Result};
+use crate::event::{Event, EventKind, RawJson, SCHEMA_VERSION};
+use crate::ids::{EventId, TurnId};
+use crate::request::Request;
+use crate::runtime::subscription::Grant;
+use crate::runtime::write_batch;
+use crate::session::{Durability, ExitReason, SessionRef, SessionSnapshot};
+use crate::store::{DynStore, StoreError, WriteBatch};
+use crate::time::Timestamp;
+use crate::turn::Turn;
+
+/// What waits for a batch to commit.
+pub(super) enum AfterCommit {
+    /// A reply that promises durability. It gets `Err` only when the batch failed and the
+    /// session stops over it (`StoreFailurePolicy::Stop`); under `Degrade` the session goes on
+    /// live-only and the command did take effect.
+    Reply(Box<dyn FnOnce(Result<()>) + Send>),
+    /// Provider admission of a turn, which must not start before the turn is checkpointed.
+    Admit { turn: TurnId, generation: u64 },
+}
+
+/// A finished batch write: the batch (handed back even when the store panicked), the actions
+/// that waited for it, and the store's answer.
+pub(super) type Flushed = (WriteBatch, Vec<AfterCommit>, std::result::Result<(), StoreError>);
+
+/// A store write that failed: the session now runs without a store.
+pub(super) struct StoreFailure {
+    pub(super) error: StoreError,
+    /// Every action that waited for a commit that will not come.
+    pub(super) actions: Vec<AfterCommit>,
+}
+
+pub(super) struct Journal {
+    session: SessionRef,
+    /// Prefix of this session's event IDs (see [`EventId::in_sequence`]).
+    event_prefix: String,
+    /// The time of the current wake-up, shared by the events it sequences.
+    clock: Option<Timestamp>,
+    next_seq: u64,
+    published_seq: u64,
+    store: Option<DynStore>,
+    /// The store the session was started with, even when it degraded.
+    home_store: Option<DynStore>,
+    durability: Durability,
+    pending: WriteBatch,
+    after_commit: Vec<AfterCommit>,
+    flush: Option<JoinHandle<Flushed>>,
+    ring: VecDeque<Arc<Event>>,
+    ring_capacity: usize,
+    /// The turn and seq of the last turn event that left the ring: that turn's events up to the
+    /// seq are gone from the ring (turns run one after another, so only the oldest turn in the
+    /// ring can have lost some).
+    last_evicted: Option<(TurnId, u64)>,
+    /// Live delivery to subscribers; created by the first subscription and dropped when the last
+    /// one is gone, so an unwatched session holds no channel and spends nothing per event on it.
+    live: Option<broadcast::Sender<Arc<Event>>>,
+    /// Terminal events published since the actor last asked (they wake waiters).
+    terminals: Vec<Arc<Event>>,
+    span: Span,
+}
+
+impl Journal {
+    pub(super) fn new(
+        session: SessionRef,
+        store: Option<DynStore>,
+        home_store: Option<DynStore>,
+        durability: Durability,
+        ring_capacity: usize,
+        span: Span,
+    ) -> Self {
+        Journal {
+            pending: WriteBatch::new(session.id.clone()),
+            session,
+            event_prefix: EventId::generate().to_string(),
+            clock: None,
+            next_seq: 1,
+            published_seq: 0,
+            store,
+            home_store,
+            durability,
+            after_commit: Vec::new(),
+            flush: None,
+            ring: VecDeque::new(),
+            ring_capacity,
+            last_evicted: None,
+            live: None,
+            terminals: Vec::new(),
+            span,
+        }
+    }
+
+    /// Takes over the events the startup committed.
+    pub(super) fn restore(&mut self, events: Vec<Arc<Event>>) {
+        for event in events {
+            self.next_seq = event.seq + 1;
+            self.publish(event);
+        }
+        self.terminals.clear();
+    }
+
+    /// A new actor wake-up: events sequenced from now share a new timestamp.
+    pub(super) fn wake(&mut self) {
+        self.clock = None;
+    }
+
+    pub(super) fn published_seq(&self) -> u64 {
+        self.published_seq
+    }
+
+    pub(super) fn durability(&self) -> &Durability {
+        &self.durability
+    }
+
+    /// The store events are committed to (`None` when disabled or degraded).
+    pub(super) fn store(&self) -> Option<&DynStore> {
+        self.store.as_ref()
+    }
+
+    /// Sequences an event. With a store it is published after its batch commits; without one,
+    /// at once.
+    pub(super) fn emit(&mut self, turn: Option<TurnId>, kind: EventKind, raw: Option<RawJson>) -> Arc<Event> {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let at = *self.clock.get_or_insert_with(Timestamp::now);
+        let event = Arc::new(Event {
+            schema_version: SCHEMA_VERSION,
+            id: EventId::in_sequence(&self.event_prefix, seq),
+            seq,
+            session_id: self.session.id.clone(),
+            turn_id: turn,
+            provider: self.session.provider.clone(),
+            at,
+            kind,
+            raw,
+        });
+        if self.store.is_some() {
+            self.pending.events.push(Arc::clone(&event));
+        } else {
+            self.publish(Arc::clone(&event));
+        }
+        event
+    }
+
+    fn publish(&mut self, event: Arc<Event>) {
+        self.published_seq = event.seq;
+        if self.ring.len() == self.ring_capacity
+            && let Some(evicted) = self.ring.pop_front()
+            && let Some(turn) = &evicted.turn_id
+        {
+            match &mut self.last_evicted {
+                // The common case, a long turn: no ID clone per eviction.
+                Some((last, seq)) if last == turn => *seq = evicted.seq,
+                last => *last = Some((turn.clone(), evicted.seq)),
+            }
+        }
+        self.ring.push_back(Arc::clone(&event));
+        if event.is_terminal() {
+            self.terminals.push(Arc::clone(&event));
+        }
+        if let Some(live) = &self.live
+            && live.send(event).is_err()
+        {
+            // Every subscription is gone.
+            self.live = None;
+        }
+    }
+
+    /// The terminal events published since the last call.
+    pub(super) fn take_terminals(&mut self) -> Vec<Arc<Event>> {
+        std::mem::take(&mut self.terminals)
+    }
+
+    pub(super) fn record_turn(&mut self, turn: &Turn) {
+        if self.store.is_some() {
+            self.pending.turns.push(turn.clone());
+        }
+    }
+
+    pub(super) fn record_request(&mut self, request: &Request) {
+        if self.store.is_some() {
+            self.pending.requests.push(request.clone());
+        }
+    }
+
+    pub(super) fn record_snapshot(&mut self, snapshot: &SessionSnapshot) {
+        if self.store.is_some() {
+            self.pending.snapshot = Some(snapshot.clone());
+        }
+    }
+
+    /// Queues `action` for the next commit, or hands it back when there is no store to wait for.
+    pub(super) fn after_commit(&mut self, action: AfterCommit) -> Option<AfterCommit> {
+        if self.store.is_some() {
+            self.after_commit.push(action);
+            None
+        } else {
+            Some(action)
+        }
+    }
+
+    /// Starts writing the pending batch if no write is in flight. Returns the actions that need
+    /// no write (no store, or nothing pending).
+    pub(super) fn start_flush(&mut self) -> Vec<AfterCommit> {
+        if self.flush.is_some() {
+            return Vec::new();
+        }
+        let Some(store) = self.store.clone().filter(|_| !self.pending.is_empty()) else {
+            return std::mem::take(&mut self.after_commit);
+        };
+        let batch = std::mem::replace(&mut self.pending, WriteBatch::new(self.session.id.clone()));
+        let actions = std::mem::take(&mut self.after_commit);
+        let span = tracing::debug_span!(parent: &self.span, "store_write", events = batch.events.len());
+        self.flush = Some(tokio::spawn(
+            async move {
+                // A panicking store is a failed write, not a lost batch.
+                let result = write_batch(&store, &batch).await;
+                (batch, actions, result)
+            }
+            .instrument(span),
+        ));
+        Vec::new()
+    }
+
+    pub(super) fn is_flushing(&self) -> bool {
+        self.flush.is_some()
+    }
+
+    /// Waits for the write in flight (guard with [`Journal::is_flushing`]).
+    pub(super) async fn flushed(&mut self) -> Flushed {
+        let handle = self.flush.as_mut().expect("guarded by is_flushing");
+        let done = match handle.await {
+            Ok(done) => done,
+            // The write task catches panics and is never aborted, so this is the Tokio runtime
+            // shutting down under the session: nothing is left to publish to.
+            Err(_) => {
+                (WriteBatch::default(), Vec::new(), Err(StoreError::Backend("the store write was cancelled".into())))
+            }
+        };
+        self.flush = None;
+        done
+    }
+
+    /// Publishes a committed batch and returns the actions that waited for it; a failed write
+    /// degrades the journal to live-only: the batch's and every later event are still published.
+    pub(super) fn on_flushed(&mut self, flushed: Flushed) -> std::result::Result<Vec<AfterCommit>, StoreFailure> {
+        let (batch, actions, result) = flushed;
+        if let Err(error) = result {
+            self.store = None;
+            self.durability = Durability::Degraded { reason: error.to_string(), at: Timestamp::now() };
+            let later = std::mem::replace(&mut self.pending, WriteBatch::new(self.session.id.clone()));
+            for event in batch.events.into_iter().chain(later.events) {
+                self.publish(event);
+            }
+            let actions = actions.into_iter().chain(std::mem::take(&mut self.after_commit)).collect();
+            return Err(StoreFailure { error, actions });
+        }
+        for event in batch.events {
+            self.publish(event);
+        }
+        Ok(actions)
+    }
+
+    /// Offers the final snapshot to the store of a session that degraded, so that its stored
+    /// snapshot never reads back as running (its history there stays incomplete, and the
+    /// snapshot says so in `durability`).
+    pub(super) async fn offer_final_snapshot(&mut self, snapshot: &SessionSnapshot, timeout: std::time::Duration) {
+        let (None, Some(home)) = (&self.store, &self.home_store) else { return };
+        let mut batch = WriteBatch::new(self.session.id.clone());
+        batch.snapshot = Some(snapshot.clone());
+        match tokio::time::timeout(timeout, write_batch(home, &batch)).await {
+            Ok(Ok(())) => tracing::debug!("final snapshot of a degraded session stored"),
+            Ok(Err(error)) => tracing::warn!(%error, "the final snapshot could not be stored"),
+            Err(_) => tracing::warn!(?timeout, "storing the final snapshot timed out"),
+        }
+    }
+
+    // ----- replay --------------------------------------------------------------------------
+
+    /// A finished turn's terminal event, if the ring still holds it.
+    pub(super) fn ring_terminal(&self, turn: &TurnId) -> Option<&Arc<Event>> {
+        self.ring.iter().rev().find(|e| e.is_terminal() && e.turn_id.as_ref() == Some(turn))
+    }
+
+    /// A replay-only grant for a turn that finished with `terminal_seq`.
+    pub(super) fn grant_finished(
+        &self,
+        turn: Option<&TurnId>,
+        after: Option<u64>,
+        exact: bool,
+        terminal_seq: u64,
+        for_stream: bool,
+        exit: watch::Receiver<Option<ExitReason>>,
+    ) -> Result<Grant> {
+        // Nothing of the finished turn lies after the cursor: an empty subscription, or for a
+        // stream (which must end with the terminal event) `ReplayUnavailable`.
+        let Some(after) = after.filter(|&after| after < terminal_seq) else {
+            if for_stream {
+                return Err(Error::ReplayUnavailable {
+                    reason: format!(
+                        "the turn already finished; its terminal event (seq {terminal_seq}) is not after the cursor"
+                    ),
+                });
+            }
+            return Ok(Grant::empty(self.published_seq, exit));
+        };
+        let buffered = self.buffered(after, terminal_seq, turn);
+        let store_replay = match &self.store {
+            Some(store) if !self.ring_covers(after) => Some((Arc::clone(store), terminal_seq)),
+            _ => None,
+        };
+        if store_replay.is_none() {
+            if !buffered.iter().any(|e| e.seq == terminal_seq) {
+                return Err(Error::ReplayUnavailable {
+                    reason: format!(
+                        "the turn's terminal event (seq {terminal_seq}) is no longer buffered and the session has no store"
+                    ),
+                });
+            }
+            self.check_retained(turn, after, exact)?;
+        }
+        Ok(Grant { rx: None, live_from: terminal_seq, store_replay, buffered, store: None, exit })
+    }
+
+    /// A grant that replays from `after` (if any) and then follows live events.
+    pub(super) fn grant_live(
+        &mut self,
+        turn: Option<&TurnId>,
+        after: Option<u64>,
+        exact: bool,
+        exit: watch::Receiver<Option<ExitReason>>,
+    ) -> Result<Grant> {
+        let (buffered, store_replay) = match after {
+            None => (Vec::new(), None),
+            Some(after) => {
+                let store_replay = match &self.store {
+                    Some(store) if !self.ring_covers(after) => Some((Arc::clone(store), self.published_seq)),
+                    _ => None,
+                };
+                if store_replay.is_none() {
+                    self.check_retained(turn, after, exact)?;
+                }
+                (self.buffered(after, self.published_seq, turn), store_replay)
+            }
+        };
+        // Sized like the replay buffer: a subscriber that falls further behind catches up from
+        // the store, or without one gets `Lagged`.
+        let capacity = self.ring_capacity;
+        let rx = self.live.get_or_insert_with(|| broadcast::channel(capacity).0).subscribe();
+        let store = self.store.clone();
+        Ok(Grant { rx: Some(rx), live_from: self.published_seq, store_replay, buffered, store, exit })
+    }
+
+    /// With no store to replay from, an exact cursor must find every event it asks for in the
+    /// ring: a gap is an error, never silent.
+    fn check_retained(&self, turn: Option<&TurnId>, after: u64, exact: bool) -> Result<()> {
+        if !exact || self.ring_covers(after) {
+            return Ok(());
+        }
+        // Only the oldest turn in the ring can have lost events to eviction.
+        let lost = match (turn, &self.last_evicted) {
+            (None, _) => true,
+            (Some(turn), Some((evicted, seq))) => evicted == turn && *seq > after,
+            (Some(_), None) => false,
+        };
+        if !lost {
+            return Ok(());
+        }
+        let first = self.ring.front().map_or(self.published_seq + 1, |e| e.seq);
+        Err(Error::ReplayUnavailable {
+            reason: format!(
+                "events after seq {after} are no longer buffered (the buffer starts at seq {first}) and the session has no store"
+            ),
+        })
+    }
+
+    /// Whether the ring holds every published event after `after`.
+    fn ring_covers(&self, after: u64) -> bool {
+        match self.ring.front() {
+            Some(first) => first.seq <= after + 1,
+            None => after >= self.published_seq,
+        }
+    }
+
+    fn buffered(&self, after: u64, upto: u64, turn: Option<&TurnId>) -> Vec<Arc<Event>> {
+        let start = self.ring.partition_point(|e| e.seq <= after);
+        self.ring
+            .range(start..)
+            .take_while(|e| e.seq <= upto)
+            .filter(|e| turn.is_none_or(|t| e.turn_id.as_ref() == Some(t)))
+            .cloned()
+            .collect()
+    }
+}

@@ -1,0 +1,202 @@
+//! The request ledger: the session's requests, the one claim each may hold while a response is
+//! delivered, and their deadlines. It decides what a delivery's result means for the request
+//! and returns that decision; the actor records, emits and replies.
+
+use std::collections::HashMap;
+
+use tokio::sync::oneshot;
+use tokio::task::AbortHandle;
+use tracing::Span;
+
+use crate::error::{Error, Result};
+use crate::event::ExpiryReason;
+use crate::ids::{RequestId, SessionId, TurnId};
+use crate::request::{ProviderRef, Request, RequestStatus, Response};
+
+/// Who answered a request.
+pub(super) enum Origin {
+    /// `Harness::respond`, waiting for the outcome.
+    Caller(oneshot::Sender<Result<()>>),
+    /// The session's request handler.
+    Handler,
+    /// The runtime's own deny after the request's deadline.
+    Deadline,
+}
+
+struct Claim {
+    response: Response,
+    origin: Origin,
+}
+
+struct Entry {
+    request: Request,
+    claim: Option<Claim>,
+    deadline: Option<AbortHandle>,
+    /// Open from creation until the request is resolved or expires.
+    span: Option<Span>,
+}
+
+/// What a delivery's result means.
+pub(super) enum Settled {
+    /// Delivered: the request is resolved (`request` updated, `response` as recorded).
+    Resolved { request: Box<Request>, response: Response, origin: Origin },
+    /// The runtime's deadline denial was delivered (or definitely refused): expire the request.
+    DeadlineExpired,
+    /// Delivered, but the request had already expired or its turn ended.
+    Late { origin: Origin },
+    /// The provider definitely refused the response; the claim is released.
+    Refused { error: Error, origin: Origin },
+    /// The outcome is unknown: the session retires.
+    Uncertain { error: Error, origin: Origin },
+}
+
+#[derive(Default)]
+pub(super) struct Ledger {
+    entries: HashMap<RequestId, Entry>,
+    /// Pending requests by the provider's reference, for the provider's own resolutions.
+    by_ref: HashMap<ProviderRef, RequestId>,
+}
+
+impl Ledger {
+    pub(super) fn insert(&mut self, request: Request, deadline: Option<AbortHandle>, span: Span) {
+        self.by_ref.insert(request.provider_ref.clone(), request.id.clone());
+        let entry = Entry { request, claim: None, deadline, span: Some(span) };
+        self.entries.insert(entry.request.id.clone(), entry);
+    }
+
+    /// The pending requests, oldest first.
+    pub(super) fn pending(&self) -> Vec<Request> {
+        let mut pending: Vec<Request> = self
+            .entries
+            .values()
+            .filter(|e| e.request.status == RequestStatus::Pending)
+            .map(|e| e.request.clone())
+            .collect();
+        pending.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+        pending
+    }
+
+    /// The IDs of `turn`'s pending requests, oldest first.
+    pub(super) fn pending_of(&self, turn: &TurnId) -> Vec<RequestId> {
+        self.pending().into_iter().filter(|r| &r.turn_id == turn).map(|r| r.id).collect()
+    }
+
+    pub(super) fn has_pending(&self, turn: &TurnId) -> bool {
+        self.entries.values().any(|e| &e.request.turn_id == turn && e.request.status == RequestStatus::Pending)
+    }
+
+    /// Checks that `response` may claim `request_id` now; the request to deliver it to.
+    pub(super) fn check(&self, session: &SessionId, request_id: &RequestId, response: &Response) -> Result<Request> {
+        let Some(entry) = self.entries.get(request_id) else {
+            return Err(Error::RequestNotFound { session_id: session.clone(), request_id: request_id.clone() });
+        };
+        match entry.request.status {
+            RequestStatus::Resolved => Err(Error::AlreadyResolved { request_id: request_id.clone() }),
+            RequestStatus::Expired => Err(Error::RequestExpired { request_id: request_id.clone() }),
+            RequestStatus::Pending if entry.claim.is_some() => {
+                Err(Error::ResponseInProgress { request_id: request_id.clone() })
+            }
+            RequestStatus::Pending => response.validate_for(&entry.request).map(|()| entry.request.clone()),
+        }
+    }
+
+    /// Claims a request [`check`](Ledger::check) allowed: at most one delivery at a time.
+    pub(super) fn claim(&mut self, request_id: &RequestId, response: Response, origin: Origin) {
+        if let Some(entry) = self.entries.get_mut(request_id) {
+            entry.claim = Some(Claim { response, origin });
+        }
+    }
+
+    /// True when `request_id` is pending and nobody is answering it.
+    pub(super) fn is_open(&self, request_id: &RequestId) -> bool {
+        self.entries.get(request_id).is_some_and(|e| e.request.status == RequestStatus::Pending && e.claim.is_none())
+    }
+
+    pub(super) fn request(&self, request_id: &RequestId) -> Option<&Request> {
+        self.entries.get(request_id).map(|e| &e.request)
+    }
+
+    /// A deadline passed: nothing more to abort for it.
+    pub(super) fn deadline_passed(&mut self, request_id: &RequestId) {
+        if let Some(entry) = self.entries.get_mut(request_id) {
+            entry.deadline = None;
+        }
+    }
+
+    /// What the provider's answer to a claimed response means; `turn_live` says whether the
+    /// request's turn is still the running one.
+    pub(super) fn settle(&mut self, request_id: &RequestId, result: Result<()>, turn_live: bool) -> Option<Settled> {
+        let entry = self.entries.get_mut(request_id)?;
+        let claim = entry.claim.take()?;
+        let live = entry.request.status == RequestStatus::Pending && turn_live;
+        Some(match result {
+            Ok(()) if !live => Settled::Late { origin: claim.origin },
+            Ok(()) if matches!(claim.origin, Origin::Deadline) => Settled::DeadlineExpired,
+            Ok(()) => {
+                if let Some(deadline) = entry.deadline.take() {
+                    deadline.abort();
+                }
+                // Answers to masked questions reach the provider but are never recorded.
+                let recorded =
+                    if entry.request.has_secret_question() { claim.response.redacted() } else { claim.response };
+                entry.request.status = RequestStatus::Resolved;
+                entry.request.response = Some(recorded.clone());
+                self.by_ref.remove(&entry.request.provider_ref);
+                if let Some(span) = entry.span.take() {
+                    span.in_scope(|| tracing::debug!(action = %recorded.action(), "request resolved"));
+                }
+                Settled::Resolved { request: Box::new(entry.request.clone()), response: recorded, origin: claim.origin }
+            }
+            Err(error) if error.is_definite() && matches!(claim.origin, Origin::Deadline) => {
+                tracing::warn!(%error, "provider refused the deadline denial; expiring the request locally");
+                Settled::DeadlineExpired
+            }
+            Err(error) if error.is_definite() => Settled::Refused { error, origin: claim.origin },
+            Err(error) => Settled::Uncertain { error, origin: claim.origin },
+        })
+    }
+
+    /// Expires a pending request; the updated request, to record and announce.
+    pub(super) fn expire(&mut self, request_id: &RequestId, reason: ExpiryReason) -> Option<Request> {
+        let entry = self.entries.get_mut(request_id)?;
+        if entry.request.status != RequestStatus::Pending {
+            return None;
+        }
+        if let Some(deadline) = entry.deadline.take() {
+            deadline.abort();
+        }
+        entry.request.status = RequestStatus::Expired;
+        self.by_ref.remove(&entry.request.provider_ref);
+        if let Some(span) = entry.span.take() {
+            span.in_scope(|| tracing::debug!(?reason, "request expired"));
+        }
+        entry.request.metadata.insert("expiration_reason".into(), serde_json::to_value(reason).unwrap_or_default());
+        Some(entry.request.clone())
+    }
+
+    /// The pending request the provider resolved by itself, unless a response of ours is in
+    /// flight (its acknowledgement decides the outcome then).
+    pub(super) fn resolved_by_provider(&self, provider_ref: &ProviderRef) -> Option<RequestId> {
+        let id = self.by_ref.get(provider_ref)?;
+        self.is_open(id).then(|| id.clone())
+    }
+
+    /// Drops every claim and deadline (the provider can no longer be reached); the callers
+    /// waiting for a delivery, to answer.
+    pub(super) fn abandon_claims(&mut self) -> Vec<oneshot::Sender<Result<()>>> {
+        let mut waiting = Vec::new();
+        for entry in self.entries.values_mut() {
+            if let Some(Claim { origin: Origin::Caller(reply), .. }) = entry.claim.take() {
+                waiting.push(reply);
+            }
+            entry.deadline = None;
+        }
+        waiting
+    }
+
+    /// Forgets the requests of a turn that left the turn cache.
+    pub(super) fn forget_turn(&mut self, turn: &TurnId) {
+        self.entries.retain(|_, e| &e.request.turn_id != turn);
+        self.by_ref.retain(|_, id| self.entries.contains_key(id));
+    }
+}
