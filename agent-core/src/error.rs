@@ -327,6 +327,17 @@ pub enum Error {
         /// Why it ended.
         reason: crate::session::ExitReason,
     },
+    /// A turn stream or subscription ended early (what `?` makes of a
+    /// [`StreamError`](crate::StreamError) or [`SubscriptionError`](crate::SubscriptionError));
+    /// [`Error::kind`] tells which way.
+    #[error(transparent)]
+    Stream(#[from] crate::runtime::StreamError),
+}
+
+impl From<crate::runtime::SubscriptionError> for Error {
+    fn from(error: crate::runtime::SubscriptionError) -> Self {
+        Error::Stream(error.into())
+    }
 }
 
 impl Error {
@@ -406,6 +417,12 @@ impl Error {
             Error::Store { .. } => ErrorKind::Store,
             Error::Exec { .. } => ErrorKind::Exec,
             Error::SessionDown { .. } => ErrorKind::SessionDown,
+            Error::Stream(error) => match error {
+                crate::runtime::StreamError::IdleTimeout(_) => ErrorKind::IdleTimeout,
+                crate::runtime::StreamError::SessionDown(_) => ErrorKind::SessionDown,
+                crate::runtime::StreamError::Lagged(_) => ErrorKind::Lagged,
+                crate::runtime::StreamError::ReplayFailed { .. } => ErrorKind::ReplayFailed,
+            },
         }
     }
 
@@ -505,8 +522,14 @@ pub enum ErrorKind {
     Store,
     /// [`Error::Exec`].
     Exec,
-    /// [`Error::SessionDown`].
+    /// [`Error::SessionDown`], or a turn stream whose session ended before the turn did.
     SessionDown,
+    /// A turn stream's idle timeout ([`StreamError::IdleTimeout`](crate::StreamError::IdleTimeout)).
+    IdleTimeout,
+    /// A consumer fell behind and the missed events cannot be replayed ([`crate::Lagged`]).
+    Lagged,
+    /// Replaying events from the store failed part way.
+    ReplayFailed,
 }
 
 impl ErrorKind {
@@ -557,6 +580,9 @@ impl ErrorKind {
             ErrorKind::Store => "store",
             ErrorKind::Exec => "exec",
             ErrorKind::SessionDown => "session_down",
+            ErrorKind::IdleTimeout => "idle_timeout",
+            ErrorKind::Lagged => "lagged",
+            ErrorKind::ReplayFailed => "replay_failed",
         }
     }
 }

@@ -114,6 +114,9 @@ async fn an_idle_stream_times_out_without_stopping_the_turn() {
     let item = stream.next().await.unwrap();
     assert!(matches!(item, Err(StreamError::IdleTimeout(d)) if d == Duration::from_secs(5)), "{item:?}");
     assert_eq!(started.elapsed(), Duration::from_secs(5));
+    // `?` turns it into the one public error, whose kind a program matches.
+    let error: Error = item.expect_err("timed out").into();
+    assert_eq!(error.kind(), ErrorKind::IdleTimeout);
     assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Running);
     remote.complete(&turn.id, "late").await;
     assert!(f.harness.await_turn(&turn, None).await.is_ok());
@@ -137,7 +140,9 @@ fn a_stream_reports_session_down_when_the_runtime_goes_away_mid_turn() {
     });
     match item {
         Some(Err(StreamError::SessionDown(reason))) => {
-            assert!(matches!(reason, ExitReason::Crashed { .. }), "{reason:?}")
+            assert!(matches!(reason, ExitReason::Crashed { .. }), "{reason:?}");
+            let error = Error::from(StreamError::SessionDown(reason));
+            assert_eq!(error.kind(), ErrorKind::SessionDown, "one kind for a session that went down");
         }
         other => panic!("expected session down for turn {turn_id}, got {other:?}"),
     }

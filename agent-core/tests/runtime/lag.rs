@@ -55,6 +55,7 @@ async fn without_a_store_a_lagging_subscriber_learns_where_its_events_were_lost(
         other => panic!("expected Lagged first, got {other:?}"),
     };
     assert_eq!(lagged.resume_after, subscribed_at, "nothing was delivered before the lag");
+    assert_eq!(Error::from(SubscriptionError::Lagged(lagged)).kind(), ErrorKind::Lagged);
     assert!(idle.next().await.is_none(), "a lagged subscription ends");
 
     // Nothing holds the events after the cursor any more: an exact resume is refused...
