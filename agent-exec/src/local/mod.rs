@@ -4,22 +4,21 @@
 mod orphans;
 mod process;
 mod resolve;
+mod spawn;
 mod spawner;
 mod sys;
 
 use std::collections::BTreeSet;
 use std::fmt;
 use std::io;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 
 use agent_core::exec::{Child, Command, Exec, ExecError};
 use async_trait::async_trait;
-use rustix::process::Pid;
 
 use self::process::{ExitWatch, LocalChildHandle, Process, Stdin};
+use self::spawn::{Prepared, Spawned};
 use crate::limits::{Stream, limit_output};
 use crate::validate::{check_command, child_env};
 
@@ -46,28 +45,19 @@ impl LocalExec {
     }
 
     /// Resolves, checks and prepares `command` without spawning it.
-    fn prepare(&self, command: &Command) -> Result<std::process::Command, ExecError> {
+    fn prepare(&self, command: &Command) -> Result<Prepared, ExecError> {
         check_command(command)?;
         let env = child_env(&command.env, command.session.as_ref(), std::env::vars_os());
         let cwd = command.cwd.as_deref().map(resolve::check_cwd).transpose()?;
         let resolved = resolve::resolve_program(&command.program, &env, cwd.as_deref())?;
         let program = self.check_allowed(resolved)?;
-
-        let mut prepared = std::process::Command::new(program);
-        prepared
-            .arg0(&command.program)
-            .args(&command.args)
-            .env_clear()
-            .envs(env)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        if let Some(cwd) = cwd {
-            prepared.current_dir(cwd);
-        }
-        sys::die_with_host(&mut prepared);
-        Ok(prepared)
+        Ok(Prepared {
+            program,
+            arg0: command.program.clone(),
+            args: command.args.clone(),
+            env: env.into_iter().collect(),
+            cwd,
+        })
     }
 
     /// With an allow-list, the program's canonical path must be on it; that path is then what
@@ -88,8 +78,8 @@ impl Exec for LocalExec {
         let spawned = spawner::spawn(prepared)
             .await
             .map_err(|source| ExecError::Spawn { program: command.program.clone(), source })?;
-        let process = Process::new(Pid::from_child(&spawned));
-        tracing::debug!(program = ?command.program, pid = spawned.id(), session = ?command.session, "child spawned");
+        let process = Process::new(spawned.pid);
+        tracing::debug!(program = ?command.program, pid = spawned.pid.as_raw_nonzero(), session = ?command.session, "child spawned");
         let (stdin, stdout, stderr, exit) = match attach(spawned) {
             Ok(attached) => attached,
             Err(error) => {
@@ -128,13 +118,12 @@ impl Exec for LocalExec {
 
 /// Registers the child's pipes with the runtime and starts watching for its exit.
 fn attach(
-    mut spawned: std::process::Child,
+    spawned: Spawned,
 ) -> io::Result<(tokio::process::ChildStdin, tokio::process::ChildStdout, tokio::process::ChildStderr, ExitWatch)> {
-    let missing = || io::Error::other("a piped stdio stream is missing");
-    let stdin = tokio::process::ChildStdin::from_std(spawned.stdin.take().ok_or_else(missing)?)?;
-    let stdout = tokio::process::ChildStdout::from_std(spawned.stdout.take().ok_or_else(missing)?)?;
-    let stderr = tokio::process::ChildStderr::from_std(spawned.stderr.take().ok_or_else(missing)?)?;
-    Ok((stdin, stdout, stderr, ExitWatch::new(Pid::from_child(&spawned))?))
+    let stdin = tokio::process::ChildStdin::from_std(std::process::ChildStdin::from(spawned.stdin))?;
+    let stdout = tokio::process::ChildStdout::from_std(std::process::ChildStdout::from(spawned.stdout))?;
+    let stderr = tokio::process::ChildStderr::from_std(std::process::ChildStderr::from(spawned.stderr))?;
+    Ok((stdin, stdout, stderr, ExitWatch::new(spawned.pid)?))
 }
 
 impl fmt::Debug for LocalExec {

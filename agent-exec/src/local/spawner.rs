@@ -1,4 +1,4 @@
-//! One long-lived thread forks every child.
+//! One long-lived thread starts every child.
 //!
 //! Linux delivers the parent-death signal when the *thread* that forked the child exits, not
 //! when the process does. Forking from runtime worker or blocking-pool threads, which come and
@@ -6,30 +6,28 @@
 //! fires exactly when the host dies.
 
 use std::io;
-use std::process::{Child, Command};
 use std::sync::Mutex;
 use std::sync::mpsc::{self, Sender};
 
-use rustix::process::{Pid, Signal};
 use tokio::sync::oneshot;
 
-use super::sys;
+use super::spawn::{self, Prepared, Spawned};
 
-/// One fork request and where its result goes.
+/// One spawn request and where its result goes.
 struct Job {
-    command: Command,
-    reply: oneshot::Sender<io::Result<Child>>,
+    prepared: Prepared,
+    reply: oneshot::Sender<io::Result<Spawned>>,
 }
 
 /// The spawner thread's queue, started on first use. Unbounded: each job is tiny and the
 /// thread serves them as fast as the OS forks.
 static SPAWNER: Mutex<Option<Sender<Job>>> = Mutex::new(None);
 
-/// Forks `command` on the spawner thread. If the caller stops waiting, the child is killed and
+/// Starts `prepared` on the spawner thread. If the caller stops waiting, the child is killed and
 /// reaped there, so a cancelled spawn leaves nothing behind.
-pub(super) async fn spawn(command: Command) -> io::Result<Child> {
+pub(super) async fn spawn(prepared: Prepared) -> io::Result<Spawned> {
     let (reply, result) = oneshot::channel();
-    queue()?.send(Job { command, reply }).map_err(|_| stopped())?;
+    queue()?.send(Job { prepared, reply }).map_err(|_| stopped())?;
     result.await.map_err(|_| stopped())?
 }
 
@@ -45,18 +43,11 @@ fn queue() -> io::Result<Sender<Job>> {
 }
 
 fn serve(jobs: mpsc::Receiver<Job>) {
-    for Job { mut command, reply } in jobs {
-        if let Err(Ok(child)) = reply.send(command.spawn()) {
-            discard(child);
+    for Job { prepared, reply } in jobs {
+        if let Err(Ok(child)) = reply.send(spawn::spawn(&prepared)) {
+            child.discard();
         }
     }
-}
-
-/// Kills and reaps a child nobody is waiting for.
-fn discard(child: Child) {
-    let pid = Pid::from_child(&child);
-    let _ = sys::killpg(pid, Signal::KILL);
-    sys::reap(pid);
 }
 
 fn stopped() -> io::Error {

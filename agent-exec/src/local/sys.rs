@@ -86,31 +86,3 @@ fn unknown_exit() -> ExitStatus {
 pub(super) fn pidfd_open(pid: Pid) -> io::Result<std::os::fd::OwnedFd> {
     Ok(rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())?)
 }
-
-/// Makes the child get SIGKILL when the thread that forks it dies, and refuse to start if the
-/// host already died between fork and this check.
-#[cfg(target_os = "linux")]
-pub(super) fn die_with_host(command: &mut std::process::Command) {
-    use std::os::unix::process::CommandExt;
-
-    let host = rustix::process::getpid();
-    let arm = move || {
-        rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
-        // The host may have died before prctl armed the signal: then the child was already
-        // re-parented and must not start.
-        if rustix::process::getppid() != Some(host) {
-            return Err(Errno::SRCH.into());
-        }
-        Ok(())
-    };
-    // SAFETY: the closure runs in the forked child before exec. It only makes the prctl and
-    // getppid system calls, both async-signal-safe, and builds its error from an errno
-    // (`io::Error::from_raw_os_error`): it allocates nothing and takes no lock.
-    unsafe {
-        command.pre_exec(arm);
-    }
-}
-
-/// Parent-death signals do not exist here; containment relies on the process group.
-#[cfg(not(target_os = "linux"))]
-pub(super) fn die_with_host(_command: &mut std::process::Command) {}
