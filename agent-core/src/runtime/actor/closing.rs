@@ -1,0 +1,170 @@
+//! Ending the session: stop and close, transport loss, retirement, and the final shutdown.
+
+use tokio::sync::oneshot;
+
+use super::Actor;
+use crate::error::{Error, Result};
+use crate::event::{EventKind, ExpiryReason};
+use crate::session::{CloseReason, ExitReason, SessionState};
+use crate::time::Timestamp;
+use crate::turn::{EndCause, TurnResult, TurnStatus};
+
+impl Actor {
+    pub(super) fn stop(&mut self, force: bool, reply: oneshot::Sender<Result<()>>) {
+        if let Some(current) = &self.current
+            && !force
+        {
+            let _ = reply.send(Err(Error::TurnInProgress { current: Box::new(current.turn.clone()) }));
+            return;
+        }
+        self.close(if force { CloseReason::ForcedStop } else { CloseReason::Stopped });
+        let _ = reply.send(Ok(()));
+    }
+
+    /// Ends the session: interrupts an active turn, records `session_closed`, and exits.
+    pub(super) fn close(&mut self, reason: CloseReason) {
+        if self.exiting.is_some() || self.state == SessionState::Closed {
+            return;
+        }
+        // Callers of interrupted commands learn of the session's end (`SessionDown`) when their
+        // replies are dropped.
+        self.watchdog.disarm();
+        drop((self.calls.abort_all(), self.ledger.abandon_claims()));
+        self.calls.abort_admission();
+        if let Some(lost) = self.transport_lost.take() {
+            self.journal.emit(None, EventKind::TransportError { reason: lost }, None);
+        }
+        if self.current.is_some() {
+            let (why, cause) = match reason {
+                CloseReason::ForcedStop => ("forced session stop", EndCause::ForcedStop),
+                CloseReason::StoreFailed => ("store failed", EndCause::StoreFailed),
+                CloseReason::HarnessShutdown => ("harness shut down", EndCause::HarnessShutdown),
+                _ => ("session closed", EndCause::HarnessShutdown),
+            };
+            let kind = EventKind::terminal(TurnStatus::Interrupted, TurnResult::reason(why));
+            self.finish_current(kind, None, ExpiryReason::SessionClosed, cause);
+        }
+        self.state = SessionState::Closed;
+        self.record_snapshot();
+        self.journal.emit(None, EventKind::SessionClosed { reason: reason.clone() }, None);
+        self.exiting = Some(ExitReason::Closed { reason });
+    }
+
+    pub(super) fn transport_down(&mut self, reason: String) {
+        if matches!(self.state, SessionState::Unavailable | SessionState::Closed) || self.exiting.is_some() {
+            return;
+        }
+        tracing::warn!(%reason, "provider transport down");
+        self.abandon_calls("the provider transport went down");
+        if self.calls.is_admitting() {
+            // The admission in flight keeps running (bounded by `turn_start_timeout`): whether
+            // the provider admitted the turn decides how its end is told.
+            self.transport_lost = Some(reason);
+            self.state = SessionState::Unavailable;
+            self.record_snapshot();
+            return;
+        }
+        self.report_transport_down(reason);
+    }
+
+    /// Records a transport loss: `transport_error`, then the active turn fails.
+    pub(super) fn report_transport_down(&mut self, reason: String) {
+        self.release_held_frames();
+        let turn = self.current.as_ref().map(|c| c.turn.id.clone());
+        self.journal.emit(turn, EventKind::TransportError { reason: reason.clone() }, None);
+        let kind = EventKind::terminal(TurnStatus::Failed, TurnResult::reason(reason));
+        self.finish_current(kind, None, ExpiryReason::TurnEnded, EndCause::TransportLost);
+        self.state = SessionState::Unavailable;
+        self.record_snapshot();
+    }
+
+    /// When the transport goes away (or the session retires) before the admission result arrived,
+    /// the frames the provider already sent for the turn are the best record of what it did: the
+    /// turn counts as started and they are replayed, so a terminal event among them ends it as
+    /// the provider said.
+    fn release_held_frames(&mut self) {
+        let Some(current) = self.current.as_mut().filter(|c| !c.admitted && !c.deferred.is_empty()) else {
+            return;
+        };
+        current.admitted = true;
+        current.turn.started_at = Some(Timestamp::now());
+        let turn = current.turn.id.clone();
+        let held = std::mem::take(&mut current.deferred);
+        self.journal.emit(Some(turn), EventKind::TurnStarted { provider_turn_id: None }, None);
+        for message in held {
+            self.on_provider(message);
+        }
+    }
+
+    /// Aborts the provider calls in flight (all but an admission) and gives their callers a
+    /// definite answer: the session cannot deliver them.
+    fn abandon_calls(&mut self, why: &str) {
+        self.watchdog.disarm();
+        let unavailable = || Error::SessionUnavailable { id: self.session.id.clone(), reason: why.to_owned() };
+        for reply in self.calls.abort_all() {
+            let _ = reply.send(Err(unavailable()));
+        }
+        for reply in self.ledger.abandon_claims() {
+            let _ = reply.send(Err(unavailable()));
+        }
+    }
+
+    /// Retires the session after an uncertain provider outcome: the active turn fails, the
+    /// session becomes unavailable, and the runtime exits.
+    pub(super) fn retire(&mut self, reason: String) {
+        if self.exiting.is_some() {
+            return;
+        }
+        tracing::warn!(%reason, "retiring session");
+        self.abandon_calls("the session retired");
+        self.calls.abort_admission();
+        if let Some(lost) = self.transport_lost.take() {
+            self.journal.emit(None, EventKind::TransportError { reason: lost }, None);
+        }
+        self.release_held_frames();
+        let kind = EventKind::terminal(TurnStatus::Failed, TurnResult::reason(reason.clone()));
+        self.finish_current(kind, None, ExpiryReason::TurnEnded, EndCause::Uncertain);
+        self.state = SessionState::Unavailable;
+        self.record_snapshot();
+        self.exiting = Some(ExitReason::Retired { reason });
+    }
+
+    /// Final flush, provider close, deregistration. Waits on I/O: nothing else runs any more.
+    pub(super) async fn shutdown(mut self, reason: ExitReason) {
+        drop((self.calls.abort_all(), self.ledger.abandon_claims()));
+        self.calls.abort_admission();
+        // The final snapshot records how the session ended.
+        self.state = SessionState::Closed;
+        self.snapshot.ended = Some(reason.clone());
+        self.snapshot.durability = self.journal.durability().clone();
+        self.record_snapshot();
+        for _ in 0..3 {
+            if self.journal.is_flushing() {
+                let flushed = self.journal.flushed().await;
+                self.on_flushed(flushed);
+            }
+            for action in self.journal.start_flush() {
+                self.run_after_commit(action, None);
+            }
+            if !self.journal.is_flushing() {
+                break;
+            }
+        }
+        self.settle_deliveries();
+        let finalize = self.options.startup_finalization_timeout;
+        self.journal.offer_final_snapshot(&self.snapshot, finalize).await;
+        if tokio::time::timeout(finalize, self.calls.provider().close()).await.is_err() {
+            tracing::warn!(close_timeout = ?finalize, "provider did not close in time; dropping it");
+        }
+        if self.stale_frames > 0 {
+            tracing::debug!(stale_frames = self.stale_frames, "frames for finished turns were dropped");
+        }
+        tracing::info!(reason = %reason, "session ended");
+        if let Some(registry) = self.registry.upgrade() {
+            registry.finish(&self.session.id, self.attempt, reason.clone());
+        }
+        let _ = self.exit.send(Some(reason));
+        // Dropping the actor drops the provider session (killing its processes) and the live
+        // sender (ending subscriptions).
+    }
+}
