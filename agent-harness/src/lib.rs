@@ -1,7 +1,21 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-pub use agent_core::*;
+// agent-core, named item by item: nothing here can shadow one of its modules.
+pub use agent_core::{
+    Answer, ApprovalPolicy, AuthMode, AwaitError, CacheSize, Capabilities, Capability, Choice, CloseReason,
+    Conversation, ConversationMode, ConversationSource, DEFAULT_CALL_TIMEOUT, Durability, DynExec, DynProvider,
+    DynStore, EndCause, Env, Error, ErrorKind, Event, EventId, EventKind, Exec, ExitReason, ExpiryReason, Harness,
+    HarnessBuilder, InputItem, Lagged, McpServer, Provider, ProviderId, ProviderOptions, ProviderSession, Question,
+    Replay, Request, RequestId, RequestKind, RequestQuery, RequestStatus, Response, Result, Reuse, SandboxMode, Scope,
+    SessionId, SessionMonitor, SessionOptions, SessionRef, SessionSnapshot, SessionState, SessionStatus, Sink, Skill,
+    Store, StoreChoice, StoreError, StoreFailurePolicy, StoredSession, StreamError, Subscription, SubscriptionError,
+    Support, Target, Timestamp, Turn, TurnEnd, TurnId, TurnInput, TurnOptions, TurnOutcome, TurnRef, TurnResult,
+    TurnStatus, TurnStream, Usage,
+};
+pub use agent_core::{
+    capabilities, error, event, exec, handler, ids, options, provider, request, session, store, time, turn,
+};
 
 /// Provider adapters, one module per enabled feature.
 pub mod providers {
@@ -23,6 +37,9 @@ pub mod stores {
     pub use agent_store_sqlite as sqlite;
 }
 
-/// The local process exec.
-#[cfg(feature = "local-exec")]
-pub use agent_exec as exec;
+/// Exec backends, one module per enabled feature (the `Exec` trait and its types are in
+/// [`exec`]).
+pub mod execs {
+    #[cfg(feature = "local-exec")]
+    pub use agent_exec as local;
+}

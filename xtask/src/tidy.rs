@@ -119,7 +119,18 @@ fn only_agent_exec_spawns_processes() {
 #[test]
 fn the_facade_holds_no_logic() {
     let lib = fs::read_to_string(workspace_root().join("agent-harness/src/lib.rs")).expect("facade");
+    let mut in_use_list = false;
     for line in lib.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if in_use_list {
+            // The names of a multi-line `pub use …::{ … };`.
+            let names = line.trim_end_matches("};").split(',').map(str::trim).filter(|n| !n.is_empty());
+            assert!(
+                names.clone().all(|n| n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')),
+                "agent-harness/src/lib.rs holds more than re-exports: {line:?}"
+            );
+            in_use_list = !line.ends_with("};");
+            continue;
+        }
         let allowed = line.starts_with("//")
             || line.starts_with("#![")
             || line.starts_with("#[cfg(feature")
@@ -127,6 +138,44 @@ fn the_facade_holds_no_logic() {
             || line.starts_with("pub mod ")
             || line == "}";
         assert!(allowed, "agent-harness/src/lib.rs holds more than re-exports: {line:?}");
+        in_use_list = line.starts_with("pub use ") && line.ends_with('{');
+    }
+}
+
+/// The names `agent_core`'s crate root exports: its public modules and re-exported items.
+fn core_exports() -> Vec<String> {
+    let lib = fs::read_to_string(workspace_root().join("agent-core/src/lib.rs")).expect("agent-core root");
+    let mut names = Vec::new();
+    let mut statement = String::new();
+    for line in lib.lines().map(str::trim) {
+        if let Some(module) = line.strip_prefix("pub mod ").and_then(|m| m.strip_suffix(';')) {
+            names.push(module.to_owned());
+        }
+        if line.starts_with("pub use ") || !statement.is_empty() {
+            statement.push_str(line);
+            if line.ends_with(';') {
+                let list = statement.split_once('{').map_or_else(
+                    || statement.rsplit("::").next().unwrap_or_default().trim_end_matches(';').to_owned(),
+                    |(_, rest)| rest.trim_end_matches("};").to_owned(),
+                );
+                names.extend(list.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned));
+                statement.clear();
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn the_facade_re_exports_everything_agent_core_exports() {
+    let facade = fs::read_to_string(workspace_root().join("agent-harness/src/lib.rs")).expect("facade");
+    let words: std::collections::HashSet<&str> =
+        facade.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).collect();
+    let exports = core_exports();
+    assert!(exports.iter().any(|n| n == "Harness") && exports.iter().any(|n| n == "exec"), "{exports:?}");
+    // `testing` is agent-core's feature-gated test support, not part of the facade.
+    for name in exports.iter().filter(|n| *n != "testing") {
+        assert!(words.contains(name.as_str()), "agent-harness does not re-export agent_core::{name}");
     }
 }
 

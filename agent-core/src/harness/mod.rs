@@ -639,6 +639,22 @@ impl Harness {
         telemetry::traced(command, stop).await
     }
 
+    /// Stops every live session — an active turn is interrupted (`ended_by: harness_shutdown`),
+    /// its requests expire, its provider is closed — and waits until all of them have ended.
+    /// Sessions started afterwards run normally. Dropping the last `Harness` clone does the same
+    /// without waiting.
+    pub async fn shutdown(&self) {
+        let live: Vec<SessionHandle> =
+            self.inner.registry.live().iter().filter_map(|s| self.inner.registry.get(&s.id)).collect();
+        for handle in &live {
+            let envelope = crate::runtime::Envelope { command: Command::Shutdown, span: tracing::Span::current() };
+            let _ = handle.tx.send(envelope).await;
+        }
+        for handle in live {
+            handle.exit_reason().await;
+        }
+    }
+
     /// A future that resolves with the reason when the session ends. For a session that already
     /// ended it resolves at once with how it ended, when this harness or the session's store
     /// knows; an unknown session is [`Error::SessionNotFound`].

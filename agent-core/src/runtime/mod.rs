@@ -76,6 +76,8 @@ pub(crate) enum Command {
         force: bool,
         reply: oneshot::Sender<Result<()>>,
     },
+    /// The harness shuts down: close whatever is running.
+    Shutdown,
 }
 
 pub(crate) struct StartTurn {

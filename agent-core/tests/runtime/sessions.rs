@@ -509,3 +509,23 @@ async fn a_stale_snapshot_reads_back_as_abandoned_and_can_be_purged() {
     f.harness.purge_session(&session).await.unwrap();
     assert!(f.dyn_store().fetch_session(&session.id).await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn shutdown_stops_every_session_and_waits_for_them() {
+    let f = Fixture::new();
+    let (idle, idle_remote) = f.session(opts()).await;
+    let (busy, _) = f.session(opts()).await;
+    let turn = f.admitted_turn(&busy, "long work").await;
+    f.harness.shutdown().await;
+    assert!(f.harness.list_sessions().is_empty(), "every session ended before shutdown returned");
+    assert!(idle_remote.is_closed());
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
+    assert!(
+        matches!(outcome, AwaitError::Ended(ref o) if o.result.ended_by == Some(EndCause::HarnessShutdown)),
+        "{outcome:?}"
+    );
+    let reason = f.harness.monitor(&idle).await.unwrap().await;
+    assert_eq!(reason, ExitReason::Closed { reason: CloseReason::HarnessShutdown });
+    // The harness itself goes on.
+    f.session(opts()).await;
+}

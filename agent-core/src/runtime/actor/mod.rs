@@ -271,6 +271,7 @@ impl Actor {
             Command::Cancel { turn, reason, reply } => self.cancel(turn, reason, reply),
             Command::Steer { turn, input, reply } => self.steer(turn, input, reply),
             Command::Stop { force, reply } => self.stop(force, reply),
+            Command::Shutdown => self.close(CloseReason::HarnessShutdown),
         }
     }
 
