@@ -30,12 +30,14 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::harness::Harness;
 use crate::ids::{ProviderId, SessionId};
 use crate::options::{
     ApprovalPolicy, AuthMode, CacheSize, Conversation, ConversationSource, Env, McpServer, Reuse, SandboxMode,
     SessionOptions, Skill, StoreFailurePolicy,
 };
 use crate::provider::Provider;
+use crate::session::SessionRef;
 
 /// A session as data: the provider, the [`SessionOptions`] that are not live objects, and the
 /// provider's own options as JSON. See the [module docs](self) for the JSON conventions.
@@ -238,6 +240,11 @@ impl SessionConfig {
     /// Parses a config from JSON text. Errors are [`Error::InvalidConfig`] starting with the
     /// path of the field at fault (and ending with the line and column).
     pub fn from_json_str(json: &str) -> Result<Self> {
+        if !json.trim_start().starts_with('{') {
+            // Not an object (serde would read a struct from an array): say what it is instead.
+            let value: Value = serde_json::from_str(json).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+            return Err(not_an_object("", &value));
+        }
         let mut deserializer = serde_json::Deserializer::from_str(json);
         let config = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| at_path("", e))?;
         deserializer.end().map_err(|e| Error::InvalidConfig(e.to_string()))?;
@@ -247,14 +254,34 @@ impl SessionConfig {
     /// Parses a config from a JSON value. Errors are [`Error::InvalidConfig`] starting with the
     /// path of the field at fault.
     pub fn from_json_value(json: Value) -> Result<Self> {
+        if !json.is_object() {
+            return Err(not_an_object("", &json));
+        }
         serde_path_to_error::deserialize(json).map_err(|e| at_path("", e))
     }
 
     /// The [`SessionOptions`] this config describes, for `provider` (which must be the provider
-    /// the config names). The provider reads [`SessionConfig::provider_options`] with
-    /// [`Provider::options_from_json`]; nothing is validated beyond the config's own form
-    /// ([`SessionOptions::validate`] runs when the session starts).
+    /// the config names): [`SessionConfig::apply_to`] on [`SessionOptions::default`].
     pub fn into_options(self, provider: &dyn Provider) -> Result<SessionOptions> {
+        self.apply_to(provider, SessionOptions::default())
+    }
+
+    /// Layers this config over `options`, for `provider` (which must be the provider the config
+    /// names), and returns the result. Use it to add what a config cannot hold (an exec, a
+    /// store, a request handler) or to start from settings made in code.
+    ///
+    /// Each field the config sets replaces the option's value; a field it leaves out keeps it.
+    /// Maps and lists add to what `options` holds, like the builder methods: MCP servers and
+    /// metadata entries by name (the config's entry wins), skills, and the variables of `env`.
+    /// The provider reads [`SessionConfig::provider_options`] with
+    /// [`Provider::options_from_json`], which merges them into the typed options already there:
+    /// a config that sets one Codex option keeps a `binary` set in code.
+    ///
+    /// Errors ([`Error::InvalidConfig`], from a config for another provider or provider options
+    /// the provider does not take) come before any field is applied. Nothing is validated
+    /// beyond the config's own form and the provider's options; [`SessionOptions::validate`]
+    /// runs when the session starts.
+    pub fn apply_to(self, provider: &dyn Provider, mut options: SessionOptions) -> Result<SessionOptions> {
         // Every field is named: a new one does not compile until it reaches the options.
         let SessionConfig {
             provider: provider_id,
@@ -288,46 +315,62 @@ impl SessionConfig {
                 provider.id()
             )));
         }
-        let mut options = SessionOptions::default();
+        // The only step that can fail after the check above; it leaves the options unchanged on
+        // error (the `options_from_json` contract).
         provider.options_from_json(&provider_options, &mut options.provider_options)?;
         let millis = |ms: NonZeroU64| Duration::from_millis(ms.get());
-        options.id = id.map(|id| id.as_str().to_owned());
-        options.cwd = cwd;
-        options.model = model;
-        options.system_prompt = system_prompt;
-        options.approval_policy = approval_policy;
-        options.sandbox = sandbox;
-        options.mcp_servers = mcp_servers;
-        options.skills = skills;
-        options.env = env;
-        options.metadata = metadata;
-        options.conversation = conversation;
-        options.completed_turn_cache_size = completed_turn_cache_size;
-        options.request_timeout = request_timeout_ms.map(millis);
-        options.turn_inactivity_timeout = turn_inactivity_timeout_ms.map(millis);
-        if let Some(auth) = auth {
-            options.auth = auth;
-        }
-        if let Some(size) = event_buffer_size {
-            options.event_buffer_size = size.get();
-        }
-        for (ms, field) in [
-            (startup_timeout_ms, &mut options.startup_timeout),
-            (startup_finalization_timeout_ms, &mut options.startup_finalization_timeout),
-            (turn_start_timeout_ms, &mut options.turn_start_timeout),
-            (provider_command_timeout_ms, &mut options.provider_command_timeout),
-        ] {
-            if let Some(ms) = ms {
-                *field = millis(ms);
+        fn set<T>(field: &mut T, value: Option<T>) {
+            if let Some(value) = value {
+                *field = value;
             }
         }
-        if let Some(policy) = store_failure {
-            options.store_failure = policy;
+        fn set_some<T>(field: &mut Option<T>, value: Option<T>) {
+            if value.is_some() {
+                *field = value;
+            }
         }
-        if let Some(reuse) = reuse {
-            options.reuse = reuse;
+        set_some(&mut options.id, id.map(|id| id.as_str().to_owned()));
+        set_some(&mut options.cwd, cwd);
+        set_some(&mut options.model, model);
+        set_some(&mut options.system_prompt, system_prompt);
+        set_some(&mut options.approval_policy, approval_policy);
+        set_some(&mut options.sandbox, sandbox);
+        options.mcp_servers.extend(mcp_servers);
+        options.skills.extend(skills);
+        options.env.set.extend(env.set);
+        options.env.unset.extend(env.unset);
+        set(&mut options.auth, auth);
+        if conversation != Conversation::New {
+            options.conversation = conversation;
         }
+        options.metadata.extend(metadata);
+        set(&mut options.event_buffer_size, event_buffer_size.map(NonZeroUsize::get));
+        set_some(&mut options.completed_turn_cache_size, completed_turn_cache_size);
+        set(&mut options.startup_timeout, startup_timeout_ms.map(millis));
+        set(&mut options.startup_finalization_timeout, startup_finalization_timeout_ms.map(millis));
+        set(&mut options.turn_start_timeout, turn_start_timeout_ms.map(millis));
+        set(&mut options.provider_command_timeout, provider_command_timeout_ms.map(millis));
+        set_some(&mut options.request_timeout, request_timeout_ms.map(millis));
+        set_some(&mut options.turn_inactivity_timeout, turn_inactivity_timeout_ms.map(millis));
+        set(&mut options.store_failure, store_failure);
+        set(&mut options.reuse, reuse);
         Ok(options)
+    }
+}
+
+impl Harness {
+    /// Starts the session `config` describes: looks up its provider, has it read the
+    /// config's provider options, and starts the session as [`Harness::start_session`] does.
+    ///
+    /// An unregistered provider is [`Error::UnknownProvider`]; provider options the provider
+    /// does not take are [`Error::InvalidConfig`] naming the field. Either way no session is
+    /// started. To add an exec, a store or a request handler, build the options with
+    /// [`SessionConfig::apply_to`] and call [`Harness::start_session`].
+    pub async fn start_session_from_config(&self, config: SessionConfig) -> Result<SessionRef> {
+        let provider_id = config.provider.clone();
+        let provider = self.registered_provider(&provider_id)?;
+        let options = config.into_options(provider.as_ref())?;
+        self.start_session(provider_id, options).await
     }
 }
 
@@ -413,11 +456,35 @@ impl fmt::Debug for SessionConfig {
 ///
 /// Give `T` `#[serde(deny_unknown_fields)]`, so options meant for another provider are refused
 /// rather than ignored.
+///
+/// Anything but a JSON object is refused (serde would read some structs from an array).
 pub fn provider_options_from_json<T: DeserializeOwned>(provider: &ProviderId, options: &Value) -> Result<T> {
+    if !options.is_object() {
+        return Err(match not_an_object("provider_options", options) {
+            Error::InvalidConfig(message) => Error::InvalidConfig(format!("{message} (provider `{provider}`)")),
+            other => other,
+        });
+    }
     serde_path_to_error::deserialize(options).map_err(|error| match at_path("provider_options", error) {
         Error::InvalidConfig(message) => Error::InvalidConfig(format!("{message} (provider `{provider}`)")),
         other => other,
     })
+}
+
+/// The error for a JSON value at `path` that should have been an object.
+fn not_an_object(path: &str, found: &Value) -> Error {
+    let found = match found {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    };
+    match path {
+        "" => Error::InvalidConfig(format!("expected a JSON object, found {found}")),
+        path => Error::InvalidConfig(format!("{path}: expected a JSON object, found {found}")),
+    }
 }
 
 /// True for provider options that say nothing: `null` or `{}`.
@@ -430,12 +497,17 @@ fn at_path(root: &str, error: serde_path_to_error::Error<serde_json::Error>) -> 
     let path = error.path().to_string();
     let inner = error.into_inner();
     let path = match (root, path.as_str()) {
-        (root, ".") => root.to_owned(),
+        // `?`: serde_path_to_error knows no path (the JSON text itself is malformed).
+        (root, "." | "?") => root.to_owned(),
         ("", path) => path.to_owned(),
         (root, path) if path.starts_with('[') => format!("{root}{path}"),
         (root, path) => format!("{root}.{path}"),
     };
-    if path.is_empty() { Error::InvalidConfig(inner.to_string()) } else { Error::InvalidConfig(format!("{path}: {inner}")) }
+    if path.is_empty() {
+        Error::InvalidConfig(inner.to_string())
+    } else {
+        Error::InvalidConfig(format!("{path}: {inner}"))
+    }
 }
 
 /// The JSON forms of the options whose own serde form is not strict enough for a config, and
@@ -497,21 +569,22 @@ mod forms {
             use serde::de::Error as _;
             let McpServerFields { transport, command, args, env, url, headers } =
                 McpServerFields::deserialize(deserializer)?;
-            let refuse = |name: &str, transport: &str, given: bool| match given {
-                true => Err(D::Error::custom(format_args!("a {transport} server takes no `{name}`"))),
+            let refuse = |name: &str, server: &str, given: bool| match given {
+                true => Err(D::Error::custom(format_args!("{server} server takes no `{name}`"))),
                 false => Ok(()),
             };
             match transport {
                 Transport::Stdio => {
-                    refuse("url", "stdio", url.is_some())?;
-                    refuse("headers", "stdio", headers.is_some())?;
+                    refuse("url", "a stdio", url.is_some())?;
+                    refuse("headers", "a stdio", headers.is_some())?;
                     let command = command.ok_or_else(|| D::Error::missing_field("command"))?;
                     Ok(McpServerForm::Stdio { command, args: args.unwrap_or_default(), env: env.unwrap_or_default() })
                 }
                 Transport::Http => {
-                    for (name, given) in [("command", command.is_some()), ("args", args.is_some()), ("env", env.is_some())]
+                    for (name, given) in
+                        [("command", command.is_some()), ("args", args.is_some()), ("env", env.is_some())]
                     {
-                        refuse(name, "http", given)?;
+                        refuse(name, "an http", given)?;
                     }
                     let url = url.ok_or_else(|| D::Error::missing_field("url"))?;
                     Ok(McpServerForm::Http { url, headers: headers.unwrap_or_default() })
@@ -827,10 +900,12 @@ mod schemas {
                 }
 
                 fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                    // A unit variant serializes to its string; the checked-in schema's test
+                    // would show one that did not.
                     let every = |value: $ty| match value {
-                        $($ty::$variant)|+ => serde_json::to_value(value).expect("a unit variant serializes"),
+                        $($ty::$variant)|+ => serde_json::to_value(value).ok(),
                     };
-                    let values: Vec<Value> = vec![$(every($ty::$variant)),+];
+                    let values: Vec<Value> = [$(every($ty::$variant)),+].into_iter().flatten().collect();
                     json_schema!({ "description": $description, "type": "string", "enum": values })
                 }
             }
@@ -853,5 +928,337 @@ mod schemas {
         Reuse { Never, Closed, Replace } =>
             "Whether the session may replace a stored session with its ID: `never`, `closed` (a cleanly \
              closed one), `replace` (any that is not live).";
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::ErrorKind;
+    use crate::testing::ScriptedProvider;
+
+    /// Every field set, in the form `Serialize` writes.
+    fn full() -> Value {
+        json!({
+            "provider": "scripted",
+            "id": "review-42",
+            "cwd": "/srv/repo",
+            "model": "gpt-5-codex",
+            "system_prompt": "Answer briefly.",
+            "approval_policy": "on_request",
+            "sandbox": "workspace_write",
+            "mcp_servers": {
+                "docs": { "transport": "http", "url": "https://docs.example/mcp", "headers": { "X-Key": "k" } },
+                "files": { "transport": "stdio", "command": "mcp-files", "args": ["--root", "/srv"], "env": { "A": "1" } }
+            },
+            "skills": [{ "name": "review", "path": "/skills/review" }],
+            "env": { "set": { "RUST_LOG": "warn" }, "unset": ["OPENAI_API_KEY"] },
+            "auth": "inherit",
+            "conversation": { "mode": "fork", "from": { "provider": "thread-1" } },
+            "metadata": { "ticket": 42 },
+            "event_buffer_size": 50,
+            "completed_turn_cache_size": "unbounded",
+            "startup_timeout_ms": 1000,
+            "startup_finalization_timeout_ms": 2000,
+            "turn_start_timeout_ms": 3000,
+            "provider_command_timeout_ms": 4000,
+            "request_timeout_ms": 5000,
+            "turn_inactivity_timeout_ms": 6000,
+            "store_failure": "stop",
+            "reuse": "closed"
+        })
+    }
+
+    /// The message of an [`Error::InvalidConfig`].
+    #[track_caller]
+    fn invalid(result: Result<impl fmt::Debug>) -> String {
+        match result {
+            Err(Error::InvalidConfig(message)) => message,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    /// Parsing `json` fails with a message that starts with `path` and contains `says`.
+    #[track_caller]
+    fn check_error(json: &str, path: &str, says: &str) {
+        let message = invalid(SessionConfig::from_json_str(json));
+        assert!(message.starts_with(&format!("{path}: ")), "{message:?} starts with {path:?}");
+        assert!(message.contains(says), "{message:?} contains {says:?}");
+        let value: Value = serde_json::from_str(json).expect("valid JSON");
+        let message = invalid(SessionConfig::from_json_value(value));
+        assert!(message.starts_with(&format!("{path}: ")) && message.contains(says), "{message:?}");
+    }
+
+    #[test]
+    fn a_config_round_trips_through_json() {
+        let config = SessionConfig::from_json_value(full()).expect("parses");
+        assert_eq!(serde_json::to_value(&config).expect("serializes"), full());
+        let text = serde_json::to_string_pretty(&config).expect("serializes");
+        assert_eq!(SessionConfig::from_json_str(&text).expect("parses again"), config);
+
+        let minimal = SessionConfig::from_json_str(r#"{ "provider": "codex" }"#).expect("parses");
+        assert_eq!(minimal, SessionConfig::new("codex"));
+        assert_eq!(serde_json::to_value(&minimal).expect("serializes"), json!({ "provider": "codex" }));
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_by_path() {
+        check_error(r#"{ "provider": "codex", "modle": "x" }"#, "modle", "unknown field `modle`");
+        check_error(
+            r#"{ "provider": "codex", "mcp_servers": { "files": { "transport": "stdio", "comand": "x" } } }"#,
+            "mcp_servers.files.comand",
+            "unknown field `comand`",
+        );
+        check_error(
+            r#"{ "provider": "codex", "skills": [{ "name": "a", "path": "/a", "version": 2 }] }"#,
+            "skills[0].version",
+            "unknown field `version`",
+        );
+        check_error(
+            r#"{ "provider": "codex", "conversation": { "mode": "resume", "from": { "thread": "t" } } }"#,
+            "conversation.from",
+            "unknown variant `thread`",
+        );
+    }
+
+    #[test]
+    fn wrong_types_are_refused_by_path() {
+        check_error(
+            r#"{ "provider": "codex", "mcp_servers": { "files": { "transport": "stdio", "command": "x", "args": ["a", 1] } } }"#,
+            "mcp_servers.files.args[1]",
+            "invalid type: integer `1`, expected a string",
+        );
+        check_error(
+            r#"{ "provider": "codex", "mcp_servers": { "files": { "transport": "stdio", "command": 7 } } }"#,
+            "mcp_servers.files.command",
+            "invalid type: integer `7`",
+        );
+        check_error(r#"{ "provider": "codex", "startup_timeout_ms": "5s" }"#, "startup_timeout_ms", "invalid type");
+        check_error(r#"{ "provider": "codex", "startup_timeout_ms": 0 }"#, "startup_timeout_ms", "nonzero");
+        check_error(r#"{ "provider": "codex", "approval_policy": "sometimes" }"#, "approval_policy", "unknown variant");
+        check_error(r#"{ "provider": "codex", "env": { "set": { "A": true } } }"#, "env.set.A", "invalid type");
+        check_error(
+            r#"{ "provider": "codex", "completed_turn_cache_size": "lots" }"#,
+            "completed_turn_cache_size",
+            "\"unbounded\"",
+        );
+        check_error(
+            r#"{ "provider": "codex", "mcp_servers": { "docs": { "transport": "http", "url": "u", "command": "x" } } }"#,
+            "mcp_servers.docs",
+            "an http server takes no `command`",
+        );
+        check_error(r#"{ "provider": "codex", "conversation": { "mode": "resume" } }"#, "conversation", "needs `from`");
+    }
+
+    #[test]
+    fn malformed_json_is_an_invalid_config_with_its_position() {
+        for (json, says) in [
+            (r#"{ "provider": "codex", "#, "EOF while parsing a value at line 1 column 23"),
+            (r#"{ "provider": "codex" } trailing"#, "trailing characters at line 1 column 25"),
+            ("", "EOF while parsing a value at line 1 column 0"),
+            ("[]", "expected a JSON object, found an array"),
+            (r#"["codex"]"#, "expected a JSON object, found an array"),
+        ] {
+            let error = SessionConfig::from_json_str(json).expect_err(json);
+            assert_eq!(error.kind(), ErrorKind::InvalidConfig);
+            assert!(error.to_string().contains(says), "{error} contains {says:?}");
+        }
+        let message = invalid(SessionConfig::from_json_str(r#"{ "cwd": "/x" }"#));
+        assert!(message.contains("missing field `provider`"), "{message}");
+    }
+
+    #[test]
+    fn options_take_every_field_the_config_sets() {
+        let (provider, _) = ScriptedProvider::new("scripted");
+        let options = SessionConfig::from_json_value(full()).and_then(|c| c.into_options(provider.as_ref()));
+        let options = options.expect("options");
+        assert_eq!(options.id.as_deref(), Some("review-42"));
+        assert_eq!(options.cwd.as_deref(), Some(Path::new("/srv/repo")));
+        assert_eq!(options.system_prompt.as_deref(), Some("Answer briefly."));
+        assert_eq!(options.sandbox, Some(SandboxMode::WorkspaceWrite));
+        assert_eq!(
+            options.mcp_servers["files"],
+            McpServer::Stdio {
+                command: "mcp-files".into(),
+                args: vec!["--root".into(), "/srv".into()],
+                env: BTreeMap::from([("A".into(), "1".into())]),
+            }
+        );
+        assert_eq!(options.skills, vec![Skill::new("review", "/skills/review")]);
+        assert_eq!(options.env.unset, ["OPENAI_API_KEY"]);
+        assert_eq!(options.auth, AuthMode::Inherit);
+        assert_eq!(options.conversation, Conversation::Fork(ConversationSource::Provider("thread-1".into())));
+        assert_eq!(options.metadata["ticket"], 42);
+        assert_eq!(options.event_buffer_size, 50);
+        assert_eq!(options.completed_turn_cache_size, Some(CacheSize::Unbounded));
+        assert_eq!(options.startup_timeout, Duration::from_secs(1));
+        assert_eq!(options.startup_finalization_timeout, Duration::from_secs(2));
+        assert_eq!(options.turn_start_timeout, Duration::from_secs(3));
+        assert_eq!(options.provider_command_timeout, Duration::from_secs(4));
+        assert_eq!(options.request_timeout, Some(Duration::from_secs(5)));
+        assert_eq!(options.turn_inactivity_timeout, Some(Duration::from_secs(6)));
+        assert_eq!(options.store_failure, StoreFailurePolicy::Stop);
+        assert_eq!(options.reuse, Reuse::Closed);
+    }
+
+    #[test]
+    fn a_config_layers_over_options_set_in_code() {
+        let (provider, _) = ScriptedProvider::new("scripted");
+        let base = SessionOptions::new("/base")
+            .model("base-model")
+            .env("KEEP", "1")
+            .env("RUST_LOG", "debug")
+            .metadata("owner", "ops")
+            .startup_timeout(Duration::from_secs(9));
+        let config = SessionConfig::from_json_value(json!({
+            "provider": "scripted",
+            "model": "config-model",
+            "env": { "set": { "RUST_LOG": "warn" } },
+            "metadata": { "ticket": 42 }
+        }));
+        let options = config.and_then(|c| c.apply_to(provider.as_ref(), base)).expect("options");
+        assert_eq!(options.cwd.as_deref(), Some(Path::new("/base")), "left out: kept");
+        assert_eq!(options.model.as_deref(), Some("config-model"), "set: replaced");
+        assert_eq!(options.startup_timeout, Duration::from_secs(9));
+        assert_eq!(options.env.set.get("KEEP").map(String::as_str), Some("1"));
+        assert_eq!(options.env.set.get("RUST_LOG").map(String::as_str), Some("warn"));
+        assert_eq!(options.metadata.len(), 2);
+    }
+
+    #[test]
+    fn the_default_provider_takes_no_options() {
+        let (provider, _) = ScriptedProvider::new("scripted");
+        for nothing in [Value::Null, json!({})] {
+            let mut config = SessionConfig::new("scripted");
+            config.provider_options = nothing;
+            assert!(config.into_options(provider.as_ref()).is_ok());
+        }
+        let mut config = SessionConfig::new("scripted");
+        config.provider_options = json!({ "binary": "/opt/codex" });
+        let message = invalid(config.into_options(provider.as_ref()));
+        assert!(message.starts_with("provider_options: provider `scripted` takes no options"), "{message}");
+    }
+
+    #[test]
+    fn a_config_for_another_provider_is_refused() {
+        let (provider, _) = ScriptedProvider::new("scripted");
+        let message = invalid(SessionConfig::new("codex").into_options(provider.as_ref()));
+        assert!(message.starts_with("provider: the config is for provider `codex`"), "{message}");
+    }
+
+    #[test]
+    fn provider_option_errors_carry_their_path_and_the_provider() {
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Extras {
+            #[serde(default)]
+            flags: Vec<u32>,
+        }
+        let provider = ProviderId::new("extras");
+        let message = invalid(provider_options_from_json::<Extras>(&provider, &json!({ "flags": [1, "x"] })));
+        assert!(message.starts_with("provider_options.flags[1]: invalid type: string"), "{message}");
+        assert!(message.ends_with("(provider `extras`)"), "{message}");
+        let message = invalid(provider_options_from_json::<Extras>(&provider, &json!({ "flag": [] })));
+        assert!(message.starts_with("provider_options.flag: unknown field `flag`"), "{message}");
+        for not_an_object in [json!([]), Value::Null, json!("flags")] {
+            let message = invalid(provider_options_from_json::<Extras>(&provider, &not_an_object));
+            assert!(message.starts_with("provider_options: expected a JSON object, found"), "{message}");
+        }
+    }
+
+    #[test]
+    fn debug_shows_no_secret_values() {
+        let mut config = SessionConfig::from_json_value(full()).expect("parses");
+        config.provider_options = json!({ "token": "sekrit-option" });
+        config.env.set.insert("TOKEN".into(), "sekrit-env".into());
+        let text = format!("{config:?}");
+        config.metadata.insert("note".into(), "sekrit-metadata".into());
+        for secret in ["sekrit", "Answer briefly", "--root"] {
+            assert!(!text.contains(secret), "{secret:?} in {text}");
+        }
+        assert!(text.contains("token") && text.contains("ticket"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn the_harness_starts_a_session_from_a_config() {
+        let (provider, _) = ScriptedProvider::new("scripted");
+        let harness = Harness::builder()
+            .provider(Arc::clone(&provider))
+            .store(crate::StoreChoice::Disabled)
+            .build()
+            .expect("harness");
+        let cwd = std::env::temp_dir();
+        let config = SessionConfig::from_json_value(json!({
+            "provider": "scripted",
+            "id": "from-config",
+            "cwd": cwd,
+            "metadata": { "ticket": 42 }
+        }));
+        let session = harness.start_session_from_config(config.expect("parses")).await.expect("starts");
+        assert_eq!(session.id.as_str(), "from-config");
+        assert_eq!(harness.list_sessions(), std::slice::from_ref(&session));
+        harness.stop_session(&session, true).await.expect("stops");
+    }
+
+    #[tokio::test]
+    async fn a_bad_config_starts_nothing() {
+        let (provider, control) = ScriptedProvider::new("scripted");
+        let harness = Harness::builder()
+            .provider(Arc::clone(&provider))
+            .store(crate::StoreChoice::Disabled)
+            .build()
+            .expect("harness");
+        let cwd = std::env::temp_dir();
+        let mut options = SessionConfig::new("scripted");
+        options.cwd = Some(cwd.clone());
+        options.provider_options = json!({ "binary": "/opt/codex" });
+        let error = harness.start_session_from_config(options).await.expect_err("refused");
+        assert_eq!(error.kind(), ErrorKind::InvalidConfig);
+
+        let mut elsewhere = SessionConfig::new("claude");
+        elsewhere.cwd = Some(cwd);
+        let error = harness.start_session_from_config(elsewhere).await.expect_err("refused");
+        assert_eq!(error.kind(), ErrorKind::UnknownProvider);
+
+        assert!(harness.list_sessions().is_empty());
+        assert!(control.conversations().is_empty(), "no open was attempted");
+    }
+
+    /// The checked-in schema is what the code generates.
+    #[test]
+    fn the_checked_in_schema_is_up_to_date() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/session-config.schema.json");
+        let generated = serde_json::to_string_pretty(&SessionConfig::json_schema()).expect("serializes") + "\n";
+        if std::env::var_os("UPDATE_SCHEMA").is_some() {
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("schema directory");
+            std::fs::write(&path, &generated).expect("schema written");
+            return;
+        }
+        let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            checked_in == generated,
+            "{} is out of date; regenerate it with `UPDATE_SCHEMA=1 cargo test -p agent-core config`",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn the_schema_describes_what_parses() {
+        let schema = SessionConfig::json_schema();
+        assert_eq!(schema["required"], json!(["provider"]));
+        assert_eq!(schema["additionalProperties"], json!(false));
+        let properties = schema["properties"].as_object().expect("properties");
+        let mut fields: Vec<String> = full().as_object().expect("an object").keys().cloned().collect();
+        fields.push("provider_options".into());
+        fields.sort();
+        let mut described: Vec<String> = properties.keys().cloned().collect();
+        described.sort();
+        assert_eq!(described, fields, "the schema describes every field, and only those");
     }
 }

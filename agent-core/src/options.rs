@@ -219,10 +219,8 @@ impl ProviderOptions {
     /// assert_eq!(options.get::<Extras>(), Some(&Extras { profile: Some("work"), verbose: true }));
     /// ```
     pub fn update<T: Any + Send + Sync + Clone + Default>(&mut self, change: impl FnOnce(&mut T)) {
-        let (_, value) = self
-            .map
-            .entry(TypeId::of::<T>())
-            .or_insert_with(|| (std::any::type_name::<T>(), Arc::new(T::default())));
+        let (_, value) =
+            self.map.entry(TypeId::of::<T>()).or_insert_with(|| (std::any::type_name::<T>(), Arc::new(T::default())));
         if let Some(unique) = Arc::get_mut(value).and_then(|v| v.downcast_mut::<T>()) {
             change(unique);
             return;
@@ -589,7 +587,10 @@ impl SessionOptions {
     /// Changes the typed provider option `T` in place (from `T::default()` when unset), keeping
     /// what was set before; [`provider_option`](SessionOptions::provider_option) replaces it
     /// whole. See [`ProviderOptions::update`].
-    pub fn update_provider_option<T: Any + Send + Sync + Clone + Default>(mut self, change: impl FnOnce(&mut T)) -> Self {
+    pub fn update_provider_option<T: Any + Send + Sync + Clone + Default>(
+        mut self,
+        change: impl FnOnce(&mut T),
+    ) -> Self {
         self.provider_options.update(change);
         self
     }
