@@ -60,8 +60,10 @@ pub enum Error {
         /// The capability that is missing.
         capability: Capability,
     },
-    /// The harness itself is misconfigured.
-    #[error("invalid harness configuration: {0}")]
+    /// The harness is misconfigured, or a [`SessionConfig`](crate::SessionConfig) or the
+    /// provider options in it do not parse; the message starts with the field's path. Nothing
+    /// was started.
+    #[error("invalid configuration: {0}")]
     InvalidConfig(String),
 
     // ----- session lifecycle ----------------------------------------------------------------

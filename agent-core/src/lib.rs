@@ -2,6 +2,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod capabilities;
+pub mod config;
 pub mod error;
 pub mod event;
 pub mod exec;
@@ -21,6 +22,7 @@ pub mod turn;
 pub mod testing;
 
 pub use capabilities::{Capabilities, Capability, Support};
+pub use config::SessionConfig;
 pub use error::{Error, ErrorKind, Result};
 pub use event::{Event, EventKind, ExpiryReason, TurnEnd, Usage};
 pub use exec::{DynExec, Exec};

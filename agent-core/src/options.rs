@@ -203,6 +203,34 @@ impl ProviderOptions {
         self.map.insert(TypeId::of::<T>(), (std::any::type_name::<T>(), Arc::new(value)));
     }
 
+    /// Changes the value of type `T` in place, starting from `T::default()` when none is set:
+    /// settings made earlier (by a preset, a config or the caller) are kept unless `change`
+    /// overwrites them. A value shared with a clone of these options is copied first, so the
+    /// clone does not change.
+    ///
+    /// ```
+    /// # use agent_core::ProviderOptions;
+    /// #[derive(Clone, Debug, Default, PartialEq)]
+    /// struct Extras { profile: Option<&'static str>, verbose: bool }
+    ///
+    /// let mut options = ProviderOptions::default();
+    /// options.update(|e: &mut Extras| e.profile = Some("work"));
+    /// options.update(|e: &mut Extras| e.verbose = true);
+    /// assert_eq!(options.get::<Extras>(), Some(&Extras { profile: Some("work"), verbose: true }));
+    /// ```
+    pub fn update<T: Any + Send + Sync + Clone + Default>(&mut self, change: impl FnOnce(&mut T)) {
+        let (_, value) =
+            self.map.entry(TypeId::of::<T>()).or_insert_with(|| (std::any::type_name::<T>(), Arc::new(T::default())));
+        if let Some(unique) = Arc::get_mut(value).and_then(|v| v.downcast_mut::<T>()) {
+            change(unique);
+            return;
+        }
+        // Keyed by `TypeId::of::<T>()`, so the value is a `T`.
+        let mut copy = value.downcast_ref::<T>().cloned().unwrap_or_default();
+        change(&mut copy);
+        *value = Arc::new(copy);
+    }
+
     /// The value of type `T`, if set.
     pub fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
         self.map.get(&TypeId::of::<T>()).and_then(|(_, v)| v.downcast_ref())
@@ -547,6 +575,24 @@ impl SessionOptions {
         exec(v: DynExec) => |o| o.exec = Some(v);
         /// Answers this session's requests with `handler` (see [`crate::handler`]).
         request_handler(v: impl Into<crate::handler::DynRequestHandler>) => |o| o.request_handler = Some(v.into());
+    }
+
+    /// Sets environment variables for the provider process, like repeated
+    /// [`env`](SessionOptions::env) calls.
+    pub fn envs<K: Into<String>, V: Into<String>>(mut self, vars: impl IntoIterator<Item = (K, V)>) -> Self {
+        self.env.set.extend(vars.into_iter().map(|(key, value)| (key.into(), value.into())));
+        self
+    }
+
+    /// Changes the typed provider option `T` in place (from `T::default()` when unset), keeping
+    /// what was set before; [`provider_option`](SessionOptions::provider_option) replaces it
+    /// whole. See [`ProviderOptions::update`].
+    pub fn update_provider_option<T: Any + Send + Sync + Clone + Default>(
+        mut self,
+        change: impl FnOnce(&mut T),
+    ) -> Self {
+        self.provider_options.update(change);
+        self
     }
 
     /// The completed-turn cache size in effect.

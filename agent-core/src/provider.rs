@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::event::{EventKind, RawJson};
 use crate::exec::DynExec;
 use crate::ids::{ProviderId, SessionId, TurnId};
-use crate::options::{SessionOptions, TurnOptions};
+use crate::options::{ProviderOptions, SessionOptions, TurnOptions};
 use crate::request::{ProviderRef, Request, RequestSpec, Response};
 use crate::turn::{Turn, TurnInput};
 
@@ -50,6 +50,23 @@ pub trait Provider: Send + Sync + fmt::Debug + 'static {
     /// (see [`require_capabilities`]).
     fn validate(&self, options: &SessionOptions) -> Result<()> {
         require_capabilities(&self.id(), &self.capabilities(options), options)
+    }
+
+    /// Reads this provider's options from JSON (a [`SessionConfig`](crate::SessionConfig)'s `provider_options`) into
+    /// `into`, merging them with what is already there: fields the JSON leaves out keep their
+    /// value (see [`ProviderOptions::update`]).
+    ///
+    /// Errors are [`Error::InvalidConfig`] starting with the path from `provider_options`
+    /// ([`provider_options_from_json`](crate::config::provider_options_from_json) formats them),
+    /// and leave `into` unchanged. Options meant for another provider are an error, never
+    /// ignored. The default takes no options: `null` and `{}` are accepted and change nothing;
+    /// anything else is refused.
+    fn options_from_json(&self, options: &serde_json::Value, into: &mut ProviderOptions) -> Result<()> {
+        let _ = into;
+        if crate::config::is_empty_options(options) {
+            return Ok(());
+        }
+        Err(Error::InvalidConfig(format!("provider_options: provider `{}` takes no options from JSON", self.id())))
     }
 
     /// Opens a provider session: spawn the CLI through `ctx.exec`, complete the handshake, and

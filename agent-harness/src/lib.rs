@@ -10,13 +10,13 @@ pub use agent_core::{
     DynStore, EndCause, Env, Error, ErrorKind, Event, EventId, EventKind, Exec, ExitReason, ExpiryReason, Harness,
     HarnessBuilder, InputItem, Lagged, McpServer, Provider, ProviderId, ProviderOptions, ProviderSession, Question,
     Replay, Request, RequestId, RequestKind, RequestQuery, RequestStatus, Response, Result, Reuse, SandboxMode, Scope,
-    SessionId, SessionMonitor, SessionOptions, SessionRef, SessionSnapshot, SessionState, SessionStatus, Sink, Skill,
-    Store, StoreChoice, StoreError, StoreFailurePolicy, StoredSession, StreamError, Subscription, SubscriptionError,
-    Support, Target, Timestamp, Turn, TurnEnd, TurnId, TurnInput, TurnOptions, TurnOutcome, TurnRef, TurnResult,
-    TurnStatus, TurnStream, Usage,
+    SessionConfig, SessionId, SessionMonitor, SessionOptions, SessionRef, SessionSnapshot, SessionState, SessionStatus,
+    Sink, Skill, Store, StoreChoice, StoreError, StoreFailurePolicy, StoredSession, StreamError, Subscription,
+    SubscriptionError, Support, Target, Timestamp, Turn, TurnEnd, TurnId, TurnInput, TurnOptions, TurnOutcome, TurnRef,
+    TurnResult, TurnStatus, TurnStream, Usage,
 };
 pub use agent_core::{
-    capabilities, error, event, exec, handler, ids, options, provider, request, session, store, time, turn,
+    capabilities, config, error, event, exec, handler, ids, options, provider, request, session, store, time, turn,
 };
 
 /// Provider adapters, one module per enabled feature.

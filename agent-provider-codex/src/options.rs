@@ -1,9 +1,13 @@
 //! Codex-specific session and turn options, read from the typed provider-option slots.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use agent_core::config::provider_options_from_json;
+use agent_core::{ProviderId, ProviderOptions, Result};
+use serde::Deserialize;
 use serde_json::Value;
 
 /// The program run when [`CodexOptions::binary`] is not set: `codex`, looked up on `PATH`.
@@ -18,7 +22,28 @@ pub const DEFAULT_CLIENT_NAME: &str = "agent_harness";
 pub const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Codex options of one session. Set with
-/// [`SessionOptions::provider_option`](agent_core::SessionOptions::provider_option).
+/// [`SessionOptions::provider_option`](agent_core::SessionOptions::provider_option), which
+/// replaces any set before; to change some fields and keep the rest (a `binary` a config or a
+/// preset chose), use
+/// [`SessionOptions::update_provider_option`](agent_core::SessionOptions::update_provider_option):
+/// `options.update_provider_option(|codex: &mut CodexOptions| codex.questions = false)`.
+///
+/// In a [`SessionConfig`](agent_core::SessionConfig), `provider_options` holds them as JSON,
+/// merged into those already set: each field given replaces its value, `config` entries are
+/// added (replacing an entry with the same key), and fields left out keep theirs. Unknown
+/// fields, including another provider's options, are refused.
+///
+/// ```json
+/// {
+///     "binary": "/opt/codex/bin/codex",
+///     "config": { "model_reasoning_effort": "\"high\"" },
+///     "client_name": "my_app",
+///     "experimental_api": false,
+///     "unbounded_connection_retries": false,
+///     "questions": true,
+///     "max_line_bytes": 16777216
+/// }
+/// ```
 ///
 /// ```
 /// use agent_core::SessionOptions;
@@ -149,6 +174,61 @@ impl CodexOptions {
     }
 }
 
+/// The JSON form of [`CodexOptions`] in a config's `provider_options`: every field optional, so
+/// only the fields given change.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CodexOptionsJson {
+    binary: Option<PathBuf>,
+    /// TOML values by key, like [`CodexOptions::config`].
+    config: Option<BTreeMap<String, String>>,
+    client_name: Option<String>,
+    experimental_api: Option<bool>,
+    unbounded_connection_retries: Option<bool>,
+    questions: Option<bool>,
+    max_line_bytes: Option<usize>,
+}
+
+/// Reads Codex options from a config's `provider_options` and merges them into `into` (see
+/// [`CodexOptions`]); on error `into` is unchanged. `null` and `{}` change nothing.
+pub(crate) fn merge_json(provider: &ProviderId, options: &Value, into: &mut ProviderOptions) -> Result<()> {
+    if options.is_null() {
+        return Ok(());
+    }
+    // Every field is named: a new one does not compile until it is merged.
+    let CodexOptionsJson {
+        binary,
+        config,
+        client_name,
+        experimental_api,
+        unbounded_connection_retries,
+        questions,
+        max_line_bytes,
+    } = provider_options_from_json(provider, options)?;
+    into.update(|codex: &mut CodexOptions| {
+        fn set<T>(field: &mut T, value: Option<T>) {
+            if let Some(value) = value {
+                *field = value;
+            }
+        }
+        if binary.is_some() {
+            codex.binary = binary;
+        }
+        for (key, value) in config.into_iter().flatten() {
+            codex.config.retain(|(k, _)| *k != key);
+            codex.config.push((key, value));
+        }
+        if client_name.is_some() {
+            codex.client_name = client_name;
+        }
+        set(&mut codex.experimental_api, experimental_api);
+        set(&mut codex.unbounded_connection_retries, unbounded_connection_retries);
+        set(&mut codex.questions, questions);
+        set(&mut codex.max_line_bytes, max_line_bytes);
+    });
+    Ok(())
+}
+
 fn native_target() -> Option<(&'static str, &'static str)> {
     let target = match (std::env::consts::OS, std::env::consts::ARCH) {
         ("linux", "x86_64") => ("codex-linux-x64", "x86_64-unknown-linux-musl"),
@@ -227,6 +307,67 @@ mod tests {
         let text = format!("{options:?}");
         assert!(!text.contains("sekrit"), "{text}");
         assert!(text.contains("http_headers.Authorization"), "{text}");
+    }
+
+    /// Merges `json` into options that already hold `CodexOptions` with a binary and a config entry.
+    fn merged(json: Value) -> Result<CodexOptions> {
+        let mut options = ProviderOptions::default();
+        options.insert(CodexOptions::new().binary("/opt/codex").config("model", "\"a\""));
+        merge_json(&ProviderId::new("codex"), &json, &mut options)?;
+        Ok(options.get::<CodexOptions>().cloned().unwrap_or_default())
+    }
+
+    #[track_caller]
+    fn refused(json: Value, starts: &str) {
+        match merged(json) {
+            Err(agent_core::Error::InvalidConfig(message)) => {
+                assert!(message.starts_with(starts), "{message:?} starts with {starts:?}");
+                assert!(message.ends_with("(provider `codex`)"), "{message}");
+            }
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn json_options_merge_into_those_set_before() {
+        let codex = merged(serde_json::json!({
+            "questions": false,
+            "config": { "model": "\"b\"", "model_reasoning_effort": "\"high\"" },
+            "max_line_bytes": 4096
+        }))
+        .expect("merged");
+        assert_eq!(codex.binary.as_deref(), Some(Path::new("/opt/codex")), "kept");
+        assert!(!codex.questions);
+        assert_eq!(codex.max_line_bytes, 4096);
+        assert_eq!(
+            codex.config,
+            [("model".into(), "\"b\"".into()), ("model_reasoning_effort".into(), "\"high\"".into())]
+        );
+        for nothing in [Value::Null, serde_json::json!({})] {
+            assert_eq!(
+                merged(nothing).expect("merged"),
+                CodexOptions::new().binary("/opt/codex").config("model", "\"a\"")
+            );
+        }
+        let mut empty = ProviderOptions::default();
+        merge_json(&ProviderId::new("codex"), &serde_json::json!({ "experimental_api": true }), &mut empty).unwrap();
+        assert_eq!(empty.get::<CodexOptions>(), Some(&CodexOptions::new().experimental_api(true)));
+    }
+
+    #[test]
+    fn bad_json_options_are_refused_by_path_and_change_nothing() {
+        refused(serde_json::json!({ "binaryy": "/x" }), "provider_options.binaryy: unknown field `binaryy`");
+        refused(serde_json::json!({ "questions": "no" }), "provider_options.questions: invalid type: string");
+        refused(serde_json::json!({ "config": { "a": 1 } }), "provider_options.config.a: invalid type: integer");
+        // A Claude option in a Codex config.
+        refused(serde_json::json!({ "max_turns": 3 }), "provider_options.max_turns: unknown field `max_turns`");
+        refused(serde_json::json!(["binary"]), "provider_options: expected a JSON object, found an array");
+
+        let mut options = ProviderOptions::default();
+        options.insert(CodexOptions::new().binary("/opt/codex"));
+        let bad = serde_json::json!({ "questions": false, "max_line_bytes": -1 });
+        assert!(merge_json(&ProviderId::new("codex"), &bad, &mut options).is_err());
+        assert_eq!(options.get::<CodexOptions>(), Some(&CodexOptions::new().binary("/opt/codex")));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use agent_core::exec::{Command, EnvSpec, Exec, ExecError};
 use agent_core::provider::{OpenContext, OpenConversation, Opened, require_capabilities};
 use agent_core::{
     AuthMode, Capabilities, Capability, ConversationMode, DynExec, DynProvider, Error, EventKind, McpServer, Provider,
-    ProviderId, Result, SessionOptions, Support,
+    ProviderId, ProviderOptions, Result, SessionOptions, Support,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -398,6 +398,10 @@ impl Provider for CodexProvider {
         Self::capabilities_for(&options.provider_options.get::<CodexOptions>().cloned().unwrap_or_default())
     }
 
+    fn options_from_json(&self, options: &Value, into: &mut ProviderOptions) -> Result<()> {
+        crate::options::merge_json(&self.id, options, into)
+    }
+
     fn validate(&self, options: &SessionOptions) -> Result<()> {
         require_capabilities(&self.id, &self.capabilities(options), options)?;
         let codex = options.provider_options.get::<CodexOptions>().cloned().unwrap_or_default();
@@ -534,5 +538,26 @@ mod tests {
         assert!(Capability::ALL.iter().all(|c| caps.get(*c).is_available()));
         let without = SessionOptions::new("/work").provider_option(CodexOptions::new().questions(false));
         assert_eq!(provider.capabilities(&without).questions, Support::Unsupported);
+    }
+
+    #[test]
+    fn a_config_merges_its_codex_options_into_those_set_in_code() {
+        let provider = CodexProvider::new();
+        let config = agent_core::SessionConfig::from_json_value(json!({
+            "provider": "codex",
+            "provider_options": { "questions": false, "config": { "model_reasoning_effort": "\"high\"" } }
+        }))
+        .unwrap();
+        let base = SessionOptions::new("/work").provider_option(CodexOptions::new().binary("/opt/codex/bin/codex"));
+        let options = config.apply_to(&provider, base).unwrap();
+        let codex = options.provider_options.get::<CodexOptions>().unwrap();
+        assert_eq!(codex.binary.as_deref(), Some(std::path::Path::new("/opt/codex/bin/codex")));
+        assert_eq!(codex.config, [("model_reasoning_effort".to_owned(), "\"high\"".to_owned())]);
+        assert_eq!(provider.capabilities(&options).questions, Support::Unsupported);
+
+        // Changing one field in code afterwards keeps what the config set.
+        let options = options.update_provider_option(|codex: &mut CodexOptions| codex.client_name = Some("app".into()));
+        let codex = options.provider_options.get::<CodexOptions>().unwrap();
+        assert!(!codex.questions && codex.client_name.as_deref() == Some("app"));
     }
 }

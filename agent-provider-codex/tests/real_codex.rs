@@ -11,7 +11,7 @@ use agent_core::event::ToolStatus;
 use agent_core::exec::{Exec, ExecError};
 use agent_core::{
     ApprovalPolicy, Error, Event, EventKind, ExpiryReason, Harness, Replay, Request, RequestKind, Response,
-    SandboxMode, Scope, SessionOptions, SessionRef, StoreChoice, Turn, TurnEnd, TurnOptions, TurnStatus,
+    SandboxMode, Scope, SessionConfig, SessionOptions, SessionRef, StoreChoice, Turn, TurnEnd, TurnOptions, TurnStatus,
 };
 use agent_exec::LocalExec;
 use agent_provider_codex::{CodexOptions, CodexProvider};
@@ -695,4 +695,81 @@ async fn max_provider_processes_bounds_running_clis_across_sessions() {
     harness.stop_session(&first, false).await.unwrap();
     let second = harness.start_session("codex", options()).await.expect("the stopped CLI freed its slot");
     harness.stop_session(&second, false).await.unwrap();
+}
+
+/// The `SessionConfig` JSON of a session in `codex`'s offline environment: everything
+/// [`OfflineEnv::session_options`] sets, as data.
+fn offline_config(codex: &Codex) -> Value {
+    let options = codex.env.session_options();
+    serde_json::json!({
+        "provider": "codex",
+        "cwd": codex.workspace(),
+        "auth": "inherit",
+        "env": { "set": options.env.set, "unset": options.env.unset },
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_config_file_starts_a_session_that_completes_a_turn() {
+    let codex = Codex::start(Scenario::new().text("configured")).await;
+    let mut config = offline_config(&codex);
+    config["id"] = "from-a-file".into();
+    config["system_prompt"] = "Answer from the config.".into();
+    config["metadata"] = serde_json::json!({ "ticket": 42 });
+    config["turn_start_timeout_ms"] = 20_000.into();
+    config["provider_options"] = serde_json::json!({ "binary": codex.cli.program(), "questions": false });
+    let file = codex.env.dir().join("session.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&config).expect("JSON")).expect("config written");
+
+    let text = std::fs::read_to_string(&file).expect("config read");
+    let config = SessionConfig::from_json_str(&text).expect("the config parses");
+    let session = codex.harness.start_session_from_config(config).await.expect("session starts");
+    assert_eq!(session.id.as_str(), "from-a-file");
+    // The Codex options reached the provider.
+    let capabilities = codex.harness.capabilities(&session).await.expect("capabilities");
+    assert_eq!(capabilities.questions, agent_core::Support::Unsupported);
+    let (_, events) = codex.run(&session, "hi", |_| None).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(end.result.text.as_deref(), Some("configured"));
+    assert!(model_input(codex.server(), 0).contains("Answer from the config."));
+    let spawned = codex.exec.commands();
+    assert!(spawned.iter().all(|c| c.program.as_os_str() == codex.cli.program().as_os_str()), "{spawned:?}");
+    codex.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_session_config_starts_no_session() {
+    let codex = Codex::start(Scenario::new().text("never")).await;
+    let with_options = |provider_options: Value| {
+        let mut config = offline_config(&codex);
+        config["provider_options"] = provider_options;
+        SessionConfig::from_json_value(config).expect("the config itself parses")
+    };
+    let binary = codex.cli.program();
+    for (provider_options, says) in [
+        // A Claude option.
+        (serde_json::json!({ "binary": binary, "max_turns": 3 }), "provider_options.max_turns: unknown field"),
+        (serde_json::json!({ "binary": binary, "questions": "no" }), "provider_options.questions: invalid type"),
+        (serde_json::json!([binary]), "provider_options: expected a JSON object"),
+    ] {
+        let error = codex.harness.start_session_from_config(with_options(provider_options)).await.unwrap_err();
+        assert_eq!(error.kind(), agent_core::ErrorKind::InvalidConfig);
+        assert!(error.to_string().contains(says) && error.to_string().contains("(provider `codex`)"), "{error}");
+    }
+
+    let mut unknown_field = offline_config(&codex);
+    unknown_field["sandbox_mode"] = "read_only".into();
+    let error = SessionConfig::from_json_str(&unknown_field.to_string()).unwrap_err();
+    assert!(error.to_string().contains("sandbox_mode: unknown field `sandbox_mode`"), "{error}");
+
+    let mut elsewhere = offline_config(&codex);
+    elsewhere["provider"] = "claude".into();
+    let config = SessionConfig::from_json_value(elsewhere).expect("parses");
+    let error = codex.harness.start_session_from_config(config).await.unwrap_err();
+    assert_eq!(error.kind(), agent_core::ErrorKind::UnknownProvider);
+
+    assert!(codex.harness.list_sessions().is_empty());
+    assert!(codex.exec.commands().is_empty(), "no codex process was started");
+    codex.finish().await;
 }

@@ -257,6 +257,14 @@ impl Harness {
         self.inner.providers.keys().cloned().collect()
     }
 
+    /// The provider registered under `id`, or [`Error::UnknownProvider`].
+    pub(crate) fn registered_provider(&self, id: &ProviderId) -> Result<DynProvider> {
+        self.inner.providers.get(id).cloned().ok_or_else(|| Error::UnknownProvider {
+            provider: id.clone(),
+            registered: self.inner.providers.keys().map(|p| p.as_str()).collect::<Vec<_>>().join(", "),
+        })
+    }
+
     /// The live session's handle, or an error saying what became of it: closed (and why) when
     /// this harness or the session's store knows it ended, not found otherwise.
     async fn live(&self, id: &SessionId) -> Result<SessionHandle> {

@@ -1,0 +1,1264 @@
+//! [`SessionConfig`]: a session described as data.
+//!
+//! The serde form of everything a session needs that is not a live object (an exec, a store, a
+//! request handler): what a CLI reads from a file, a preset ships and a gateway receives. It
+//! parses strictly: unknown fields are refused, and every error is an [`Error::InvalidConfig`]
+//! that starts with the path of the field at fault, from the top of the config
+//! (`mcp_servers.files.args[1]: invalid type: integer `1`, expected a string at line 6 column 52`).
+//! Provider options stay JSON until the provider reads them with
+//! [`Provider::options_from_json`], so each provider owns its own form.
+//!
+//! JSON conventions:
+//! - Durations are whole milliseconds in fields named `*_ms` (`"startup_timeout_ms": 30000`).
+//!   Zero is refused, as by [`SessionOptions::validate`].
+//! - A field left out takes the [`SessionOptions`] default; serializing leaves unset fields out,
+//!   so a parsed config writes back the JSON it came from (up to order and whitespace).
+//! - Enum values are snake_case strings (`"on_request"`, `"workspace_write"`).
+//!
+//! The JSON Schema is checked in at `agent-core/schema/session-config.schema.json`. With the
+//! `schemars` feature, the config and the types it holds implement `schemars::JsonSchema`, and
+//! `SessionConfig::json_schema` generates that file's contents.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::num::{NonZeroU64, NonZeroUsize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::harness::Harness;
+use crate::ids::{ProviderId, SessionId};
+use crate::options::{
+    ApprovalPolicy, AuthMode, CacheSize, Conversation, ConversationSource, Env, McpServer, Reuse, SandboxMode,
+    SessionOptions, Skill, StoreFailurePolicy,
+};
+use crate::provider::Provider;
+use crate::session::SessionRef;
+
+/// A session as data: the provider, the [`SessionOptions`] that are not live objects, and the
+/// provider's own options as JSON. See the [module docs](self) for the JSON conventions.
+///
+/// Start one with [`Harness::start_session_from_config`](crate::Harness::start_session_from_config),
+/// or turn it into options with [`SessionConfig::into_options`] to add an exec, a store or a
+/// request handler first. `Debug` shows no environment value, MCP argument, environment or
+/// header value, metadata value, system prompt or provider option value.
+///
+/// ```
+/// use agent_core::{ApprovalPolicy, ErrorKind, McpServer, SessionConfig};
+///
+/// let config = SessionConfig::from_json_str(
+///     r#"{
+///         "provider": "codex",
+///         "id": "review-42",
+///         "cwd": "/srv/repo",
+///         "model": "gpt-5-codex",
+///         "approval_policy": "on_request",
+///         "mcp_servers": {
+///             "files": { "transport": "stdio", "command": "mcp-files", "args": ["--root", "/srv/repo"] },
+///             "docs": { "transport": "http", "url": "https://docs.example/mcp" }
+///         },
+///         "env": { "set": { "RUST_LOG": "warn" }, "unset": ["OPENAI_API_KEY"] },
+///         "conversation": { "mode": "resume", "from": { "session": "review-42" } },
+///         "turn_inactivity_timeout_ms": 300000,
+///         "metadata": { "ticket": 42 },
+///         "provider_options": { "questions": false }
+///     }"#,
+/// )?;
+/// assert_eq!(config.approval_policy, Some(ApprovalPolicy::OnRequest));
+/// assert!(matches!(config.mcp_servers["docs"], McpServer::Http { .. }));
+///
+/// // Errors name the field's path.
+/// let error = SessionConfig::from_json_str(
+///     r#"{ "provider": "codex", "mcp_servers": { "files": { "transport": "stdio", "command": "x", "args": ["a", 1] } } }"#,
+/// )
+/// .unwrap_err();
+/// assert_eq!(error.kind(), ErrorKind::InvalidConfig);
+/// assert!(error.to_string().contains("mcp_servers.files.args[1]: invalid type: integer `1`"), "{error}");
+/// # Ok::<(), agent_core::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schemars",
+    schemars(
+        title = "SessionConfig",
+        description = "An agent-harness session as data: the provider, the session options that are not live \
+                       objects, and the provider's own options. Durations are milliseconds in `*_ms` fields; a \
+                       field left out takes its default."
+    )
+)]
+#[non_exhaustive]
+pub struct SessionConfig {
+    /// The provider the session runs on: `codex`, `claude`, `pi` or a preset's ID.
+    pub provider: ProviderId,
+    /// The session ID; generated when left out. 1 to 128 ASCII letters, digits and `-_.:@`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<SessionId>,
+    /// The agent's working directory; absolute, and an existing directory when the session
+    /// starts. Required by then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
+    /// The provider's model name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Codex developer instructions, Claude system prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// When the agent must ask before acting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_policy: Option<ApprovalPolicy>,
+    /// How far the agent's commands may reach.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxMode>,
+    /// Session-scoped MCP servers by name. Argument, environment and header values may be
+    /// secrets: they are never logged or stored.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        serialize_with = "forms::mcp_servers::serialize",
+        deserialize_with = "forms::mcp_servers::deserialize"
+    )]
+    #[cfg_attr(feature = "schemars", schemars(with = "BTreeMap<String, forms::McpServerForm>"))]
+    pub mcp_servers: BTreeMap<String, McpServer>,
+    /// Skills the provider makes available.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        serialize_with = "forms::skills::serialize",
+        deserialize_with = "forms::skills::deserialize"
+    )]
+    #[cfg_attr(feature = "schemars", schemars(with = "Vec<forms::SkillForm>"))]
+    pub skills: Vec<Skill>,
+    /// Environment changes for the provider process. Values may be secrets: they are never
+    /// logged or stored.
+    #[serde(
+        default,
+        skip_serializing_if = "Env::is_empty",
+        serialize_with = "forms::env::serialize",
+        deserialize_with = "forms::env::deserialize"
+    )]
+    #[cfg_attr(feature = "schemars", schemars(with = "forms::EnvForm"))]
+    pub env: Env,
+    /// How the provider CLI authenticates; default `subscription`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthMode>,
+    /// Which provider conversation the session opens; default a new one.
+    #[serde(
+        default,
+        skip_serializing_if = "forms::conversation::is_new",
+        serialize_with = "forms::conversation::serialize",
+        deserialize_with = "forms::conversation::deserialize"
+    )]
+    #[cfg_attr(feature = "schemars", schemars(with = "forms::ConversationForm"))]
+    pub conversation: Conversation,
+    /// Caller-owned metadata, stored in the session's snapshot (no secrets).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub metadata: serde_json::Map<String, Value>,
+    /// In-memory replay buffer size, in events; default 1000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_buffer_size: Option<NonZeroUsize>,
+    /// How many completed turns a live session keeps: a number (0 turns the cache off) or
+    /// `"unbounded"`; default the event buffer size.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "forms::cache_size::serialize",
+        deserialize_with = "forms::cache_size::deserialize"
+    )]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<forms::CacheSizeForm>"))]
+    pub completed_turn_cache_size: Option<CacheSize>,
+    /// Provider opening deadline, in milliseconds; default 30000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_timeout_ms: Option<NonZeroU64>,
+    /// Initial store commit, cleanup and hand-off deadline, in milliseconds; default 5000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_finalization_timeout_ms: Option<NonZeroU64>,
+    /// Provider turn-admission deadline, in milliseconds; default 30000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_start_timeout_ms: Option<NonZeroU64>,
+    /// Response and cancellation watchdog, in milliseconds; default 30000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_command_timeout_ms: Option<NonZeroU64>,
+    /// Deadline for answering a request, in milliseconds; the provider is told to deny it
+    /// afterwards. Default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout_ms: Option<NonZeroU64>,
+    /// How long a running turn may go without provider activity (while no request is pending)
+    /// before it is cancelled as stalled, in milliseconds. Default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_inactivity_timeout_ms: Option<NonZeroU64>,
+    /// What the session does when a store write fails; default `degrade`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_failure: Option<StoreFailurePolicy>,
+    /// Whether the session may replace a stored, non-live session with the same ID; default
+    /// `never`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reuse: Option<Reuse>,
+    /// The provider's own options, read by the provider (its `options_from_json`); each provider
+    /// documents its form, and one that takes none accepts only `null` or `{}`. Values may be
+    /// secrets: they are never logged.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub provider_options: Value,
+}
+
+impl SessionConfig {
+    /// A config for `provider` with every other field left out (their defaults).
+    pub fn new(provider: impl Into<ProviderId>) -> Self {
+        SessionConfig {
+            provider: provider.into(),
+            id: None,
+            cwd: None,
+            model: None,
+            system_prompt: None,
+            approval_policy: None,
+            sandbox: None,
+            mcp_servers: BTreeMap::new(),
+            skills: Vec::new(),
+            env: Env::default(),
+            auth: None,
+            conversation: Conversation::New,
+            metadata: serde_json::Map::new(),
+            event_buffer_size: None,
+            completed_turn_cache_size: None,
+            startup_timeout_ms: None,
+            startup_finalization_timeout_ms: None,
+            turn_start_timeout_ms: None,
+            provider_command_timeout_ms: None,
+            request_timeout_ms: None,
+            turn_inactivity_timeout_ms: None,
+            store_failure: None,
+            reuse: None,
+            provider_options: Value::Null,
+        }
+    }
+
+    /// Parses a config from JSON text. Errors are [`Error::InvalidConfig`] starting with the
+    /// path of the field at fault (and ending with the line and column).
+    pub fn from_json_str(json: &str) -> Result<Self> {
+        if !json.trim_start().starts_with('{') {
+            // Not an object (serde would read a struct from an array): say what it is instead.
+            let value: Value = serde_json::from_str(json).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+            return Err(not_an_object("", &value));
+        }
+        let mut deserializer = serde_json::Deserializer::from_str(json);
+        let config = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| at_path("", e))?;
+        deserializer.end().map_err(|e| Error::InvalidConfig(e.to_string()))?;
+        Ok(config)
+    }
+
+    /// Parses a config from a JSON value. Errors are [`Error::InvalidConfig`] starting with the
+    /// path of the field at fault.
+    pub fn from_json_value(json: Value) -> Result<Self> {
+        if !json.is_object() {
+            return Err(not_an_object("", &json));
+        }
+        serde_path_to_error::deserialize(json).map_err(|e| at_path("", e))
+    }
+
+    /// The [`SessionOptions`] this config describes, for `provider` (which must be the provider
+    /// the config names): [`SessionConfig::apply_to`] on [`SessionOptions::default`].
+    pub fn into_options(self, provider: &dyn Provider) -> Result<SessionOptions> {
+        self.apply_to(provider, SessionOptions::default())
+    }
+
+    /// Layers this config over `options`, for `provider` (which must be the provider the config
+    /// names), and returns the result. Use it to add what a config cannot hold (an exec, a
+    /// store, a request handler) or to start from settings made in code.
+    ///
+    /// Each field the config sets replaces the option's value; a field it leaves out keeps it.
+    /// Maps and lists add to what `options` holds, like the builder methods: MCP servers and
+    /// metadata entries by name (the config's entry wins), skills, and the variables of `env`.
+    /// The provider reads [`SessionConfig::provider_options`] with
+    /// [`Provider::options_from_json`], which merges them into the typed options already there:
+    /// a config that sets one Codex option keeps a `binary` set in code.
+    ///
+    /// Errors ([`Error::InvalidConfig`], from a config for another provider or provider options
+    /// the provider does not take) come before any field is applied. Nothing is validated
+    /// beyond the config's own form and the provider's options; [`SessionOptions::validate`]
+    /// runs when the session starts.
+    pub fn apply_to(self, provider: &dyn Provider, mut options: SessionOptions) -> Result<SessionOptions> {
+        // Every field is named: a new one does not compile until it reaches the options.
+        let SessionConfig {
+            provider: provider_id,
+            id,
+            cwd,
+            model,
+            system_prompt,
+            approval_policy,
+            sandbox,
+            mcp_servers,
+            skills,
+            env,
+            auth,
+            conversation,
+            metadata,
+            event_buffer_size,
+            completed_turn_cache_size,
+            startup_timeout_ms,
+            startup_finalization_timeout_ms,
+            turn_start_timeout_ms,
+            provider_command_timeout_ms,
+            request_timeout_ms,
+            turn_inactivity_timeout_ms,
+            store_failure,
+            reuse,
+            provider_options,
+        } = self;
+        if provider.id() != provider_id {
+            return Err(Error::InvalidConfig(format!(
+                "provider: the config is for provider `{provider_id}`, not `{}`",
+                provider.id()
+            )));
+        }
+        // The only step that can fail after the check above; it leaves the options unchanged on
+        // error (the `options_from_json` contract).
+        provider.options_from_json(&provider_options, &mut options.provider_options)?;
+        let millis = |ms: NonZeroU64| Duration::from_millis(ms.get());
+        fn set<T>(field: &mut T, value: Option<T>) {
+            if let Some(value) = value {
+                *field = value;
+            }
+        }
+        fn set_some<T>(field: &mut Option<T>, value: Option<T>) {
+            if value.is_some() {
+                *field = value;
+            }
+        }
+        set_some(&mut options.id, id.map(|id| id.as_str().to_owned()));
+        set_some(&mut options.cwd, cwd);
+        set_some(&mut options.model, model);
+        set_some(&mut options.system_prompt, system_prompt);
+        set_some(&mut options.approval_policy, approval_policy);
+        set_some(&mut options.sandbox, sandbox);
+        options.mcp_servers.extend(mcp_servers);
+        options.skills.extend(skills);
+        options.env.set.extend(env.set);
+        options.env.unset.extend(env.unset);
+        set(&mut options.auth, auth);
+        if conversation != Conversation::New {
+            options.conversation = conversation;
+        }
+        options.metadata.extend(metadata);
+        set(&mut options.event_buffer_size, event_buffer_size.map(NonZeroUsize::get));
+        set_some(&mut options.completed_turn_cache_size, completed_turn_cache_size);
+        set(&mut options.startup_timeout, startup_timeout_ms.map(millis));
+        set(&mut options.startup_finalization_timeout, startup_finalization_timeout_ms.map(millis));
+        set(&mut options.turn_start_timeout, turn_start_timeout_ms.map(millis));
+        set(&mut options.provider_command_timeout, provider_command_timeout_ms.map(millis));
+        set_some(&mut options.request_timeout, request_timeout_ms.map(millis));
+        set_some(&mut options.turn_inactivity_timeout, turn_inactivity_timeout_ms.map(millis));
+        set(&mut options.store_failure, store_failure);
+        set(&mut options.reuse, reuse);
+        Ok(options)
+    }
+}
+
+impl Harness {
+    /// Starts the session `config` describes: looks up its provider, has it read the
+    /// config's provider options, and starts the session as [`Harness::start_session`] does.
+    ///
+    /// An unregistered provider is [`Error::UnknownProvider`]; provider options the provider
+    /// does not take are [`Error::InvalidConfig`] naming the field. Either way no session is
+    /// started. To add an exec, a store or a request handler, build the options with
+    /// [`SessionConfig::apply_to`] and call [`Harness::start_session`].
+    pub async fn start_session_from_config(&self, config: SessionConfig) -> Result<SessionRef> {
+        let provider_id = config.provider.clone();
+        let provider = self.registered_provider(&provider_id)?;
+        let options = config.into_options(provider.as_ref())?;
+        self.start_session(provider_id, options).await
+    }
+}
+
+#[cfg(feature = "schemars")]
+impl SessionConfig {
+    /// The JSON Schema (draft 2020-12) of the config, as checked in at
+    /// `agent-core/schema/session-config.schema.json`. It describes what parses: fields that may
+    /// be left out are not required.
+    pub fn json_schema() -> Value {
+        schemars::generate::SchemaSettings::draft2020_12()
+            .for_deserialize()
+            .into_generator()
+            .into_root_schema_for::<SessionConfig>()
+            .to_value()
+    }
+}
+
+impl fmt::Debug for SessionConfig {
+    // Every field is named here (the destructuring fails to compile when one is added), so each
+    // new field is a decision: values that can hold secrets (environment values, MCP arguments,
+    // environment and header values, metadata values, the system prompt, provider option
+    // values) never appear, only names and sizes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let SessionConfig {
+            provider,
+            id,
+            cwd,
+            model,
+            system_prompt,
+            approval_policy,
+            sandbox,
+            mcp_servers,
+            skills,
+            env,
+            auth,
+            conversation,
+            metadata,
+            event_buffer_size,
+            completed_turn_cache_size,
+            startup_timeout_ms,
+            startup_finalization_timeout_ms,
+            turn_start_timeout_ms,
+            provider_command_timeout_ms,
+            request_timeout_ms,
+            turn_inactivity_timeout_ms,
+            store_failure,
+            reuse,
+            provider_options,
+        } = self;
+        f.debug_struct("SessionConfig")
+            .field("provider", provider)
+            .field("id", id)
+            .field("cwd", cwd)
+            .field("model", model)
+            .field("system_prompt_bytes", &system_prompt.as_ref().map(String::len))
+            .field("approval_policy", approval_policy)
+            .field("sandbox", sandbox)
+            .field("mcp_servers", mcp_servers)
+            .field("skills", skills)
+            .field("env", env)
+            .field("auth", auth)
+            .field("conversation", conversation)
+            .field("metadata_keys", &metadata.keys().collect::<Vec<_>>())
+            .field("event_buffer_size", event_buffer_size)
+            .field("completed_turn_cache_size", completed_turn_cache_size)
+            .field("startup_timeout_ms", startup_timeout_ms)
+            .field("startup_finalization_timeout_ms", startup_finalization_timeout_ms)
+            .field("turn_start_timeout_ms", turn_start_timeout_ms)
+            .field("provider_command_timeout_ms", provider_command_timeout_ms)
+            .field("request_timeout_ms", request_timeout_ms)
+            .field("turn_inactivity_timeout_ms", turn_inactivity_timeout_ms)
+            .field("store_failure", store_failure)
+            .field("reuse", reuse)
+            .field("provider_options_keys", &provider_options.as_object().map(|o| o.keys().collect::<Vec<_>>()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads a provider's options from the JSON of [`SessionConfig::provider_options`] as `T`, for
+/// implementations of [`Provider::options_from_json`]. Errors are [`Error::InvalidConfig`]
+/// starting with the field's path from `provider_options` and naming the provider
+/// (`provider_options.max_line_bytes: invalid type: string "x", expected usize (provider `codex`)`).
+///
+/// Give `T` `#[serde(deny_unknown_fields)]`, so options meant for another provider are refused
+/// rather than ignored.
+///
+/// Anything but a JSON object is refused (serde would read some structs from an array).
+pub fn provider_options_from_json<T: DeserializeOwned>(provider: &ProviderId, options: &Value) -> Result<T> {
+    if !options.is_object() {
+        return Err(match not_an_object("provider_options", options) {
+            Error::InvalidConfig(message) => Error::InvalidConfig(format!("{message} (provider `{provider}`)")),
+            other => other,
+        });
+    }
+    serde_path_to_error::deserialize(options).map_err(|error| match at_path("provider_options", error) {
+        Error::InvalidConfig(message) => Error::InvalidConfig(format!("{message} (provider `{provider}`)")),
+        other => other,
+    })
+}
+
+/// The error for a JSON value at `path` that should have been an object.
+fn not_an_object(path: &str, found: &Value) -> Error {
+    let found = match found {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    };
+    match path {
+        "" => Error::InvalidConfig(format!("expected a JSON object, found {found}")),
+        path => Error::InvalidConfig(format!("{path}: expected a JSON object, found {found}")),
+    }
+}
+
+/// True for provider options that say nothing: `null` or `{}`.
+pub(crate) fn is_empty_options(options: &Value) -> bool {
+    options.is_null() || options.as_object().is_some_and(serde_json::Map::is_empty)
+}
+
+/// A parse error as [`Error::InvalidConfig`], prefixed with its path below `root`.
+fn at_path(root: &str, error: serde_path_to_error::Error<serde_json::Error>) -> Error {
+    let path = error.path().to_string();
+    let inner = error.into_inner();
+    let path = match (root, path.as_str()) {
+        // `?`: serde_path_to_error knows no path (the JSON text itself is malformed).
+        (root, "." | "?") => root.to_owned(),
+        ("", path) => path.to_owned(),
+        (root, path) if path.starts_with('[') => format!("{root}{path}"),
+        (root, path) => format!("{root}.{path}"),
+    };
+    if path.is_empty() {
+        Error::InvalidConfig(inner.to_string())
+    } else {
+        Error::InvalidConfig(format!("{path}: {inner}"))
+    }
+}
+
+/// The JSON forms of the options whose own serde form is not strict enough for a config, and
+/// the schemas of the agent-core types a config holds.
+///
+/// Tagged enums are written and described as tagged enums, but read through a flat struct of
+/// every field: serde buffers a tagged enum's content, which loses the path of an error inside
+/// it, and the flat struct refuses unknown fields and says which fields the tag allows.
+mod forms {
+    use super::*;
+
+    /// An MCP server, as the schema describes it and `Serialize` writes it.
+    #[derive(Clone, Serialize)]
+    #[serde(tag = "transport", rename_all = "snake_case", rename = "McpServer", deny_unknown_fields)]
+    #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+    pub(super) enum McpServerForm {
+        /// A server the CLI starts as a child process.
+        Stdio {
+            /// The program.
+            command: String,
+            /// Its arguments.
+            #[serde(default, skip_serializing_if = "Vec::is_empty")]
+            args: Vec<String>,
+            /// Its environment.
+            #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+            env: BTreeMap<String, String>,
+        },
+        /// A server reached over streamable HTTP.
+        Http {
+            /// The server's `http` or `https` URL.
+            url: String,
+            /// Headers sent with every request.
+            #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+            headers: BTreeMap<String, String>,
+        },
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum Transport {
+        Stdio,
+        Http,
+    }
+
+    /// Every field of every transport, so each error keeps its path.
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields, rename = "McpServer")]
+    struct McpServerFields {
+        transport: Transport,
+        command: Option<String>,
+        args: Option<Vec<String>>,
+        env: Option<BTreeMap<String, String>>,
+        url: Option<String>,
+        headers: Option<BTreeMap<String, String>>,
+    }
+
+    impl<'de> Deserialize<'de> for McpServerForm {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            use serde::de::Error as _;
+            let McpServerFields { transport, command, args, env, url, headers } =
+                McpServerFields::deserialize(deserializer)?;
+            let refuse = |name: &str, server: &str, given: bool| match given {
+                true => Err(D::Error::custom(format_args!("{server} server takes no `{name}`"))),
+                false => Ok(()),
+            };
+            match transport {
+                Transport::Stdio => {
+                    refuse("url", "a stdio", url.is_some())?;
+                    refuse("headers", "a stdio", headers.is_some())?;
+                    let command = command.ok_or_else(|| D::Error::missing_field("command"))?;
+                    Ok(McpServerForm::Stdio { command, args: args.unwrap_or_default(), env: env.unwrap_or_default() })
+                }
+                Transport::Http => {
+                    for (name, given) in
+                        [("command", command.is_some()), ("args", args.is_some()), ("env", env.is_some())]
+                    {
+                        refuse(name, "an http", given)?;
+                    }
+                    let url = url.ok_or_else(|| D::Error::missing_field("url"))?;
+                    Ok(McpServerForm::Http { url, headers: headers.unwrap_or_default() })
+                }
+            }
+        }
+    }
+
+    impl From<&McpServer> for McpServerForm {
+        fn from(server: &McpServer) -> Self {
+            match server.clone() {
+                McpServer::Stdio { command, args, env } => McpServerForm::Stdio { command, args, env },
+                McpServer::Http { url, headers } => McpServerForm::Http { url, headers },
+            }
+        }
+    }
+
+    impl From<McpServerForm> for McpServer {
+        fn from(form: McpServerForm) -> Self {
+            match form {
+                McpServerForm::Stdio { command, args, env } => McpServer::Stdio { command, args, env },
+                McpServerForm::Http { url, headers } => McpServer::Http { url, headers },
+            }
+        }
+    }
+
+    pub(super) mod mcp_servers {
+        use super::*;
+
+        pub(crate) fn serialize<S: Serializer>(
+            servers: &BTreeMap<String, McpServer>,
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            serializer.collect_map(servers.iter().map(|(name, server)| (name, McpServerForm::from(server))))
+        }
+
+        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> Result<BTreeMap<String, McpServer>, D::Error> {
+            let forms = BTreeMap::<String, McpServerForm>::deserialize(deserializer)?;
+            Ok(forms.into_iter().map(|(name, form)| (name, form.into())).collect())
+        }
+    }
+
+    /// A skill.
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields, rename = "Skill")]
+    #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+    pub(super) struct SkillForm {
+        /// The skill's name.
+        name: String,
+        /// Absolute path to the skill's `SKILL.md` or its directory.
+        path: PathBuf,
+    }
+
+    pub(super) mod skills {
+        use super::*;
+
+        pub(crate) fn serialize<S: Serializer>(skills: &[Skill], serializer: S) -> Result<S::Ok, S::Error> {
+            let form = |skill: &Skill| SkillForm { name: skill.name.clone(), path: skill.path.clone() };
+            serializer.collect_seq(skills.iter().map(form))
+        }
+
+        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Skill>, D::Error> {
+            let forms = Vec::<SkillForm>::deserialize(deserializer)?;
+            Ok(forms.into_iter().map(|SkillForm { name, path }| Skill::new(name, path)).collect())
+        }
+    }
+
+    /// Environment changes for the provider process.
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields, rename = "Env")]
+    #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+    pub(super) struct EnvForm {
+        /// Variables to set.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        set: BTreeMap<String, String>,
+        /// Variables to remove from the inherited environment.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        unset: Vec<String>,
+    }
+
+    pub(super) mod env {
+        use super::*;
+
+        pub(crate) fn serialize<S: Serializer>(env: &Env, serializer: S) -> Result<S::Ok, S::Error> {
+            let Env { set, unset } = env.clone();
+            EnvForm { set, unset }.serialize(serializer)
+        }
+
+        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Env, D::Error> {
+            let EnvForm { set, unset } = EnvForm::deserialize(deserializer)?;
+            Ok(Env { set, unset })
+        }
+    }
+
+    /// Which provider conversation a session opens.
+    #[derive(Serialize)]
+    #[serde(tag = "mode", content = "from", rename_all = "snake_case", rename = "Conversation", deny_unknown_fields)]
+    #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+    pub(super) enum ConversationForm {
+        /// A new provider conversation.
+        New,
+        /// Continue an earlier conversation (needs the `resume` capability).
+        Resume(SourceForm),
+        /// Branch an earlier conversation into a new one (needs the `fork` capability).
+        Fork(SourceForm),
+    }
+
+    /// Where a resumed or forked conversation comes from.
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case", rename = "ConversationSource")]
+    #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+    pub(super) enum SourceForm {
+        /// A stopped session of the session's store, by its session ID. Resuming it continues
+        /// that session under its own ID and its stored history; forking it starts a new one.
+        Session(SessionId),
+        /// A provider conversation by the provider's own ID (a Codex thread ID, a Claude session
+        /// ID); the session starts with an empty history.
+        Provider(String),
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum Mode {
+        New,
+        Resume,
+        Fork,
+    }
+
+    /// Both fields, so each error keeps its path.
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields, rename = "Conversation")]
+    struct ConversationFields {
+        mode: Mode,
+        from: Option<SourceForm>,
+    }
+
+    impl<'de> Deserialize<'de> for ConversationForm {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            use serde::de::Error as _;
+            let ConversationFields { mode, from } = ConversationFields::deserialize(deserializer)?;
+            match (mode, from) {
+                (Mode::New, None) => Ok(ConversationForm::New),
+                (Mode::New, Some(_)) => Err(D::Error::custom("a new conversation takes no `from`")),
+                (Mode::Resume | Mode::Fork, None) => Err(D::Error::custom(
+                    "a resumed or forked conversation needs `from`: {\"session\": …} or {\"provider\": …}",
+                )),
+                (Mode::Resume, Some(from)) => Ok(ConversationForm::Resume(from)),
+                (Mode::Fork, Some(from)) => Ok(ConversationForm::Fork(from)),
+            }
+        }
+    }
+
+    impl From<&ConversationSource> for SourceForm {
+        fn from(source: &ConversationSource) -> Self {
+            match source {
+                ConversationSource::Session(id) => SourceForm::Session(id.clone()),
+                ConversationSource::Provider(id) => SourceForm::Provider(id.clone()),
+            }
+        }
+    }
+
+    impl From<SourceForm> for ConversationSource {
+        fn from(form: SourceForm) -> Self {
+            match form {
+                SourceForm::Session(id) => ConversationSource::Session(id),
+                SourceForm::Provider(id) => ConversationSource::Provider(id),
+            }
+        }
+    }
+
+    pub(super) mod conversation {
+        use super::*;
+
+        pub(crate) fn is_new(conversation: &Conversation) -> bool {
+            *conversation == Conversation::New
+        }
+
+        pub(crate) fn serialize<S: Serializer>(conversation: &Conversation, serializer: S) -> Result<S::Ok, S::Error> {
+            let form = match conversation {
+                Conversation::New => ConversationForm::New,
+                Conversation::Resume(source) => ConversationForm::Resume(source.into()),
+                Conversation::Fork(source) => ConversationForm::Fork(source.into()),
+            };
+            form.serialize(serializer)
+        }
+
+        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Conversation, D::Error> {
+            Ok(match ConversationForm::deserialize(deserializer)? {
+                ConversationForm::New => Conversation::New,
+                ConversationForm::Resume(from) => Conversation::Resume(from.into()),
+                ConversationForm::Fork(from) => Conversation::Fork(from.into()),
+            })
+        }
+    }
+
+    /// A number of completed turns, or `"unbounded"`.
+    #[derive(Serialize)]
+    #[serde(untagged, rename = "CacheSize")]
+    #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+    pub(super) enum CacheSizeForm {
+        /// At most this many (0 turns the cache off).
+        Bounded(usize),
+        /// Every completed turn, for the session's life.
+        Unbounded(Unbounded),
+    }
+
+    /// The word `unbounded`.
+    #[derive(Serialize)]
+    #[serde(rename_all = "snake_case")]
+    #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+    pub(super) enum Unbounded {
+        /// Keep every completed turn.
+        Unbounded,
+    }
+
+    impl<'de> Deserialize<'de> for CacheSizeForm {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct Visitor;
+            impl serde::de::Visitor<'_> for Visitor {
+                type Value = CacheSizeForm;
+
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("a number of turns or \"unbounded\"")
+                }
+
+                fn visit_u64<E: serde::de::Error>(self, turns: u64) -> Result<CacheSizeForm, E> {
+                    usize::try_from(turns)
+                        .map(CacheSizeForm::Bounded)
+                        .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(turns), &self))
+                }
+
+                fn visit_str<E: serde::de::Error>(self, word: &str) -> Result<CacheSizeForm, E> {
+                    match word {
+                        "unbounded" => Ok(CacheSizeForm::Unbounded(Unbounded::Unbounded)),
+                        _ => Err(E::invalid_value(serde::de::Unexpected::Str(word), &self)),
+                    }
+                }
+            }
+            deserializer.deserialize_any(Visitor)
+        }
+    }
+
+    pub(super) mod cache_size {
+        use super::*;
+
+        pub(crate) fn serialize<S: Serializer>(size: &Option<CacheSize>, serializer: S) -> Result<S::Ok, S::Error> {
+            let form = size.map(|size| match size {
+                CacheSize::Bounded(turns) => CacheSizeForm::Bounded(turns),
+                CacheSize::Unbounded => CacheSizeForm::Unbounded(Unbounded::Unbounded),
+            });
+            form.serialize(serializer)
+        }
+
+        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<CacheSize>, D::Error> {
+            Ok(Option::<CacheSizeForm>::deserialize(deserializer)?.map(|form| match form {
+                CacheSizeForm::Bounded(turns) => CacheSize::Bounded(turns),
+                CacheSizeForm::Unbounded(_) => CacheSize::Unbounded,
+            }))
+        }
+    }
+}
+
+/// `schemars::JsonSchema` for the agent-core types a config holds as they are: IDs and the
+/// string enums. The enums' values come from their own `Serialize`, and each impl matches every
+/// variant, so a new variant does not compile until its schema is considered.
+#[cfg(feature = "schemars")]
+mod schemas {
+    use std::borrow::Cow;
+
+    use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+
+    use super::*;
+    use crate::ids::MAX_SESSION_ID_LEN;
+
+    impl JsonSchema for SessionId {
+        fn schema_name() -> Cow<'static, str> {
+            "SessionId".into()
+        }
+
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "description": "A caller-chosen session ID: ASCII letters, digits and `-_.:@`.",
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_SESSION_ID_LEN,
+                "pattern": "^[A-Za-z0-9._:@-]+$",
+            })
+        }
+    }
+
+    impl JsonSchema for ProviderId {
+        fn schema_name() -> Cow<'static, str> {
+            "ProviderId".into()
+        }
+
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "description": "The name a provider is registered under: `codex`, `claude`, `pi`, or a preset's ID.",
+                "type": "string",
+                "minLength": 1,
+                "pattern": "\\S",
+            })
+        }
+    }
+
+    macro_rules! string_enum_schema {
+        ($($ty:ident { $($variant:ident),+ $(,)? } => $description:literal;)+) => {$(
+            impl JsonSchema for $ty {
+                fn schema_name() -> Cow<'static, str> {
+                    stringify!($ty).into()
+                }
+
+                fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                    // A unit variant serializes to its string; the checked-in schema's test
+                    // would show one that did not.
+                    let every = |value: $ty| match value {
+                        $($ty::$variant)|+ => serde_json::to_value(value).ok(),
+                    };
+                    let values: Vec<Value> = [$(every($ty::$variant)),+].into_iter().flatten().collect();
+                    json_schema!({ "description": $description, "type": "string", "enum": values })
+                }
+            }
+        )+};
+    }
+
+    string_enum_schema! {
+        ApprovalPolicy { Untrusted, OnFailure, OnRequest, Never } =>
+            "When the agent must ask before acting: `untrusted` (anything not known to be safe), \
+             `on_failure` (when a sandboxed action fails), `on_request` (the agent decides), `never`.";
+        SandboxMode { ReadOnly, WorkspaceWrite, DangerFullAccess } =>
+            "How far the agent's commands may reach: `read_only`, `workspace_write` (the working directory), \
+             `danger_full_access` (no sandbox).";
+        AuthMode { Subscription, Inherit } =>
+            "How the provider CLI authenticates: `subscription` (its saved login; API keys, endpoint and cloud \
+             overrides are refused) or `inherit` (the environment passes through as given).";
+        StoreFailurePolicy { Degrade, Stop } =>
+            "What a session does when a store write fails: `degrade` (keep running live-only) or `stop` (end \
+             the session).";
+        Reuse { Never, Closed, Replace } =>
+            "Whether the session may replace a stored session with its ID: `never`, `closed` (a cleanly \
+             closed one), `replace` (any that is not live).";
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::ErrorKind;
+    use crate::testing::ScriptedProvider;
+
+    /// Every field set, in the form `Serialize` writes.
+    fn full() -> Value {
+        json!({
+            "provider": "scripted",
+            "id": "review-42",
+            "cwd": "/srv/repo",
+            "model": "gpt-5-codex",
+            "system_prompt": "Answer briefly.",
+            "approval_policy": "on_request",
+            "sandbox": "workspace_write",
+            "mcp_servers": {
+                "docs": { "transport": "http", "url": "https://docs.example/mcp", "headers": { "X-Key": "k" } },
+                "files": { "transport": "stdio", "command": "mcp-files", "args": ["--root", "/srv"], "env": { "A": "1" } }
+            },
+            "skills": [{ "name": "review", "path": "/skills/review" }],
+            "env": { "set": { "RUST_LOG": "warn" }, "unset": ["OPENAI_API_KEY"] },
+            "auth": "inherit",
+            "conversation": { "mode": "fork", "from": { "provider": "thread-1" } },
+            "metadata": { "ticket": 42 },
+            "event_buffer_size": 50,
+            "completed_turn_cache_size": "unbounded",
+            "startup_timeout_ms": 1000,
+            "startup_finalization_timeout_ms": 2000,
+            "turn_start_timeout_ms": 3000,
+            "provider_command_timeout_ms": 4000,
+            "request_timeout_ms": 5000,
+            "turn_inactivity_timeout_ms": 6000,
+            "store_failure": "stop",
+            "reuse": "closed"
+        })
+    }
+
+    /// The message of an [`Error::InvalidConfig`].
+    #[track_caller]
+    fn invalid(result: Result<impl fmt::Debug>) -> String {
+        match result {
+            Err(Error::InvalidConfig(message)) => message,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    /// Parsing `json` fails with a message that starts with `path` and contains `says`.
+    #[track_caller]
+    fn check_error(json: &str, path: &str, says: &str) {
+        let message = invalid(SessionConfig::from_json_str(json));
+        assert!(message.starts_with(&format!("{path}: ")), "{message:?} starts with {path:?}");
+        assert!(message.contains(says), "{message:?} contains {says:?}");
+        let value: Value = serde_json::from_str(json).expect("valid JSON");
+        let message = invalid(SessionConfig::from_json_value(value));
+        assert!(message.starts_with(&format!("{path}: ")) && message.contains(says), "{message:?}");
+    }
+
+    #[test]
+    fn a_config_round_trips_through_json() {
+        let config = SessionConfig::from_json_value(full()).expect("parses");
+        assert_eq!(serde_json::to_value(&config).expect("serializes"), full());
+        let text = serde_json::to_string_pretty(&config).expect("serializes");
+        assert_eq!(SessionConfig::from_json_str(&text).expect("parses again"), config);
+
+        let minimal = SessionConfig::from_json_str(r#"{ "provider": "codex" }"#).expect("parses");
+        assert_eq!(minimal, SessionConfig::new("codex"));
+        assert_eq!(serde_json::to_value(&minimal).expect("serializes"), json!({ "provider": "codex" }));
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_by_path() {
+        check_error(r#"{ "provider": "codex", "modle": "x" }"#, "modle", "unknown field `modle`");
+        check_error(
+            r#"{ "provider": "codex", "mcp_servers": { "files": { "transport": "stdio", "comand": "x" } } }"#,
+            "mcp_servers.files.comand",
+            "unknown field `comand`",
+        );
+        check_error(
+            r#"{ "provider": "codex", "skills": [{ "name": "a", "path": "/a", "version": 2 }] }"#,
+            "skills[0].version",
+            "unknown field `version`",
+        );
+        check_error(
+            r#"{ "provider": "codex", "conversation": { "mode": "resume", "from": { "thread": "t" } } }"#,
+            "conversation.from",
+            "unknown variant `thread`",
+        );
+    }
+
+    #[test]
+    fn wrong_types_are_refused_by_path() {
+        check_error(
+            r#"{ "provider": "codex", "mcp_servers": { "files": { "transport": "stdio", "command": "x", "args": ["a", 1] } } }"#,
+            "mcp_servers.files.args[1]",
+            "invalid type: integer `1`, expected a string",
+        );
+        check_error(
+            r#"{ "provider": "codex", "mcp_servers": { "files": { "transport": "stdio", "command": 7 } } }"#,
+            "mcp_servers.files.command",
+            "invalid type: integer `7`",
+        );
+        check_error(r#"{ "provider": "codex", "startup_timeout_ms": "5s" }"#, "startup_timeout_ms", "invalid type");
+        check_error(r#"{ "provider": "codex", "startup_timeout_ms": 0 }"#, "startup_timeout_ms", "nonzero");
+        check_error(r#"{ "provider": "codex", "approval_policy": "sometimes" }"#, "approval_policy", "unknown variant");
+        check_error(r#"{ "provider": "codex", "env": { "set": { "A": true } } }"#, "env.set.A", "invalid type");
+        check_error(
+            r#"{ "provider": "codex", "completed_turn_cache_size": "lots" }"#,
+            "completed_turn_cache_size",
+            "\"unbounded\"",
+        );
+        check_error(
+            r#"{ "provider": "codex", "mcp_servers": { "docs": { "transport": "http", "url": "u", "command": "x" } } }"#,
+            "mcp_servers.docs",
+            "an http server takes no `command`",
+        );
+        check_error(r#"{ "provider": "codex", "conversation": { "mode": "resume" } }"#, "conversation", "needs `from`");
+    }
+
+    #[test]
+    fn malformed_json_is_an_invalid_config_with_its_position() {
+        for (json, says) in [
+            (r#"{ "provider": "codex", "#, "EOF while parsing a value at line 1 column 23"),
+            (r#"{ "provider": "codex" } trailing"#, "trailing characters at line 1 column 25"),
+            ("", "EOF while parsing a value at line 1 column 0"),
+            ("[]", "expected a JSON object, found an array"),
+            (r#"["codex"]"#, "expected a JSON object, found an array"),
+        ] {
+            let error = SessionConfig::from_json_str(json).expect_err(json);
+            assert_eq!(error.kind(), ErrorKind::InvalidConfig);
+            assert!(error.to_string().contains(says), "{error} contains {says:?}");
+        }
+        let message = invalid(SessionConfig::from_json_str(r#"{ "cwd": "/x" }"#));
+        assert!(message.contains("missing field `provider`"), "{message}");
+    }
+
+    #[test]
+    fn options_take_every_field_the_config_sets() {
+        let (provider, _) = ScriptedProvider::new("scripted");
+        let options = SessionConfig::from_json_value(full()).and_then(|c| c.into_options(provider.as_ref()));
+        let options = options.expect("options");
+        assert_eq!(options.id.as_deref(), Some("review-42"));
+        assert_eq!(options.cwd.as_deref(), Some(Path::new("/srv/repo")));
+        assert_eq!(options.system_prompt.as_deref(), Some("Answer briefly."));
+        assert_eq!(options.sandbox, Some(SandboxMode::WorkspaceWrite));
+        assert_eq!(
+            options.mcp_servers["files"],
+            McpServer::Stdio {
+                command: "mcp-files".into(),
+                args: vec!["--root".into(), "/srv".into()],
+                env: BTreeMap::from([("A".into(), "1".into())]),
+            }
+        );
+        assert_eq!(options.skills, vec![Skill::new("review", "/skills/review")]);
+        assert_eq!(options.env.unset, ["OPENAI_API_KEY"]);
+        assert_eq!(options.auth, AuthMode::Inherit);
+        assert_eq!(options.conversation, Conversation::Fork(ConversationSource::Provider("thread-1".into())));
+        assert_eq!(options.metadata["ticket"], 42);
+        assert_eq!(options.event_buffer_size, 50);
+        assert_eq!(options.completed_turn_cache_size, Some(CacheSize::Unbounded));
+        assert_eq!(options.startup_timeout, Duration::from_secs(1));
+        assert_eq!(options.startup_finalization_timeout, Duration::from_secs(2));
+        assert_eq!(options.turn_start_timeout, Duration::from_secs(3));
+        assert_eq!(options.provider_command_timeout, Duration::from_secs(4));
+        assert_eq!(options.request_timeout, Some(Duration::from_secs(5)));
+        assert_eq!(options.turn_inactivity_timeout, Some(Duration::from_secs(6)));
+        assert_eq!(options.store_failure, StoreFailurePolicy::Stop);
+        assert_eq!(options.reuse, Reuse::Closed);
+    }
+
+    #[test]
+    fn a_config_layers_over_options_set_in_code() {
+        let (provider, _) = ScriptedProvider::new("scripted");
+        let base = SessionOptions::new("/base")
+            .model("base-model")
+            .env("KEEP", "1")
+            .env("RUST_LOG", "debug")
+            .metadata("owner", "ops")
+            .startup_timeout(Duration::from_secs(9));
+        let config = SessionConfig::from_json_value(json!({
+            "provider": "scripted",
+            "model": "config-model",
+            "env": { "set": { "RUST_LOG": "warn" } },
+            "metadata": { "ticket": 42 }
+        }));
+        let options = config.and_then(|c| c.apply_to(provider.as_ref(), base)).expect("options");
+        assert_eq!(options.cwd.as_deref(), Some(Path::new("/base")), "left out: kept");
+        assert_eq!(options.model.as_deref(), Some("config-model"), "set: replaced");
+        assert_eq!(options.startup_timeout, Duration::from_secs(9));
+        assert_eq!(options.env.set.get("KEEP").map(String::as_str), Some("1"));
+        assert_eq!(options.env.set.get("RUST_LOG").map(String::as_str), Some("warn"));
+        assert_eq!(options.metadata.len(), 2);
+    }
+
+    #[test]
+    fn the_default_provider_takes_no_options() {
+        let (provider, _) = ScriptedProvider::new("scripted");
+        for nothing in [Value::Null, json!({})] {
+            let mut config = SessionConfig::new("scripted");
+            config.provider_options = nothing;
+            assert!(config.into_options(provider.as_ref()).is_ok());
+        }
+        let mut config = SessionConfig::new("scripted");
+        config.provider_options = json!({ "binary": "/opt/codex" });
+        let message = invalid(config.into_options(provider.as_ref()));
+        assert!(message.starts_with("provider_options: provider `scripted` takes no options"), "{message}");
+    }
+
+    #[test]
+    fn a_config_for_another_provider_is_refused() {
+        let (provider, _) = ScriptedProvider::new("scripted");
+        let message = invalid(SessionConfig::new("codex").into_options(provider.as_ref()));
+        assert!(message.starts_with("provider: the config is for provider `codex`"), "{message}");
+    }
+
+    #[test]
+    fn provider_option_errors_carry_their_path_and_the_provider() {
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Extras {
+            #[serde(default)]
+            flags: Vec<u32>,
+        }
+        let provider = ProviderId::new("extras");
+        let message = invalid(provider_options_from_json::<Extras>(&provider, &json!({ "flags": [1, "x"] })));
+        assert!(message.starts_with("provider_options.flags[1]: invalid type: string"), "{message}");
+        assert!(message.ends_with("(provider `extras`)"), "{message}");
+        let message = invalid(provider_options_from_json::<Extras>(&provider, &json!({ "flag": [] })));
+        assert!(message.starts_with("provider_options.flag: unknown field `flag`"), "{message}");
+        for not_an_object in [json!([]), Value::Null, json!("flags")] {
+            let message = invalid(provider_options_from_json::<Extras>(&provider, &not_an_object));
+            assert!(message.starts_with("provider_options: expected a JSON object, found"), "{message}");
+        }
+    }
+
+    #[test]
+    fn debug_shows_no_secret_values() {
+        let mut config = SessionConfig::from_json_value(full()).expect("parses");
+        config.provider_options = json!({ "token": "sekrit-option" });
+        config.env.set.insert("TOKEN".into(), "sekrit-env".into());
+        let text = format!("{config:?}");
+        config.metadata.insert("note".into(), "sekrit-metadata".into());
+        for secret in ["sekrit", "Answer briefly", "--root"] {
+            assert!(!text.contains(secret), "{secret:?} in {text}");
+        }
+        assert!(text.contains("token") && text.contains("ticket"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn the_harness_starts_a_session_from_a_config() {
+        let (provider, _) = ScriptedProvider::new("scripted");
+        let harness = Harness::builder()
+            .provider(Arc::clone(&provider))
+            .store(crate::StoreChoice::Disabled)
+            .build()
+            .expect("harness");
+        let cwd = std::env::temp_dir();
+        let config = SessionConfig::from_json_value(json!({
+            "provider": "scripted",
+            "id": "from-config",
+            "cwd": cwd,
+            "metadata": { "ticket": 42 }
+        }));
+        let session = harness.start_session_from_config(config.expect("parses")).await.expect("starts");
+        assert_eq!(session.id.as_str(), "from-config");
+        assert_eq!(harness.list_sessions(), std::slice::from_ref(&session));
+        harness.stop_session(&session, true).await.expect("stops");
+    }
+
+    #[tokio::test]
+    async fn a_bad_config_starts_nothing() {
+        let (provider, control) = ScriptedProvider::new("scripted");
+        let harness = Harness::builder()
+            .provider(Arc::clone(&provider))
+            .store(crate::StoreChoice::Disabled)
+            .build()
+            .expect("harness");
+        let cwd = std::env::temp_dir();
+        let mut options = SessionConfig::new("scripted");
+        options.cwd = Some(cwd.clone());
+        options.provider_options = json!({ "binary": "/opt/codex" });
+        let error = harness.start_session_from_config(options).await.expect_err("refused");
+        assert_eq!(error.kind(), ErrorKind::InvalidConfig);
+
+        let mut elsewhere = SessionConfig::new("claude");
+        elsewhere.cwd = Some(cwd);
+        let error = harness.start_session_from_config(elsewhere).await.expect_err("refused");
+        assert_eq!(error.kind(), ErrorKind::UnknownProvider);
+
+        assert!(harness.list_sessions().is_empty());
+        assert!(control.conversations().is_empty(), "no open was attempted");
+    }
+
+    /// The checked-in schema is what the code generates.
+    #[test]
+    fn the_checked_in_schema_is_up_to_date() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/session-config.schema.json");
+        let generated = serde_json::to_string_pretty(&SessionConfig::json_schema()).expect("serializes") + "\n";
+        if std::env::var_os("UPDATE_SCHEMA").is_some() {
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("schema directory");
+            std::fs::write(&path, &generated).expect("schema written");
+            return;
+        }
+        let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            checked_in == generated,
+            "{} is out of date; regenerate it with `UPDATE_SCHEMA=1 cargo test -p agent-core config`",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn the_schema_describes_what_parses() {
+        let schema = SessionConfig::json_schema();
+        assert_eq!(schema["required"], json!(["provider"]));
+        assert_eq!(schema["additionalProperties"], json!(false));
+        let properties = schema["properties"].as_object().expect("properties");
+        let mut fields: Vec<String> = full().as_object().expect("an object").keys().cloned().collect();
+        fields.push("provider_options".into());
+        fields.sort();
+        let mut described: Vec<String> = properties.keys().cloned().collect();
+        described.sort();
+        assert_eq!(described, fields, "the schema describes every field, and only those");
+    }
+}
