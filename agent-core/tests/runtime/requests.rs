@@ -246,3 +246,29 @@ async fn a_cancel_response_is_delivered_as_such() {
     f.harness.respond(&request, Response::cancel("Stop this operation")).await.unwrap();
     assert_eq!(remote.responses(), [Response::cancel("Stop this operation")]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_the_agent_acts_on_before_its_delivery_is_acknowledged_still_resolves() {
+    // The CLI reads the answer and ends the turn while the delivery's acknowledgement is still on
+    // its way to the session runtime (a busy machine): the request was answered, not expired.
+    let f = Fixture::new();
+    f.control.push_respond(CallBehavior::Delay(Duration::from_secs(1)));
+    let (session, remote) = f.session(opts()).await;
+    let (turn, request) = pending(&f, &session, &remote, approval("a7")).await;
+    let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    let harness = f.harness.clone();
+    let answered = request.clone();
+    let respond = tokio::spawn(async move { harness.respond(&answered, Response::approve()).await });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    remote.complete(&turn.id, "ran it").await;
+
+    respond.await.unwrap().expect("the answer was delivered");
+    assert_eq!(remote.responses(), [Response::approve()]);
+    let resolved = next(&mut events).await;
+    assert!(matches!(&resolved.kind, EventKind::RequestResolved { .. }), "{resolved:?}");
+    let terminal = next(&mut events).await;
+    assert_eq!(terminal.type_name(), "turn_completed", "the terminal event follows the resolution");
+    let stored = f.dyn_store().fetch_request(&session.id, &request.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, RequestStatus::Resolved);
+    assert!(f.harness.await_turn(&turn, None).await.is_ok());
+}

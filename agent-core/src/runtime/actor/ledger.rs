@@ -81,6 +81,13 @@ impl Ledger {
         self.pending().into_iter().filter(|r| &r.turn_id == turn).map(|r| r.id).collect()
     }
 
+    /// True while an answer to one of `turn`'s requests is being delivered.
+    pub(super) fn answering(&self, turn: &TurnId) -> bool {
+        self.entries
+            .values()
+            .any(|e| &e.request.turn_id == turn && e.request.status == RequestStatus::Pending && e.claim.is_some())
+    }
+
     pub(super) fn has_pending(&self, turn: &TurnId) -> bool {
         self.entries.values().any(|e| &e.request.turn_id == turn && e.request.status == RequestStatus::Pending)
     }

@@ -26,6 +26,7 @@ mod ledger;
 mod requests;
 mod turns;
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -129,6 +130,9 @@ pub(crate) struct Actor {
     sink: mpsc::Receiver<ProviderMessage>,
     sink_open: bool,
     early_messages: Vec<ProviderMessage>,
+    /// Provider messages from a turn's terminal event on, held while an answer to one of that
+    /// turn's requests is still being delivered (see [`Actor::take_provider`]).
+    parked: VecDeque<ProviderMessage>,
     /// The transport went down while an admission was in flight; reported once it answers.
     transport_lost: Option<String>,
     exit: watch::Sender<Option<ExitReason>>,
@@ -170,6 +174,7 @@ impl Actor {
             sink: parts.sink,
             sink_open: true,
             early_messages: parts.early_messages,
+            parked: VecDeque::new(),
             transport_lost: None,
             exit: parts.exit,
             registry: parts.registry,
@@ -190,6 +195,7 @@ impl Actor {
             }
             let mut buf = Vec::with_capacity(SINK_BATCH);
             loop {
+                self.unpark();
                 self.settle_deliveries();
                 self.journal.wake();
                 if let Some(reason) = self.exiting.take() {
@@ -215,7 +221,7 @@ impl Actor {
                         }
                         None => self.close(CloseReason::HarnessShutdown),
                     },
-                    n = self.sink.recv_many(&mut buf, SINK_BATCH), if self.sink_open => {
+                    n = self.sink.recv_many(&mut buf, SINK_BATCH), if self.sink_open && self.parked.is_empty() => {
                         if n == 0 {
                             self.sink_open = false;
                             if !matches!(self.state, SessionState::Unavailable | SessionState::Closed) {
@@ -224,7 +230,7 @@ impl Actor {
                         }
                         self.watchdog.activity(buf.len());
                         for message in buf.drain(..) {
-                            self.on_provider(message);
+                            self.take_provider(message);
                         }
                     }
                 }
@@ -372,6 +378,39 @@ impl Actor {
     }
 
     // ----- provider messages -------------------------------------------------------------------
+
+    /// Handles `message` unless it must wait. A CLI can act on an answer and end the turn
+    /// before the acknowledgement of that answer's delivery reaches the actor (the delivery runs
+    /// in a task; the machine may be busy). Handled in arrival order, the terminal event would
+    /// expire a request that was in fact answered, and the caller would hear `RequestExpired`
+    /// for an answer the agent used. So a terminal event for a turn with an answer in flight,
+    /// and everything after it, waits until the delivery settles — bounded by the delivery's
+    /// own deadline — and the sink is not read meanwhile.
+    fn take_provider(&mut self, message: ProviderMessage) {
+        if self.parked.is_empty() && !self.must_wait(&message) {
+            self.on_provider(message);
+        } else {
+            self.parked.push_back(message);
+        }
+    }
+
+    fn must_wait(&self, message: &ProviderMessage) -> bool {
+        match message {
+            ProviderMessage::Event { turn: Some(turn), kind, .. } if kind.is_terminal() => self.ledger.answering(turn),
+            _ => false,
+        }
+    }
+
+    /// Handles the parked messages once nothing holds them any more.
+    fn unpark(&mut self) {
+        while let Some(message) = self.parked.pop_front() {
+            if self.must_wait(&message) {
+                self.parked.push_front(message);
+                return;
+            }
+            self.on_provider(message);
+        }
+    }
 
     fn on_provider(&mut self, message: ProviderMessage) {
         if let Some(current) = self.current.as_mut().filter(|c| !c.admitted) {
