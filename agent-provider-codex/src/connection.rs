@@ -15,13 +15,13 @@ use agent_core::event::RawJson;
 use agent_core::exec::{Child, ChildHandle, ChildOutput, ChildStdin, ExitStatus};
 use agent_core::provider::SinkClosed;
 use agent_core::{Sink, TurnId};
-use agent_provider_kit::framing::{JsonFrame, Line, LineReader, STDERR_MAX_LINE, StderrTail};
-use agent_provider_kit::rpc::{JsonRpcId, Pending, ReplyError};
+use agent_provider_kit::framing::{JsonFrame, LineReader, STDERR_TAIL_LINES, StderrCollector};
+use agent_provider_kit::rpc::{ExitReport, JsonRpcId, Pending, ReplyError};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
-use tokio::task::{AbortHandle, JoinHandle};
+use tokio::task::AbortHandle;
 
 use crate::normalize::{Action, Normalizer};
 use crate::wire::{self, Message, Outgoing, RpcError, RpcId};
@@ -95,8 +95,7 @@ struct Shared {
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
     next_id: AtomicI64,
     closing: AtomicBool,
-    stderr: Mutex<StderrTail>,
-    stderr_task: Mutex<Option<JoinHandle<()>>>,
+    stderr: StderrCollector,
     /// Woken when the running turn ends or stdout closes.
     turn_ended: Notify,
 }
@@ -108,7 +107,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// One running `codex app-server`.
 pub(crate) struct Connection {
     shared: Arc<Shared>,
-    tasks: [AbortHandle; 2],
+    reader: AbortHandle,
 }
 
 impl Connection {
@@ -126,15 +125,11 @@ impl Connection {
             stdin: tokio::sync::Mutex::new(Some(stdin)),
             next_id: AtomicI64::new(1),
             closing: AtomicBool::new(false),
-            stderr: Mutex::new(StderrTail::default()),
-            stderr_task: Mutex::new(None),
+            stderr: StderrCollector::spawn(stderr, STDERR_TAIL_LINES),
             turn_ended: Notify::new(),
         });
-        let stderr_task = tokio::spawn(read_stderr(Arc::downgrade(&shared), stderr));
-        let stderr_abort = stderr_task.abort_handle();
-        *lock(&shared.stderr_task) = Some(stderr_task);
         let reader = tokio::spawn(read_stdout(Arc::clone(&shared), stdout, max_line));
-        Ok(Connection { shared, tasks: [reader.abort_handle(), stderr_abort] })
+        Ok(Connection { shared, reader: reader.abort_handle() })
     }
 
     /// The protocol state.
@@ -214,17 +209,15 @@ impl Connection {
     /// How the process ended and the tail of its stderr, for a failure during startup. Waits
     /// briefly for the exit; kills the process if it is still running.
     pub(crate) async fn exit_report(&self) -> (Option<ExitStatus>, Option<String>) {
-        let status = self.shared.wait_exit().await;
-        self.shared.drain_stderr().await;
-        (status, lock(&self.shared.stderr).text())
+        let report = self.shared.exit_report().await;
+        (report.status, report.stderr_tail)
     }
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
+        self.reader.abort();
+        self.shared.stderr.abort();
         let _ = self.shared.child.kill();
     }
 }
@@ -314,23 +307,10 @@ impl Shared {
         Ok(())
     }
 
-    /// Waits for the process to exit; kills it when it does not exit in [`EXIT_WAIT`].
-    async fn wait_exit(&self) -> Option<ExitStatus> {
-        if let Ok(Ok(status)) = tokio::time::timeout(EXIT_WAIT, self.child.wait()).await {
-            return Some(status);
-        }
-        let _ = self.child.kill();
-        tokio::time::timeout(EXIT_WAIT, self.child.wait()).await.ok().and_then(Result::ok)
-    }
-
-    async fn drain_stderr(&self) {
-        let task = lock(&self.stderr_task).take();
-        if let Some(task) = task {
-            let abort = task.abort_handle();
-            if tokio::time::timeout(STDERR_DRAIN, task).await.is_err() {
-                abort.abort();
-            }
-        }
+    /// Waits up to [`EXIT_WAIT`] for the process to exit (killing it then), and up to
+    /// [`STDERR_DRAIN`] for the rest of its stderr.
+    async fn exit_report(&self) -> ExitReport {
+        ExitReport::collect(self.child.as_ref(), &self.stderr, EXIT_WAIT, STDERR_DRAIN).await
     }
 
     /// Stdout ended: fail waiting callers, then (unless closing) the running turn and the
@@ -348,9 +328,7 @@ impl Shared {
         if admitting || self.closing.load(Ordering::SeqCst) {
             return;
         }
-        let status = self.wait_exit().await;
-        self.drain_stderr().await;
-        let tail = lock(&self.stderr).text();
+        let ExitReport { status, stderr_tail: tail, .. } = self.exit_report().await;
         let how = match (&status, &read_error) {
             (_, Some(error)) => format!("stdout read failed: {error}"),
             (Some(status), None) => status.to_string(),
@@ -378,14 +356,4 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
         }
     };
     shared.on_stdout_closed(read_error).await;
-}
-
-async fn read_stderr(shared: std::sync::Weak<Shared>, stderr: ChildOutput) {
-    let mut lines = LineReader::new(stderr, STDERR_MAX_LINE);
-    while let Ok(Some(line)) = lines.next_line().await {
-        let Some(shared) = shared.upgrade() else { return };
-        if let Line::Text(bytes) = line {
-            lock(&shared.stderr).push(bytes);
-        }
-    }
 }

@@ -24,10 +24,13 @@
 //! ```
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use agent_core::event::RawJson;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::task::{AbortHandle, JoinHandle};
 
 /// Capacity of the buffer between the reader and the pipe.
 const READ_BUFFER: usize = 64 * 1024;
@@ -242,6 +245,65 @@ impl StderrTail {
     }
 }
 
+/// A task that reads a child's stderr to its end in the background, keeping a [`StderrTail`]
+/// for the error reports of a connection. Dropping it stops the task.
+#[derive(Debug)]
+pub struct StderrCollector {
+    tail: Arc<Mutex<StderrTail>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+    abort: AbortHandle,
+}
+
+impl StderrCollector {
+    /// Starts reading `output` on the current Tokio runtime, keeping its last `max_lines`
+    /// lines.
+    pub fn spawn(output: impl AsyncRead + Unpin + Send + 'static, max_lines: usize) -> Self {
+        let tail = Arc::new(Mutex::new(StderrTail::new(max_lines)));
+        let kept = Arc::clone(&tail);
+        let task = tokio::spawn(async move {
+            let mut lines = LineReader::new(output, STDERR_MAX_LINE);
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Line::Text(bytes) = line {
+                    lock(&kept).push(bytes);
+                }
+            }
+        });
+        let abort = task.abort_handle();
+        StderrCollector { tail, task: Mutex::new(Some(task)), abort }
+    }
+
+    /// The lines kept so far; `None` when there are none.
+    pub fn text(&self) -> Option<String> {
+        lock(&self.tail).text()
+    }
+
+    /// Waits up to `wait` for stderr to end (after the process exited, for the last lines to
+    /// arrive), then stops reading. Later calls return at once.
+    pub async fn drain(&self, wait: Duration) {
+        let task = lock(&self.task).take();
+        if let Some(task) = task
+            && tokio::time::timeout(wait, task).await.is_err()
+        {
+            self.abort.abort();
+        }
+    }
+
+    /// Stops reading now.
+    pub fn abort(&self) {
+        self.abort.abort();
+    }
+}
+
+impl Drop for StderrCollector {
+    fn drop(&mut self) {
+        self.abort.abort();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Removes ANSI escape sequences (`ESC [ … letter`).
 fn strip_ansi(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -391,6 +453,23 @@ mod tests {
             short.push(line.as_bytes());
         }
         assert_eq!(short.text().as_deref(), Some("b\nc"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_collector_keeps_the_tail_and_stops_when_told() {
+        let (mut writer, reader) = tokio::io::duplex(64);
+        let collector = StderrCollector::spawn(reader, 2);
+        writer.write_all(b"a\nb\nc\n").await.expect("writes");
+        // Stderr stays open: draining waits its time, then stops reading.
+        collector.drain(Duration::from_millis(500)).await;
+        assert_eq!(collector.text().as_deref(), Some("b\nc"));
+        collector.drain(Duration::from_secs(60)).await;
+        let (mut writer, reader) = tokio::io::duplex(64);
+        let collector = StderrCollector::spawn(reader, 2);
+        writer.write_all(b"last words").await.expect("writes");
+        drop(writer);
+        collector.drain(Duration::from_secs(60)).await;
+        assert_eq!(collector.text().as_deref(), Some("last words"));
     }
 
     #[tokio::test]

@@ -31,12 +31,15 @@ use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use agent_core::event::RawJson;
-use agent_core::exec::ExitStatus;
+use agent_core::exec::{ChildHandle, ExitStatus};
 use serde::Deserialize;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
+
+use crate::framing::StderrCollector;
 
 /// The key a reply is matched to its request by.
 pub trait ReplyKey: Clone + Eq + Hash + fmt::Debug + Send + 'static {
@@ -123,6 +126,20 @@ impl ExitReport {
         ExitReport { status, stderr_tail, read_error: None }
     }
 
+    /// Collects the report of a process whose stdout ended: waits up to `grace` for it to
+    /// exit (killing it then, and waiting `grace` again for the status), then up to `drain`
+    /// for the rest of its stderr.
+    pub async fn collect(
+        child: &dyn ChildHandle,
+        stderr: &StderrCollector,
+        grace: Duration,
+        drain: Duration,
+    ) -> ExitReport {
+        let status = wait_exit(child, grace).await;
+        stderr.drain(drain).await;
+        ExitReport::new(status, stderr.text())
+    }
+
     /// Adds why reading the output failed.
     pub fn read_error(mut self, error: impl fmt::Display) -> Self {
         self.read_error = Some(error.to_string());
@@ -143,6 +160,18 @@ impl fmt::Display for ExitReport {
         }
         Ok(())
     }
+}
+
+/// Waits up to `grace` for `child` to exit; kills it when it does not, and waits `grace` again.
+/// `None` when no exit status could be observed.
+pub async fn wait_exit(child: &dyn ChildHandle, grace: Duration) -> Option<ExitStatus> {
+    if let Ok(Ok(status)) = tokio::time::timeout(grace, child.wait()).await {
+        return Some(status);
+    }
+    if let Err(error) = child.kill() {
+        tracing::debug!(%error, pid = ?child.id(), "could not kill a process that did not exit");
+    }
+    tokio::time::timeout(grace, child.wait()).await.ok().and_then(Result::ok)
 }
 
 /// Why a request got no reply.
@@ -538,6 +567,28 @@ mod tests {
         assert_eq!(pending.len(), 1);
         assert!(matches!(pending.offer(raw(r#"{"id":1,"result":1}"#)), Offer::Delivered));
         assert!(matches!(pending.offer(raw(r#"{"id":2,"result":1}"#)), Offer::Unknown { .. }));
+    }
+
+    #[tokio::test]
+    async fn exit_reports_name_the_status_and_the_stderr_tail() {
+        use agent_core::exec::{Command, Exec};
+
+        let programs = agent_testkit::programs::ProgramDir::new("kit-rpc-exit");
+        let exec = agent_exec::LocalExec::new();
+        let cli = programs.script("exits", "echo 'fatal: bad flag' >&2\nexit 4");
+        let mut child = exec.spawn(Command::new(cli)).await.expect("spawns");
+        let stderr = StderrCollector::spawn(child.stderr.take().expect("piped"), 5);
+        let grace = Duration::from_secs(5);
+        let report = ExitReport::collect(child.handle.as_ref(), &stderr, grace, grace).await;
+        assert_eq!(report, ExitReport::new(Some(ExitStatus::code(4)), Some("fatal: bad flag".into())));
+
+        let cli = programs.script("hangs", "echo 'waiting' >&2\nexec sleep 60");
+        let mut child = exec.spawn(Command::new(cli)).await.expect("spawns");
+        let stderr = StderrCollector::spawn(child.stderr.take().expect("piped"), 5);
+        let grace = Duration::from_millis(300);
+        let report = ExitReport::collect(child.handle.as_ref(), &stderr, grace, grace).await;
+        assert_eq!(report.status.and_then(|status| status.signal), Some(9));
+        assert_eq!(report.stderr_tail.as_deref(), Some("waiting"));
     }
 
     #[test]
