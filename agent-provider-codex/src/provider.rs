@@ -83,7 +83,7 @@ impl CodexProvider {
         Error::ProviderUnavailable { provider: self.id.clone(), reason: reason.into() }
     }
 
-    /// Runs `codex --version` (once per exec and program) and checks it against
+    /// Runs `codex --version` (once per exec, program and program file) and checks it against
     /// [`MIN_SUPPORTED`]. Every failure names the program and carries the probe's stderr tail.
     async fn check_version(
         &self,
