@@ -6,7 +6,6 @@
 //! the stderr tail, then reports the transport down. Dropping the [`Connection`] stops both
 //! tasks and kills the process.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,13 +15,14 @@ use agent_core::event::RawJson;
 use agent_core::exec::{Child, ChildHandle, ChildOutput, ChildStdin, ExitStatus};
 use agent_core::provider::SinkClosed;
 use agent_core::{Sink, TurnId};
+use agent_provider_kit::framing::{JsonFrame, LineReader, STDERR_TAIL_LINES, StderrCollector};
+use agent_provider_kit::rpc::{ExitReport, JsonRpcId, Pending, ReplyError};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{Notify, oneshot};
-use tokio::task::{AbortHandle, JoinHandle};
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
 
-use crate::lines::{Line, LineReader, StderrTail};
 use crate::normalize::{Action, Normalizer};
 use crate::wire::{self, Message, Outgoing, RpcError, RpcId};
 
@@ -35,8 +35,6 @@ const EXIT_WAIT: Duration = Duration::from_secs(2);
 const STDERR_DRAIN: Duration = Duration::from_millis(500);
 /// How long `close` waits for codex to exit after stdin closed, before killing it.
 pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(2);
-/// Longest stderr line read; the rest of a longer line is skipped.
-const STDERR_MAX_LINE: usize = 64 * 1024;
 /// Longest error message from codex kept in an error (some list every method, several KB).
 const MAX_ERROR_MESSAGE: usize = 500;
 
@@ -75,27 +73,29 @@ impl From<RpcError> for CallError {
     }
 }
 
-/// A caller waiting for the response to one of our requests.
-struct Waiter {
-    reply: oneshot::Sender<RawJson>,
-    /// The request is `turn/start`: its caller reports an exit before codex admitted the turn.
-    admission: bool,
+impl From<ReplyError> for CallError {
+    fn from(e: ReplyError) -> Self {
+        match e {
+            ReplyError::Timeout => CallError::Timeout,
+            ReplyError::Write(error) => CallError::Write(error),
+            // The caller asks the connection for the exit report when it needs one.
+            _ => CallError::Closed,
+        }
+    }
 }
-
-type Pending = HashMap<i64, Waiter>;
 
 /// State shared by the connection's tasks and callers.
 struct Shared {
     sink: Sink,
     child: Arc<dyn ChildHandle>,
     state: Mutex<Normalizer>,
-    /// Callers waiting for a response; `None` once stdout closed.
-    pending: Mutex<Option<Pending>>,
+    /// Callers waiting for a response, closed once stdout closed. The tag marks `turn/start`:
+    /// its caller reports an exit before codex admitted the turn.
+    pending: Pending<JsonRpcId, bool>,
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
     next_id: AtomicI64,
     closing: AtomicBool,
-    stderr: Mutex<StderrTail>,
-    stderr_task: Mutex<Option<JoinHandle<()>>>,
+    stderr: StderrCollector,
     /// Woken when the running turn ends or stdout closes.
     turn_ended: Notify,
 }
@@ -107,7 +107,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// One running `codex app-server`.
 pub(crate) struct Connection {
     shared: Arc<Shared>,
-    tasks: [AbortHandle; 2],
+    reader: AbortHandle,
 }
 
 impl Connection {
@@ -121,19 +121,15 @@ impl Connection {
             sink,
             child: child.handle,
             state: Mutex::new(Normalizer::new()),
-            pending: Mutex::new(Some(HashMap::new())),
+            pending: Pending::new(),
             stdin: tokio::sync::Mutex::new(Some(stdin)),
             next_id: AtomicI64::new(1),
             closing: AtomicBool::new(false),
-            stderr: Mutex::new(StderrTail::default()),
-            stderr_task: Mutex::new(None),
+            stderr: StderrCollector::spawn(stderr, STDERR_TAIL_LINES),
             turn_ended: Notify::new(),
         });
-        let stderr_task = tokio::spawn(read_stderr(Arc::downgrade(&shared), stderr));
-        let stderr_abort = stderr_task.abort_handle();
-        *lock(&shared.stderr_task) = Some(stderr_task);
         let reader = tokio::spawn(read_stdout(Arc::clone(&shared), stdout, max_line));
-        Ok(Connection { shared, tasks: [reader.abort_handle(), stderr_abort] })
+        Ok(Connection { shared, reader: reader.abort_handle() })
     }
 
     /// The protocol state.
@@ -151,32 +147,9 @@ impl Connection {
     ) -> Result<RawJson, CallError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        let waiter = Waiter { reply: tx, admission: method == TURN_START };
-        match lock(&self.shared.pending).as_mut() {
-            Some(pending) => pending.insert(id, waiter),
-            None => return Err(CallError::Closed),
-        };
+        let ticket = self.shared.pending.register(JsonRpcId(id), method == TURN_START)?;
         let line = encode(&Outgoing { id: Some(id), method, params: Some(params) });
-        match tokio::time::timeout_at(deadline, self.shared.write(line)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                self.forget(id);
-                return Err(CallError::Write(error));
-            }
-            Err(_) => {
-                self.forget(id);
-                return Err(CallError::Timeout);
-            }
-        }
-        let raw = match tokio::time::timeout_at(deadline, rx).await {
-            Ok(Ok(raw)) => raw,
-            Ok(Err(_)) => return Err(CallError::Closed),
-            Err(_) => {
-                self.forget(id);
-                return Err(CallError::Timeout);
-            }
-        };
+        let raw = ticket.send_and_wait(self.shared.write(line), deadline).await?;
         match serde_json::from_str::<wire::Reply<&RawValue>>(raw.get()) {
             Ok(wire::Reply { error: Some(error), .. }) => Err(error.into()),
             Ok(wire::Reply { result: Some(_), .. }) => Ok(raw),
@@ -187,19 +160,9 @@ impl Connection {
     /// Sends a request without waiting for its answer (which is then discarded).
     pub(crate) async fn send<P: Serialize>(&self, method: &str, params: P) -> Result<(), CallError> {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, _discarded) = oneshot::channel();
-        match lock(&self.shared.pending).as_mut() {
-            Some(pending) => pending.insert(id, Waiter { reply: tx, admission: false }),
-            None => return Err(CallError::Closed),
-        };
+        self.shared.pending.register(JsonRpcId(id), false)?.detach();
         let line = encode(&Outgoing { id: Some(id), method, params: Some(params) });
         self.shared.write(line).await.map_err(CallError::Write)
-    }
-
-    fn forget(&self, id: i64) {
-        if let Some(pending) = lock(&self.shared.pending).as_mut() {
-            pending.remove(&id);
-        }
     }
 
     /// Sends a notification.
@@ -220,7 +183,7 @@ impl Connection {
             let notified = self.shared.turn_ended.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if !self.state().is_running(turn) || lock(&self.shared.pending).is_none() {
+            if !self.state().is_running(turn) || self.shared.pending.is_closed() {
                 return;
             }
             notified.await;
@@ -246,17 +209,15 @@ impl Connection {
     /// How the process ended and the tail of its stderr, for a failure during startup. Waits
     /// briefly for the exit; kills the process if it is still running.
     pub(crate) async fn exit_report(&self) -> (Option<ExitStatus>, Option<String>) {
-        let status = self.shared.wait_exit().await;
-        self.shared.drain_stderr().await;
-        (status, lock(&self.shared.stderr).text())
+        let report = self.shared.exit_report().await;
+        (report.status, report.stderr_tail)
     }
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
+        self.reader.abort();
+        self.shared.stderr.abort();
         let _ = self.shared.child.kill();
     }
 }
@@ -288,27 +249,32 @@ impl Shared {
     }
 
     /// Handles one stdout line. Errs when the session runtime is gone.
-    async fn on_line(&self, bytes: Vec<u8>) -> Result<(), SinkClosed> {
-        let len = bytes.len();
-        let text = match String::from_utf8(bytes) {
-            Ok(text) => text,
-            Err(_) => return self.garbage(format!("codex wrote a stdout line that is not UTF-8 ({len} bytes)")).await,
-        };
-        if text.trim().is_empty() {
-            return Ok(());
-        }
-        // Surrounding whitespace (a `\r` before the newline) is trimmed by `from_string`.
-        let Ok(raw) = RawValue::from_string(text) else {
-            return self.garbage(format!("codex wrote a stdout line that is not JSON ({len} bytes)")).await;
+    async fn on_frame(&self, frame: JsonFrame, max_line: usize) -> Result<(), SinkClosed> {
+        let raw = match frame {
+            JsonFrame::Json(raw) => raw,
+            JsonFrame::Blank => return Ok(()),
+            JsonFrame::NotUtf8 { len } => {
+                return self.garbage(format!("codex wrote a stdout line that is not UTF-8 ({len} bytes)")).await;
+            }
+            JsonFrame::NotJson { len } => {
+                return self.garbage(format!("codex wrote a stdout line that is not JSON ({len} bytes)")).await;
+            }
+            JsonFrame::TooLong { len } => {
+                return self
+                    .garbage(format!(
+                        "codex wrote a stdout line of {len} bytes, over the {max_line}-byte limit; dropped"
+                    ))
+                    .await;
+            }
         };
         let message = wire::parse(raw.get());
-        if let Message::Response { id: RpcId::Num(id) } = &message {
-            let waiter = lock(&self.pending).as_mut().and_then(|p| p.remove(id));
-            if let Some(waiter) = waiter {
-                let _ = waiter.reply.send(raw);
-                return Ok(());
-            }
-        }
+        let raw = match &message {
+            Message::Response { id: RpcId::Num(id) } => match self.pending.resolve(&JsonRpcId(*id), raw) {
+                Ok(()) => return Ok(()),
+                Err(raw) => raw,
+            },
+            _ => raw,
+        };
         let actions = lock(&self.state).on_message(message, raw);
         if actions.iter().any(Action::ends_turn) {
             self.turn_ended.notify_waiters();
@@ -341,23 +307,10 @@ impl Shared {
         Ok(())
     }
 
-    /// Waits for the process to exit; kills it when it does not exit in [`EXIT_WAIT`].
-    async fn wait_exit(&self) -> Option<ExitStatus> {
-        if let Ok(Ok(status)) = tokio::time::timeout(EXIT_WAIT, self.child.wait()).await {
-            return Some(status);
-        }
-        let _ = self.child.kill();
-        tokio::time::timeout(EXIT_WAIT, self.child.wait()).await.ok().and_then(Result::ok)
-    }
-
-    async fn drain_stderr(&self) {
-        let task = lock(&self.stderr_task).take();
-        if let Some(task) = task {
-            let abort = task.abort_handle();
-            if tokio::time::timeout(STDERR_DRAIN, task).await.is_err() {
-                abort.abort();
-            }
-        }
+    /// Waits up to [`EXIT_WAIT`] for the process to exit (killing it then), and up to
+    /// [`STDERR_DRAIN`] for the rest of its stderr.
+    async fn exit_report(&self) -> ExitReport {
+        ExitReport::collect(self.child.as_ref(), &self.stderr, EXIT_WAIT, STDERR_DRAIN).await
     }
 
     /// Stdout ended: fail waiting callers, then (unless closing) the running turn and the
@@ -367,15 +320,15 @@ impl Shared {
     /// with the exit status and stderr: the runtime retires the session for a transport failure
     /// during admission, and a transport report from here would race that outcome.
     async fn on_stdout_closed(&self, read_error: Option<std::io::Error>) {
-        let waiting = lock(&self.pending).take();
-        let admitting = waiting.is_some_and(|waiting| waiting.values().any(|w| w.admission));
+        // Waiters fail now, without a report: a `turn/start` caller asks for it.
+        let waiting = self.pending.close();
+        let admitting = waiting.waiting().any(|(_, admission)| *admission);
+        drop(waiting);
         self.turn_ended.notify_waiters();
         if admitting || self.closing.load(Ordering::SeqCst) {
             return;
         }
-        let status = self.wait_exit().await;
-        self.drain_stderr().await;
-        let tail = lock(&self.stderr).text();
+        let ExitReport { status, stderr_tail: tail, .. } = self.exit_report().await;
         let how = match (&status, &read_error) {
             (_, Some(error)) => format!("stdout read failed: {error}"),
             (Some(status), None) => status.to_string(),
@@ -393,14 +346,7 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
     let mut lines = LineReader::new(stdout, max_line);
     let read_error = loop {
         let handled = match lines.next_line().await {
-            Ok(Some(Line::Text(bytes))) => shared.on_line(bytes).await,
-            Ok(Some(Line::TooLong(bytes))) => {
-                shared
-                    .garbage(format!(
-                        "codex wrote a stdout line of {bytes} bytes, over the {max_line}-byte limit; dropped"
-                    ))
-                    .await
-            }
+            Ok(Some(line)) => shared.on_frame(JsonFrame::from_line(line), max_line).await,
             Ok(None) => break None,
             Err(error) => break Some(error),
         };
@@ -410,14 +356,4 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
         }
     };
     shared.on_stdout_closed(read_error).await;
-}
-
-async fn read_stderr(shared: std::sync::Weak<Shared>, stderr: ChildOutput) {
-    let mut lines = LineReader::new(stderr, STDERR_MAX_LINE);
-    while let Ok(Some(line)) = lines.next_line().await {
-        let Some(shared) = shared.upgrade() else { return };
-        if let Line::Text(bytes) = line {
-            lock(&shared.stderr).push(&bytes);
-        }
-    }
 }

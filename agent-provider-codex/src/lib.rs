@@ -4,10 +4,8 @@
 mod auth;
 mod connection;
 mod input;
-mod lines;
 mod normalize;
 mod options;
-mod probe;
 mod provider;
 mod requests;
 mod session;
@@ -17,7 +15,8 @@ mod validate;
 mod version;
 mod wire;
 
+pub use agent_provider_kit::version::{ParseVersionError, Version};
 pub use auth::SCRUBBED_UNDER_SUBSCRIPTION;
 pub use options::{CodexOptions, CodexTurnOptions, DEFAULT_CLIENT_NAME, DEFAULT_MAX_LINE_BYTES, DEFAULT_PROGRAM};
 pub use provider::{CodexProvider, PROVIDER_ID};
-pub use version::{LATEST_VALIDATED, MIN_SUPPORTED, ParseVersionError, Version};
+pub use version::{LATEST_VALIDATED, MIN_SUPPORTED};

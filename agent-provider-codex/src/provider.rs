@@ -3,28 +3,26 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fmt;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_core::exec::{Command, EnvSpec, Exec, ExecError};
+use agent_core::exec::{Command, EnvSpec, ExecError};
 use agent_core::provider::{OpenContext, OpenConversation, Opened, require_capabilities};
 use agent_core::{
-    AuthMode, Capabilities, Capability, ConversationMode, DynExec, DynProvider, Error, EventKind, McpServer, Provider,
+    AuthMode, Capabilities, Capability, ConversationMode, DynProvider, Error, EventKind, McpServer, Provider,
     ProviderId, ProviderOptions, Result, SessionOptions, Support,
 };
+use agent_provider_kit::probe::{self, FileStamp, ProbeCache, ProbeError, ProbeLimits};
+use agent_provider_kit::version::Version;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::connection::{CallError, Connection};
 use crate::options::CodexOptions;
-use crate::probe::{self, ProbeError, ProbeLimits};
 use crate::session::{CodexSession, adapter_deadline, parse_result};
-use crate::version::{LATEST_VALIDATED, MIN_SUPPORTED, Version};
+use crate::version::{LATEST_VALIDATED, MIN_SUPPORTED};
 use crate::{auth, validate};
-
-/// `codex --version` results: the exec backend, the program, and the version it reported.
-type VersionCache = Vec<(Weak<dyn Exec>, OsString, Version)>;
 
 /// The ID sessions name this provider by.
 pub const PROVIDER_ID: &str = "codex";
@@ -40,14 +38,15 @@ const VERSION_STDERR_LINES: usize = 10;
 /// JSON-RPC protocol. See the crate docs for the mappings.
 pub struct CodexProvider {
     id: ProviderId,
-    /// `codex --version` results per exec backend and program, so each binary is probed once.
-    versions: Mutex<VersionCache>,
+    /// `codex --version` results per exec backend, program and program file, so each binary is
+    /// probed once.
+    versions: ProbeCache<Version>,
 }
 
 impl CodexProvider {
     /// A provider registered as [`PROVIDER_ID`].
     pub fn new() -> Self {
-        CodexProvider { id: ProviderId::new(PROVIDER_ID), versions: Mutex::new(Vec::new()) }
+        CodexProvider { id: ProviderId::new(PROVIDER_ID), versions: ProbeCache::new() }
     }
 
     /// What a Codex session with these options can do.
@@ -84,14 +83,7 @@ impl CodexProvider {
         Error::ProviderUnavailable { provider: self.id.clone(), reason: reason.into() }
     }
 
-    fn cached_version(&self, exec: &DynExec, program: &OsString) -> Option<Version> {
-        let mut versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
-        versions.retain(|(e, _, _)| e.strong_count() > 0);
-        let exec = Arc::downgrade(exec);
-        versions.iter().find(|(e, p, _)| Weak::ptr_eq(e, &exec) && p == program).map(|(_, _, v)| *v)
-    }
-
-    /// Runs `codex --version` (once per exec and program) and checks it against
+    /// Runs `codex --version` (once per exec, program and program file) and checks it against
     /// [`MIN_SUPPORTED`]. Every failure names the program and carries the probe's stderr tail.
     async fn check_version(
         &self,
@@ -100,29 +92,29 @@ impl CodexProvider {
         env: &EnvSpec,
         deadline: Duration,
     ) -> Result<Version> {
-        if let Some(version) = self.cached_version(&ctx.exec, program) {
-            return Ok(version);
-        }
         let mut command = Command::new(program.clone()).arg("--version").session(ctx.session_id.clone());
         command.env = env.clone();
         command.cwd.clone_from(&ctx.options.cwd);
-        let limits = ProbeLimits {
-            timeout: deadline.min(VERSION_TIMEOUT),
-            stdout_bytes: VERSION_OUTPUT_LIMIT,
-            stderr_lines: VERSION_STDERR_LINES,
-        };
+        let stamp = FileStamp::of_command(ctx.exec.as_ref(), &command);
+        if let Some(version) = self.versions.get(&ctx.exec, program, stamp.as_ref()) {
+            return Ok(version);
+        }
+        let limits = ProbeLimits::new(deadline.min(VERSION_TIMEOUT))
+            .stdout_bytes(VERSION_OUTPUT_LIMIT)
+            .stderr_lines(VERSION_STDERR_LINES);
         let shown = program.to_string_lossy();
         let output = match probe::run(ctx.exec.as_ref(), command, limits).await {
             Ok(output) => output,
             Err(ProbeError::Spawn(error)) => return Err(self.spawn_error(error, program)),
             Err(ProbeError::Wait(error)) => return Err(Error::Exec(error)),
-            Err(ProbeError::TimedOut { stderr_tail }) => {
+            Err(ProbeError::TimedOut { stderr_tail, .. }) => {
                 return Err(self.unavailable(format!(
                     "`{shown} --version` did not answer within {:?}{}",
                     limits.timeout,
                     stderr_note(stderr_tail)
                 )));
             }
+            Err(other) => return Err(self.unavailable(format!("`{shown} --version` {other}"))),
         };
         let status = output.status;
         if !status.success() {
@@ -146,8 +138,7 @@ impl CodexProvider {
         if version > LATEST_VALIDATED {
             tracing::warn!(%version, validated = %LATEST_VALIDATED, "codex is newer than the latest validated version");
         }
-        let mut versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
-        versions.push((Arc::downgrade(&ctx.exec), program.clone(), version));
+        self.versions.insert(&ctx.exec, program, stamp, version);
         Ok(version)
     }
 

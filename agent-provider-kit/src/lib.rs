@@ -2,3 +2,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod auth;
+pub mod framing;
+pub mod probe;
+pub mod rpc;
+pub mod version;

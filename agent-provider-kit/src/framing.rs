@@ -1,0 +1,482 @@
+//! Reading a CLI's output one line at a time: a capped line reader, JSON-lines frames, and the
+//! tail of stderr kept for error reports.
+//!
+//! Agent CLIs speak newline-delimited JSON on stdout and write logs to stderr. Neither is
+//! trusted: a line may be longer than any sane message, not UTF-8, not JSON, or end in `\r\n`.
+//! [`LineReader`] never buffers more than its cap of one line (a longer line is skipped and
+//! reported with its length), hands each line out as a borrowed slice (no allocation per line),
+//! and keeps reading after anything odd; [`JsonFrame`] sorts a line into JSON, blank or garbage
+//! so that a provider reports garbage instead of stopping.
+//!
+//! ```
+//! use agent_provider_kit::framing::{JsonFrame, LineReader};
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let output: &[u8] = b"{\"id\":1}\r\nnot json\n";
+//! let mut lines = LineReader::new(output, 1024);
+//! let mut frames = Vec::new();
+//! while let Some(line) = lines.next_line().await.unwrap() {
+//!     frames.push(JsonFrame::from_line(line));
+//! }
+//! assert!(matches!(&frames[0], JsonFrame::Json(raw) if raw.get() == r#"{"id":1}"#));
+//! assert!(matches!(&frames[1], JsonFrame::NotJson { len: 8 }));
+//! # });
+//! ```
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use agent_core::event::RawJson;
+use serde_json::value::RawValue;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::task::{AbortHandle, JoinHandle};
+
+/// Capacity of the buffer between the reader and the pipe.
+const READ_BUFFER: usize = 64 * 1024;
+
+/// One line of output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Line<'a> {
+    /// A complete line, without its `\n` or `\r\n`. Valid until the next read.
+    Text(&'a [u8]),
+    /// A line longer than the cap: its bytes were read and dropped. Carries its length
+    /// (without the line end).
+    TooLong(usize),
+}
+
+/// Splits a byte stream into lines of at most `max` bytes.
+///
+/// Memory stays bounded by the read buffer plus `max`, whatever the stream holds. A line that
+/// fits in the read buffer is handed out from it without copying; a line spread over several
+/// reads is gathered in one buffer that is reused for every line.
+#[derive(Debug)]
+pub struct LineReader<R> {
+    inner: BufReader<R>,
+    max: usize,
+    /// A line spread over several reads, gathered; reused.
+    line: Vec<u8>,
+    /// Bytes of the read buffer the last line was handed out from, consumed on the next call.
+    consume: usize,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    /// Reads lines from `inner`, each at most `max` bytes (without its line end).
+    pub fn new(inner: R, max: usize) -> Self {
+        LineReader { inner: BufReader::with_capacity(READ_BUFFER, inner), max, line: Vec::new(), consume: 0 }
+    }
+
+    /// The longest line handed out.
+    pub fn max_line(&self) -> usize {
+        self.max
+    }
+
+    /// The next line, or `None` at the end of the stream. A final line without a newline is a
+    /// line. Not cancel-safe: a line being read when the future is dropped is lost; drive the
+    /// reader from one task.
+    pub async fn next_line(&mut self) -> std::io::Result<Option<Line<'_>>> {
+        self.inner.consume(std::mem::take(&mut self.consume));
+        self.line.clear();
+        // Bytes of an over-long line dropped so far; `Some` once the line is over the cap.
+        let mut skipped: Option<usize> = None;
+        // The last byte of the line so far is `\r` (not part of the line if a newline follows).
+        let mut cr = false;
+        loop {
+            let available = self.inner.fill_buf().await?;
+            let newline = memchr::memchr(b'\n', available);
+            let chunk_len = newline.unwrap_or(available.len());
+            let consumed = newline.map_or(available.len(), |i| i + 1);
+            if available.is_empty() {
+                // End of stream: a final line without a newline is still a line.
+            } else if skipped.is_none() && self.line.is_empty() && newline.is_some() {
+                // The whole line is in the read buffer: hand it out from there.
+                let len = without_cr(&available[..chunk_len]).len();
+                if len > self.max {
+                    self.inner.consume(consumed);
+                    return Ok(Some(Line::TooLong(len)));
+                }
+                self.consume = consumed;
+                return Ok(Some(Line::Text(&self.inner.buffer()[..len])));
+            } else {
+                if chunk_len > 0 {
+                    cr = available[chunk_len - 1] == b'\r';
+                }
+                match skipped.as_mut() {
+                    Some(len) => *len += chunk_len,
+                    // One byte of slack: a `\r` that ends a line of exactly `max` bytes.
+                    None if self.line.len() + chunk_len > self.max + 1 => {
+                        skipped = Some(self.line.len() + chunk_len);
+                        self.line.clear();
+                    }
+                    None => self.line.extend_from_slice(&available[..chunk_len]),
+                }
+                self.inner.consume(consumed);
+                if newline.is_none() {
+                    continue;
+                }
+            }
+            return Ok(match skipped {
+                Some(len) => Some(Line::TooLong(len - usize::from(cr))),
+                None if available_was_empty(newline, &self.line) => None,
+                None => {
+                    let line = without_cr(&self.line);
+                    if line.len() > self.max { Some(Line::TooLong(line.len())) } else { Some(Line::Text(line)) }
+                }
+            });
+        }
+    }
+}
+
+/// At the end of the stream with nothing gathered, there is no line.
+fn available_was_empty(newline: Option<usize>, line: &[u8]) -> bool {
+    newline.is_none() && line.is_empty()
+}
+
+fn without_cr(line: &[u8]) -> &[u8] {
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+/// One line of a JSON-lines stream, sorted.
+#[derive(Debug)]
+pub enum JsonFrame {
+    /// A JSON value (surrounding whitespace trimmed).
+    Json(RawJson),
+    /// An empty or all-whitespace line; JSON-lines writers may emit them, and they mean nothing.
+    Blank,
+    /// A line that is not UTF-8, of this many bytes.
+    NotUtf8 {
+        /// Length in bytes.
+        len: usize,
+    },
+    /// A UTF-8 line that is not one JSON value, of this many bytes.
+    NotJson {
+        /// Length in bytes.
+        len: usize,
+    },
+    /// A line over the reader's cap, of this many bytes; it was dropped unread.
+    TooLong {
+        /// Length in bytes.
+        len: usize,
+    },
+}
+
+impl JsonFrame {
+    /// Sorts one line. Copies a JSON line once, into the owned [`RawJson`].
+    pub fn from_line(line: Line<'_>) -> JsonFrame {
+        let bytes = match line {
+            Line::Text(bytes) => bytes,
+            Line::TooLong(len) => return JsonFrame::TooLong { len },
+        };
+        let len = bytes.len();
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            return JsonFrame::NotUtf8 { len };
+        };
+        let text = text.trim();
+        if text.is_empty() {
+            return JsonFrame::Blank;
+        }
+        match RawValue::from_string(text.to_owned()) {
+            Ok(raw) => JsonFrame::Json(raw),
+            Err(_) => JsonFrame::NotJson { len },
+        }
+    }
+}
+
+/// Lines of stderr a default [`StderrTail`] keeps.
+pub const STDERR_TAIL_LINES: usize = 40;
+/// Longest stderr line kept, in characters; the rest of a line is cut and marked with `…`.
+pub const STDERR_LINE_CHARS: usize = 500;
+/// Longest stderr line worth reading whole, for a [`LineReader`] over stderr; a longer line is
+/// skipped (the tail keeps [`STDERR_LINE_CHARS`] of a line anyway).
+pub const STDERR_MAX_LINE: usize = 64 * 1024;
+
+/// The last lines of a child's stderr, with terminal colour codes and blank lines removed, for
+/// error reports.
+#[derive(Clone, Debug)]
+pub struct StderrTail {
+    lines: VecDeque<String>,
+    max_lines: usize,
+}
+
+impl Default for StderrTail {
+    /// Keeps [`STDERR_TAIL_LINES`] lines.
+    fn default() -> Self {
+        StderrTail::new(STDERR_TAIL_LINES)
+    }
+}
+
+impl StderrTail {
+    /// Keeps the last `max_lines` lines (at least one).
+    pub fn new(max_lines: usize) -> Self {
+        StderrTail { lines: VecDeque::new(), max_lines: max_lines.max(1) }
+    }
+
+    /// Adds one line (without its newline); invalid UTF-8 is replaced.
+    pub fn push(&mut self, line: &[u8]) {
+        let text = strip_ansi(&String::from_utf8_lossy(line));
+        let text = text.trim_end();
+        if text.is_empty() {
+            return;
+        }
+        let mut kept: String = text.chars().take(STDERR_LINE_CHARS).collect();
+        if kept.len() < text.len() {
+            kept.push('…');
+        }
+        if self.lines.len() == self.max_lines {
+            self.lines.pop_front();
+        }
+        self.lines.push_back(kept);
+    }
+
+    /// The kept lines joined by newlines; `None` when nothing was kept.
+    pub fn text(&self) -> Option<String> {
+        (!self.lines.is_empty()).then(|| self.lines.iter().map(String::as_str).collect::<Vec<_>>().join("\n"))
+    }
+
+    /// Reads `output` to its end (or its first read error), keeping its last lines. Lines over
+    /// [`STDERR_MAX_LINE`] bytes are skipped.
+    pub async fn read_to_end(&mut self, output: impl AsyncRead + Unpin) {
+        let mut lines = LineReader::new(output, STDERR_MAX_LINE);
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Line::Text(bytes) = line {
+                self.push(bytes);
+            }
+        }
+    }
+}
+
+/// A task that reads a child's stderr to its end in the background, keeping a [`StderrTail`]
+/// for the error reports of a connection. Dropping it stops the task.
+#[derive(Debug)]
+pub struct StderrCollector {
+    tail: Arc<Mutex<StderrTail>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+    abort: AbortHandle,
+}
+
+impl StderrCollector {
+    /// Starts reading `output` on the current Tokio runtime, keeping its last `max_lines`
+    /// lines.
+    pub fn spawn(output: impl AsyncRead + Unpin + Send + 'static, max_lines: usize) -> Self {
+        let tail = Arc::new(Mutex::new(StderrTail::new(max_lines)));
+        let kept = Arc::clone(&tail);
+        let task = tokio::spawn(async move {
+            let mut lines = LineReader::new(output, STDERR_MAX_LINE);
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Line::Text(bytes) = line {
+                    lock(&kept).push(bytes);
+                }
+            }
+        });
+        let abort = task.abort_handle();
+        StderrCollector { tail, task: Mutex::new(Some(task)), abort }
+    }
+
+    /// The lines kept so far; `None` when there are none.
+    pub fn text(&self) -> Option<String> {
+        lock(&self.tail).text()
+    }
+
+    /// Waits up to `wait` for stderr to end (after the process exited, for the last lines to
+    /// arrive), then stops reading. Later calls return at once.
+    pub async fn drain(&self, wait: Duration) {
+        let task = lock(&self.task).take();
+        if let Some(task) = task
+            && tokio::time::timeout(wait, task).await.is_err()
+        {
+            self.abort.abort();
+        }
+    }
+
+    /// Stops reading now.
+    pub fn abort(&self) {
+        self.abort.abort();
+    }
+}
+
+impl Drop for StderrCollector {
+    fn drop(&mut self) {
+        self.abort.abort();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Removes ANSI escape sequences (`ESC [ … letter`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\u{1b}' {
+            out.push(c);
+            continue;
+        }
+        if chars.peek() == Some(&'[') {
+            chars.next();
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+
+    /// A line as the tests compare it: owned.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Owned {
+        Text(Vec<u8>),
+        TooLong(usize),
+    }
+
+    fn text(s: &str) -> Owned {
+        Owned::Text(s.as_bytes().to_vec())
+    }
+
+    async fn read_all(input: impl AsyncRead + Unpin, max: usize) -> Vec<Owned> {
+        let mut reader = LineReader::new(input, max);
+        let mut out = Vec::new();
+        while let Some(line) = reader.next_line().await.expect("reads") {
+            out.push(match line {
+                Line::Text(bytes) => Owned::Text(bytes.to_vec()),
+                Line::TooLong(len) => Owned::TooLong(len),
+            });
+        }
+        out
+    }
+
+    #[track_caller]
+    fn check(input: &[u8], max: usize, expected: Vec<Owned>) {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        assert_eq!(runtime.block_on(read_all(input, max)), expected, "{:?}", String::from_utf8_lossy(input));
+    }
+
+    #[test]
+    fn splits_lines() {
+        check(b"a\n\nbc\nd", 10, vec![text("a"), text(""), text("bc"), text("d")]);
+        check(b"", 10, vec![]);
+        check(b"\n\n", 10, vec![text(""), text("")]);
+        check(b"a\r\nb\r\n\r\nc\r", 10, vec![text("a"), text("b"), text(""), text("c")]);
+        check(b"a\rb\n", 10, vec![text("a\rb")]);
+    }
+
+    #[test]
+    fn keeps_garbage_as_lines() {
+        check(b"\xff\xfe\n{\"a\":1}\n", 10, vec![Owned::Text(vec![0xff, 0xfe]), text("{\"a\":1}")]);
+        check(b"\0\0\nok", 10, vec![Owned::Text(vec![0, 0]), text("ok")]);
+    }
+
+    #[test]
+    fn skips_overlong_lines_and_continues() {
+        check(b"0123456789abc\nok\n", 10, vec![Owned::TooLong(13), text("ok")]);
+        check(b"0123456789", 10, vec![text("0123456789")]);
+        check(b"0123456789\r\n", 10, vec![text("0123456789")]);
+        check(b"0123456789a", 10, vec![Owned::TooLong(11)]);
+        check(b"0123456789a\r\n", 10, vec![Owned::TooLong(11)]);
+    }
+
+    /// A line spread over many small reads, and a 1 MiB line over a 64 KiB cap, through a pipe
+    /// small enough that nothing arrives whole.
+    #[tokio::test]
+    async fn reads_lines_split_across_reads() {
+        let (mut writer, reader) = tokio::io::duplex(7);
+        let big = vec![b'x'; 1024 * 1024];
+        let write = async move {
+            for piece in [&b"{\"a\":"[..], b"1}\r", b"\n", b"par", b"tial\n"] {
+                writer.write_all(piece).await.expect("writes");
+            }
+            writer.write_all(&big).await.expect("writes");
+            writer.write_all(b"\r\nafter\nlast").await.expect("writes");
+        };
+        let (_, lines) = tokio::join!(write, read_all(reader, 64 * 1024));
+        assert_eq!(
+            lines,
+            vec![text("{\"a\":1}"), text("partial"), Owned::TooLong(1024 * 1024), text("after"), text("last")]
+        );
+    }
+
+    /// An over-long line is dropped as it is read: the gathering buffer never holds more than
+    /// the cap.
+    #[tokio::test]
+    async fn memory_stays_bounded_by_the_cap() {
+        let input = [vec![b'y'; 1024 * 1024], b"\nok\n".to_vec()].concat();
+        let mut reader = LineReader::new(&input[..], 64 * 1024);
+        assert_eq!(reader.next_line().await.expect("reads"), Some(Line::TooLong(1024 * 1024)));
+        assert!(reader.line.capacity() <= 2 * 64 * 1024 + 2, "{}", reader.line.capacity());
+        assert_eq!(reader.next_line().await.expect("reads"), Some(Line::Text(b"ok")));
+        assert_eq!(reader.next_line().await.expect("reads"), None);
+    }
+
+    #[track_caller]
+    fn frame(line: Line<'_>) -> String {
+        match JsonFrame::from_line(line) {
+            JsonFrame::Json(raw) => format!("json {}", raw.get()),
+            other => format!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn sorts_json_frames() {
+        assert_eq!(frame(Line::Text(b" {\"a\": [1]} \r")), "json {\"a\": [1]}");
+        assert_eq!(frame(Line::Text(b"  ")), "Blank");
+        assert_eq!(frame(Line::Text(b"")), "Blank");
+        assert_eq!(frame(Line::Text(b"\xff{}")), "NotUtf8 { len: 3 }");
+        assert_eq!(frame(Line::Text(b"{} {}")), "NotJson { len: 5 }");
+        assert_eq!(frame(Line::Text(b"Loading...")), "NotJson { len: 10 }");
+        assert_eq!(frame(Line::TooLong(9)), "TooLong { len: 9 }");
+    }
+
+    #[test]
+    fn stderr_tail_is_bounded_and_plain() {
+        let mut tail = StderrTail::default();
+        assert_eq!(tail.text(), None);
+        for i in 0..100 {
+            tail.push(format!("\u{1b}[2m2026\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m line {i}").as_bytes());
+        }
+        let text = tail.text().expect("kept lines");
+        assert_eq!(text.lines().count(), STDERR_TAIL_LINES);
+        assert!(text.ends_with("2026 ERROR line 99"), "{text}");
+        assert!(!text.contains('\u{1b}'));
+        tail.push("y".repeat(2000).as_bytes());
+        assert!(tail.text().expect("kept lines").ends_with('…'));
+        let mut short = StderrTail::new(2);
+        for line in ["a", "", "b", "c"] {
+            short.push(line.as_bytes());
+        }
+        assert_eq!(short.text().as_deref(), Some("b\nc"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_collector_keeps_the_tail_and_stops_when_told() {
+        let (mut writer, reader) = tokio::io::duplex(64);
+        let collector = StderrCollector::spawn(reader, 2);
+        writer.write_all(b"a\nb\nc\n").await.expect("writes");
+        // Stderr stays open: draining waits its time, then stops reading.
+        collector.drain(Duration::from_millis(500)).await;
+        assert_eq!(collector.text().as_deref(), Some("b\nc"));
+        collector.drain(Duration::from_secs(60)).await;
+        let (mut writer, reader) = tokio::io::duplex(64);
+        let collector = StderrCollector::spawn(reader, 2);
+        writer.write_all(b"last words").await.expect("writes");
+        drop(writer);
+        collector.drain(Duration::from_secs(60)).await;
+        assert_eq!(collector.text().as_deref(), Some("last words"));
+    }
+
+    #[tokio::test]
+    async fn stderr_tail_reads_a_stream() {
+        let mut tail = StderrTail::new(2);
+        let input = [b"one\n".to_vec(), vec![b'z'; STDERR_MAX_LINE + 1], b"\ntwo\r\nthree".to_vec()].concat();
+        tail.read_to_end(&input[..]).await;
+        assert_eq!(tail.text().as_deref(), Some("two\nthree"));
+    }
+}
