@@ -28,8 +28,68 @@ use crate::turn::{TurnResult, TurnStatus};
 /// The version of the event envelope.
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// A provider's original JSON, kept without re-serializing.
-pub type RawJson = Box<RawValue>;
+/// A provider's original JSON, kept verbatim (whitespace included) and serialized as the JSON it
+/// is, not as a string.
+///
+/// [`RawJson::from_string`] checks the text; [`RawJson::parsed`] keeps text the caller has just
+/// parsed as JSON — the line a provider deserialized its message from — without a second syntax
+/// check on the event path. Either way the text is checked again when the event is serialized,
+/// so text that is not JSON can only fail a serialization, never produce invalid JSON.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct RawJson(Box<str>);
+
+impl RawJson {
+    /// Checks that `json` is one JSON value (surrounding whitespace allowed) and keeps it.
+    pub fn from_string(json: String) -> Result<RawJson, serde_json::Error> {
+        serde_json::from_str::<serde::de::IgnoredAny>(&json)?;
+        Ok(RawJson(json.into_boxed_str()))
+    }
+
+    /// Keeps `json` without checking it: the caller has parsed it as JSON already.
+    pub fn parsed(json: String) -> RawJson {
+        RawJson(json.into_boxed_str())
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        &self.0
+    }
+
+    /// The JSON as a [`RawValue`], checked.
+    pub fn as_raw_value(&self) -> Result<&RawValue, serde_json::Error> {
+        serde_json::from_str(&self.0)
+    }
+}
+
+impl From<Box<RawValue>> for RawJson {
+    fn from(raw: Box<RawValue>) -> Self {
+        RawJson(Box::<str>::from(raw))
+    }
+}
+
+impl fmt::Debug for RawJson {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("RawJson").field(&&*self.0).finish()
+    }
+}
+
+impl fmt::Display for RawJson {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for RawJson {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.as_raw_value().map_err(serde::ser::Error::custom)?.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawJson {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Box::<RawValue>::deserialize(d).map(RawJson::from)
+    }
+}
 
 /// One observation about a session or turn.
 #[derive(Clone)]
@@ -581,7 +641,7 @@ mod tests {
             provider: ProviderId::new("codex"),
             at: Timestamp::from_unix_micros(0),
             kind,
-            raw: raw.map(|r| RawValue::from_string(r.to_owned()).unwrap()),
+            raw: raw.map(|r| RawJson::from_string(r.to_owned()).unwrap()),
         }
     }
 

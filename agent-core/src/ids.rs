@@ -212,11 +212,31 @@ impl EventId {
     /// generated event ID): `<prefix>.<seq>`. Unique as long as prefixes are, and cheaper than a
     /// fresh random ID per event.
     pub(crate) fn in_sequence(prefix: &str, seq: u64) -> Self {
-        use std::fmt::Write;
-        let mut id = String::with_capacity(prefix.len() + 21);
-        id.push_str(prefix);
-        let _ = write!(id, ".{seq}");
-        Self(Arc::from(id))
+        // Formatted on the stack, so the ID costs one allocation (the `Arc`), not two.
+        let mut digits = [0u8; 20];
+        let mut start = digits.len();
+        let mut rest = seq;
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        let mut buf = [0u8; 96];
+        let len = prefix.len() + 1 + (digits.len() - start);
+        let Some(id) = buf.get_mut(..len) else {
+            return Self(Arc::from(format!("{prefix}.{seq}")));
+        };
+        id[..prefix.len()].copy_from_slice(prefix.as_bytes());
+        id[prefix.len()] = b'.';
+        id[prefix.len() + 1..].copy_from_slice(&digits[start..]);
+        match std::str::from_utf8(id) {
+            Ok(id) => Self(Arc::from(id)),
+            // Unreachable: a `str`, a dot and ASCII digits.
+            Err(_) => Self(Arc::from(format!("{prefix}.{seq}"))),
+        }
     }
 }
 
@@ -308,6 +328,15 @@ fn random_80() -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sequence_event_ids_are_the_prefix_a_dot_and_the_seq() {
+        assert_eq!(EventId::in_sequence("ev_01ABC", 0).as_str(), "ev_01ABC.0");
+        assert_eq!(EventId::in_sequence("ev_01ABC", 42).as_str(), "ev_01ABC.42");
+        assert_eq!(EventId::in_sequence("p", u64::MAX).as_str(), format!("p.{}", u64::MAX));
+        let long = "x".repeat(200);
+        assert_eq!(EventId::in_sequence(&long, 7).as_str(), format!("{long}.7"), "longer than the stack buffer");
+    }
 
     #[test]
     fn caller_ids_are_validated() {

@@ -25,7 +25,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::value::RawValue;
 use tokio::sync::Notify;
 
 use crate::capabilities::{Capabilities, Capability, Support};
@@ -414,7 +413,7 @@ impl SessionInner {
 }
 
 fn raw_json(text: String) -> RawJson {
-    RawValue::from_string(text).expect("scripted raw frames must be valid JSON")
+    RawJson::from_string(text).expect("scripted raw frames must be valid JSON")
 }
 
 #[derive(Debug)]

@@ -15,7 +15,7 @@ use agent_core::event::RawJson;
 use agent_core::exec::{Child, ChildHandle, ChildOutput, ChildStdin, ExitStatus};
 use agent_core::provider::SinkClosed;
 use agent_core::{Sink, TurnId};
-use agent_provider_kit::framing::{JsonFrame, LineReader, STDERR_TAIL_LINES, StderrCollector};
+use agent_provider_kit::framing::{LineReader, STDERR_TAIL_LINES, StderrCollector, TextFrame};
 use agent_provider_kit::rpc::{ExitReport, JsonRpcId, Pending, ReplyError};
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -23,7 +23,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
-use crate::normalize::{Action, Normalizer};
+use crate::normalize::{Action, Normalizer, attach};
 use crate::wire::{self, Message, Outgoing, RpcError, RpcId};
 
 /// The request that starts a turn.
@@ -249,17 +249,19 @@ impl Shared {
     }
 
     /// Handles one stdout line. Errs when the session runtime is gone.
-    async fn on_frame(&self, frame: JsonFrame, max_line: usize) -> Result<(), SinkClosed> {
-        let raw = match frame {
-            JsonFrame::Json(raw) => raw,
-            JsonFrame::Blank => return Ok(()),
-            JsonFrame::NotUtf8 { len } => {
+    async fn on_frame(
+        &self,
+        frame: TextFrame<'_>,
+        max_line: usize,
+        actions: &mut Vec<Action>,
+    ) -> Result<(), SinkClosed> {
+        let text = match frame {
+            TextFrame::Text(text) => text,
+            TextFrame::Blank => return Ok(()),
+            TextFrame::NotUtf8 { len } => {
                 return self.garbage(format!("codex wrote a stdout line that is not UTF-8 ({len} bytes)")).await;
             }
-            JsonFrame::NotJson { len } => {
-                return self.garbage(format!("codex wrote a stdout line that is not JSON ({len} bytes)")).await;
-            }
-            JsonFrame::TooLong { len } => {
+            TextFrame::TooLong { len } => {
                 return self
                     .garbage(format!(
                         "codex wrote a stdout line of {len} bytes, over the {max_line}-byte limit; dropped"
@@ -267,15 +269,25 @@ impl Shared {
                     .await;
             }
         };
-        let message = wire::parse(raw.get());
-        let raw = match &message {
-            Message::Response { id: RpcId::Num(id) } => match self.pending.resolve(&JsonRpcId(*id), raw) {
-                Ok(()) => return Ok(()),
-                Err(raw) => raw,
-            },
-            _ => raw,
+        // One parse of the line: the message borrows from it until it is normalized, then a
+        // copy of the line becomes the raw JSON of what it produced.
+        let Ok(message) = wire::parse(text) else {
+            let len = text.len();
+            return self.garbage(format!("codex wrote a stdout line that is not JSON ({len} bytes)")).await;
         };
-        let actions = lock(&self.state).on_message(message, raw);
+        let raw = if let Message::Response { id: RpcId::Num(id) } = message {
+            match self.pending.resolve(&JsonRpcId(id), RawJson::parsed(text.to_owned())) {
+                Ok(()) => return Ok(()),
+                Err(raw) => {
+                    lock(&self.state).on_message(Message::Response { id: RpcId::Num(id) }, actions);
+                    raw
+                }
+            }
+        } else {
+            lock(&self.state).on_message(message, actions);
+            RawJson::parsed(text.to_owned())
+        };
+        attach(actions, raw);
         if actions.iter().any(Action::ends_turn) {
             self.turn_ended.notify_waiters();
         }
@@ -284,11 +296,12 @@ impl Shared {
 
     async fn garbage(&self, message: String) -> Result<(), SinkClosed> {
         let action = lock(&self.state).garbage(message);
-        self.run(vec![action]).await
+        self.run(&mut vec![action]).await
     }
 
-    async fn run(&self, actions: Vec<Action>) -> Result<(), SinkClosed> {
-        for action in actions {
+    /// Carries out `actions`, leaving the buffer empty.
+    async fn run(&self, actions: &mut Vec<Action>) -> Result<(), SinkClosed> {
+        for action in actions.drain(..) {
             match action {
                 Action::Emit { turn, kind, raw } => self.sink.emit(turn.as_ref(), kind, raw).await?,
                 Action::Request { turn, spec, raw } => self.sink.request(&turn, *spec, raw).await?,
@@ -335,8 +348,8 @@ impl Shared {
             (None, None) => "exit status unknown".to_owned(),
         };
         let reason = format!("codex app-server exited ({how}) without completing the turn");
-        let actions = lock(&self.state).on_exit(&reason, status, tail);
-        if self.run(actions).await.is_ok() {
+        let mut actions = lock(&self.state).on_exit(&reason, status, tail);
+        if self.run(&mut actions).await.is_ok() {
             let _ = self.sink.transport_down(format!("codex app-server exited ({how})")).await;
         }
     }
@@ -344,9 +357,10 @@ impl Shared {
 
 async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) {
     let mut lines = LineReader::new(stdout, max_line);
+    let mut actions = Vec::new();
     let read_error = loop {
         let handled = match lines.next_line().await {
-            Ok(Some(line)) => shared.on_frame(JsonFrame::from_line(line), max_line).await,
+            Ok(Some(line)) => shared.on_frame(TextFrame::from_line(line), max_line, &mut actions).await,
             Ok(None) => break None,
             Err(error) => break Some(error),
         };

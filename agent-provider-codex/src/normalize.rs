@@ -51,13 +51,20 @@ impl Action {
 }
 
 /// Gives every reporting action of one line the line's raw JSON (moved into the last one).
-fn attach(actions: &mut [Action], raw: RawJson) {
-    let mut slots: Vec<&mut Option<RawJson>> = actions.iter_mut().filter_map(Action::raw_slot).collect();
-    if let Some((last, rest)) = slots.split_last_mut() {
-        for slot in rest {
-            **slot = Some(raw.clone());
+pub(crate) fn attach(actions: &mut [Action], raw: RawJson) {
+    let Some(last) = actions
+        .iter()
+        .rposition(|a| matches!(a, Action::Emit { .. } | Action::Request { .. } | Action::Resolved { .. }))
+    else {
+        return;
+    };
+    for action in &mut actions[..last] {
+        if let Some(slot) = action.raw_slot() {
+            *slot = Some(raw.clone());
         }
-        **last = Some(raw);
+    }
+    if let Some(slot) = actions[last].raw_slot() {
+        *slot = Some(raw);
     }
 }
 
@@ -240,17 +247,27 @@ impl Normalizer {
     // ----- messages ---------------------------------------------------------------------------
 
     /// Normalizes one parsed line. Responses to our own requests are handled by the connection.
-    pub(crate) fn on_message(&mut self, message: Message, raw: RawJson) -> Vec<Action> {
-        let mut actions = match message {
-            Message::Notification(note) => self.on_notification(note),
-            Message::Request { id, request } => self.on_request(id, *request),
-            Message::Response { .. } => vec![self.unnormalized("response", Route::Session)],
+    /// Normalizes one line: the actions it calls for (without the line's raw JSON, which the
+    /// caller attaches with [`attach`] once `message` no longer borrows it) are appended to
+    /// `out`, which the reader reuses from line to line.
+    pub(crate) fn on_message(&mut self, message: Message<'_>, out: &mut Vec<Action>) {
+        match message {
+            Message::Notification(note) => self.on_notification(note, out),
+            Message::Request { id, request } => out.extend(self.on_request(id, *request)),
+            Message::Response { .. } => out.push(self.unnormalized("response", Route::Session)),
             Message::Unrecognized => {
                 self.count_unknown("(not json-rpc)");
                 let route = if self.turn.is_some() { Route::Current } else { Route::Session };
-                vec![self.unnormalized("(not json-rpc)", route)]
+                out.push(self.unnormalized("(not json-rpc)", route));
             }
-        };
+        }
+    }
+
+    /// Parses and normalizes one line, with its raw JSON attached.
+    #[cfg(test)]
+    pub(crate) fn on_line(&mut self, raw: RawJson) -> Vec<Action> {
+        let mut actions = Vec::new();
+        self.on_message(wire::parse(raw.get()).unwrap_or(Message::Unrecognized), &mut actions);
         attach(&mut actions, raw);
         actions
     }
@@ -298,7 +315,7 @@ impl Normalizer {
         }
     }
 
-    fn on_notification(&mut self, note: Notification) -> Vec<Action> {
+    fn on_notification(&mut self, note: Notification<'_>, out: &mut Vec<Action>) {
         let ids = match &note {
             Notification::AgentMessageDelta(d)
             | Notification::ReasoningDelta(d, _)
@@ -321,7 +338,7 @@ impl Normalizer {
         };
         let (route, foreign) = self.route(ids);
         // Stateless kinds normalize wherever they belong.
-        match note {
+        let actions = match note {
             Notification::RateLimits(n) => vec![self.emit(&route, EventKind::RateLimit { info: n.rate_limits })],
             Notification::Warning(n) => vec![self.emit(&route, EventKind::Warning { message: n.text() })],
             Notification::Resolved(n) => {
@@ -343,8 +360,10 @@ impl Normalizer {
                 }
                 vec![self.unnormalized(note.method(), route)]
             }
-            note => self.on_turn_notification(note),
-        }
+            // The streamed kinds: straight into `out`, no vector per line.
+            note => return self.on_turn_notification(note, out),
+        };
+        out.extend(actions);
     }
 
     fn on_error(&mut self, route: &Route, foreign: bool, n: wire::ErrorNote) -> Vec<Action> {
@@ -361,9 +380,9 @@ impl Normalizer {
     }
 
     /// Stateful notifications of the running turn.
-    fn on_turn_notification(&mut self, note: Notification) -> Vec<Action> {
+    fn on_turn_notification(&mut self, note: Notification<'_>, out: &mut Vec<Action>) {
         let route = Route::Current;
-        let Some(turn) = self.turn.as_mut() else { return Vec::new() };
+        let Some(turn) = self.turn.as_mut() else { return };
         let kind = match note {
             Notification::AgentMessageDelta(d) => {
                 match turn.item(&d.item_id) {
@@ -424,11 +443,11 @@ impl Normalizer {
                 turn.codex.get_or_insert(n.turn.id);
                 EventKind::ProviderEvent { method: "turn/started".into() }
             }
-            Notification::ItemStarted(n) => return self.item_started(n.item),
-            Notification::ItemCompleted(n) => return self.item_completed(n.item),
+            Notification::ItemStarted(n) => return out.extend(self.item_started(n.item)),
+            Notification::ItemCompleted(n) => return out.extend(self.item_completed(n.item)),
             other => EventKind::ProviderEvent { method: other.method().to_owned() },
         };
-        vec![self.emit(&route, kind)]
+        out.push(self.emit(&route, kind));
     }
 
     fn item_started(&mut self, item: Item) -> Vec<Action> {
@@ -750,7 +769,6 @@ fn error_code(info: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use agent_core::exec::ExitStatus;
-    use serde_json::value::RawValue;
 
     use super::*;
 
@@ -768,8 +786,7 @@ mod tests {
     }
 
     fn feed(n: &mut Normalizer, message: Value) -> Vec<Action> {
-        let raw = RawValue::from_string(message.to_string()).unwrap();
-        n.on_message(wire::parse(raw.get()), raw)
+        n.on_line(RawJson::from_string(message.to_string()).unwrap())
     }
 
     fn note(method: &str, params: Value) -> Value {

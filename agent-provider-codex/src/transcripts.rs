@@ -6,6 +6,7 @@
 //! threads drive the turn control of the [`Normalizer`], `out` lines are parsed and normalized
 //! exactly as the connection does it.
 
+use agent_core::event::RawJson;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -84,8 +85,8 @@ fn play(name: &str) -> Played {
                 }
             }
             "out" => {
-                let raw = RawValue::from_string(msg).unwrap();
-                let message = wire::parse(raw.get());
+                let raw = RawJson::from_string(msg).unwrap();
+                let message = wire::parse(raw.get()).unwrap();
                 if let Message::Response { id } = &message
                     && let Some(method) = sent.remove(id)
                 {
@@ -104,7 +105,7 @@ fn play(name: &str) -> Played {
                     }
                     continue;
                 }
-                let actions = normalizer.on_message(message, raw);
+                let actions = normalizer.on_line(raw);
                 for action in &actions {
                     if let Action::Request { spec, .. } = action {
                         kinds.insert(spec.provider_ref.0.clone(), spec.kind);

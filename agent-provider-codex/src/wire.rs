@@ -7,7 +7,9 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use agent_provider_kit::framing::is_not_json;
 use serde::de::DeserializeOwned;
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -138,40 +140,142 @@ pub(crate) struct RpcError {
 struct Envelope<'a> {
     #[serde(default, borrow)]
     id: Option<&'a RawValue>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed_opt")]
     method: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     params: Option<&'a RawValue>,
 }
 
-/// One parsed line.
+/// A string borrowed from the line unless it holds an escape (serde's own `Cow` impl always
+/// copies).
+struct BorrowedStr<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for BorrowedStr<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = BorrowedStr<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(BorrowedStr(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(BorrowedStr(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(Visit)
+    }
+}
+
+fn borrowed_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    Ok(Option::<BorrowedStr<'de>>::deserialize(d)?.map(|s| s.0))
+}
+
+/// The streamed notifications, whose params [`FastEnvelope`] decodes in place.
+fn delta_method(method: &str) -> Option<fn(Delta<'_>) -> Notification<'_>> {
+    Some(match method {
+        "item/agentMessage/delta" => |d| Notification::AgentMessageDelta(d),
+        "item/reasoning/summaryTextDelta" => |d| Notification::ReasoningDelta(d, "item/reasoning/summaryTextDelta"),
+        "item/reasoning/textDelta" => |d| Notification::ReasoningDelta(d, "item/reasoning/textDelta"),
+        "item/commandExecution/outputDelta" => |d| Notification::CommandOutputDelta(d),
+        "item/fileChange/outputDelta" => |d| Notification::FileChangeOutputDelta(d),
+        _ => return None,
+    })
+}
+
+/// The envelope read in one pass, for the lines that stream: when `method` comes before
+/// `params` (as codex writes them) and names a delta, the params are decoded where they stand,
+/// so the line is read once and nothing is allocated but the strings the event keeps. Any other
+/// line — or a delta whose params do not fit, which fails this parse — goes through
+/// [`Envelope`].
+struct FastEnvelope<'a>(Notification<'a>);
+
+impl<'de> Deserialize<'de> for FastEnvelope<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = FastEnvelope<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a streamed codex notification")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                use serde::de::Error as _;
+                let mut method = None;
+                let mut note = None;
+                while let Some(key) = map.next_key::<BorrowedStr<'de>>()? {
+                    match &*key.0 {
+                        "method" if method.is_none() => {
+                            let name = map.next_value::<BorrowedStr<'de>>()?.0;
+                            method = Some(delta_method(&name).ok_or_else(|| A::Error::custom("not streamed"))?);
+                        }
+                        "params" if note.is_none() => {
+                            let wrap = method.ok_or_else(|| A::Error::custom("params before method"))?;
+                            note = Some(wrap(map.next_value::<Delta<'de>>()?));
+                        }
+                        "id" => return Err(A::Error::custom("a request or response")),
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                note.map(FastEnvelope).ok_or_else(|| A::Error::custom("no params"))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+/// One parsed line, borrowing from it.
 #[derive(Debug)]
-pub(crate) enum Message {
+pub(crate) enum Message<'a> {
     /// A response to one of our requests; the caller parses it from the raw line.
     Response { id: RpcId },
     /// A notification.
-    Notification(Notification),
+    Notification(Notification<'a>),
     /// A request from codex that waits for our answer.
     Request { id: RpcId, request: Box<ServerRequest> },
     /// JSON that is not a JSON-RPC message.
     Unrecognized,
 }
 
-/// Parses one line (already validated as JSON) into a message.
-pub(crate) fn parse(line: &str) -> Message {
-    let Ok(envelope) = serde_json::from_str::<Envelope<'_>>(line) else { return Message::Unrecognized };
+/// A stdout line that is not JSON.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct NotJson;
+
+/// Parses one line into a message, borrowing from it. The envelope's parse reads the whole line
+/// (fields it does not know are skipped, which checks them), so a message means the line is
+/// JSON: the reader keeps it as the event's raw JSON without a second syntax check.
+pub(crate) fn parse(line: &str) -> Result<Message<'_>, NotJson> {
+    if let Ok(FastEnvelope(note)) = serde_json::from_str::<FastEnvelope<'_>>(line) {
+        return Ok(Message::Notification(note));
+    }
+    let envelope = match serde_json::from_str::<Envelope<'_>>(line) {
+        Ok(envelope) => envelope,
+        // JSON of another shape stops the parse early: the rest is checked before keeping it.
+        Err(error) if !is_not_json(&error) && serde_json::from_str::<IgnoredAny>(line).is_ok() => {
+            return Ok(Message::Unrecognized);
+        }
+        Err(_) => return Err(NotJson),
+    };
     let id = envelope.id.and_then(|raw| serde_json::from_str::<RpcId>(raw.get()).ok());
-    match (id, envelope.method) {
+    Ok(match (id, envelope.method) {
         (Some(id), None) => Message::Response { id },
         (None, Some(method)) => Message::Notification(Notification::parse(&method, envelope.params)),
         (Some(id), Some(method)) => {
             Message::Request { id, request: Box::new(ServerRequest::parse(&method, envelope.params)) }
         }
         (None, None) => Message::Unrecognized,
-    }
+    })
 }
 
 fn params<T: DeserializeOwned>(params: Option<&RawValue>) -> Option<T> {
+    serde_json::from_str(params.map_or("{}", RawValue::get)).ok()
+}
+
+/// [`params`] for a type that borrows from the line.
+fn borrowed_params<'a, T: Deserialize<'a>>(params: Option<&'a RawValue>) -> Option<T> {
     serde_json::from_str(params.map_or("{}", RawValue::get)).ok()
 }
 
@@ -203,16 +307,18 @@ pub(crate) struct IdRef<'a> {
 /// without buffering.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct Delta {
-    #[serde(default)]
-    pub(crate) thread_id: Option<String>,
-    #[serde(default)]
-    pub(crate) turn_id: Option<String>,
+pub(crate) struct Delta<'a> {
+    /// Borrowed from the line (owned only when codex escaped a character): the IDs only
+    /// route the delta, so a streamed delta allocates just the two strings its event keeps.
+    #[serde(default, borrow, deserialize_with = "borrowed_opt")]
+    pub(crate) thread_id: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "borrowed_opt")]
+    pub(crate) turn_id: Option<Cow<'a, str>>,
     pub(crate) item_id: String,
     pub(crate) delta: String,
 }
 
-impl Delta {
+impl Delta<'_> {
     /// The thread and turn.
     pub(crate) fn ids(&self) -> IdRef<'_> {
         IdRef { thread: self.thread_id.as_deref(), turn: self.turn_id.as_deref() }
@@ -453,12 +559,12 @@ pub(crate) struct Resolved {
 
 /// A server notification, parsed by method.
 #[derive(Debug)]
-pub(crate) enum Notification {
-    AgentMessageDelta(Delta),
+pub(crate) enum Notification<'a> {
+    AgentMessageDelta(Delta<'a>),
     /// `item/reasoning/summaryTextDelta` or `item/reasoning/textDelta` (the method).
-    ReasoningDelta(Delta, &'static str),
-    CommandOutputDelta(Delta),
-    FileChangeOutputDelta(Delta),
+    ReasoningDelta(Delta<'a>, &'static str),
+    CommandOutputDelta(Delta<'a>),
+    FileChangeOutputDelta(Delta<'a>),
     ItemStarted(Box<ItemNote>),
     ItemCompleted(Box<ItemNote>),
     PatchUpdated(PatchUpdated),
@@ -481,18 +587,18 @@ pub(crate) enum Notification {
     },
 }
 
-impl Notification {
-    fn parse(method: &str, raw: Option<&RawValue>) -> Notification {
+impl<'a> Notification<'a> {
+    fn parse(method: &str, raw: Option<&'a RawValue>) -> Notification<'a> {
         let parsed = match method {
-            "item/agentMessage/delta" => params(raw).map(Notification::AgentMessageDelta),
+            "item/agentMessage/delta" => borrowed_params(raw).map(Notification::AgentMessageDelta),
             "item/reasoning/summaryTextDelta" => {
-                params(raw).map(|d| Notification::ReasoningDelta(d, "item/reasoning/summaryTextDelta"))
+                borrowed_params(raw).map(|d| Notification::ReasoningDelta(d, "item/reasoning/summaryTextDelta"))
             }
             "item/reasoning/textDelta" => {
-                params(raw).map(|d| Notification::ReasoningDelta(d, "item/reasoning/textDelta"))
+                borrowed_params(raw).map(|d| Notification::ReasoningDelta(d, "item/reasoning/textDelta"))
             }
-            "item/commandExecution/outputDelta" => params(raw).map(Notification::CommandOutputDelta),
-            "item/fileChange/outputDelta" => params(raw).map(Notification::FileChangeOutputDelta),
+            "item/commandExecution/outputDelta" => borrowed_params(raw).map(Notification::CommandOutputDelta),
+            "item/fileChange/outputDelta" => borrowed_params(raw).map(Notification::FileChangeOutputDelta),
             "item/started" => params(raw).map(|n| Notification::ItemStarted(Box::new(n))),
             "item/completed" => params(raw).map(|n| Notification::ItemCompleted(Box::new(n))),
             "item/fileChange/patchUpdated" => params(raw).map(Notification::PatchUpdated),
@@ -798,31 +904,41 @@ mod tests {
 
     #[test]
     fn classifies_messages() {
-        assert!(matches!(parse(r#"{"id":1,"result":{}}"#), Message::Response { id: RpcId::Num(1) }));
-        assert!(matches!(parse(r#"{"error":{"code":-32600,"message":"x"},"id":"a"}"#), Message::Response { .. }));
+        assert!(matches!(parse_ok(r#"{"id":1,"result":{}}"#), Message::Response { id: RpcId::Num(1) }));
+        assert!(matches!(parse_ok(r#"{"error":{"code":-32600,"message":"x"},"id":"a"}"#), Message::Response { .. }));
         assert!(matches!(
-            parse(r#"{"method":"item/agentMessage/delta","params":{"itemId":"m","delta":"Hi","turnId":"t"}}"#),
+            parse_ok(r#"{"method":"item/agentMessage/delta","params":{"itemId":"m","delta":"Hi","turnId":"t"}}"#),
             Message::Notification(Notification::AgentMessageDelta(Delta { ref delta, .. })) if delta == "Hi"
         ));
         assert!(matches!(
-            parse(r#"{"method":"item/tool/requestUserInput","id":0,"params":{"questions":[]}}"#),
+            parse_ok(r#"{"method":"item/tool/requestUserInput","id":0,"params":{"questions":[]}}"#),
             Message::Request { id: RpcId::Num(0), request } if matches!(*request, ServerRequest::UserInput(_))
         ));
-        assert!(matches!(parse(r#"{"type":"thread.started"}"#), Message::Unrecognized));
-        assert!(matches!(parse("[1,2]"), Message::Unrecognized));
+        assert!(matches!(parse_ok(r#"{"type":"thread.started"}"#), Message::Unrecognized));
+        assert!(matches!(parse_ok("[1,2]"), Message::Unrecognized));
+        // JSON of another shape is checked to the end before it is kept.
+        assert!(matches!(parse_ok(r#"{"method":7,"params":{}}"#), Message::Unrecognized));
+        assert_eq!(parse(r#"{"method":7,"params":{"#).unwrap_err(), NotJson);
+        assert_eq!(parse(r#"{"method":"x","params":{"a":1}} trailing"#).unwrap_err(), NotJson);
+        assert_eq!(parse("not json").unwrap_err(), NotJson);
+    }
+
+    #[track_caller]
+    fn parse_ok(line: &str) -> Message<'_> {
+        parse(line).expect("JSON")
     }
 
     #[test]
     fn bad_params_become_unnormalized_frames() {
         let Message::Notification(Notification::Other { method, known, ids }) =
-            parse(r#"{"method":"item/agentMessage/delta","params":{"threadId":"th","delta":7}}"#)
+            parse_ok(r#"{"method":"item/agentMessage/delta","params":{"threadId":"th","delta":7}}"#)
         else {
             panic!("expected an unnormalized frame");
         };
         assert_eq!(method, "item/agentMessage/delta");
         assert!(known);
         assert_eq!(ids.thread_id.as_deref(), Some("th"));
-        let Message::Notification(Notification::Other { known, .. }) = parse(r#"{"method":"brand/new"}"#) else {
+        let Message::Notification(Notification::Other { known, .. }) = parse_ok(r#"{"method":"brand/new"}"#) else {
             panic!("expected an unnormalized frame");
         };
         assert!(!known);

@@ -28,7 +28,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use agent_core::event::RawJson;
-use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::task::{AbortHandle, JoinHandle};
 
@@ -161,25 +160,64 @@ pub enum JsonFrame {
 }
 
 impl JsonFrame {
-    /// Sorts one line. Copies a JSON line once, into the owned [`RawJson`].
+    /// Sorts one line, checking that a text line is JSON. Copies a JSON line once, into the
+    /// owned [`RawJson`]. A provider that parses each line into its own messages anyway should
+    /// use [`TextFrame`] instead: its parse is the check, and the line is read once.
     pub fn from_line(line: Line<'_>) -> JsonFrame {
-        let bytes = match line {
-            Line::Text(bytes) => bytes,
-            Line::TooLong(len) => return JsonFrame::TooLong { len },
-        };
-        let len = bytes.len();
-        let Ok(text) = std::str::from_utf8(bytes) else {
-            return JsonFrame::NotUtf8 { len };
-        };
-        let text = text.trim();
-        if text.is_empty() {
-            return JsonFrame::Blank;
-        }
-        match RawValue::from_string(text.to_owned()) {
-            Ok(raw) => JsonFrame::Json(raw),
-            Err(_) => JsonFrame::NotJson { len },
+        match TextFrame::from_line(line) {
+            TextFrame::Text(text) => match RawJson::from_string(text.to_owned()) {
+                Ok(raw) => JsonFrame::Json(raw),
+                Err(_) => JsonFrame::NotJson { len: text.len() },
+            },
+            TextFrame::Blank => JsonFrame::Blank,
+            TextFrame::NotUtf8 { len } => JsonFrame::NotUtf8 { len },
+            TextFrame::TooLong { len } => JsonFrame::TooLong { len },
         }
     }
+}
+
+/// One line of a JSON-lines stream, borrowed and sorted without parsing it: for a provider
+/// whose own parse of the text is the JSON check (see [`is_not_json`]), after which the line
+/// becomes the event's raw JSON with [`RawJson::parsed`].
+#[derive(Debug)]
+pub enum TextFrame<'a> {
+    /// UTF-8 text, surrounding whitespace trimmed, not empty.
+    Text(&'a str),
+    /// An empty or all-whitespace line.
+    Blank,
+    /// A line that is not UTF-8, of this many bytes.
+    NotUtf8 {
+        /// Length in bytes.
+        len: usize,
+    },
+    /// A line over the reader's cap, of this many bytes; it was dropped unread.
+    TooLong {
+        /// Length in bytes.
+        len: usize,
+    },
+}
+
+impl<'a> TextFrame<'a> {
+    /// Sorts one line.
+    pub fn from_line(line: Line<'a>) -> TextFrame<'a> {
+        let bytes = match line {
+            Line::Text(bytes) => bytes,
+            Line::TooLong(len) => return TextFrame::TooLong { len },
+        };
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            return TextFrame::NotUtf8 { len: bytes.len() };
+        };
+        match text.trim() {
+            "" => TextFrame::Blank,
+            text => TextFrame::Text(text),
+        }
+    }
+}
+
+/// True when a `serde_json` error says the text is not JSON at all (a syntax error or an early
+/// end), as opposed to JSON of another shape than the type asked for.
+pub fn is_not_json(error: &serde_json::Error) -> bool {
+    matches!(error.classify(), serde_json::error::Category::Syntax | serde_json::error::Category::Eof)
 }
 
 /// Lines of stderr a default [`StderrTail`] keeps.

@@ -12,13 +12,13 @@
 //!
 //! ```
 //! use agent_provider_kit::rpc::{JsonRpcId, Offer, Pending};
-//! use serde_json::value::RawValue;
+//! use agent_core::event::RawJson;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 //! let pending: Pending<JsonRpcId> = Pending::new();
 //! let ticket = pending.register(JsonRpcId(7), ()).unwrap();
 //! // The reader task, on a line of output:
-//! let line = RawValue::from_string(r#"{"id":7,"result":{}}"#.to_owned()).unwrap();
+//! let line = RawJson::from_string(r#"{"id":7,"result":{}}"#.to_owned()).unwrap();
 //! assert!(matches!(pending.offer(line), Offer::Delivered));
 //! let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
 //! let reply = ticket.wait_until(deadline).await.unwrap();
@@ -429,12 +429,10 @@ impl<K: ReplyKey, T> Drop for Ticket<K, T> {
 mod tests {
     use std::time::Duration;
 
-    use serde_json::value::RawValue;
-
     use super::*;
 
     fn raw(json: &str) -> RawJson {
-        RawValue::from_string(json.to_owned()).expect("valid JSON")
+        RawJson::from_string(json.to_owned()).expect("valid JSON")
     }
 
     fn in_secs(secs: u64) -> Instant {

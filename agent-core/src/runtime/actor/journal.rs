@@ -58,6 +58,9 @@ pub(super) struct Journal {
     home_store: Option<DynStore>,
     durability: Durability,
     pending: WriteBatch,
+    /// The events vector of the last committed batch, emptied, for the next batch: a long turn
+    /// reuses two vectors instead of growing a new one per write.
+    spare_events: Vec<Arc<Event>>,
     after_commit: Vec<AfterCommit>,
     flush: Option<JoinHandle<Flushed>>,
     ring: VecDeque<Arc<Event>>,
@@ -85,6 +88,7 @@ impl Journal {
     ) -> Self {
         Journal {
             pending: WriteBatch::new(session.id.clone()),
+            spare_events: Vec::new(),
             session,
             event_prefix: EventId::generate().to_string(),
             clock: None,
@@ -222,7 +226,9 @@ impl Journal {
         let Some(store) = self.store.clone().filter(|_| !self.pending.is_empty()) else {
             return std::mem::take(&mut self.after_commit);
         };
-        let batch = std::mem::replace(&mut self.pending, WriteBatch::new(self.session.id.clone()));
+        let mut next = WriteBatch::new(self.session.id.clone());
+        next.events = std::mem::take(&mut self.spare_events);
+        let batch = std::mem::replace(&mut self.pending, next);
         let actions = std::mem::take(&mut self.after_commit);
         let span = tracing::debug_span!(parent: &self.span, "store_write", events = batch.events.len());
         self.flush = Some(tokio::spawn(
@@ -269,9 +275,11 @@ impl Journal {
             let actions = actions.into_iter().chain(std::mem::take(&mut self.after_commit)).collect();
             return Err(StoreFailure { error, actions });
         }
-        for event in batch.events {
+        let mut events = batch.events;
+        for event in events.drain(..) {
             self.publish(event);
         }
+        self.spare_events = events;
         Ok(actions)
     }
 
