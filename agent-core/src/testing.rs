@@ -560,3 +560,107 @@ impl ScriptedSession {
         self.inner.closed.load(Ordering::SeqCst)
     }
 }
+
+/// A [`Sink`] attached to no session runtime, and the [`SinkRecorder`] that receives what is
+/// sent into it: unit tests of a provider's reader and normalizer without a `Harness`.
+///
+/// ```
+/// # use agent_core::testing::{Sent, sink};
+/// # use agent_core::{EventKind, TurnId};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let (sink, mut sent) = sink();
+/// let turn = TurnId::from_string("turn-1");
+/// sink.emit(Some(&turn), EventKind::MessageDelta { item_id: None, text: "Hi".into() }, None).await.unwrap();
+/// match sent.try_next() {
+///     Some(Sent::Event { turn: Some(t), kind: EventKind::MessageDelta { text, .. }, .. }) => {
+///         assert_eq!((t, text.as_str()), (turn, "Hi"))
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// drop(sent);
+/// assert!(sink.is_closed(), "a dropped recorder closes the sink, like a runtime that went away");
+/// # }
+/// ```
+pub fn sink() -> (Sink, SinkRecorder) {
+    let (sink, rx) = Sink::channel();
+    (sink, SinkRecorder { rx })
+}
+
+/// What a provider sent into a [`sink()`], in order.
+#[derive(Debug)]
+pub struct SinkRecorder {
+    rx: tokio::sync::mpsc::Receiver<crate::provider::ProviderMessage>,
+}
+
+/// One message a provider sent into its [`Sink`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Sent {
+    /// [`Sink::emit`].
+    Event {
+        /// The turn, if any.
+        turn: Option<TurnId>,
+        /// What happened.
+        kind: EventKind,
+        /// The frame it came from.
+        raw: Option<RawJson>,
+    },
+    /// [`Sink::request`].
+    Request {
+        /// The turn.
+        turn: TurnId,
+        /// The request.
+        spec: Box<RequestSpec>,
+        /// The frame it came from.
+        raw: Option<RawJson>,
+    },
+    /// [`Sink::request_resolved`].
+    RequestResolved {
+        /// The provider's reference to the request.
+        provider_ref: ProviderRef,
+        /// The frame it came from.
+        raw: Option<RawJson>,
+    },
+    /// [`Sink::session_updated`].
+    SessionUpdated {
+        /// The provider's session ID.
+        provider_session_id: Option<String>,
+        /// The frame it came from.
+        raw: Option<RawJson>,
+    },
+    /// [`Sink::transport_down`].
+    TransportDown {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl SinkRecorder {
+    /// The next message already sent, if any.
+    pub fn try_next(&mut self) -> Option<Sent> {
+        self.rx.try_recv().ok().map(Sent::from)
+    }
+
+    /// Waits for the next message; `None` once every clone of the sink is dropped.
+    pub async fn next(&mut self) -> Option<Sent> {
+        self.rx.recv().await.map(Sent::from)
+    }
+
+    /// Every message sent so far.
+    pub fn drain(&mut self) -> Vec<Sent> {
+        std::iter::from_fn(|| self.try_next()).collect()
+    }
+}
+
+impl From<crate::provider::ProviderMessage> for Sent {
+    fn from(message: crate::provider::ProviderMessage) -> Self {
+        use crate::provider::ProviderMessage as M;
+        match message {
+            M::Event { turn, kind, raw } => Sent::Event { turn, kind, raw },
+            M::Request { turn, spec, raw } => Sent::Request { turn, spec, raw },
+            M::RequestResolved { provider_ref, raw } => Sent::RequestResolved { provider_ref, raw },
+            M::SessionUpdated { provider_session_id, raw } => Sent::SessionUpdated { provider_session_id, raw },
+            M::TransportDown { reason } => Sent::TransportDown { reason },
+        }
+    }
+}

@@ -6,3 +6,11 @@ pub mod framing;
 pub mod probe;
 pub mod rpc;
 pub mod version;
+
+/// Test support (feature `testing`): a [`Sink`](agent_core::Sink) attached to no session and
+/// the recorder of what a provider sends into it, to unit-test a reader or normalizer without a
+/// `Harness`.
+#[cfg(feature = "testing")]
+pub mod testing {
+    pub use agent_core::testing::{Sent, SinkRecorder, sink};
+}
