@@ -4,7 +4,11 @@
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use agent_testkit::fake_cli::{Direction, FakeCli, FakeCliEnv, FakeScript, InterruptMode};
+use agent_testkit::fake_cli::{
+    CODEX_THREAD_ID, Direction, FakeCli, FakeCliEnv, FakeScript, InterruptMode, codex_turn_id,
+};
+use agent_testkit::programs::ProgramDir;
+use agent_testkit::streams::{CodexIds, write_codex_app};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
@@ -408,6 +412,36 @@ async fn a_cancelled_codex_approval_interrupts_the_turn_and_the_next_turn_runs()
     assert_eq!(streamed(FakeCli::Codex, &frames), "");
     fake.start_turn("again").await;
     assert_eq!(streamed(FakeCli::Codex, &fake.finish_turn(no_answers).await), "next turn");
+}
+
+#[tokio::test]
+async fn a_codex_stream_file_is_copied_into_the_running_turn_as_it_is() {
+    let dir = ProgramDir::new("stream-file");
+    let path = dir.path().join("codex_app.jsonl");
+    let mut stream = Vec::new();
+    write_codex_app(&mut stream, 100, &CodexIds::default()).unwrap();
+    std::fs::write(&path, &stream).unwrap();
+    let script = FakeScript::new().handshake().turn_start().stream_file(&path).turn("next turn");
+    let mut fake = Fake::start(FakeCli::Codex, &script).await;
+    fake.open().await;
+    fake.start_turn("go").await;
+    assert_eq!((fake.thread.as_str(), fake.turn.as_str()), (CODEX_THREAD_ID, codex_turn_id(1).as_str()));
+    // The user message item, then the file, line for line.
+    let user_item = fake.until(|f| f["method"] == "item/completed").await;
+    assert_eq!(user_item.len(), 2, "{user_item:?}");
+    let mut copied = Vec::new();
+    for _ in 0..104 {
+        copied.push(fake.line().await.expect("a streamed line"));
+    }
+    let expected: Vec<&str> = std::str::from_utf8(&stream).unwrap().lines().collect();
+    assert_eq!(copied, expected);
+    // The file ended the turn: the next one starts.
+    fake.start_turn("again").await;
+    assert_eq!(fake.turn, codex_turn_id(2));
+    assert_eq!(streamed(FakeCli::Codex, &fake.finish_turn(no_answers).await), "next turn");
+    let note =
+        fake.env.transcript().unwrap().into_iter().find_map(|l| l.msg.filter(|m| m.get("stream_file").is_some()));
+    assert_eq!(note.expect("a stream_file note")["bytes"], stream.len());
 }
 
 #[tokio::test]

@@ -280,6 +280,18 @@ pub enum FakeStep {
         /// The mode.
         mode: InterruptMode,
     },
+    /// Copies the file at `path` to stdout as it is, in large writes (after the frames queued
+    /// before it), for throughput benchmarks: a prepared stream of the protocol's frames, e.g.
+    /// from [`crate::streams`]. The bytes are not recorded in the transcript (a note gives the
+    /// path and the size). A file that cannot be read makes the fake exit with code 1.
+    StreamFile {
+        /// The file.
+        path: PathBuf,
+        /// The file holds the turn's terminal frame: once it is copied, the fake counts the
+        /// turn as ended (the next step is usually `turn_start`). Default: true.
+        #[serde(default = "yes")]
+        ends_turn: bool,
+    },
 }
 
 fn default_garbage() -> String {
@@ -331,6 +343,7 @@ impl FakeStep {
         "pause_reading",
         "on_stdin_eof",
         "interrupts",
+        "stream_file",
     ];
 
     /// The step's name as written in scripts.
@@ -362,6 +375,7 @@ impl FakeStep {
             FakeStep::PauseReading { .. } => "pause_reading",
             FakeStep::OnStdinEof { .. } => "on_stdin_eof",
             FakeStep::Interrupts { .. } => "interrupts",
+            FakeStep::StreamFile { .. } => "stream_file",
         }
     }
 
@@ -389,6 +403,9 @@ impl FakeStep {
             }
             FakeStep::Duplicate { count: 0 } => Err("count must be at least 1".to_owned()),
             FakeStep::Garbage { text } if text.contains('\n') => Err("text must be one line".to_owned()),
+            FakeStep::StreamFile { path, .. } if path.as_os_str().is_empty() => {
+                Err("path must not be empty".to_owned())
+            }
             _ => Ok(()),
         }
     }
@@ -742,6 +759,11 @@ impl FakeScript {
     pub fn interrupts(self, mode: InterruptMode) -> Self {
         self.step(FakeStep::Interrupts { mode })
     }
+
+    /// Appends [`FakeStep::StreamFile`] for a file that ends the turn.
+    pub fn stream_file(self, path: impl Into<PathBuf>) -> Self {
+        self.step(FakeStep::StreamFile { path: path.into(), ends_turn: true })
+    }
 }
 
 impl FromIterator<FakeStep> for FakeScript {
@@ -814,7 +836,8 @@ mod tests {
             .close_stdout()
             .pause_reading(100)
             .exit_on_stdin_eof(4)
-            .interrupts(InterruptMode::AckOnly);
+            .interrupts(InterruptMode::AckOnly)
+            .stream_file("/tmp/stream.jsonl");
         let names: Vec<&str> = script.steps().iter().map(FakeStep::name).collect();
         for name in FakeStep::NAMES {
             assert!(names.contains(name), "no builder test for {name}");
@@ -837,6 +860,25 @@ mod tests {
                 FakeStep::Exit { code: 0 },
             ]
         );
+    }
+
+    #[test]
+    fn stream_file_takes_a_path_and_ends_the_turn_by_default() {
+        let script = FakeScript::parse(
+            "{\"step\":\"stream_file\",\"path\":\"target/bench/codex_app.jsonl\"}\n\
+             {\"step\":\"stream_file\",\"path\":\"/tmp/part.jsonl\",\"ends_turn\":false}",
+        )
+        .unwrap();
+        assert_eq!(
+            script.steps(),
+            [
+                FakeStep::StreamFile { path: PathBuf::from("target/bench/codex_app.jsonl"), ends_turn: true },
+                FakeStep::StreamFile { path: PathBuf::from("/tmp/part.jsonl"), ends_turn: false },
+            ]
+        );
+        assert_eq!(script.steps()[0].name(), "stream_file");
+        check_error("{\"step\":\"stream_file\"}", 1, "missing field `path`");
+        check_error("{\"step\":\"stream_file\",\"path\":\"\"}", 1, "path must not be empty");
     }
 
     #[test]

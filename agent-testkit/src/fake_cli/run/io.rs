@@ -5,7 +5,7 @@
 
 use std::fs::File;
 use std::io::{BufRead, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -87,6 +87,7 @@ enum OutMsg {
     Duplicate(u32),
     Close(oneshot::Sender<()>),
     Flush(oneshot::Sender<()>),
+    File(PathBuf, oneshot::Sender<std::io::Result<u64>>),
 }
 
 /// A handle on the writer thread. Frames are written whole, in the order they are queued.
@@ -133,6 +134,14 @@ impl Output {
         let (done, wait) = oneshot::channel();
         self.send(OutMsg::Close(done)).await;
         let _ = wait.await;
+    }
+
+    /// Copies the file at `path` to stdout after what is queued, in large writes (not held back
+    /// by [`Output::hold`]); returns the bytes copied once they are written.
+    pub(super) async fn file(&self, path: PathBuf) -> std::io::Result<u64> {
+        let (done, wait) = oneshot::channel();
+        self.send(OutMsg::File(path, done)).await;
+        wait.await.unwrap_or(Ok(0))
     }
 
     /// Waits until everything queued so far is written, at most [`FLUSH_TIMEOUT`] (a client that
@@ -184,8 +193,34 @@ impl Writer {
                 OutMsg::Flush(done) => {
                     let _ = done.send(());
                 }
+                OutMsg::File(path, done) => {
+                    let _ = done.send(self.copy_file(&path));
+                }
             }
         }
+    }
+
+    /// Copies a file to stdout. `io::copy` from a file moves the bytes in the kernel
+    /// (`copy_file_range`/`splice`/`sendfile`) or in large chunks, never line by line.
+    fn copy_file(&mut self, path: &Path) -> std::io::Result<u64> {
+        let mut file = File::open(path)?;
+        let copied = if self.closed {
+            0
+        } else {
+            let mut stdout = std::io::stdout().lock();
+            match std::io::copy(&mut file, &mut stdout).and_then(|n| stdout.flush().map(|()| n)) {
+                Ok(n) => n,
+                // The client closed our stdout (EPIPE), as in `write`.
+                Err(_) => {
+                    self.closed = true;
+                    0
+                }
+            }
+        };
+        if let Some(recorder) = &self.recorder {
+            recorder.note(json!({"stream_file": path.display().to_string(), "bytes": copied}));
+        }
+        Ok(copied)
     }
 
     fn write(&mut self, line: String) {
