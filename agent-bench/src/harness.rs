@@ -8,7 +8,9 @@ use agent_harness::execs::local::LocalExec;
 use agent_harness::providers::codex::{CodexOptions, CodexProvider};
 use agent_harness::stores::memory::MemoryStore;
 use agent_harness::stores::sqlite::SqliteStore;
-use agent_harness::{Durability, EventKind, Harness, Replay, SessionOptions, StoreChoice, TurnOptions};
+use agent_harness::{
+    Durability, EventKind, Harness, Replay, SessionOptions, StoreChoice, SubscriptionError, TurnOptions,
+};
 use agent_testkit::fake_cli::{FakeScript, SCRIPT_ENV};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -64,10 +66,15 @@ pub(crate) async fn run(store: &str, stream: &Path, fake: &Path, work: &Path) ->
         .start_turn(&session, "stream the prepared file", TurnOptions::new())
         .await
         .map_err(|e| format!("start_turn: {e}"))?;
-    let (mut seen, mut deltas, mut terminal, mut ended_early) = (0u64, 0u64, None, None);
-    while let Some(item) = events.next().await {
-        match item {
-            Ok(event) => {
+    let (mut seen, mut deltas, mut terminal, mut lags, mut last_seq) = (0u64, 0u64, None, 0u64, 0u64);
+    let mut ended_early = None;
+    loop {
+        match events.next().await {
+            Some(Ok(event)) => {
+                if event.seq <= last_seq {
+                    continue; // Replayed again after a lag.
+                }
+                last_seq = event.seq;
                 seen += 1;
                 if matches!(event.kind, EventKind::MessageDelta { .. }) {
                     deltas += 1;
@@ -77,8 +84,20 @@ pub(crate) async fn run(store: &str, stream: &Path, fake: &Path, work: &Path) ->
                     break;
                 }
             }
-            Err(error) => {
+            // Without a store a subscriber that falls behind loses events: count the lag and
+            // go on from what the session's buffer still holds, so the run still ends at the
+            // terminal event.
+            Some(Err(SubscriptionError::Lagged(lagged))) => {
+                lags += 1;
+                last_seq = last_seq.max(lagged.resume_after);
+                events = harness.subscribe(&session, Replay::Start).await.map_err(|e| format!("resubscribe: {e}"))?;
+            }
+            Some(Err(error)) => {
                 ended_early = Some(error.to_string());
+                break;
+            }
+            None => {
+                ended_early = Some("the subscription ended before the terminal event".to_owned());
                 break;
             }
         }
@@ -91,16 +110,20 @@ pub(crate) async fn run(store: &str, stream: &Path, fake: &Path, work: &Path) ->
         Err(e) => format!("status failed: {e}"),
     };
     let rss_at_end = crate::self_status_kib("VmRSS");
+    let stopping = Instant::now();
     harness.stop_session(&session, true).await.map_err(|e| format!("stop_session: {e}"))?;
+    let stop_secs = stopping.elapsed().as_secs_f64();
     harness.shutdown().await;
     drop(harness);
+    let teardown_secs = stopping.elapsed().as_secs_f64();
     let _ = std::fs::remove_file(&script);
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", database.display()));
     }
     Ok(json!({
         "consumer": format!("harness-{store}"), "events": seen, "deltas": deltas,
-        "terminal": terminal, "ended_early": ended_early, "durability": durability,
+        "terminal": terminal, "ended_early": ended_early, "lags": lags, "durability": durability,
+        "stop_secs": stop_secs, "teardown_secs": teardown_secs,
         "session_start_secs": session_started, "secs": secs, "rss_at_end_kib": rss_at_end,
     }))
 }
