@@ -1,14 +1,13 @@
 //! Idle sessions: N fakes that only do their handshake, started through the harness or by hand.
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
 use agent_harness::StoreChoice;
-use agent_testkit::fake_cli::{FakeCli, FakeScript, SCRIPT_ENV};
+use agent_testkit::fake_cli::FakeScript;
 use serde_json::{Value, json};
 
+use crate::direct::Fake;
 use crate::harness::{codex_harness, fake_options, write_script};
 use crate::self_status_kib;
 
@@ -70,55 +69,4 @@ fn report(consumer: &str, n: usize, live: usize, secs: f64, rss_before: u64, rss
         "start_ms_per_session": secs * 1000.0 / n.max(1) as f64,
         "rss_before_kib": rss_before, "rss_after_kib": rss_after, "rss_kib_per_session": per_session_kib,
     })
-}
-
-/// A fake started by hand.
-struct Fake {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Fake {
-    fn start(program: &Path, script: &Path, work: &Path) -> Result<Fake, String> {
-        let mut child = Command::new(program)
-            .args(FakeCli::Codex.protocol_args())
-            .env(SCRIPT_ENV, script)
-            .current_dir(work)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
-        let stdin = child.stdin.take().ok_or("no stdin")?;
-        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
-        Ok(Fake { child, stdin, stdout })
-    }
-
-    fn send(&mut self, message: Value) -> Result<(), String> {
-        writeln!(self.stdin, "{message}").and_then(|()| self.stdin.flush()).map_err(|e| format!("write: {e}"))
-    }
-
-    fn recv(&mut self) -> Result<Value, String> {
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).map_err(|e| format!("read: {e}"))?;
-        serde_json::from_str(&line).map_err(|e| format!("not JSON ({e}): {line:?}"))
-    }
-
-    /// `initialize`, `initialized`, `thread/start`; waits for `thread/started`.
-    fn handshake(&mut self, cwd: &Path) -> Result<(), String> {
-        self.send(
-            json!({"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "agent-bench", "version": "0"}}}),
-        )?;
-        self.recv()?;
-        self.send(json!({"method": "initialized"}))?;
-        self.send(json!({"id": 2, "method": "thread/start", "params": {"cwd": cwd.display().to_string()}}))?;
-        while self.recv()?.get("method").and_then(Value::as_str) != Some("thread/started") {}
-        Ok(())
-    }
-
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }

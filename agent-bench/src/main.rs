@@ -5,6 +5,7 @@
 //! agent-bench cat|value|typed <stream>
 //! agent-bench harness-disabled|harness-memory|harness-sqlite <stream> --fake <fake-codex> --work <dir>
 //! agent-bench idle-harness|idle-direct <sessions> --fake <fake-codex> --work <dir>
+//! agent-bench latency-plain|latency-harness <stamped stream> --fake <fake-codex> --work <dir> [--rate N]
 //! ```
 //!
 //! - `cat`: the stream through a pipe from a `cat` child, read in 64 KiB chunks and discarded
@@ -19,11 +20,17 @@
 //! - `idle-harness`: starts `<sessions>` Codex sessions on a fake that only does its handshake,
 //!   one after another, and reports the start time and this process's resident memory per
 //!   session. `idle-direct` does the same by hand: spawns the fake and does the handshake.
+//! - `latency-plain` / `latency-harness`: the fake writes a stamped stream (`gen-stream
+//!   codex-app N --stamped`) at `--rate` lines per second (default 10,000); the report gives
+//!   percentiles of the time from a line's write to its arrival, read by hand (`read_line` and a
+//!   typed parse) or as a harness subscriber (memory store).
 //!
 //! The reports' `self_peak_rss_kib` is this process's peak resident set (`VmHWM`).
 
+mod direct;
 mod harness;
 mod idle;
+mod latency;
 mod readers;
 
 use std::path::PathBuf;
@@ -33,7 +40,8 @@ use serde_json::Value;
 
 const USAGE: &str = "usage: agent-bench cat|value|typed <stream>
        agent-bench harness-disabled|harness-memory|harness-sqlite <stream> --fake <fake-codex> --work <dir>
-       agent-bench idle-harness|idle-direct <sessions> --fake <fake-codex> --work <dir>";
+       agent-bench idle-harness|idle-direct <sessions> --fake <fake-codex> --work <dir>
+       agent-bench latency-plain|latency-harness <stamped stream> --fake <fake-codex> --work <dir> [--rate N]";
 
 /// The command line: a mode, its subject (a stream or a count), and the options.
 struct Args {
@@ -41,22 +49,24 @@ struct Args {
     subject: String,
     fake: Option<PathBuf>,
     work: Option<PathBuf>,
+    rate: u32,
 }
 
 impl Args {
     fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         let mode = args.next().ok_or("no mode")?;
         let subject = args.next().ok_or("no stream or session count")?;
-        let (mut fake, mut work) = (None, None);
+        let (mut fake, mut work, mut rate) = (None, None, 10_000);
         while let Some(flag) = args.next() {
             let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
             match flag.as_str() {
                 "--fake" => fake = Some(PathBuf::from(value)),
                 "--work" => work = Some(PathBuf::from(value)),
+                "--rate" => rate = value.parse().map_err(|e| format!("--rate {value:?}: {e}"))?,
                 _ => return Err(format!("unknown flag {flag}")),
             }
         }
-        Ok(Args { mode, subject, fake, work })
+        Ok(Args { mode, subject, fake, work, rate })
     }
 
     fn fake(&self) -> Result<PathBuf, String> {
@@ -109,6 +119,11 @@ fn run(args: &Args) -> Result<Value, String> {
             runtime()?.block_on(idle::harness(n, &fake, &work))
         }
         "idle-direct" => idle::direct(sessions()?, &args.fake()?, &args.work()?),
+        "latency-plain" => latency::plain(&stream(), &args.fake()?, &args.work()?, args.rate),
+        "latency-harness" => {
+            let (fake, work) = (args.fake()?, args.work()?);
+            runtime()?.block_on(latency::harness(&stream(), &fake, &work, args.rate))
+        }
         other => Err(format!("unknown mode {other:?}")),
     }
 }

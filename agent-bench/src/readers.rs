@@ -12,25 +12,28 @@ use serde_json::{Value, json};
 /// Read buffer, as in the performance anchors' readers.
 const BUFFER: usize = 64 * 1024;
 
-const DELTA_METHOD: &str = "item/agentMessage/delta";
+pub(crate) const DELTA_METHOD: &str = "item/agentMessage/delta";
 
 /// A Codex app-server line, the fields a consumer of deltas needs (owned strings).
 #[derive(Deserialize)]
-struct AppLine {
-    method: Option<String>,
-    params: Option<AppParams>,
+pub(crate) struct AppLine {
+    pub(crate) method: Option<String>,
+    pub(crate) params: Option<AppParams>,
 }
 
+/// The parameters of an `AppLine`.
 #[derive(Deserialize)]
-#[allow(dead_code)] // Parsed to be measured, not read.
-struct AppParams {
+pub(crate) struct AppParams {
     #[serde(rename = "threadId")]
+    #[allow(dead_code)] // Parsed to be measured, not read.
     thread_id: Option<String>,
     #[serde(rename = "turnId")]
+    #[allow(dead_code)]
     turn_id: Option<String>,
     #[serde(rename = "itemId")]
+    #[allow(dead_code)]
     item_id: Option<String>,
-    delta: Option<String>,
+    pub(crate) delta: Option<String>,
 }
 
 /// Reads `stream` through a pipe from `cat` with `mode` (`cat`, `value` or `typed`).

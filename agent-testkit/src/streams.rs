@@ -31,7 +31,7 @@
 
 use std::io::{self, Write};
 
-use crate::fake_cli::{CLAUDE_SESSION_ID, CODEX_THREAD_ID, codex_turn_id};
+use crate::fake_cli::{CLAUDE_SESSION_ID, CODEX_THREAD_ID, NOW_NS, codex_turn_id};
 
 /// The text the deltas are cut from (its `"` are escaped when written).
 const CORPUS: &str = "The quick brown fox jumps over the lazy dog while the compiler checks lifetimes, borrows and \
@@ -67,15 +67,19 @@ impl Default for CodexIds {
     }
 }
 
+/// Characters of corpus text in a stamped delta: [`NOW_NS`] becomes 19 digits, then a space.
+const STAMPED_TEXT_CHARS: usize = DELTA_CHARS - 20;
+
 /// The delta texts, each already escaped for a JSON string.
 struct Deltas {
     corpus: Vec<char>,
     text: String,
+    stamped: bool,
 }
 
 impl Deltas {
-    fn new() -> Self {
-        Deltas { corpus: CORPUS.chars().collect(), text: String::with_capacity(2 * DELTA_CHARS) }
+    fn new(stamped: bool) -> Self {
+        Deltas { corpus: CORPUS.chars().collect(), text: String::with_capacity(2 * DELTA_CHARS), stamped }
     }
 
     /// The `i`-th delta, escaped.
@@ -83,7 +87,14 @@ impl Deltas {
         let windows = (self.corpus.len() - DELTA_CHARS) as u64;
         let start = usize::try_from(i.wrapping_mul(7) % windows).unwrap_or(0);
         self.text.clear();
-        for &c in &self.corpus[start..start + DELTA_CHARS] {
+        let chars = if self.stamped {
+            self.text.push_str(NOW_NS);
+            self.text.push(' ');
+            STAMPED_TEXT_CHARS
+        } else {
+            DELTA_CHARS
+        };
+        for &c in &self.corpus[start..start + chars] {
             if c == '"' {
                 self.text.push('\\');
             }
@@ -106,6 +117,17 @@ fn uuid(i: u64) -> String {
 /// Writes a `codex app-server` turn with `deltas` agent-message deltas; returns the number of
 /// lines written (`deltas` + [`CODEX_APP_EXTRA_LINES`]).
 pub fn write_codex_app(out: &mut impl Write, deltas: u64, ids: &CodexIds) -> io::Result<u64> {
+    codex_app(out, deltas, ids, false)
+}
+
+/// Like [`write_codex_app`], for latency runs: every delta text starts with [`NOW_NS`] and a
+/// space (a paced [`FakeStep::StreamFile`](crate::fake_cli::FakeStep::StreamFile) replaces it
+/// with the time the line was written) and has 20 characters of text after it.
+pub fn write_codex_app_stamped(out: &mut impl Write, deltas: u64, ids: &CodexIds) -> io::Result<u64> {
+    codex_app(out, deltas, ids, true)
+}
+
+fn codex_app(out: &mut impl Write, deltas: u64, ids: &CodexIds, stamped: bool) -> io::Result<u64> {
     let mut w = io::BufWriter::with_capacity(1 << 20, out);
     let CodexIds { thread: th, turn: tu, item } = ids;
     writeln!(
@@ -116,7 +138,7 @@ pub fn write_codex_app(out: &mut impl Write, deltas: u64, ids: &CodexIds) -> io:
         w,
         r#"{{"method":"item/started","params":{{"item":{{"type":"agentMessage","id":"{item}","text":""}},"threadId":"{th}","turnId":"{tu}"}}}}"#
     )?;
-    let mut texts = Deltas::new();
+    let mut texts = Deltas::new(stamped);
     for i in 0..deltas {
         writeln!(
             w,
@@ -158,7 +180,7 @@ pub fn write_claude(out: &mut impl Write, deltas: u64, session_id: &str) -> io::
         r#"{{"type":"stream_event","event":{{"type":"content_block_start","index":0,"content_block":{{"type":"text","text":""}}}},"session_id":"{sid}","parent_tool_use_id":null,"uuid":"{}"}}"#,
         fixed(2)
     )?;
-    let mut texts = Deltas::new();
+    let mut texts = Deltas::new(false);
     for i in 0..deltas {
         writeln!(
             w,
@@ -253,6 +275,18 @@ mod tests {
         for delta in &frames[3..8] {
             assert_eq!(delta["event"]["delta"]["type"], "text_delta");
             assert_eq!(delta["uuid"].as_str().unwrap().len(), 36);
+        }
+    }
+
+    #[test]
+    fn stamped_deltas_start_with_the_placeholder() {
+        let mut out = Vec::new();
+        write_codex_app_stamped(&mut out, 3, &CodexIds::default()).unwrap();
+        let frames = lines(&out);
+        for delta in &frames[2..5] {
+            let text = delta["params"]["delta"].as_str().unwrap();
+            let rest = text.strip_prefix("${now_ns} ").unwrap_or_else(|| panic!("{text:?}"));
+            assert!(rest.chars().count() >= STAMPED_TEXT_CHARS, "{text:?}");
         }
     }
 

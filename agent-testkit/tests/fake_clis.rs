@@ -8,7 +8,7 @@ use agent_testkit::fake_cli::{
     CODEX_THREAD_ID, Direction, FakeCli, FakeCliEnv, FakeScript, InterruptMode, codex_turn_id,
 };
 use agent_testkit::programs::ProgramDir;
-use agent_testkit::streams::{CodexIds, write_codex_app};
+use agent_testkit::streams::{CodexIds, write_codex_app, write_codex_app_stamped};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
@@ -442,6 +442,34 @@ async fn a_codex_stream_file_is_copied_into_the_running_turn_as_it_is() {
     let note =
         fake.env.transcript().unwrap().into_iter().find_map(|l| l.msg.filter(|m| m.get("stream_file").is_some()));
     assert_eq!(note.expect("a stream_file note")["bytes"], stream.len());
+}
+
+#[tokio::test]
+async fn a_paced_stream_file_stamps_each_line_with_its_write_time() {
+    let dir = ProgramDir::new("stream-paced");
+    let path = dir.path().join("stamped.jsonl");
+    let mut stream = Vec::new();
+    write_codex_app_stamped(&mut stream, 50, &CodexIds::default()).unwrap();
+    std::fs::write(&path, &stream).unwrap();
+    let script = FakeScript::new().handshake().turn_start().stream_file_paced(&path, 1000);
+    let mut fake = Fake::start(FakeCli::Codex, &script).await;
+    fake.open().await;
+    fake.start_turn("go").await;
+    fake.until(|f| f["method"] == "item/completed").await;
+    let frames = fake.until(|f| f["method"] == "turn/completed" && f["params"]["turn"]["id"] == "fake-turn-1").await;
+    let stamps: Vec<u128> = frames
+        .iter()
+        .filter(|f| f["method"] == "item/agentMessage/delta")
+        .map(|f| {
+            let text = f["params"]["delta"].as_str().unwrap();
+            text.split(' ').next().unwrap().parse().unwrap_or_else(|e| panic!("{e}: {text:?}"))
+        })
+        .collect();
+    assert_eq!(stamps.len(), 50);
+    assert!(stamps.windows(2).all(|w| w[0] <= w[1]), "{stamps:?}");
+    // 50 lines at 1000 per second: the last is written about 49 ms after the first.
+    let spread_ms = (stamps[49] - stamps[0]) / 1_000_000;
+    assert!((45..1000).contains(&spread_ms), "{spread_ms} ms");
 }
 
 #[tokio::test]

@@ -21,25 +21,33 @@ use crate::test::workspace_root;
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 
-const USAGE: &str = "usage: cargo xtask bench [--deltas N] [--rounds N] [--sessions N] [--out FILE]
+const USAGE: &str =
+    "usage: cargo xtask bench [--deltas N] [--rounds N] [--sessions N] [--latency-deltas N] [--out FILE]
 
-  --deltas N    deltas in the streamed turn (default 1000000)
-  --rounds N    interleaved rounds per pair (default 3, at least 3 for the report)
-  --sessions N  idle sessions (default 1000)
-  --out FILE    the report (default BENCHMARKS.md at the workspace root)";
+  --deltas N          deltas in the streamed turn (default 1000000)
+  --rounds N          interleaved rounds (default 5)
+  --sessions N        idle sessions (default 1000)
+  --latency-deltas N  deltas of the latency runs, written at 10,000 lines/s (default 20000)
+  --out FILE          the report (default BENCHMARKS.md at the workspace root)";
 
 /// What to run.
 struct Options {
     deltas: u64,
     rounds: usize,
     sessions: usize,
+    latency_deltas: u64,
     out: PathBuf,
 }
 
 impl Options {
     fn parse(args: &[String]) -> Result<Options> {
-        let mut options =
-            Options { deltas: 1_000_000, rounds: 3, sessions: 1000, out: workspace_root().join("BENCHMARKS.md") };
+        let mut options = Options {
+            deltas: 1_000_000,
+            rounds: 5,
+            sessions: 1000,
+            latency_deltas: 20_000,
+            out: workspace_root().join("BENCHMARKS.md"),
+        };
         let mut args = args.iter();
         while let Some(flag) = args.next() {
             if matches!(flag.as_str(), "-h" | "--help") {
@@ -50,12 +58,13 @@ impl Options {
                 "--deltas" => options.deltas = value.parse()?,
                 "--rounds" => options.rounds = value.parse()?,
                 "--sessions" => options.sessions = value.parse()?,
+                "--latency-deltas" => options.latency_deltas = value.parse()?,
                 "--out" => options.out = PathBuf::from(value),
                 _ => return Err(format!("unknown flag {flag}\n\n{USAGE}").into()),
             }
         }
-        if options.deltas == 0 || options.rounds == 0 || options.sessions == 0 {
-            return Err("--deltas, --rounds and --sessions must be positive".into());
+        if options.deltas == 0 || options.rounds == 0 || options.sessions == 0 || options.latency_deltas == 0 {
+            return Err("--deltas, --rounds, --sessions and --latency-deltas must be positive".into());
         }
         Ok(options)
     }
@@ -83,6 +92,8 @@ struct Setup {
     driver: PathBuf,
     fake: PathBuf,
     stream: PathBuf,
+    /// The latency stream (`gen-stream codex-app N --stamped`).
+    stamped: PathBuf,
     work: PathBuf,
     lines: u64,
     bytes: u64,
@@ -99,12 +110,35 @@ impl Setup {
         command
     }
 
+    /// `latency-plain` or `latency-harness` at `rate` lines per second.
+    fn latency_command(&self, mode: &str, rate: u32) -> Command {
+        let mut command = Command::new(&self.driver);
+        command.arg(mode).arg(&self.stamped).arg("--fake").arg(&self.fake).arg("--work").arg(&self.work);
+        command.arg("--rate").arg(rate.to_string());
+        command
+    }
+
     /// `idle-harness` or `idle-direct`.
     fn idle_command(&self, mode: &str, sessions: usize) -> Command {
         let mut command = Command::new(&self.driver);
         command.arg(mode).arg(sessions.to_string()).arg("--fake").arg(&self.fake).arg("--work").arg(&self.work);
         command
     }
+}
+
+/// Writes `gen-stream <args>` to `path` unless it exists.
+fn generate(gen_stream: &std::path::Path, path: &std::path::Path, args: &[&str]) -> Result<()> {
+    if path.is_file() {
+        return Ok(());
+    }
+    println!("==> generating {}", path.display());
+    let partial = path.with_extension("partial");
+    let status = Command::new(gen_stream).args(args).stdout(std::fs::File::create(&partial)?).status()?;
+    if !status.success() {
+        return Err(format!("gen-stream failed: {status}").into());
+    }
+    std::fs::rename(&partial, path)?;
+    Ok(())
 }
 
 /// Runs the benchmarks and writes the report.
@@ -119,20 +153,11 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let release = root.join("target/release");
     let bench_dir = root.join("target/bench");
     std::fs::create_dir_all(&bench_dir)?;
+    let gen_stream = release.join("gen-stream");
     let stream = bench_dir.join(format!("codex_app-{}.jsonl", options.deltas));
-    if !stream.is_file() {
-        println!("==> generating {}", stream.display());
-        let partial = stream.with_extension("partial");
-        let file = std::fs::File::create(&partial)?;
-        let status = Command::new(release.join("gen-stream"))
-            .args(["codex-app", &options.deltas.to_string()])
-            .stdout(file)
-            .status()?;
-        if !status.success() {
-            return Err(format!("gen-stream failed: {status}").into());
-        }
-        std::fs::rename(&partial, &stream)?;
-    }
+    generate(&gen_stream, &stream, &["codex-app", &options.deltas.to_string()])?;
+    let stamped = bench_dir.join(format!("codex_app_stamped-{}.jsonl", options.latency_deltas));
+    generate(&gen_stream, &stamped, &["codex-app", &options.latency_deltas.to_string(), "--stamped"])?;
     let work = bench_dir.join("work");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
@@ -141,6 +166,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         driver: release.join("agent-bench"),
         fake: release.join("fake-codex"),
         stream,
+        stamped,
         work,
         lines: options.deltas + 4,
         bytes,
@@ -167,6 +193,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         let idle = measure(&mut setup.idle_command("idle-harness", options.sessions), "idle-harness")?;
         let direct = measure(&mut setup.idle_command("idle-direct", options.sessions), "idle-direct")?;
         results.idle.push((idle, direct));
+        let plain = measure(&mut setup.latency_command("latency-plain", LATENCY_RATE), "latency-plain")?;
+        let through = measure(&mut setup.latency_command("latency-harness", LATENCY_RATE), "latency-harness")?;
+        results.latency.push((plain, through));
     }
     let _ = std::fs::remove_dir_all(&setup.work);
 
@@ -175,6 +204,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     println!("cargo xtask bench: wrote {} in {:.0} s", options.out.display(), started.elapsed().as_secs_f64());
     Ok(())
 }
+
+/// Lines per second of the latency runs.
+const LATENCY_RATE: u32 = 10_000;
 
 const HARNESS_MODES: [&str; 3] = ["harness-disabled", "harness-memory", "harness-sqlite"];
 
@@ -187,6 +219,8 @@ struct Results {
     harness: [Vec<(Run, Run)>; 3],
     /// (through the harness, by hand) pairs.
     idle: Vec<(Run, Run)>,
+    /// (by hand, through the harness) pairs.
+    latency: Vec<(Run, Run)>,
 }
 
 /// A harness run that did not reach the terminal event, or lost deltas with a store (where a
@@ -467,11 +501,42 @@ fn render(options: &Options, setup: &Setup, results: &Results, took: Duration) -
         Spread::of(results.idle.iter().map(|(h, d)| h.field("start_ms_per_session") - d.field("start_ms_per_session")));
     writeln!(w, "\nHarness start overhead per session above doing it by hand, paired: {} ms.\n", overhead.show(3))?;
 
+    writeln!(w, "## Latency: line written by the CLI → consumer, at {LATENCY_RATE} lines/s\n")?;
+    writeln!(
+        w,
+        "`fake-codex` writes a {}-delta turn (`gen-stream codex-app {} --stamped`) one line at a time \
+         on a fixed schedule of {LATENCY_RATE} lines/s; just before each write it puts the time \
+         (`SystemTime`, ns) at the start of the delta's text. The consumer subtracts it from the time the \
+         delta reached it. **By hand**: the driver spawns the fake, does the handshake and reads its \
+         stdout with `read_line` and the typed parse. **Harness**: a session subscriber (memory store), \
+         as in the throughput rows. Figures are medians over the rounds of each run's percentile \
+         (min–max over the rounds), in µs.\n",
+        options.latency_deltas, options.latency_deltas
+    )?;
+    writeln!(w, "| consumer | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs |")?;
+    writeln!(w, "|---|---|---|---|---|---|")?;
+    for (name, runs) in [
+        ("by hand (`read_line` + typed parse)", results.latency.iter().map(|(p, _)| p).collect::<Vec<_>>()),
+        ("**Harness subscriber**", results.latency.iter().map(|(_, h)| h).collect()),
+    ] {
+        let cell = |field: &str| Spread::of(runs.iter().map(|r| r.field(field))).show(1);
+        writeln!(
+            w,
+            "| {name} | {} | {} | {} | {} | {} |",
+            cell("p50_us"),
+            cell("p90_us"),
+            cell("p99_us"),
+            cell("p999_us"),
+            cell("max_us")
+        )?;
+    }
+    let added = |field: &str| Spread::of(results.latency.iter().map(|(p, h)| h.field(field) - p.field(field))).show(1);
+    writeln!(w, "\nAdded by the harness, paired per round: p50 {} µs, p99 {} µs.\n", added("p50_us"), added("p99_us"))?;
+
     writeln!(w, "## Not measured yet\n")?;
     writeln!(
         w,
-        "- Latency from a line written by the CLI to a subscriber (p50/p99 at 10 k lines/s).\n\
-         - The TypeScript SDKs (`@anthropic-ai/claude-agent-sdk`, `@openai/codex-sdk`) on the same machine; \
+        "- The TypeScript SDKs (`@anthropic-ai/claude-agent-sdk`, `@openai/codex-sdk`) on the same machine; \
            `shared/perf-anchors.md` has them measured on a similar one.\n\
          - The Claude stream-json stream (`gen-stream claude N` writes it) through the Claude provider."
     )?;
@@ -508,9 +573,9 @@ mod tests {
     }
 
     #[test]
-    fn options_default_to_a_million_deltas_and_three_rounds() {
+    fn options_default_to_a_million_deltas_and_five_rounds() {
         let options = Options::parse(&[]).unwrap();
-        assert_eq!((options.deltas, options.rounds, options.sessions), (1_000_000, 3, 1000));
+        assert_eq!((options.deltas, options.rounds, options.sessions), (1_000_000, 5, 1000));
         let options = Options::parse(&["--deltas".into(), "1000".into(), "--rounds".into(), "5".into()]).unwrap();
         assert_eq!((options.deltas, options.rounds), (1000, 5));
         assert!(Options::parse(&["--deltas".into(), "0".into()]).is_err());

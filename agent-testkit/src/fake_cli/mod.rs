@@ -44,7 +44,7 @@ use std::sync::{Mutex, OnceLock};
 pub use env::{Direction, FakeCliEnv, TranscriptLine};
 pub use script::{
     ApprovalKind, DEFAULT_HUGE_LINE_BYTES, DEFAULT_STDERR_FLOOD_BYTES, EndStatus, EofAction, ExpectKind, FakeScript,
-    FakeScriptError, FakeStep, InterruptMode,
+    FakeScriptError, FakeStep, InterruptMode, NOW_NS,
 };
 
 use crate::clis::Provider;

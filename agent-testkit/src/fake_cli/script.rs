@@ -12,6 +12,8 @@ use crate::scenario::{Scenario, Step};
 pub const DEFAULT_HUGE_LINE_BYTES: usize = 10 * 1024 * 1024;
 /// Default size of a [`FakeStep::StderrFlood`]: 1 MiB.
 pub const DEFAULT_STDERR_FLOOD_BYTES: usize = 1024 * 1024;
+/// The placeholder a paced [`FakeStep::StreamFile`] replaces with the time a line is written.
+pub const NOW_NS: &str = "${now_ns}";
 /// Smallest [`FakeStep::HugeLine`]: the frame around the padding needs this much.
 const MIN_HUGE_LINE_BYTES: usize = 64;
 
@@ -284,6 +286,11 @@ pub enum FakeStep {
     /// before it), for throughput benchmarks: a prepared stream of the protocol's frames, e.g.
     /// from [`crate::streams`]. The bytes are not recorded in the transcript (a note gives the
     /// path and the size). A file that cannot be read makes the fake exit with code 1.
+    ///
+    /// With `lines_per_second`, it writes one line at a time instead, line `i` at `i /
+    /// lines_per_second` seconds after the first, and replaces the first [`NOW_NS`] in each
+    /// line with the time of its write (nanoseconds since the Unix epoch), for latency
+    /// benchmarks.
     StreamFile {
         /// The file.
         path: PathBuf,
@@ -291,6 +298,9 @@ pub enum FakeStep {
         /// turn as ended (the next step is usually `turn_start`). Default: true.
         #[serde(default = "yes")]
         ends_turn: bool,
+        /// Paces and stamps the lines; unset: as fast as the reader takes them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lines_per_second: Option<u32>,
     },
 }
 
@@ -403,6 +413,9 @@ impl FakeStep {
             }
             FakeStep::Duplicate { count: 0 } => Err("count must be at least 1".to_owned()),
             FakeStep::Garbage { text } if text.contains('\n') => Err("text must be one line".to_owned()),
+            FakeStep::StreamFile { lines_per_second: Some(0), .. } => {
+                Err("lines_per_second must be at least 1".to_owned())
+            }
             FakeStep::StreamFile { path, .. } if path.as_os_str().is_empty() => {
                 Err("path must not be empty".to_owned())
             }
@@ -762,7 +775,12 @@ impl FakeScript {
 
     /// Appends [`FakeStep::StreamFile`] for a file that ends the turn.
     pub fn stream_file(self, path: impl Into<PathBuf>) -> Self {
-        self.step(FakeStep::StreamFile { path: path.into(), ends_turn: true })
+        self.step(FakeStep::StreamFile { path: path.into(), ends_turn: true, lines_per_second: None })
+    }
+
+    /// Appends a paced, stamped [`FakeStep::StreamFile`] for a file that ends the turn.
+    pub fn stream_file_paced(self, path: impl Into<PathBuf>, lines_per_second: u32) -> Self {
+        self.step(FakeStep::StreamFile { path: path.into(), ends_turn: true, lines_per_second: Some(lines_per_second) })
     }
 }
 
@@ -837,7 +855,8 @@ mod tests {
             .pause_reading(100)
             .exit_on_stdin_eof(4)
             .interrupts(InterruptMode::AckOnly)
-            .stream_file("/tmp/stream.jsonl");
+            .stream_file("/tmp/stream.jsonl")
+            .stream_file_paced("/tmp/stream.jsonl", 100);
         let names: Vec<&str> = script.steps().iter().map(FakeStep::name).collect();
         for name in FakeStep::NAMES {
             assert!(names.contains(name), "no builder test for {name}");
@@ -866,19 +885,34 @@ mod tests {
     fn stream_file_takes_a_path_and_ends_the_turn_by_default() {
         let script = FakeScript::parse(
             "{\"step\":\"stream_file\",\"path\":\"target/bench/codex_app.jsonl\"}\n\
-             {\"step\":\"stream_file\",\"path\":\"/tmp/part.jsonl\",\"ends_turn\":false}",
+             {\"step\":\"stream_file\",\"path\":\"/tmp/part.jsonl\",\"ends_turn\":false}\n\
+             {\"step\":\"stream_file\",\"path\":\"/tmp/paced.jsonl\",\"lines_per_second\":10000}",
         )
         .unwrap();
         assert_eq!(
             script.steps(),
             [
-                FakeStep::StreamFile { path: PathBuf::from("target/bench/codex_app.jsonl"), ends_turn: true },
-                FakeStep::StreamFile { path: PathBuf::from("/tmp/part.jsonl"), ends_turn: false },
+                FakeStep::StreamFile {
+                    path: PathBuf::from("target/bench/codex_app.jsonl"),
+                    ends_turn: true,
+                    lines_per_second: None
+                },
+                FakeStep::StreamFile {
+                    path: PathBuf::from("/tmp/part.jsonl"),
+                    ends_turn: false,
+                    lines_per_second: None
+                },
+                FakeStep::StreamFile {
+                    path: PathBuf::from("/tmp/paced.jsonl"),
+                    ends_turn: true,
+                    lines_per_second: Some(10_000)
+                },
             ]
         );
         assert_eq!(script.steps()[0].name(), "stream_file");
         check_error("{\"step\":\"stream_file\"}", 1, "missing field `path`");
         check_error("{\"step\":\"stream_file\",\"path\":\"\"}", 1, "path must not be empty");
+        check_error("{\"step\":\"stream_file\",\"path\":\"x\",\"lines_per_second\":0}", 1, "at least 1");
     }
 
     #[test]

@@ -740,8 +740,8 @@ impl Engine {
             FakeStep::PauseReading { ms } => self.stdin.pause(Duration::from_millis(*ms)),
             FakeStep::OnStdinEof { action, code } => self.state().eof = (*action, *code),
             FakeStep::Interrupts { mode } => self.state().interrupts = *mode,
-            FakeStep::StreamFile { path, ends_turn } => {
-                if let Err(error) = self.out.file(path.clone()).await {
+            FakeStep::StreamFile { path, ends_turn, lines_per_second } => {
+                if let Err(error) = self.out.file(path.clone(), *lines_per_second).await {
                     write_stderr(format!("cannot stream {}: {error}\n", path.display()).into_bytes()).await;
                     self.exit(1).await;
                 }
