@@ -839,9 +839,12 @@ async fn script_errors_name_the_line_and_exit_2() {
 async fn the_script_can_come_from_the_command_line() {
     let env = FakeCliEnv::with_program(FakeCli::Codex, program(FakeCli::Codex), &FakeScript::new().exit(9)).unwrap();
     // Stdin stays open: at end of file the fake would exit 0 before the script's `exit`.
+    // (`Child::wait` closes a stdin it still holds, so it is taken out first.)
     let mut child =
         Command::new(env.program()).arg("--fake-script").arg(env.script_path()).stdin(Stdio::piped()).spawn().unwrap();
+    let stdin = child.stdin.take();
     assert_eq!(child.wait().await.unwrap().code(), Some(9));
+    drop(stdin);
 }
 
 #[tokio::test]
