@@ -2,7 +2,7 @@
 //! measurement harness is `cargo xtask bench`, which times each run as a whole process.
 //!
 //! ```text
-//! agent-bench cat|value|typed <stream>
+//! agent-bench cat|value|typed|typed-claude|typed-codex-exec <stream>
 //! agent-bench harness-disabled|harness-memory|harness-sqlite <stream> --fake <fake-codex> --work <dir>
 //! agent-bench idle-harness|idle-direct <sessions> --fake <fake-codex> --work <dir>
 //! agent-bench latency-plain|latency-harness <stamped stream> --fake <fake-codex> --work <dir> [--rate N]
@@ -11,7 +11,9 @@
 //! - `cat`: the stream through a pipe from a `cat` child, read in 64 KiB chunks and discarded
 //!   (the pipe's limit).
 //! - `value` / `typed`: the same pipe, one `read_line` per line, parsed into a
-//!   `serde_json::Value` or a small derived struct (the bare-parse baselines).
+//!   `serde_json::Value` or a small derived struct (the bare-parse baselines): `typed` for Codex
+//!   app-server lines, `typed-claude` and `typed-codex-exec` for the streams the TypeScript SDK
+//!   rows read.
 //! - `harness-*`: a real `Harness` with the Codex provider, spawning `fake-codex` through
 //!   `LocalExec`; the fake does its handshake, accepts the turn and copies the stream to its
 //!   stdout (`stream_file`). One subscriber counts `message_delta` events until the turn's
@@ -38,7 +40,7 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
-const USAGE: &str = "usage: agent-bench cat|value|typed <stream>
+const USAGE: &str = "usage: agent-bench cat|value|typed|typed-claude|typed-codex-exec <stream>
        agent-bench harness-disabled|harness-memory|harness-sqlite <stream> --fake <fake-codex> --work <dir>
        agent-bench idle-harness|idle-direct <sessions> --fake <fake-codex> --work <dir>
        agent-bench latency-plain|latency-harness <stamped stream> --fake <fake-codex> --work <dir> [--rate N]";
@@ -108,7 +110,7 @@ fn run(args: &Args) -> Result<Value, String> {
     let runtime =
         || tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| format!("tokio runtime: {e}"));
     match args.mode.as_str() {
-        "cat" | "value" | "typed" => readers::run(&args.mode, &stream()),
+        mode if readers::MODES.contains(&mode) => readers::run(mode, &stream()),
         "harness-disabled" | "harness-memory" | "harness-sqlite" => {
             let store = args.mode.trim_start_matches("harness-").to_owned();
             let (fake, work) = (args.fake()?, args.work()?);

@@ -36,7 +36,97 @@ pub(crate) struct AppParams {
     pub(crate) delta: Option<String>,
 }
 
-/// Reads `stream` through a pipe from `cat` with `mode` (`cat`, `value` or `typed`).
+/// A Claude stream-json line (as in the performance anchors' typed reader).
+#[derive(Deserialize)]
+#[allow(dead_code)] // Parsed to be measured, not read.
+struct ClaudeLine {
+    #[serde(rename = "type")]
+    ty: String,
+    subtype: Option<String>,
+    session_id: Option<String>,
+    uuid: Option<String>,
+    event: Option<ClaudeEvent>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct ClaudeEvent {
+    #[serde(rename = "type")]
+    ty: String,
+    index: Option<u32>,
+    delta: Option<ClaudeDelta>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct ClaudeDelta {
+    #[serde(rename = "type")]
+    ty: Option<String>,
+    text: Option<String>,
+}
+
+/// A `codex exec --experimental-json` line.
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct ExecLine {
+    #[serde(rename = "type")]
+    ty: String,
+    thread_id: Option<String>,
+    item: Option<ExecItem>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct ExecItem {
+    id: String,
+    #[serde(rename = "type")]
+    ty: String,
+    text: Option<String>,
+}
+
+/// Whether a parsed line is a text delta, in any of the generated formats.
+fn value_is_delta(value: &Value) -> bool {
+    let field = |v: &Value, name: &str| v.get(name).and_then(Value::as_str).map(str::to_owned);
+    field(value, "method").as_deref() == Some(DELTA_METHOD)
+        || field(value, "type").as_deref() == Some("item.updated")
+        || value.get("event").and_then(|e| field(e, "type")).as_deref() == Some("content_block_delta")
+}
+
+/// Parses one line with `mode`; true when it is a text delta.
+fn parse(mode: &str, text: &str) -> Result<bool, serde_json::Error> {
+    Ok(match mode {
+        "value" => {
+            let value: Value = serde_json::from_str(text)?;
+            let is_delta = value_is_delta(&value);
+            black_box(value);
+            is_delta
+        }
+        "typed-claude" => {
+            let typed: ClaudeLine = serde_json::from_str(text)?;
+            let is_delta = typed.event.as_ref().is_some_and(|e| e.ty == "content_block_delta");
+            black_box(typed);
+            is_delta
+        }
+        "typed-codex-exec" => {
+            let typed: ExecLine = serde_json::from_str(text)?;
+            let is_delta = typed.ty == "item.updated";
+            black_box(typed);
+            is_delta
+        }
+        _ => {
+            let typed: AppLine = serde_json::from_str(text)?;
+            let is_delta = typed.method.as_deref() == Some(DELTA_METHOD) && typed.params.is_some();
+            black_box(typed);
+            is_delta
+        }
+    })
+}
+
+/// The modes [`run`] takes.
+pub(crate) const MODES: &[&str] = &["cat", "value", "typed", "typed-claude", "typed-codex-exec"];
+
+/// Reads `stream` through a pipe from `cat` with `mode` (one of [`MODES`]; `typed` is the
+/// Codex app-server struct).
 pub(crate) fn run(mode: &str, stream: &Path) -> Result<Value, String> {
     let started = Instant::now();
     let mut cat =
@@ -64,18 +154,7 @@ pub(crate) fn run(mode: &str, stream: &Path) -> Result<Value, String> {
             }
             bytes += n as u64;
             lines += 1;
-            let text = line.trim_end();
-            let is_delta = if mode == "value" {
-                let value: Value = serde_json::from_str(text).map_err(|e| format!("line {lines}: {e}"))?;
-                let is_delta = value.get("method").and_then(Value::as_str) == Some(DELTA_METHOD);
-                black_box(value);
-                is_delta
-            } else {
-                let typed: AppLine = serde_json::from_str(text).map_err(|e| format!("line {lines}: {e}"))?;
-                let is_delta = typed.method.as_deref() == Some(DELTA_METHOD) && typed.params.is_some();
-                black_box(typed);
-                is_delta
-            };
+            let is_delta = parse(mode, line.trim_end()).map_err(|e| format!("line {lines}: {e}"))?;
             deltas += u64::from(is_delta);
         }
     }

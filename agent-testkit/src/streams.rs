@@ -4,6 +4,10 @@
 //! - [`write_codex_app`]: `codex app-server` notifications — `turn/started`, `item/started`,
 //!   `deltas` × `item/agentMessage/delta` (`threadId`, `turnId`, `itemId`, a 40-character
 //!   `delta`, `emittedAtMs`), `item/completed`, `turn/completed`.
+//! - [`write_codex_exec`]: `codex exec --experimental-json` events — `thread.started`,
+//!   `turn.started`, `item.started`, `deltas` × `item.updated` of one agent message (each with a
+//!   40-character text), `item.completed`, `turn.completed`. (The real CLI does not stream
+//!   agent-message updates this finely; it is a throughput load for SDKs that drive `codex exec`.)
 //! - [`write_claude`]: `claude -p --output-format stream-json --include-partial-messages` —
 //!   `system/init`, `message_start`, `content_block_start`, `deltas` × `content_block_delta`
 //!   `text_delta` stream events (with `session_id` and `uuid`), the `assistant` message,
@@ -46,6 +50,8 @@ const FIRST_EMITTED_MS: u64 = 1_795_934_659_278;
 
 /// Lines a stream has besides its deltas.
 pub const CODEX_APP_EXTRA_LINES: u64 = 4;
+/// Lines a `codex exec` stream has besides its deltas.
+pub const CODEX_EXEC_EXTRA_LINES: u64 = 5;
 /// Lines a Claude stream has besides its deltas.
 pub const CLAUDE_EXTRA_LINES: u64 = 8;
 
@@ -157,6 +163,30 @@ fn codex_app(out: &mut impl Write, deltas: u64, ids: &CodexIds, stamped: bool) -
     )?;
     w.flush()?;
     Ok(deltas + CODEX_APP_EXTRA_LINES)
+}
+
+/// Writes a `codex exec --experimental-json` turn with `deltas` agent-message updates; returns
+/// the number of lines written (`deltas` + [`CODEX_EXEC_EXTRA_LINES`]).
+pub fn write_codex_exec(out: &mut impl Write, deltas: u64) -> io::Result<u64> {
+    let mut w = io::BufWriter::with_capacity(1 << 20, out);
+    writeln!(w, r#"{{"type":"thread.started","thread_id":"{CODEX_THREAD_ID}"}}"#)?;
+    writeln!(w, r#"{{"type":"turn.started"}}"#)?;
+    writeln!(w, r#"{{"type":"item.started","item":{{"id":"item_1","type":"agent_message","text":""}}}}"#)?;
+    let mut texts = Deltas::new(false);
+    for i in 0..deltas {
+        writeln!(
+            w,
+            r#"{{"type":"item.updated","item":{{"id":"item_1","type":"agent_message","text":"{}"}}}}"#,
+            texts.get(i)
+        )?;
+    }
+    writeln!(w, r#"{{"type":"item.completed","item":{{"id":"item_1","type":"agent_message","text":"(elided)"}}}}"#)?;
+    writeln!(
+        w,
+        r#"{{"type":"turn.completed","usage":{{"input_tokens":10,"cached_input_tokens":0,"output_tokens":5}}}}"#
+    )?;
+    w.flush()?;
+    Ok(deltas + CODEX_EXEC_EXTRA_LINES)
 }
 
 /// Writes a Claude stream-json turn with partial messages, `deltas` text deltas, for session
@@ -288,6 +318,18 @@ mod tests {
             let rest = text.strip_prefix("${now_ns} ").unwrap_or_else(|| panic!("{text:?}"));
             assert!(rest.chars().count() >= STAMPED_TEXT_CHARS, "{text:?}");
         }
+    }
+
+    #[test]
+    fn codex_exec_updates_one_agent_message() {
+        let mut out = Vec::new();
+        assert_eq!(write_codex_exec(&mut out, 4).unwrap(), 9);
+        let frames = lines(&out);
+        let types: Vec<&str> = frames.iter().map(|f| f["type"].as_str().unwrap()).collect();
+        assert_eq!(types[..3], ["thread.started", "turn.started", "item.started"]);
+        assert_eq!(types[3..7], ["item.updated"; 4]);
+        assert_eq!(types[7..], ["item.completed", "turn.completed"]);
+        assert_eq!(frames[4]["item"]["text"].as_str().unwrap().chars().count(), DELTA_CHARS);
     }
 
     #[test]

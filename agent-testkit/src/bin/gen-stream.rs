@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! gen-stream codex-app <deltas> [--thread ID] [--turn ID] [--item ID] [--stamped]
+//! gen-stream codex-exec <deltas>
 //! gen-stream claude <deltas> [--session ID]
 //! ```
 //!
@@ -12,9 +13,10 @@
 use std::process::ExitCode;
 
 use agent_testkit::fake_cli::CLAUDE_SESSION_ID;
-use agent_testkit::streams::{CodexIds, write_claude, write_codex_app, write_codex_app_stamped};
+use agent_testkit::streams::{CodexIds, write_claude, write_codex_app, write_codex_app_stamped, write_codex_exec};
 
 const USAGE: &str = "usage: gen-stream codex-app <deltas> [--thread ID] [--turn ID] [--item ID] [--stamped]
+       gen-stream codex-exec <deltas>
        gen-stream claude <deltas> [--session ID]";
 
 fn main() -> ExitCode {
@@ -52,6 +54,7 @@ fn run(args: Vec<String>) -> Result<(), String> {
     let written = match kind.as_str() {
         "codex-app" if stamped => write_codex_app_stamped(&mut out, deltas, &ids),
         "codex-app" => write_codex_app(&mut out, deltas, &ids),
+        "codex-exec" => write_codex_exec(&mut out, deltas),
         "claude" => write_claude(&mut out, deltas, &session),
         other => return Err(format!("unknown stream {other:?}")),
     };

@@ -19,6 +19,8 @@ use xshell::{Shell, cmd};
 
 use crate::test::workspace_root;
 
+mod sdk;
+
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 
 const USAGE: &str =
@@ -28,6 +30,8 @@ const USAGE: &str =
   --rounds N          interleaved rounds (default 5)
   --sessions N        idle sessions (default 1000)
   --latency-deltas N  deltas of the latency runs, written at 10,000 lines/s (default 20000)
+  --no-sdks           skip the TypeScript SDK rows (by default they are installed with npm
+                      under target/bench/node and run when Node.js and npm are on PATH)
   --out FILE          the report (default BENCHMARKS.md at the workspace root)";
 
 /// What to run.
@@ -36,6 +40,8 @@ struct Options {
     rounds: usize,
     sessions: usize,
     latency_deltas: u64,
+    /// Run the TypeScript SDK rows.
+    sdks: bool,
     out: PathBuf,
 }
 
@@ -46,12 +52,17 @@ impl Options {
             rounds: 5,
             sessions: 1000,
             latency_deltas: 20_000,
+            sdks: true,
             out: workspace_root().join("BENCHMARKS.md"),
         };
         let mut args = args.iter();
         while let Some(flag) = args.next() {
             if matches!(flag.as_str(), "-h" | "--help") {
                 return Err(USAGE.into());
+            }
+            if flag == "--no-sdks" {
+                options.sdks = false;
+                continue;
             }
             let value = args.next().ok_or_else(|| format!("{flag} needs a value\n\n{USAGE}"))?;
             match flag.as_str() {
@@ -110,6 +121,13 @@ impl Setup {
         command
     }
 
+    /// A reader (`typed-claude`, ...) of another stream.
+    fn reader(&self, mode: &str, stream: &std::path::Path) -> Command {
+        let mut command = Command::new(&self.driver);
+        command.arg(mode).arg(stream);
+        command
+    }
+
     /// `latency-plain` or `latency-harness` at `rate` lines per second.
     fn latency_command(&self, mode: &str, rate: u32) -> Command {
         let mut command = Command::new(&self.driver);
@@ -161,6 +179,15 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let work = bench_dir.join("work");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
+    let sdks = if options.sdks {
+        let claude = bench_dir.join(format!("claude-{}.jsonl", options.deltas));
+        generate(&gen_stream, &claude, &["claude", &options.deltas.to_string()])?;
+        let exec = bench_dir.join(format!("codex_exec-{}.jsonl", options.deltas));
+        generate(&gen_stream, &exec, &["codex-exec", &options.deltas.to_string()])?;
+        sdk::prepare(&bench_dir, &release, &work, claude, exec, options.deltas)?.unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let bytes = std::fs::metadata(&stream)?.len();
     let setup = Setup {
         driver: release.join("agent-bench"),
@@ -196,10 +223,17 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         let plain = measure(&mut setup.latency_command("latency-plain", LATENCY_RATE), "latency-plain")?;
         let through = measure(&mut setup.latency_command("latency-harness", LATENCY_RATE), "latency-harness")?;
         results.latency.push((plain, through));
+        for (index, sdk) in sdks.iter().enumerate() {
+            let typed = measure(&mut setup.reader(sdk.baseline, &sdk.stream), sdk.baseline)?;
+            let run = measure(&mut sdk.command(), sdk.name)?;
+            check_sdk_run(&run, sdk.name, options.deltas)?;
+            results.sdks.resize_with(sdks.len(), Vec::new);
+            results.sdks[index].push((typed, run));
+        }
     }
     let _ = std::fs::remove_dir_all(&setup.work);
 
-    let report = render(&options, &setup, &results, started.elapsed())?;
+    let report = render(&options, &setup, &sdks, &results, started.elapsed())?;
     std::fs::write(&options.out, report)?;
     println!("cargo xtask bench: wrote {} in {:.0} s", options.out.display(), started.elapsed().as_secs_f64());
     Ok(())
@@ -221,6 +255,8 @@ struct Results {
     idle: Vec<(Run, Run)>,
     /// (by hand, through the harness) pairs.
     latency: Vec<(Run, Run)>,
+    /// Per SDK: (typed parse of the same bytes, SDK) pairs.
+    sdks: Vec<Vec<(Run, Run)>>,
 }
 
 /// A harness run that did not reach the terminal event, or lost deltas with a store (where a
@@ -232,6 +268,16 @@ fn check_harness_run(run: &Run, mode: &str, deltas: u64) -> Result<()> {
     let complete = delivered == deltas || mode == "harness-disabled";
     if !complete || report["terminal"] != "turn_completed" {
         return Err(format!("incomplete {mode} run ({delivered} of {deltas} deltas): {report}").into());
+    }
+    Ok(())
+}
+
+/// An SDK run that did not get every delta and a successful end is not a measurement.
+fn check_sdk_run(run: &Run, name: &str, deltas: u64) -> Result<()> {
+    let report = &run.report;
+    let ended = matches!(report["result"].as_str(), Some("success" | "turn.completed"));
+    if report["deltas"].as_u64() != Some(deltas) || !ended {
+        return Err(format!("incomplete {name} run: {report}").into());
     }
     Ok(())
 }
@@ -330,7 +376,7 @@ fn rates(spread: Spread) -> String {
     format!("{} ({}–{})", rate(spread.median), rate(spread.min), rate(spread.max))
 }
 
-fn render(options: &Options, setup: &Setup, results: &Results, took: Duration) -> Result<String> {
+fn render(options: &Options, setup: &Setup, sdks: &[sdk::Sdk], results: &Results, took: Duration) -> Result<String> {
     let sh = Shell::new()?;
     sh.change_dir(workspace_root());
     let commit = cmd!(sh, "git rev-parse --short=12 HEAD").read().unwrap_or_else(|_| "unknown".into());
@@ -533,14 +579,83 @@ fn render(options: &Options, setup: &Setup, results: &Results, took: Duration) -
     let added = |field: &str| Spread::of(results.latency.iter().map(|(p, h)| h.field(field) - p.field(field))).show(1);
     writeln!(w, "\nAdded by the harness, paired per round: p50 {} µs, p99 {} µs.\n", added("p50_us"), added("p99_us"))?;
 
+    render_sdks(w, options, sdks, results)?;
+
     writeln!(w, "## Not measured yet\n")?;
+    if sdks.is_empty() {
+        writeln!(w, "- The TypeScript SDKs: this run skipped them (`--no-sdks`, or no Node.js/npm).")?;
+    }
+    writeln!(w, "- The Claude stream-json stream (`gen-stream claude N` writes it) through the Claude provider.")?;
+    Ok(md)
+}
+
+/// The TypeScript SDK section.
+fn render_sdks(w: &mut String, options: &Options, sdks: &[sdk::Sdk], results: &Results) -> Result<()> {
+    if sdks.is_empty() {
+        return Ok(());
+    }
+    let node = Shell::new().and_then(|sh| cmd!(sh, "node --version").read()).unwrap_or_else(|_| "?".into());
+    writeln!(w, "## TypeScript SDKs on the same machine\n")?;
     writeln!(
         w,
-        "- The TypeScript SDKs (`@anthropic-ai/claude-agent-sdk`, `@openai/codex-sdk`) on the same machine; \
-           `shared/perf-anchors.md` has them measured on a similar one.\n\
-         - The Claude stream-json stream (`gen-stream claude N` writes it) through the Claude provider."
+        "`{}` (`query()` with `includePartialMessages`, against `fake-claude`: initialize handshake, the \
+         user message, then the prepared turn) reads the Claude stream-json turn (`gen-stream claude {n}`: \
+         {n} `text_delta` stream events, 278 B per line); `{}` (`thread.runStreamed()`, which drives `codex \
+         exec --experimental-json`; `fake-codex` copies the prepared events once stdin closes) reads the \
+         `codex exec` turn (`gen-stream codex-exec {n}`: {n} `item.updated` events). Node {}, installed \
+         under `target/bench/node`. Each SDK run is paired with the typed parse of the same bytes \
+         (`typed-claude`, `typed-codex-exec`) run just before it; every run got all {n} deltas and a \
+         successful end.\n",
+        sdk::CLAUDE_SDK,
+        sdk::CODEX_SDK,
+        node.trim(),
+        n = options.deltas
     )?;
-    Ok(md)
+    writeln!(
+        w,
+        "| consumer | wall s, median (min–max) | lines/s, median (min–max) | ratio to the typed parse of the same bytes, paired | peak RSS MiB (median) | CPU user+sys s (median) |"
+    )?;
+    writeln!(w, "|---|---|---|---|---|---|")?;
+    for (sdk, pairs) in sdks.iter().zip(&results.sdks) {
+        for (name, runs) in [
+            (format!("`{}` (typed parse)", sdk.baseline), pairs.iter().map(|(t, _)| t).collect::<Vec<_>>()),
+            (format!("**{}**", sdk.name), pairs.iter().map(|(_, s)| s).collect()),
+        ] {
+            let wall = Spread::of(runs.iter().map(|r| r.wall));
+            let per_second = Spread::of(runs.iter().map(|r| sdk.lines as f64 / r.wall));
+            let rss = Spread::of(runs.iter().map(|r| mib(r.max_rss_kib)));
+            let cpu = Spread::of(runs.iter().map(|r| r.cpu));
+            let ratio = if name.starts_with('`') {
+                "1".to_owned()
+            } else {
+                Spread::of(pairs.iter().map(|(t, s)| s.wall / t.wall)).show(2)
+            };
+            writeln!(
+                w,
+                "| {name} | {} | {} | {ratio} | {:.1} | {:.2} |",
+                wall.show(2),
+                rates(per_second),
+                rss.median,
+                cpu.median
+            )?;
+        }
+    }
+    let harness = Spread::of(results.harness[1].iter().map(|(t, h)| h.wall / t.wall)).median;
+    let sdk_ratios: Vec<String> = sdks
+        .iter()
+        .zip(&results.sdks)
+        .map(|(sdk, pairs)| {
+            format!("{} {:.2}", sdk.name, Spread::of(pairs.iter().map(|(t, s)| s.wall / t.wall)).median)
+        })
+        .collect();
+    writeln!(
+        w,
+        "\nThe streams differ (the Codex provider has no `codex exec` mode and the Claude provider is not \
+         built yet), so the comparable figure is each consumer's paired ratio to a typed parse of its own \
+         bytes: harness-memory {harness:.2} against {}.\n",
+        sdk_ratios.join(", ")
+    )?;
+    Ok(())
 }
 
 /// CPU model, cores, memory and kernel, from `/proc`.
