@@ -10,6 +10,7 @@ pub mod programs;
 pub mod proxy;
 pub mod recording;
 pub mod scenario;
+pub mod streams;
 
 mod jsonl;
 mod redact;

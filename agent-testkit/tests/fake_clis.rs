@@ -4,7 +4,11 @@
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use agent_testkit::fake_cli::{Direction, FakeCli, FakeCliEnv, FakeScript, InterruptMode};
+use agent_testkit::fake_cli::{
+    CODEX_THREAD_ID, Direction, FakeCli, FakeCliEnv, FakeScript, InterruptMode, codex_turn_id,
+};
+use agent_testkit::programs::ProgramDir;
+use agent_testkit::streams::{CodexIds, write_codex_app, write_codex_app_stamped};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
@@ -411,6 +415,64 @@ async fn a_cancelled_codex_approval_interrupts_the_turn_and_the_next_turn_runs()
 }
 
 #[tokio::test]
+async fn a_codex_stream_file_is_copied_into_the_running_turn_as_it_is() {
+    let dir = ProgramDir::new("stream-file");
+    let path = dir.path().join("codex_app.jsonl");
+    let mut stream = Vec::new();
+    write_codex_app(&mut stream, 100, &CodexIds::default()).unwrap();
+    std::fs::write(&path, &stream).unwrap();
+    let script = FakeScript::new().handshake().turn_start().stream_file(&path).turn("next turn");
+    let mut fake = Fake::start(FakeCli::Codex, &script).await;
+    fake.open().await;
+    fake.start_turn("go").await;
+    assert_eq!((fake.thread.as_str(), fake.turn.as_str()), (CODEX_THREAD_ID, codex_turn_id(1).as_str()));
+    // The user message item, then the file, line for line.
+    let user_item = fake.until(|f| f["method"] == "item/completed").await;
+    assert_eq!(user_item.len(), 2, "{user_item:?}");
+    let mut copied = Vec::new();
+    for _ in 0..104 {
+        copied.push(fake.line().await.expect("a streamed line"));
+    }
+    let expected: Vec<&str> = std::str::from_utf8(&stream).unwrap().lines().collect();
+    assert_eq!(copied, expected);
+    // The file ended the turn: the next one starts.
+    fake.start_turn("again").await;
+    assert_eq!(fake.turn, codex_turn_id(2));
+    assert_eq!(streamed(FakeCli::Codex, &fake.finish_turn(no_answers).await), "next turn");
+    let note =
+        fake.env.transcript().unwrap().into_iter().find_map(|l| l.msg.filter(|m| m.get("stream_file").is_some()));
+    assert_eq!(note.expect("a stream_file note")["bytes"], stream.len());
+}
+
+#[tokio::test]
+async fn a_paced_stream_file_stamps_each_line_with_its_write_time() {
+    let dir = ProgramDir::new("stream-paced");
+    let path = dir.path().join("stamped.jsonl");
+    let mut stream = Vec::new();
+    write_codex_app_stamped(&mut stream, 50, &CodexIds::default()).unwrap();
+    std::fs::write(&path, &stream).unwrap();
+    let script = FakeScript::new().handshake().turn_start().stream_file_paced(&path, 1000);
+    let mut fake = Fake::start(FakeCli::Codex, &script).await;
+    fake.open().await;
+    fake.start_turn("go").await;
+    fake.until(|f| f["method"] == "item/completed").await;
+    let frames = fake.until(|f| f["method"] == "turn/completed" && f["params"]["turn"]["id"] == "fake-turn-1").await;
+    let stamps: Vec<u128> = frames
+        .iter()
+        .filter(|f| f["method"] == "item/agentMessage/delta")
+        .map(|f| {
+            let text = f["params"]["delta"].as_str().unwrap();
+            text.split(' ').next().unwrap().parse().unwrap_or_else(|e| panic!("{e}: {text:?}"))
+        })
+        .collect();
+    assert_eq!(stamps.len(), 50);
+    assert!(stamps.windows(2).all(|w| w[0] <= w[1]), "{stamps:?}");
+    // 50 lines at 1000 per second: the last is written about 49 ms after the first.
+    let spread_ms = (stamps[49] - stamps[0]) / 1_000_000;
+    assert!((45..1000).contains(&spread_ms), "{spread_ms} ms");
+}
+
+#[tokio::test]
 async fn questions_are_answered_in_each_protocol() {
     for cli in FakeCli::ALL {
         let script = FakeScript::new()
@@ -777,9 +839,12 @@ async fn script_errors_name_the_line_and_exit_2() {
 async fn the_script_can_come_from_the_command_line() {
     let env = FakeCliEnv::with_program(FakeCli::Codex, program(FakeCli::Codex), &FakeScript::new().exit(9)).unwrap();
     // Stdin stays open: at end of file the fake would exit 0 before the script's `exit`.
+    // (`Child::wait` closes a stdin it still holds, so it is taken out first.)
     let mut child =
         Command::new(env.program()).arg("--fake-script").arg(env.script_path()).stdin(Stdio::piped()).spawn().unwrap();
+    let stdin = child.stdin.take();
     assert_eq!(child.wait().await.unwrap().code(), Some(9));
+    drop(stdin);
 }
 
 #[tokio::test]

@@ -3,7 +3,10 @@
 //! - `clis`: installs the pinned agent CLIs from `clis.toml` into `target/agent-clis/`.
 //! - `test`: the whole check CI runs — installs the CLIs, then rustfmt, clippy with warnings
 //!   denied, every test, and the docs with warnings denied.
+//! - `bench`: the benchmarks (release builds, whole-process timing), written to
+//!   `BENCHMARKS.md`; not part of CI.
 
+mod bench;
 mod clis;
 mod test;
 #[cfg(test)]
@@ -15,13 +18,15 @@ const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
   clis    install the pinned Codex, Claude Code and Pi CLIs (clis.toml) into target/agent-clis/
-  test    everything CI checks: clis, fmt, clippy -D warnings, all tests, docs";
+  test    everything CI checks: clis, fmt, clippy -D warnings, all tests, docs
+  bench   the benchmarks, written to BENCHMARKS.md (not part of CI; --help for options)";
 
 fn main() -> ExitCode {
     let task = std::env::args().nth(1);
     let result = match task.as_deref() {
         Some("clis") => clis::run(),
         Some("test") => test::run(),
+        Some("bench") => bench::run(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("help" | "--help" | "-h") => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;

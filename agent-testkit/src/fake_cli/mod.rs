@@ -44,7 +44,7 @@ use std::sync::{Mutex, OnceLock};
 pub use env::{Direction, FakeCliEnv, TranscriptLine};
 pub use script::{
     ApprovalKind, DEFAULT_HUGE_LINE_BYTES, DEFAULT_STDERR_FLOOD_BYTES, EndStatus, EofAction, ExpectKind, FakeScript,
-    FakeScriptError, FakeStep, InterruptMode,
+    FakeScriptError, FakeStep, InterruptMode, NOW_NS,
 };
 
 use crate::clis::Provider;
@@ -59,6 +59,16 @@ pub const RECORD_ENV: &str = "FAKE_CLI_RECORD";
 pub const VERSION_ENV: &str = "FAKE_CLI_VERSION";
 /// The command that builds the fake CLI binaries.
 pub const BUILD_COMMAND: &str = "cargo build -p agent-testkit --bins";
+
+/// The thread ID `fake-codex` gives every new thread (a resumed thread keeps its own).
+pub const CODEX_THREAD_ID: &str = "00000000-0000-7000-8000-00000000c0de";
+/// The session ID `fake-claude` uses when neither `--resume` nor `--session-id` names one.
+pub const CLAUDE_SESSION_ID: &str = "00000000-0000-4000-8000-0000000c1a0d";
+
+/// The ID `fake-codex` gives the `n`-th turn it starts (from 1): `fake-turn-<n>`.
+pub fn codex_turn_id(n: u64) -> String {
+    format!("fake-turn-{n}")
+}
 
 /// The flag a fake answers with the fingerprint of the sources it was built from.
 const BUILD_ID_ARG: &str = "--fake-cli-build-id";

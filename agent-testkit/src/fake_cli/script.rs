@@ -12,6 +12,8 @@ use crate::scenario::{Scenario, Step};
 pub const DEFAULT_HUGE_LINE_BYTES: usize = 10 * 1024 * 1024;
 /// Default size of a [`FakeStep::StderrFlood`]: 1 MiB.
 pub const DEFAULT_STDERR_FLOOD_BYTES: usize = 1024 * 1024;
+/// The placeholder a paced [`FakeStep::StreamFile`] replaces with the time a line is written.
+pub const NOW_NS: &str = "${now_ns}";
 /// Smallest [`FakeStep::HugeLine`]: the frame around the padding needs this much.
 const MIN_HUGE_LINE_BYTES: usize = 64;
 
@@ -280,6 +282,26 @@ pub enum FakeStep {
         /// The mode.
         mode: InterruptMode,
     },
+    /// Copies the file at `path` to stdout as it is, in large writes (after the frames queued
+    /// before it), for throughput benchmarks: a prepared stream of the protocol's frames, e.g.
+    /// from [`crate::streams`]. The bytes are not recorded in the transcript (a note gives the
+    /// path and the size). A file that cannot be read makes the fake exit with code 1.
+    ///
+    /// With `lines_per_second`, it writes one line at a time instead, line `i` at `i /
+    /// lines_per_second` seconds after the first, and replaces the first [`NOW_NS`] in each
+    /// line with the time of its write (nanoseconds since the Unix epoch), for latency
+    /// benchmarks.
+    StreamFile {
+        /// The file.
+        path: PathBuf,
+        /// The file holds the turn's terminal frame: once it is copied, the fake counts the
+        /// turn as ended (the next step is usually `turn_start`). Default: true.
+        #[serde(default = "yes")]
+        ends_turn: bool,
+        /// Paces and stamps the lines; unset: as fast as the reader takes them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lines_per_second: Option<u32>,
+    },
 }
 
 fn default_garbage() -> String {
@@ -331,6 +353,7 @@ impl FakeStep {
         "pause_reading",
         "on_stdin_eof",
         "interrupts",
+        "stream_file",
     ];
 
     /// The step's name as written in scripts.
@@ -362,6 +385,7 @@ impl FakeStep {
             FakeStep::PauseReading { .. } => "pause_reading",
             FakeStep::OnStdinEof { .. } => "on_stdin_eof",
             FakeStep::Interrupts { .. } => "interrupts",
+            FakeStep::StreamFile { .. } => "stream_file",
         }
     }
 
@@ -389,6 +413,12 @@ impl FakeStep {
             }
             FakeStep::Duplicate { count: 0 } => Err("count must be at least 1".to_owned()),
             FakeStep::Garbage { text } if text.contains('\n') => Err("text must be one line".to_owned()),
+            FakeStep::StreamFile { lines_per_second: Some(0), .. } => {
+                Err("lines_per_second must be at least 1".to_owned())
+            }
+            FakeStep::StreamFile { path, .. } if path.as_os_str().is_empty() => {
+                Err("path must not be empty".to_owned())
+            }
             _ => Ok(()),
         }
     }
@@ -742,6 +772,16 @@ impl FakeScript {
     pub fn interrupts(self, mode: InterruptMode) -> Self {
         self.step(FakeStep::Interrupts { mode })
     }
+
+    /// Appends [`FakeStep::StreamFile`] for a file that ends the turn.
+    pub fn stream_file(self, path: impl Into<PathBuf>) -> Self {
+        self.step(FakeStep::StreamFile { path: path.into(), ends_turn: true, lines_per_second: None })
+    }
+
+    /// Appends a paced, stamped [`FakeStep::StreamFile`] for a file that ends the turn.
+    pub fn stream_file_paced(self, path: impl Into<PathBuf>, lines_per_second: u32) -> Self {
+        self.step(FakeStep::StreamFile { path: path.into(), ends_turn: true, lines_per_second: Some(lines_per_second) })
+    }
 }
 
 impl FromIterator<FakeStep> for FakeScript {
@@ -814,7 +854,9 @@ mod tests {
             .close_stdout()
             .pause_reading(100)
             .exit_on_stdin_eof(4)
-            .interrupts(InterruptMode::AckOnly);
+            .interrupts(InterruptMode::AckOnly)
+            .stream_file("/tmp/stream.jsonl")
+            .stream_file_paced("/tmp/stream.jsonl", 100);
         let names: Vec<&str> = script.steps().iter().map(FakeStep::name).collect();
         for name in FakeStep::NAMES {
             assert!(names.contains(name), "no builder test for {name}");
@@ -837,6 +879,40 @@ mod tests {
                 FakeStep::Exit { code: 0 },
             ]
         );
+    }
+
+    #[test]
+    fn stream_file_takes_a_path_and_ends_the_turn_by_default() {
+        let script = FakeScript::parse(
+            "{\"step\":\"stream_file\",\"path\":\"target/bench/codex_app.jsonl\"}\n\
+             {\"step\":\"stream_file\",\"path\":\"/tmp/part.jsonl\",\"ends_turn\":false}\n\
+             {\"step\":\"stream_file\",\"path\":\"/tmp/paced.jsonl\",\"lines_per_second\":10000}",
+        )
+        .unwrap();
+        assert_eq!(
+            script.steps(),
+            [
+                FakeStep::StreamFile {
+                    path: PathBuf::from("target/bench/codex_app.jsonl"),
+                    ends_turn: true,
+                    lines_per_second: None
+                },
+                FakeStep::StreamFile {
+                    path: PathBuf::from("/tmp/part.jsonl"),
+                    ends_turn: false,
+                    lines_per_second: None
+                },
+                FakeStep::StreamFile {
+                    path: PathBuf::from("/tmp/paced.jsonl"),
+                    ends_turn: true,
+                    lines_per_second: Some(10_000)
+                },
+            ]
+        );
+        assert_eq!(script.steps()[0].name(), "stream_file");
+        check_error("{\"step\":\"stream_file\"}", 1, "missing field `path`");
+        check_error("{\"step\":\"stream_file\",\"path\":\"\"}", 1, "path must not be empty");
+        check_error("{\"step\":\"stream_file\",\"path\":\"x\",\"lines_per_second\":0}", 1, "at least 1");
     }
 
     #[test]

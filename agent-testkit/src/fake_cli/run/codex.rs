@@ -104,7 +104,7 @@ pub(super) async fn turn_start(e: &Engine) {
     let input = msg["params"]["input"].as_array().cloned().unwrap_or_default();
     let prompt: Vec<&str> = input.iter().filter_map(|item| item.get("text").and_then(Value::as_str)).collect();
     let prompt = prompt.join("\n");
-    let turn_id = e.begin_turn(|n| format!("fake-turn-{n}"), prompt.clone());
+    let turn_id = e.begin_turn(crate::fake_cli::codex_turn_id, prompt.clone());
     let thread_id = e.state().session.clone();
     let turn = json!({"id": turn_id, "items": [], "itemsView": "notLoaded", "status": "inProgress", "error": null});
     e.send(json!({"id": msg["id"], "result": {"turn": turn}})).await;

@@ -5,13 +5,15 @@
 
 use std::fs::File;
 use std::io::{BufRead, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
+
+use crate::fake_cli::NOW_NS;
 
 /// Frames queued for the writer thread. When full, the script waits, like a CLI whose stdout
 /// pipe is full.
@@ -87,6 +89,7 @@ enum OutMsg {
     Duplicate(u32),
     Close(oneshot::Sender<()>),
     Flush(oneshot::Sender<()>),
+    File { path: PathBuf, lines_per_second: Option<u32>, done: oneshot::Sender<std::io::Result<u64>> },
 }
 
 /// A handle on the writer thread. Frames are written whole, in the order they are queued.
@@ -133,6 +136,15 @@ impl Output {
         let (done, wait) = oneshot::channel();
         self.send(OutMsg::Close(done)).await;
         let _ = wait.await;
+    }
+
+    /// Copies the file at `path` to stdout after what is queued, in large writes or paced and
+    /// stamped line by line (not held back by [`Output::hold`]); returns the bytes copied once
+    /// they are written.
+    pub(super) async fn file(&self, path: PathBuf, lines_per_second: Option<u32>) -> std::io::Result<u64> {
+        let (done, wait) = oneshot::channel();
+        self.send(OutMsg::File { path, lines_per_second, done }).await;
+        wait.await.unwrap_or(Ok(0))
     }
 
     /// Waits until everything queued so far is written, at most [`FLUSH_TIMEOUT`] (a client that
@@ -184,8 +196,38 @@ impl Writer {
                 OutMsg::Flush(done) => {
                     let _ = done.send(());
                 }
+                OutMsg::File { path, lines_per_second, done } => {
+                    let _ = done.send(self.copy_file(&path, lines_per_second));
+                }
             }
         }
+    }
+
+    /// Copies a file to stdout. Unpaced, `io::copy` from a file moves the bytes in the kernel
+    /// (`copy_file_range`/`splice`/`sendfile`) or in large chunks, never line by line.
+    fn copy_file(&mut self, path: &Path, lines_per_second: Option<u32>) -> std::io::Result<u64> {
+        let mut file = File::open(path)?;
+        let copied = if self.closed {
+            0
+        } else {
+            let mut stdout = std::io::stdout().lock();
+            let written = match lines_per_second {
+                None => std::io::copy(&mut file, &mut stdout),
+                Some(rate) => paced_copy(std::io::BufReader::new(file), &mut stdout, rate),
+            };
+            match written.and_then(|n| stdout.flush().map(|()| n)) {
+                Ok(n) => n,
+                // The client closed our stdout (EPIPE), as in `write`.
+                Err(_) => {
+                    self.closed = true;
+                    0
+                }
+            }
+        };
+        if let Some(recorder) = &self.recorder {
+            recorder.note(json!({"stream_file": path.display().to_string(), "bytes": copied}));
+        }
+        Ok(copied)
     }
 
     fn write(&mut self, line: String) {
@@ -201,6 +243,36 @@ impl Writer {
             recorder.line("out", line.as_bytes());
         }
         self.last = Some(line);
+    }
+}
+
+/// Writes the lines of `file` one at a time, `rate` per second on a fixed schedule (a late line
+/// is written at once, so the schedule catches up), each stamped with [`NOW_NS`] just before its
+/// write. Returns the bytes written.
+fn paced_copy(mut file: impl BufRead, out: &mut impl Write, rate: u32) -> std::io::Result<u64> {
+    let interval = Duration::from_secs(1) / rate.max(1);
+    let started = Instant::now();
+    let (mut line, mut written, mut index) = (String::new(), 0u64, 0u32);
+    loop {
+        line.clear();
+        if file.read_line(&mut line)? == 0 {
+            return Ok(written);
+        }
+        let due = started + interval * index;
+        index = index.saturating_add(1);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let stamped = match line.find(NOW_NS) {
+            Some(at) => {
+                let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos();
+                format!("{}{now}{}", &line[..at], &line[at + NOW_NS.len()..])
+            }
+            None => line.clone(),
+        };
+        out.write_all(stamped.as_bytes())?;
+        out.flush()?;
+        written += stamped.len() as u64;
     }
 }
 

@@ -250,10 +250,10 @@ impl State {
     fn new(cli: FakeCli, args: &[String]) -> State {
         let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
         let session = match cli {
-            FakeCli::Codex => "00000000-0000-7000-8000-00000000c0de".to_owned(),
-            FakeCli::Claude => flag("--resume")
-                .or_else(|| flag("--session-id"))
-                .unwrap_or_else(|| "00000000-0000-4000-8000-0000000c1a0d".to_owned()),
+            FakeCli::Codex => super::CODEX_THREAD_ID.to_owned(),
+            FakeCli::Claude => {
+                flag("--resume").or_else(|| flag("--session-id")).unwrap_or_else(|| super::CLAUDE_SESSION_ID.to_owned())
+            }
             FakeCli::Pi => "00000000-0000-7000-8000-0000000000b1".to_owned(),
         };
         let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
@@ -740,6 +740,15 @@ impl Engine {
             FakeStep::PauseReading { ms } => self.stdin.pause(Duration::from_millis(*ms)),
             FakeStep::OnStdinEof { action, code } => self.state().eof = (*action, *code),
             FakeStep::Interrupts { mode } => self.state().interrupts = *mode,
+            FakeStep::StreamFile { path, ends_turn, lines_per_second } => {
+                if let Err(error) = self.out.file(path.clone(), *lines_per_second).await {
+                    write_stderr(format!("cannot stream {}: {error}\n", path.display()).into_bytes()).await;
+                    self.exit(1).await;
+                }
+                if *ends_turn {
+                    self.end_turn();
+                }
+            }
         }
         Flow::Continue
     }

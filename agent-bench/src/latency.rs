@@ -1,0 +1,100 @@
+//! Latency from a line written by the CLI to its consumer: `fake-codex` writes a stamped stream
+//! at a fixed rate (`stream_file` with `lines_per_second`), and each delta's text starts with the
+//! time its line was written. `latency-plain` reads the fake's stdout by hand (`read_line` and a
+//! typed parse); `latency-harness` is a subscriber of a `Harness` session (memory store).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use agent_harness::stores::memory::MemoryStore;
+use agent_harness::{EventKind, Replay, StoreChoice, TurnOptions};
+use agent_testkit::fake_cli::FakeScript;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use crate::direct::Fake;
+use crate::harness::{codex_harness, fake_options, write_script};
+use crate::readers::{AppLine, DELTA_METHOD};
+
+fn now_ns() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos()
+}
+
+/// The stamp at the start of a delta's text.
+fn stamp(text: &str) -> Result<u128, String> {
+    let digits = text.split(' ').next().unwrap_or_default();
+    digits.parse().map_err(|e| format!("delta without a stamp ({e}): {text:?}"))
+}
+
+fn script(stream: &Path, rate: u32) -> Result<FakeScript, String> {
+    let stream = std::fs::canonicalize(stream).map_err(|e| format!("{}: {e}", stream.display()))?;
+    Ok(FakeScript::new().handshake().turn_start().stream_file_paced(stream, rate))
+}
+
+/// Reads the paced stream from the fake's stdout by hand.
+pub(crate) fn plain(stream: &Path, fake: &Path, work: &Path, rate: u32) -> Result<Value, String> {
+    let script = write_script(work, "latency-plain", &script(stream, rate)?)?;
+    let mut cli = Fake::start(fake, &script, work)?;
+    cli.handshake(work)?;
+    cli.start_turn("stream")?;
+    let mut latencies = Vec::new();
+    let mut line = String::new();
+    loop {
+        cli.read_line(&mut line)?;
+        let parsed: AppLine = serde_json::from_str(line.trim_end()).map_err(|e| format!("{e}: {line:?}"))?;
+        match parsed.method.as_deref() {
+            Some(DELTA_METHOD) => {
+                let text = parsed.params.and_then(|p| p.delta).unwrap_or_default();
+                latencies.push(now_ns().saturating_sub(stamp(&text)?));
+            }
+            Some("turn/completed") => break,
+            _ => {}
+        }
+    }
+    cli.stop();
+    let _ = std::fs::remove_file(&script);
+    Ok(report("latency-plain", rate, latencies))
+}
+
+/// Reads the paced stream as a subscriber of a harness session.
+pub(crate) async fn harness(stream: &Path, fake: &Path, work: &Path, rate: u32) -> Result<Value, String> {
+    let script = write_script(work, "latency-harness", &script(stream, rate)?)?;
+    let harness = codex_harness(StoreChoice::Custom(Arc::new(MemoryStore::new())))?;
+    let session = harness
+        .start_session("codex", fake_options(fake, &script, work))
+        .await
+        .map_err(|e| format!("start_session: {e}"))?;
+    let mut events = harness.subscribe(&session, Replay::Latest).await.map_err(|e| format!("subscribe: {e}"))?;
+    let turn = harness.start_turn(&session, "stream", TurnOptions::new()).await.map_err(|e| format!("{e}"))?;
+    let mut latencies = Vec::new();
+    while let Some(item) = events.next().await {
+        let event = item.map_err(|e| format!("subscription: {e}"))?;
+        if let EventKind::MessageDelta { text, .. } = &event.kind {
+            latencies.push(now_ns().saturating_sub(stamp(text)?));
+        }
+        if event.is_terminal() && event.turn_id.as_ref() == Some(&turn.id) {
+            break;
+        }
+    }
+    harness.stop_session(&session, true).await.map_err(|e| format!("stop_session: {e}"))?;
+    harness.shutdown().await;
+    let _ = std::fs::remove_file(&script);
+    Ok(report("latency-harness", rate, latencies))
+}
+
+/// Percentiles in microseconds.
+fn report(consumer: &str, rate: u32, mut latencies: Vec<u128>) -> Value {
+    latencies.sort_unstable();
+    let at = |q: f64| -> f64 {
+        if latencies.is_empty() {
+            return f64::NAN;
+        }
+        let index = ((latencies.len() - 1) as f64 * q).round() as usize;
+        latencies[index] as f64 / 1000.0
+    };
+    json!({
+        "consumer": consumer, "lines_per_second": rate, "deltas": latencies.len(),
+        "p50_us": at(0.50), "p90_us": at(0.90), "p99_us": at(0.99), "p999_us": at(0.999), "max_us": at(1.0),
+    })
+}

@@ -1,0 +1,705 @@
+//! `cargo xtask bench`: the throughput, memory and start-up benchmarks, written to
+//! `BENCHMARKS.md`. Not part of CI.
+//!
+//! Method (as in `perf-anchors.md`): every measurement is one child process (`agent-bench`),
+//! timed from spawn to reap with a monotonic clock; CPU time and peak RSS come from the
+//! kernel's rusage of the reaped child (`wait4`), which covers its waited-for children (`cat`,
+//! `fake-codex`). Each harness row is paired with the `typed` parse of the same bytes, run just
+//! before it in the same round, and its ratio is taken pair by pair.
+
+use std::error::Error;
+use std::fmt::Write as _;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use xshell::{Shell, cmd};
+
+use crate::test::workspace_root;
+
+mod sdk;
+
+type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
+
+const USAGE: &str =
+    "usage: cargo xtask bench [--deltas N] [--rounds N] [--sessions N] [--latency-deltas N] [--out FILE]
+
+  --deltas N          deltas in the streamed turn (default 1000000)
+  --rounds N          interleaved rounds (default 5)
+  --sessions N        idle sessions (default 1000)
+  --latency-deltas N  deltas of the latency runs, written at 10,000 lines/s (default 20000)
+  --no-sdks           skip the TypeScript SDK rows (by default they are installed with npm
+                      under target/bench/node and run when Node.js and npm are on PATH)
+  --out FILE          the report (default BENCHMARKS.md at the workspace root)";
+
+/// What to run.
+struct Options {
+    deltas: u64,
+    rounds: usize,
+    sessions: usize,
+    latency_deltas: u64,
+    /// Run the TypeScript SDK rows.
+    sdks: bool,
+    out: PathBuf,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Options> {
+        let mut options = Options {
+            deltas: 1_000_000,
+            rounds: 5,
+            sessions: 1000,
+            latency_deltas: 20_000,
+            sdks: true,
+            out: workspace_root().join("BENCHMARKS.md"),
+        };
+        let mut args = args.iter();
+        while let Some(flag) = args.next() {
+            if matches!(flag.as_str(), "-h" | "--help") {
+                return Err(USAGE.into());
+            }
+            if flag == "--no-sdks" {
+                options.sdks = false;
+                continue;
+            }
+            let value = args.next().ok_or_else(|| format!("{flag} needs a value\n\n{USAGE}"))?;
+            match flag.as_str() {
+                "--deltas" => options.deltas = value.parse()?,
+                "--rounds" => options.rounds = value.parse()?,
+                "--sessions" => options.sessions = value.parse()?,
+                "--latency-deltas" => options.latency_deltas = value.parse()?,
+                "--out" => options.out = PathBuf::from(value),
+                _ => return Err(format!("unknown flag {flag}\n\n{USAGE}").into()),
+            }
+        }
+        if options.deltas == 0 || options.rounds == 0 || options.sessions == 0 || options.latency_deltas == 0 {
+            return Err("--deltas, --rounds, --sessions and --latency-deltas must be positive".into());
+        }
+        Ok(options)
+    }
+}
+
+/// One measured process.
+#[derive(Clone, Debug)]
+struct Run {
+    wall: f64,
+    cpu: f64,
+    /// `ru_maxrss`: the largest of the process and its reaped children, KiB.
+    max_rss_kib: u64,
+    /// The driver's JSON line.
+    report: Value,
+}
+
+impl Run {
+    fn field(&self, name: &str) -> f64 {
+        self.report[name].as_f64().unwrap_or(f64::NAN)
+    }
+}
+
+/// The binaries and files a run needs.
+struct Setup {
+    driver: PathBuf,
+    fake: PathBuf,
+    stream: PathBuf,
+    /// The latency stream (`gen-stream codex-app N --stamped`).
+    stamped: PathBuf,
+    work: PathBuf,
+    lines: u64,
+    bytes: u64,
+}
+
+impl Setup {
+    /// A stream consumer: `cat`, `value`, `typed` or `harness-*`.
+    fn command(&self, mode: &str) -> Command {
+        let mut command = Command::new(&self.driver);
+        command.arg(mode).arg(&self.stream);
+        if mode.starts_with("harness-") {
+            command.arg("--fake").arg(&self.fake).arg("--work").arg(&self.work);
+        }
+        command
+    }
+
+    /// A reader (`typed-claude`, ...) of another stream.
+    fn reader(&self, mode: &str, stream: &std::path::Path) -> Command {
+        let mut command = Command::new(&self.driver);
+        command.arg(mode).arg(stream);
+        command
+    }
+
+    /// `latency-plain` or `latency-harness` at `rate` lines per second.
+    fn latency_command(&self, mode: &str, rate: u32) -> Command {
+        let mut command = Command::new(&self.driver);
+        command.arg(mode).arg(&self.stamped).arg("--fake").arg(&self.fake).arg("--work").arg(&self.work);
+        command.arg("--rate").arg(rate.to_string());
+        command
+    }
+
+    /// `idle-harness` or `idle-direct`.
+    fn idle_command(&self, mode: &str, sessions: usize) -> Command {
+        let mut command = Command::new(&self.driver);
+        command.arg(mode).arg(sessions.to_string()).arg("--fake").arg(&self.fake).arg("--work").arg(&self.work);
+        command
+    }
+}
+
+/// Writes `gen-stream <args>` to `path` unless it exists.
+fn generate(gen_stream: &std::path::Path, path: &std::path::Path, args: &[&str]) -> Result<()> {
+    if path.is_file() {
+        return Ok(());
+    }
+    println!("==> generating {}", path.display());
+    let partial = path.with_extension("partial");
+    let status = Command::new(gen_stream).args(args).stdout(std::fs::File::create(&partial)?).status()?;
+    if !status.success() {
+        return Err(format!("gen-stream failed: {status}").into());
+    }
+    std::fs::rename(&partial, path)?;
+    Ok(())
+}
+
+/// Runs the benchmarks and writes the report.
+pub(crate) fn run(args: &[String]) -> Result<()> {
+    let options = Options::parse(args)?;
+    let started = Instant::now();
+    let root = workspace_root();
+    let sh = Shell::new()?;
+    sh.change_dir(&root);
+    println!("==> building agent-bench and the fake CLIs (release)");
+    cmd!(sh, "cargo build --release --locked -p agent-bench -p agent-testkit --bins").run()?;
+    let release = root.join("target/release");
+    let bench_dir = root.join("target/bench");
+    std::fs::create_dir_all(&bench_dir)?;
+    let gen_stream = release.join("gen-stream");
+    let stream = bench_dir.join(format!("codex_app-{}.jsonl", options.deltas));
+    generate(&gen_stream, &stream, &["codex-app", &options.deltas.to_string()])?;
+    let stamped = bench_dir.join(format!("codex_app_stamped-{}.jsonl", options.latency_deltas));
+    generate(&gen_stream, &stamped, &["codex-app", &options.latency_deltas.to_string(), "--stamped"])?;
+    let work = bench_dir.join("work");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work)?;
+    let sdks = if options.sdks {
+        let claude = bench_dir.join(format!("claude-{}.jsonl", options.deltas));
+        generate(&gen_stream, &claude, &["claude", &options.deltas.to_string()])?;
+        let exec = bench_dir.join(format!("codex_exec-{}.jsonl", options.deltas));
+        generate(&gen_stream, &exec, &["codex-exec", &options.deltas.to_string()])?;
+        sdk::prepare(&bench_dir, &release, &work, claude, exec, options.deltas)?.unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let bytes = std::fs::metadata(&stream)?.len();
+    let setup = Setup {
+        driver: release.join("agent-bench"),
+        fake: release.join("fake-codex"),
+        stream,
+        stamped,
+        work,
+        lines: options.deltas + 4,
+        bytes,
+    };
+
+    println!("==> warm-up (page cache, binaries)");
+    for mode in ["cat", "typed", "harness-disabled"] {
+        measure(&mut setup.command(mode), mode)?;
+    }
+
+    let mut results = Results::default();
+    for round in 1..=options.rounds {
+        println!("==> round {round}/{}", options.rounds);
+        results.cat.push(measure(&mut setup.command("cat"), "cat")?);
+        let value = measure(&mut setup.command("value"), "value")?;
+        let typed = measure(&mut setup.command("typed"), "typed")?;
+        results.value.push((value, typed));
+        for (index, mode) in HARNESS_MODES.iter().enumerate() {
+            let typed = measure(&mut setup.command("typed"), "typed")?;
+            let harness = measure(&mut setup.command(mode), mode)?;
+            check_harness_run(&harness, mode, options.deltas)?;
+            results.harness[index].push((typed, harness));
+        }
+        let idle = measure(&mut setup.idle_command("idle-harness", options.sessions), "idle-harness")?;
+        let direct = measure(&mut setup.idle_command("idle-direct", options.sessions), "idle-direct")?;
+        results.idle.push((idle, direct));
+        let plain = measure(&mut setup.latency_command("latency-plain", LATENCY_RATE), "latency-plain")?;
+        let through = measure(&mut setup.latency_command("latency-harness", LATENCY_RATE), "latency-harness")?;
+        results.latency.push((plain, through));
+        for (index, sdk) in sdks.iter().enumerate() {
+            let typed = measure(&mut setup.reader(sdk.baseline, &sdk.stream), sdk.baseline)?;
+            let run = measure(&mut sdk.command(), sdk.name)?;
+            check_sdk_run(&run, sdk.name, options.deltas)?;
+            results.sdks.resize_with(sdks.len(), Vec::new);
+            results.sdks[index].push((typed, run));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&setup.work);
+
+    let report = render(&options, &setup, &sdks, &results, started.elapsed())?;
+    std::fs::write(&options.out, report)?;
+    println!("cargo xtask bench: wrote {} in {:.0} s", options.out.display(), started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Lines per second of the latency runs.
+const LATENCY_RATE: u32 = 10_000;
+
+const HARNESS_MODES: [&str; 3] = ["harness-disabled", "harness-memory", "harness-sqlite"];
+
+#[derive(Default)]
+struct Results {
+    cat: Vec<Run>,
+    /// (value, typed) pairs.
+    value: Vec<(Run, Run)>,
+    /// Per harness mode: (typed, harness) pairs.
+    harness: [Vec<(Run, Run)>; 3],
+    /// (through the harness, by hand) pairs.
+    idle: Vec<(Run, Run)>,
+    /// (by hand, through the harness) pairs.
+    latency: Vec<(Run, Run)>,
+    /// Per SDK: (typed parse of the same bytes, SDK) pairs.
+    sdks: Vec<Vec<(Run, Run)>>,
+}
+
+/// A harness run that did not reach the terminal event, or lost deltas with a store (where a
+/// subscriber never lags), is not a measurement. Without a store a lagging subscriber loses
+/// events by design; the report shows how many arrived.
+fn check_harness_run(run: &Run, mode: &str, deltas: u64) -> Result<()> {
+    let report = &run.report;
+    let delivered = report["deltas"].as_u64().unwrap_or(0);
+    let complete = delivered == deltas || mode == "harness-disabled";
+    if !complete || report["terminal"] != "turn_completed" {
+        return Err(format!("incomplete {mode} run ({delivered} of {deltas} deltas): {report}").into());
+    }
+    Ok(())
+}
+
+/// An SDK run that did not get every delta and a successful end is not a measurement.
+fn check_sdk_run(run: &Run, name: &str, deltas: u64) -> Result<()> {
+    let report = &run.report;
+    let ended = matches!(report["result"].as_str(), Some("success" | "turn.completed"));
+    if report["deltas"].as_u64() != Some(deltas) || !ended {
+        return Err(format!("incomplete {name} run: {report}").into());
+    }
+    Ok(())
+}
+
+/// Runs `command` as a child process and measures it.
+fn measure(command: &mut Command, label: &str) -> Result<Run> {
+    let started = Instant::now();
+    let mut child = command.stdout(Stdio::piped()).stdin(Stdio::null()).spawn()?;
+    let mut stdout = String::new();
+    if let Some(mut pipe) = child.stdout.take() {
+        pipe.read_to_string(&mut stdout)?;
+    }
+    let (status, usage) = wait4(child.id())?;
+    let wall = started.elapsed().as_secs_f64();
+    if !status_success(status) {
+        return Err(format!("{label} failed (wait status {status}); its output: {stdout}").into());
+    }
+    let report: Value = serde_json::from_str(stdout.trim()).map_err(|e| format!("{label}: {e}: {stdout:?}"))?;
+    let cpu = seconds(usage.ru_utime) + seconds(usage.ru_stime);
+    let run = Run { wall, cpu, max_rss_kib: u64::try_from(usage.ru_maxrss).unwrap_or(0), report };
+    println!(
+        "    {label:<17} {:>7.2} s wall  {:>7.2} s cpu  {:>8.1} MiB peak",
+        run.wall,
+        run.cpu,
+        mib(run.max_rss_kib)
+    );
+    Ok(run)
+}
+
+/// Reaps `pid` with `wait4`, returning its wait status and the rusage of it and its reaped
+/// children.
+fn wait4(pid: u32) -> Result<(i32, libc::rusage)> {
+    let pid = libc::pid_t::try_from(pid)?;
+    let mut status = 0;
+    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `pid` is our own unreaped child (std's `Child` is never waited on after this),
+        // and both out-pointers are valid for writes for the duration of the call.
+        let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if reaped == pid {
+            return Ok((status, usage));
+        }
+        let error = std::io::Error::last_os_error();
+        if error.kind() != std::io::ErrorKind::Interrupted {
+            return Err(format!("wait4({pid}): {error}").into());
+        }
+    }
+}
+
+fn status_success(status: i32) -> bool {
+    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+}
+
+fn seconds(time: libc::timeval) -> f64 {
+    time.tv_sec as f64 + time.tv_usec as f64 / 1e6
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// Median, min and max.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Spread {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Spread {
+    fn of(values: impl IntoIterator<Item = f64>) -> Spread {
+        let mut values: Vec<f64> = values.into_iter().collect();
+        values.sort_by(f64::total_cmp);
+        if values.is_empty() {
+            return Spread { median: f64::NAN, min: f64::NAN, max: f64::NAN };
+        }
+        let mid = values.len() / 2;
+        let median = if values.len() % 2 == 1 { values[mid] } else { (values[mid - 1] + values[mid]) / 2.0 };
+        Spread { median, min: values[0], max: values[values.len() - 1] }
+    }
+
+    /// `median (min–max)` with `digits` decimals.
+    fn show(self, digits: usize) -> String {
+        format!("{:.digits$} ({:.digits$}–{:.digits$})", self.median, self.min, self.max)
+    }
+}
+
+/// `1.23 M` / `456 k` for a rate.
+fn rate(per_second: f64) -> String {
+    if per_second >= 1e6 { format!("{:.2} M", per_second / 1e6) } else { format!("{:.0} k", per_second / 1e3) }
+}
+
+/// `median (min–max)` of a rate.
+fn rates(spread: Spread) -> String {
+    format!("{} ({}–{})", rate(spread.median), rate(spread.min), rate(spread.max))
+}
+
+fn render(options: &Options, setup: &Setup, sdks: &[sdk::Sdk], results: &Results, took: Duration) -> Result<String> {
+    let sh = Shell::new()?;
+    sh.change_dir(workspace_root());
+    let commit = cmd!(sh, "git rev-parse --short=12 HEAD").read().unwrap_or_else(|_| "unknown".into());
+    let dirty = !cmd!(sh, "git status --porcelain --untracked-files=no").read().unwrap_or_default().is_empty();
+    let date = cmd!(sh, "date -u +%Y-%m-%dT%H:%MZ").read().unwrap_or_else(|_| "unknown".into());
+    let rustc = cmd!(sh, "rustc -V").read().unwrap_or_else(|_| "unknown".into());
+    let mut md = String::new();
+    let lines = setup.lines as f64;
+    let deltas = options.deltas as f64;
+    let w = &mut md;
+    writeln!(w, "# Benchmarks\n")?;
+    writeln!(
+        w,
+        "Written by `cargo xtask bench` (reproduce with that command; `--deltas N` for a quick run). Benchmarks \
+         are not part of CI: `cargo xtask test` only builds the driver (`agent-bench`).\n"
+    )?;
+    writeln!(w, "- commit: `{commit}`{}", if dirty { " (with uncommitted changes)" } else { "" })?;
+    writeln!(w, "- date: {date}")?;
+    writeln!(w, "- machine: {}", machine())?;
+    writeln!(w, "- toolchain: {rustc}, release profile")?;
+    writeln!(w, "- {} rounds; the whole run took {:.0} s", options.rounds, took.as_secs_f64())?;
+    writeln!(w, "\n## Method\n")?;
+    writeln!(
+        w,
+        "Each figure is one child process timed from spawn to reap (wall, monotonic clock); CPU \
+         (user+sys) and peak RSS come from `wait4`'s rusage, which includes the reaped children \
+         (`cat`, `fake-codex`), and peak RSS is the largest single process of the tree. Rates are \
+         lines of the stream per second of whole-process wall time, startup and teardown included. \
+         Rounds interleave every row; each harness row is paired with the `typed` parse of the same \
+         bytes run just before it, and its ratio is taken pair by pair (median, min–max of \
+         the pairs). 1 warm-up run of `cat`, `typed` and `harness-disabled` precedes the rounds.\n"
+    )?;
+    writeln!(
+        w,
+        "The stream (`target/bench/codex_app-{}.jsonl`, made by `gen-stream codex-app {}`): one Codex \
+         app-server turn — `turn/started`, `item/started`, {} `item/agentMessage/delta` notifications \
+         (threadId, turnId, itemId, a 40-character delta with occasional escapes and non-ASCII, \
+         `emittedAtMs`), `item/completed`, `turn/completed` — {} lines, {:.1} MB. The harness rows run \
+         a `Harness` with `CodexProvider` spawning the release `fake-codex` through `LocalExec`; the \
+         fake does the handshake, accepts the turn and copies the file to its stdout with `io::copy` \
+         (`stream_file`); one subscriber (subscribed to the session before the turn starts) counts \
+         `message_delta` events until the turn's terminal event; every harness run reached \
+         `turn_completed`. With a store a subscriber that falls behind catches up from the store, so \
+         it gets all {} deltas; without one it lags by design (`Lagged`), and the driver resubscribes \
+         from the session's buffer and counts what still arrives.\n",
+        options.deltas,
+        options.deltas,
+        options.deltas,
+        setup.lines,
+        setup.bytes as f64 / 1e6,
+        options.deltas
+    )?;
+
+    writeln!(w, "## Throughput (the same bytes for every row)\n")?;
+    writeln!(
+        w,
+        "| consumer | wall s, median (min–max) | lines/s, median (min–max) | ratio to `typed`, paired, median (min–max) | peak RSS MiB (median) | CPU user+sys s (median) | deltas delivered to the subscriber (min–max) |"
+    )?;
+    writeln!(w, "|---|---|---|---|---|---|---|")?;
+    let row = |w: &mut String, name: &str, runs: &[&Run], ratio: String| -> Result<()> {
+        let wall = Spread::of(runs.iter().map(|r| r.wall));
+        let per_second = Spread::of(runs.iter().map(|r| lines / r.wall));
+        let rss = Spread::of(runs.iter().map(|r| mib(r.max_rss_kib)));
+        let cpu = Spread::of(runs.iter().map(|r| r.cpu));
+        let delivered = Spread::of(runs.iter().map(|r| r.field("deltas")));
+        let delivered = if delivered.max == 0.0 {
+            "—".to_owned()
+        } else if delivered.min == delivered.max {
+            format!("{:.0}", delivered.min)
+        } else {
+            format!("{:.0}–{:.0}", delivered.min, delivered.max)
+        };
+        writeln!(
+            w,
+            "| {name} | {} | {} | {ratio} | {:.1} | {:.2} | {delivered} |",
+            wall.show(2),
+            rates(per_second),
+            rss.median,
+            cpu.median
+        )?;
+        Ok(())
+    };
+    let cats: Vec<&Run> = results.cat.iter().collect();
+    row(w, "`cat` → pipe → discard (64 KiB reads)", &cats, "—".into())?;
+    let values: Vec<&Run> = results.value.iter().map(|(v, _)| v).collect();
+    let value_ratio = Spread::of(results.value.iter().map(|(v, t)| v.wall / t.wall));
+    row(w, "`serde_json::Value` per line", &values, value_ratio.show(2))?;
+    let typed: Vec<&Run> =
+        results.value.iter().map(|(_, t)| t).chain(results.harness.iter().flatten().map(|(t, _)| t)).collect();
+    row(w, "**typed** (derive struct: method, params{threadId, turnId, itemId, delta})", &typed, "1".into())?;
+    for (mode, pairs) in HARNESS_MODES.iter().zip(&results.harness) {
+        let runs: Vec<&Run> = pairs.iter().map(|(_, h)| h).collect();
+        let ratio = Spread::of(pairs.iter().map(|(t, h)| h.wall / t.wall));
+        row(w, &format!("**{mode}**"), &runs, ratio.show(2))?;
+    }
+    writeln!(
+        w,
+        "\nThe driver's own peak RSS (`VmHWM`, without `cat`/`fake-codex`), median: {}.\n",
+        std::iter::once(("typed", &typed))
+            .map(|(name, runs)| format!(
+                "{name} {:.1} MiB",
+                Spread::of(runs.iter().map(|r| r.field("self_peak_rss_kib") / 1024.0)).median
+            ))
+            .chain(HARNESS_MODES.iter().zip(&results.harness).map(|(mode, pairs)| {
+                format!(
+                    "{mode} {:.1} MiB",
+                    Spread::of(pairs.iter().map(|(_, h)| h.field("self_peak_rss_kib") / 1024.0)).median
+                )
+            }))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )?;
+    writeln!(
+        w,
+        "In-process rate of the harness rows (from `start_session` to the terminal event, excluding process \
+         startup and teardown), median: {}.\n",
+        HARNESS_MODES
+            .iter()
+            .zip(&results.harness)
+            .map(|(mode, pairs)| format!(
+                "{mode} {} deltas/s",
+                rate(Spread::of(pairs.iter().map(|(_, h)| deltas / h.field("secs"))).median)
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )?;
+
+    writeln!(w, "## SQLite: durable events/s through the Harness\n")?;
+    let sqlite = &results.harness[2];
+    let events = Spread::of(sqlite.iter().map(|(_, h)| h.field("events") / h.wall));
+    let in_process = Spread::of(sqlite.iter().map(|(_, h)| h.field("events") / h.field("secs")));
+    let durability: Vec<String> =
+        sqlite.iter().map(|(_, h)| h.report["durability"].as_str().unwrap_or("?").to_owned()).collect();
+    writeln!(
+        w,
+        "The `harness-sqlite` row: `SqliteStore::open` defaults (WAL, `synchronous = FULL`, group commit), so \
+         every event a subscriber sees is committed first; the session reported durability `{}` at the end of \
+         every run. Events (all kinds, {} per run) per second of whole-process wall time: **{}**; in-process \
+         (start of session to terminal event): {}.\n",
+        durability.first().map_or("?", String::as_str),
+        sqlite.first().map_or(0.0, |(_, h)| h.field("events")),
+        rates(events),
+        rates(in_process)
+    )?;
+
+    writeln!(w, "## {} idle sessions\n", options.sessions)?;
+    writeln!(
+        w,
+        "`idle-harness` starts {n} Codex sessions one after another (store disabled) on a `fake-codex` whose \
+         script is only the handshake, and keeps them open; `idle-direct` spawns the same fake {n} times with \
+         `std::process::Command` and does the app-server handshake (`initialize`, `initialized`, \
+         `thread/start`, wait for `thread/started`) by hand. One session (one fake) is started before the \
+         clock starts, so the provider's one-time version check is not counted. Memory is the driver's \
+         `VmRSS` after minus before, per session (the fakes' own memory is not included).\n",
+        n = options.sessions
+    )?;
+    writeln!(w, "| | start per session ms, median (min–max) | driver RSS per session KiB, median (min–max) |")?;
+    writeln!(w, "|---|---|---|")?;
+    for (name, runs) in [
+        ("through the Harness", results.idle.iter().map(|(h, _)| h).collect::<Vec<_>>()),
+        ("by hand (spawn + handshake)", results.idle.iter().map(|(_, d)| d).collect()),
+    ] {
+        let start = Spread::of(runs.iter().map(|r| r.field("start_ms_per_session")));
+        let rss = Spread::of(runs.iter().map(|r| r.field("rss_kib_per_session")));
+        writeln!(w, "| {name} | {} | {} |", start.show(3), rss.show(1))?;
+    }
+    let overhead =
+        Spread::of(results.idle.iter().map(|(h, d)| h.field("start_ms_per_session") - d.field("start_ms_per_session")));
+    writeln!(w, "\nHarness start overhead per session above doing it by hand, paired: {} ms.\n", overhead.show(3))?;
+
+    writeln!(w, "## Latency: line written by the CLI → consumer, at {LATENCY_RATE} lines/s\n")?;
+    writeln!(
+        w,
+        "`fake-codex` writes a {}-delta turn (`gen-stream codex-app {} --stamped`) one line at a time \
+         on a fixed schedule of {LATENCY_RATE} lines/s; just before each write it puts the time \
+         (`SystemTime`, ns) at the start of the delta's text. The consumer subtracts it from the time the \
+         delta reached it. **By hand**: the driver spawns the fake, does the handshake and reads its \
+         stdout with `read_line` and the typed parse. **Harness**: a session subscriber (memory store), \
+         as in the throughput rows. Figures are medians over the rounds of each run's percentile \
+         (min–max over the rounds), in µs.\n",
+        options.latency_deltas, options.latency_deltas
+    )?;
+    writeln!(w, "| consumer | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs |")?;
+    writeln!(w, "|---|---|---|---|---|---|")?;
+    for (name, runs) in [
+        ("by hand (`read_line` + typed parse)", results.latency.iter().map(|(p, _)| p).collect::<Vec<_>>()),
+        ("**Harness subscriber**", results.latency.iter().map(|(_, h)| h).collect()),
+    ] {
+        let cell = |field: &str| Spread::of(runs.iter().map(|r| r.field(field))).show(1);
+        writeln!(
+            w,
+            "| {name} | {} | {} | {} | {} | {} |",
+            cell("p50_us"),
+            cell("p90_us"),
+            cell("p99_us"),
+            cell("p999_us"),
+            cell("max_us")
+        )?;
+    }
+    let added = |field: &str| Spread::of(results.latency.iter().map(|(p, h)| h.field(field) - p.field(field))).show(1);
+    writeln!(w, "\nAdded by the harness, paired per round: p50 {} µs, p99 {} µs.\n", added("p50_us"), added("p99_us"))?;
+
+    render_sdks(w, options, sdks, results)?;
+
+    writeln!(w, "## Not measured yet\n")?;
+    if sdks.is_empty() {
+        writeln!(w, "- The TypeScript SDKs: this run skipped them (`--no-sdks`, or no Node.js/npm).")?;
+    }
+    writeln!(w, "- The Claude stream-json stream (`gen-stream claude N` writes it) through the Claude provider.")?;
+    Ok(md)
+}
+
+/// The TypeScript SDK section.
+fn render_sdks(w: &mut String, options: &Options, sdks: &[sdk::Sdk], results: &Results) -> Result<()> {
+    if sdks.is_empty() {
+        return Ok(());
+    }
+    let node = Shell::new().and_then(|sh| cmd!(sh, "node --version").read()).unwrap_or_else(|_| "?".into());
+    writeln!(w, "## TypeScript SDKs on the same machine\n")?;
+    writeln!(
+        w,
+        "`{}` (`query()` with `includePartialMessages`, against `fake-claude`: initialize handshake, the \
+         user message, then the prepared turn) reads the Claude stream-json turn (`gen-stream claude {n}`: \
+         {n} `text_delta` stream events, 278 B per line); `{}` (`thread.runStreamed()`, which drives `codex \
+         exec --experimental-json`; `fake-codex` copies the prepared events once stdin closes) reads the \
+         `codex exec` turn (`gen-stream codex-exec {n}`: {n} `item.updated` events). Node {}, installed \
+         under `target/bench/node`. Each SDK run is paired with the typed parse of the same bytes \
+         (`typed-claude`, `typed-codex-exec`) run just before it; every run got all {n} deltas and a \
+         successful end.\n",
+        sdk::CLAUDE_SDK,
+        sdk::CODEX_SDK,
+        node.trim(),
+        n = options.deltas
+    )?;
+    writeln!(
+        w,
+        "| consumer | wall s, median (min–max) | lines/s, median (min–max) | ratio to the typed parse of the same bytes, paired | peak RSS MiB (median) | CPU user+sys s (median) |"
+    )?;
+    writeln!(w, "|---|---|---|---|---|---|")?;
+    for (sdk, pairs) in sdks.iter().zip(&results.sdks) {
+        for (name, runs) in [
+            (format!("`{}` (typed parse)", sdk.baseline), pairs.iter().map(|(t, _)| t).collect::<Vec<_>>()),
+            (format!("**{}**", sdk.name), pairs.iter().map(|(_, s)| s).collect()),
+        ] {
+            let wall = Spread::of(runs.iter().map(|r| r.wall));
+            let per_second = Spread::of(runs.iter().map(|r| sdk.lines as f64 / r.wall));
+            let rss = Spread::of(runs.iter().map(|r| mib(r.max_rss_kib)));
+            let cpu = Spread::of(runs.iter().map(|r| r.cpu));
+            let ratio = if name.starts_with('`') {
+                "1".to_owned()
+            } else {
+                Spread::of(pairs.iter().map(|(t, s)| s.wall / t.wall)).show(2)
+            };
+            writeln!(
+                w,
+                "| {name} | {} | {} | {ratio} | {:.1} | {:.2} |",
+                wall.show(2),
+                rates(per_second),
+                rss.median,
+                cpu.median
+            )?;
+        }
+    }
+    let harness = Spread::of(results.harness[1].iter().map(|(t, h)| h.wall / t.wall)).median;
+    let sdk_ratios: Vec<String> = sdks
+        .iter()
+        .zip(&results.sdks)
+        .map(|(sdk, pairs)| {
+            format!("{} {:.2}", sdk.name, Spread::of(pairs.iter().map(|(t, s)| s.wall / t.wall)).median)
+        })
+        .collect();
+    writeln!(
+        w,
+        "\nThe streams differ (the Codex provider has no `codex exec` mode and the Claude provider is not \
+         built yet), so the comparable figure is each consumer's paired ratio to a typed parse of its own \
+         bytes: harness-memory {harness:.2} against {}.\n",
+        sdk_ratios.join(", ")
+    )?;
+    Ok(())
+}
+
+/// CPU model, cores, memory and kernel, from `/proc`.
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, m)| m.trim().to_owned()))
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let memory_kib: f64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|r| r.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0.0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{model}, {cores} cores, {:.1} GiB RAM, Linux {}", memory_kib / 1024.0 / 1024.0, kernel.trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spreads_take_the_middle_value() {
+        assert_eq!(Spread::of([3.0, 1.0, 2.0]), Spread { median: 2.0, min: 1.0, max: 3.0 });
+        assert_eq!(Spread::of([4.0, 1.0, 2.0, 3.0]).median, 2.5);
+        assert!(Spread::of([]).median.is_nan());
+    }
+
+    #[test]
+    fn options_default_to_a_million_deltas_and_five_rounds() {
+        let options = Options::parse(&[]).unwrap();
+        assert_eq!((options.deltas, options.rounds, options.sessions), (1_000_000, 5, 1000));
+        let options = Options::parse(&["--deltas".into(), "1000".into(), "--rounds".into(), "5".into()]).unwrap();
+        assert_eq!((options.deltas, options.rounds), (1000, 5));
+        assert!(Options::parse(&["--deltas".into(), "0".into()]).is_err());
+        assert!(Options::parse(&["--colour".into(), "red".into()]).is_err());
+    }
+
+    #[test]
+    fn rates_use_k_and_m() {
+        assert_eq!(rate(1_234_567.0), "1.23 M");
+        assert_eq!(rate(456_700.0), "457 k");
+    }
+}
