@@ -163,6 +163,7 @@ fn generate(gen_stream: &std::path::Path, path: &std::path::Path, args: &[&str])
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let options = Options::parse(args)?;
     let started = Instant::now();
+    let load_before = load_average();
     let root = workspace_root();
     let sh = Shell::new()?;
     sh.change_dir(&root);
@@ -233,7 +234,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     }
     let _ = std::fs::remove_dir_all(&setup.work);
 
-    let report = render(&options, &setup, &sdks, &results, started.elapsed())?;
+    let load = (load_before, load_average());
+    let report = render(&options, &setup, &sdks, &results, load, started.elapsed())?;
     std::fs::write(&options.out, report)?;
     println!("cargo xtask bench: wrote {} in {:.0} s", options.out.display(), started.elapsed().as_secs_f64());
     Ok(())
@@ -376,7 +378,14 @@ fn rates(spread: Spread) -> String {
     format!("{} ({}–{})", rate(spread.median), rate(spread.min), rate(spread.max))
 }
 
-fn render(options: &Options, setup: &Setup, sdks: &[sdk::Sdk], results: &Results, took: Duration) -> Result<String> {
+fn render(
+    options: &Options,
+    setup: &Setup,
+    sdks: &[sdk::Sdk],
+    results: &Results,
+    load: (String, String),
+    took: Duration,
+) -> Result<String> {
     let sh = Shell::new()?;
     sh.change_dir(workspace_root());
     let commit = cmd!(sh, "git rev-parse --short=12 HEAD").read().unwrap_or_else(|_| "unknown".into());
@@ -398,6 +407,12 @@ fn render(options: &Options, setup: &Setup, sdks: &[sdk::Sdk], results: &Results
     writeln!(w, "- machine: {}", machine())?;
     writeln!(w, "- toolchain: {rustc}, release profile")?;
     writeln!(w, "- {} rounds; the whole run took {:.0} s", options.rounds, took.as_secs_f64())?;
+    writeln!(
+        w,
+        "- load average (1, 5, 15 min) before the run: {}, after it: {} (anything above the bench's own \
+         ~1–2 means other work shared the cores, and the spreads show it)",
+        load.0, load.1
+    )?;
     writeln!(w, "\n## Method\n")?;
     writeln!(
         w,
@@ -725,6 +740,12 @@ fn render_sdks(w: &mut String, options: &Options, sdks: &[sdk::Sdk], results: &R
         sdk_ratios.join(", ")
     )?;
     Ok(())
+}
+
+/// The 1-, 5- and 15-minute load averages (`/proc/loadavg`).
+fn load_average() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
 /// CPU model, cores, memory and kernel, from `/proc`.
