@@ -163,6 +163,7 @@ fn generate(gen_stream: &std::path::Path, path: &std::path::Path, args: &[&str])
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let options = Options::parse(args)?;
     let started = Instant::now();
+    let load_before = load_average();
     let root = workspace_root();
     let sh = Shell::new()?;
     sh.change_dir(&root);
@@ -233,7 +234,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     }
     let _ = std::fs::remove_dir_all(&setup.work);
 
-    let report = render(&options, &setup, &sdks, &results, started.elapsed())?;
+    let load = (load_before, load_average());
+    let report = render(&options, &setup, &sdks, &results, load, started.elapsed())?;
     std::fs::write(&options.out, report)?;
     println!("cargo xtask bench: wrote {} in {:.0} s", options.out.display(), started.elapsed().as_secs_f64());
     Ok(())
@@ -376,7 +378,14 @@ fn rates(spread: Spread) -> String {
     format!("{} ({}–{})", rate(spread.median), rate(spread.min), rate(spread.max))
 }
 
-fn render(options: &Options, setup: &Setup, sdks: &[sdk::Sdk], results: &Results, took: Duration) -> Result<String> {
+fn render(
+    options: &Options,
+    setup: &Setup,
+    sdks: &[sdk::Sdk],
+    results: &Results,
+    load: (String, String),
+    took: Duration,
+) -> Result<String> {
     let sh = Shell::new()?;
     sh.change_dir(workspace_root());
     let commit = cmd!(sh, "git rev-parse --short=12 HEAD").read().unwrap_or_else(|_| "unknown".into());
@@ -398,6 +407,12 @@ fn render(options: &Options, setup: &Setup, sdks: &[sdk::Sdk], results: &Results
     writeln!(w, "- machine: {}", machine())?;
     writeln!(w, "- toolchain: {rustc}, release profile")?;
     writeln!(w, "- {} rounds; the whole run took {:.0} s", options.rounds, took.as_secs_f64())?;
+    writeln!(
+        w,
+        "- load average (1, 5, 15 min) before the run: {}, after it: {} (anything above the bench's own \
+         ~1–2 means other work shared the cores, and the spreads show it)",
+        load.0, load.1
+    )?;
     writeln!(w, "\n## Method\n")?;
     writeln!(
         w,
@@ -429,6 +444,8 @@ fn render(options: &Options, setup: &Setup, sdks: &[sdk::Sdk], results: &Results
         setup.bytes as f64 / 1e6,
         options.deltas
     )?;
+
+    render_targets(w, setup, results)?;
 
     writeln!(w, "## Throughput (the same bytes for every row)\n")?;
     writeln!(
@@ -589,6 +606,73 @@ fn render(options: &Options, setup: &Setup, sdks: &[sdk::Sdk], results: &Results
     Ok(md)
 }
 
+/// The targets of DESIGN.md §11 beside this run's figures (medians).
+fn render_targets(w: &mut String, setup: &Setup, results: &Results) -> Result<()> {
+    let median = |values: Vec<f64>| Spread::of(values).median;
+    let ratio = |index: usize| median(results.harness[index].iter().map(|(t, h)| h.wall / t.wall).collect());
+    let rss = |index: usize| median(results.harness[index].iter().map(|(_, h)| mib(h.max_rss_kib)).collect());
+    let memory_rate = median(results.harness[1].iter().map(|(_, h)| h.field("deltas") / h.field("secs")).collect());
+    let sqlite_rate = median(results.harness[2].iter().map(|(_, h)| h.field("events") / h.wall).collect());
+    // The memory store's share: the memory row's peak minus the store-less row's, per raw byte.
+    let store_bytes = (rss(1) - rss(0)) * 1024.0 * 1024.0;
+    let latency = |field: &str| median(results.latency.iter().map(|(p, h)| h.field(field) - p.field(field)).collect());
+    let harness_p99 = median(results.latency.iter().map(|(_, h)| h.field("p99_us")).collect());
+    let idle_kib = median(results.idle.iter().map(|(h, _)| h.field("rss_kib_per_session")).collect());
+    let idle_ms = median(
+        results.idle.iter().map(|(h, d)| h.field("start_ms_per_session") - d.field("start_ms_per_session")).collect(),
+    );
+    let sdk_ratios: Vec<f64> =
+        results.sdks.iter().map(|pairs| median(pairs.iter().map(|(t, s)| s.wall / t.wall).collect())).collect();
+    let sdk_row = match sdk_ratios.iter().copied().reduce(f64::min) {
+        Some(fastest) => {
+            format!("{:.2}× (fastest SDK's ratio {fastest:.2} ÷ harness-memory's {:.2})", fastest / ratio(1), ratio(1))
+        }
+        None => "not run".to_owned(),
+    };
+    writeln!(w, "## Against the targets (DESIGN.md §11)\n")?;
+    writeln!(w, "Medians of this run; the sections below have the spreads and the method.\n")?;
+    writeln!(w, "| target | this run |")?;
+    writeln!(w, "|---|---|")?;
+    writeln!(
+        w,
+        "| event pipeline ≥ 1.2 M events/s on one core | harness-memory {} deltas/s in process (wall), {} per CPU-second of the whole process tree |",
+        rate(memory_rate),
+        rate(median(results.harness[1].iter().map(|(_, h)| h.field("deltas") / h.cpu).collect()))
+    )?;
+    writeln!(
+        w,
+        "| within 1.5× of the typed parse of the same bytes | harness-disabled {:.2}×, harness-memory {:.2}×, harness-sqlite {:.2}× |",
+        ratio(0),
+        ratio(1),
+        ratio(2)
+    )?;
+    writeln!(w, "| ≥ 4× the TypeScript SDKs (paired ratios to a typed parse) | {sdk_row} |")?;
+    writeln!(
+        w,
+        "| ≤ 32 MiB RSS for a 1 M-delta turn, store disabled or SQLite (plus the final text) | disabled {:.1} MiB, SQLite {:.1} MiB (the final text is {:.1} MB) |",
+        rss(0),
+        rss(2),
+        (setup.lines - 4) as f64 * 40.5 / 1e6
+    )?;
+    writeln!(
+        w,
+        "| memory store ≤ 1.3× an event's raw size | ≈ {:.1}× (memory row's peak RSS minus the store-less row's, ÷ {:.0} MB of stream) |",
+        store_bytes / setup.bytes as f64,
+        setup.bytes as f64 / 1e6
+    )?;
+    writeln!(w, "| latency added over a plain reader ≤ 10 µs p50 | {:.1} µs |", latency("p50_us"))?;
+    writeln!(
+        w,
+        "| p99 ≤ 100 µs at 10 k lines/s | {harness_p99:.1} µs (+{:.1} µs over the plain reader) |",
+        latency("p99_us")
+    )?;
+    writeln!(w, "| SQLite ≥ 150 k durable events/s through the Harness | {} events/s |", rate(sqlite_rate))?;
+    writeln!(w, "| idle session ≤ 48 KiB of harness memory | {idle_kib:.1} KiB |")?;
+    writeln!(w, "| start overhead ≤ 1 ms per session over spawn + handshake by hand | {idle_ms:.3} ms |")?;
+    writeln!(w)?;
+    Ok(())
+}
+
 /// The TypeScript SDK section.
 fn render_sdks(w: &mut String, options: &Options, sdks: &[sdk::Sdk], results: &Results) -> Result<()> {
     if sdks.is_empty() {
@@ -656,6 +740,12 @@ fn render_sdks(w: &mut String, options: &Options, sdks: &[sdk::Sdk], results: &R
         sdk_ratios.join(", ")
     )?;
     Ok(())
+}
+
+/// The 1-, 5- and 15-minute load averages (`/proc/loadavg`).
+fn load_average() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
 /// CPU model, cores, memory and kernel, from `/proc`.
