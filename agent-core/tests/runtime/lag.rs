@@ -102,3 +102,39 @@ async fn a_store_read_that_fails_during_replay_ends_the_subscription_with_an_err
     let err = f.harness.stream(&turn, Replay::Start, None).await.unwrap().collect().await.unwrap_err();
     assert!(matches!(err, StreamError::ReplayFailed { .. }), "{err:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_store_holds_the_provider_back_instead_of_buffering_without_bound() {
+    const FLOOD: u64 = 100_000;
+    // At most: the batch in flight and the next one (each under 8,192 events plus one sink
+    // batch of 512), and the sink's own 4,096 messages.
+    const AHEAD: u64 = 2 * (8192 + 512) + 4096;
+    let (f, store) = Fixture::controlled();
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "flood").await;
+    store.set(WriteMode::Slow);
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let producer = {
+        let (sink, turn, sent) = (remote.sink().clone(), turn.id.clone(), std::sync::Arc::clone(&sent));
+        tokio::spawn(async move {
+            for _ in 0..FLOOD {
+                let kind = EventKind::MessageDelta { item_id: None, text: String::new() };
+                sink.emit(Some(&turn), kind, None).await.unwrap();
+                sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        })
+    };
+    // Less than one (paused-clock) write: the flood runs until the provider has to wait.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let ahead = sent.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(ahead <= AHEAD, "{ahead} events taken while the first write was in flight");
+
+    // Nothing is lost or reordered: the store catches up and holds every event, in seq order.
+    producer.await.unwrap();
+    remote.complete(&turn.id, "flooded").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    let stored = store.inner.read_events(&session.id, &agent_core::store::EventQuery::default()).await.unwrap();
+    let deltas = stored.iter().filter(|e| matches!(e.kind, EventKind::MessageDelta { .. })).count() as u64;
+    assert_eq!(deltas, FLOOD);
+    assert!(stored.windows(2).all(|w| w[1].seq == w[0].seq + 1), "contiguous seqs");
+}

@@ -45,6 +45,10 @@ pub(super) struct StoreFailure {
     pub(super) actions: Vec<AfterCommit>,
 }
 
+/// Events that may wait for the next store write while one is in flight (see
+/// [`Journal::is_backlogged`]).
+const MAX_PENDING_EVENTS: usize = 8192;
+
 pub(super) struct Journal {
     session: SessionRef,
     /// Prefix of this session's event IDs (see [`EventId::in_sequence`]).
@@ -244,6 +248,14 @@ impl Journal {
 
     pub(super) fn is_flushing(&self) -> bool {
         self.flush.is_some()
+    }
+
+    /// True while a write is in flight and [`MAX_PENDING_EVENTS`] more wait for the next one:
+    /// the actor stops taking provider messages until the store catches up, so the bounded
+    /// sink fills, the provider's reader waits, and the CLI's pipe fills — memory stays bounded
+    /// however slow the store is, and the next batch is capped.
+    pub(super) fn is_backlogged(&self) -> bool {
+        self.flush.is_some() && self.pending.events.len() >= MAX_PENDING_EVENTS
     }
 
     /// Waits for the write in flight (guard with [`Journal::is_flushing`]).

@@ -221,7 +221,7 @@ impl Actor {
                         }
                         None => self.close(CloseReason::HarnessShutdown),
                     },
-                    n = self.sink.recv_many(&mut buf, SINK_BATCH), if self.sink_open && self.parked.is_empty() => {
+                    n = self.sink.recv_many(&mut buf, SINK_BATCH), if self.takes_provider_messages() => {
                         if n == 0 {
                             self.sink_open = false;
                             if !matches!(self.state, SessionState::Unavailable | SessionState::Closed) {
@@ -392,6 +392,12 @@ impl Actor {
         } else {
             self.parked.push_back(message);
         }
+    }
+
+    /// Whether the run loop reads the sink now: not while messages are parked, nor while the
+    /// store is a full batch behind (backpressure, see [`Journal::is_backlogged`]).
+    fn takes_provider_messages(&self) -> bool {
+        self.sink_open && self.parked.is_empty() && !self.journal.is_backlogged()
     }
 
     fn must_wait(&self, message: &ProviderMessage) -> bool {
