@@ -21,6 +21,31 @@ use crate::ids::SessionId;
 /// A shared exec backend.
 pub type DynExec = Arc<dyn Exec>;
 
+/// What [`HarnessBuilder::exec`](crate::HarnessBuilder::exec) and the per-session exec option
+/// accept: an exec backend by value, in an `Arc`, or already a [`DynExec`].
+pub trait IntoExec {
+    /// The shared backend.
+    fn into_exec(self) -> DynExec;
+}
+
+impl<E: Exec> IntoExec for E {
+    fn into_exec(self) -> DynExec {
+        Arc::new(self)
+    }
+}
+
+impl<E: Exec> IntoExec for Arc<E> {
+    fn into_exec(self) -> DynExec {
+        self
+    }
+}
+
+impl IntoExec for DynExec {
+    fn into_exec(self) -> DynExec {
+        self
+    }
+}
+
 /// The environment variable that stamps every child with the session it belongs to.
 pub const SESSION_MARKER_ENV: &str = "AGENT_HARNESS_SESSION";
 /// The environment variable that stamps every child with the PID of the harness process that

@@ -25,7 +25,7 @@ pub use capabilities::{Capabilities, Capability, Support};
 pub use config::SessionConfig;
 pub use error::{Error, ErrorKind, Result};
 pub use event::{Event, EventKind, ExpiryReason, TurnEnd, Usage};
-pub use exec::{DynExec, Exec};
+pub use exec::{DynExec, Exec, IntoExec};
 pub use harness::{AwaitError, DEFAULT_CALL_TIMEOUT, Harness, HarnessBuilder, SessionMonitor};
 pub use ids::{EventId, ProviderId, RequestId, SessionId, TurnId};
 pub use options::{

@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::exec::DynExec;
 use crate::ids::{SessionId, TurnId};
-use crate::store::DynStore;
+use crate::store::{DynStore, Store};
 
 /// Default `event_buffer_size`.
 pub const DEFAULT_EVENT_BUFFER_SIZE: usize = 1000;
@@ -288,6 +288,27 @@ impl fmt::Debug for StoreChoice {
             StoreChoice::Disabled => f.write_str("Disabled"),
             StoreChoice::Custom(store) => f.debug_tuple("Custom").field(store).finish(),
         }
+    }
+}
+
+/// A store by value: `StoreChoice::Custom` of it, so `builder.store(MemoryStore::new())` reads
+/// as what it does.
+impl<S: Store> From<S> for StoreChoice {
+    fn from(store: S) -> Self {
+        StoreChoice::Custom(Arc::new(store))
+    }
+}
+
+/// A store already shared: `StoreChoice::Custom` of it.
+impl<S: Store> From<Arc<S>> for StoreChoice {
+    fn from(store: Arc<S>) -> Self {
+        StoreChoice::Custom(store)
+    }
+}
+
+impl From<DynStore> for StoreChoice {
+    fn from(store: DynStore) -> Self {
+        StoreChoice::Custom(store)
     }
 }
 
@@ -566,13 +587,13 @@ impl SessionOptions {
         /// Sets the store failure policy.
         store_failure(v: StoreFailurePolicy) => |o| o.store_failure = v;
         /// Chooses the store.
-        store(v: StoreChoice) => |o| o.store = v;
+        store(v: impl Into<StoreChoice>) => |o| o.store = v.into();
         /// Sets the ID reuse rule.
         reuse(v: Reuse) => |o| o.reuse = v;
         /// Sets the authentication mode.
         auth(v: AuthMode) => |o| o.auth = v;
         /// Runs the provider process through this exec.
-        exec(v: DynExec) => |o| o.exec = Some(v);
+        exec(v: impl crate::exec::IntoExec) => |o| o.exec = Some(v.into_exec());
         /// Answers this session's requests with `handler` (see [`crate::handler`]).
         request_handler(v: impl Into<crate::handler::DynRequestHandler>) => |o| o.request_handler = Some(v.into());
     }

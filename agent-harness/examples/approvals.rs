@@ -3,13 +3,11 @@
 //!
 //! `cargo run -p agent-harness --example approvals --features codex,local-exec -- /path/to/project`
 
-use std::sync::Arc;
-
 use agent_harness::execs::local::LocalExec;
 use agent_harness::handler::RequestPolicy;
 use agent_harness::providers::codex::CodexProvider;
 use agent_harness::stores::memory::MemoryStore;
-use agent_harness::{ApprovalPolicy, Harness, RequestKind, SessionOptions, StoreChoice, TurnOptions};
+use agent_harness::{ApprovalPolicy, Harness, RequestKind, SessionOptions, TurnOptions};
 
 #[tokio::main]
 async fn main() -> agent_harness::Result<()> {
@@ -21,8 +19,8 @@ async fn main() -> agent_harness::Result<()> {
         .deny_kind(RequestKind::CommandApproval, "only cargo test and cargo check may run");
     let harness = Harness::builder()
         .provider(CodexProvider::new())
-        .exec(Arc::new(LocalExec::new()))
-        .store(StoreChoice::Custom(Arc::new(MemoryStore::new())))
+        .exec(LocalExec::new())
+        .store(MemoryStore::new())
         .request_handler(policy)
         .build()?;
     let options = SessionOptions::new(cwd).approval_policy(ApprovalPolicy::Untrusted);

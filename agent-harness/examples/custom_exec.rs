@@ -4,13 +4,12 @@
 //!
 //! `cargo run -p agent-harness --example custom_exec --features codex,local-exec -- /path/to/project`
 
-use std::sync::Arc;
 
 use agent_harness::exec::{Child, Command, Exec, ExecError};
 use agent_harness::execs::local::LocalExec;
 use agent_harness::providers::codex::CodexProvider;
 use agent_harness::stores::memory::MemoryStore;
-use agent_harness::{Harness, SessionOptions, StoreChoice, TurnOptions};
+use agent_harness::{Harness, SessionOptions, TurnOptions};
 use async_trait::async_trait;
 
 #[derive(Debug, Default)]
@@ -40,8 +39,8 @@ async fn main() -> agent_harness::Result<()> {
     let cwd = std::fs::canonicalize(std::env::args().nth(1).unwrap_or_else(|| ".".into())).expect("a directory");
     let harness = Harness::builder()
         .provider(CodexProvider::new())
-        .exec(Arc::new(Logged::default()))
-        .store(StoreChoice::Custom(Arc::new(MemoryStore::new())))
+        .exec(Logged::default())
+        .store(MemoryStore::new())
         .build()?;
     let session = harness.start_session("codex", SessionOptions::new(cwd)).await?;
     let turn = harness.start_turn(&session, "Say hello.", TurnOptions::new()).await?;

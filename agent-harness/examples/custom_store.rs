@@ -80,7 +80,7 @@ async fn main() -> agent_harness::Result<()> {
     let store = Arc::new(Counting::default());
     let harness = Harness::builder()
         .provider(CodexProvider::new())
-        .exec(Arc::new(LocalExec::new()))
+        .exec(LocalExec::new())
         .store(StoreChoice::Custom(store.clone()))
         .build()?;
     let session = harness.start_session("codex", SessionOptions::new(cwd)).await?;

@@ -2,12 +2,11 @@
 //!
 //! `cargo run -p agent-harness --example quickstart --features codex,local-exec -- /path/to/project`
 
-use std::sync::Arc;
 
 use agent_harness::execs::local::LocalExec;
 use agent_harness::providers::codex::CodexProvider;
 use agent_harness::stores::memory::MemoryStore;
-use agent_harness::{Harness, SessionOptions, StoreChoice, TurnOptions};
+use agent_harness::{Harness, SessionOptions, TurnOptions};
 
 #[tokio::main]
 async fn main() -> agent_harness::Result<()> {
@@ -15,8 +14,8 @@ async fn main() -> agent_harness::Result<()> {
     let cwd = std::fs::canonicalize(cwd).expect("a project directory");
     let harness = Harness::builder()
         .provider(CodexProvider::new())
-        .exec(Arc::new(LocalExec::new()))
-        .store(StoreChoice::Custom(Arc::new(MemoryStore::new())))
+        .exec(LocalExec::new())
+        .store(MemoryStore::new())
         .build()?;
     let session = harness.start_session("codex", SessionOptions::new(cwd).id("quickstart")).await?;
     let turn = harness.start_turn(&session, "Summarise this project in one paragraph.", TurnOptions::new()).await?;

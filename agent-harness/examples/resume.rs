@@ -3,12 +3,11 @@
 //!
 //! `cargo run -p agent-harness --example resume --features codex,local-exec,sqlite -- /path/to/project`
 
-use std::sync::Arc;
 
 use agent_harness::execs::local::LocalExec;
 use agent_harness::providers::codex::CodexProvider;
 use agent_harness::stores::sqlite::SqliteStore;
-use agent_harness::{Harness, Replay, SessionId, SessionOptions, StoreChoice, TurnOptions};
+use agent_harness::{Harness, Replay, SessionId, SessionOptions, TurnOptions};
 use futures::StreamExt;
 
 #[tokio::main]
@@ -17,8 +16,8 @@ async fn main() -> agent_harness::Result<()> {
     let store = SqliteStore::open(cwd.join(".agent-harness.db")).expect("a database file");
     let harness = Harness::builder()
         .provider(CodexProvider::new())
-        .exec(Arc::new(LocalExec::new()))
-        .store(StoreChoice::Custom(Arc::new(store)))
+        .exec(LocalExec::new())
+        .store(store)
         .build()?;
     let id = SessionId::new("long-running-job")?;
     // The first run starts the session; every later run resumes it.

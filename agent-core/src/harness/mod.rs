@@ -109,17 +109,19 @@ impl HarnessBuilder {
         self
     }
 
-    /// Sets the default store: [`StoreChoice::Custom`] with e.g. `agent_store_memory::MemoryStore`,
-    /// or [`StoreChoice::Disabled`] for live-only sessions. Required.
-    pub fn store(mut self, store: StoreChoice) -> Self {
-        self.store = Some(store);
+    /// Sets the default store: a store such as `agent_store_memory::MemoryStore::new()` (by value
+    /// or in an `Arc`; the same as [`StoreChoice::Custom`]), or [`StoreChoice::Disabled`] for
+    /// live-only sessions. Required.
+    pub fn store(mut self, store: impl Into<StoreChoice>) -> Self {
+        self.store = Some(store.into());
         self
     }
 
-    /// Sets the default exec (e.g. `agent_exec::LocalExec`). Without one, providers that spawn
-    /// processes fail at `start_session` with [`ExecError::Backend`].
-    pub fn exec(mut self, exec: DynExec) -> Self {
-        self.exec = Some(exec);
+    /// Sets the default exec, e.g. `agent_exec::LocalExec::new()` (by value, in an `Arc`, or as a
+    /// [`DynExec`]). Without one, providers that spawn processes fail at `start_session` with
+    /// [`ExecError::Backend`].
+    pub fn exec(mut self, exec: impl crate::exec::IntoExec) -> Self {
+        self.exec = Some(exec.into_exec());
         self
     }
 
