@@ -116,6 +116,23 @@ pub struct Event {
 }
 
 impl Event {
+    /// An event from its envelope fields, with `schema_version` [`SCHEMA_VERSION`] (the field is
+    /// public to change it): for stores and transports that keep events in a form of their own
+    /// and rebuild them on read. The runtime makes the events a session publishes.
+    #[allow(clippy::too_many_arguments)] // one per envelope field, in the envelope's order
+    pub fn from_parts(
+        id: EventId,
+        seq: u64,
+        session_id: SessionId,
+        turn_id: Option<TurnId>,
+        provider: ProviderId,
+        at: Timestamp,
+        kind: EventKind,
+        raw: Option<RawJson>,
+    ) -> Event {
+        Event { schema_version: SCHEMA_VERSION, id, seq, session_id, turn_id, provider, at, kind, raw }
+    }
+
     /// True for the four terminal kinds that end a turn.
     pub fn is_terminal(&self) -> bool {
         self.kind.is_terminal()

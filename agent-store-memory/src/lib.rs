@@ -1,13 +1,16 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
+mod log;
+
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use agent_core::store::{EventQuery, RequestQuery, Store, StoreError, WriteBatch};
 use agent_core::{Event, EventId, Request, RequestId, SessionId, SessionSnapshot, SessionState, Turn, TurnId};
 use async_trait::async_trait;
+
+use crate::log::EventLog;
 
 /// Retention bounds of a [`MemoryStore`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,26 +41,19 @@ struct Aggregate {
     turn_index: HashMap<TurnId, usize>,
     requests: Vec<Request>,
     request_index: HashMap<RequestId, usize>,
-    events: Vec<Arc<Event>>,
-    /// A 64-bit hash of each ID of `events` (which are unique within the session). A hit is
-    /// confirmed against the journal before it counts as a duplicate, so two IDs that merely share
-    /// a hash are told apart; 8 bytes per event and no reference to the event.
-    event_ids: HashSet<u64, BuildHasherDefault<PassThrough>>,
-    /// Positions in `events` of each turn's events.
-    by_turn: HashMap<TurnId, Vec<usize>>,
+    events: EventLog,
 }
 
 impl Aggregate {
     fn new(snapshot: SessionSnapshot) -> Self {
+        let events = EventLog::new(snapshot.id.clone());
         Aggregate {
             snapshot,
             turns: Vec::new(),
             turn_index: HashMap::new(),
             requests: Vec::new(),
             request_index: HashMap::new(),
-            events: Vec::new(),
-            event_ids: HashSet::default(),
-            by_turn: HashMap::new(),
+            events,
         }
     }
 
@@ -81,66 +77,56 @@ impl Aggregate {
         }
     }
 
+    /// Appends the new events of a checked write (those above the latest seq; the others are
+    /// identical retries, checked before).
     fn append(&mut self, events: &[Arc<Event>]) {
-        for event in events {
-            if self.events.last().is_some_and(|last| event.seq <= last.seq) {
-                continue; // an identical retry, checked before
-            }
-            if let Some(turn) = &event.turn_id {
-                self.by_turn.entry(turn.clone()).or_default().push(self.events.len());
-            }
-            self.events.push(Arc::clone(event));
+        let last = self.events.last_seq().unwrap_or(0);
+        for event in events.iter().filter(|e| e.seq > last) {
+            self.events.push(event);
         }
     }
 
-    /// Claims the IDs of the new events of a checked write (one hash per event); an ID already
-    /// used — by the session or earlier in the same write — claims nothing and is a conflict.
-    fn claim_ids(&mut self, session: &SessionId, events: &[Arc<Event>]) -> Result<(), StoreError> {
-        let last = self.events.last().map_or(0, |e| e.seq);
-        let new = events.iter().filter(|e| e.seq > last);
-        // Events whose hash another ID already held: they claimed nothing, so undo skips them.
-        let mut shared = Vec::new();
-        for (i, event) in new.clone().enumerate() {
-            if self.event_ids.insert(id_hash(&event.id)) {
-                continue;
+    /// Checks that the new events of a write bring IDs the session has not used — neither
+    /// stored nor earlier in the same write.
+    fn check_ids(&self, session: &SessionId, events: &[Arc<Event>]) -> Result<(), StoreError> {
+        let last = self.events.last_seq().unwrap_or(0);
+        let new = || events.iter().map(|e| &**e).filter(move |e| e.seq > last);
+        // IDs of this write not made in sequence (`<prefix>.<seq>`), with their seqs.
+        let mut custom: HashMap<&EventId, u64> = HashMap::new();
+        for event in new() {
+            if let Some(stored) = self.events.seq_of_id(&event.id) {
+                return Err(StoreError::Conflict(format!(
+                    "event ID `{}` of seq {} is already stored at seq {stored} in session `{session}`",
+                    event.id, event.seq
+                )));
             }
-            // The hash is taken: by this ID (a duplicate), or by another ID that shares it.
-            let earlier = new.clone().take(i).any(|e| e.id == event.id);
-            let stored = self.events.iter().find(|e| e.id == event.id);
-            if !earlier && stored.is_none() {
-                shared.push(i);
-                continue;
-            }
-            for (j, undo) in new.take(i).enumerate() {
-                if !shared.contains(&j) {
-                    self.event_ids.remove(&id_hash(&undo.id));
-                }
-            }
-            let reason = match stored {
-                Some(stored) => format!(
-                    "event ID `{}` of seq {} is already stored at seq {} in session `{session}`",
-                    event.id, event.seq, stored.seq
-                ),
-                None => format!("event ID `{}` appears twice in one write to session `{session}`", event.id),
+            let twice = if EventLog::prefix_of(event.id.as_str(), event.seq).is_some() {
+                // Seqs differ, so only a custom ID can repeat one made in sequence.
+                custom.contains_key(&event.id)
+            } else {
+                // A custom ID, or one made in sequence for another event of this write.
+                let made_for = event.id.as_str().rsplit_once('.').and_then(|(_, seq)| seq.parse::<u64>().ok());
+                let repeats_made =
+                    made_for.is_some_and(|seq| new().take_while(|e| e.seq <= seq).any(|e| e.id == event.id));
+                custom.insert(&event.id, event.seq).is_some() || repeats_made
             };
-            return Err(StoreError::Conflict(reason));
+            if twice {
+                return Err(StoreError::Conflict(format!(
+                    "event ID `{}` appears twice in one write to session `{session}`",
+                    event.id
+                )));
+            }
         }
         Ok(())
     }
 
     fn read(&self, query: &EventQuery) -> Vec<Arc<Event>> {
-        let after = query.after.unwrap_or(0);
+        let start = self.events.position_after(query.after.unwrap_or(0));
         let limit = query.limit.unwrap_or(usize::MAX);
+        let read = |pos| Arc::new(self.events.get(pos));
         match &query.turn {
-            None => {
-                let start = self.events.partition_point(|e| e.seq <= after);
-                self.events[start..].iter().take(limit).cloned().collect()
-            }
-            Some(turn) => {
-                let Some(positions) = self.by_turn.get(turn) else { return Vec::new() };
-                let start = positions.partition_point(|&i| self.events[i].seq <= after);
-                positions[start..].iter().take(limit).map(|&i| Arc::clone(&self.events[i])).collect()
-            }
+            None => (start..self.events.len()).take(limit).map(read).collect(),
+            Some(turn) => self.events.turn_positions(turn).filter(|&pos| pos >= start).take(limit).map(read).collect(),
         }
     }
 }
@@ -223,11 +209,11 @@ fn check_turns(
 
 /// Checks the seqs of events appended to `stored` (`None`: a session stored empty, or replaced
 /// by the same write): each is above the latest seq, or an identical retry of a stored event. An
-/// identical retry must not appear twice in one write. Event IDs are claimed afterwards
-/// ([`Aggregate::claim_ids`]), as the last check before anything changes.
+/// identical retry must not appear twice in one write. Event IDs are checked afterwards
+/// ([`Aggregate::check_ids`]), as the last check before anything changes.
 fn check_events(stored: Option<&Aggregate>, session: &SessionId, events: &[Arc<Event>]) -> Result<(), StoreError> {
-    let journal = stored.map_or(&[][..], |a| &a.events[..]);
-    let stored_last = journal.last().map_or(0, |e| e.seq);
+    let journal = stored.map(|a| &a.events);
+    let stored_last = journal.and_then(EventLog::last_seq).unwrap_or(0);
     let mut last = stored_last;
     let mut retried = None;
     for event in events {
@@ -242,12 +228,12 @@ fn check_events(stored: Option<&Aggregate>, session: &SessionId, events: &[Arc<E
             )));
         }
         retried = Some(event.seq);
-        match journal.binary_search_by_key(&event.seq, |e| e.seq) {
-            Ok(i) if *journal[i] == **event => {}
-            Ok(_) => {
+        match journal.and_then(|j| j.position(event.seq).map(|pos| j.get(pos))) {
+            Some(stored) if stored == **event => {}
+            Some(_) => {
                 return Err(StoreError::Conflict(format!("seq {} holds a different event", event.seq)));
             }
-            Err(_) => {
+            None => {
                 return Err(StoreError::Conflict(format!(
                     "seq {} is not above the latest stored seq {last}",
                     event.seq
@@ -330,7 +316,7 @@ impl Store for MemoryStore {
         let aggregate = aggregate(&mut map, session)?;
         check_turns(Some(aggregate), session, &[], &[], events)?;
         check_events(Some(aggregate), session, events)?;
-        aggregate.claim_ids(session, events)?;
+        aggregate.check_ids(session, events)?;
         aggregate.append(events);
         Ok(())
     }
@@ -340,7 +326,7 @@ impl Store for MemoryStore {
     }
 
     async fn latest_seq(&self, session: &SessionId) -> Result<Option<u64>, StoreError> {
-        Ok(self.lock().get(session).and_then(|a| a.events.last().map(|e| e.seq)))
+        Ok(self.lock().get(session).and_then(|a| a.events.last_seq()))
     }
 
     /// Applies the whole batch under one lock, after checking it: either all of it lands or
@@ -359,8 +345,8 @@ impl Store for MemoryStore {
         // The replaced or new aggregate is built aside, so a refused write leaves the map alone.
         match (&batch.snapshot, stored.is_some()) {
             (Some(snapshot), false) => {
-                let mut fresh = Aggregate::new(snapshot.clone());
-                fresh.claim_ids(session, &batch.events)?;
+                let fresh = Aggregate::new(snapshot.clone());
+                fresh.check_ids(session, &batch.events)?;
                 // A replaced session frees its own place.
                 if !map.contains_key(session) {
                     self.make_room(&mut map)?;
@@ -376,7 +362,7 @@ impl Store for MemoryStore {
             }
             (snapshot, true) => {
                 let aggregate = aggregate(&mut map, session)?;
-                aggregate.claim_ids(session, &batch.events)?;
+                aggregate.check_ids(session, &batch.events)?;
                 if let Some(snapshot) = snapshot {
                     aggregate.snapshot = snapshot.clone();
                 }
@@ -391,49 +377,5 @@ impl Store for MemoryStore {
         }
         aggregate.append(&batch.events);
         Ok(())
-    }
-}
-
-/// A 64-bit hash of an event ID: each 8-byte word folded in through MurmurHash3's finalizer, so
-/// IDs that differ in one digit (generated IDs share a long prefix) spread over the whole range.
-/// IDs are short and one is hashed per stored event; a collision only costs a journal scan (see
-/// `Aggregate::event_ids`).
-fn id_hash(id: &EventId) -> u64 {
-    fn mix(mut h: u64) -> u64 {
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        h ^ (h >> 33)
-    }
-    let bytes = id.as_str().as_bytes();
-    let mut hash = (bytes.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let mut chunks = bytes.chunks_exact(8);
-    for chunk in &mut chunks {
-        hash = mix(hash ^ u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
-    }
-    let mut tail = [0u8; 8];
-    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
-    mix(hash ^ u64::from_le_bytes(tail))
-}
-
-/// The hasher of a set whose keys are already hashes.
-#[derive(Default)]
-struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `write_u64` is used; anything else is folded in for correctness.
-        for &byte in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
-        }
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value;
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
     }
 }

@@ -29,6 +29,7 @@ pub async fn run_all(store: DynStore) {
     batch_write_replaces(&store).await;
     delete_refuses_open_sessions(&store).await;
     event_ids_are_unique_within_a_session(&store).await;
+    ids_made_in_sequence_are_unique_too(&store).await;
     requests_and_turn_events_need_their_turn(&store).await;
     requests_are_read_by_turn_and_status(&store).await;
     refused_writes_change_nothing(&store).await;
@@ -465,6 +466,39 @@ pub async fn event_ids_are_unique_within_a_session(store: &DynStore) {
     store.write(&replace).await.expect("after delete_first an old event ID is free again");
     remove_session(store, &id).await;
     remove_session(store, &other).await;
+}
+
+/// The runtime names events `<prefix>.<seq>` (one prefix per run of a session); a store that
+/// rebuilds such IDs from the seq must still refuse them when repeated.
+pub async fn ids_made_in_sequence_are_unique_too(store: &DynStore) {
+    let id = sid("conf-event-ids-in-sequence");
+    store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
+    let made = |seq: u64, prefix: &str, id_seq: u64| {
+        event_with_id(&id, seq, None, "x", &EventId::from_string(format!("{prefix}.{id_seq}")))
+    };
+    store.append_events(&id, &[made(1, "evt_run1", 1), made(2, "evt_run1", 2)]).await.unwrap();
+    let before = contents(store, &id).await;
+
+    let reused = store.append_events(&id, &[made(3, "evt_run1", 1)]).await;
+    assert!(matches!(reused, Err(StoreError::Conflict(_))), "the ID of seq 1 reused at seq 3: {reused:?}");
+    let twice = store.append_events(&id, &[made(3, "evt_run1", 3), made(4, "evt_run1", 3)]).await;
+    assert!(matches!(twice, Err(StoreError::Conflict(_))), "one write using seq 3's ID twice: {twice:?}");
+    let custom_first = store.append_events(&id, &[made(3, "evt_run1", 4), made(4, "evt_run1", 4)]).await;
+    assert!(
+        matches!(custom_first, Err(StoreError::Conflict(_))),
+        "seq 4's ID taken earlier in the write: {custom_first:?}"
+    );
+    assert_eq!(contents(store, &id).await, before, "a refused write changes nothing");
+
+    // A later run of the session uses a prefix of its own; the IDs read back as written.
+    let next_run = [made(3, "evt_run2", 3), made(4, "evt_run2", 4)];
+    store.append_events(&id, &next_run).await.unwrap();
+    let ids: Vec<String> =
+        store.read_events(&id, &EventQuery::all()).await.unwrap().iter().map(|e| e.id.to_string()).collect();
+    assert_eq!(ids, ["evt_run1.1", "evt_run1.2", "evt_run2.3", "evt_run2.4"]);
+    let reused = store.append_events(&id, &[made(5, "evt_run1", 2)]).await;
+    assert!(matches!(reused, Err(StoreError::Conflict(_))), "an earlier run's ID reused: {reused:?}");
+    remove_session(store, &id).await;
 }
 
 /// A request, or an event with a `turn_id`, must name a turn the session has a record of
