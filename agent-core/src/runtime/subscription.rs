@@ -133,10 +133,13 @@ impl SubscriptionError {
     }
 }
 
+/// What live subscribers receive in one send: events in seq order, published together.
+pub(crate) type LiveBatch = Arc<[Arc<Event>]>;
+
 /// What the session actor hands a new subscription.
 pub(crate) struct Grant {
     /// Live events with seq greater than `live_from`; `None` for a finished turn.
-    pub(crate) rx: Option<broadcast::Receiver<Arc<Event>>>,
+    pub(crate) rx: Option<broadcast::Receiver<LiveBatch>>,
     /// The last published seq when the grant was made: replay covers everything up to it.
     pub(crate) live_from: u64,
     /// Replay from the store for `(after, upto]`, if the buffer does not cover it.
@@ -186,7 +189,9 @@ struct State {
     fallback: Vec<Arc<Event>>,
     /// Everything up to this seq is covered by the grant's replay.
     live_from: u64,
-    rx: Option<broadcast::Receiver<Arc<Event>>>,
+    rx: Option<broadcast::Receiver<LiveBatch>>,
+    /// The live batch being delivered, and the position of its next event.
+    live: Option<(LiveBatch, usize)>,
     store: Option<DynStore>,
     last_seen: u64,
     /// The error to end with once the replay queue is delivered.
@@ -240,35 +245,46 @@ impl State {
                 self.done = true;
                 return None;
             };
-            match rx.recv().await {
-                Ok(event) => {
-                    if event.seq <= self.last_seen {
+            let event = match self.live.take() {
+                Some((batch, next)) => {
+                    let event = Arc::clone(&batch[next]);
+                    if next + 1 < batch.len() {
+                        self.live = Some((batch, next + 1));
+                    }
+                    event
+                }
+                None => match rx.recv().await {
+                    Ok(batch) => {
+                        self.live = Some((batch, 0));
                         continue;
                     }
-                    if event.seq > self.last_seen + 1 {
-                        // Events were missed after a lag: fill the gap from the store first.
-                        match self.store.clone() {
-                            Some(store) => {
-                                let upto = event.seq - 1;
-                                self.reading = Some(StoreRead { store, upto, gap: Some(event) });
-                                continue;
-                            }
-                            None => return self.lagged(),
-                        }
+                    // The channel moved past this subscriber. With a store, the next live event
+                    // reveals the gap, which is read back; without one the missed events are gone.
+                    Err(broadcast::error::RecvError::Lagged(_)) if self.store.is_some() => continue,
+                    Err(broadcast::error::RecvError::Lagged(_)) => return self.lagged(),
+                    Err(broadcast::error::RecvError::Closed) => {
+                        self.done = true;
+                        return None;
                     }
-                    self.last_seen = event.seq;
-                    if self.matches(&event) {
-                        return self.deliver(event);
+                },
+            };
+            if event.seq <= self.last_seen {
+                continue;
+            }
+            if event.seq > self.last_seen + 1 {
+                // Events were missed after a lag: fill the gap from the store first.
+                match self.store.clone() {
+                    Some(store) => {
+                        let upto = event.seq - 1;
+                        self.reading = Some(StoreRead { store, upto, gap: Some(event) });
+                        continue;
                     }
+                    None => return self.lagged(),
                 }
-                // The channel moved past this subscriber. With a store, the next live event
-                // reveals the gap, which is read back; without one the missed events are gone.
-                Err(broadcast::error::RecvError::Lagged(_)) if self.store.is_some() => {}
-                Err(broadcast::error::RecvError::Lagged(_)) => return self.lagged(),
-                Err(broadcast::error::RecvError::Closed) => {
-                    self.done = true;
-                    return None;
-                }
+            }
+            self.last_seen = event.seq;
+            if self.matches(&event) {
+                return self.deliver(event);
             }
         }
     }
@@ -382,6 +398,7 @@ impl Subscription {
             fallback: Vec::new(),
             live_from: grant.live_from,
             rx: grant.rx,
+            live: None,
             store: grant.store,
             last_seen: after.unwrap_or(grant.live_from),
             failed: None,

@@ -139,6 +139,7 @@ impl Actor {
         self.snapshot.durability = self.journal.durability().clone();
         self.record_snapshot();
         for _ in 0..3 {
+            self.journal.send_live();
             if self.journal.is_flushing() {
                 let flushed = self.journal.flushed().await;
                 self.on_flushed(flushed);
@@ -151,6 +152,7 @@ impl Actor {
             }
         }
         self.settle_deliveries();
+        self.journal.send_live();
         let finalize = self.options.startup_finalization_timeout;
         self.journal.offer_final_snapshot(&self.snapshot, finalize).await;
         if tokio::time::timeout(finalize, self.calls.provider().close()).await.is_err() {

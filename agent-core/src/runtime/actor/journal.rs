@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::event::{Event, EventKind, RawJson, SCHEMA_VERSION};
 use crate::ids::{EventId, TurnId};
 use crate::request::Request;
-use crate::runtime::subscription::Grant;
+use crate::runtime::subscription::{Grant, LiveBatch};
 use crate::runtime::write_batch;
 use crate::session::{Durability, ExitReason, SessionRef, SessionSnapshot};
 use crate::store::{DynStore, StoreError, WriteBatch};
@@ -44,6 +44,11 @@ pub(super) struct StoreFailure {
     /// Every action that waited for a commit that will not come.
     pub(super) actions: Vec<AfterCommit>,
 }
+
+/// At most this many events go to live subscribers in one send. The live channel holds
+/// `event_buffer_size` sends, so a subscriber never lags sooner than with one event per send, and
+/// one that stops reading pins at most this many times the buffer.
+const LIVE_BATCH: usize = 16;
 
 /// Events that may wait for the next store write while one is in flight (see
 /// [`Journal::is_backlogged`]).
@@ -75,10 +80,19 @@ pub(super) struct Journal {
     last_evicted: Option<(TurnId, u64)>,
     /// Live delivery to subscribers; created by the first subscription and dropped when the last
     /// one is gone, so an unwatched session holds no channel and spends nothing per event on it.
-    live: Option<broadcast::Sender<Arc<Event>>>,
+    live: Option<broadcast::Sender<LiveBatch>>,
+    /// Events published since the last live send: sent together (see [`Journal::send_live`]).
+    live_pending: Vec<Arc<Event>>,
     /// Terminal events published since the actor last asked (they wake waiters).
     terminals: Vec<Arc<Event>>,
     span: Span,
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        // Subscribers get every published event before the channel closes.
+        self.send_live();
+    }
 }
 
 impl Journal {
@@ -107,6 +121,7 @@ impl Journal {
             ring_capacity,
             last_evicted: None,
             live: None,
+            live_pending: Vec::new(),
             terminals: Vec::new(),
             span,
         }
@@ -180,8 +195,26 @@ impl Journal {
         if event.is_terminal() {
             self.terminals.push(Arc::clone(&event));
         }
+        if self.live.is_some() {
+            self.live_pending.push(event);
+            if self.live_pending.len() == LIVE_BATCH {
+                self.send_live();
+            }
+        }
+    }
+
+    /// Sends the events published since the last send to live subscribers, as one batch: a
+    /// subscriber waiting for events is woken once per batch, not once per event. The actor
+    /// calls it before it waits for anything, so nothing published stays unsent.
+    pub(super) fn send_live(&mut self) {
+        if self.live_pending.is_empty() {
+            return;
+        }
+        // One allocation per batch; the pending vector is reused.
+        let batch: LiveBatch = Arc::from(&self.live_pending[..]);
+        self.live_pending.clear();
         if let Some(live) = &self.live
-            && live.send(event).is_err()
+            && live.send(batch).is_err()
         {
             // Every subscription is gone.
             self.live = None;
@@ -380,6 +413,8 @@ impl Journal {
         // Sized like the replay buffer: a subscriber that falls further behind catches up from
         // the store, or without one gets `Lagged`.
         let capacity = self.ring_capacity;
+        // Published but not yet sent events are in the replay above; the subscription skips them
+        // when they arrive live.
         let rx = self.live.get_or_insert_with(|| broadcast::channel(capacity).0).subscribe();
         let store = self.store.clone();
         Ok(Grant { rx: Some(rx), live_from: self.published_seq, store_replay, buffered, store, exit })

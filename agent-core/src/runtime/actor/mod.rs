@@ -205,6 +205,7 @@ impl Actor {
                 for action in self.journal.start_flush() {
                     self.run_after_commit(action, None);
                 }
+                self.journal.send_live();
                 tokio::select! {
                     biased;
                     flushed = self.journal.flushed(), if self.journal.is_flushing() => self.on_flushed(flushed),
