@@ -28,11 +28,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use agent_core::event::RawJson;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::{AbortHandle, JoinHandle};
 
-/// Capacity of the buffer between the reader and the pipe.
+/// Capacity of the buffer between the reader and the pipe once the stream is busy.
 const READ_BUFFER: usize = 64 * 1024;
+/// Capacity of the buffer until a read fills it: an idle session's pipes (most sessions, most
+/// of the time) hold a page each instead of 64 KiB.
+const FIRST_READ_BUFFER: usize = 4 * 1024;
 
 /// One line of output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,10 +51,11 @@ pub enum Line<'a> {
 ///
 /// Memory stays bounded by the read buffer plus `max`, whatever the stream holds. A line that
 /// fits in the read buffer is handed out from it without copying; a line spread over several
-/// reads is gathered in one buffer that is reused for every line.
+/// reads is gathered in one buffer that is reused for every line. The read buffer starts at
+/// 4 KiB and grows to 64 KiB the first time a read fills it.
 #[derive(Debug)]
 pub struct LineReader<R> {
-    inner: BufReader<R>,
+    inner: ReadBuffer<R>,
     max: usize,
     /// A line spread over several reads, gathered; reused.
     line: Vec<u8>,
@@ -62,7 +66,7 @@ pub struct LineReader<R> {
 impl<R: AsyncRead + Unpin> LineReader<R> {
     /// Reads lines from `inner`, each at most `max` bytes (without its line end).
     pub fn new(inner: R, max: usize) -> Self {
-        LineReader { inner: BufReader::with_capacity(READ_BUFFER, inner), max, line: Vec::new(), consume: 0 }
+        LineReader { inner: ReadBuffer::new(inner), max, line: Vec::new(), consume: 0 }
     }
 
     /// The longest line handed out.
@@ -123,6 +127,44 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 }
             });
         }
+    }
+}
+
+/// A read buffer in front of `inner` that grows from [`FIRST_READ_BUFFER`] to [`READ_BUFFER`]
+/// once a read fills it.
+#[derive(Debug)]
+struct ReadBuffer<R> {
+    inner: R,
+    buf: Vec<u8>,
+    /// Unconsumed bytes are `buf[pos..filled]`.
+    pos: usize,
+    filled: usize,
+}
+
+impl<R: AsyncRead + Unpin> ReadBuffer<R> {
+    fn new(inner: R) -> Self {
+        ReadBuffer { inner, buf: vec![0; FIRST_READ_BUFFER], pos: 0, filled: 0 }
+    }
+
+    /// The unconsumed bytes, reading more when there are none (empty at the end of the stream).
+    async fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        if self.pos == self.filled {
+            if self.filled == self.buf.len() && self.buf.len() < READ_BUFFER {
+                // The last read filled the buffer: the stream is busy.
+                self.buf.resize(READ_BUFFER, 0);
+            }
+            self.pos = 0;
+            self.filled = self.inner.read(&mut self.buf).await?;
+        }
+        Ok(&self.buf[self.pos..self.filled])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.filled);
+    }
+
+    fn buffer(&self) -> &[u8] {
+        &self.buf[self.pos..self.filled]
     }
 }
 
@@ -452,6 +494,28 @@ mod tests {
         assert!(reader.line.capacity() <= 2 * 64 * 1024 + 2, "{}", reader.line.capacity());
         assert_eq!(reader.next_line().await.expect("reads"), Some(Line::Text(b"ok")));
         assert_eq!(reader.next_line().await.expect("reads"), None);
+    }
+
+    /// A quiet stream keeps the small buffer; the first read that fills it grows it, and the
+    /// lines around the growth come out whole.
+    #[tokio::test]
+    async fn the_read_buffer_grows_only_for_a_busy_stream() {
+        let (mut writer, reader) = tokio::io::duplex(1 << 20);
+        let mut lines = LineReader::new(reader, 1024);
+        writer.write_all(b"{\"ready\":true}\n").await.expect("writes");
+        assert_eq!(lines.next_line().await.expect("reads"), Some(Line::Text(b"{\"ready\":true}")));
+        assert_eq!(lines.inner.buf.len(), FIRST_READ_BUFFER, "one small line keeps the small buffer");
+
+        let burst: Vec<u8> = (0..2000).flat_map(|i| format!("{{\"n\":{i}}}\n").into_bytes()).collect();
+        writer.write_all(&burst).await.expect("writes");
+        drop(writer);
+        let mut n = 0;
+        while let Some(line) = lines.next_line().await.expect("reads") {
+            assert_eq!(line, Line::Text(format!("{{\"n\":{n}}}").as_bytes()));
+            n += 1;
+        }
+        assert_eq!(n, 2000);
+        assert_eq!(lines.inner.buf.len(), READ_BUFFER, "a full read grew the buffer");
     }
 
     #[track_caller]
