@@ -106,9 +106,9 @@ async fn a_store_read_that_fails_during_replay_ends_the_subscription_with_an_err
 #[tokio::test(start_paused = true)]
 async fn a_slow_store_holds_the_provider_back_instead_of_buffering_without_bound() {
     const FLOOD: u64 = 100_000;
-    // At most: the batch in flight and the next one (each under 8,192 events plus one sink
+    // At most: the batch in flight and the next one (each under 2,048 events plus one sink
     // batch of 512), and the sink's own 4,096 messages.
-    const AHEAD: u64 = 2 * (8192 + 512) + 4096;
+    const AHEAD: u64 = 2 * (2048 + 512) + 4096;
     let (f, store) = Fixture::controlled();
     let (session, remote) = f.session(opts()).await;
     let turn = f.admitted_turn(&session, "flood").await;

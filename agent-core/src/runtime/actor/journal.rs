@@ -52,7 +52,7 @@ const LIVE_BATCH: usize = 16;
 
 /// Events that may wait for the next store write while one is in flight (see
 /// [`Journal::is_backlogged`]).
-const MAX_PENDING_EVENTS: usize = 8192;
+const MAX_PENDING_EVENTS: usize = 2048;
 
 pub(super) struct Journal {
     session: SessionRef,
