@@ -1,0 +1,226 @@
+//! One open pi session: the [`ProviderSession`] the runtime drives.
+
+use std::time::Duration;
+
+use agent_core::provider::{Admission, ProviderSession, TurnStart};
+use agent_core::{Answer, Error, ProviderId, Request, Response, Result, TurnId, TurnInput};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use crate::connection::{CallError, Connection};
+use crate::extension::ExtensionDir;
+use crate::normalize::Dialog;
+
+/// An adapter deadline: shorter than the runtime's, so the adapter reports first.
+pub(crate) fn adapter_deadline(runtime: Duration) -> Duration {
+    runtime.saturating_sub(runtime / 10)
+}
+
+/// An open `pi --mode rpc` process.
+#[derive(Debug)]
+pub(crate) struct PiSession {
+    pub(crate) provider: ProviderId,
+    pub(crate) conn: Connection,
+    /// Deadline of `prompt` answers.
+    pub(crate) turn_timeout: Duration,
+    /// Deadline of `abort` and `steer` answers.
+    pub(crate) command_timeout: Duration,
+    /// The approval extension; removed when the session goes.
+    pub(crate) _extension: ExtensionDir,
+}
+
+impl PiSession {
+    fn rejected(&self, reason: impl Into<String>) -> Error {
+        Error::ProviderRejected { provider: self.provider.clone(), reason: reason.into() }
+    }
+
+    fn uncertain(&self, operation: &'static str, timeout: Duration, error: CallError) -> Error {
+        match error {
+            CallError::Timeout => Error::Timeout { operation, timeout },
+            other => Error::Transport { provider: self.provider.clone(), reason: format!("{operation}: {other}") },
+        }
+    }
+
+    /// Input text; pi's RPC `prompt` takes a message string.
+    fn text(&self, input: &TurnInput) -> Result<String> {
+        if input.is_empty() {
+            return Err(Error::InvalidOption { option: "input", reason: "the turn input is empty".into() });
+        }
+        Ok(input.text())
+    }
+}
+
+/// The `extension_ui_response` for `response` to `dialog`, and whether the turn is to be
+/// aborted afterwards (a cancelled request).
+pub(crate) fn encode(dialog: &Dialog, response: &Response) -> Result<(Value, bool)> {
+    let mut line = json!({"type": "extension_ui_response", "id": dialog.id});
+    let cancel = matches!(response, Response::Cancel { .. });
+    match (dialog.method.as_str(), response) {
+        ("confirm", Response::Approve { .. }) => line["confirmed"] = json!(true),
+        ("confirm", Response::Deny { .. } | Response::Cancel { .. }) => line["confirmed"] = json!(false),
+        (_, Response::Deny { .. } | Response::Cancel { .. }) => line["cancelled"] = json!(true),
+        ("select" | "input" | "editor", Response::Answer { answer }) => {
+            let value = match answer {
+                Answer::Text(text) => Some(text.clone()),
+                Answer::Many(values) => values.first().cloned(),
+                Answer::ByQuestion(map) => map.values().next().and_then(|v| v.first().cloned()),
+                _ => None,
+            };
+            let Some(value) = value else {
+                return Err(Error::InvalidResponse("pi dialogs are answered with text".into()));
+            };
+            line["value"] = json!(value);
+        }
+        (method, other) => {
+            return Err(Error::InvalidResponse(format!(
+                "a pi `{method}` dialog cannot take a `{}` response",
+                other.action_name()
+            )));
+        }
+    }
+    Ok((line, cancel))
+}
+
+trait ActionName {
+    fn action_name(&self) -> &'static str;
+}
+
+impl ActionName for Response {
+    fn action_name(&self) -> &'static str {
+        match self {
+            Response::Answer { .. } => "answer",
+            Response::Approve { .. } => "approve",
+            Response::Deny { .. } => "deny",
+            Response::Cancel { .. } => "cancel",
+            _ => "choose",
+        }
+    }
+}
+
+#[async_trait]
+impl ProviderSession for PiSession {
+    async fn start_turn(&self, turn: TurnStart) -> Result<Admission> {
+        let message = self.text(turn.input())?;
+        let id = turn.id().clone();
+        if let Err(running) = self.conn.state().begin_turn(id.clone()) {
+            return Err(self.rejected(format!("turn `{running}` is still running in pi")));
+        }
+        match self.conn.call(json!({"type": "prompt", "message": message}), self.turn_timeout).await {
+            Ok(data) => {
+                let disposition = data.as_ref().and_then(|d| d["disposition"].as_str());
+                let actions = self.conn.state().admitted(&id, disposition);
+                self.conn.run(actions).await;
+                Ok(Admission::default())
+            }
+            Err(CallError::Refused { message, .. }) => {
+                self.conn.state().abort_turn(&id);
+                Err(self.rejected(format!("pi refused the prompt: {message}")))
+            }
+            Err(CallError::Closed) => {
+                let (status, tail) = self.conn.exit_report().await;
+                let status = status.map_or_else(|| "exit status unknown".to_owned(), |s| s.to_string());
+                let tail = tail.map(|t| format!("; stderr:\n{t}")).unwrap_or_default();
+                Err(Error::Transport {
+                    provider: self.provider.clone(),
+                    reason: format!("pi exited during prompt ({status}){tail}"),
+                })
+            }
+            Err(other) => Err(self.uncertain("prompt", self.turn_timeout, other)),
+        }
+    }
+
+    async fn respond(&self, request: &Request, response: &Response) -> Result<()> {
+        let Some(dialog) = self.conn.state().take_dialog(&request.provider_ref.0) else {
+            return Err(Error::RequestExpired { request_id: request.id.clone() });
+        };
+        let (line, cancel) = match encode(&dialog, response) {
+            Ok(encoded) => encoded,
+            Err(error) => {
+                self.conn.state().restore_dialog(dialog);
+                return Err(error);
+            }
+        };
+        if line.get("confirmed") == Some(&json!(false))
+            && let Some(call) = &dialog.tool_call
+        {
+            self.conn.state().denied(call);
+        }
+        if let Err(error) = self.conn.send(&line).await {
+            return Err(Error::Transport { provider: self.provider.clone(), reason: format!("answering pi: {error}") });
+        }
+        if cancel && self.conn.state().aborting(&dialog.turn) {
+            // The answer is delivered; the abort's outcome is the turn's terminal event.
+            if let Err(error) = self.conn.send(&json!({"type": "abort"})).await {
+                tracing::warn!(%error, "abort after a cancelled request failed");
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `abort` and waits for pi to end the turn, within the command deadline.
+    async fn cancel(&self, turn: &TurnId) -> Result<()> {
+        if !self.conn.state().aborting(turn) {
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + self.command_timeout;
+        match self.conn.call(json!({"type": "abort"}), self.command_timeout).await {
+            Ok(_) => {}
+            Err(CallError::Refused { .. }) if !self.conn.state().is_running(turn) => return Ok(()),
+            Err(CallError::Refused { message, .. }) => {
+                return Err(self.rejected(format!("pi refused abort: {message}")));
+            }
+            Err(other) => return Err(self.uncertain("abort", self.command_timeout, other)),
+        }
+        match tokio::time::timeout_at(deadline, self.conn.turn_ended(turn)).await {
+            Ok(()) => Ok(()),
+            Err(_) => Err(Error::Timeout {
+                operation: "the turn's end after an acknowledged abort",
+                timeout: self.command_timeout,
+            }),
+        }
+    }
+
+    async fn steer(&self, turn: &TurnId, input: &TurnInput) -> Result<()> {
+        if !self.conn.state().is_running(turn) {
+            return Err(Error::TurnNotActive { turn_id: turn.clone() });
+        }
+        let message = self.text(input)?;
+        match self.conn.call(json!({"type": "steer", "message": message}), self.command_timeout).await {
+            Ok(_) => Ok(()),
+            Err(CallError::Refused { message, .. }) => Err(self.rejected(format!("pi refused steer: {message}"))),
+            Err(other) => Err(self.uncertain("steer", self.command_timeout, other)),
+        }
+    }
+
+    async fn close(&self) {
+        self.conn.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dialog(method: &str) -> Dialog {
+        Dialog { id: "d1".into(), method: method.into(), turn: TurnId::generate(), tool_call: None }
+    }
+
+    #[test]
+    fn answers_take_the_shape_of_the_dialog() {
+        let (line, cancel) = encode(&dialog("confirm"), &Response::approve()).unwrap();
+        assert_eq!(line, json!({"type": "extension_ui_response", "id": "d1", "confirmed": true}));
+        assert!(!cancel);
+        let (line, _) = encode(&dialog("confirm"), &Response::deny("no")).unwrap();
+        assert_eq!(line["confirmed"], false);
+        let (line, cancel) = encode(&dialog("confirm"), &Response::cancel("stop")).unwrap();
+        assert_eq!(line["confirmed"], false);
+        assert!(cancel);
+        let (line, _) = encode(&dialog("select"), &Response::answer("blue")).unwrap();
+        assert_eq!(line, json!({"type": "extension_ui_response", "id": "d1", "value": "blue"}));
+        let (line, _) = encode(&dialog("input"), &Response::answers([("answer", "typed")])).unwrap();
+        assert_eq!(line["value"], "typed");
+        let (line, _) = encode(&dialog("select"), &Response::deny("skip")).unwrap();
+        assert_eq!(line["cancelled"], true);
+        assert!(encode(&dialog("confirm"), &Response::answer("yes")).is_err());
+    }
+}

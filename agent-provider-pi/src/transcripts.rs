@@ -1,0 +1,1 @@
+//! Parser tests over the captured pi transcripts (see below).
