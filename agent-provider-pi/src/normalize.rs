@@ -160,8 +160,8 @@ struct Running {
     messages: u32,
     /// `abort` was sent.
     aborting: bool,
-    /// Tool calls started and not ended: ID → tool name.
-    tools: Vec<(String, String)>,
+    /// Tool calls started and not ended: ID, tool name, arguments.
+    tools: Vec<(String, String, Option<Value>)>,
     /// Tool calls whose approval was denied.
     denied: Vec<String>,
 }
@@ -411,7 +411,7 @@ impl Normalizer {
     fn on_tool_start(&mut self, frame: Frame<'_>, actions: &mut Vec<Action>) {
         let (Some(id), Some(name)) = (frame.tool_call_id, frame.tool_name) else { return };
         if let Some(running) = self.turn.as_mut() {
-            running.tools.push((id.clone(), name.clone()));
+            running.tools.push((id.clone(), name.clone(), frame.args.clone()));
         }
         let kind = EventKind::ToolStarted { item_id: id, tool: tool_kind(&name), name, input: frame.args };
         actions.push(self.emit(kind));
@@ -420,12 +420,13 @@ impl Normalizer {
     fn on_tool_end(&mut self, frame: Frame<'_>, actions: &mut Vec<Action>) {
         let Some(id) = frame.tool_call_id else { return };
         let name = frame.tool_name.unwrap_or_default();
-        let (denied, aborting) = match self.turn.as_mut() {
+        let (denied, aborting, args) = match self.turn.as_mut() {
             Some(running) => {
-                running.tools.retain(|(t, _)| *t != id);
-                (running.denied.contains(&id), running.aborting)
+                let position = running.tools.iter().position(|(t, _, _)| *t == id);
+                let args = position.and_then(|i| running.tools.remove(i).2);
+                (running.denied.contains(&id), running.aborting, args)
             }
-            None => (false, false),
+            None => (false, false, None),
         };
         let result = frame.result.unwrap_or(Value::Null);
         let output = text_of(&result["content"]);
@@ -439,7 +440,7 @@ impl Normalizer {
         };
         let exit_code = result["structuredContent"]["exit_code"].as_i64().and_then(|c| i32::try_from(c).ok());
         if status == ToolStatus::Completed && matches!(name.as_str(), "edit" | "write") {
-            let path = frame.args.as_ref().and_then(|a| a["path"].as_str()).map(str::to_owned);
+            let path = args.as_ref().and_then(|a| a["path"].as_str()).map(str::to_owned);
             if let Some(path) = path {
                 let change = if name == "write" { "add" } else { "update" };
                 let diff = result["details"]["diff"].as_str().map(str::to_owned);
@@ -481,9 +482,10 @@ impl Normalizer {
         let spec = match method.as_str() {
             "confirm" => {
                 let approval = APPROVAL_TITLES.iter().find(|(t, _)| *t == title).map(|(_, tool)| *tool);
-                let running_tool = approval.and_then(|tool| {
-                    self.turn.as_ref()?.tools.iter().rev().find(|(_, name)| name == tool).map(|(id, _)| id.clone())
-                });
+                let started =
+                    approval.and_then(|tool| self.turn.as_ref()?.tools.iter().rev().find(|(_, n, _)| n == tool));
+                let running_tool = started.map(|(id, _, _)| id.clone());
+                let input = started.and_then(|(_, _, args)| args.clone());
                 let (kind, prompt) = match approval {
                     Some("bash") => (RequestKind::CommandApproval, text.clone().unwrap_or_default()),
                     Some(tool) => {
@@ -503,6 +505,9 @@ impl Normalizer {
                 }
                 if let Some(call) = &running_tool {
                     spec = spec.meta("tool_call_id", call.clone());
+                }
+                if let Some(input) = input {
+                    spec = spec.meta("input", input);
                 }
                 (spec, running_tool)
             }

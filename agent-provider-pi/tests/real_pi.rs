@@ -109,3 +109,157 @@ async fn cancel_mid_stream_ends_the_turn_within_a_second_and_the_session_goes_on
         pi.finish().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_server_500_fails_the_turn_within_5_s_and_a_killed_pi_fails_the_next() {
+    for cli in clis() {
+        let scenario = Scenario::new().http_error(500, "fake upstream failure").stall("working");
+        let pi = Pi::start(cli, scenario).await;
+        let session = pi.session(pi.options()).await;
+        let asked = Instant::now();
+        let (_, failed) = pi.run(&session, "this will fail", |_| None).await;
+        assert!(asked.elapsed() < Duration::from_secs(5), "pi {}: {:?}", pi.version(), asked.elapsed());
+        let end = terminal(&failed);
+        assert_eq!(end.status, TurnStatus::Failed, "pi {}: {}", pi.version(), names(&failed));
+        assert!(end.result.reason.as_deref().unwrap_or_default().contains("500"), "{:?}", end.result.reason);
+
+        let turn = pi.harness.start_turn(&session, "work", Default::default()).await.expect("turn");
+        let mut stream = pi.harness.stream(&turn, agent_core::Replay::Start, Some(support::IDLE)).await.unwrap();
+        while let Some(event) = stream.next().await {
+            if matches!(event.expect("event").kind, EventKind::MessageDelta { .. }) {
+                break;
+            }
+        }
+        pi.exec.kill_running();
+        let mut end = None;
+        while let Some(event) = tokio::time::timeout(Duration::from_secs(10), stream.next()).await.expect("ended") {
+            let event = event.expect("event");
+            if event.is_terminal() {
+                end = Some(event);
+                break;
+            }
+        }
+        let end = end.expect("a terminal event");
+        let end = end.kind.terminal_end().expect("terminal");
+        assert_eq!(end.status, TurnStatus::Failed);
+        assert!(end.result.exit_status.is_some(), "the exit status is reported: {:?}", end.result);
+        assert!(pi.harness.start_turn(&session, "again?", Default::default()).await.is_err());
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_and_edit_approvals_through_a_request_handler() {
+    for cli in clis() {
+        let scenario = Scenario::new()
+            .write_file("notes.txt", "written by the model\n")
+            .edit_file("notes.txt", "written", "edited")
+            .text("done")
+            .shell("touch handled.txt && echo handled")
+            .quote_tool_result("Tool said: ");
+        let pi = Pi::start(cli, scenario).await;
+        let handler = agent_core::handler::from_fn(|request: agent_core::Request| async move {
+            request.kind.is_approval().then(Response::approve)
+        });
+        let session = pi.session(pi.options().request_handler(handler)).await;
+        let (_, events) = pi.run(&session, "write then edit", |_| None).await;
+        let asked = requests(&events);
+        let kinds: Vec<RequestKind> = asked.iter().map(|r| r.kind).collect();
+        assert_eq!(kinds, [RequestKind::FileChangeApproval; 2], "pi {}: {}", pi.version(), names(&events));
+        assert_eq!(asked[0].metadata.get("path").and_then(|p| p.as_str()), Some("notes.txt"));
+        let text = std::fs::read_to_string(pi.env.workspace().join("notes.txt")).expect("the file was written");
+        assert_eq!(text, "edited by the model\n");
+        assert_eq!(count(&events, "file_change"), 2, "{}", names(&events));
+        assert_eq!(terminal(&events).status, TurnStatus::Completed);
+
+        let (_, events) = pi.run(&session, "run a command", |_| None).await;
+        assert_eq!(requests(&events)[0].kind, RequestKind::CommandApproval);
+        assert!(pi.env.workspace().join("handled.txt").exists(), "the handler's approval ran the command");
+        assert_eq!(terminal(&events).status, TurnStatus::Completed);
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_is_answered_through_respond() {
+    for cli in clis() {
+        let scenario = Scenario::new().ask_user("Pick a color", ["red", "blue"]).quote_tool_result("You chose: ");
+        let pi = Pi::start(cli, scenario).await;
+        let session = pi.session(pi.options()).await;
+        let (_, events) =
+            pi.run(&session, "ask me", |r| (r.kind == RequestKind::Question).then(|| Response::answer("blue"))).await;
+        let asked = requests(&events);
+        assert_eq!(asked.len(), 1, "pi {}: {}", pi.version(), names(&events));
+        let question = &asked[0].questions[0];
+        assert_eq!(question.prompt, "Pick a color");
+        let offered: Vec<&str> = question.choices.iter().map(|c| c.label.as_str()).collect();
+        assert_eq!(offered, ["red", "blue"]);
+        assert_eq!(terminal(&events).status, TurnStatus::Completed);
+        let text = terminal(&events).result.text.clone().unwrap_or_default();
+        assert!(text.contains("User chose: blue"), "the answer reached the model: {text:?}");
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_session_resumes_under_its_id_with_its_history() {
+    for cli in clis() {
+        let scenario = Scenario::new().text("noted").echo("You said: ").text("forked");
+        let pi = Pi::start(cli, scenario).await;
+        let session = pi.session(pi.options()).await;
+        let (_, first) = pi.run(&session, "remember PINEAPPLE", |_| None).await;
+        assert_eq!(terminal(&first).status, TurnStatus::Completed);
+        pi.harness.stop_session(&session, false).await.expect("stop");
+
+        let resumed = pi.session(pi.options().resume_session(session.id.clone())).await;
+        assert_eq!(resumed.id, session.id, "resumed under its own ID");
+        let (_, second) = pi.run(&resumed, "what word?", |_| None).await;
+        assert_eq!(terminal(&second).result.text.as_deref(), Some("You said: what word?"));
+        let requests = pi.server.model_requests();
+        let history = requests[1].body.as_ref().expect("json")["messages"].to_string();
+        assert!(history.contains("remember PINEAPPLE") && history.contains("noted"), "pi {}: {history}", pi.version());
+
+        let forked = pi.session(pi.options().fork_session(session.id.clone())).await;
+        assert_ne!(forked.id, session.id);
+        let (_, third) = pi.run(&forked, "and now?", |_| None).await;
+        assert_eq!(terminal(&third).status, TurnStatus::Completed);
+        let history = pi.server.model_requests()[2].body.as_ref().expect("json")["messages"].to_string();
+        assert!(history.contains("PINEAPPLE"), "the fork carries the history: {history}");
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_fails_at_start_session_and_spawns_nothing() {
+    let cli = clis().remove(0);
+    let pi = Pi::start(cli, Scenario::new()).await;
+    let mcp = pi.options().mcp_server("files", agent_core::McpServer::stdio("mcp-files", ["--root", "."]));
+    match pi.harness.start_session("pi", mcp).await {
+        Err(agent_core::Error::Unsupported { capability, .. }) => {
+            assert_eq!(capability, agent_core::Capability::PerSessionMcp)
+        }
+        other => panic!("MCP servers must be refused, got {other:?}"),
+    }
+    let unknown_model = pi
+        .env
+        .session_options()
+        .provider_option(support::pi_options(&pi.cli, &pi.env).args(Vec::<String>::new()))
+        .model("fake/no-such-model");
+    let unknown_model = unknown_model.update_provider_option(|o: &mut agent_provider_pi::PiOptions| {
+        o.args.retain(|a| a != "--model" && a != "fake/fake-model")
+    });
+    match pi.harness.start_session("pi", unknown_model).await {
+        Err(agent_core::Error::InvalidOption { option, reason }) => {
+            assert_eq!(option, "model");
+            assert!(reason.contains("no-such-model"), "{reason}");
+        }
+        other => panic!("an unknown model must be refused, got {other:?}"),
+    }
+    let missing = pi.options().resume_provider_session("01a2260e-0000-7000-8000-000000000000");
+    match pi.harness.start_session("pi", missing).await {
+        Err(agent_core::Error::ResumeFailed { reason, .. }) => assert!(reason.contains("no session"), "{reason}"),
+        other => panic!("a missing session must fail the resume, got {other:?}"),
+    }
+    assert!(pi.exec.commands().is_empty(), "nothing was spawned: {:?}", pi.exec.commands().len());
+    pi.finish().await;
+}
