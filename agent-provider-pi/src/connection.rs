@@ -95,6 +95,8 @@ struct Shared {
     stderr: StderrCollector,
     /// Woken when the running turn ends or stdout closes.
     turn_ended: Notify,
+    /// What admitting a turn produced (a turn pi handled without a run ends at once).
+    admitted: Mutex<Vec<Action>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -125,6 +127,7 @@ impl Connection {
             closing: AtomicBool::new(false),
             stderr: StderrCollector::spawn(stderr, STDERR_TAIL_LINES),
             turn_ended: Notify::new(),
+            admitted: Mutex::new(Vec::new()),
         });
         let reader = tokio::spawn(read_stdout(Arc::clone(&shared), stdout, max_line));
         Ok(Connection { shared, reader: reader.abort_handle() })
@@ -172,15 +175,6 @@ impl Connection {
                 return;
             }
             notified.await;
-        }
-    }
-
-    /// Runs actions the session produced (answers that end a turn, for instance).
-    pub(crate) async fn run(&self, actions: Vec<Action>) {
-        let ends = actions.iter().any(Action::ends_turn);
-        let _ = self.shared.run(&mut { actions }).await;
-        if ends {
-            self.shared.turn_ended.notify_waiters();
         }
     }
 
@@ -287,6 +281,18 @@ impl Shared {
             }
             None => return Some(raw),
         };
+        // A turn is admitted in reader order, before the frames after its `prompt` reply (a
+        // fast `agent_settled` must find it admitted).
+        let is_prompt = lock(&self.order).iter().any(|(c, i)| c == "prompt" && *i == id);
+        if is_prompt && head.success == Some(true) {
+            let disposition = serde_json::from_str::<Reply>(text).ok().and_then(|r| r.data);
+            let disposition = disposition.as_ref().and_then(|d| d["disposition"].as_str());
+            let mut state = lock(&self.state);
+            if let Some(turn) = state.running().cloned() {
+                let actions = state.admitted(&turn, disposition);
+                lock(&self.admitted).extend(actions);
+            }
+        }
         self.pending.resolve(&ResponseId(id), raw).err()
     }
 
@@ -312,7 +318,15 @@ impl Shared {
         let is_response = text.contains("\"response\"");
         let raw = if is_response {
             match self.deliver(text) {
-                None => return Ok(()),
+                None => {
+                    let mut admitted = std::mem::take(&mut *lock(&self.admitted));
+                    let ends = admitted.iter().any(Action::ends_turn);
+                    let result = self.run(&mut admitted).await;
+                    if ends {
+                        self.turn_ended.notify_waiters();
+                    }
+                    return result;
+                }
                 Some(raw) => raw,
             }
         } else {

@@ -539,7 +539,9 @@ impl Normalizer {
         if let Some(ms) = frame.timeout {
             spec = spec.timeout(std::time::Duration::from_millis(ms));
         }
-        match self.turn.as_ref().filter(|r| r.ending == Ending::Running) {
+        // Only a turn pi accepted can ask: a dialog read before the `prompt` reply belongs to
+        // no run of ours.
+        match self.turn.as_ref().filter(|r| r.admitted && r.ending == Ending::Running) {
             Some(running) => {
                 let turn = running.id.clone();
                 self.dialogs.insert(id.clone(), Dialog { id, method, turn: turn.clone(), tool_call });

@@ -106,12 +106,8 @@ impl ProviderSession for PiSession {
             return Err(self.rejected(format!("turn `{running}` is still running in pi")));
         }
         match self.conn.call(json!({"type": "prompt", "message": message}), self.turn_timeout).await {
-            Ok(data) => {
-                let disposition = data.as_ref().and_then(|d| d["disposition"].as_str());
-                let actions = self.conn.state().admitted(&id, disposition);
-                self.conn.run(actions).await;
-                Ok(Admission::default())
-            }
+            // The reader admitted the turn when the reply came.
+            Ok(_) => Ok(Admission::default()),
             Err(CallError::Refused { message, .. }) => {
                 self.conn.state().abort_turn(&id);
                 Err(self.rejected(format!("pi refused the prompt: {message}")))
