@@ -30,7 +30,8 @@ pub const DEFAULT_MAX_LINE_BYTES: usize = 32 * 1024 * 1024;
 ///     "binary_args": ["/opt/pi/dist/cli.js"],
 ///     "args": ["--no-context-files"],
 ///     "session_dir": "/var/lib/app/pi-sessions",
-///     "max_line_bytes": 33554432
+///     "max_line_bytes": 33554432,
+///     "steer_as_follow_up": false
 /// }
 /// ```
 ///
@@ -58,6 +59,9 @@ pub struct PiOptions {
     pub session_dir: Option<PathBuf>,
     /// Longest stdout line accepted.
     pub max_line_bytes: usize,
+    /// `Harness::steer` sends pi's `follow_up` (handled once the agent would stop) instead of
+    /// `steer` (delivered after the running tool calls). Default false.
+    pub steer_as_follow_up: bool,
 }
 
 impl Default for PiOptions {
@@ -68,6 +72,7 @@ impl Default for PiOptions {
             args: Vec::new(),
             session_dir: None,
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            steer_as_follow_up: false,
         }
     }
 }
@@ -118,6 +123,12 @@ impl PiOptions {
         self
     }
 
+    /// Sends steering input as pi `follow_up` messages instead of `steer`.
+    pub fn steer_as_follow_up(mut self, yes: bool) -> Self {
+        self.steer_as_follow_up = yes;
+        self
+    }
+
     /// The program to spawn.
     pub(crate) fn program(&self) -> OsString {
         self.binary.as_ref().map_or_else(|| OsString::from(DEFAULT_PROGRAM), |p| p.clone().into_os_string())
@@ -127,13 +138,14 @@ impl PiOptions {
 impl fmt::Debug for PiOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Every field is named, so a new one cannot be printed without a decision.
-        let PiOptions { binary, binary_args, args, session_dir, max_line_bytes } = self;
+        let PiOptions { binary, binary_args, args, session_dir, max_line_bytes, steer_as_follow_up } = self;
         f.debug_struct("PiOptions")
             .field("binary", binary)
             .field("binary_args", binary_args)
             .field("args", &args.len())
             .field("session_dir", session_dir)
             .field("max_line_bytes", max_line_bytes)
+            .field("steer_as_follow_up", steer_as_follow_up)
             .finish_non_exhaustive()
     }
 }
@@ -146,6 +158,7 @@ struct PiOptionsJson {
     args: Option<Vec<String>>,
     session_dir: Option<PathBuf>,
     max_line_bytes: Option<usize>,
+    steer_as_follow_up: Option<bool>,
 }
 
 /// Merges `provider_options` JSON into the [`PiOptions`] already in `into`.
@@ -153,7 +166,7 @@ pub(crate) fn merge_json(provider: &ProviderId, options: &Value, into: &mut Prov
     if options.is_null() {
         return Ok(());
     }
-    let PiOptionsJson { binary, binary_args, args, session_dir, max_line_bytes } =
+    let PiOptionsJson { binary, binary_args, args, session_dir, max_line_bytes, steer_as_follow_up } =
         provider_options_from_json(provider, options)?;
     into.update(|pi: &mut PiOptions| {
         if binary.is_some() {
@@ -171,6 +184,50 @@ pub(crate) fn merge_json(provider: &ProviderId, options: &Value, into: &mut Prov
         if let Some(bytes) = max_line_bytes {
             pi.max_line_bytes = bytes;
         }
+        if let Some(yes) = steer_as_follow_up {
+            pi.steer_as_follow_up = yes;
+        }
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_core::{Provider, SessionConfig, SessionOptions};
+    use serde_json::json;
+
+    use super::*;
+    use crate::PiProvider;
+
+    #[test]
+    fn a_config_merges_its_pi_options_into_those_set_in_code() {
+        let provider = PiProvider::new();
+        let config = SessionConfig::from_json_value(json!({
+            "provider": "pi",
+            "provider_options": { "args": ["--no-context-files"], "steer_as_follow_up": true }
+        }))
+        .unwrap();
+        let base = SessionOptions::new("/work").provider_option(PiOptions::new().binary("/opt/pi/bin/pi"));
+        let options = config.apply_to(&provider, base).unwrap();
+        let pi = options.provider_options.get::<PiOptions>().unwrap();
+        assert_eq!(pi.binary.as_deref(), Some(std::path::Path::new("/opt/pi/bin/pi")), "fields left out stay");
+        assert_eq!(pi.args, ["--no-context-files"]);
+        assert!(pi.steer_as_follow_up);
+    }
+
+    #[test]
+    fn unknown_fields_and_other_providers_options_are_refused() {
+        let provider = PiProvider::new();
+        let mut into = ProviderOptions::default();
+        let error = provider.options_from_json(&json!({"questions": false}), &mut into).unwrap_err().to_string();
+        assert!(error.contains("provider_options") && error.contains("questions"), "{error}");
+        assert!(into.get::<PiOptions>().is_none(), "nothing applied");
+        assert!(provider.options_from_json(&json!("pi"), &mut into).is_err());
+    }
+
+    #[test]
+    fn debug_leaves_out_the_extra_args() {
+        let options = PiOptions::new().arg("--provider-secret=abc");
+        assert!(!format!("{options:?}").contains("abc"));
+    }
 }

@@ -393,6 +393,7 @@ impl Provider for PiProvider {
             conn,
             turn_timeout: adapter_deadline(options.turn_start_timeout),
             command_timeout: adapter_deadline(options.provider_command_timeout),
+            follow_up: pi.steer_as_follow_up,
             _extension: extension,
         };
         Ok(Opened::new(Arc::new(session))

@@ -25,6 +25,8 @@ pub(crate) struct PiSession {
     pub(crate) turn_timeout: Duration,
     /// Deadline of `abort` and `steer` answers.
     pub(crate) command_timeout: Duration,
+    /// `steer` sends `follow_up`.
+    pub(crate) follow_up: bool,
     /// The approval extension; removed when the session goes.
     pub(crate) _extension: ExtensionDir,
 }
@@ -181,9 +183,10 @@ impl ProviderSession for PiSession {
             return Err(Error::TurnNotActive { turn_id: turn.clone() });
         }
         let message = self.text(input)?;
-        match self.conn.call(json!({"type": "steer", "message": message}), self.command_timeout).await {
+        let kind = if self.follow_up { "follow_up" } else { "steer" };
+        match self.conn.call(json!({"type": kind, "message": message}), self.command_timeout).await {
             Ok(_) => Ok(()),
-            Err(CallError::Refused { message, .. }) => Err(self.rejected(format!("pi refused steer: {message}"))),
+            Err(CallError::Refused { message, .. }) => Err(self.rejected(format!("pi refused {kind}: {message}"))),
             Err(other) => Err(self.uncertain("steer", self.command_timeout, other)),
         }
     }

@@ -342,3 +342,26 @@ async fn a_dialog_while_no_turn_runs_is_dismissed() {
     assert!(!events.iter().any(|e| e.type_name() == "request_created"));
     case.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pi_older_than_the_minimum_is_refused_after_the_version_probe() {
+    let case = Case::new(FakeScript::new().handshake());
+    let options = case.options().env(agent_testkit::fake_cli::VERSION_ENV, "0.50.2");
+    let started = case.harness.start_session("pi", options).await;
+    let Err(Error::ProviderUnavailable { reason, .. }) = started else { panic!("got {started:?}") };
+    assert!(reason.contains("0.50.2 is older than the minimum supported 0.73.1"), "{reason}");
+    let spawned = case.exec.commands();
+    assert_eq!(spawned.len(), 1, "only the version probe ran");
+    assert!(spawned[0].args.iter().any(|a| a == "--version"));
+    case.assert_no_process_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_auth_guard_refuses_keys_under_subscription_before_spawning() {
+    let case = Case::new(FakeScript::new().handshake());
+    let options = case.options().auth(agent_core::AuthMode::Subscription).env("OPENAI_API_KEY", "sk-very-secret");
+    let started = case.harness.start_session("pi", options).await;
+    let Err(Error::AuthGuard { reason }) = started else { panic!("got {started:?}") };
+    assert!(reason.contains("OPENAI_API_KEY") && !reason.contains("sk-very-secret"), "{reason}");
+    assert!(case.exec.commands().is_empty(), "nothing was spawned");
+}

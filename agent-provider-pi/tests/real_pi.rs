@@ -263,3 +263,105 @@ async fn bad_input_fails_at_start_session_and_spawns_nothing() {
     assert!(pi.exec.commands().is_empty(), "nothing was spawned: {:?}", pi.exec.commands().len());
     pi.finish().await;
 }
+
+/// Waits on `stream` for the first event `select` takes.
+async fn until(stream: &mut agent_core::TurnStream, select: impl Fn(&EventKind) -> bool) {
+    while let Some(event) = stream.next().await {
+        let event = event.expect("event");
+        assert!(!event.is_terminal(), "the turn ended early: {:?}", event.kind);
+        if select(&event.kind) {
+            return;
+        }
+    }
+    panic!("the turn stream ended");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_during_a_running_bash_tool_ends_the_turn_within_a_second() {
+    for cli in clis() {
+        let scenario = Scenario::new().shell("sleep 20 && echo slept").text("after the abort");
+        let pi = Pi::start(cli, scenario).await;
+        let options = pi.options().approval_policy(agent_core::ApprovalPolicy::Never);
+        let session = pi.session(options).await;
+        let turn = pi.harness.start_turn(&session, "sleep", Default::default()).await.expect("turn");
+        let mut stream = pi.harness.stream(&turn, agent_core::Replay::Start, Some(support::IDLE)).await.unwrap();
+        until(&mut stream, |k| matches!(k, EventKind::ToolStarted { .. })).await;
+        let asked = Instant::now();
+        pi.harness.cancel(&turn).await.expect("cancel accepted");
+        let mut events = Vec::new();
+        while let Some(event) = tokio::time::timeout(Duration::from_secs(1), stream.next()).await.expect("ended in 1 s")
+        {
+            let event = event.expect("event");
+            let done = event.is_terminal();
+            events.push(event);
+            if done {
+                break;
+            }
+        }
+        assert!(asked.elapsed() < Duration::from_secs(1), "pi {}: {:?}", pi.version(), asked.elapsed());
+        assert_eq!(terminal(&events).status, TurnStatus::Interrupted, "pi {}: {}", pi.version(), names(&events));
+        let (_, next) = pi.run(&session, "still there?", |_| None).await;
+        assert_eq!(terminal(&next).result.text.as_deref(), Some("after the abort"), "{}", names(&next));
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steer_and_follow_up_reach_the_running_turn() {
+    for cli in clis() {
+        let scenario = Scenario::new()
+            .shell("sleep 1 && echo slept")
+            .echo("Steered: ")
+            .shell("sleep 1 && echo slept")
+            .text("tool done")
+            .echo("Followed: ");
+        let pi = Pi::start(cli, scenario).await;
+        for (follow_up, expected) in [(false, "Steered: STEER now"), (true, "Followed: FOLLOW now")] {
+            let pi_options = support::pi_options(&pi.cli, &pi.env).steer_as_follow_up(follow_up);
+            let options = pi.options().provider_option(pi_options).approval_policy(agent_core::ApprovalPolicy::Never);
+            let session = pi.session(options).await;
+            let turn = pi.harness.start_turn(&session, "sleep a bit", Default::default()).await.expect("turn");
+            let mut stream = pi.harness.stream(&turn, agent_core::Replay::Start, Some(support::IDLE)).await.unwrap();
+            until(&mut stream, |k| matches!(k, EventKind::ToolStarted { .. })).await;
+            let message = if follow_up { "FOLLOW now" } else { "STEER now" };
+            pi.harness.steer(&turn, message).await.expect("steer accepted");
+            let events = pi.collect(&turn, |_| None).await;
+            assert_eq!(terminal(&events).status, TurnStatus::Completed, "pi {}: {}", pi.version(), names(&events));
+            assert_eq!(terminal(&events).result.text.as_deref(), Some(expected), "pi {}", pi.version());
+        }
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_system_prompt_and_skills_reach_the_model_request() {
+    for cli in clis() {
+        let pi = Pi::start(cli, Scenario::new().text("ok")).await;
+        let skill = pi.env.dir().join("skills/harness-check");
+        std::fs::create_dir_all(&skill).unwrap();
+        std::fs::write(
+            skill.join("SKILL.md"),
+            "---\nname: harness-check\ndescription: Checks the harness wiring of skills.\n---\n\nSay CHECKED.\n",
+        )
+        .unwrap();
+        let mut pi_options = support::pi_options(&pi.cli, &pi.env);
+        pi_options.args.retain(|a| a != "--model" && a != "fake/fake-model");
+        let options = pi
+            .env
+            .session_options()
+            .provider_option(pi_options)
+            .model("fake/fake-model")
+            .system_prompt("You are the harness wiring check.")
+            .skill(agent_core::Skill::new("harness-check", &skill));
+        let session = pi.session(options).await;
+        let (_, events) = pi.run(&session, "hello", |_| None).await;
+        assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+        let request = &pi.server.model_requests()[0];
+        let body = request.body.as_ref().expect("json");
+        assert_eq!(body["model"], "fake-model");
+        let system = body["messages"][0]["content"].to_string();
+        assert!(system.contains("You are the harness wiring check."), "pi {}: {system}", pi.version());
+        assert!(system.contains("harness-check"), "pi {}: the skill is listed: {system}", pi.version());
+        pi.finish().await;
+    }
+}
