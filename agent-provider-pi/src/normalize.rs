@@ -25,6 +25,8 @@ use crate::extension::{APPROVAL_TITLES, DENIED_REASON};
 
 /// The id prefix of the barrier `get_state` commands (see the module docs).
 pub(crate) const BARRIER_PREFIX: &str = "barrier-";
+/// The id prefix of the `get_session_stats` commands sent after each turn.
+pub(crate) const STATS_PREFIX: &str = "stats-";
 
 /// What the reader does after a frame.
 #[derive(Debug)]
@@ -104,6 +106,8 @@ struct Frame<'a> {
     command: Option<String>,
     #[serde(default)]
     error: Option<String>,
+    #[serde(default)]
+    data: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -184,6 +188,7 @@ pub(crate) struct Normalizer {
     turn: Option<Running>,
     dialogs: HashMap<String, Dialog>,
     next_barrier: u64,
+    next_stats: u64,
     unknown: u64,
 }
 
@@ -358,6 +363,13 @@ impl Normalizer {
         if let Some(n) = barrier {
             if self.turn.as_ref().is_some_and(|r| r.ending == Ending::Barrier(n)) {
                 actions.extend(self.finish(None));
+            }
+            return;
+        }
+        if frame.id.as_deref().is_some_and(|id| id.starts_with(STATS_PREFIX)) {
+            // The session's totals after a turn: a session-level usage event.
+            if let Some(usage) = frame.data.as_ref().and_then(|d| stats_usage(&d["tokens"], &d["cost"])) {
+                actions.push(Action::Emit { turn: None, kind: EventKind::UsageUpdated(Box::new(usage)), raw: None });
             }
             return;
         }
@@ -574,6 +586,7 @@ impl Normalizer {
         if let Some(stop) = &running.stop_reason {
             result.details = Some(json!({"stopReason": stop}));
         }
+        let result_has_no_exit = exit.is_none();
         let status = if let Some((reason, status, tail)) = exit {
             result.reason = Some(reason);
             result.exit_status = status;
@@ -601,6 +614,13 @@ impl Normalizer {
             _ => EventKind::TurnFailed(end),
         };
         actions.push(Action::Emit { turn: Some(running.id), kind, raw: None });
+        if result_has_no_exit {
+            // Pi's session totals follow as a session-level usage event.
+            self.next_stats += 1;
+            actions.push(Action::Write(
+                json!({"id": format!("{STATS_PREFIX}{}", self.next_stats), "type": "get_session_stats"}),
+            ));
+        }
         actions
     }
 
@@ -651,6 +671,18 @@ fn usage_of(usage: &Value) -> Option<Usage> {
     }
     result.cost_usd = usage["cost"]["total"].as_f64();
     Some(result)
+}
+
+/// `get_session_stats`' `tokens` (`input`, `output`, `cacheRead`, `cacheWrite`, `total`) and
+/// `cost`.
+fn stats_usage(tokens: &Value, cost: &Value) -> Option<Usage> {
+    let mut usage = Usage::tokens(tokens["input"].as_u64()?, tokens["output"].as_u64().unwrap_or(0));
+    usage.cached_input_tokens = tokens["cacheRead"].as_u64();
+    if let Some(total) = tokens["total"].as_u64() {
+        usage.total_tokens = Some(total);
+    }
+    usage.cost_usd = cost.as_f64();
+    Some(usage)
 }
 
 fn add_usage(total: &mut Usage, add: &Usage) {

@@ -286,3 +286,29 @@ fn thinking_deltas_are_reasoning() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn session_stats_after_a_turn_become_a_session_usage_event() {
+    let mut normalizer = Normalizer::new();
+    let turn = TurnId::from_string("t1");
+    normalizer.begin_turn(turn.clone()).unwrap();
+    normalizer.admitted(&turn, None);
+    let mut actions = Vec::new();
+    normalizer.on_line(r#"{"type":"agent_end","messages":[]}"#, &mut actions);
+    let stats = actions.iter().find_map(|a| match a {
+        Action::Write(line) if line["type"] == "get_session_stats" => line["id"].as_str().map(str::to_owned),
+        _ => None,
+    });
+    let id = stats.expect("the stats are asked for after the turn");
+    let reply = serde_json::json!({"id": id, "type": "response", "command": "get_session_stats", "success": true,
+        "data": {"tokens": {"input": 102, "output": 20, "cacheRead": 3, "cacheWrite": 0, "total": 122}, "cost": 0.5}});
+    let mut actions = Vec::new();
+    normalizer.on_line(&reply.to_string(), &mut actions);
+    match actions.as_slice() {
+        [Action::Emit { turn: None, kind: EventKind::UsageUpdated(usage), .. }] => {
+            assert_eq!((usage.input_tokens, usage.output_tokens, usage.total_tokens), (Some(102), Some(20), Some(122)));
+            assert_eq!((usage.cached_input_tokens, usage.cost_usd), (Some(3), Some(0.5)));
+        }
+        other => panic!("{other:?}"),
+    }
+}

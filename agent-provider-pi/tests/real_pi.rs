@@ -35,6 +35,20 @@ async fn a_text_turn_streams_deltas_and_three_turns_share_one_session() {
         assert!(history.contains("first question") && history.contains("second answer"), "{history}");
         let status = pi.harness.status(&session).await.expect("status");
         assert!(status.current_turn.is_none());
+        // Pi's session totals follow each turn as a session-level usage event.
+        let mut all = pi.harness.subscribe(&session, agent_core::Replay::Start).await.expect("subscribe");
+        let totals = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Some(event) = futures::StreamExt::next(&mut all).await {
+                let event = event.expect("event");
+                if let (None, EventKind::UsageUpdated(usage)) = (&event.turn_id, &event.kind) {
+                    return **usage;
+                }
+            }
+            panic!("the session's events ended");
+        })
+        .await
+        .expect("a session usage event");
+        assert!(totals.input_tokens.is_some_and(|n| n > 0), "{totals:?}");
         pi.finish().await;
     }
 }
