@@ -385,7 +385,15 @@ impl Provider for PiProvider {
                 return Err(invalid("model", format!("pi does not know `{wanted}` (it runs `{provider}/{id}`)")));
             }
         }
-        let raw = agent_core::event::RawJson::from_string(json!({"type": "get_state", "data": state}).to_string()).ok();
+        // What the session opened, without the rest of pi's model object (0.73.1 sends the
+        // whole models.json entry, which may hold custom headers).
+        let opened = json!({
+            "sessionId": state["sessionId"], "sessionFile": state["sessionFile"], "sessionName": state["sessionName"],
+            "messageCount": state["messageCount"], "thinkingLevel": state["thinkingLevel"],
+            "model": {"id": state["model"]["id"], "provider": state["model"]["provider"], "api": state["model"]["api"]},
+        });
+        let raw =
+            agent_core::event::RawJson::from_string(json!({"type": "get_state", "data": opened}).to_string()).ok();
         let _ = ctx.sink.emit(None, EventKind::ProviderEvent { method: "get_state".into() }, raw).await;
 
         let session = PiSession {

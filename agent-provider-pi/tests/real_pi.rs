@@ -49,6 +49,20 @@ async fn a_text_turn_streams_deltas_and_three_turns_share_one_session() {
         .await
         .expect("a session usage event");
         assert!(totals.input_tokens.is_some_and(|n| n > 0), "{totals:?}");
+        // The model key in the session environment reaches no event.
+        let key = pi.env.var("FAKE_MODEL_API_KEY").expect("the offline key").to_owned();
+        let mut replay = pi.harness.subscribe(&session, agent_core::Replay::Start).await.expect("subscribe");
+        let last = pi.harness.status(&session).await.expect("status").last_seq;
+        while let Ok(Some(event)) =
+            tokio::time::timeout(Duration::from_secs(2), futures::StreamExt::next(&mut replay)).await
+        {
+            let event = event.expect("event");
+            let json = serde_json::to_string(&*event).expect("events serialize");
+            assert!(!json.contains(&key), "a secret reached an event: {json}");
+            if event.seq >= last {
+                break;
+            }
+        }
         pi.finish().await;
     }
 }
