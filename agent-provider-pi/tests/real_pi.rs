@@ -393,3 +393,59 @@ async fn model_system_prompt_and_skills_reach_the_model_request() {
         pi.finish().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auto_retry_after_a_500_keeps_the_turn_open_until_it_recovers() {
+    for cli in clis() {
+        let pi = Pi::start(cli, Scenario::new().http_error(500, "flaky upstream").text("recovered")).await;
+        // Pi's own auto-retry on, quickly: the turn must not end at the failed run's agent_end.
+        let settings =
+            std::path::PathBuf::from(pi.env.var("PI_CODING_AGENT_DIR").expect("agent dir")).join("settings.json");
+        let mut value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
+        value["retry"] =
+            serde_json::json!({"enabled": true, "maxRetries": 2, "baseDelayMs": 50, "provider": {"maxRetries": 0}});
+        std::fs::write(&settings, value.to_string()).unwrap();
+        let session = pi.session(pi.options()).await;
+        let (_, events) = pi.run(&session, "try hard", |_| None).await;
+        assert_eq!(terminal(&events).status, TurnStatus::Completed, "pi {}: {}", pi.version(), names(&events));
+        assert_eq!(terminal(&events).result.text.as_deref(), Some("recovered"));
+        let retried = events.iter().any(|e| matches!(e.kind, EventKind::ProviderError { will_retry: Some(true), .. }));
+        assert!(retried, "pi {}: the retry is reported: {}", pi.version(), names(&events));
+        assert_eq!(pi.server.model_requests().len(), 2);
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_responses_api_runs_text_and_tool_turns() {
+    for cli in clis() {
+        let scenario =
+            Scenario::new().deltas(["Hi ", "there"], 0).shell("echo via-responses").quote_tool_result("Tool said: ");
+        let server = agent_testkit::FakeModel::start(scenario).await.expect("server");
+        let env = agent_testkit::OfflineEnv::builder(&cli, &server)
+            .pi_api(agent_testkit::offline::PiApi::Responses)
+            .build()
+            .expect("env");
+        let harness = agent_core::Harness::builder()
+            .provider(agent_provider_pi::PiProvider::new())
+            .exec(agent_exec::LocalExec::new())
+            .store(agent_core::StoreChoice::Disabled)
+            .build()
+            .expect("harness");
+        let options = env
+            .session_options()
+            .provider_option(support::pi_options(&cli, &env))
+            .approval_policy(agent_core::ApprovalPolicy::Never);
+        let session = harness.start_session("pi", options).await.expect("session");
+        for (prompt, expected) in [("hello", "Hi there"), ("run it", "Tool said: via-responses")] {
+            let turn = harness.start_turn(&session, prompt, Default::default()).await.expect("turn");
+            let outcome = harness.await_turn(&turn, Some(support::IDLE)).await;
+            let outcome = outcome.unwrap_or_else(|e| panic!("pi {}: {e}", cli.version()));
+            let text = outcome.result.text.unwrap_or_default();
+            assert_eq!(text.trim(), expected, "pi {}", cli.version());
+        }
+        assert!(server.model_requests().iter().all(|r| r.path.ends_with("/responses")), "the Responses endpoint");
+        harness.stop_session(&session, true).await.expect("stop");
+        assert!(server.proxy().attempts().is_empty());
+    }
+}
