@@ -223,3 +223,91 @@ mod tests {
         assert!(encode(&dialog("confirm"), &Response::answer("yes")).is_err());
     }
 }
+
+/// The session over a scripted pi (agent-exec's `ScriptedExec`) and the kit's testing sink,
+/// under tokio's paused clock.
+#[cfg(test)]
+mod scripted {
+    use std::time::Duration;
+
+    use agent_core::EventKind;
+    use agent_core::exec::{Command, Exec};
+    use agent_exec::scripted::{LineMatch, Script, ScriptedExec, Step};
+    use agent_provider_kit::testing::{Sent, SinkRecorder, sink};
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// Answers the command on `line` with a successful response.
+    fn ok(line: &str) -> Vec<Step> {
+        let command: Value = serde_json::from_str(line).expect("a JSON command");
+        let reply = json!({"id": command["id"], "type": "response", "command": command["type"], "success": true});
+        vec![Step::stdout(reply.to_string())]
+    }
+
+    async fn session(script: Script) -> (PiSession, SinkRecorder) {
+        let exec = ScriptedExec::new();
+        exec.script("pi", script);
+        let child = exec.spawn(Command::new("pi")).await.expect("spawned");
+        let (sink, recorder) = sink();
+        let conn = Connection::start(child, sink, 1 << 20).expect("pipes");
+        let session = PiSession {
+            provider: ProviderId::new("pi"),
+            conn,
+            turn_timeout: Duration::from_secs(5),
+            command_timeout: Duration::from_secs(2),
+            follow_up: false,
+            _extension: ExtensionDir::create(&std::env::temp_dir(), true).expect("extension"),
+        };
+        (session, recorder)
+    }
+
+    fn prompted() -> Script {
+        Script::new()
+            .expect_line(LineMatch::contains(r#""type":"prompt""#))
+            .answer(ok)
+            .stdout(r#"{"type":"agent_start"}"#)
+            .stdout(r#"{"type":"message_update","assistantMessageEvent":{"type":"text_delta","contentIndex":0,"delta":"Hel"}}"#)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_abort_acknowledged_without_an_end_times_out_on_the_command_deadline() {
+        let script = prompted().expect_line(LineMatch::contains(r#""type":"abort""#)).answer(ok).wait_eof();
+        let (session, mut sent) = session(script).await;
+        let turn = TurnId::from_string("t1");
+        session.conn.state().begin_turn(turn.clone()).expect("no turn runs");
+        session.conn.call(json!({"type": "prompt", "message": "hi"}), Duration::from_secs(5)).await.expect("accepted");
+        let started = tokio::time::Instant::now();
+        let cancelled = session.cancel(&turn).await;
+        assert!(matches!(cancelled, Err(Error::Timeout { .. })), "{cancelled:?}");
+        assert_eq!(started.elapsed(), Duration::from_secs(2), "bounded by the command deadline");
+        let delta = sent.drain().into_iter().find_map(|s| match s {
+            Sent::Event { kind: EventKind::MessageDelta { text, .. }, turn: Some(t), .. } if t == turn => Some(text),
+            _ => None,
+        });
+        assert_eq!(delta.as_deref(), Some("Hel"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_abort_returns_once_pi_ended_the_turn() {
+        let script = prompted()
+            .expect_line(LineMatch::contains(r#""type":"abort""#))
+            .stdout(r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"Hel"}],"stopReason":"aborted"}}"#)
+            .stdout(r#"{"type":"agent_end","messages":[],"willRetry":false}"#)
+            .stdout(r#"{"type":"agent_settled","aborted":true}"#)
+            .answer(ok)
+            .wait_eof();
+        let (session, mut sent) = session(script).await;
+        let turn = TurnId::from_string("t1");
+        session.conn.state().begin_turn(turn.clone()).expect("no turn runs");
+        session.conn.call(json!({"type": "prompt", "message": "hi"}), Duration::from_secs(5)).await.expect("accepted");
+        session.cancel(&turn).await.expect("the turn ended");
+        let end = sent.drain().into_iter().find_map(|s| match s {
+            Sent::Event { kind, .. } if kind.is_terminal() => Some(kind),
+            _ => None,
+        });
+        assert!(matches!(end, Some(EventKind::TurnInterrupted(_))), "{end:?}");
+        assert!(session.conn.state().running().is_none());
+        session.close().await;
+    }
+}
