@@ -259,37 +259,37 @@ async fn a_stopped_session_resumes_under_its_id_with_its_history() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_fails_at_start_session_and_spawns_nothing() {
-    let cli = clis().remove(0);
-    let pi = Pi::start(cli, Scenario::new()).await;
-    let mcp = pi.options().mcp_server("files", agent_core::McpServer::stdio("mcp-files", ["--root", "."]));
-    match pi.harness.start_session("pi", mcp).await {
-        Err(agent_core::Error::Unsupported { capability, .. }) => {
-            assert_eq!(capability, agent_core::Capability::PerSessionMcp)
+    for cli in clis() {
+        let pi = Pi::start(cli, Scenario::new()).await;
+        let mcp = pi.options().mcp_server("files", agent_core::McpServer::stdio("mcp-files", ["--root", "."]));
+        match pi.harness.start_session("pi", mcp).await {
+            Err(agent_core::Error::Unsupported { capability, .. }) => {
+                assert_eq!(capability, agent_core::Capability::PerSessionMcp)
+            }
+            other => panic!("MCP servers must be refused, got {other:?}"),
         }
-        other => panic!("MCP servers must be refused, got {other:?}"),
-    }
-    let unknown_model = pi
-        .env
-        .session_options()
-        .provider_option(support::pi_options(&pi.cli, &pi.env).args(Vec::<String>::new()))
-        .model("fake/no-such-model");
-    let unknown_model = unknown_model.update_provider_option(|o: &mut agent_provider_pi::PiOptions| {
-        o.args.retain(|a| a != "--model" && a != "fake/fake-model")
-    });
-    match pi.harness.start_session("pi", unknown_model).await {
-        Err(agent_core::Error::InvalidOption { option, reason }) => {
-            assert_eq!(option, "model");
-            assert!(reason.contains("no-such-model"), "{reason}");
+        let unknown_model = unknown_model_options(&pi, "fake/no-such-model");
+        match pi.harness.start_session("pi", unknown_model).await {
+            Err(agent_core::Error::InvalidOption { option, reason }) => {
+                assert_eq!(option, "model");
+                assert!(reason.contains("no-such-model"), "{reason}");
+            }
+            other => panic!("an unknown model must be refused, got {other:?}"),
         }
-        other => panic!("an unknown model must be refused, got {other:?}"),
+        let missing = pi.options().resume_provider_session("01a2260e-0000-7000-8000-000000000000");
+        match pi.harness.start_session("pi", missing).await {
+            Err(agent_core::Error::ResumeFailed { reason, .. }) => assert!(reason.contains("no session"), "{reason}"),
+            other => panic!("a missing session must fail the resume, got {other:?}"),
+        }
+        assert!(pi.exec.commands().is_empty(), "nothing was spawned: {:?}", pi.exec.commands().len());
+        // A model of a provider pi's models.json does not define is only known to pi: the session
+        // fails to start with the model named, and no pi is left running.
+        let foreign = unknown_model_options(&pi, "nope/nope");
+        let started = pi.harness.start_session("pi", foreign).await;
+        let error = started.expect_err("an unknown provider's model must be refused").to_string();
+        assert!(error.contains("nope/nope"), "{error}");
+        pi.finish().await;
     }
-    let missing = pi.options().resume_provider_session("01a2260e-0000-7000-8000-000000000000");
-    match pi.harness.start_session("pi", missing).await {
-        Err(agent_core::Error::ResumeFailed { reason, .. }) => assert!(reason.contains("no session"), "{reason}"),
-        other => panic!("a missing session must fail the resume, got {other:?}"),
-    }
-    assert!(pi.exec.commands().is_empty(), "nothing was spawned: {:?}", pi.exec.commands().len());
-    pi.finish().await;
 }
 
 /// Waits on `stream` for the first event `select` takes.
@@ -448,4 +448,11 @@ async fn the_responses_api_runs_text_and_tool_turns() {
         harness.stop_session(&session, true).await.expect("stop");
         assert!(server.proxy().attempts().is_empty());
     }
+}
+
+/// The offline options with `model` instead of the environment's `--model`.
+fn unknown_model_options(pi: &Pi, model: &str) -> agent_core::SessionOptions {
+    let mut options = support::pi_options(&pi.cli, &pi.env);
+    options.args.retain(|a| a != "--model" && a != "fake/fake-model");
+    pi.env.session_options().provider_option(options).model(model)
 }
