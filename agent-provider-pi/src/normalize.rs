@@ -341,7 +341,10 @@ impl Normalizer {
             }
             "extension_ui_request" => self.on_dialog(frame, actions),
             "extension_error" => {
-                let message = frame.error_message.clone().unwrap_or_else(|| "a pi extension failed".into());
+                let message = match (&frame.error, &frame.error_message) {
+                    (Some(error), _) | (None, Some(error)) => format!("a pi extension failed: {error}"),
+                    (None, None) => "a pi extension failed".to_owned(),
+                };
                 actions.push(self.emit(EventKind::Warning { message }));
             }
             other @ ("queue_update"

@@ -312,3 +312,17 @@ fn session_stats_after_a_turn_become_a_session_usage_event() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn an_extension_error_is_a_warning() {
+    let mut normalizer = Normalizer::new();
+    let mut actions = Vec::new();
+    let line = r#"{"type":"extension_error","extensionPath":"/x/ext.ts","event":"tool_call","error":"boom"}"#;
+    assert!(normalizer.on_line(line, &mut actions));
+    match actions.as_slice() {
+        [Action::Emit { kind: EventKind::Warning { message }, .. }] => {
+            assert_eq!(message, "a pi extension failed: boom")
+        }
+        other => panic!("{other:?}"),
+    }
+}
