@@ -456,3 +456,28 @@ fn unknown_model_options(pi: &Pi, model: &str) -> agent_core::SessionOptions {
     options.args.retain(|a| a != "--model" && a != "fake/fake-model");
     pi.env.session_options().provider_option(options).model(model)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_text_question_takes_text_and_a_cancelled_approval_interrupts_the_turn() {
+    for cli in clis() {
+        let scenario = Scenario::new()
+            .tool_call("ask_user", serde_json::json!({"question": "Your name?"}))
+            .quote_tool_result("Heard: ")
+            .shell("touch cancelled.txt")
+            .text("after the cancel");
+        let pi = Pi::start(cli, scenario).await;
+        let session = pi.session(pi.options()).await;
+        let (_, asked) =
+            pi.run(&session, "ask", |r| (r.kind == RequestKind::Question).then(|| Response::answer("Ada"))).await;
+        let question = &requests(&asked)[0].questions[0];
+        assert!(question.choices.is_empty() && question.allow_other, "a free-text question: {question:?}");
+        assert_eq!(terminal(&asked).result.text.as_deref(), Some("Heard: User chose: Ada"), "pi {}", pi.version());
+
+        let (_, cancelled) = pi.run(&session, "run", |r| r.kind.is_approval().then(|| Response::cancel("stop"))).await;
+        assert_eq!(terminal(&cancelled).status, TurnStatus::Interrupted, "pi {}: {}", pi.version(), names(&cancelled));
+        assert!(!pi.env.workspace().join("cancelled.txt").exists());
+        let (_, next) = pi.run(&session, "go on", |_| None).await;
+        assert_eq!(terminal(&next).result.text.as_deref(), Some("after the cancel"), "{}", names(&next));
+        pi.finish().await;
+    }
+}
