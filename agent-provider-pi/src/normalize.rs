@@ -2,9 +2,9 @@
 //! connection's reader (and by the transcript tests).
 //!
 //! The turn's end is the subtle part (`shared/protocols/pi.md` §7.1, §9):
-//! - 1.6.0 marks `agent_end` with `willRetry` and sends a final `agent_settled`: the turn ends
-//!   at `agent_settled` (or `agent_end` with `willRetry: false` when `agent_settled` never
-//!   comes is not assumed: pi documents `agent_settled` as the idle signal).
+//! - 1.6.0 marks `agent_end` with `willRetry` and sends a final `agent_settled`, which pi
+//!   documents as the idle signal: the turn ends there (a `prompt` sent between `agent_end`
+//!   and `agent_settled` could still be refused as "already processing").
 //! - 0.73.1 has neither: `agent_end` ends the turn unless its last assistant message failed,
 //!   in which case an `auto_retry_start` may follow. The normalizer then asks for a barrier
 //!   (a `get_state` whose response comes after any `auto_retry_start` pi emits for that
@@ -284,7 +284,7 @@ impl Normalizer {
         Action::Emit { turn: self.running().cloned(), kind: EventKind::Warning { message }, raw: None }
     }
 
-    /// Normalizes one line. `None` when it is not a pi frame (not a JSON object with `type`).
+    /// Normalizes one line; false when it is not a pi frame (not a JSON object with `type`).
     pub(crate) fn on_line(&mut self, line: &str, actions: &mut Vec<Action>) -> bool {
         let Ok(frame) = serde_json::from_str::<Frame<'_>>(line) else { return false };
         self.on_frame(frame, actions);

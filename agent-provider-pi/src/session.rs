@@ -76,27 +76,11 @@ pub(crate) fn encode(dialog: &Dialog, response: &Response) -> Result<(Value, boo
         (method, other) => {
             return Err(Error::InvalidResponse(format!(
                 "a pi `{method}` dialog cannot take a `{}` response",
-                other.action_name()
+                other.action()
             )));
         }
     }
     Ok((line, cancel))
-}
-
-trait ActionName {
-    fn action_name(&self) -> &'static str;
-}
-
-impl ActionName for Response {
-    fn action_name(&self) -> &'static str {
-        match self {
-            Response::Answer { .. } => "answer",
-            Response::Approve { .. } => "approve",
-            Response::Deny { .. } => "deny",
-            Response::Cancel { .. } => "cancel",
-            _ => "choose",
-        }
-    }
 }
 
 #[async_trait]
