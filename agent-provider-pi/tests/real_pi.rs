@@ -481,3 +481,43 @@ async fn a_free_text_question_takes_text_and_a_cancelled_approval_interrupts_the
         pi.finish().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_while_pi_waits_to_retry_ends_the_turn_within_a_second() {
+    for cli in clis() {
+        let pi = Pi::start(cli, Scenario::new().http_error(500, "flaky upstream").text("after the cancel")).await;
+        let settings =
+            std::path::PathBuf::from(pi.env.var("PI_CODING_AGENT_DIR").expect("agent dir")).join("settings.json");
+        let mut value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
+        value["retry"] =
+            serde_json::json!({"enabled": true, "maxRetries": 3, "baseDelayMs": 20000, "provider": {"maxRetries": 0}});
+        std::fs::write(&settings, value.to_string()).unwrap();
+        let session = pi.session(pi.options()).await;
+        let turn = pi.harness.start_turn(&session, "try", Default::default()).await.expect("turn");
+        let mut stream = pi.harness.stream(&turn, agent_core::Replay::Start, Some(support::IDLE)).await.unwrap();
+        until(&mut stream, |k| matches!(k, EventKind::ProviderError { will_retry: Some(true), .. })).await;
+        let asked = Instant::now();
+        pi.harness.cancel(&turn).await.expect("cancel accepted");
+        let mut events = Vec::new();
+        while let Some(event) = tokio::time::timeout(Duration::from_secs(1), stream.next()).await.expect("ended in 1 s")
+        {
+            let event = event.expect("event");
+            let done = event.is_terminal();
+            events.push(event);
+            if done {
+                break;
+            }
+        }
+        assert!(asked.elapsed() < Duration::from_secs(1), "pi {}: {:?}", pi.version(), asked.elapsed());
+        assert_eq!(terminal(&events).status, TurnStatus::Interrupted, "pi {}: {}", pi.version(), names(&events));
+        let (_, next) = pi.run(&session, "again", |_| None).await;
+        assert_eq!(
+            terminal(&next).result.text.as_deref(),
+            Some("after the cancel"),
+            "pi {}: {}",
+            pi.version(),
+            names(&next)
+        );
+        pi.finish().await;
+    }
+}
