@@ -49,6 +49,18 @@ async fn a_text_turn_streams_deltas_and_three_turns_share_one_session() {
         .await
         .expect("a session usage event");
         assert!(totals.input_tokens.is_some_and(|n| n > 0), "{totals:?}");
+        // The extension pi loaded lives in a private directory that goes with the session.
+        let commands = pi.exec.commands();
+        let rpc = commands.iter().find(|c| c.args.iter().any(|a| a == "rpc")).expect("pi --mode rpc ran");
+        let at = rpc.args.iter().position(|a| a == "-e").expect("the extension is loaded with -e");
+        let extension = std::path::PathBuf::from(&rpc.args[at + 1]);
+        let dir = extension.parent().expect("its directory").to_path_buf();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode =
+                std::fs::metadata(&dir).expect("the directory exists while the session runs").permissions().mode();
+            assert_eq!(mode & 0o777, 0o700, "{}", dir.display());
+        }
         // The model key in the session environment reaches no event.
         let key = pi.env.var("FAKE_MODEL_API_KEY").expect("the offline key").to_owned();
         let mut replay = pi.harness.subscribe(&session, agent_core::Replay::Start).await.expect("subscribe");
@@ -64,6 +76,12 @@ async fn a_text_turn_streams_deltas_and_three_turns_share_one_session() {
             }
         }
         pi.finish().await;
+        // The session's last reference may go a moment after `stop_session` returned.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while dir.exists() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!dir.exists(), "the extension directory is removed with the session");
     }
 }
 
