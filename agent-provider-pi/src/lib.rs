@@ -1,4 +1,18 @@
-//! The Pi provider for agent-harness.
-//!
-//! This crate will hold the adapter for `pi --mode rpc`: prompts, streaming events, abort,
-//! session files for resume and fork.
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod auth;
+mod connection;
+mod extension;
+mod normalize;
+mod options;
+mod provider;
+mod session;
+#[cfg(test)]
+mod transcripts;
+mod version;
+
+pub use agent_provider_kit::version::{ParseVersionError, Version};
+pub use options::{DEFAULT_MAX_LINE_BYTES, DEFAULT_PROGRAM, PiOptions};
+pub use provider::{PROVIDER_ID, PiProvider};
+pub use version::{LATEST_VALIDATED, MIN_SUPPORTED};

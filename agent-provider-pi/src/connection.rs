@@ -1,0 +1,413 @@
+//! The connection to one `pi --mode rpc` process.
+//!
+//! A reader task parses stdout line by line: `response` lines go to the caller waiting for
+//! their `id` (kit `rpc`), everything else through the [`Normalizer`] to the session's
+//! [`Sink`]. A second task keeps the tail of stderr. When stdout ends, the reader fails the
+//! running turn with the exit status and the stderr tail, then reports the transport down.
+//! Dropping the [`Connection`] stops both tasks and kills the process.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use agent_core::event::RawJson;
+use agent_core::exec::{Child, ChildHandle, ChildOutput, ChildStdin, ExitStatus};
+use agent_core::provider::SinkClosed;
+use agent_core::{Sink, TurnId};
+use agent_provider_kit::framing::{LineReader, STDERR_TAIL_LINES, StderrCollector, TextFrame};
+use agent_provider_kit::rpc::{ExitReport, Pending, ReplyError, ResponseId};
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
+
+use crate::normalize::{Action, Normalizer, attach};
+
+/// How long the reader waits for the process to exit after stdout closed, before killing it.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+/// How long the reader waits for the stderr task to drain after the process exited.
+const STDERR_DRAIN: Duration = Duration::from_millis(500);
+/// How long `close` waits for pi to exit after stdin closed, before killing it.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// Longest error message from pi kept in an error.
+const MAX_ERROR_MESSAGE: usize = 500;
+
+/// Why a command to pi did not produce a result.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CallError {
+    /// Pi answered `success: false`: it did not act.
+    #[error("pi refused `{command}`: {message}")]
+    Refused { command: String, message: String },
+    /// No answer in time: the outcome is unknown.
+    #[error("no answer in time")]
+    Timeout,
+    /// The process or its pipes went away.
+    #[error("the pi connection is closed")]
+    Closed,
+    /// Writing the command failed.
+    #[error("writing to pi failed: {0}")]
+    Write(#[source] std::io::Error),
+}
+
+impl From<ReplyError> for CallError {
+    fn from(e: ReplyError) -> Self {
+        match e {
+            ReplyError::Timeout => CallError::Timeout,
+            ReplyError::Write(error) => CallError::Write(error),
+            _ => CallError::Closed,
+        }
+    }
+}
+
+/// A `response` line.
+#[derive(Deserialize)]
+pub(crate) struct Reply {
+    #[serde(default)]
+    pub(crate) command: Option<String>,
+    #[serde(default)]
+    pub(crate) success: bool,
+    #[serde(default)]
+    pub(crate) data: Option<Value>,
+    #[serde(default)]
+    pub(crate) error: Option<String>,
+}
+
+/// What a waiter is tagged with: the command it sent, so an id-less failure (pi drops the id
+/// of an unknown command) still finds its caller.
+#[derive(Clone, Debug)]
+struct Sent {
+    command: String,
+}
+
+/// State shared by the connection's tasks and callers.
+struct Shared {
+    sink: Sink,
+    child: Arc<dyn ChildHandle>,
+    state: Mutex<Normalizer>,
+    pending: Pending<ResponseId, Sent>,
+    /// Commands waiting for a reply, in the order sent: (command, id).
+    order: Mutex<Vec<(String, String)>>,
+    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    next_id: AtomicU64,
+    closing: AtomicBool,
+    stderr: StderrCollector,
+    /// Woken when the running turn ends or stdout closes.
+    turn_ended: Notify,
+    /// What admitting a turn produced (a turn pi handled without a run ends at once).
+    admitted: Mutex<Vec<Action>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One running `pi --mode rpc`.
+pub(crate) struct Connection {
+    shared: Arc<Shared>,
+    reader: AbortHandle,
+}
+
+impl Connection {
+    /// Takes over a spawned process and starts reading its output.
+    pub(crate) fn start(child: Child, sink: Sink, max_line: usize) -> Result<Connection, CallError> {
+        let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin, child.stdout, child.stderr) else {
+            let _ = child.handle.kill();
+            return Err(CallError::Closed);
+        };
+        let shared = Arc::new(Shared {
+            sink,
+            child: child.handle,
+            state: Mutex::new(Normalizer::new()),
+            pending: Pending::new(),
+            order: Mutex::new(Vec::new()),
+            stdin: tokio::sync::Mutex::new(Some(stdin)),
+            next_id: AtomicU64::new(1),
+            closing: AtomicBool::new(false),
+            stderr: StderrCollector::spawn(stderr, STDERR_TAIL_LINES),
+            turn_ended: Notify::new(),
+            admitted: Mutex::new(Vec::new()),
+        });
+        let reader = tokio::spawn(read_stdout(Arc::clone(&shared), stdout, max_line));
+        Ok(Connection { shared, reader: reader.abort_handle() })
+    }
+
+    /// The protocol state.
+    pub(crate) fn state(&self) -> MutexGuard<'_, Normalizer> {
+        lock(&self.shared.state)
+    }
+
+    /// Sends `command` (an object with `type`; the `id` is added) and waits up to `timeout` for
+    /// its successful reply's `data`. The deadline covers the write too.
+    pub(crate) async fn call(&self, mut command: Value, timeout: Duration) -> Result<Option<Value>, CallError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let kind = command["type"].as_str().unwrap_or_default().to_owned();
+        let id = format!("h{}", self.shared.next_id.fetch_add(1, Ordering::Relaxed));
+        command["id"] = Value::String(id.clone());
+        let ticket = self.shared.pending.register(ResponseId(id.clone()), Sent { command: kind.clone() })?;
+        lock(&self.shared.order).push((kind.clone(), id.clone()));
+        let result = ticket.send_and_wait(self.shared.write(encode(&command)), deadline).await;
+        lock(&self.shared.order).retain(|(_, i)| *i != id);
+        let raw = result?;
+        match serde_json::from_str::<Reply>(raw.get()) {
+            Ok(Reply { success: true, data, .. }) => Ok(data),
+            Ok(Reply { error, command, .. }) => Err(CallError::Refused {
+                command: command.unwrap_or(kind),
+                message: truncate(error.unwrap_or_else(|| "no reason given".into())),
+            }),
+            Err(_) => Err(CallError::Refused { command: kind, message: "an unreadable response".into() }),
+        }
+    }
+
+    /// Writes `command` as it is (no reply awaited).
+    pub(crate) async fn send(&self, command: &Value) -> Result<(), CallError> {
+        self.shared.write(encode(command)).await.map_err(CallError::Write)
+    }
+
+    /// Returns once `turn` no longer runs, or stdout closed.
+    pub(crate) async fn turn_ended(&self, turn: &TurnId) {
+        loop {
+            let notified = self.shared.turn_ended.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.state().is_running(turn) || self.shared.pending.is_closed() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Closes stdin, waits up to [`CLOSE_GRACE`] for pi to exit, then kills it.
+    pub(crate) async fn close(&self) {
+        self.shared.closing.store(true, Ordering::SeqCst);
+        if let Some(mut stdin) = self.shared.stdin.lock().await.take() {
+            let _ = tokio::time::timeout(CLOSE_GRACE, stdin.shutdown()).await;
+        }
+        if tokio::time::timeout(CLOSE_GRACE, self.shared.child.wait()).await.is_err() {
+            let _ = self.shared.child.kill();
+            let _ = tokio::time::timeout(CLOSE_GRACE, self.shared.child.wait()).await;
+        }
+        let unknown = self.state().unknown_frames();
+        if unknown > 0 {
+            tracing::info!(unknown_frames = unknown, "pi session closed; some frames were of unknown types");
+        }
+    }
+
+    /// How the process ended and the tail of its stderr. Waits briefly for the exit; kills the
+    /// process if it is still running.
+    pub(crate) async fn exit_report(&self) -> (Option<ExitStatus>, Option<String>) {
+        let report = self.shared.exit_report().await;
+        (report.status, report.stderr_tail)
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.reader.abort();
+        self.shared.stderr.abort();
+        let _ = self.shared.child.kill();
+    }
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("pid", &self.shared.child.id())
+            .field("closing", &self.shared.closing.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+fn truncate(mut message: String) -> String {
+    if message.len() > MAX_ERROR_MESSAGE {
+        let mut end = MAX_ERROR_MESSAGE;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
+    }
+    message
+}
+
+fn encode(message: &Value) -> Vec<u8> {
+    let mut line = serde_json::to_vec(message).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// The `id` of a `response` line, and its `command` when it has no id.
+#[derive(Deserialize)]
+struct ResponseHead {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    command: Option<String>,
+    #[serde(default)]
+    success: Option<bool>,
+}
+
+impl Shared {
+    async fn write(&self, line: Vec<u8>) -> std::io::Result<()> {
+        let mut stdin = self.stdin.lock().await;
+        let Some(stdin) = stdin.as_mut() else {
+            return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "pi stdin is closed"));
+        };
+        stdin.write_all(&line).await?;
+        stdin.flush().await
+    }
+
+    /// Hands a response line to its waiter; gives it back when nobody waits.
+    fn deliver(&self, text: &str) -> Option<RawJson> {
+        let raw = RawJson::parsed(text.to_owned());
+        let Ok(head) = serde_json::from_str::<ResponseHead>(text) else { return Some(raw) };
+        if head.kind != "response" {
+            return Some(raw);
+        }
+        let id = match head.id {
+            Some(id) => id,
+            // Pi drops the id of a command it could not parse or does not know: the oldest
+            // waiter for that command gets the failure.
+            None if head.success == Some(false) => {
+                let command = head.command.unwrap_or_default();
+                let order = lock(&self.order);
+                match order.iter().find(|(c, _)| *c == command) {
+                    Some((_, id)) => id.clone(),
+                    None => return Some(raw),
+                }
+            }
+            None => return Some(raw),
+        };
+        // A turn is admitted in reader order, before the frames after its `prompt` reply (a
+        // fast `agent_settled` must find it admitted).
+        let is_prompt = lock(&self.order).iter().any(|(c, i)| c == "prompt" && *i == id);
+        if is_prompt && head.success == Some(true) {
+            let disposition = serde_json::from_str::<Reply>(text).ok().and_then(|r| r.data);
+            let disposition = disposition.as_ref().and_then(|d| d["disposition"].as_str());
+            let mut state = lock(&self.state);
+            if let Some(turn) = state.running().cloned() {
+                let actions = state.admitted(&turn, disposition);
+                lock(&self.admitted).extend(actions);
+            }
+        }
+        self.pending.resolve(&ResponseId(id), raw).err()
+    }
+
+    /// Handles one stdout line. Errs when the session runtime is gone.
+    async fn on_frame(
+        &self,
+        frame: TextFrame<'_>,
+        max_line: usize,
+        actions: &mut Vec<Action>,
+    ) -> Result<(), SinkClosed> {
+        let text = match frame {
+            TextFrame::Text(text) => text,
+            TextFrame::Blank => return Ok(()),
+            TextFrame::NotUtf8 { len } => {
+                return self.garbage(format!("pi wrote a stdout line that is not UTF-8 ({len} bytes)")).await;
+            }
+            TextFrame::TooLong { len } => {
+                return self
+                    .garbage(format!("pi wrote a stdout line of {len} bytes, over the {max_line}-byte limit; dropped"))
+                    .await;
+            }
+        };
+        let is_response = text.contains("\"response\"");
+        let raw = if is_response {
+            match self.deliver(text) {
+                None => {
+                    let mut admitted = std::mem::take(&mut *lock(&self.admitted));
+                    let ends = admitted.iter().any(Action::ends_turn);
+                    let result = self.run(&mut admitted).await;
+                    if ends {
+                        self.turn_ended.notify_waiters();
+                    }
+                    return result;
+                }
+                Some(raw) => raw,
+            }
+        } else {
+            RawJson::parsed(text.to_owned())
+        };
+        let known = lock(&self.state).on_line(raw.get(), actions);
+        if !known {
+            let len = text.len();
+            return self.garbage(format!("pi wrote a stdout line that is not a JSON frame ({len} bytes)")).await;
+        }
+        attach(actions, raw);
+        let ends = actions.iter().any(Action::ends_turn);
+        let result = self.run(actions).await;
+        if ends {
+            self.turn_ended.notify_waiters();
+        }
+        result
+    }
+
+    async fn garbage(&self, message: String) -> Result<(), SinkClosed> {
+        let action = lock(&self.state).garbage(message);
+        self.run(&mut vec![action]).await
+    }
+
+    /// Carries out `actions`, leaving the buffer empty.
+    async fn run(&self, actions: &mut Vec<Action>) -> Result<(), SinkClosed> {
+        for action in actions.drain(..) {
+            match action {
+                Action::Emit { turn, kind, raw } => self.sink.emit(turn.as_ref(), kind, raw).await?,
+                Action::Request { turn, spec, raw } => self.sink.request(&turn, *spec, raw).await?,
+                Action::Write(command) => {
+                    if let Err(error) = self.write(encode(&command)).await {
+                        tracing::debug!(%error, "could not write to pi");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn exit_report(&self) -> ExitReport {
+        ExitReport::collect(self.child.as_ref(), &self.stderr, EXIT_WAIT, STDERR_DRAIN).await
+    }
+
+    /// Stdout ended: fail waiting callers, then (unless closing) the running turn and the
+    /// transport. A turn whose `prompt` is still unanswered is left to its caller.
+    async fn on_stdout_closed(&self, read_error: Option<std::io::Error>) {
+        let waiting = self.pending.close();
+        let admitting = waiting.waiting().any(|(_, sent)| sent.command == "prompt");
+        drop(waiting);
+        self.turn_ended.notify_waiters();
+        if admitting || self.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        let ExitReport { status, stderr_tail: tail, .. } = self.exit_report().await;
+        let how = match (&status, &read_error) {
+            (_, Some(error)) => format!("stdout read failed: {error}"),
+            (Some(status), None) => status.to_string(),
+            (None, None) => "exit status unknown".to_owned(),
+        };
+        let reason = format!("pi exited ({how}) without completing the turn");
+        let mut actions = lock(&self.state).on_exit(&reason, status, tail);
+        if self.run(&mut actions).await.is_ok() {
+            let _ = self.sink.transport_down(format!("pi exited ({how})")).await;
+        }
+        self.turn_ended.notify_waiters();
+    }
+}
+
+async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) {
+    let mut lines = LineReader::new(stdout, max_line);
+    let mut actions = Vec::new();
+    let read_error = loop {
+        let handled = match lines.next_line().await {
+            Ok(Some(line)) => shared.on_frame(TextFrame::from_line(line), max_line, &mut actions).await,
+            Ok(None) => break None,
+            Err(error) => break Some(error),
+        };
+        if handled.is_err() {
+            return;
+        }
+    };
+    shared.on_stdout_closed(read_error).await;
+}

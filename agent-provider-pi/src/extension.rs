@@ -1,0 +1,135 @@
+//! The pi extension the provider ships: an approval gate before `bash`, `edit` and `write`
+//! tool calls, and an `ask_user` question tool, both through pi's extension UI sub-protocol
+//! (`extension_ui_request` / `extension_ui_response`). Pi has no approval prompts of its own.
+//!
+//! The file is written to a private directory (mode 0700) created for the session, loaded with
+//! `-e`, and removed with the session.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The titles of the gate's `confirm` dialogs, and the tool each one asks about.
+pub(crate) const APPROVAL_TITLES: &[(&str, &str)] =
+    &[("Allow bash?", "bash"), ("Allow edit?", "edit"), ("Allow write?", "write")];
+
+/// The tool result the model sees when an approval is denied.
+pub(crate) const DENIED_REASON: &str = "Blocked by RPC client";
+
+/// The extension's source. `__GATE__` becomes `true` or `false`.
+const SOURCE: &str = r#"// Written by agent-harness for one pi session; removed when the session ends.
+// Asks the RPC client before bash, edit and write tool calls, and adds an ask_user tool.
+const GATED = new Set(["bash", "edit", "write"]);
+const GATE = __GATE__;
+
+export default function (pi) {
+  if (GATE) {
+    pi.on("tool_call", async (event, ctx) => {
+      if (!GATED.has(event.toolName)) return undefined;
+      const input = event.input || {};
+      const subject = event.toolName === "bash"
+        ? String(input.command ?? "")
+        : String(input.path ?? input.file_path ?? "");
+      const ok = await ctx.ui.confirm(`Allow ${event.toolName}?`, subject);
+      if (!ok) return { block: true, reason: "__DENIED__" };
+      return undefined;
+    });
+  }
+  pi.registerTool({
+    name: "ask_user",
+    label: "Ask user",
+    description: "Ask the user a question. With options, the user picks one of them; without, the user types an answer.",
+    parameters: {
+      type: "object",
+      properties: {
+        question: { type: "string", description: "The question" },
+        options: { type: "array", items: { type: "string" }, description: "The choices, if any" },
+      },
+      required: ["question"],
+    },
+    async execute(id, params, signal, onUpdate, ctx) {
+      const options = Array.isArray(params.options) ? params.options.map(String) : [];
+      const answer = options.length > 0
+        ? await ctx.ui.select(String(params.question), options)
+        : await ctx.ui.input(String(params.question), "");
+      const text = answer === undefined || answer === null ? "(no answer)" : `User chose: ${answer}`;
+      return { content: [{ type: "text", text }], details: {} };
+    },
+  });
+}
+"#;
+
+/// The extension's source, with or without the approval gate.
+pub(crate) fn source(gate: bool) -> String {
+    SOURCE.replace("__GATE__", if gate { "true" } else { "false" }).replace("__DENIED__", DENIED_REASON)
+}
+
+/// A private directory holding the extension; removed on drop.
+#[derive(Debug)]
+pub(crate) struct ExtensionDir {
+    dir: PathBuf,
+    file: PathBuf,
+}
+
+impl ExtensionDir {
+    /// Creates `<parent>/agent-harness-pi-<pid>-<n>/` with mode 0700 and writes the extension.
+    pub(crate) fn create(parent: &Path, gate: bool) -> std::io::Result<ExtensionDir> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let mut builder = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let dir = loop {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let dir = parent.join(format!("agent-harness-pi-{}-{stamp:x}-{n}", std::process::id()));
+            match builder.create(&dir) {
+                Ok(()) => break dir,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        let file = dir.join("agent-harness-approvals.ts");
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&file)
+            .and_then(|mut f| f.write_all(source(gate).as_bytes()));
+        if let Err(e) = written {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+        Ok(ExtensionDir { dir, file })
+    }
+
+    /// The extension file, for `-e`.
+    pub(crate) fn file(&self) -> &Path {
+        &self.file
+    }
+}
+
+impl Drop for ExtensionDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_extension_lives_in_a_private_directory_that_goes_away() {
+        let ext = ExtensionDir::create(&std::env::temp_dir(), true).unwrap();
+        let dir = ext.file().parent().unwrap().to_path_buf();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        }
+        let text = std::fs::read_to_string(ext.file()).unwrap();
+        assert!(text.contains("const GATE = true;") && text.contains(DENIED_REASON));
+        drop(ext);
+        assert!(!dir.exists());
+        assert!(source(false).contains("const GATE = false;"));
+    }
+}

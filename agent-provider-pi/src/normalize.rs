@@ -1,0 +1,705 @@
+//! Pi RPC frames → [`EventKind`]s and requests. Pure: no I/O, fed one line at a time by the
+//! connection's reader (and by the transcript tests).
+//!
+//! The turn's end is the subtle part (`shared/protocols/pi.md` §7.1, §9):
+//! - 1.6.0 marks `agent_end` with `willRetry` and sends a final `agent_settled`, which pi
+//!   documents as the idle signal: the turn ends there (a `prompt` sent between `agent_end`
+//!   and `agent_settled` could still be refused as "already processing").
+//! - 0.73.1 has neither: `agent_end` ends the turn unless its last assistant message failed,
+//!   in which case an `auto_retry_start` may follow. The normalizer then asks for a barrier
+//!   (a `get_state` whose response comes after any `auto_retry_start` pi emits for that
+//!   `agent_end`); the turn fails at the barrier's response unless a retry started, and a
+//!   retry that gives up (`auto_retry_end` with `success: false`) fails it too.
+
+use std::collections::HashMap;
+
+use agent_core::event::{FileChangeEntry, RawJson, ToolKind, ToolStatus, Usage};
+use agent_core::exec::ExitStatus;
+use agent_core::request::RequestSpec;
+use agent_core::{Choice, EventKind, Question, RequestKind, TurnEnd, TurnId, TurnResult, TurnStatus};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use crate::extension::{APPROVAL_TITLES, DENIED_REASON};
+
+/// The id prefix of the barrier `get_state` commands (see the module docs).
+pub(crate) const BARRIER_PREFIX: &str = "barrier-";
+/// The id prefix of the `get_session_stats` commands sent after each turn.
+pub(crate) const STATS_PREFIX: &str = "stats-";
+
+/// What the reader does after a frame.
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// Emit an event for `turn` (`None`: a session event).
+    Emit { turn: Option<TurnId>, kind: EventKind, raw: Option<RawJson> },
+    /// Report a request the agent waits on.
+    Request { turn: TurnId, spec: Box<RequestSpec>, raw: Option<RawJson> },
+    /// Write this command line to pi (a dismissal, a barrier).
+    Write(Value),
+}
+
+impl Action {
+    /// True for a terminal event.
+    pub(crate) fn ends_turn(&self) -> bool {
+        matches!(self, Action::Emit { kind, .. } if kind.is_terminal())
+    }
+}
+
+/// Gives the frame's raw JSON to the actions it produced that take one.
+pub(crate) fn attach(actions: &mut [Action], raw: RawJson) {
+    let mut raw = Some(raw);
+    let slots = actions.iter_mut().filter_map(|a| match a {
+        Action::Emit { raw: slot, .. } | Action::Request { raw: slot, .. } if slot.is_none() => Some(slot),
+        _ => None,
+    });
+    let slots: Vec<_> = slots.collect();
+    let last = slots.len();
+    for (i, slot) in slots.into_iter().enumerate() {
+        *slot = if i + 1 == last { raw.take() } else { raw.clone() };
+    }
+}
+
+/// One stdout line, with the fields the normalizer reads; big nested values stay raw.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Frame<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: &'a str,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    success: Option<bool>,
+    #[serde(default, borrow)]
+    message: Option<&'a RawValue>,
+    #[serde(default)]
+    assistant_message_event: Option<AssistantEvent>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+    #[serde(default)]
+    tool_name: Option<String>,
+    #[serde(default)]
+    args: Option<Value>,
+    #[serde(default)]
+    result: Option<Value>,
+    #[serde(default)]
+    is_error: Option<bool>,
+    #[serde(default)]
+    will_retry: Option<bool>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    options: Option<Vec<Value>>,
+    #[serde(default)]
+    placeholder: Option<String>,
+    #[serde(default)]
+    timeout: Option<u64>,
+    #[serde(default)]
+    notify_type: Option<String>,
+    #[serde(default)]
+    error_message: Option<String>,
+    #[serde(default)]
+    final_error: Option<String>,
+    #[serde(default)]
+    command: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    data: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AssistantEvent {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    delta: Option<String>,
+}
+
+/// The parts of an agent message the normalizer reads.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Message {
+    #[serde(default)]
+    role: String,
+    #[serde(default)]
+    content: Value,
+    #[serde(default)]
+    stop_reason: Option<String>,
+    #[serde(default)]
+    error_message: Option<String>,
+    #[serde(default)]
+    usage: Option<Value>,
+}
+
+/// How pi marks the end of an agent run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// Nothing ended yet.
+    Running,
+    /// 1.6.0: `agent_end` with `willRetry: false` came; `agent_settled` ends the turn.
+    Settling,
+    /// 0.73.1: a failed `agent_end`; waiting for the barrier with this number.
+    Barrier(u64),
+    /// 0.73.1: pi is retrying after a failed run.
+    Retrying,
+}
+
+/// A turn pi is running for the harness.
+#[derive(Debug)]
+struct Running {
+    id: TurnId,
+    /// `prompt` was accepted.
+    admitted: bool,
+    ending: Ending,
+    /// Text of the last assistant message.
+    text: Option<String>,
+    stop_reason: Option<String>,
+    error: Option<String>,
+    usage: Option<Usage>,
+    /// Assistant messages so far (item IDs of their deltas).
+    messages: u32,
+    /// `abort` was sent.
+    aborting: bool,
+    /// Tool calls started and not ended: ID, tool name, arguments.
+    tools: Vec<(String, String, Option<Value>)>,
+    /// Tool calls whose approval was denied.
+    denied: Vec<String>,
+}
+
+/// A dialog pi waits on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Dialog {
+    /// The `extension_ui_request` id.
+    pub(crate) id: String,
+    /// `confirm`, `select`, `input` or `editor`.
+    pub(crate) method: String,
+    pub(crate) turn: TurnId,
+    /// The tool call an approval is about.
+    pub(crate) tool_call: Option<String>,
+}
+
+/// The protocol state of one pi process.
+#[derive(Debug, Default)]
+pub(crate) struct Normalizer {
+    turn: Option<Running>,
+    dialogs: HashMap<String, Dialog>,
+    next_barrier: u64,
+    next_stats: u64,
+    unknown: u64,
+}
+
+impl Normalizer {
+    pub(crate) fn new() -> Self {
+        Normalizer::default()
+    }
+
+    /// Registers `turn` before its `prompt` is written; errs with the running turn.
+    pub(crate) fn begin_turn(&mut self, turn: TurnId) -> Result<(), TurnId> {
+        if let Some(running) = &self.turn {
+            return Err(running.id.clone());
+        }
+        self.turn = Some(Running {
+            id: turn,
+            admitted: false,
+            ending: Ending::Running,
+            text: None,
+            stop_reason: None,
+            error: None,
+            usage: None,
+            messages: 0,
+            aborting: false,
+            tools: Vec::new(),
+            denied: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// `prompt` was accepted. `disposition` is 1.6.0's `data.disposition`: `handled` means no
+    /// agent run follows (an extension command took it), so the turn completes now.
+    pub(crate) fn admitted(&mut self, turn: &TurnId, disposition: Option<&str>) -> Vec<Action> {
+        let Some(running) = self.turn.as_mut().filter(|r| r.id == *turn) else { return Vec::new() };
+        running.admitted = true;
+        if disposition == Some("handled") {
+            return self.finish(None);
+        }
+        Vec::new()
+    }
+
+    /// `prompt` was refused: forget the turn.
+    pub(crate) fn abort_turn(&mut self, turn: &TurnId) {
+        if self.turn.as_ref().is_some_and(|r| r.id == *turn) {
+            self.turn = None;
+        }
+    }
+
+    /// The running harness turn, if any.
+    pub(crate) fn running(&self) -> Option<&TurnId> {
+        self.turn.as_ref().map(|r| &r.id)
+    }
+
+    /// True while `turn` runs.
+    pub(crate) fn is_running(&self, turn: &TurnId) -> bool {
+        self.turn.as_ref().is_some_and(|r| r.id == *turn)
+    }
+
+    /// Marks the running turn as being aborted; false when `turn` is not running.
+    pub(crate) fn aborting(&mut self, turn: &TurnId) -> bool {
+        match self.turn.as_mut().filter(|r| r.id == *turn) {
+            Some(running) => {
+                running.aborting = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Takes the dialog `id` to answer it.
+    pub(crate) fn take_dialog(&mut self, id: &str) -> Option<Dialog> {
+        self.dialogs.remove(id)
+    }
+
+    /// Puts back a dialog whose answer could not be encoded.
+    pub(crate) fn restore_dialog(&mut self, dialog: Dialog) {
+        self.dialogs.insert(dialog.id.clone(), dialog);
+    }
+
+    /// An approval of `tool_call` was denied: its failed result is a decline.
+    pub(crate) fn denied(&mut self, tool_call: &str) {
+        if let Some(running) = self.turn.as_mut() {
+            running.denied.push(tool_call.to_owned());
+        }
+    }
+
+    /// Frames of types the normalizer does not know.
+    pub(crate) fn unknown_frames(&self) -> u64 {
+        self.unknown
+    }
+
+    /// A line that is not a frame.
+    pub(crate) fn garbage(&self, message: String) -> Action {
+        Action::Emit { turn: self.running().cloned(), kind: EventKind::Warning { message }, raw: None }
+    }
+
+    /// Normalizes one line; false when it is not a pi frame (not a JSON object with `type`).
+    pub(crate) fn on_line(&mut self, line: &str, actions: &mut Vec<Action>) -> bool {
+        let Ok(frame) = serde_json::from_str::<Frame<'_>>(line) else { return false };
+        self.on_frame(frame, actions);
+        true
+    }
+
+    fn turn_id(&self) -> Option<TurnId> {
+        self.running().cloned()
+    }
+
+    fn emit(&self, kind: EventKind) -> Action {
+        Action::Emit { turn: self.turn_id(), kind, raw: None }
+    }
+
+    fn provider_event(&self, method: &str) -> Action {
+        self.emit(EventKind::ProviderEvent { method: method.to_owned() })
+    }
+
+    fn on_frame(&mut self, frame: Frame<'_>, actions: &mut Vec<Action>) {
+        match frame.kind {
+            "response" => self.on_response(&frame, actions),
+            "agent_start" | "turn_start" | "turn_end" | "message_start" => {}
+            "message_update" => self.on_update(&frame, actions),
+            "message_end" => self.on_message_end(&frame, actions),
+            "tool_execution_start" => self.on_tool_start(frame, actions),
+            "tool_execution_update" => {}
+            "tool_execution_end" => self.on_tool_end(frame, actions),
+            "agent_end" => self.on_agent_end(&frame, actions),
+            "agent_settled" => {
+                if self.turn.as_ref().is_some_and(|r| r.admitted || r.ending != Ending::Running) {
+                    actions.extend(self.finish(None));
+                } else {
+                    actions.push(self.provider_event("agent_settled"));
+                }
+            }
+            "auto_retry_start" => {
+                if let Some(running) = self.turn.as_mut() {
+                    running.ending = Ending::Retrying;
+                }
+                let message = frame.error_message.clone().unwrap_or_else(|| "the model request failed".into());
+                actions.push(self.emit(EventKind::ProviderError { message, code: None, will_retry: Some(true) }));
+            }
+            "auto_retry_end" => {
+                actions.push(self.provider_event("auto_retry_end"));
+                let legacy = self.turn.as_ref().is_some_and(|r| r.ending == Ending::Retrying);
+                if frame.success == Some(false) && legacy {
+                    let error = frame.final_error.clone();
+                    if let Some(running) = self.turn.as_mut() {
+                        running.stop_reason = Some("error".into());
+                        running.error = error.or(running.error.take());
+                    }
+                    actions.extend(self.finish(None));
+                }
+            }
+            "extension_ui_request" => self.on_dialog(frame, actions),
+            "extension_error" => {
+                let message = match (&frame.error, &frame.error_message) {
+                    (Some(error), _) | (None, Some(error)) => format!("a pi extension failed: {error}"),
+                    (None, None) => "a pi extension failed".to_owned(),
+                };
+                actions.push(self.emit(EventKind::Warning { message }));
+            }
+            other @ ("queue_update"
+            | "compaction_start"
+            | "compaction_end"
+            | "session_info_changed"
+            | "auto_compaction_start"
+            | "auto_compaction_end") => actions.push(self.provider_event(other)),
+            other => {
+                self.unknown += 1;
+                actions.push(self.provider_event(other));
+            }
+        }
+    }
+
+    /// A response nobody waited for: a barrier's, or a late or id-less one.
+    fn on_response(&mut self, frame: &Frame<'_>, actions: &mut Vec<Action>) {
+        let barrier = frame.id.as_deref().and_then(|id| id.strip_prefix(BARRIER_PREFIX)).and_then(|n| n.parse().ok());
+        if let Some(n) = barrier {
+            if self.turn.as_ref().is_some_and(|r| r.ending == Ending::Barrier(n)) {
+                actions.extend(self.finish(None));
+            }
+            return;
+        }
+        if frame.id.as_deref().is_some_and(|id| id.starts_with(STATS_PREFIX)) {
+            // The session's totals after a turn: a session-level usage event.
+            if let Some(usage) = frame.data.as_ref().and_then(|d| stats_usage(&d["tokens"], &d["cost"])) {
+                actions.push(Action::Emit { turn: None, kind: EventKind::UsageUpdated(Box::new(usage)), raw: None });
+            }
+            return;
+        }
+        if frame.success == Some(false) {
+            let command = frame.command.as_deref().unwrap_or("a command");
+            let message = format!("pi refused {command}: {}", frame.error.as_deref().unwrap_or("no reason given"));
+            actions.push(self.emit(EventKind::ProviderError { message, code: None, will_retry: None }));
+        }
+    }
+
+    fn on_update(&mut self, frame: &Frame<'_>, actions: &mut Vec<Action>) {
+        let Some(event) = &frame.assistant_message_event else { return };
+        let Some(running) = self.turn.as_ref() else { return };
+        let item_id = Some(format!("message-{}", running.messages + 1));
+        let kind = match (event.kind.as_str(), &event.delta) {
+            ("text_delta", Some(delta)) => EventKind::MessageDelta { item_id, text: delta.clone() },
+            ("thinking_delta", Some(delta)) => EventKind::ReasoningDelta { item_id, text: delta.clone() },
+            _ => return,
+        };
+        // The raw JSON of a delta is the delta alone: pi 0.73.1 repeats the whole partial
+        // message in every update.
+        let raw = RawJson::from_string(
+            json!({"type": "message_update", "assistantMessageEvent": {"type": event.kind, "delta": event.delta}})
+                .to_string(),
+        )
+        .ok();
+        actions.push(Action::Emit { turn: self.turn_id(), kind, raw });
+    }
+
+    fn on_message_end(&mut self, frame: &Frame<'_>, actions: &mut Vec<Action>) {
+        let Some(message) = frame.message.and_then(|m| serde_json::from_str::<Message>(m.get()).ok()) else { return };
+        if message.role != "assistant" {
+            return;
+        }
+        let Some(running) = self.turn.as_mut() else { return };
+        running.messages += 1;
+        let text = text_of(&message.content);
+        if let Some(usage) = message.usage.as_ref().and_then(usage_of) {
+            let total = running.usage.get_or_insert_with(Usage::default);
+            add_usage(total, &usage);
+        }
+        running.stop_reason = message.stop_reason.clone();
+        running.error = message.error_message.clone();
+        let item_id = Some(format!("message-{}", running.messages));
+        if !text.is_empty() {
+            running.text = Some(text.clone());
+            actions.push(self.emit(EventKind::AssistantMessage { item_id, text }));
+        }
+    }
+
+    fn on_tool_start(&mut self, frame: Frame<'_>, actions: &mut Vec<Action>) {
+        let (Some(id), Some(name)) = (frame.tool_call_id, frame.tool_name) else { return };
+        if let Some(running) = self.turn.as_mut() {
+            running.tools.push((id.clone(), name.clone(), frame.args.clone()));
+        }
+        let kind = EventKind::ToolStarted { item_id: id, tool: tool_kind(&name), name, input: frame.args };
+        actions.push(self.emit(kind));
+    }
+
+    fn on_tool_end(&mut self, frame: Frame<'_>, actions: &mut Vec<Action>) {
+        let Some(id) = frame.tool_call_id else { return };
+        let name = frame.tool_name.unwrap_or_default();
+        let (denied, aborting, args) = match self.turn.as_mut() {
+            Some(running) => {
+                let position = running.tools.iter().position(|(t, _, _)| *t == id);
+                let args = position.and_then(|i| running.tools.remove(i).2);
+                (running.denied.contains(&id), running.aborting, args)
+            }
+            None => (false, false, None),
+        };
+        let result = frame.result.unwrap_or(Value::Null);
+        let output = text_of(&result["content"]);
+        let is_error = frame.is_error.unwrap_or(false);
+        let status = match (is_error, denied, aborting) {
+            (false, _, _) => ToolStatus::Completed,
+            (true, true, _) => ToolStatus::Declined,
+            (true, false, true) => ToolStatus::Interrupted,
+            (true, false, false) if output == DENIED_REASON => ToolStatus::Declined,
+            _ => ToolStatus::Failed,
+        };
+        let exit_code = result["structuredContent"]["exit_code"].as_i64().and_then(|c| i32::try_from(c).ok());
+        if status == ToolStatus::Completed && matches!(name.as_str(), "edit" | "write") {
+            let path = args.as_ref().and_then(|a| a["path"].as_str()).map(str::to_owned);
+            if let Some(path) = path {
+                let change = if name == "write" { "add" } else { "update" };
+                let diff = result["details"]["diff"].as_str().map(str::to_owned);
+                let changes = vec![FileChangeEntry { path, change: change.to_owned(), diff }];
+                actions.push(self.emit(EventKind::FileChange { item_id: id.clone(), changes }));
+            }
+        }
+        let output = (!output.is_empty()).then_some(output);
+        actions.push(self.emit(EventKind::ToolCompleted { item_id: id, status, output, exit_code }));
+    }
+
+    fn on_agent_end(&mut self, frame: &Frame<'_>, actions: &mut Vec<Action>) {
+        let Some(running) = self.turn.as_mut() else {
+            actions.push(self.provider_event("agent_end"));
+            return;
+        };
+        match frame.will_retry {
+            Some(true) => running.ending = Ending::Retrying,
+            Some(false) => running.ending = Ending::Settling,
+            None => {
+                let failed = running.stop_reason.as_deref() == Some("error");
+                if failed && !running.aborting {
+                    self.next_barrier += 1;
+                    let n = self.next_barrier;
+                    running.ending = Ending::Barrier(n);
+                    let id = format!("{BARRIER_PREFIX}{n}");
+                    actions.push(Action::Write(json!({"id": id, "type": "get_state"})));
+                } else {
+                    actions.extend(self.finish(None));
+                }
+            }
+        }
+    }
+
+    fn on_dialog(&mut self, frame: Frame<'_>, actions: &mut Vec<Action>) {
+        let (Some(id), Some(method)) = (frame.id.clone(), frame.method.clone()) else { return };
+        let title = frame.title.clone().unwrap_or_default();
+        let text = frame.message.and_then(|m| serde_json::from_str::<String>(m.get()).ok());
+        let spec = match method.as_str() {
+            "confirm" => {
+                let approval = APPROVAL_TITLES.iter().find(|(t, _)| *t == title).map(|(_, tool)| *tool);
+                let started =
+                    approval.and_then(|tool| self.turn.as_ref()?.tools.iter().rev().find(|(_, n, _)| n == tool));
+                let running_tool = started.map(|(id, _, _)| id.clone());
+                let input = started.and_then(|(_, _, args)| args.clone());
+                let (kind, prompt) = match approval {
+                    Some("bash") => (RequestKind::CommandApproval, text.clone().unwrap_or_default()),
+                    Some(tool) => {
+                        (RequestKind::FileChangeApproval, format!("{tool} {}", text.clone().unwrap_or_default()))
+                    }
+                    None => (RequestKind::Confirmation, join(&title, text.as_deref())),
+                };
+                let mut spec =
+                    RequestSpec::new(kind, prompt, id.clone()).meta("method", "confirm").meta("title", title);
+                match (approval, &text) {
+                    (Some("bash"), Some(command)) => spec = spec.meta("command", command.clone()),
+                    (Some(_), Some(path)) => spec = spec.meta("path", path.clone()),
+                    _ => {}
+                }
+                if let Some(tool) = approval {
+                    spec = spec.meta("tool", tool);
+                }
+                if let Some(call) = &running_tool {
+                    spec = spec.meta("tool_call_id", call.clone());
+                }
+                if let Some(input) = input {
+                    spec = spec.meta("input", input);
+                }
+                (spec, running_tool)
+            }
+            "select" | "input" | "editor" => {
+                let choices: Vec<Choice> =
+                    frame.options.iter().flatten().filter_map(|o| o.as_str().map(Choice::new)).collect();
+                let mut question = Question::new("answer", title.clone()).with_choices(choices);
+                question.allow_other = method != "select";
+                let prompt = join(&title, text.as_deref());
+                let mut spec = RequestSpec::new(RequestKind::Question, prompt, id.clone())
+                    .questions([question])
+                    .meta("method", method.clone());
+                if let Some(placeholder) = &frame.placeholder {
+                    spec = spec.meta("placeholder", placeholder.clone());
+                }
+                (spec, None)
+            }
+            // Fire-and-forget methods (notify, setStatus, setWidget, setTitle, set_editor_text).
+            "notify" if matches!(frame.notify_type.as_deref(), Some("warning" | "error")) => {
+                actions.push(self.emit(EventKind::Warning { message: text.unwrap_or_default() }));
+                return;
+            }
+            _ => {
+                actions.push(self.provider_event("extension_ui_request"));
+                return;
+            }
+        };
+        let (mut spec, tool_call) = spec;
+        if let Some(ms) = frame.timeout {
+            spec = spec.timeout(std::time::Duration::from_millis(ms));
+        }
+        // Only a turn pi accepted can ask: a dialog read before the `prompt` reply belongs to
+        // no run of ours.
+        match self.turn.as_ref().filter(|r| r.admitted && r.ending == Ending::Running) {
+            Some(running) => {
+                let turn = running.id.clone();
+                self.dialogs.insert(id.clone(), Dialog { id, method, turn: turn.clone(), tool_call });
+                actions.push(Action::Request { turn, spec: Box::new(spec), raw: None });
+            }
+            None => {
+                // No turn to ask in: dismiss it, as a user closing the dialog would.
+                actions.push(Action::Write(json!({"type": "extension_ui_response", "id": id, "cancelled": true})));
+                actions.push(self.provider_event("extension_ui_request"));
+            }
+        }
+    }
+
+    /// Ends the running turn from what pi reported (or `exit` when the process died).
+    fn finish(&mut self, exit: Option<(String, Option<ExitStatus>, Option<String>)>) -> Vec<Action> {
+        let Some(running) = self.turn.take() else { return Vec::new() };
+        // Dialogs of the turn went with it.
+        self.dialogs.retain(|_, d| d.turn != running.id);
+        let mut actions = Vec::new();
+        if let Some(usage) = running.usage {
+            actions.push(Action::Emit {
+                turn: Some(running.id.clone()),
+                kind: EventKind::UsageUpdated(Box::new(usage)),
+                raw: None,
+            });
+        }
+        let mut result = TurnResult::default();
+        result.text = running.text.clone();
+        result.usage = running.usage;
+        if let Some(stop) = &running.stop_reason {
+            result.details = Some(json!({"stopReason": stop}));
+        }
+        let result_has_no_exit = exit.is_none();
+        let status = if let Some((reason, status, tail)) = exit {
+            result.reason = Some(reason);
+            result.exit_status = status;
+            result.stderr_tail = tail;
+            TurnStatus::Failed
+        } else {
+            match running.stop_reason.as_deref() {
+                Some("aborted") => {
+                    result.reason = running.error.clone().or_else(|| Some("aborted".into()));
+                    TurnStatus::Interrupted
+                }
+                _ if running.aborting => TurnStatus::Interrupted,
+                Some("error") => {
+                    result.reason = Some(running.error.clone().unwrap_or_else(|| "the model request failed".into()));
+                    result.error = running.error.clone().map(Value::String);
+                    TurnStatus::Failed
+                }
+                _ => TurnStatus::Completed,
+            }
+        };
+        let end = Box::new(TurnEnd::new(status, result));
+        let kind = match status {
+            TurnStatus::Completed => EventKind::TurnCompleted(end),
+            TurnStatus::Interrupted => EventKind::TurnInterrupted(end),
+            _ => EventKind::TurnFailed(end),
+        };
+        actions.push(Action::Emit { turn: Some(running.id), kind, raw: None });
+        if result_has_no_exit {
+            // Pi's session totals follow as a session-level usage event.
+            self.next_stats += 1;
+            actions.push(Action::Write(
+                json!({"id": format!("{STATS_PREFIX}{}", self.next_stats), "type": "get_session_stats"}),
+            ));
+        }
+        actions
+    }
+
+    /// The process exited: fail the running turn.
+    pub(crate) fn on_exit(&mut self, reason: &str, status: Option<ExitStatus>, tail: Option<String>) -> Vec<Action> {
+        self.dialogs.clear();
+        self.finish(Some((reason.to_owned(), status, tail)))
+    }
+}
+
+/// `title: text`, or whichever is there.
+fn join(title: &str, text: Option<&str>) -> String {
+    match text.filter(|t| !t.is_empty()) {
+        Some(text) if !title.is_empty() => format!("{title}: {text}"),
+        Some(text) => text.to_owned(),
+        None => title.to_owned(),
+    }
+}
+
+fn tool_kind(name: &str) -> ToolKind {
+    match name {
+        "bash" => ToolKind::Command,
+        "edit" | "write" => ToolKind::FileChange,
+        _ => ToolKind::Other,
+    }
+}
+
+/// The text parts of a content array (or a plain string), joined.
+fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(text) => text.clone(),
+        Value::Array(parts) => {
+            parts.iter().filter(|p| p["type"] == "text").filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("")
+        }
+        _ => String::new(),
+    }
+}
+
+/// Pi's message usage: `input`, `output`, `cacheRead`, `cacheWrite`, `totalTokens`, `cost.total`.
+fn usage_of(usage: &Value) -> Option<Usage> {
+    let input = usage["input"].as_u64()?;
+    let output = usage["output"].as_u64().unwrap_or(0);
+    let mut result = Usage::tokens(input, output);
+    result.cached_input_tokens = usage["cacheRead"].as_u64();
+    result.reasoning_tokens = usage["reasoning"].as_u64();
+    if let Some(total) = usage["totalTokens"].as_u64() {
+        result.total_tokens = Some(total);
+    }
+    result.cost_usd = usage["cost"]["total"].as_f64();
+    Some(result)
+}
+
+/// `get_session_stats`' `tokens` (`input`, `output`, `cacheRead`, `cacheWrite`, `total`) and
+/// `cost`.
+fn stats_usage(tokens: &Value, cost: &Value) -> Option<Usage> {
+    let mut usage = Usage::tokens(tokens["input"].as_u64()?, tokens["output"].as_u64().unwrap_or(0));
+    usage.cached_input_tokens = tokens["cacheRead"].as_u64();
+    if let Some(total) = tokens["total"].as_u64() {
+        usage.total_tokens = Some(total);
+    }
+    usage.cost_usd = cost.as_f64();
+    Some(usage)
+}
+
+fn add_usage(total: &mut Usage, add: &Usage) {
+    fn sum(a: &mut Option<u64>, b: Option<u64>) {
+        if let Some(b) = b {
+            *a = Some(a.unwrap_or(0) + b);
+        }
+    }
+    sum(&mut total.input_tokens, add.input_tokens);
+    sum(&mut total.cached_input_tokens, add.cached_input_tokens);
+    sum(&mut total.output_tokens, add.output_tokens);
+    sum(&mut total.reasoning_tokens, add.reasoning_tokens);
+    sum(&mut total.total_tokens, add.total_tokens);
+    if let Some(cost) = add.cost_usd {
+        total.cost_usd = Some(total.cost_usd.unwrap_or(0.0) + cost);
+    }
+}

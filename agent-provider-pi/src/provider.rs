@@ -1,0 +1,506 @@
+//! [`PiProvider`]: validation, version check, spawn, readiness and session selection.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_core::exec::{Command, EnvSpec, ExecError};
+use agent_core::provider::{OpenContext, OpenConversation, Opened, require_capabilities};
+use agent_core::{
+    ApprovalPolicy, Capabilities, Capability, ConversationMode, DynProvider, Error, EventKind, Provider, ProviderId,
+    ProviderOptions, Result, SessionOptions, Support,
+};
+use agent_provider_kit::probe::{self, FileStamp, ProbeCache, ProbeError, ProbeLimits};
+use agent_provider_kit::version::Version;
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use crate::auth;
+use crate::connection::{CallError, Connection};
+use crate::extension::ExtensionDir;
+use crate::options::PiOptions;
+use crate::session::{PiSession, adapter_deadline};
+use crate::version::{LATEST_VALIDATED, MIN_SUPPORTED};
+
+/// The ID sessions name this provider by.
+pub const PROVIDER_ID: &str = "pi";
+
+/// Longest `pi --version` wait, within the startup deadline (Node 20 takes about 1.2 s).
+const VERSION_TIMEOUT: Duration = Duration::from_secs(15);
+/// Bytes of `pi --version` stdout kept.
+const VERSION_OUTPUT_LIMIT: usize = 4096;
+/// Lines of `pi --version` stderr kept (0.73.1 prints its version there).
+const VERSION_STDERR_LINES: usize = 10;
+
+/// The Pi provider: runs `pi --mode rpc` through the session's exec. See the crate docs.
+pub struct PiProvider {
+    id: ProviderId,
+    versions: ProbeCache<Version>,
+}
+
+impl PiProvider {
+    /// A provider registered as [`PROVIDER_ID`].
+    pub fn new() -> Self {
+        PiProvider { id: ProviderId::new(PROVIDER_ID), versions: ProbeCache::new() }
+    }
+
+    fn capabilities_for(options: &SessionOptions) -> Capabilities {
+        let native = [
+            Capability::TokenStreaming,
+            Capability::Reasoning,
+            Capability::Cancel,
+            Capability::Steer,
+            Capability::Resume,
+            Capability::Fork,
+            Capability::Skills,
+            Capability::SystemPrompt,
+            Capability::ModelSelection,
+            Capability::Usage,
+        ];
+        let caps = native.into_iter().fold(Capabilities::NONE, |caps, cap| caps.with(cap, Support::Native));
+        // Approvals and questions come from the extension the provider loads; the policy
+        // decides whether its gate asks.
+        let gate = options.approval_policy != Some(ApprovalPolicy::Never);
+        caps.with(Capability::Questions, Support::Emulated)
+            .with(Capability::ApprovalPolicy, Support::Emulated)
+            .with(Capability::Approvals, if gate { Support::Emulated } else { Support::Unsupported })
+    }
+
+    fn unavailable(&self, reason: impl Into<String>) -> Error {
+        Error::ProviderUnavailable { provider: self.id.clone(), reason: reason.into() }
+    }
+
+    async fn check_version(
+        &self,
+        ctx: &OpenContext,
+        pi: &PiOptions,
+        env: &EnvSpec,
+        deadline: Duration,
+    ) -> Result<Version> {
+        let program = pi.program();
+        let mut command = Command::new(program.clone()).session(ctx.session_id.clone());
+        command.args.extend(pi.binary_args.iter().cloned());
+        command.args.push("--version".into());
+        command.env = env.clone();
+        command.cwd.clone_from(&ctx.options.cwd);
+        let stamp = FileStamp::of_command(ctx.exec.as_ref(), &command);
+        if let Some(version) = self.versions.get(&ctx.exec, &program, stamp.as_ref()) {
+            return Ok(version);
+        }
+        let limits = ProbeLimits::new(deadline.min(VERSION_TIMEOUT))
+            .stdout_bytes(VERSION_OUTPUT_LIMIT)
+            .stderr_lines(VERSION_STDERR_LINES);
+        let shown = program.to_string_lossy();
+        let output = match probe::run(ctx.exec.as_ref(), command, limits).await {
+            Ok(output) => output,
+            Err(ProbeError::Spawn(error)) => return Err(self.spawn_error(error, &program)),
+            Err(ProbeError::Wait(error)) => return Err(Error::Exec(error)),
+            Err(other) => return Err(self.unavailable(format!("`{shown} --version` {other}"))),
+        };
+        let status = output.status;
+        let tail = output.stderr_tail.clone().unwrap_or_default();
+        let found = Version::from_cli_output(&output.stdout).or_else(|| Version::from_cli_output(&tail));
+        let Some(version) = found.filter(|_| status.success()) else {
+            return Err(self.unavailable(format!(
+                "`{shown} --version` ({status}) did not print a pi version; is it the pi CLI?{}",
+                stderr_note(output.stderr_tail)
+            )));
+        };
+        if version < MIN_SUPPORTED {
+            return Err(self.unavailable(format!(
+                "pi {version} is older than the minimum supported {MIN_SUPPORTED}; upgrade it or point \
+                 PiOptions::binary at a newer pi"
+            )));
+        }
+        if version > LATEST_VALIDATED {
+            tracing::warn!(%version, validated = %LATEST_VALIDATED, "pi is newer than the latest validated version");
+        }
+        self.versions.insert(&ctx.exec, &program, stamp, version);
+        Ok(version)
+    }
+
+    fn spawn_error(&self, error: ExecError, program: &OsString) -> Error {
+        match error {
+            ExecError::ProgramNotFound { .. } => self.unavailable(format!(
+                "`{}` was not found; install pi {MIN_SUPPORTED} or newer or set PiOptions::binary to its path",
+                program.to_string_lossy()
+            )),
+            ExecError::ProgramNotExecutable { path, problem, .. } => {
+                self.unavailable(format!("the pi program {} {problem}; set PiOptions::binary", path.display()))
+            }
+            other => Error::Exec(other),
+        }
+    }
+}
+
+impl Default for PiProvider {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for PiProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PiProvider").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+impl From<PiProvider> for DynProvider {
+    fn from(provider: PiProvider) -> Self {
+        Arc::new(provider)
+    }
+}
+
+fn stderr_note(tail: Option<String>) -> String {
+    tail.map(|t| format!("; stderr:\n{t}")).unwrap_or_default()
+}
+
+fn invalid(option: &'static str, reason: impl Into<String>) -> Error {
+    Error::InvalidOption { option, reason: reason.into() }
+}
+
+/// A variable of the environment pi would run with: the session's, else this process's.
+fn effective_env(options: &SessionOptions, name: &str) -> Option<PathBuf> {
+    if let Some(value) = options.env.set.get(name) {
+        return Some(PathBuf::from(value));
+    }
+    if options.env.unset.iter().any(|n| n == name) {
+        return None;
+    }
+    std::env::var_os(name).map(PathBuf::from)
+}
+
+/// Pi's agent directory: `$PI_CODING_AGENT_DIR`, else `~/.pi/agent`.
+fn agent_dir(options: &SessionOptions) -> Option<PathBuf> {
+    effective_env(options, "PI_CODING_AGENT_DIR").or_else(|| Some(effective_env(options, "HOME")?.join(".pi/agent")))
+}
+
+/// Where pi keeps the sessions of `cwd`: `--session-dir`, else
+/// `<agent dir>/sessions/--<cwd with '/' as '-'>--/`.
+fn session_dir(options: &SessionOptions, pi: &PiOptions) -> Option<PathBuf> {
+    if let Some(dir) = &pi.session_dir {
+        return Some(dir.clone());
+    }
+    let cwd = options.cwd.as_ref()?.to_string_lossy().trim_start_matches('/').replace(['/', '\\', ':'], "-");
+    Some(agent_dir(options)?.join("sessions").join(format!("--{cwd}--")))
+}
+
+/// The session file of the session with exactly this ID (`<time>_<id>.jsonl`). Pi itself
+/// matches `--session <id>` by prefix, which can open another session (UUIDv7 prefixes are
+/// timestamps), so the provider passes the file.
+pub(crate) fn find_session_file(dir: &Path, id: &str) -> Option<PathBuf> {
+    let suffix = format!("_{id}.jsonl");
+    let entries = std::fs::read_dir(dir).ok()?;
+    entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(&suffix)))
+}
+
+/// Checks the model against `models.json` when it names a provider defined there.
+fn check_model(options: &SessionOptions, model: &str) -> Result<()> {
+    if model.trim().is_empty() || model.chars().any(char::is_whitespace) {
+        return Err(invalid("model", format!("`{model}` is not a pi model pattern")));
+    }
+    let Some((provider, id)) = model.split_once('/') else { return Ok(()) };
+    let id = id.split(':').next().unwrap_or(id);
+    let Some(file) = agent_dir(options).map(|d| d.join("models.json")) else { return Ok(()) };
+    let Ok(text) = std::fs::read_to_string(&file) else { return Ok(()) };
+    let Ok(models) = serde_json::from_str::<Value>(&text) else { return Ok(()) };
+    let Some(defined) = models["providers"][provider]["models"].as_array() else { return Ok(()) };
+    if defined.iter().any(|m| m["id"] == id) {
+        return Ok(());
+    }
+    let known: Vec<&str> = defined.iter().filter_map(|m| m["id"].as_str()).collect();
+    Err(invalid(
+        "model",
+        format!("pi provider `{provider}` in {} has no model `{id}` (it has: {})", file.display(), known.join(", ")),
+    ))
+}
+
+/// Checks what can be checked before spawning.
+fn validate(options: &SessionOptions, pi: &PiOptions) -> Result<()> {
+    if let Some(model) = &options.model {
+        check_model(options, model)?;
+    }
+    if pi.args.iter().any(|a| a == "--api-key" || a.starts_with("--api-key=")) {
+        return Err(invalid(
+            "PiOptions::args",
+            "`--api-key` puts a secret on the command line; set the key in the session environment",
+        ));
+    }
+    let reserved = ["--mode", "--session", "--fork", "--no-session", "--continue", "-c", "--resume", "-r"];
+    if let Some(flag) = pi.args.iter().find(|a| reserved.contains(&a.split('=').next().unwrap_or(a))) {
+        return Err(invalid("PiOptions::args", format!("`{flag}` is set by the provider")));
+    }
+    if options.model.is_some() && pi.args.iter().any(|a| a == "--model" || a.starts_with("--model=")) {
+        return Err(invalid("PiOptions::args", "`--model` is given twice: use SessionOptions::model only"));
+    }
+    if pi.max_line_bytes < 1024 {
+        return Err(invalid("PiOptions::max_line_bytes", "must be at least 1024"));
+    }
+    Ok(())
+}
+
+fn env_spec(options: &SessionOptions) -> EnvSpec {
+    let mut spec = EnvSpec::default();
+    spec.set = options.env.set.iter().map(|(k, v)| (k.into(), v.into())).collect();
+    spec.unset = options.env.unset.iter().map(Into::into).collect();
+    spec.unset.extend(auth::scrubbed(options));
+    spec
+}
+
+/// The session flags for `conversation`, or why it cannot be opened (nothing spawned).
+fn conversation_args(
+    options: &SessionOptions,
+    pi: &PiOptions,
+    conversation: &OpenConversation,
+) -> Result<Vec<OsString>> {
+    let (flag, mode, id) = match conversation {
+        OpenConversation::Resume { provider_session_id } => {
+            ("--session", ConversationMode::Resume, provider_session_id)
+        }
+        OpenConversation::Fork { provider_session_id } => ("--fork", ConversationMode::Fork, provider_session_id),
+        _ => {
+            return Ok(pi
+                .session_dir
+                .iter()
+                .flat_map(|d| ["--session-dir".into(), d.clone().into_os_string()])
+                .collect());
+        }
+    };
+    let Some(dir) = session_dir(options, pi) else {
+        return Err(Error::ResumeFailed { mode, reason: "pi's session directory is unknown (no cwd or HOME)".into() });
+    };
+    let Some(file) = find_session_file(&dir, id) else {
+        return Err(Error::ResumeFailed {
+            mode,
+            reason: format!("pi has no session `{id}` in {} (no fresh session was started)", dir.display()),
+        });
+    };
+    let mut args: Vec<OsString> =
+        pi.session_dir.iter().flat_map(|d| ["--session-dir".into(), d.clone().into_os_string()]).collect();
+    args.extend([flag.into(), file.into_os_string()]);
+    Ok(args)
+}
+
+/// `pi --mode rpc` with the session's flags.
+fn rpc_command(ctx: &OpenContext, pi: &PiOptions, extension: &Path, session: Vec<OsString>, env: EnvSpec) -> Command {
+    let options = &ctx.options;
+    let mut command = Command::new(pi.program()).session(ctx.session_id.clone());
+    let args = &mut command.args;
+    args.extend(pi.binary_args.iter().cloned());
+    args.extend(["--mode".into(), "rpc".into(), "-e".into(), extension.as_os_str().to_owned()]);
+    args.extend(session);
+    if let Some(model) = &options.model {
+        args.extend(["--model".into(), model.into()]);
+    }
+    if let Some(prompt) = &options.system_prompt {
+        args.extend(["--system-prompt".into(), prompt.into()]);
+    }
+    for skill in &options.skills {
+        args.extend(["--skill".into(), skill.path.clone().into_os_string()]);
+    }
+    args.extend(pi.args.iter().map(OsString::from));
+    command.env = env;
+    command.cwd.clone_from(&options.cwd);
+    command
+}
+
+#[async_trait]
+impl Provider for PiProvider {
+    fn id(&self) -> ProviderId {
+        self.id.clone()
+    }
+
+    fn capabilities(&self, options: &SessionOptions) -> Capabilities {
+        Self::capabilities_for(options)
+    }
+
+    fn options_from_json(&self, options: &Value, into: &mut ProviderOptions) -> Result<()> {
+        crate::options::merge_json(&self.id, options, into)
+    }
+
+    fn validate(&self, options: &SessionOptions) -> Result<()> {
+        require_capabilities(&self.id, &self.capabilities(options), options)?;
+        let pi = options.provider_options.get::<PiOptions>().cloned().unwrap_or_default();
+        auth::GUARD.check(options, None, auth::flag_keys(&pi.args))?;
+        validate(options, &pi)
+    }
+
+    async fn open(&self, ctx: OpenContext) -> Result<Opened> {
+        let started = Instant::now();
+        let options = Arc::clone(&ctx.options);
+        let pi = options.provider_options.get::<PiOptions>().cloned().unwrap_or_default();
+        validate(&options, &pi)?;
+        auth::GUARD.check(&options, Some(ctx.exec.as_ref()), auth::flag_keys(&pi.args))?;
+        // A resume or fork target that does not exist fails here, before anything runs.
+        let session_args = conversation_args(&options, &pi, &ctx.conversation)?;
+        let deadline = adapter_deadline(options.startup_timeout);
+        let remaining = || deadline.saturating_sub(started.elapsed());
+        let env = env_spec(&options);
+        self.check_version(&ctx, &pi, &env, deadline).await?;
+
+        let gate = options.approval_policy != Some(ApprovalPolicy::Never);
+        let extension = ExtensionDir::create(&std::env::temp_dir(), gate)
+            .map_err(|e| self.unavailable(format!("cannot write the approval extension: {e}")))?;
+        let command = rpc_command(&ctx, &pi, extension.file(), session_args, env);
+        let program = command.program.clone();
+        let child = ctx.exec.spawn(command).await.map_err(|e| self.spawn_error(e, &program))?;
+        let conn = Connection::start(child, ctx.sink.clone(), pi.max_line_bytes)
+            .map_err(|_| self.unavailable("the exec backend did not provide the child's stdin, stdout and stderr"))?;
+
+        // No ready event: `get_state` answers once pi reads its stdin.
+        let state = match conn.call(json!({"type": "get_state"}), remaining()).await {
+            Ok(Some(state)) => state,
+            Ok(None) => return Err(self.unavailable("pi answered get_state without data")),
+            Err(CallError::Timeout) => return Err(Error::Timeout { operation: "pi get_state", timeout: deadline }),
+            Err(CallError::Refused { message, .. }) => {
+                return Err(self.unavailable(format!("pi refused get_state: {message}")));
+            }
+            Err(_) => {
+                let (status, tail) = conn.exit_report().await;
+                let status = status.map_or_else(|| "exit status unknown".to_owned(), |s| s.to_string());
+                return Err(self.unavailable(format!("pi exited during startup ({status}){}", stderr_note(tail))));
+            }
+        };
+        let Some(session_id) = state["sessionId"].as_str().map(str::to_owned) else {
+            return Err(self.unavailable("pi's get_state has no sessionId"));
+        };
+        if let OpenConversation::Resume { provider_session_id: wanted } = &ctx.conversation
+            && *wanted != session_id
+        {
+            return Err(Error::ResumeFailed {
+                mode: ConversationMode::Resume,
+                reason: format!("pi opened session `{session_id}` when asked for `{wanted}`"),
+            });
+        }
+        if let Some(wanted) = &options.model {
+            let provider = state["model"]["provider"].as_str().unwrap_or_default();
+            let id = state["model"]["id"].as_str().unwrap_or_default();
+            let base = wanted.split(':').next().unwrap_or(wanted);
+            if base != id && base != format!("{provider}/{id}") {
+                return Err(invalid("model", format!("pi does not know `{wanted}` (it runs `{provider}/{id}`)")));
+            }
+        }
+        // What the session opened, without the rest of pi's model object (0.73.1 sends the
+        // whole models.json entry, which may hold custom headers).
+        let opened = json!({
+            "sessionId": state["sessionId"], "sessionFile": state["sessionFile"], "sessionName": state["sessionName"],
+            "messageCount": state["messageCount"], "thinkingLevel": state["thinkingLevel"],
+            "model": {"id": state["model"]["id"], "provider": state["model"]["provider"], "api": state["model"]["api"]},
+        });
+        let raw =
+            agent_core::event::RawJson::from_string(json!({"type": "get_state", "data": opened}).to_string()).ok();
+        let _ = ctx.sink.emit(None, EventKind::ProviderEvent { method: "get_state".into() }, raw).await;
+
+        let session = PiSession {
+            provider: self.id.clone(),
+            conn,
+            turn_timeout: adapter_deadline(options.turn_start_timeout),
+            command_timeout: adapter_deadline(options.provider_command_timeout),
+            follow_up: pi.steer_as_follow_up,
+            _extension: extension,
+        };
+        Ok(Opened::new(Arc::new(session))
+            .provider_session_id(session_id)
+            .capabilities(Self::capabilities_for(&options)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_core::{McpServer, Skill};
+
+    use super::*;
+
+    #[test]
+    fn mcp_servers_are_refused_and_capabilities_are_honest() {
+        let provider = PiProvider::new();
+        let options = SessionOptions::new("/work").mcp_server("files", McpServer::stdio("mcp", ["--x"]));
+        match provider.validate(&options) {
+            Err(Error::Unsupported { capability, .. }) => assert_eq!(capability, Capability::PerSessionMcp),
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+        let caps = provider.capabilities(&SessionOptions::new("/work"));
+        assert_eq!(caps.approvals, Support::Emulated);
+        assert_eq!(caps.questions, Support::Emulated);
+        assert_eq!(caps.sandbox, Support::Unsupported);
+        let never = SessionOptions::new("/work").approval_policy(ApprovalPolicy::Never);
+        assert_eq!(provider.capabilities(&never).approvals, Support::Unsupported);
+    }
+
+    #[test]
+    fn flags_carry_the_session_options() {
+        let options = SessionOptions::new("/work")
+            .model("fake/fake-model")
+            .system_prompt("Be brief.")
+            .skill(Skill::new("review", "/skills/review"));
+        let (sink, _rx) = agent_provider_kit_testing_sink();
+        let ctx = OpenContext::new(agent_core::SessionId::generate(), Arc::new(options), exec(), sink);
+        let pi = PiOptions::new().binary("/usr/bin/node").binary_arg("/opt/pi/cli.js").arg("--no-context-files");
+        let command = rpc_command(&ctx, &pi, Path::new("/tmp/x/ext.ts"), Vec::new(), EnvSpec::default());
+        let args: Vec<String> = command.args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(
+            args,
+            [
+                "/opt/pi/cli.js",
+                "--mode",
+                "rpc",
+                "-e",
+                "/tmp/x/ext.ts",
+                "--model",
+                "fake/fake-model",
+                "--system-prompt",
+                "Be brief.",
+                "--skill",
+                "/skills/review",
+                "--no-context-files"
+            ]
+        );
+        assert_eq!(command.program, "/usr/bin/node");
+    }
+
+    fn agent_provider_kit_testing_sink() -> (agent_core::Sink, agent_provider_kit::testing::SinkRecorder) {
+        agent_provider_kit::testing::sink()
+    }
+
+    fn exec() -> agent_core::DynExec {
+        Arc::new(agent_exec::scripted::ScriptedExec::new())
+    }
+
+    #[test]
+    fn resume_needs_the_exact_session_file() {
+        let dir = std::env::temp_dir().join(format!("pi-resume-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let id = "01a2260e-41f7-7726-8e16-d519d0d70c4e";
+        std::fs::write(dir.join(format!("2026-11-29T06-46-38-328Z_{id}.jsonl")), "{}\n").unwrap();
+        let options = SessionOptions::new("/work");
+        let pi = PiOptions::new().session_dir(&dir);
+        let resume = OpenConversation::Resume { provider_session_id: id.into() };
+        let args = conversation_args(&options, &pi, &resume).unwrap();
+        assert_eq!(args[2], "--session");
+        assert!(args[3].to_string_lossy().ends_with(&format!("_{id}.jsonl")));
+        // A prefix of the ID is not the session.
+        let partial = OpenConversation::Resume { provider_session_id: id[..8].into() };
+        assert!(matches!(conversation_args(&options, &pi, &partial), Err(Error::ResumeFailed { .. })));
+        let fork = OpenConversation::Fork { provider_session_id: id.into() };
+        assert_eq!(conversation_args(&options, &pi, &fork).unwrap()[2], "--fork");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn unknown_models_of_a_configured_provider_are_refused_before_spawning() {
+        let dir = std::env::temp_dir().join(format!("pi-models-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("models.json"), r#"{"providers":{"fake":{"models":[{"id":"fake-model"}]}}}"#).unwrap();
+        let options = SessionOptions::new("/work").env("PI_CODING_AGENT_DIR", dir.to_string_lossy());
+        assert!(check_model(&options, "fake/fake-model").is_ok());
+        assert!(check_model(&options, "fake/fake-model:high").is_ok());
+        assert!(matches!(check_model(&options, "fake/nope"), Err(Error::InvalidOption { option: "model", .. })));
+        assert!(check_model(&options, "bad model").is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

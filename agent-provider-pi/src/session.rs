@@ -1,0 +1,297 @@
+//! One open pi session: the [`ProviderSession`] the runtime drives.
+
+use std::time::Duration;
+
+use agent_core::provider::{Admission, ProviderSession, TurnStart};
+use agent_core::{Answer, Error, ProviderId, Request, Response, Result, TurnId, TurnInput};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use crate::connection::{CallError, Connection};
+use crate::extension::ExtensionDir;
+use crate::normalize::Dialog;
+
+/// An adapter deadline: shorter than the runtime's, so the adapter reports first.
+pub(crate) fn adapter_deadline(runtime: Duration) -> Duration {
+    runtime.saturating_sub(runtime / 10)
+}
+
+/// An open `pi --mode rpc` process.
+#[derive(Debug)]
+pub(crate) struct PiSession {
+    pub(crate) provider: ProviderId,
+    pub(crate) conn: Connection,
+    /// Deadline of `prompt` answers.
+    pub(crate) turn_timeout: Duration,
+    /// Deadline of `abort` and `steer` answers.
+    pub(crate) command_timeout: Duration,
+    /// `steer` sends `follow_up`.
+    pub(crate) follow_up: bool,
+    /// The approval extension; removed when the session goes.
+    pub(crate) _extension: ExtensionDir,
+}
+
+impl PiSession {
+    fn rejected(&self, reason: impl Into<String>) -> Error {
+        Error::ProviderRejected { provider: self.provider.clone(), reason: reason.into() }
+    }
+
+    fn uncertain(&self, operation: &'static str, timeout: Duration, error: CallError) -> Error {
+        match error {
+            CallError::Timeout => Error::Timeout { operation, timeout },
+            other => Error::Transport { provider: self.provider.clone(), reason: format!("{operation}: {other}") },
+        }
+    }
+
+    /// Input text; pi's RPC `prompt` takes a message string.
+    fn text(&self, input: &TurnInput) -> Result<String> {
+        if input.is_empty() {
+            return Err(Error::InvalidOption { option: "input", reason: "the turn input is empty".into() });
+        }
+        Ok(input.text())
+    }
+}
+
+/// The `extension_ui_response` for `response` to `dialog`, and whether the turn is to be
+/// aborted afterwards (a cancelled request).
+pub(crate) fn encode(dialog: &Dialog, response: &Response) -> Result<(Value, bool)> {
+    let mut line = json!({"type": "extension_ui_response", "id": dialog.id});
+    let cancel = matches!(response, Response::Cancel { .. });
+    match (dialog.method.as_str(), response) {
+        ("confirm", Response::Approve { .. }) => line["confirmed"] = json!(true),
+        ("confirm", Response::Deny { .. } | Response::Cancel { .. }) => line["confirmed"] = json!(false),
+        (_, Response::Deny { .. } | Response::Cancel { .. }) => line["cancelled"] = json!(true),
+        ("select" | "input" | "editor", Response::Answer { answer }) => {
+            let value = match answer {
+                Answer::Text(text) => Some(text.clone()),
+                Answer::Many(values) => values.first().cloned(),
+                Answer::ByQuestion(map) => map.values().next().and_then(|v| v.first().cloned()),
+                _ => None,
+            };
+            let Some(value) = value else {
+                return Err(Error::InvalidResponse("pi dialogs are answered with text".into()));
+            };
+            line["value"] = json!(value);
+        }
+        (method, other) => {
+            return Err(Error::InvalidResponse(format!(
+                "a pi `{method}` dialog cannot take a `{}` response",
+                other.action()
+            )));
+        }
+    }
+    Ok((line, cancel))
+}
+
+#[async_trait]
+impl ProviderSession for PiSession {
+    async fn start_turn(&self, turn: TurnStart) -> Result<Admission> {
+        let message = self.text(turn.input())?;
+        let id = turn.id().clone();
+        if let Err(running) = self.conn.state().begin_turn(id.clone()) {
+            return Err(self.rejected(format!("turn `{running}` is still running in pi")));
+        }
+        match self.conn.call(json!({"type": "prompt", "message": message}), self.turn_timeout).await {
+            // The reader admitted the turn when the reply came.
+            Ok(_) => Ok(Admission::default()),
+            Err(CallError::Refused { message, .. }) => {
+                self.conn.state().abort_turn(&id);
+                Err(self.rejected(format!("pi refused the prompt: {message}")))
+            }
+            Err(CallError::Closed) => {
+                let (status, tail) = self.conn.exit_report().await;
+                let status = status.map_or_else(|| "exit status unknown".to_owned(), |s| s.to_string());
+                let tail = tail.map(|t| format!("; stderr:\n{t}")).unwrap_or_default();
+                Err(Error::Transport {
+                    provider: self.provider.clone(),
+                    reason: format!("pi exited during prompt ({status}){tail}"),
+                })
+            }
+            Err(other) => Err(self.uncertain("prompt", self.turn_timeout, other)),
+        }
+    }
+
+    async fn respond(&self, request: &Request, response: &Response) -> Result<()> {
+        let Some(dialog) = self.conn.state().take_dialog(&request.provider_ref.0) else {
+            return Err(Error::RequestExpired { request_id: request.id.clone() });
+        };
+        let (line, cancel) = match encode(&dialog, response) {
+            Ok(encoded) => encoded,
+            Err(error) => {
+                self.conn.state().restore_dialog(dialog);
+                return Err(error);
+            }
+        };
+        if line.get("confirmed") == Some(&json!(false))
+            && let Some(call) = &dialog.tool_call
+        {
+            self.conn.state().denied(call);
+        }
+        if let Err(error) = self.conn.send(&line).await {
+            return Err(Error::Transport { provider: self.provider.clone(), reason: format!("answering pi: {error}") });
+        }
+        if cancel && self.conn.state().aborting(&dialog.turn) {
+            // The answer is delivered; the abort's outcome is the turn's terminal event.
+            if let Err(error) = self.conn.send(&json!({"type": "abort"})).await {
+                tracing::warn!(%error, "abort after a cancelled request failed");
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `abort` and waits for pi to end the turn, within the command deadline.
+    async fn cancel(&self, turn: &TurnId) -> Result<()> {
+        if !self.conn.state().aborting(turn) {
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + self.command_timeout;
+        match self.conn.call(json!({"type": "abort"}), self.command_timeout).await {
+            Ok(_) => {}
+            Err(CallError::Refused { .. }) if !self.conn.state().is_running(turn) => return Ok(()),
+            Err(CallError::Refused { message, .. }) => {
+                return Err(self.rejected(format!("pi refused abort: {message}")));
+            }
+            Err(other) => return Err(self.uncertain("abort", self.command_timeout, other)),
+        }
+        match tokio::time::timeout_at(deadline, self.conn.turn_ended(turn)).await {
+            Ok(()) => Ok(()),
+            Err(_) => Err(Error::Timeout {
+                operation: "the turn's end after an acknowledged abort",
+                timeout: self.command_timeout,
+            }),
+        }
+    }
+
+    async fn steer(&self, turn: &TurnId, input: &TurnInput) -> Result<()> {
+        if !self.conn.state().is_running(turn) {
+            return Err(Error::TurnNotActive { turn_id: turn.clone() });
+        }
+        let message = self.text(input)?;
+        let kind = if self.follow_up { "follow_up" } else { "steer" };
+        match self.conn.call(json!({"type": kind, "message": message}), self.command_timeout).await {
+            Ok(_) => Ok(()),
+            Err(CallError::Refused { message, .. }) => Err(self.rejected(format!("pi refused {kind}: {message}"))),
+            Err(other) => Err(self.uncertain("steer", self.command_timeout, other)),
+        }
+    }
+
+    async fn close(&self) {
+        self.conn.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dialog(method: &str) -> Dialog {
+        Dialog { id: "d1".into(), method: method.into(), turn: TurnId::generate(), tool_call: None }
+    }
+
+    #[test]
+    fn answers_take_the_shape_of_the_dialog() {
+        let (line, cancel) = encode(&dialog("confirm"), &Response::approve()).unwrap();
+        assert_eq!(line, json!({"type": "extension_ui_response", "id": "d1", "confirmed": true}));
+        assert!(!cancel);
+        let (line, _) = encode(&dialog("confirm"), &Response::deny("no")).unwrap();
+        assert_eq!(line["confirmed"], false);
+        let (line, cancel) = encode(&dialog("confirm"), &Response::cancel("stop")).unwrap();
+        assert_eq!(line["confirmed"], false);
+        assert!(cancel);
+        let (line, _) = encode(&dialog("select"), &Response::answer("blue")).unwrap();
+        assert_eq!(line, json!({"type": "extension_ui_response", "id": "d1", "value": "blue"}));
+        let (line, _) = encode(&dialog("input"), &Response::answers([("answer", "typed")])).unwrap();
+        assert_eq!(line["value"], "typed");
+        let (line, _) = encode(&dialog("select"), &Response::deny("skip")).unwrap();
+        assert_eq!(line["cancelled"], true);
+        assert!(encode(&dialog("confirm"), &Response::answer("yes")).is_err());
+    }
+}
+
+/// The session over a scripted pi (agent-exec's `ScriptedExec`) and the kit's testing sink,
+/// under tokio's paused clock.
+#[cfg(test)]
+mod scripted {
+    use std::time::Duration;
+
+    use agent_core::EventKind;
+    use agent_core::exec::{Command, Exec};
+    use agent_exec::scripted::{LineMatch, Script, ScriptedExec, Step};
+    use agent_provider_kit::testing::{Sent, SinkRecorder, sink};
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// Answers the command on `line` with a successful response.
+    fn ok(line: &str) -> Vec<Step> {
+        let command: Value = serde_json::from_str(line).expect("a JSON command");
+        let reply = json!({"id": command["id"], "type": "response", "command": command["type"], "success": true});
+        vec![Step::stdout(reply.to_string())]
+    }
+
+    async fn session(script: Script) -> (PiSession, SinkRecorder) {
+        let exec = ScriptedExec::new();
+        exec.script("pi", script);
+        let child = exec.spawn(Command::new("pi")).await.expect("spawned");
+        let (sink, recorder) = sink();
+        let conn = Connection::start(child, sink, 1 << 20).expect("pipes");
+        let session = PiSession {
+            provider: ProviderId::new("pi"),
+            conn,
+            turn_timeout: Duration::from_secs(5),
+            command_timeout: Duration::from_secs(2),
+            follow_up: false,
+            _extension: ExtensionDir::create(&std::env::temp_dir(), true).expect("extension"),
+        };
+        (session, recorder)
+    }
+
+    fn prompted() -> Script {
+        Script::new()
+            .expect_line(LineMatch::contains(r#""type":"prompt""#))
+            .answer(ok)
+            .stdout(r#"{"type":"agent_start"}"#)
+            .stdout(r#"{"type":"message_update","assistantMessageEvent":{"type":"text_delta","contentIndex":0,"delta":"Hel"}}"#)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_abort_acknowledged_without_an_end_times_out_on_the_command_deadline() {
+        let script = prompted().expect_line(LineMatch::contains(r#""type":"abort""#)).answer(ok).wait_eof();
+        let (session, mut sent) = session(script).await;
+        let turn = TurnId::from_string("t1");
+        session.conn.state().begin_turn(turn.clone()).expect("no turn runs");
+        session.conn.call(json!({"type": "prompt", "message": "hi"}), Duration::from_secs(5)).await.expect("accepted");
+        let started = tokio::time::Instant::now();
+        let cancelled = session.cancel(&turn).await;
+        assert!(matches!(cancelled, Err(Error::Timeout { .. })), "{cancelled:?}");
+        assert_eq!(started.elapsed(), Duration::from_secs(2), "bounded by the command deadline");
+        let delta = sent.drain().into_iter().find_map(|s| match s {
+            Sent::Event { kind: EventKind::MessageDelta { text, .. }, turn: Some(t), .. } if t == turn => Some(text),
+            _ => None,
+        });
+        assert_eq!(delta.as_deref(), Some("Hel"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_abort_returns_once_pi_ended_the_turn() {
+        let script = prompted()
+            .expect_line(LineMatch::contains(r#""type":"abort""#))
+            .stdout(r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"Hel"}],"stopReason":"aborted"}}"#)
+            .stdout(r#"{"type":"agent_end","messages":[],"willRetry":false}"#)
+            .stdout(r#"{"type":"agent_settled","aborted":true}"#)
+            .answer(ok)
+            .wait_eof();
+        let (session, mut sent) = session(script).await;
+        let turn = TurnId::from_string("t1");
+        session.conn.state().begin_turn(turn.clone()).expect("no turn runs");
+        session.conn.call(json!({"type": "prompt", "message": "hi"}), Duration::from_secs(5)).await.expect("accepted");
+        session.cancel(&turn).await.expect("the turn ended");
+        let end = sent.drain().into_iter().find_map(|s| match s {
+            Sent::Event { kind, .. } if kind.is_terminal() => Some(kind),
+            _ => None,
+        });
+        assert!(matches!(end, Some(EventKind::TurnInterrupted(_))), "{end:?}");
+        assert!(session.conn.state().running().is_none());
+        session.close().await;
+    }
+}

@@ -1,0 +1,30 @@
+//! The supported range of `pi` versions (`clis.toml`'s `[providers.pi]`). The version type is
+//! the kit's.
+
+use agent_provider_kit::version::Version;
+
+/// The oldest `pi` release this provider speaks to (`@mariozechner/pi-coding-agent` 0.73.1).
+/// Older ones are refused at open.
+pub const MIN_SUPPORTED: Version = Version::new(0, 73, 1);
+
+/// The newest `pi` release this provider was validated against
+/// (`@earendil-works/pi-coding-agent` 1.6.0). Newer ones run, with a warning in the logs.
+pub const LATEST_VALIDATED: Version = Version::new(1, 6, 0);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_range_matches_clis_toml() {
+        let manifest = include_str!("../../clis.toml");
+        let section = manifest.split("[providers.pi]").nth(1).expect("clis.toml has [providers.pi]");
+        let value = |key: &str| {
+            let line = section.lines().find(|l| l.trim_start().starts_with(key)).expect(key);
+            line.split('"').nth(1).and_then(|v| v.parse::<Version>().ok()).expect("a version")
+        };
+        assert_eq!(value("min_supported"), MIN_SUPPORTED);
+        assert_eq!(value("latest_validated"), LATEST_VALIDATED);
+        assert!(MIN_SUPPORTED <= LATEST_VALIDATED);
+    }
+}

@@ -1,0 +1,541 @@
+//! The real pi 1.6.0 (Node 22) and 0.73.1 (Node 20), from `cargo xtask clis`, driven through
+//! the public `Harness` API, offline, against the testkit's fake Chat Completions server on
+//! 127.0.0.1. Each test runs both versions, one after the other, on one fake server.
+//!
+//! Every test fails with "run `cargo xtask clis`" when a pinned CLI is not installed.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use agent_core::event::ToolStatus;
+use agent_core::{EventKind, RequestKind, Response, TurnStatus};
+use agent_testkit::Scenario;
+use support::{Pi, clis, count, deltas, names, requests, terminal};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_turn_streams_deltas_and_three_turns_share_one_session() {
+    for cli in clis() {
+        let scenario = Scenario::new().deltas(["Hel", "lo ", "world"], 0).text("second answer").text("third answer");
+        let pi = Pi::start(cli, scenario).await;
+        let session = pi.session(pi.options()).await;
+        let (_, first) = pi.run(&session, "first question", |_| None).await;
+        assert_eq!(terminal(&first).status, TurnStatus::Completed, "pi {}: {}", pi.version(), names(&first));
+        assert_eq!(deltas(&first), "Hello world", "pi {}: {}", pi.version(), names(&first));
+        assert_eq!(terminal(&first).result.text.as_deref(), Some("Hello world"));
+        assert!(terminal(&first).result.usage.is_some(), "usage is reported");
+        assert_eq!(count(&first, "usage_updated"), 1);
+        let (_, second) = pi.run(&session, "second question", |_| None).await;
+        let (_, third) = pi.run(&session, "third question", |_| None).await;
+        assert_eq!(terminal(&second).result.text.as_deref(), Some("second answer"));
+        assert_eq!(terminal(&third).result.text.as_deref(), Some("third answer"), "{}", names(&third));
+        let requests = pi.server.model_requests();
+        assert_eq!(requests.len(), 3, "one model request per turn");
+        let history = requests[2].body.as_ref().expect("json body")["messages"].to_string();
+        assert!(history.contains("first question") && history.contains("second answer"), "{history}");
+        let status = pi.harness.status(&session).await.expect("status");
+        assert!(status.current_turn.is_none());
+        // Pi's session totals follow each turn as a session-level usage event.
+        let mut all = pi.harness.subscribe(&session, agent_core::Replay::Start).await.expect("subscribe");
+        let totals = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Some(event) = futures::StreamExt::next(&mut all).await {
+                let event = event.expect("event");
+                if let (None, EventKind::UsageUpdated(usage)) = (&event.turn_id, &event.kind) {
+                    return **usage;
+                }
+            }
+            panic!("the session's events ended");
+        })
+        .await
+        .expect("a session usage event");
+        assert!(totals.input_tokens.is_some_and(|n| n > 0), "{totals:?}");
+        // The extension pi loaded lives in a private directory that goes with the session.
+        let commands = pi.exec.commands();
+        let rpc = commands.iter().find(|c| c.args.iter().any(|a| a == "rpc")).expect("pi --mode rpc ran");
+        let at = rpc.args.iter().position(|a| a == "-e").expect("the extension is loaded with -e");
+        let extension = std::path::PathBuf::from(&rpc.args[at + 1]);
+        let dir = extension.parent().expect("its directory").to_path_buf();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode =
+                std::fs::metadata(&dir).expect("the directory exists while the session runs").permissions().mode();
+            assert_eq!(mode & 0o777, 0o700, "{}", dir.display());
+        }
+        // The model key in the session environment reaches no event.
+        let key = pi.env.var("FAKE_MODEL_API_KEY").expect("the offline key").to_owned();
+        let mut replay = pi.harness.subscribe(&session, agent_core::Replay::Start).await.expect("subscribe");
+        let last = pi.harness.status(&session).await.expect("status").last_seq;
+        while let Ok(Some(event)) =
+            tokio::time::timeout(Duration::from_secs(2), futures::StreamExt::next(&mut replay)).await
+        {
+            let event = event.expect("event");
+            let json = serde_json::to_string(&*event).expect("events serialize");
+            assert!(!json.contains(&key), "a secret reached an event: {json}");
+            if event.seq >= last {
+                break;
+            }
+        }
+        pi.finish().await;
+        // The session's last reference may go a moment after `stop_session` returned.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while dir.exists() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!dir.exists(), "the extension directory is removed with the session");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bash_approval_approve_runs_and_deny_reaches_the_model() {
+    for cli in clis() {
+        let scenario = Scenario::new()
+            .shell("touch approved.txt && echo approved-ran")
+            .quote_tool_result("Tool said: ")
+            .shell("touch denied.txt && echo denied-ran")
+            .quote_tool_result("Tool said: ");
+        let pi = Pi::start(cli, scenario).await;
+        let session = pi.session(pi.options()).await;
+        let (_, approved) = pi.run(&session, "run it", |r| r.kind.is_approval().then(Response::approve)).await;
+        let asked = requests(&approved);
+        assert_eq!(asked.len(), 1, "pi {}: {}", pi.version(), names(&approved));
+        assert_eq!(asked[0].kind, RequestKind::CommandApproval);
+        assert!(asked[0].prompt.contains("touch approved.txt"), "{:?}", asked[0].prompt);
+        assert!(pi.env.workspace().join("approved.txt").exists(), "the approved command ran");
+        assert_eq!(terminal(&approved).status, TurnStatus::Completed);
+        assert!(terminal(&approved).result.text.as_deref().unwrap_or_default().contains("approved-ran"));
+
+        let (_, denied) =
+            pi.run(&session, "run the other", |r| r.kind.is_approval().then(|| Response::deny("no"))).await;
+        assert!(!pi.env.workspace().join("denied.txt").exists(), "the denied command did not run");
+        let statuses: Vec<ToolStatus> = denied
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::ToolCompleted { status, .. } => Some(*status),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(statuses, [ToolStatus::Declined], "pi {}: {}", pi.version(), names(&denied));
+        assert_eq!(terminal(&denied).status, TurnStatus::Completed);
+        let text = terminal(&denied).result.text.clone().unwrap_or_default();
+        assert!(text.contains("Blocked"), "the model saw the denial: {text:?}");
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_mid_stream_ends_the_turn_within_a_second_and_the_session_goes_on() {
+    for cli in clis() {
+        let scenario = Scenario::new().stall("Thinking").text("back again");
+        let pi = Pi::start(cli, scenario).await;
+        let session = pi.session(pi.options()).await;
+        let turn = pi.harness.start_turn(&session, "take your time", Default::default()).await.expect("turn");
+        let mut stream = pi.harness.stream(&turn, agent_core::Replay::Start, Some(support::IDLE)).await.unwrap();
+        while let Some(event) = stream.next().await {
+            if matches!(event.expect("event").kind, EventKind::MessageDelta { .. }) {
+                break;
+            }
+        }
+        let asked = Instant::now();
+        pi.harness.cancel(&turn).await.expect("cancel accepted");
+        let mut end = None;
+        while let Some(event) = tokio::time::timeout(Duration::from_secs(1), stream.next()).await.expect("ended in 1 s")
+        {
+            let event = event.expect("event");
+            if event.is_terminal() {
+                end = Some(event);
+                break;
+            }
+        }
+        assert!(asked.elapsed() < Duration::from_secs(1), "pi {}: {:?}", pi.version(), asked.elapsed());
+        let end = end.expect("a terminal event");
+        assert_eq!(end.kind.terminal_end().map(|e| e.status), Some(TurnStatus::Interrupted), "{:?}", end.kind);
+        let (_, next) = pi.run(&session, "still there?", |_| None).await;
+        assert_eq!(terminal(&next).status, TurnStatus::Completed, "pi {}: {}", pi.version(), names(&next));
+        assert_eq!(terminal(&next).result.text.as_deref(), Some("back again"));
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_server_500_fails_the_turn_within_5_s_and_a_killed_pi_fails_the_next() {
+    for cli in clis() {
+        let scenario = Scenario::new().http_error(500, "fake upstream failure").stall("working");
+        let pi = Pi::start(cli, scenario).await;
+        let session = pi.session(pi.options()).await;
+        let asked = Instant::now();
+        let (_, failed) = pi.run(&session, "this will fail", |_| None).await;
+        assert!(asked.elapsed() < Duration::from_secs(5), "pi {}: {:?}", pi.version(), asked.elapsed());
+        let end = terminal(&failed);
+        assert_eq!(end.status, TurnStatus::Failed, "pi {}: {}", pi.version(), names(&failed));
+        assert!(end.result.reason.as_deref().unwrap_or_default().contains("500"), "{:?}", end.result.reason);
+
+        let turn = pi.harness.start_turn(&session, "work", Default::default()).await.expect("turn");
+        let mut stream = pi.harness.stream(&turn, agent_core::Replay::Start, Some(support::IDLE)).await.unwrap();
+        while let Some(event) = stream.next().await {
+            if matches!(event.expect("event").kind, EventKind::MessageDelta { .. }) {
+                break;
+            }
+        }
+        pi.exec.kill_running();
+        let mut end = None;
+        while let Some(event) = tokio::time::timeout(Duration::from_secs(10), stream.next()).await.expect("ended") {
+            let event = event.expect("event");
+            if event.is_terminal() {
+                end = Some(event);
+                break;
+            }
+        }
+        let end = end.expect("a terminal event");
+        let end = end.kind.terminal_end().expect("terminal");
+        assert_eq!(end.status, TurnStatus::Failed);
+        assert!(end.result.exit_status.is_some(), "the exit status is reported: {:?}", end.result);
+        assert!(pi.harness.start_turn(&session, "again?", Default::default()).await.is_err());
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_and_edit_approvals_through_a_request_handler() {
+    for cli in clis() {
+        let scenario = Scenario::new()
+            .write_file("notes.txt", "written by the model\n")
+            .edit_file("notes.txt", "written", "edited")
+            .text("done")
+            .shell("touch handled.txt && echo handled")
+            .quote_tool_result("Tool said: ");
+        let pi = Pi::start(cli, scenario).await;
+        let handler = agent_core::handler::from_fn(|request: agent_core::Request| async move {
+            request.kind.is_approval().then(Response::approve)
+        });
+        let session = pi.session(pi.options().request_handler(handler)).await;
+        let (_, events) = pi.run(&session, "write then edit", |_| None).await;
+        let asked = requests(&events);
+        let kinds: Vec<RequestKind> = asked.iter().map(|r| r.kind).collect();
+        assert_eq!(kinds, [RequestKind::FileChangeApproval; 2], "pi {}: {}", pi.version(), names(&events));
+        assert_eq!(asked[0].metadata.get("path").and_then(|p| p.as_str()), Some("notes.txt"));
+        let text = std::fs::read_to_string(pi.env.workspace().join("notes.txt")).expect("the file was written");
+        assert_eq!(text, "edited by the model\n");
+        assert_eq!(count(&events, "file_change"), 2, "{}", names(&events));
+        assert_eq!(terminal(&events).status, TurnStatus::Completed);
+
+        let (_, events) = pi.run(&session, "run a command", |_| None).await;
+        assert_eq!(requests(&events)[0].kind, RequestKind::CommandApproval);
+        assert!(pi.env.workspace().join("handled.txt").exists(), "the handler's approval ran the command");
+        assert_eq!(terminal(&events).status, TurnStatus::Completed);
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_is_answered_through_respond() {
+    for cli in clis() {
+        let scenario = Scenario::new().ask_user("Pick a color", ["red", "blue"]).quote_tool_result("You chose: ");
+        let pi = Pi::start(cli, scenario).await;
+        let session = pi.session(pi.options()).await;
+        let (_, events) =
+            pi.run(&session, "ask me", |r| (r.kind == RequestKind::Question).then(|| Response::answer("blue"))).await;
+        let asked = requests(&events);
+        assert_eq!(asked.len(), 1, "pi {}: {}", pi.version(), names(&events));
+        let question = &asked[0].questions[0];
+        assert_eq!(question.prompt, "Pick a color");
+        let offered: Vec<&str> = question.choices.iter().map(|c| c.label.as_str()).collect();
+        assert_eq!(offered, ["red", "blue"]);
+        assert_eq!(terminal(&events).status, TurnStatus::Completed);
+        let text = terminal(&events).result.text.clone().unwrap_or_default();
+        assert!(text.contains("User chose: blue"), "the answer reached the model: {text:?}");
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_session_resumes_under_its_id_with_its_history() {
+    for cli in clis() {
+        let scenario = Scenario::new().text("noted").echo("You said: ").text("forked");
+        let pi = Pi::start(cli, scenario).await;
+        let session = pi.session(pi.options()).await;
+        let (_, first) = pi.run(&session, "remember PINEAPPLE", |_| None).await;
+        assert_eq!(terminal(&first).status, TurnStatus::Completed);
+        pi.harness.stop_session(&session, false).await.expect("stop");
+
+        let resumed = pi.session(pi.options().resume_session(session.id.clone())).await;
+        assert_eq!(resumed.id, session.id, "resumed under its own ID");
+        let (_, second) = pi.run(&resumed, "what word?", |_| None).await;
+        assert_eq!(terminal(&second).result.text.as_deref(), Some("You said: what word?"));
+        let requests = pi.server.model_requests();
+        let history = requests[1].body.as_ref().expect("json")["messages"].to_string();
+        assert!(history.contains("remember PINEAPPLE") && history.contains("noted"), "pi {}: {history}", pi.version());
+
+        let forked = pi.session(pi.options().fork_session(session.id.clone())).await;
+        assert_ne!(forked.id, session.id);
+        let (_, third) = pi.run(&forked, "and now?", |_| None).await;
+        assert_eq!(terminal(&third).status, TurnStatus::Completed);
+        let history = pi.server.model_requests()[2].body.as_ref().expect("json")["messages"].to_string();
+        assert!(history.contains("PINEAPPLE"), "the fork carries the history: {history}");
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_fails_at_start_session_and_spawns_nothing() {
+    for cli in clis() {
+        let pi = Pi::start(cli, Scenario::new()).await;
+        let mcp = pi.options().mcp_server("files", agent_core::McpServer::stdio("mcp-files", ["--root", "."]));
+        match pi.harness.start_session("pi", mcp).await {
+            Err(agent_core::Error::Unsupported { capability, .. }) => {
+                assert_eq!(capability, agent_core::Capability::PerSessionMcp)
+            }
+            other => panic!("MCP servers must be refused, got {other:?}"),
+        }
+        let unknown_model = unknown_model_options(&pi, "fake/no-such-model");
+        match pi.harness.start_session("pi", unknown_model).await {
+            Err(agent_core::Error::InvalidOption { option, reason }) => {
+                assert_eq!(option, "model");
+                assert!(reason.contains("no-such-model"), "{reason}");
+            }
+            other => panic!("an unknown model must be refused, got {other:?}"),
+        }
+        let missing = pi.options().resume_provider_session("01a2260e-0000-7000-8000-000000000000");
+        match pi.harness.start_session("pi", missing).await {
+            Err(agent_core::Error::ResumeFailed { reason, .. }) => assert!(reason.contains("no session"), "{reason}"),
+            other => panic!("a missing session must fail the resume, got {other:?}"),
+        }
+        assert!(pi.exec.commands().is_empty(), "nothing was spawned: {:?}", pi.exec.commands().len());
+        // A model of a provider pi's models.json does not define is only known to pi: the session
+        // fails to start with the model named, and no pi is left running.
+        let foreign = unknown_model_options(&pi, "nope/nope");
+        let started = pi.harness.start_session("pi", foreign).await;
+        let error = started.expect_err("an unknown provider's model must be refused").to_string();
+        assert!(error.contains("nope/nope"), "{error}");
+        pi.finish().await;
+    }
+}
+
+/// Waits on `stream` for the first event `select` takes.
+async fn until(stream: &mut agent_core::TurnStream, select: impl Fn(&EventKind) -> bool) {
+    while let Some(event) = stream.next().await {
+        let event = event.expect("event");
+        assert!(!event.is_terminal(), "the turn ended early: {:?}", event.kind);
+        if select(&event.kind) {
+            return;
+        }
+    }
+    panic!("the turn stream ended");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_during_a_running_bash_tool_ends_the_turn_within_a_second() {
+    for cli in clis() {
+        let scenario = Scenario::new().shell("sleep 20 && echo slept").text("after the abort");
+        let pi = Pi::start(cli, scenario).await;
+        let options = pi.options().approval_policy(agent_core::ApprovalPolicy::Never);
+        let session = pi.session(options).await;
+        let turn = pi.harness.start_turn(&session, "sleep", Default::default()).await.expect("turn");
+        let mut stream = pi.harness.stream(&turn, agent_core::Replay::Start, Some(support::IDLE)).await.unwrap();
+        until(&mut stream, |k| matches!(k, EventKind::ToolStarted { .. })).await;
+        let asked = Instant::now();
+        pi.harness.cancel(&turn).await.expect("cancel accepted");
+        let mut events = Vec::new();
+        while let Some(event) = tokio::time::timeout(Duration::from_secs(1), stream.next()).await.expect("ended in 1 s")
+        {
+            let event = event.expect("event");
+            let done = event.is_terminal();
+            events.push(event);
+            if done {
+                break;
+            }
+        }
+        assert!(asked.elapsed() < Duration::from_secs(1), "pi {}: {:?}", pi.version(), asked.elapsed());
+        assert_eq!(terminal(&events).status, TurnStatus::Interrupted, "pi {}: {}", pi.version(), names(&events));
+        let (_, next) = pi.run(&session, "still there?", |_| None).await;
+        assert_eq!(terminal(&next).result.text.as_deref(), Some("after the abort"), "{}", names(&next));
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steer_and_follow_up_reach_the_running_turn() {
+    for cli in clis() {
+        let scenario = Scenario::new()
+            .shell("sleep 1 && echo slept")
+            .echo("Steered: ")
+            .shell("sleep 1 && echo slept")
+            .text("tool done")
+            .echo("Followed: ");
+        let pi = Pi::start(cli, scenario).await;
+        for (follow_up, expected) in [(false, "Steered: STEER now"), (true, "Followed: FOLLOW now")] {
+            let pi_options = support::pi_options(&pi.cli, &pi.env).steer_as_follow_up(follow_up);
+            let options = pi.options().provider_option(pi_options).approval_policy(agent_core::ApprovalPolicy::Never);
+            let session = pi.session(options).await;
+            let turn = pi.harness.start_turn(&session, "sleep a bit", Default::default()).await.expect("turn");
+            let mut stream = pi.harness.stream(&turn, agent_core::Replay::Start, Some(support::IDLE)).await.unwrap();
+            until(&mut stream, |k| matches!(k, EventKind::ToolStarted { .. })).await;
+            let message = if follow_up { "FOLLOW now" } else { "STEER now" };
+            pi.harness.steer(&turn, message).await.expect("steer accepted");
+            let events = pi.collect(&turn, |_| None).await;
+            assert_eq!(terminal(&events).status, TurnStatus::Completed, "pi {}: {}", pi.version(), names(&events));
+            assert_eq!(terminal(&events).result.text.as_deref(), Some(expected), "pi {}", pi.version());
+        }
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_system_prompt_and_skills_reach_the_model_request() {
+    for cli in clis() {
+        let pi = Pi::start(cli, Scenario::new().text("ok")).await;
+        let skill = pi.env.dir().join("skills/harness-check");
+        std::fs::create_dir_all(&skill).unwrap();
+        std::fs::write(
+            skill.join("SKILL.md"),
+            "---\nname: harness-check\ndescription: Checks the harness wiring of skills.\n---\n\nSay CHECKED.\n",
+        )
+        .unwrap();
+        let mut pi_options = support::pi_options(&pi.cli, &pi.env);
+        pi_options.args.retain(|a| a != "--model" && a != "fake/fake-model");
+        let options = pi
+            .env
+            .session_options()
+            .provider_option(pi_options)
+            .model("fake/fake-model")
+            .system_prompt("You are the harness wiring check.")
+            .skill(agent_core::Skill::new("harness-check", &skill));
+        let session = pi.session(options).await;
+        let (_, events) = pi.run(&session, "hello", |_| None).await;
+        assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+        let request = &pi.server.model_requests()[0];
+        let body = request.body.as_ref().expect("json");
+        assert_eq!(body["model"], "fake-model");
+        let system = body["messages"][0]["content"].to_string();
+        assert!(system.contains("You are the harness wiring check."), "pi {}: {system}", pi.version());
+        assert!(system.contains("harness-check"), "pi {}: the skill is listed: {system}", pi.version());
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auto_retry_after_a_500_keeps_the_turn_open_until_it_recovers() {
+    for cli in clis() {
+        let pi = Pi::start(cli, Scenario::new().http_error(500, "flaky upstream").text("recovered")).await;
+        // Pi's own auto-retry on, quickly: the turn must not end at the failed run's agent_end.
+        let settings =
+            std::path::PathBuf::from(pi.env.var("PI_CODING_AGENT_DIR").expect("agent dir")).join("settings.json");
+        let mut value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
+        value["retry"] =
+            serde_json::json!({"enabled": true, "maxRetries": 2, "baseDelayMs": 50, "provider": {"maxRetries": 0}});
+        std::fs::write(&settings, value.to_string()).unwrap();
+        let session = pi.session(pi.options()).await;
+        let (_, events) = pi.run(&session, "try hard", |_| None).await;
+        assert_eq!(terminal(&events).status, TurnStatus::Completed, "pi {}: {}", pi.version(), names(&events));
+        assert_eq!(terminal(&events).result.text.as_deref(), Some("recovered"));
+        let retried = events.iter().any(|e| matches!(e.kind, EventKind::ProviderError { will_retry: Some(true), .. }));
+        assert!(retried, "pi {}: the retry is reported: {}", pi.version(), names(&events));
+        assert_eq!(pi.server.model_requests().len(), 2);
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_responses_api_runs_text_and_tool_turns() {
+    for cli in clis() {
+        let scenario =
+            Scenario::new().deltas(["Hi ", "there"], 0).shell("echo via-responses").quote_tool_result("Tool said: ");
+        let server = agent_testkit::FakeModel::start(scenario).await.expect("server");
+        let env = agent_testkit::OfflineEnv::builder(&cli, &server)
+            .pi_api(agent_testkit::offline::PiApi::Responses)
+            .build()
+            .expect("env");
+        let harness = agent_core::Harness::builder()
+            .provider(agent_provider_pi::PiProvider::new())
+            .exec(agent_exec::LocalExec::new())
+            .store(agent_core::StoreChoice::Disabled)
+            .build()
+            .expect("harness");
+        let options = env
+            .session_options()
+            .provider_option(support::pi_options(&cli, &env))
+            .approval_policy(agent_core::ApprovalPolicy::Never);
+        let session = harness.start_session("pi", options).await.expect("session");
+        for (prompt, expected) in [("hello", "Hi there"), ("run it", "Tool said: via-responses")] {
+            let turn = harness.start_turn(&session, prompt, Default::default()).await.expect("turn");
+            let outcome = harness.await_turn(&turn, Some(support::IDLE)).await;
+            let outcome = outcome.unwrap_or_else(|e| panic!("pi {}: {e}", cli.version()));
+            let text = outcome.result.text.unwrap_or_default();
+            assert_eq!(text.trim(), expected, "pi {}", cli.version());
+        }
+        assert!(server.model_requests().iter().all(|r| r.path.ends_with("/responses")), "the Responses endpoint");
+        harness.stop_session(&session, true).await.expect("stop");
+        assert!(server.proxy().attempts().is_empty());
+    }
+}
+
+/// The offline options with `model` instead of the environment's `--model`.
+fn unknown_model_options(pi: &Pi, model: &str) -> agent_core::SessionOptions {
+    let mut options = support::pi_options(&pi.cli, &pi.env);
+    options.args.retain(|a| a != "--model" && a != "fake/fake-model");
+    pi.env.session_options().provider_option(options).model(model)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_text_question_takes_text_and_a_cancelled_approval_interrupts_the_turn() {
+    for cli in clis() {
+        let scenario = Scenario::new()
+            .tool_call("ask_user", serde_json::json!({"question": "Your name?"}))
+            .quote_tool_result("Heard: ")
+            .shell("touch cancelled.txt")
+            .text("after the cancel");
+        let pi = Pi::start(cli, scenario).await;
+        let session = pi.session(pi.options()).await;
+        let (_, asked) =
+            pi.run(&session, "ask", |r| (r.kind == RequestKind::Question).then(|| Response::answer("Ada"))).await;
+        let question = &requests(&asked)[0].questions[0];
+        assert!(question.choices.is_empty() && question.allow_other, "a free-text question: {question:?}");
+        assert_eq!(terminal(&asked).result.text.as_deref(), Some("Heard: User chose: Ada"), "pi {}", pi.version());
+
+        let (_, cancelled) = pi.run(&session, "run", |r| r.kind.is_approval().then(|| Response::cancel("stop"))).await;
+        assert_eq!(terminal(&cancelled).status, TurnStatus::Interrupted, "pi {}: {}", pi.version(), names(&cancelled));
+        assert!(!pi.env.workspace().join("cancelled.txt").exists());
+        let (_, next) = pi.run(&session, "go on", |_| None).await;
+        assert_eq!(terminal(&next).result.text.as_deref(), Some("after the cancel"), "{}", names(&next));
+        pi.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_while_pi_waits_to_retry_ends_the_turn_within_a_second() {
+    for cli in clis() {
+        let pi = Pi::start(cli, Scenario::new().http_error(500, "flaky upstream").text("after the cancel")).await;
+        let settings =
+            std::path::PathBuf::from(pi.env.var("PI_CODING_AGENT_DIR").expect("agent dir")).join("settings.json");
+        let mut value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
+        value["retry"] =
+            serde_json::json!({"enabled": true, "maxRetries": 3, "baseDelayMs": 20000, "provider": {"maxRetries": 0}});
+        std::fs::write(&settings, value.to_string()).unwrap();
+        let session = pi.session(pi.options()).await;
+        let turn = pi.harness.start_turn(&session, "try", Default::default()).await.expect("turn");
+        let mut stream = pi.harness.stream(&turn, agent_core::Replay::Start, Some(support::IDLE)).await.unwrap();
+        until(&mut stream, |k| matches!(k, EventKind::ProviderError { will_retry: Some(true), .. })).await;
+        let asked = Instant::now();
+        pi.harness.cancel(&turn).await.expect("cancel accepted");
+        let mut events = Vec::new();
+        while let Some(event) = tokio::time::timeout(Duration::from_secs(1), stream.next()).await.expect("ended in 1 s")
+        {
+            let event = event.expect("event");
+            let done = event.is_terminal();
+            events.push(event);
+            if done {
+                break;
+            }
+        }
+        assert!(asked.elapsed() < Duration::from_secs(1), "pi {}: {:?}", pi.version(), asked.elapsed());
+        assert_eq!(terminal(&events).status, TurnStatus::Interrupted, "pi {}: {}", pi.version(), names(&events));
+        let (_, next) = pi.run(&session, "again", |_| None).await;
+        assert_eq!(
+            terminal(&next).result.text.as_deref(),
+            Some("after the cancel"),
+            "pi {}: {}",
+            pi.version(),
+            names(&next)
+        );
+        pi.finish().await;
+    }
+}
