@@ -134,7 +134,28 @@ impl SubscriptionError {
 }
 
 /// What live subscribers receive in one send: events in seq order, published together.
-pub(crate) type LiveBatch = Arc<[Arc<Event>]>;
+#[derive(Clone, Debug)]
+pub(crate) enum LiveBatch {
+    /// A lone event, sent without a batch's allocation.
+    One(Arc<Event>),
+    Many(Arc<[Arc<Event>]>),
+}
+
+impl LiveBatch {
+    fn len(&self) -> usize {
+        match self {
+            LiveBatch::One(_) => 1,
+            LiveBatch::Many(events) => events.len(),
+        }
+    }
+
+    fn get(&self, i: usize) -> &Arc<Event> {
+        match self {
+            LiveBatch::One(event) => event,
+            LiveBatch::Many(events) => &events[i],
+        }
+    }
+}
 
 /// What the session actor hands a new subscription.
 pub(crate) struct Grant {
@@ -247,7 +268,7 @@ impl State {
             };
             let event = match self.live.take() {
                 Some((batch, next)) => {
-                    let event = Arc::clone(&batch[next]);
+                    let event = Arc::clone(batch.get(next));
                     if next + 1 < batch.len() {
                         self.live = Some((batch, next + 1));
                     }

@@ -210,8 +210,11 @@ impl Journal {
         if self.live_pending.is_empty() {
             return;
         }
-        // One allocation per batch; the pending vector is reused.
-        let batch: LiveBatch = Arc::from(&self.live_pending[..]);
+        // One allocation per batch of several events; the pending vector is reused.
+        let batch = match self.live_pending.len() {
+            1 => LiveBatch::One(self.live_pending.pop().expect("one event")),
+            _ => LiveBatch::Many(Arc::from(&self.live_pending[..])),
+        };
         self.live_pending.clear();
         if let Some(live) = &self.live
             && live.send(batch).is_err()
