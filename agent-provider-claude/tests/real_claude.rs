@@ -1,0 +1,294 @@
+//! The real `claude` 2.1.197 (from `cargo xtask clis`) driven through the public `Harness` API,
+//! offline, against the testkit's fake Messages server on 127.0.0.1.
+//!
+//! Every test fails with "run `cargo xtask clis`" when the pinned CLI is not installed.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::event::ToolStatus;
+use agent_core::exec::Exec;
+use agent_core::{
+    Event, EventKind, Harness, Replay, Request, RequestKind, Response, Scope, SessionOptions, SessionRef, StoreChoice,
+    Turn, TurnEnd, TurnOptions, TurnStatus,
+};
+use agent_exec::LocalExec;
+use agent_provider_claude::{ClaudeOptions, ClaudeProvider};
+use agent_store_memory::MemoryStore;
+use agent_testkit::recording::RecordingExec;
+use agent_testkit::{Cli, FakeModel, OfflineEnv, Provider, Scenario};
+use serde_json::Value;
+
+/// Longest wait for any one event of a turn.
+const IDLE: Duration = Duration::from_secs(30);
+
+fn claude_cli() -> Cli {
+    Cli::latest(Provider::Claude).unwrap_or_else(|e| panic!("{e}\nrun `cargo xtask clis`"))
+}
+
+/// One test's world: the CLI, the fake model, an offline environment and a harness.
+struct Claude {
+    cli: Cli,
+    server: FakeModel,
+    env: OfflineEnv,
+    exec: Arc<RecordingExec>,
+    harness: Harness,
+}
+
+impl Claude {
+    async fn start(scenario: Scenario) -> Claude {
+        Claude::start_with(scenario, |builder| builder).await
+    }
+
+    async fn start_with(
+        scenario: Scenario,
+        configure: impl FnOnce(agent_core::HarnessBuilder) -> agent_core::HarnessBuilder,
+    ) -> Claude {
+        let cli = claude_cli();
+        let server = FakeModel::start(scenario).await.expect("fake model server");
+        let env = OfflineEnv::new(&cli, &server).expect("offline environment");
+        let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
+        let builder = Harness::builder()
+            .provider(ClaudeProvider::new())
+            .exec(Arc::clone(&exec) as Arc<dyn Exec>)
+            .store(StoreChoice::Custom(Arc::new(MemoryStore::new())));
+        let harness = configure(builder).build().expect("harness");
+        Claude { cli, server, env, exec, harness }
+    }
+
+    fn options(&self) -> SessionOptions {
+        self.options_with(ClaudeOptions::new())
+    }
+
+    fn options_with(&self, claude: ClaudeOptions) -> SessionOptions {
+        self.env.session_options().provider_option(claude.binary(self.cli.program()))
+    }
+
+    async fn session(&self, options: SessionOptions) -> SessionRef {
+        self.harness.start_session("claude", options).await.expect("session starts")
+    }
+
+    fn workspace(&self) -> &Path {
+        self.env.workspace()
+    }
+
+    /// Starts a turn and collects its events up to the terminal one, answering requests with
+    /// `answer` (`None`: leave it pending).
+    async fn run(
+        &self,
+        session: &SessionRef,
+        prompt: &str,
+        answer: impl FnMut(&Request) -> Option<Response>,
+    ) -> (Turn, Vec<Arc<Event>>) {
+        self.run_with(session, prompt, TurnOptions::new(), answer).await
+    }
+
+    async fn run_with(
+        &self,
+        session: &SessionRef,
+        prompt: &str,
+        options: TurnOptions,
+        mut answer: impl FnMut(&Request) -> Option<Response>,
+    ) -> (Turn, Vec<Arc<Event>>) {
+        let turn = self.harness.start_turn(session, prompt, options).await.expect("turn recorded");
+        let mut stream = self.harness.stream(&turn, Replay::Start, Some(IDLE)).await.expect("turn stream");
+        let mut events = Vec::new();
+        while let Some(event) = stream.next().await {
+            let event = event.unwrap_or_else(|e| panic!("turn stream ended early: {e}; events: {}", names(&events)));
+            if let EventKind::RequestCreated(request) = &event.kind
+                && let Some(response) = answer(request)
+            {
+                self.harness.respond(request, response).await.expect("response delivered");
+            }
+            let terminal = event.is_terminal();
+            events.push(event);
+            if terminal {
+                break;
+            }
+        }
+        (turn, events)
+    }
+
+    /// Stops every session and checks that no claude process is left and nothing left 127.0.0.1.
+    async fn finish(self) {
+        for session in self.harness.list_sessions() {
+            self.harness.stop_session(&session, true).await.expect("stop");
+        }
+        for child in self.exec.children() {
+            let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+            assert!(matches!(status, Ok(Ok(_))), "a claude process outlived its session");
+        }
+        assert!(self.server.proxy().attempts().is_empty(), "claude tried to reach outside 127.0.0.1");
+    }
+}
+
+fn names(events: &[Arc<Event>]) -> String {
+    events.iter().map(|e| e.type_name()).collect::<Vec<_>>().join(" ")
+}
+
+fn terminal(events: &[Arc<Event>]) -> &TurnEnd {
+    events.last().and_then(|e| e.kind.terminal_end()).unwrap_or_else(|| panic!("no terminal event: {}", names(events)))
+}
+
+fn count(events: &[Arc<Event>], name: &str) -> usize {
+    events.iter().filter(|e| e.type_name() == name).count()
+}
+
+fn deltas(events: &[Arc<Event>]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::MessageDelta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn requests(events: &[Arc<Event>]) -> Vec<Request> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::RequestCreated(request) => Some((**request).clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn tool_outputs(events: &[Arc<Event>]) -> Vec<(ToolStatus, String)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolCompleted { status, output, .. } => Some((*status, output.clone().unwrap_or_default())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The JSON text of the `messages` of the model request at `index`.
+fn model_messages(server: &FakeModel, index: usize) -> String {
+    let requests = server.model_requests();
+    let body: &Value = requests[index].body.as_ref().expect("a JSON body");
+    body["messages"].to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_turns_stream_deltas_with_usage_and_cost_per_turn() {
+    let scenario = Scenario::new().deltas(["Hel", "lo ", "world"], 0).echo("second: ").echo("third: ");
+    let claude = Claude::start(scenario).await;
+    let session = claude.session(claude.options().system_prompt("Answer briefly.")).await;
+    let mut costs = Vec::new();
+    for (n, prompt) in ["Say hello", "Again", "Once more"].into_iter().enumerate() {
+        let (_, events) = claude.run(&session, prompt, |_| None).await;
+        let end = terminal(&events);
+        assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
+        assert_eq!(deltas(&events), end.result.text.clone().unwrap(), "the deltas add up to the text");
+        assert_eq!(count(&events, "assistant_message"), 1);
+        assert_eq!(count(&events, "usage_updated"), 1);
+        let usage = end.result.usage.expect("usage");
+        assert!(usage.input_tokens.is_some_and(|t| t > 0) && usage.output_tokens.is_some_and(|t| t > 0));
+        costs.push(usage.cost_usd.expect("cost"));
+        if n == 0 {
+            assert_eq!(end.result.text.as_deref(), Some("Hello world"));
+        } else {
+            assert!(end.result.text.as_deref().unwrap().ends_with(prompt), "{:?}", end.result.text);
+        }
+        assert!(events.iter().all(|e| e.raw.is_some() || e.type_name().starts_with("turn_")), "{}", names(&events));
+    }
+    // Each turn's cost is its own, not the process's running total.
+    assert!(costs.iter().all(|c| *c > 0.0), "{costs:?}");
+    assert!((costs[1] - costs[2]).abs() < costs[1] * 0.5, "per-turn, not cumulative: {costs:?}");
+    // The system prompt reached the model, and the third request carries the whole history.
+    let requests = claude.server.model_requests();
+    assert_eq!(requests.len(), 3);
+    assert!(requests[0].body.as_ref().unwrap()["system"].to_string().contains("Answer briefly."));
+    let history = model_messages(&claude.server, 2);
+    assert!(history.contains("Say hello") && history.contains("Again") && history.contains("Once more"));
+    let status = claude.harness.status(&session).await.unwrap();
+    assert!(status.provider_session_id.is_some());
+    claude.finish().await;
+}
+
+/// Approve, approve with edited input, deny, and approve for the session (not asked again), in
+/// one session: each answer's effect is what the tool did and what the model saw next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_allow_edit_deny_and_remember_for_the_session() {
+    let scenario = Scenario::new()
+        .shell("touch approved.txt && echo approved")
+        .quote_tool_result("Tool said: ")
+        .shell("touch never.txt && echo unedited")
+        .quote_tool_result("Tool said: ")
+        .shell("touch denied.txt && echo denied")
+        .quote_tool_result("Tool said: ")
+        .shell("touch session.txt && echo remembered")
+        .quote_tool_result("Tool said: ")
+        .shell("touch session.txt && echo remembered")
+        .quote_tool_result("Again: ");
+    let claude = Claude::start(scenario).await;
+    let session = claude.session(claude.options()).await;
+    let workspace = claude.workspace().to_path_buf();
+
+    // Approve: the command ran.
+    let (_, events) = claude.run(&session, "make approved", |_| Some(Response::approve())).await;
+    let asked = requests(&events);
+    assert_eq!(asked.len(), 1, "{}", names(&events));
+    assert_eq!(asked[0].kind, RequestKind::CommandApproval);
+    assert_eq!(asked[0].metadata["command"], "touch approved.txt && echo approved");
+    assert_eq!(asked[0].scopes, [Scope::Once, Scope::Session]);
+    assert!(workspace.join("approved.txt").exists());
+    assert_eq!(tool_outputs(&events), [(ToolStatus::Completed, "approved".to_owned())]);
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("Tool said: approved"));
+    assert_eq!(count(&events, "request_resolved"), 1);
+
+    // Approve with edited input: the edited command ran instead.
+    let edited = Response::approve_edited(serde_json::json!({"command": "echo edited-command"}));
+    let (_, events) = claude.run(&session, "make never", |_| Some(edited.clone())).await;
+    assert!(!workspace.join("never.txt").exists(), "the original command did not run");
+    assert_eq!(tool_outputs(&events), [(ToolStatus::Completed, "edited-command".to_owned())]);
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("Tool said: edited-command"));
+
+    // Deny: the model saw the denial and the turn completed.
+    let (_, events) = claude.run(&session, "make denied", |_| Some(Response::deny("no shell today"))).await;
+    assert!(!workspace.join("denied.txt").exists());
+    assert_eq!(tool_outputs(&events), [(ToolStatus::Declined, "no shell today".to_owned())]);
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Completed);
+    assert_eq!(end.result.text.as_deref(), Some("Tool said: no shell today"));
+    assert_eq!(end.result.details.as_ref().unwrap()["permission_denials"][0]["tool_name"], "Bash");
+
+    // Approve for the session: the same command is not asked about again.
+    let (_, events) = claude.run(&session, "make session", |_| Some(Response::approve_with(Scope::Session))).await;
+    assert_eq!(requests(&events).len(), 1);
+    assert!(workspace.join("session.txt").exists());
+    let (_, events) = claude.run(&session, "again", |_| panic!("asked again")).await;
+    assert!(requests(&events).is_empty(), "{}", names(&events));
+    assert_eq!(tool_outputs(&events), [(ToolStatus::Completed, "remembered".to_owned())]);
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("Again: remembered"));
+    let caps = claude.harness.capabilities(&session).await.unwrap();
+    assert_eq!(caps.session_approvals, agent_core::Support::Emulated);
+    claude.finish().await;
+}
+
+/// The same answers given by request handlers instead of `respond`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_handler_answers_approvals() {
+    let scenario = Scenario::new()
+        .shell("touch handled.txt && echo handled")
+        .quote_tool_result("Tool said: ")
+        .shell("touch refused.txt && echo refused")
+        .quote_tool_result("Tool said: ");
+    let policy = agent_core::handler::RequestPolicy::new()
+        .approve_commands(["touch handled.txt"])
+        .deny_kind(RequestKind::CommandApproval, "only handled.txt may be made");
+    let claude = Claude::start_with(scenario, |builder| builder.request_handler(policy)).await;
+    let session = claude.session(claude.options()).await;
+    let (_, events) = claude.run(&session, "make handled", |_| None).await;
+    assert_eq!(count(&events, "request_resolved"), 1, "{}", names(&events));
+    assert!(claude.workspace().join("handled.txt").exists());
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("Tool said: handled"));
+    let (_, events) = claude.run(&session, "make refused", |_| None).await;
+    assert!(!claude.workspace().join("refused.txt").exists());
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("Tool said: only handled.txt may be made"));
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    claude.finish().await;
+}
