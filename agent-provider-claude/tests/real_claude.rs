@@ -5,16 +5,16 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use agent_core::event::ToolStatus;
 use agent_core::exec::Exec;
 use agent_core::{
-    Event, EventKind, Harness, Replay, Request, RequestKind, Response, Scope, SessionOptions, SessionRef, StoreChoice,
-    Turn, TurnEnd, TurnOptions, TurnStatus,
+    Event, EventKind, ExpiryReason, Harness, Replay, Request, RequestKind, Response, Scope, SessionOptions, SessionRef,
+    StoreChoice, Turn, TurnEnd, TurnOptions, TurnStatus,
 };
 use agent_exec::LocalExec;
-use agent_provider_claude::{ClaudeOptions, ClaudeProvider};
+use agent_provider_claude::{ClaudeOptions, ClaudeProvider, ClaudeTurnOptions, PermissionMode};
 use agent_store_memory::MemoryStore;
 use agent_testkit::recording::RecordingExec;
 use agent_testkit::{Cli, FakeModel, OfflineEnv, Provider, Scenario};
@@ -290,5 +290,112 @@ async fn a_request_handler_answers_approvals() {
     assert!(!claude.workspace().join("refused.txt").exists());
     assert_eq!(terminal(&events).result.text.as_deref(), Some("Tool said: only handled.txt may be made"));
     assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    claude.finish().await;
+}
+
+/// Waits on `turn`'s events until `found` matches one; returns the events so far.
+async fn wait_for(
+    claude: &Claude,
+    turn: &Turn,
+    mut found: impl FnMut(&Event) -> bool,
+) -> (agent_core::TurnStream, Vec<Arc<Event>>) {
+    let mut stream = claude.harness.stream(turn, Replay::Start, Some(IDLE)).await.expect("turn stream");
+    let mut events = Vec::new();
+    while let Some(event) = stream.next().await {
+        let event = event.expect("turn stream");
+        let hit = found(&event);
+        events.push(event);
+        if hit {
+            return (stream, events);
+        }
+    }
+    panic!("the turn ended first: {}", names(&events));
+}
+
+/// Reads the rest of a turn's events.
+async fn rest(mut stream: agent_core::TurnStream, mut events: Vec<Arc<Event>>) -> Vec<Arc<Event>> {
+    while let Some(event) = stream.next().await {
+        let event = event.expect("turn stream");
+        let terminal = event.is_terminal();
+        events.push(event);
+        if terminal {
+            break;
+        }
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_mid_stream_interrupts_the_turn_and_the_session_goes_on() {
+    let chunks: Vec<String> = (0..40).map(|n| format!("chunk{n:02} ")).collect();
+    let scenario = Scenario::new().deltas(chunks, 250).echo("after: ");
+    let claude = Claude::start(scenario).await;
+    let session = claude.session(claude.options()).await;
+    let turn = claude.harness.start_turn(&session, "stream slowly", TurnOptions::new()).await.unwrap();
+    let (stream, events) = wait_for(&claude, &turn, |e| matches!(e.kind, EventKind::MessageDelta { .. })).await;
+    let asked = Instant::now();
+    claude.harness.cancel(&turn).await.expect("cancel");
+    let events = rest(stream, events).await;
+    assert!(asked.elapsed() < Duration::from_secs(5), "the turn ended {:?} after cancel", asked.elapsed());
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Interrupted, "{}", names(&events));
+    assert_eq!(count(&events, "cancel_requested"), 1);
+    assert!(deltas(&events).starts_with("chunk00 "));
+    // The session takes the next turn, and its history has the interrupted one.
+    let (_, events) = claude.run(&session, "next", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    // The CLI puts its interrupt marker into the next user message, before the prompt.
+    let text = terminal(&events).result.text.clone().unwrap();
+    assert!(text.starts_with("after: [Request interrupted by user]") && text.ends_with("next"), "{text}");
+    assert!(model_messages(&claude.server, 1).contains("chunk00"));
+    claude.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_during_a_pending_permission_expires_the_request() {
+    let scenario = Scenario::new().shell("touch pending.txt && echo pending").echo("after: ");
+    let claude = Claude::start(scenario).await;
+    let session = claude.session(claude.options()).await;
+    let turn = claude.harness.start_turn(&session, "ask me", TurnOptions::new()).await.unwrap();
+    let (stream, events) = wait_for(&claude, &turn, |e| matches!(e.kind, EventKind::RequestCreated(_))).await;
+    let request = requests(&events).pop().expect("a request");
+    claude.harness.cancel(&turn).await.expect("cancel");
+    let events = rest(stream, events).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Interrupted, "{}", names(&events));
+    let expired = events.iter().any(|e| {
+        matches!(&e.kind, EventKind::RequestExpired { request_id, reason }
+            if *request_id == request.id && matches!(reason, ExpiryReason::Cancelled | ExpiryReason::ProviderResolved | ExpiryReason::TurnEnded))
+    });
+    assert!(expired, "{}", names(&events));
+    let late = claude.harness.respond(&request, Response::approve()).await;
+    assert!(matches!(late, Err(agent_core::Error::RequestExpired { .. })), "{late:?}");
+    assert!(!claude.workspace().join("pending.txt").exists());
+    let (_, events) = claude.run(&session, "next", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    assert!(terminal(&events).result.text.as_deref().unwrap().ends_with("next"));
+    claude.finish().await;
+}
+
+/// The model and the permission mode change between turns through the control channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_and_permission_mode_change_between_turns() {
+    let claude = Claude::start(Scenario::new().echo("one: ")).await;
+    let target = claude.workspace().join("accepted.txt");
+    claude
+        .server
+        .push(agent_testkit::Step::WriteFile { path: target.display().to_string(), content: "accepted\n".into() });
+    claude.server.push(agent_testkit::Step::Text { text: "written".into() });
+    let session = claude.session(claude.options()).await;
+    let (_, events) = claude.run(&session, "first", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    let options = TurnOptions::new()
+        .model("claude-sonnet-4-5")
+        .provider_option(ClaudeTurnOptions::new().permission_mode(PermissionMode::AcceptEdits));
+    let (_, events) = claude.run_with(&session, "write it", options, |_| panic!("acceptEdits does not ask")).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "accepted\n");
+    let requests = claude.server.model_requests();
+    assert_ne!(requests[0].body.as_ref().unwrap()["model"], "claude-sonnet-4-5");
+    assert_eq!(requests[1].body.as_ref().unwrap()["model"], "claude-sonnet-4-5");
     claude.finish().await;
 }
