@@ -18,6 +18,7 @@ use agent_provider_claude::{ClaudeOptions, ClaudeProvider, ClaudeTurnOptions, Pe
 use agent_store_memory::MemoryStore;
 use agent_testkit::recording::RecordingExec;
 use agent_testkit::{Cli, FakeModel, OfflineEnv, Provider, Scenario};
+use futures::StreamExt;
 use serde_json::Value;
 
 /// Longest wait for any one event of a turn.
@@ -397,5 +398,204 @@ async fn model_and_permission_mode_change_between_turns() {
     let requests = claude.server.model_requests();
     assert_ne!(requests[0].body.as_ref().unwrap()["model"], "claude-sonnet-4-5");
     assert_eq!(requests[1].body.as_ref().unwrap()["model"], "claude-sonnet-4-5");
+    claude.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_a_stopped_session_continues_its_conversation_and_its_history() {
+    let claude = Claude::start(Scenario::new().echo("noted: ").echo("recall: ")).await;
+    let first = claude.session(claude.options().id("long-job")).await;
+    let (_, events) = claude.run(&first, "Remember the word PINEAPPLE", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    let conversation = claude.harness.status(&first).await.unwrap().provider_session_id.expect("session id");
+    claude.harness.stop_session(&first, false).await.unwrap();
+
+    let second = claude.session(claude.options().resume_session(first.id.clone())).await;
+    assert_eq!(second, first, "the same session, under its own ID");
+    let status = claude.harness.status(&second).await.unwrap();
+    assert_eq!(status.provider_session_id.as_deref(), Some(conversation.as_str()));
+    let (_, events) = claude.run(&second, "Which word did I ask you to remember?", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    let history = model_messages(&claude.server, 1);
+    assert!(history.contains("Remember the word PINEAPPLE") && history.contains("noted: "), "{history}");
+
+    // Both runs' events, in one seq order.
+    let last = claude.harness.status(&second).await.unwrap().last_seq as usize;
+    let mut subscription = claude.harness.subscribe(&second, Replay::Start).await.unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < last {
+        seen.push(subscription.next().await.expect("an event").expect("no gap"));
+    }
+    let seqs: Vec<u64> = seen.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=last as u64).collect::<Vec<_>>());
+    let types: Vec<&str> = seen.iter().map(|e| e.type_name()).collect();
+    assert!(types.contains(&"conversation_resumed"), "{types:?}");
+    assert_eq!(types.iter().filter(|t| **t == "turn_completed").count(), 2, "{types:?}");
+    claude.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_gets_a_new_session_id_and_a_missing_conversation_is_an_error() {
+    let claude = Claude::start(Scenario::new().echo("noted: ").echo("forked: ")).await;
+    let first = claude.session(claude.options()).await;
+    let (_, events) = claude.run(&first, "The code word is MANGO", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    let original = claude.harness.status(&first).await.unwrap().provider_session_id.expect("session id");
+
+    let fork = claude.session(claude.options().fork_session(first.id.clone())).await;
+    let forked = claude.harness.status(&fork).await.unwrap().provider_session_id.expect("session id");
+    assert_ne!(forked, original, "a fork is a new conversation");
+    let (_, events) = claude.run(&fork, "and now?", |_| None).await;
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("forked: and now?"));
+    assert!(model_messages(&claude.server, 1).contains("The code word is MANGO"));
+    assert_eq!(claude.harness.status(&fork).await.unwrap().provider_session_id, Some(forked));
+
+    // A conversation claude cannot find is an error, never a fresh conversation.
+    let missing = claude.options().resume_provider_session("0b1e5e55-0000-4000-8000-000000000000");
+    match claude.harness.start_session("claude", missing).await {
+        Err(agent_core::Error::ResumeFailed { reason, .. }) => {
+            assert!(reason.contains("No conversation found") && reason.contains("no fresh conversation"), "{reason}")
+        }
+        other => panic!("resuming a missing conversation must fail, got {other:?}"),
+    }
+    claude.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_user_question_is_answered_through_respond() {
+    let scenario =
+        Scenario::new().ask_user("Which color do you prefer?", ["Red", "Blue"]).quote_tool_result("Answer: ");
+    let claude = Claude::start(scenario).await;
+    let session = claude.session(claude.options()).await;
+    let (_, events) = claude
+        .run(&session, "ask me", |request| {
+            assert_eq!(request.kind, RequestKind::Question);
+            let labels: Vec<&str> = request.questions[0].choices.iter().map(|c| c.label.as_str()).collect();
+            assert_eq!(labels, ["Red", "Blue"]);
+            Some(Response::answer("Blue"))
+        })
+        .await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(count(&events, "request_resolved"), 1);
+    let text = end.result.text.clone().unwrap();
+    assert!(text.contains("\"Which color do you prefer?\"=\"Blue\""), "{text}");
+    assert!(model_messages(&claude.server, 1).contains("=\\\"Blue\\\""), "the model request shows the answer");
+    claude.finish().await;
+}
+
+/// The testkit's `mcp-echo` server (from `cargo build -p agent-testkit --bins`).
+fn mcp_echo() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test executable");
+    let path = exe.parent().and_then(Path::parent).expect("target/debug").join("mcp-echo");
+    assert!(path.exists(), "{} is missing; run `cargo build -p agent-testkit --bins`", path.display());
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_mcp_server_is_connected_and_its_tool_callable() {
+    const PLANTED: &str = "planted-mcp-secret-0451: ";
+    let scenario = Scenario::new()
+        .tool_call("mcp__echo__echo", serde_json::json!({"text": "ping"}))
+        .quote_tool_result("MCP said: ");
+    let claude = Claude::start(scenario).await;
+    let mut server = agent_core::McpServer::stdio(mcp_echo().display().to_string(), Vec::<String>::new());
+    if let agent_core::McpServer::Stdio { env, .. } = &mut server {
+        env.insert("MCP_ECHO_PREFIX".into(), PLANTED.into());
+    }
+    let session = claude.session(claude.options().mcp_server("echo", server)).await;
+    let pid = claude.exec.children().last().expect("claude runs").id().expect("a pid");
+    let cmdline = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap()).into_owned();
+    assert!(cmdline.contains("--strict-mcp-config") && !cmdline.contains(PLANTED), "{cmdline}");
+    let (_, events) = claude.run(&session, "use the tool", |_| Some(Response::approve())).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(requests(&events)[0].kind, RequestKind::Permission);
+    // The secret reached the server through claude's environment.
+    assert_eq!(end.result.text.as_deref(), Some(format!("MCP said: {PLANTED}ping").as_str()));
+    let tools: String = claude.server.model_requests()[0].body.as_ref().unwrap()["tools"].to_string();
+    assert!(tools.contains("mcp__echo__echo"), "the tool was advertised to the model");
+    // Nor in the recorded commands' Debug output (the variable's value is never printed).
+    let commands = format!("{:?}", claude.exec.commands());
+    assert!(commands.contains("AGENT_HARNESS_MCP_SECRET_0") && !commands.contains(PLANTED), "{commands}");
+    claude.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_errors_fail_the_turn_promptly() {
+    let claude = Claude::start(
+        Scenario::new().http_error(400, "fake bad request").http_error(529, "overloaded").http_error(529, "overloaded"),
+    )
+    .await;
+    let session = claude.session(claude.options()).await;
+    let started = Instant::now();
+    let (_, events) = claude.run(&session, "fail at once", |_| None).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    assert!(end.result.reason.as_deref().unwrap().contains("400"), "{:?}", end.result.reason);
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+
+    let started = Instant::now();
+    let (_, events) = claude.run(&session, "overloaded", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Failed, "{}", names(&events));
+    assert!(started.elapsed() < Duration::from_secs(5), "retries are bounded: {:?}", started.elapsed());
+    assert!(events.iter().any(|e| matches!(&e.kind, EventKind::ProviderError { will_retry: Some(true), .. })));
+    claude.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_process_fails_the_turn_with_its_exit_status() {
+    let chunks: Vec<String> = (0..40).map(|n| format!("chunk{n:02} ")).collect();
+    let claude = Claude::start(Scenario::new().deltas(chunks, 250)).await;
+    let session = claude.session(claude.options()).await;
+    let turn = claude.harness.start_turn(&session, "stream", TurnOptions::new()).await.unwrap();
+    let (stream, events) = wait_for(&claude, &turn, |e| matches!(e.kind, EventKind::MessageDelta { .. })).await;
+    let pid = claude.exec.children().last().unwrap().id().unwrap();
+    // SAFETY: kill(2) of the claude process this test started; no memory is involved.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) }, 0);
+    let events = rest(stream, events).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    assert_eq!(end.result.exit_status.as_ref().and_then(|s| s.signal), Some(9));
+    assert!(end.result.reason.as_deref().unwrap().contains("claude exited"), "{:?}", end.result.reason);
+    claude.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_before_anything_is_spawned() {
+    let claude = Claude::start(Scenario::new()).await;
+    let refused = [
+        claude.options().approval_policy(agent_core::ApprovalPolicy::OnFailure),
+        claude.options().mcp_server("files", agent_core::McpServer::stdio("./server", ["x"])),
+        claude.options_with(ClaudeOptions::new().extra_arg("--dangerously-skip-permissions")),
+        claude.options_with(ClaudeOptions::new().permission_mode(PermissionMode::BypassPermissions)),
+        claude.options().sandbox(agent_core::SandboxMode::ReadOnly),
+        claude.options().env("ANTHROPIC_API_KEY", "sekrit").auth(agent_core::AuthMode::Subscription),
+    ];
+    for options in refused {
+        let error = claude.harness.start_session("claude", options).await.expect_err("refused");
+        assert!(!error.to_string().contains("sekrit"), "{error}");
+        assert!(
+            matches!(
+                error,
+                agent_core::Error::InvalidOption { .. }
+                    | agent_core::Error::Unsupported { .. }
+                    | agent_core::Error::AuthGuard { .. }
+            ),
+            "{error:?}"
+        );
+    }
+    // Unknown options in JSON.
+    let config = agent_core::SessionConfig::from_json_value(serde_json::json!({
+        "provider": "claude",
+        "provider_options": {"binary": "/x/claude", "permision_mode": "plan"},
+    }))
+    .expect("the config parses; the provider options are read when applied");
+    let provider = ClaudeProvider::new();
+    match config.apply_to(&provider, claude.options()) {
+        Err(agent_core::Error::InvalidConfig(message)) => assert!(message.contains("permision_mode"), "{message}"),
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+    assert!(claude.exec.commands().is_empty(), "nothing was spawned");
     claude.finish().await;
 }
