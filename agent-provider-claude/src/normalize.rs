@@ -225,24 +225,22 @@ impl Normalizer {
     }
 
     fn on_stream_event(&mut self, line: &Envelope<'_>, actions: &mut Vec<Action>) {
-        let Some(event) = line.event.and_then(|e| serde_json::from_str::<wire::StreamEvent<'_>>(e.get()).ok()) else {
-            return;
-        };
+        let Some(event) = &line.event else { return };
         match &*event.kind {
             "message_start" => {
                 if let Some(turn) = self.turn.as_mut() {
-                    turn.message_id = event.message.and_then(|m| m.id).map(|id| id.into_owned());
+                    turn.message_id = event.message.as_ref().and_then(|m| m.id.as_deref()).map(str::to_owned);
                 }
             }
             "content_block_delta" => {
-                let Some(delta) = event.delta else { return };
+                let Some(delta) = &event.delta else { return };
                 let item_id = self.turn.as_ref().and_then(|t| t.message_id.clone());
-                match (delta.kind.as_deref(), delta.text, delta.thinking) {
+                match (delta.kind.as_deref(), &delta.text, &delta.thinking) {
                     (Some("text_delta"), Some(text), _) => {
-                        self.emit(actions, EventKind::MessageDelta { item_id, text: text.into_owned() });
+                        self.emit(actions, EventKind::MessageDelta { item_id, text: text.clone().into_owned() });
                     }
                     (Some("thinking_delta"), _, Some(text)) => {
-                        self.emit(actions, EventKind::ReasoningDelta { item_id, text: text.into_owned() });
+                        self.emit(actions, EventKind::ReasoningDelta { item_id, text: text.clone().into_owned() });
                     }
                     _ => {}
                 }

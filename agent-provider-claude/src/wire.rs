@@ -19,9 +19,9 @@ pub(crate) struct Envelope<'a> {
     pub(crate) subtype: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     pub(crate) session_id: Option<Cow<'a, str>>,
-    /// `stream_event`: the raw API event.
+    /// `stream_event`: the API event, read in the same pass as the envelope (the hot path).
     #[serde(default, borrow)]
-    pub(crate) event: Option<&'a RawValue>,
+    pub(crate) event: Option<StreamEvent<'a>>,
     /// `assistant` / `user`: the message.
     #[serde(default, borrow)]
     pub(crate) message: Option<&'a RawValue>,
