@@ -340,3 +340,73 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
     };
     shared.on_stdout_closed(read_error).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use agent_core::exec::{Command, Exec, ExitStatus};
+    use agent_core::{EventKind, TurnStatus};
+    use agent_exec::scripted::{LineMatch, Script, ScriptedExec, Step};
+    use agent_provider_kit::testing::{Sent, sink};
+    use serde_json::json;
+
+    use super::*;
+
+    /// The reader on the kit's recording sink: a reply goes to its caller, lines become events of
+    /// the running turn in order, a bad line a warning, and the exit fails the turn with the exit
+    /// status and stderr tail before the transport is reported down.
+    #[tokio::test(start_paused = true)]
+    async fn lines_reach_the_sink_in_order_and_an_exit_fails_the_running_turn() {
+        let exec = ScriptedExec::new();
+        let delta = json!({"type": "stream_event", "event": {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "Hi"}}});
+        exec.script(
+            "claude",
+            Script::new()
+                .expect_line(LineMatch::contains("\"initialize\""))
+                .answer(|line| {
+                    let id = serde_json::from_str::<Value>(line).unwrap()["request_id"].clone();
+                    let reply = json!({"type": "control_response", "response": {"subtype": "success", "request_id": id, "response": {"pid": 1}}});
+                    vec![Step::stdout(reply.to_string())]
+                })
+                .expect_line(LineMatch::contains("\"user\""))
+                .stdout("not json")
+                .stdout(delta.to_string())
+                .stderr("claude: out of memory")
+                .exit(3),
+        );
+        let child = exec.spawn(Command::new("claude")).await.unwrap();
+        let (sink, mut sent) = sink();
+        let conn = Connection::start(child, sink, 1 << 20, Normalizer::new(None)).unwrap();
+        let reply = conn.control(json!({"subtype": "initialize"}), Duration::from_secs(5)).await.unwrap();
+        assert_eq!(reply, Some(json!({"pid": 1})));
+        let turn = TurnId::from_string("turn-1".to_owned());
+        conn.state().begin_turn(turn.clone()).unwrap();
+        conn.write(&json!({"type": "user", "message": {"role": "user", "content": "hi"}})).await.unwrap();
+
+        match sent.next().await {
+            Some(Sent::Event { turn: Some(t), kind: EventKind::Warning { message }, raw: None }) => {
+                assert_eq!(t, turn);
+                assert!(message.contains("not a JSON message"), "{message}");
+            }
+            other => panic!("expected a warning, got {other:?}"),
+        }
+        match sent.next().await {
+            Some(Sent::Event { turn: Some(t), kind: EventKind::MessageDelta { text, .. }, raw: Some(raw) }) => {
+                assert_eq!((t, text.as_str()), (turn.clone(), "Hi"));
+                assert_eq!(raw.get(), delta.to_string());
+            }
+            other => panic!("expected the delta, got {other:?}"),
+        }
+        match sent.next().await {
+            Some(Sent::Event { kind: EventKind::TurnFailed(end), .. }) => {
+                assert_eq!(end.status, TurnStatus::Failed);
+                assert_eq!(end.result.exit_status, Some(ExitStatus::code(3)));
+                assert_eq!(end.result.stderr_tail.as_deref(), Some("claude: out of memory"));
+            }
+            other => panic!("expected the turn to fail, got {other:?}"),
+        }
+        assert!(matches!(sent.next().await, Some(Sent::TransportDown { reason }) if reason.contains("out of memory")));
+        assert!(!conn.state().has_turn());
+        let after = conn.control(json!({"subtype": "interrupt"}), Duration::from_secs(5)).await;
+        assert!(matches!(after, Err(CallError::Closed)), "{after:?}");
+    }
+}
