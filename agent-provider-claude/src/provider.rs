@@ -284,6 +284,7 @@ impl Provider for ClaudeProvider {
         validate::validate(&options, &claude)?;
         // The guard again with the exec it will run on.
         crate::auth::GUARD.check(&options, Some(ctx.exec.as_ref()), std::iter::empty())?;
+        crate::auth::check_local_state(&options)?;
         let mode = validate::permission_mode(&options, &claude)?;
         let deadline = adapter_deadline(options.startup_timeout);
         let remaining = || deadline.saturating_sub(started.elapsed());
