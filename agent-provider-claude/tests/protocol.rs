@@ -246,3 +246,28 @@ async fn an_interrupt_without_a_result_retires_the_session() {
     assert!(matches!(monitor.await, ExitReason::Retired { .. }));
     assert!(fixture.sent().iter().any(|m| m["request"]["subtype"] == "interrupt"));
 }
+
+/// `claude --version` is checked against `MIN_SUPPORTED` (clis.toml) before claude is spawned,
+/// once per program file; another program is refused.
+#[tokio::test(start_paused = true)]
+async fn the_version_is_checked_before_spawning() {
+    for (printed, says) in [
+        ("2.1.100 (Claude Code)", "older than the minimum supported 2.1.197"),
+        ("codex-cli 0.171.0", "did not print a Claude Code version"),
+    ] {
+        let exec = ScriptedExec::new();
+        exec.script("claude", Script::new().stdout(printed).exit(0));
+        let harness = Harness::builder()
+            .provider(ClaudeProvider::new())
+            .exec(Arc::new(exec.clone()) as Arc<dyn Exec>)
+            .store(StoreChoice::Disabled)
+            .build()
+            .unwrap();
+        let options = SessionOptions::new(std::env::temp_dir()).auth(agent_core::AuthMode::Inherit);
+        match harness.start_session("claude", options).await {
+            Err(agent_core::Error::ProviderUnavailable { reason, .. }) => assert!(reason.contains(says), "{reason}"),
+            other => panic!("expected ProviderUnavailable, got {other:?}"),
+        }
+        assert_eq!(exec.runs().len(), 1, "only the version probe ran");
+    }
+}
