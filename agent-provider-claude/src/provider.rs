@@ -63,6 +63,7 @@ impl ClaudeProvider {
             Capability::ModelSelection,
             Capability::ApprovalPolicy,
             Capability::StructuredInput,
+            Capability::Images,
             Capability::Usage,
         ];
         native

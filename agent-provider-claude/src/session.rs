@@ -46,14 +46,35 @@ pub(crate) fn content(input: &TurnInput) -> Result<Value> {
             .iter()
             .map(|item| match item {
                 InputItem::Text { text } => Ok(json!({"type": "text", "text": text})),
+                InputItem::ImageUrl { url } => image(url),
                 _ => Err(Error::InvalidOption {
                     option: "input",
-                    reason: "Claude Code takes text input items only (images and skills are not supported yet)".into(),
+                    reason: "Claude Code takes text and image-URL input items (a local image file cannot be read \
+                             through the exec; pass it as a data: URL); skills are not supported"
+                        .into(),
                 }),
             })
             .collect::<Result<Vec<_>>>()
             .map(Value::Array),
     }
+}
+
+/// An image content block: a `data:<media type>;base64,…` URL becomes a base64 source, an
+/// http(s) URL a URL source.
+fn image(url: &str) -> Result<Value> {
+    if let Some(rest) = url.strip_prefix("data:") {
+        let invalid = || Error::InvalidOption {
+            option: "input",
+            reason: "an image data: URL must be base64 (`data:image/png;base64,…`)".into(),
+        };
+        let (meta, data) = rest.split_once(',').ok_or_else(invalid)?;
+        let media_type = meta.strip_suffix(";base64").filter(|m| m.starts_with("image/")).ok_or_else(invalid)?;
+        return Ok(json!({"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}));
+    }
+    if url.starts_with("https://") || url.starts_with("http://") {
+        return Ok(json!({"type": "image", "source": {"type": "url", "url": url}}));
+    }
+    Err(Error::InvalidOption { option: "input", reason: "an image URL must be http(s) or a base64 data: URL".into() })
 }
 
 impl ClaudeSession {
@@ -196,7 +217,18 @@ mod tests {
         assert_eq!(content(&TurnInput::from("hi")).unwrap(), json!("hi"));
         let items = TurnInput::Items(vec![InputItem::Text { text: "a".into() }]);
         assert_eq!(content(&items).unwrap(), json!([{"type": "text", "text": "a"}]));
-        let image = TurnInput::Items(vec![InputItem::ImageUrl { url: "https://x/y.png".into() }]);
-        assert!(matches!(content(&image), Err(Error::InvalidOption { option: "input", .. })));
+        let image = TurnInput::Items(vec![InputItem::ImageUrl { url: "data:image/png;base64,iVBOR".into() }]);
+        assert_eq!(
+            content(&image).unwrap(),
+            json!([{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR"}}])
+        );
+        let web = TurnInput::Items(vec![InputItem::ImageUrl { url: "https://x/y.png".into() }]);
+        assert_eq!(content(&web).unwrap()[0]["source"], json!({"type": "url", "url": "https://x/y.png"}));
+        for bad in ["data:text/plain;base64,aGk=", "data:image/png,raw", "file:///y.png"] {
+            let item = TurnInput::Items(vec![InputItem::ImageUrl { url: bad.into() }]);
+            assert!(matches!(content(&item), Err(Error::InvalidOption { option: "input", .. })), "{bad}");
+        }
+        let local = TurnInput::Items(vec![InputItem::LocalImage { path: "/y.png".into() }]);
+        assert!(matches!(content(&local), Err(Error::InvalidOption { option: "input", .. })));
     }
 }

@@ -599,3 +599,23 @@ async fn bad_input_is_refused_before_anything_is_spawned() {
     assert!(claude.exec.commands().is_empty(), "nothing was spawned");
     claude.finish().await;
 }
+
+/// Structured input: text and a base64 image reach the model as content blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structured_input_with_an_image_reaches_the_model() {
+    // A 1×1 transparent PNG.
+    const PNG: &str =
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+    let claude = Claude::start(Scenario::new().text("seen")).await;
+    let session = claude.session(claude.options()).await;
+    let input = agent_core::TurnInput::Items(vec![
+        agent_core::InputItem::Text { text: "look at this".into() },
+        agent_core::InputItem::ImageUrl { url: format!("data:image/png;base64,{PNG}") },
+    ]);
+    let turn = claude.harness.start_turn(&session, input, TurnOptions::new()).await.unwrap();
+    let outcome = claude.harness.await_turn(&turn, Some(IDLE)).await.expect("completed");
+    assert_eq!(outcome.result.text.as_deref(), Some("seen"));
+    let sent = model_messages(&claude.server, 0);
+    assert!(sent.contains("look at this") && sent.contains(PNG) && sent.contains("image/png"), "{sent}");
+    claude.finish().await;
+}
