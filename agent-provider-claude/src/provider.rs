@@ -48,10 +48,9 @@ impl ClaudeProvider {
         ClaudeProvider { id: ProviderId::new(PROVIDER_ID), versions: ProbeCache::new() }
     }
 
-    /// What a Claude session can do.
-    fn capabilities_for() -> Capabilities {
+    /// What a Claude session with these options can do.
+    fn capabilities_for(claude: &ClaudeOptions) -> Capabilities {
         let native = [
-            Capability::TokenStreaming,
             Capability::Reasoning,
             Capability::Questions,
             Capability::Approvals,
@@ -72,6 +71,11 @@ impl ClaudeProvider {
             // Claude Code has no "allow for this session" answer over stdio: the provider
             // remembers the decision for the tool and input pattern.
             .with(Capability::SessionApprovals, Support::Emulated)
+            // Deltas come only with `--include-partial-messages`.
+            .with(
+                Capability::TokenStreaming,
+                if claude.include_partial_messages { Support::Native } else { Support::Unsupported },
+            )
     }
 
     fn unavailable(&self, reason: impl Into<String>) -> Error {
@@ -264,8 +268,8 @@ impl Provider for ClaudeProvider {
         self.id.clone()
     }
 
-    fn capabilities(&self, _options: &SessionOptions) -> Capabilities {
-        Self::capabilities_for()
+    fn capabilities(&self, options: &SessionOptions) -> Capabilities {
+        Self::capabilities_for(&options.provider_options.get::<ClaudeOptions>().cloned().unwrap_or_default())
     }
 
     fn options_from_json(&self, options: &Value, into: &mut ProviderOptions) -> Result<()> {
@@ -353,7 +357,7 @@ impl Provider for ClaudeProvider {
             turn_timeout: adapter_deadline(options.turn_start_timeout),
             command_timeout: adapter_deadline(options.provider_command_timeout),
         };
-        Ok(Opened::new(Arc::new(session)).provider_session_id(session_id).capabilities(Self::capabilities_for()))
+        Ok(Opened::new(Arc::new(session)).provider_session_id(session_id).capabilities(Self::capabilities_for(&claude)))
     }
 }
 
@@ -410,5 +414,8 @@ mod tests {
         assert_eq!(caps.steer, Support::Unsupported);
         assert_eq!(caps.sandbox, Support::Unsupported);
         assert_eq!(caps.questions, Support::Native);
+        assert_eq!(caps.token_streaming, Support::Native);
+        let quiet = SessionOptions::new("/work").provider_option(ClaudeOptions::new().include_partial_messages(false));
+        assert_eq!(ClaudeProvider::new().capabilities(&quiet).token_streaming, Support::Unsupported);
     }
 }

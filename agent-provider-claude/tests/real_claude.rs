@@ -619,3 +619,19 @@ async fn structured_input_with_an_image_reaches_the_model() {
     assert!(sent.contains("look at this") && sent.contains(PNG) && sent.contains("image/png"), "{sent}");
     claude.finish().await;
 }
+
+/// Without partial messages claude streams no deltas: the capability says so, and the turn's
+/// text arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_partial_messages_the_text_arrives_whole() {
+    let claude = Claude::start(Scenario::new().deltas(["Hel", "lo"], 0)).await;
+    let options = claude.options_with(ClaudeOptions::new().include_partial_messages(false));
+    let session = claude.session(options).await;
+    let caps = claude.harness.capabilities(&session).await.unwrap();
+    assert_eq!(caps.token_streaming, agent_core::Support::Unsupported);
+    let (_, events) = claude.run(&session, "hi", |_| None).await;
+    assert_eq!(count(&events, "message_delta"), 0, "{}", names(&events));
+    assert!(events.iter().any(|e| matches!(&e.kind, EventKind::AssistantMessage { text, .. } if text == "Hello")));
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("Hello"));
+    claude.finish().await;
+}
