@@ -635,3 +635,18 @@ async fn without_partial_messages_the_text_arrives_whole() {
     assert_eq!(terminal(&events).result.text.as_deref(), Some("Hello"));
     claude.finish().await;
 }
+
+/// `Response::Cancel` refuses the tool and stops the turn (claude's deny with `interrupt`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_permission_stops_the_turn() {
+    let claude = Claude::start(Scenario::new().shell("touch cancelled.txt && echo no").echo("after: ")).await;
+    let session = claude.session(claude.options()).await;
+    let (_, events) = claude.run(&session, "try it", |_| Some(Response::cancel("stop here"))).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Interrupted, "{}: {:?}", names(&events), end.result);
+    assert!(!claude.workspace().join("cancelled.txt").exists());
+    assert_eq!(count(&events, "request_resolved"), 1);
+    let (_, events) = claude.run(&session, "next", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    claude.finish().await;
+}
