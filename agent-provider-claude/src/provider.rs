@@ -400,6 +400,30 @@ mod tests {
     }
 
     #[test]
+    fn a_config_merges_its_claude_options_into_those_set_in_code() {
+        let provider = ClaudeProvider::new();
+        let config = agent_core::SessionConfig::from_json_value(json!({
+            "provider": "claude",
+            "approval_policy": "never",
+            "provider_options": {"permission_mode": "acceptEdits", "max_turns": 4, "include_partial_messages": false},
+        }))
+        .unwrap();
+        let base = SessionOptions::new("/work").provider_option(ClaudeOptions::new().binary("/opt/claude/bin/claude"));
+        let options = config.apply_to(&provider, base).unwrap();
+        let claude = options.provider_options.get::<ClaudeOptions>().unwrap();
+        assert_eq!(claude.binary.as_deref(), Some(std::path::Path::new("/opt/claude/bin/claude")), "kept");
+        assert_eq!((claude.permission_mode, claude.max_turns), (Some(PermissionMode::AcceptEdits), Some(4)));
+        assert_eq!(provider.capabilities(&options).token_streaming, Support::Unsupported);
+        // The explicit mode wins over the policy's.
+        assert_eq!(validate::permission_mode(&options, claude).unwrap(), Some(PermissionMode::AcceptEdits));
+        let bad = agent_core::SessionConfig::from_json_value(json!({
+            "provider": "claude", "provider_options": {"effort": "high"},
+        }))
+        .unwrap();
+        assert!(matches!(bad.apply_to(&provider, SessionOptions::new("/work")), Err(Error::InvalidConfig(_))));
+    }
+
+    #[test]
     fn session_ids_are_v4_uuids() {
         let a = new_session_id().unwrap();
         assert_eq!(a.len(), 36);
