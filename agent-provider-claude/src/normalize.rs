@@ -313,7 +313,15 @@ impl Normalizer {
                 if let Some(id) = line.session_id.as_deref()
                     && self.session_id.as_deref() != Some(id)
                 {
-                    self.session_id = Some(id.to_owned());
+                    // The provider chose (or resumed) the ID claude was started with: another
+                    // one means claude is not in the conversation the session was opened on.
+                    if let Some(expected) = self.session_id.replace(id.to_owned()) {
+                        let message = format!(
+                            "claude reports session `{id}`, not `{expected}` it was started with; the session now \
+                             follows `{id}`"
+                        );
+                        self.emit(actions, EventKind::Warning { message });
+                    }
                     actions.push(Action::SessionUpdated { session_id: id.to_owned(), raw: None });
                     return;
                 }
@@ -344,7 +352,12 @@ impl Normalizer {
         if let Some(id) = &result.session_id
             && self.session_id.as_deref() != Some(id)
         {
-            self.session_id = Some(id.clone());
+            if let Some(expected) = self.session_id.replace(id.clone()) {
+                let message = format!(
+                    "claude reports session `{id}`, not `{expected}` it was started with; the session now follows `{id}`"
+                );
+                self.emit(actions, EventKind::Warning { message });
+            }
             actions.push(Action::SessionUpdated { session_id: id.clone(), raw: None });
         }
         let Some(turn) = self.turn.take() else {

@@ -356,6 +356,32 @@ fn model_errors_fail_the_turn_with_the_cli_reason() {
 }
 
 #[test]
+fn another_session_id_than_the_one_claude_was_started_with_is_a_warning() {
+    let mut normalizer = Normalizer::new(Some("55c31236-6680-414c-8f78-31951bf0b319".into()));
+    let text = std::fs::read_to_string(path("f_resume")).unwrap();
+    let init = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["msg"]["subtype"] == "init")
+        .map(|l| l["msg"].to_string())
+        .unwrap();
+    let mut actions = Vec::new();
+    let envelope: Envelope<'_> = serde_json::from_str(&init).unwrap();
+    normalizer.on_line(&init, &envelope, &mut actions);
+    assert!(!actions.iter().any(|a| matches!(a, Action::SessionUpdated { .. })), "the expected ID: {actions:?}");
+
+    let mut normalizer = Normalizer::new(Some("0b1e5e55-0000-4000-8000-000000000000".into()));
+    let mut actions = Vec::new();
+    normalizer.on_line(&init, &envelope, &mut actions);
+    assert!(
+        matches!(&actions[0], Action::Emit { kind: EventKind::Warning { message }, .. } if message.contains("not `0b1e5e55"))
+    );
+    assert!(
+        matches!(&actions[1], Action::SessionUpdated { session_id, .. } if session_id == "55c31236-6680-414c-8f78-31951bf0b319")
+    );
+}
+
+#[test]
 fn a_resumed_conversation_keeps_its_session_id() {
     let played = play("f_resume");
     let ids: Vec<_> = played
