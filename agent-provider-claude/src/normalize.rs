@@ -206,7 +206,7 @@ impl Normalizer {
             },
             "control_request" => self.on_control_request(line, actions),
             "control_cancel_request" => {
-                let id = line.request_id.as_deref().unwrap_or_default();
+                let id = &*line.request_id;
                 if self.requests.remove(id).is_some() {
                     actions.push(Action::Resolved { provider_ref: ProviderRef(id.to_owned()), raw: None });
                 }
@@ -215,10 +215,8 @@ impl Normalizer {
             "control_response" | "keep_alive" => {}
             other => {
                 self.unknown += 1;
-                let method = match &line.subtype {
-                    Some(subtype) => format!("{other}/{subtype}"),
-                    None => other.to_owned(),
-                };
+                let method =
+                    if line.subtype.is_empty() { other.to_owned() } else { format!("{other}/{}", line.subtype) };
                 self.other(actions, method);
             }
         }
@@ -229,18 +227,19 @@ impl Normalizer {
         match &*event.kind {
             "message_start" => {
                 if let Some(turn) = self.turn.as_mut() {
-                    turn.message_id = event.message.as_ref().and_then(|m| m.id.as_deref()).map(str::to_owned);
+                    turn.message_id =
+                        event.message.as_ref().map(|m| &*m.id).filter(|id| !id.is_empty()).map(str::to_owned);
                 }
             }
             "content_block_delta" => {
                 let Some(delta) = &event.delta else { return };
                 let item_id = self.turn.as_ref().and_then(|t| t.message_id.clone());
-                match (delta.kind.as_deref(), &delta.text, &delta.thinking) {
-                    (Some("text_delta"), Some(text), _) => {
-                        self.emit(actions, EventKind::MessageDelta { item_id, text: text.clone().into_owned() });
+                match &*delta.kind {
+                    "text_delta" => {
+                        self.emit(actions, EventKind::MessageDelta { item_id, text: delta.text.to_string() });
                     }
-                    (Some("thinking_delta"), _, Some(text)) => {
-                        self.emit(actions, EventKind::ReasoningDelta { item_id, text: text.clone().into_owned() });
+                    "thinking_delta" => {
+                        self.emit(actions, EventKind::ReasoningDelta { item_id, text: delta.thinking.to_string() });
                     }
                     _ => {}
                 }
@@ -307,12 +306,10 @@ impl Normalizer {
     }
 
     fn on_system(&mut self, text: &str, line: &Envelope<'_>, actions: &mut Vec<Action>) {
-        let subtype = line.subtype.as_deref().unwrap_or_default();
-        match subtype {
+        match &*line.subtype {
             "init" => {
-                if let Some(id) = line.session_id.as_deref()
-                    && self.session_id.as_deref() != Some(id)
-                {
+                let id = &*line.session_id;
+                if !id.is_empty() && self.session_id.as_deref() != Some(id) {
                     // The provider chose (or resumed) the ID claude was started with: another
                     // one means claude is not in the conversation the session was opened on.
                     if let Some(expected) = self.session_id.replace(id.to_owned()) {
@@ -434,7 +431,7 @@ impl Normalizer {
     }
 
     fn on_control_request(&mut self, line: &Envelope<'_>, actions: &mut Vec<Action>) {
-        let id = line.request_id.as_deref().unwrap_or_default().to_owned();
+        let id = line.request_id.to_string();
         let request = line.request.and_then(|r| serde_json::from_str::<wire::CliRequest>(r.get()).ok());
         let Some(request) = request else {
             actions.push(Action::Write(wire::control_response(&id, Err("malformed control request".into()))));

@@ -3,6 +3,10 @@
 //! Every line is parsed once into a borrowed [`Envelope`]; the parts a message kind needs are
 //! parsed from its `RawValue`s only when that kind is handled. Field order is never relied on
 //! (2.1.332 moved `type` away from the front of `result`).
+//!
+//! Optional strings are `Cow<str>` fields defaulting to `""` rather than `Option<Cow<str>>`:
+//! serde borrows a `Cow<str>` field from the line only when it is the field's whole type, so an
+//! `Option<Cow<str>>` would allocate for every field of every line.
 
 use std::borrow::Cow;
 
@@ -15,10 +19,12 @@ use serde_json::value::RawValue;
 pub(crate) struct Envelope<'a> {
     #[serde(rename = "type", borrow)]
     pub(crate) kind: Cow<'a, str>,
+    /// `""` when absent.
     #[serde(default, borrow)]
-    pub(crate) subtype: Option<Cow<'a, str>>,
+    pub(crate) subtype: Cow<'a, str>,
+    /// `""` when absent.
     #[serde(default, borrow)]
-    pub(crate) session_id: Option<Cow<'a, str>>,
+    pub(crate) session_id: Cow<'a, str>,
     /// `stream_event`: the API event, read in the same pass as the envelope (the hot path).
     #[serde(default, borrow)]
     pub(crate) event: Option<StreamEvent<'a>>,
@@ -28,9 +34,9 @@ pub(crate) struct Envelope<'a> {
     /// `control_request`: the request body.
     #[serde(default, borrow)]
     pub(crate) request: Option<&'a RawValue>,
-    /// `control_request` / `control_cancel_request`: the CLI's request ID.
+    /// `control_request` / `control_cancel_request`: the CLI's request ID; `""` when absent.
     #[serde(default, borrow)]
-    pub(crate) request_id: Option<Cow<'a, str>>,
+    pub(crate) request_id: Cow<'a, str>,
     /// `user` lines replayed by the CLI (`set_model` output, resumed history).
     #[serde(default, rename = "isReplay")]
     pub(crate) is_replay: bool,
@@ -47,22 +53,23 @@ pub(crate) struct StreamEvent<'a> {
     pub(crate) message: Option<MessageStart<'a>>,
 }
 
-/// `content_block_delta.delta`.
+/// `content_block_delta.delta`; absent strings are `""`.
 #[derive(Deserialize)]
 pub(crate) struct Delta<'a> {
     #[serde(rename = "type", default, borrow)]
-    pub(crate) kind: Option<Cow<'a, str>>,
+    pub(crate) kind: Cow<'a, str>,
     #[serde(default, borrow)]
-    pub(crate) text: Option<Cow<'a, str>>,
+    pub(crate) text: Cow<'a, str>,
     #[serde(default, borrow)]
-    pub(crate) thinking: Option<Cow<'a, str>>,
+    pub(crate) thinking: Cow<'a, str>,
 }
 
 /// `message_start.message`.
 #[derive(Deserialize)]
 pub(crate) struct MessageStart<'a> {
+    /// `""` when absent.
     #[serde(default, borrow)]
-    pub(crate) id: Option<Cow<'a, str>>,
+    pub(crate) id: Cow<'a, str>,
 }
 
 /// An `assistant` or `user` message.
