@@ -71,6 +71,9 @@ impl ClaudeProvider {
             // Claude Code has no "allow for this session" answer over stdio: the provider
             // remembers the decision for the tool and input pattern.
             .with(Capability::SessionApprovals, Support::Emulated)
+            // Skills are loaded from `--add-dir` directories (which also opens them to the
+            // tools), and only in Claude Code's own layout.
+            .with(Capability::Skills, Support::Emulated)
             // Deltas come only with `--include-partial-messages`.
             .with(
                 Capability::TokenStreaming,
@@ -204,6 +207,7 @@ pub(crate) fn arguments(
     conversation: &OpenConversation,
     session_id: &str,
     mcp_config: Option<&Value>,
+    skill_roots: &[std::path::PathBuf],
 ) -> Vec<String> {
     let mut args: Vec<String> = ["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose"]
         .map(str::to_owned)
@@ -255,7 +259,7 @@ pub(crate) fn arguments(
     if let Some(sources) = &claude.setting_sources {
         args.extend(["--setting-sources".into(), sources.join(",")]);
     }
-    for dir in &claude.add_dirs {
+    for dir in claude.add_dirs.iter().chain(skill_roots.iter().filter(|r| !claude.add_dirs.contains(r))) {
         args.extend(["--add-dir".into(), dir.display().to_string()]);
     }
     args.extend(claude.extra_args.iter().cloned());
@@ -307,7 +311,9 @@ impl Provider for ClaudeProvider {
             OpenConversation::Resume { provider_session_id } => provider_session_id.clone(),
             _ => new_session_id().ok_or_else(|| self.unavailable("the OS random source failed (a session ID)"))?,
         };
-        let args = arguments(&options, &claude, mode, &ctx.conversation, &session_id, mcp_config.as_ref());
+        let skill_roots = validate::skill_roots(&options)?;
+        let args =
+            arguments(&options, &claude, mode, &ctx.conversation, &session_id, mcp_config.as_ref(), &skill_roots);
         let mut command = Command::new(program.clone()).args(args).session(ctx.session_id.clone());
         command.env = env;
         command.cwd.clone_from(&options.cwd);
@@ -352,6 +358,7 @@ impl Provider for ClaudeProvider {
         }
         let session = ClaudeSession {
             provider: self.id.clone(),
+            skills: options.skills.iter().map(|s| s.name.clone()).collect(),
             conn,
             settings: Mutex::new(Settings { model: options.model.clone(), permission_mode: mode }),
             turn_timeout: adapter_deadline(options.turn_start_timeout),
@@ -371,7 +378,8 @@ mod tests {
     fn new_sessions_get_their_id_on_the_command_line() {
         let options = SessionOptions::new("/work").model("claude-x").system_prompt("Be brief.");
         let claude = ClaudeOptions::new().allowed_tool("Read").disallowed_tool("WebFetch").tools(["Bash", "Read"]);
-        let args = arguments(&options, &claude, Some(PermissionMode::Default), &OpenConversation::New, "sid", None);
+        let args =
+            arguments(&options, &claude, Some(PermissionMode::Default), &OpenConversation::New, "sid", None, &[]);
         let line = args.join(" ");
         assert!(
             line.starts_with(
@@ -390,12 +398,13 @@ mod tests {
         let options = SessionOptions::new("/work").mcp_server("echo", McpServer::stdio("python3", ["/e.py"]));
         let (config, _) = validate::mcp_config(&options);
         let resume = OpenConversation::Resume { provider_session_id: "old".into() };
-        let args = arguments(&options, &ClaudeOptions::new(), None, &resume, "old", Some(&config));
+        let args = arguments(&options, &ClaudeOptions::new(), None, &resume, "old", Some(&config), &[]);
         let line = args.join(" ");
         assert!(line.contains("--resume old") && !line.contains("--session-id") && !line.contains("--fork"), "{line}");
         assert!(line.contains("--strict-mcp-config"), "{line}");
         let fork = OpenConversation::Fork { provider_session_id: "old".into() };
-        let line = arguments(&options, &ClaudeOptions::new(), None, &fork, "new", None).join(" ");
+        let line = arguments(&options, &ClaudeOptions::new(), None, &fork, "new", None, &["/skills".into()]).join(" ");
+        assert!(line.contains("--add-dir /skills"), "{line}");
         assert!(line.contains("--resume old --fork-session --session-id new"), "{line}");
     }
 

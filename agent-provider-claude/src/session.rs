@@ -30,6 +30,8 @@ pub(crate) struct Settings {
 #[derive(Debug)]
 pub(crate) struct ClaudeSession {
     pub(crate) provider: ProviderId,
+    /// The names of the session's skills (an `InputItem::Skill` must name one).
+    pub(crate) skills: Vec<String>,
     pub(crate) conn: Connection,
     pub(crate) settings: Mutex<Settings>,
     /// Deadline of the control requests before a turn (`set_model`, `set_permission_mode`).
@@ -38,8 +40,33 @@ pub(crate) struct ClaudeSession {
     pub(crate) command_timeout: Duration,
 }
 
-/// The `message.content` of a prompt: the text, or text blocks for structured input.
-pub(crate) fn content(input: &TurnInput) -> Result<Value> {
+/// The `message.content` of a prompt: the text, or text and image blocks for structured
+/// input. A skill item makes the prompt `/<skill> <text>`, a string: claude expands a skill's
+/// slash command only in a string prompt (measured), so it takes text items only.
+pub(crate) fn content(input: &TurnInput, skills: &[String]) -> Result<Value> {
+    if let TurnInput::Items(items) = input
+        && let Some(skill) = items.iter().find_map(|i| match i {
+            InputItem::Skill { name } => Some(name),
+            _ => None,
+        })
+    {
+        let invalid = |reason: String| Error::InvalidOption { option: "input", reason };
+        if !skills.contains(skill) {
+            return Err(invalid(format!("skill `{skill}` is not configured for this session (SessionOptions::skill)")));
+        }
+        let mut text = format!("/{skill}");
+        for item in items {
+            match item {
+                InputItem::Text { text: part } => {
+                    text.push(' ');
+                    text.push_str(part);
+                }
+                InputItem::Skill { name } if name == skill => {}
+                _ => return Err(invalid("a prompt with a skill takes one skill and text items only".into())),
+            }
+        }
+        return Ok(json!(text));
+    }
     match input {
         TurnInput::Text(text) => Ok(json!(text)),
         TurnInput::Items(items) => items
@@ -49,8 +76,8 @@ pub(crate) fn content(input: &TurnInput) -> Result<Value> {
                 InputItem::ImageUrl { url } => image(url),
                 _ => Err(Error::InvalidOption {
                     option: "input",
-                    reason: "Claude Code takes text and image-URL input items (a local image file cannot be read \
-                             through the exec; pass it as a data: URL); skills are not supported"
+                    reason: "Claude Code takes text, image-URL and skill input items (a local image file cannot \
+                             be read through the exec; pass it as a data: URL)"
                         .into(),
                 }),
             })
@@ -107,7 +134,7 @@ impl ClaudeSession {
 #[async_trait]
 impl ProviderSession for ClaudeSession {
     async fn start_turn(&self, turn: TurnStart) -> Result<Admission> {
-        let content = content(turn.input())?;
+        let content = content(turn.input(), &self.skills)?;
         if self.conn.state().has_turn() {
             return Err(self.rejected("a turn is still running in claude"));
         }
@@ -212,23 +239,43 @@ mod tests {
         assert_eq!(adapter_deadline(Duration::from_secs(30)), Duration::from_secs(27));
     }
 
+    fn content_of(input: &TurnInput) -> Result<Value> {
+        content(input, &["notes".to_owned()])
+    }
+
+    #[test]
+    fn a_skill_item_is_a_slash_command() {
+        let input = TurnInput::Items(vec![
+            InputItem::Skill { name: "notes".into() },
+            InputItem::Text { text: "for v2".into() },
+        ]);
+        assert_eq!(content_of(&input).unwrap(), json!("/notes for v2"));
+        let unknown = TurnInput::Items(vec![InputItem::Skill { name: "other".into() }]);
+        assert!(matches!(content_of(&unknown), Err(Error::InvalidOption { option: "input", .. })));
+        let mixed = TurnInput::Items(vec![
+            InputItem::Skill { name: "notes".into() },
+            InputItem::ImageUrl { url: "https://x/y.png".into() },
+        ]);
+        assert!(matches!(content_of(&mixed), Err(Error::InvalidOption { option: "input", .. })));
+    }
+
     #[test]
     fn prompts_are_text_or_text_blocks() {
-        assert_eq!(content(&TurnInput::from("hi")).unwrap(), json!("hi"));
+        assert_eq!(content_of(&TurnInput::from("hi")).unwrap(), json!("hi"));
         let items = TurnInput::Items(vec![InputItem::Text { text: "a".into() }]);
-        assert_eq!(content(&items).unwrap(), json!([{"type": "text", "text": "a"}]));
+        assert_eq!(content_of(&items).unwrap(), json!([{"type": "text", "text": "a"}]));
         let image = TurnInput::Items(vec![InputItem::ImageUrl { url: "data:image/png;base64,iVBOR".into() }]);
         assert_eq!(
-            content(&image).unwrap(),
+            content_of(&image).unwrap(),
             json!([{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR"}}])
         );
         let web = TurnInput::Items(vec![InputItem::ImageUrl { url: "https://x/y.png".into() }]);
-        assert_eq!(content(&web).unwrap()[0]["source"], json!({"type": "url", "url": "https://x/y.png"}));
+        assert_eq!(content_of(&web).unwrap()[0]["source"], json!({"type": "url", "url": "https://x/y.png"}));
         for bad in ["data:text/plain;base64,aGk=", "data:image/png,raw", "file:///y.png"] {
             let item = TurnInput::Items(vec![InputItem::ImageUrl { url: bad.into() }]);
-            assert!(matches!(content(&item), Err(Error::InvalidOption { option: "input", .. })), "{bad}");
+            assert!(matches!(content_of(&item), Err(Error::InvalidOption { option: "input", .. })), "{bad}");
         }
         let local = TurnInput::Items(vec![InputItem::LocalImage { path: "/y.png".into() }]);
-        assert!(matches!(content(&local), Err(Error::InvalidOption { option: "input", .. })));
+        assert!(matches!(content_of(&local), Err(Error::InvalidOption { option: "input", .. })));
     }
 }

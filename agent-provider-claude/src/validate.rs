@@ -1,11 +1,12 @@
 //! Checks of the options the provider cannot honour, the command line and the child
 //! environment.
 
+use std::collections::HashSet;
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use agent_core::exec::EnvSpec;
-use agent_core::{ApprovalPolicy, Error, McpServer, Result, SessionOptions};
+use agent_core::{ApprovalPolicy, Error, McpServer, Result, SessionOptions, Skill};
 use serde_json::{Map, Value, json};
 
 use crate::options::{ClaudeOptions, PermissionMode};
@@ -41,6 +42,7 @@ pub(crate) const MCP_SECRET_VAR: &str = "AGENT_HARNESS_MCP_SECRET_";
 pub(crate) fn validate(options: &SessionOptions, claude: &ClaudeOptions) -> Result<()> {
     permission_mode(options, claude)?;
     validate_mcp_servers(options)?;
+    skill_roots(options)?;
     validate_claude_options(claude)?;
     crate::auth::GUARD.check(options, None, std::iter::empty())
 }
@@ -122,6 +124,51 @@ fn validate_mcp_servers(options: &SessionOptions) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The directory whose `.claude/skills/` holds `skill`: Claude Code loads the skills of a
+/// directory given with `--add-dir` from there (measured), so a skill must live at
+/// `<root>/.claude/skills/<name>/SKILL.md`.
+fn skill_root(skill: &Skill) -> Result<PathBuf> {
+    let dir = if skill.path.file_name().is_some_and(|n| n == "SKILL.md") {
+        skill.path.parent().unwrap_or(&skill.path)
+    } else {
+        &skill.path
+    };
+    let layout = || {
+        invalid(
+            "skills",
+            format!(
+                "skill `{}`: Claude Code loads a session's skills from `<dir>/.claude/skills/<name>/SKILL.md` (the \
+                 provider passes `--add-dir <dir>`); {} is not such a path",
+                skill.name,
+                skill.path.display()
+            ),
+        )
+    };
+    if !skill.path.is_absolute() || dir.file_name().is_none_or(|n| n != skill.name.as_str()) {
+        return Err(layout());
+    }
+    let skills = dir.parent().filter(|p| p.file_name().is_some_and(|n| n == "skills")).ok_or_else(layout)?;
+    let dot_claude = skills.parent().filter(|p| p.file_name().is_some_and(|n| n == ".claude")).ok_or_else(layout)?;
+    dot_claude.parent().map(Path::to_path_buf).ok_or_else(layout)
+}
+
+/// The directories to pass with `--add-dir` for the session's skills (each once; the working
+/// directory's own skills are loaded anyway).
+pub(crate) fn skill_roots(options: &SessionOptions) -> Result<Vec<PathBuf>> {
+    let mut names = HashSet::new();
+    let mut roots = Vec::new();
+    for skill in &options.skills {
+        if !names.insert(skill.name.as_str()) {
+            return Err(invalid("skills", format!("skill `{}` is configured twice", skill.name)));
+        }
+        let root = skill_root(skill)?;
+        if options.cwd.as_deref() != Some(root.as_path()) && !roots.contains(&root) {
+            roots.push(root);
+        }
+    }
+    Ok(roots)
 }
 
 fn validate_claude_options(claude: &ClaudeOptions) -> Result<()> {
@@ -272,6 +319,27 @@ mod tests {
         );
         assert!(validate(&options().mcp_server("files", McpServer::stdio("python3", ["x"])), &none()).is_ok());
         assert!(validate(&options().mcp_server("files", McpServer::stdio("/usr/bin/srv", ["x"])), &none()).is_ok());
+    }
+
+    #[test]
+    fn skills_live_under_a_dot_claude_skills_directory() {
+        let o = options()
+            .skill(Skill::new("notes", "/repo/.claude/skills/notes/SKILL.md"))
+            .skill(Skill::new("lint", "/repo/.claude/skills/lint"))
+            .skill(Skill::new("mine", "/home/me/.claude/skills/mine"));
+        assert_eq!(skill_roots(&o).unwrap(), [PathBuf::from("/repo"), PathBuf::from("/home/me")]);
+        for bad in ["/s/notes/SKILL.md", "/repo/.claude/skills/other", "rel/.claude/skills/notes", "/repo/skills/notes"]
+        {
+            invalid_option(
+                options().skill(Skill::new("notes", bad)),
+                ClaudeOptions::new(),
+                "skills",
+                "`<dir>/.claude/skills",
+            );
+        }
+        let twice =
+            options().skill(Skill::new("a", "/x/.claude/skills/a")).skill(Skill::new("a", "/y/.claude/skills/a"));
+        invalid_option(twice, ClaudeOptions::new(), "skills", "twice");
     }
 
     #[test]

@@ -650,3 +650,30 @@ async fn cancelling_a_permission_stops_the_turn() {
     assert_eq!(terminal(&events).status, TurnStatus::Completed);
     claude.finish().await;
 }
+
+/// A session skill in Claude Code's layout is loaded (`--add-dir`), and a skill input item
+/// invokes it: the model request carries the skill's instructions and the arguments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_skill_is_loaded_and_invoked() {
+    let claude = Claude::start(Scenario::new().echo("got: ")).await;
+    let dir = claude.env.dir().join("team-skills/.claude/skills/release-notes");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("SKILL.md"),
+        "---\nname: release-notes\ndescription: Write release notes for this repository\n---\nList every MERGED-PR-MARKER.\n",
+    )
+    .unwrap();
+    let options = claude.options().skill(agent_core::Skill::new("release-notes", dir.join("SKILL.md")));
+    let session = claude.session(options).await;
+    let input = agent_core::TurnInput::Items(vec![
+        agent_core::InputItem::Skill { name: "release-notes".into() },
+        agent_core::InputItem::Text { text: "for v2".into() },
+    ]);
+    let turn = claude.harness.start_turn(&session, input, TurnOptions::new()).await.unwrap();
+    let outcome = claude.harness.await_turn(&turn, Some(IDLE)).await.expect("completed");
+    let text = outcome.result.text.unwrap();
+    assert!(text.contains("List every MERGED-PR-MARKER.") && text.contains("for v2"), "{text}");
+    let caps = claude.harness.capabilities(&session).await.unwrap();
+    assert_eq!(caps.skills, agent_core::Support::Emulated);
+    claude.finish().await;
+}
