@@ -677,3 +677,18 @@ async fn a_session_skill_is_loaded_and_invoked() {
     assert_eq!(caps.skills, agent_core::Support::Emulated);
     claude.finish().await;
 }
+
+/// Allowed tool rules run without asking; disallowed tools are not offered to the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_and_disallowed_tools_reach_claude() {
+    let scenario = Scenario::new().shell("touch allowed.txt && echo allowed").quote_tool_result("Tool said: ");
+    let claude = Claude::start(scenario).await;
+    let tools = ClaudeOptions::new().allowed_tool("Bash(touch allowed.txt:*)").disallowed_tool("WebFetch");
+    let session = claude.session(claude.options_with(tools)).await;
+    let (_, events) = claude.run(&session, "make it", |_| panic!("an allowed command is not asked about")).await;
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("Tool said: allowed"), "{}", names(&events));
+    assert!(claude.workspace().join("allowed.txt").exists());
+    let offered = claude.server.model_requests()[0].body.as_ref().unwrap()["tools"].to_string();
+    assert!(offered.contains("\"Bash\"") && !offered.contains("\"WebFetch\""), "{offered}");
+    claude.finish().await;
+}
