@@ -4,7 +4,6 @@
 //!
 //! `cargo run -p agent-harness --example custom_exec --features codex,local-exec -- /path/to/project`
 
-
 use agent_harness::exec::{Child, Command, Exec, ExecError};
 use agent_harness::execs::local::LocalExec;
 use agent_harness::providers::codex::CodexProvider;
@@ -37,11 +36,8 @@ impl Exec for Logged {
 #[tokio::main]
 async fn main() -> agent_harness::Result<()> {
     let cwd = std::fs::canonicalize(std::env::args().nth(1).unwrap_or_else(|| ".".into())).expect("a directory");
-    let harness = Harness::builder()
-        .provider(CodexProvider::new())
-        .exec(Logged::default())
-        .store(MemoryStore::new())
-        .build()?;
+    let harness =
+        Harness::builder().provider(CodexProvider::new()).exec(Logged::default()).store(MemoryStore::new()).build()?;
     let session = harness.start_session("codex", SessionOptions::new(cwd)).await?;
     let turn = harness.start_turn(&session, "Say hello.", TurnOptions::new()).await?;
     println!("{}", harness.await_turn(&turn, None).await?.result.text.unwrap_or_default());

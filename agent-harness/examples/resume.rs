@@ -3,7 +3,6 @@
 //!
 //! `cargo run -p agent-harness --example resume --features codex,local-exec,sqlite -- /path/to/project`
 
-
 use agent_harness::execs::local::LocalExec;
 use agent_harness::providers::codex::CodexProvider;
 use agent_harness::stores::sqlite::SqliteStore;
@@ -14,11 +13,7 @@ use futures::StreamExt;
 async fn main() -> agent_harness::Result<()> {
     let cwd = std::fs::canonicalize(std::env::args().nth(1).unwrap_or_else(|| ".".into())).expect("a directory");
     let store = SqliteStore::open(cwd.join(".agent-harness.db")).expect("a database file");
-    let harness = Harness::builder()
-        .provider(CodexProvider::new())
-        .exec(LocalExec::new())
-        .store(store)
-        .build()?;
+    let harness = Harness::builder().provider(CodexProvider::new()).exec(LocalExec::new()).store(store).build()?;
     let id = SessionId::new("long-running-job")?;
     // The first run starts the session; every later run resumes it.
     let stored = harness.list_stored_sessions().await?.into_iter().any(|s| s.session_id == id);
