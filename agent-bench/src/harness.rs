@@ -1,10 +1,12 @@
-//! The harness rows: a real `Harness`, the Codex provider, `fake-codex` streaming the file.
+//! The harness rows: a real `Harness`, the Codex provider, `fake-codex` streaming the file; and
+//! the Claude row: the Claude provider, `fake-claude` streaming a Claude stream-json turn.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use agent_harness::execs::local::LocalExec;
+use agent_harness::providers::claude::{ClaudeOptions, ClaudeProvider};
 use agent_harness::providers::codex::{CodexOptions, CodexProvider};
 use agent_harness::stores::memory::MemoryStore;
 use agent_harness::stores::sqlite::SqliteStore;
@@ -39,8 +41,22 @@ pub(crate) fn write_script(work: &Path, name: &str, script: &FakeScript) -> Resu
     Ok(path)
 }
 
+/// The provider a harness row runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Row {
+    /// The Codex provider and `fake-codex`.
+    Codex,
+    /// The Claude provider and `fake-claude`.
+    Claude,
+}
+
 /// Streams `stream` through a harness whose store is `store` (`disabled`, `memory`, `sqlite`).
 pub(crate) async fn run(store: &str, stream: &Path, fake: &Path, work: &Path) -> Result<Value, String> {
+    run_row(Row::Codex, store, stream, fake, work).await
+}
+
+/// Streams `stream` through a harness with `row`'s provider whose store is `store`.
+pub(crate) async fn run_row(row: Row, store: &str, stream: &Path, fake: &Path, work: &Path) -> Result<Value, String> {
     let stream = std::fs::canonicalize(stream).map_err(|e| format!("{}: {e}", stream.display()))?;
     let script = write_script(work, "stream", &FakeScript::new().handshake().turn_start().stream_file(&stream))?;
     let database = work.join(format!("bench-{}.db", std::process::id()));
@@ -54,12 +70,23 @@ pub(crate) async fn run(store: &str, stream: &Path, fake: &Path, work: &Path) ->
         }
         other => return Err(format!("unknown store {other:?}")),
     };
-    let harness = codex_harness(choice)?;
+    let (harness, provider, options) = match row {
+        Row::Codex => (codex_harness(choice)?, "codex", fake_options(fake, &script, work)),
+        Row::Claude => {
+            let harness = Harness::builder()
+                .provider(ClaudeProvider::new())
+                .exec(Arc::new(LocalExec::new()))
+                .store(choice)
+                .build()
+                .map_err(|e| format!("harness: {e}"))?;
+            let options = SessionOptions::new(work)
+                .env(SCRIPT_ENV, script.display().to_string())
+                .provider_option(ClaudeOptions::new().binary(fake));
+            (harness, "claude", options)
+        }
+    };
     let started = Instant::now();
-    let session = harness
-        .start_session("codex", fake_options(fake, &script, work))
-        .await
-        .map_err(|e| format!("start_session: {e}"))?;
+    let session = harness.start_session(provider, options).await.map_err(|e| format!("start_session: {e}"))?;
     let session_started = started.elapsed().as_secs_f64();
     let mut events = harness.subscribe(&session, Replay::Latest).await.map_err(|e| format!("subscribe: {e}"))?;
     let turn = harness
@@ -121,7 +148,8 @@ pub(crate) async fn run(store: &str, stream: &Path, fake: &Path, work: &Path) ->
         let _ = std::fs::remove_file(format!("{}{suffix}", database.display()));
     }
     Ok(json!({
-        "consumer": format!("harness-{store}"), "events": seen, "deltas": deltas,
+        "consumer": match row { Row::Codex => format!("harness-{store}"), Row::Claude => format!("harness-claude-{store}") },
+        "events": seen, "deltas": deltas,
         "terminal": terminal, "ended_early": ended_early, "lags": lags, "durability": durability,
         "stop_secs": stop_secs, "teardown_secs": teardown_secs,
         "session_start_secs": session_started, "secs": secs, "rss_at_end_kib": rss_at_end,

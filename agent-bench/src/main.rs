@@ -4,6 +4,7 @@
 //! ```text
 //! agent-bench cat|value|typed|typed-claude|typed-codex-exec <stream>
 //! agent-bench harness-disabled|harness-memory|harness-sqlite <stream> --fake <fake-codex> --work <dir>
+//! agent-bench harness-claude <claude stream> --fake <fake-claude> --work <dir>
 //! agent-bench idle-harness|idle-direct <sessions> --fake <fake-codex> --work <dir>
 //! agent-bench latency-plain|latency-harness <stamped stream> --fake <fake-codex> --work <dir> [--rate N]
 //! ```
@@ -42,6 +43,7 @@ use serde_json::Value;
 
 const USAGE: &str = "usage: agent-bench cat|value|typed|typed-claude|typed-codex-exec <stream>
        agent-bench harness-disabled|harness-memory|harness-sqlite <stream> --fake <fake-codex> --work <dir>
+       agent-bench harness-claude <claude stream> --fake <fake-claude> --work <dir>
        agent-bench idle-harness|idle-direct <sessions> --fake <fake-codex> --work <dir>
        agent-bench latency-plain|latency-harness <stamped stream> --fake <fake-codex> --work <dir> [--rate N]";
 
@@ -115,6 +117,10 @@ fn run(args: &Args) -> Result<Value, String> {
             let store = args.mode.trim_start_matches("harness-").to_owned();
             let (fake, work) = (args.fake()?, args.work()?);
             runtime()?.block_on(harness::run(&store, &stream(), &fake, &work))
+        }
+        "harness-claude" => {
+            let (fake, work) = (args.fake()?, args.work()?);
+            runtime()?.block_on(harness::run_row(harness::Row::Claude, "memory", &stream(), &fake, &work))
         }
         "idle-harness" => {
             let (n, fake, work) = (sessions()?, args.fake()?, args.work()?);

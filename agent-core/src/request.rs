@@ -356,6 +356,15 @@ pub enum Response {
         /// Why.
         reason: Option<String>,
     },
+    /// Allow what was asked with the tool input replaced by `input` (the agent runs the edited
+    /// call, e.g. another command line). Only providers whose CLI can run an edited call accept
+    /// it (Claude Code's `updatedInput`); others refuse it with `Error::InvalidResponse`.
+    ApproveEdited {
+        /// How far the approval reaches.
+        scope: Scope,
+        /// The tool input to run instead of the one asked for.
+        input: Value,
+    },
     /// Take one of the decisions the request offers in [`Request::choices`], by its
     /// [`Choice::value`]: what approve, deny and cancel cannot say, such as approving a command
     /// and allowing commands with the same prefix from now on. Only a value the request offers
@@ -397,6 +406,11 @@ impl Response {
         Response::Approve { scope }
     }
 
+    /// Approve once, with the tool input replaced by `input` (see [`Response::ApproveEdited`]).
+    pub fn approve_edited(input: Value) -> Self {
+        Response::ApproveEdited { scope: Scope::Once, input }
+    }
+
     /// Deny with a reason.
     pub fn deny(reason: impl Into<String>) -> Self {
         Response::Deny { reason: Some(reason.into()) }
@@ -436,7 +450,7 @@ impl Response {
     pub fn action(&self) -> ResponseAction {
         match self {
             Response::Answer { .. } => ResponseAction::Answer,
-            Response::Approve { .. } => ResponseAction::Approve,
+            Response::Approve { .. } | Response::ApproveEdited { .. } => ResponseAction::Approve,
             Response::Deny { .. } => ResponseAction::Deny,
             Response::Cancel { .. } => ResponseAction::Cancel,
             Response::Choose { .. } => ResponseAction::Choose,
@@ -462,8 +476,14 @@ impl Response {
                     "an MCP elicitation is answered with structured content (Response::content)".into(),
                 )),
             },
-            (kind, Response::Approve { scope }) if kind.is_approval() || kind == RequestKind::Confirmation => {
-                if request.scopes.contains(scope) { Ok(()) } else { Err(Error::UnsupportedScope { scope: *scope }) }
+            (kind, Response::Approve { scope } | Response::ApproveEdited { scope, .. })
+                if kind.is_approval() || kind == RequestKind::Confirmation =>
+            {
+                if request.scopes.contains(scope) {
+                    Ok(())
+                } else {
+                    Err(Error::UnsupportedScope { scope: *scope })
+                }
             }
             _ => Err(mismatch()),
         }
@@ -588,6 +608,24 @@ mod tests {
     fn approve_to_a_question_is_a_kind_mismatch() {
         let r = request(RequestKind::Question, vec![Question::new("q", "?")], vec![]);
         assert!(matches!(Response::approve().validate_for(&r), Err(Error::ResponseKindMismatch { .. })));
+    }
+
+    #[test]
+    fn an_edited_approval_is_an_approval() {
+        let r = request(RequestKind::CommandApproval, vec![], vec![Scope::Once]);
+        let edited = Response::approve_edited(serde_json::json!({"command": "echo edited"}));
+        assert_eq!(edited.action(), ResponseAction::Approve);
+        assert!(edited.validate_for(&r).is_ok());
+        let session = Response::ApproveEdited { scope: Scope::Session, input: serde_json::json!({}) };
+        assert!(matches!(session.validate_for(&r), Err(Error::UnsupportedScope { scope: Scope::Session })));
+        let q = request(RequestKind::Question, vec![Question::new("q", "?")], vec![]);
+        assert!(matches!(edited.validate_for(&q), Err(Error::ResponseKindMismatch { .. })));
+        let json = serde_json::to_value(&edited).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"action": "approve_edited", "scope": "once", "input": {"command": "echo edited"}})
+        );
+        assert_eq!(serde_json::from_value::<Response>(json).unwrap(), edited);
     }
 
     #[test]

@@ -1,4 +1,21 @@
-//! The Claude Code provider for agent-harness.
-//!
-//! This crate will hold the adapter for `claude -p --input-format stream-json --output-format
-//! stream-json` with its control protocol: permissions as requests, interrupt, resume and fork.
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod auth;
+mod connection;
+mod normalize;
+mod options;
+mod provider;
+mod requests;
+mod session;
+#[cfg(test)]
+mod transcripts;
+mod validate;
+mod version;
+mod wire;
+
+pub use agent_provider_kit::version::{ParseVersionError, Version};
+pub use auth::SCRUBBED_UNDER_SUBSCRIPTION;
+pub use options::{ClaudeOptions, ClaudeTurnOptions, DEFAULT_MAX_LINE_BYTES, DEFAULT_PROGRAM, PermissionMode};
+pub use provider::{ClaudeProvider, PROVIDER_ID};
+pub use version::{LATEST_VALIDATED, MIN_SUPPORTED};

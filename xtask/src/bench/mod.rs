@@ -102,6 +102,10 @@ impl Run {
 struct Setup {
     driver: PathBuf,
     fake: PathBuf,
+    /// `fake-claude`, for the Claude provider row.
+    fake_claude: PathBuf,
+    /// The Claude stream-json turn (`gen-stream claude N`).
+    claude_stream: PathBuf,
     stream: PathBuf,
     /// The latency stream (`gen-stream codex-app N --stamped`).
     stamped: PathBuf,
@@ -118,6 +122,14 @@ impl Setup {
         if mode.starts_with("harness-") {
             command.arg("--fake").arg(&self.fake).arg("--work").arg(&self.work);
         }
+        command
+    }
+
+    /// The Claude provider row (`harness-claude`): the Claude stream through `fake-claude`.
+    fn claude_command(&self) -> Command {
+        let mut command = Command::new(&self.driver);
+        command.arg("harness-claude").arg(&self.claude_stream);
+        command.arg("--fake").arg(&self.fake_claude).arg("--work").arg(&self.work);
         command
     }
 
@@ -180,12 +192,12 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let work = bench_dir.join("work");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
+    let claude = bench_dir.join(format!("claude-{}.jsonl", options.deltas));
+    generate(&gen_stream, &claude, &["claude", &options.deltas.to_string()])?;
     let sdks = if options.sdks {
-        let claude = bench_dir.join(format!("claude-{}.jsonl", options.deltas));
-        generate(&gen_stream, &claude, &["claude", &options.deltas.to_string()])?;
         let exec = bench_dir.join(format!("codex_exec-{}.jsonl", options.deltas));
         generate(&gen_stream, &exec, &["codex-exec", &options.deltas.to_string()])?;
-        sdk::prepare(&bench_dir, &release, &work, claude, exec, options.deltas)?.unwrap_or_default()
+        sdk::prepare(&bench_dir, &release, &work, claude.clone(), exec, options.deltas)?.unwrap_or_default()
     } else {
         Vec::new()
     };
@@ -193,6 +205,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let setup = Setup {
         driver: release.join("agent-bench"),
         fake: release.join("fake-codex"),
+        fake_claude: release.join("fake-claude"),
+        claude_stream: claude,
         stream,
         stamped,
         work,
@@ -218,6 +232,10 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             check_harness_run(&harness, mode, options.deltas)?;
             results.harness[index].push((typed, harness));
         }
+        let typed = measure(&mut setup.reader("typed-claude", &setup.claude_stream), "typed-claude")?;
+        let claude = measure(&mut setup.claude_command(), "harness-claude")?;
+        check_harness_run(&claude, "harness-claude", options.deltas)?;
+        results.claude.push((typed, claude));
         let idle = measure(&mut setup.idle_command("idle-harness", options.sessions), "idle-harness")?;
         let direct = measure(&mut setup.idle_command("idle-direct", options.sessions), "idle-direct")?;
         results.idle.push((idle, direct));
@@ -253,6 +271,8 @@ struct Results {
     value: Vec<(Run, Run)>,
     /// Per harness mode: (typed, harness) pairs.
     harness: [Vec<(Run, Run)>; 3],
+    /// The Claude provider: (typed-claude, harness-claude) pairs.
+    claude: Vec<(Run, Run)>,
     /// (through the harness, by hand) pairs.
     idle: Vec<(Run, Run)>,
     /// (by hand, through the harness) pairs.
@@ -596,13 +616,13 @@ fn render(
     let added = |field: &str| Spread::of(results.latency.iter().map(|(p, h)| h.field(field) - p.field(field))).show(1);
     writeln!(w, "\nAdded by the harness, paired per round: p50 {} µs, p99 {} µs.\n", added("p50_us"), added("p99_us"))?;
 
+    render_claude(w, options, results)?;
     render_sdks(w, options, sdks, results)?;
 
-    writeln!(w, "## Not measured yet\n")?;
     if sdks.is_empty() {
+        writeln!(w, "## Not measured yet\n")?;
         writeln!(w, "- The TypeScript SDKs: this run skipped them (`--no-sdks`, or no Node.js/npm).")?;
     }
-    writeln!(w, "- The Claude stream-json stream (`gen-stream claude N` writes it) through the Claude provider.")?;
     Ok(md)
 }
 
@@ -674,6 +694,54 @@ fn render_targets(w: &mut String, setup: &Setup, results: &Results) -> Result<()
 }
 
 /// The TypeScript SDK section.
+/// The Claude provider row beside the typed parse of its stream.
+fn render_claude(w: &mut String, options: &Options, results: &Results) -> Result<()> {
+    if results.claude.is_empty() {
+        return Ok(());
+    }
+    let n = options.deltas;
+    writeln!(w, "## The Claude provider\n")?;
+    writeln!(
+        w,
+        "`harness-claude`: a `Harness` with `ClaudeProvider` and a `MemoryStore` spawning the release \
+         `fake-claude` through `LocalExec`; the fake answers `initialize`, takes the user message and copies the \
+         Claude stream-json turn (`gen-stream claude {n}`: {n} `text_delta` stream events, 278 B per line) to \
+         its stdout; one subscriber counts `message_delta` events up to `turn_completed` (every run got all {n}). \
+         Each run is paired with `typed-claude`, the typed parse of the same bytes, run just before it.\n"
+    )?;
+    writeln!(
+        w,
+        "| consumer | wall s, median (min–max) | deltas/s, median (min–max) | ratio to `typed-claude`, paired | peak RSS MiB (median) | CPU user+sys s (median) |"
+    )?;
+    writeln!(w, "|---|---|---|---|---|---|")?;
+    let pairs = &results.claude;
+    for (name, runs) in [
+        ("`typed-claude`", pairs.iter().map(|(t, _)| t).collect::<Vec<_>>()),
+        ("**harness-claude**", pairs.iter().map(|(_, h)| h).collect()),
+    ] {
+        let wall = Spread::of(runs.iter().map(|r| r.wall));
+        let per_second = Spread::of(runs.iter().map(|r| n as f64 / r.wall));
+        let rss = Spread::of(runs.iter().map(|r| mib(r.max_rss_kib)));
+        let cpu = Spread::of(runs.iter().map(|r| r.cpu));
+        let ratio = if name.starts_with('`') {
+            "1".to_owned()
+        } else {
+            Spread::of(pairs.iter().map(|(t, h)| h.wall / t.wall)).show(2)
+        };
+        writeln!(
+            w,
+            "| {name} | {} | {} | {ratio} | {:.1} | {:.2} |",
+            wall.show(2),
+            rates(per_second),
+            rss.median,
+            cpu.median
+        )?;
+    }
+    let in_process = Spread::of(pairs.iter().map(|(_, h)| h.field("deltas") / h.field("secs")));
+    writeln!(w, "\nIn-process rate (from `start_session` to the terminal event): {} deltas/s.\n", rates(in_process))?;
+    Ok(())
+}
+
 fn render_sdks(w: &mut String, options: &Options, sdks: &[sdk::Sdk], results: &Results) -> Result<()> {
     if sdks.is_empty() {
         return Ok(());
@@ -725,6 +793,7 @@ fn render_sdks(w: &mut String, options: &Options, sdks: &[sdk::Sdk], results: &R
         }
     }
     let harness = Spread::of(results.harness[1].iter().map(|(t, h)| h.wall / t.wall)).median;
+    let claude = Spread::of(results.claude.iter().map(|(t, h)| h.wall / t.wall)).median;
     let sdk_ratios: Vec<String> = sdks
         .iter()
         .zip(&results.sdks)
@@ -734,9 +803,10 @@ fn render_sdks(w: &mut String, options: &Options, sdks: &[sdk::Sdk], results: &R
         .collect();
     writeln!(
         w,
-        "\nThe streams differ (the Codex provider has no `codex exec` mode and the Claude provider is not \
-         built yet), so the comparable figure is each consumer's paired ratio to a typed parse of its own \
-         bytes: harness-memory {harness:.2} against {}.\n",
+        "\nThe streams differ (the Codex provider has no `codex exec` mode), so the comparable figure is each \
+         consumer's paired ratio to a typed parse of its own bytes: harness-memory {harness:.2} (Codex \
+         app-server stream), harness-claude {claude:.2} (the Claude stream, the same bytes as the Claude SDK) \
+         against {}.\n",
         sdk_ratios.join(", ")
     )?;
     Ok(())

@@ -1,0 +1,159 @@
+//! Claude Code's auth guard under [`AuthMode::Subscription`](agent_core::AuthMode): the kit's
+//! common rules plus the names that route Claude Code to another account, endpoint or cloud, and
+//! the check of Claude Code's own settings layers (an `apiKeyHelper`, or such a name in `env`).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use agent_core::{AuthMode, Result, SessionOptions};
+use agent_provider_kit::auth::{AuthGuard, EnvRules};
+use serde_json::Value;
+
+/// Claude Code's own environment names that select an API key, an endpoint or a cloud.
+const CLAUDE_ENV: EnvRules = EnvRules {
+    names: &[
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_CUSTOM_HEADERS",
+        "ANTHROPIC_BEDROCK_BASE_URL",
+        "ANTHROPIC_VERTEX_BASE_URL",
+        "ANTHROPIC_VERTEX_PROJECT_ID",
+        "ANTHROPIC_FOUNDRY_BASE_URL",
+        "ANTHROPIC_FOUNDRY_RESOURCE",
+        "CLAUDE_CODE_USE_BEDROCK",
+        "CLAUDE_CODE_USE_VERTEX",
+        "CLAUDE_CODE_USE_FOUNDRY",
+        "CLAUDE_CODE_SKIP_BEDROCK_AUTH",
+        "CLAUDE_CODE_SKIP_VERTEX_AUTH",
+        "CLAUDE_CODE_API_KEY_HELPER_TTL_MS",
+    ],
+    prefixes: &[],
+    suffixes: &[],
+};
+
+/// The guard of the Claude provider. Claude Code takes no configuration overrides from the
+/// harness, so no config key is refused.
+pub(crate) const GUARD: AuthGuard = AuthGuard::new("claude", &[EnvRules::COMMON, CLAUDE_ENV], &[]);
+
+/// Names always removed from the environment claude inherits under `Subscription`, whether or
+/// not the host sets them (the host's other matching names are found by the same rules).
+pub const SCRUBBED_UNDER_SUBSCRIPTION: &[&str] = &[
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_CUSTOM_HEADERS",
+    "CLAUDE_CODE_USE_BEDROCK",
+    "CLAUDE_CODE_USE_VERTEX",
+    "CLAUDE_CODE_USE_FOUNDRY",
+];
+
+/// The names to remove from the environment claude inherits, under `Subscription`.
+pub(crate) fn scrubbed(options: &SessionOptions) -> Vec<OsString> {
+    if options.auth != AuthMode::Subscription {
+        return Vec::new();
+    }
+    let mut names: Vec<OsString> = SCRUBBED_UNDER_SUBSCRIPTION.iter().map(OsString::from).collect();
+    for name in GUARD.scrub_host() {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// The value of `name` in the environment claude would run with: the session's setting, unless
+/// the session removes it, else this process's.
+fn effective_env(options: &SessionOptions, name: &str) -> Option<OsString> {
+    if let Some(value) = options.env.set.get(name) {
+        return Some(value.into());
+    }
+    if options.env.unset.iter().any(|n| n == name) {
+        return None;
+    }
+    std::env::var_os(name).filter(|v| !v.is_empty())
+}
+
+/// The settings files claude reads: managed, the user's (`$CLAUDE_CONFIG_DIR`, else
+/// `~/.claude`), and the project's shared and local settings in the working directory.
+fn settings_layers(options: &SessionOptions) -> Vec<PathBuf> {
+    let mut layers = vec![PathBuf::from("/etc/claude-code/managed-settings.json")];
+    let config_dir = effective_env(options, "CLAUDE_CONFIG_DIR")
+        .map(PathBuf::from)
+        .or_else(|| effective_env(options, "HOME").map(|home| PathBuf::from(home).join(".claude")));
+    layers.extend(config_dir.map(|dir| dir.join("settings.json")));
+    if let Some(cwd) = &options.cwd {
+        layers.push(cwd.join(".claude/settings.json"));
+        layers.push(cwd.join(".claude/settings.local.json"));
+    }
+    layers
+}
+
+/// The setting of a settings file that routes claude to a key, an endpoint or a cloud: an
+/// `apiKeyHelper`, or an `env` entry the guard refuses.
+fn routing_setting(settings: &Value) -> Option<String> {
+    if settings.get("apiKeyHelper").is_some_and(|v| !v.is_null()) {
+        return Some("apiKeyHelper".into());
+    }
+    let env = settings.get("env")?.as_object()?;
+    env.keys().find(|name| GUARD.refuses_env(name)).map(|name| format!("env.{name}"))
+}
+
+/// Checks claude's own settings under `Subscription`: no layer sets an API key helper or a
+/// refused variable. Each refusal names the file and the setting, never a value.
+pub(crate) fn check_local_state(options: &SessionOptions) -> Result<()> {
+    if options.auth != AuthMode::Subscription {
+        return Ok(());
+    }
+    for layer in settings_layers(options) {
+        let text = match std::fs::read_to_string(&layer) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(_) => return Err(GUARD.refuse_file(&layer, "(a file that cannot be read)")),
+        };
+        let settings: Value =
+            serde_json::from_str(&text).map_err(|_| GUARD.refuse_file(&layer, "(a file claude cannot parse)"))?;
+        if let Some(setting) = routing_setting(&settings) {
+            return Err(GUARD.refuse_file(&layer, &setting));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn settings_that_route_elsewhere_are_named() {
+        assert_eq!(routing_setting(&json!({"apiKeyHelper": "/bin/key"})).as_deref(), Some("apiKeyHelper"));
+        let env = json!({"env": {"ANTHROPIC_BASE_URL": "http://x", "FOO": "1"}});
+        assert_eq!(routing_setting(&env).as_deref(), Some("env.ANTHROPIC_BASE_URL"));
+        assert_eq!(
+            routing_setting(&json!({"env": {"CLAUDE_CODE_USE_BEDROCK": "1"}})).as_deref(),
+            Some("env.CLAUDE_CODE_USE_BEDROCK")
+        );
+        assert_eq!(routing_setting(&json!({"model": "opus", "env": {"FOO": "1"}})), None);
+    }
+
+    #[test]
+    fn a_settings_layer_in_the_project_refuses_a_subscription_session() {
+        let dir = std::env::temp_dir().join(format!("claude-auth-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join(".claude")).unwrap();
+        std::fs::write(dir.join(".claude/settings.local.json"), r#"{"env": {"ANTHROPIC_API_KEY": "sekrit"}}"#).unwrap();
+        let home = dir.join("home");
+        let options = SessionOptions::new(&dir).env("HOME", home.display().to_string());
+        match check_local_state(&options) {
+            Err(agent_core::Error::AuthGuard { reason }) => {
+                assert!(reason.contains("settings.local.json") && reason.contains("env.ANTHROPIC_API_KEY"), "{reason}");
+                assert!(!reason.contains("sekrit"), "{reason}");
+            }
+            other => panic!("expected the guard to refuse, got {other:?}"),
+        }
+        assert!(check_local_state(&options.clone().auth(AuthMode::Inherit)).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(check_local_state(&options).is_ok());
+    }
+}

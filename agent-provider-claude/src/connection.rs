@@ -1,0 +1,412 @@
+//! The stream-JSON connection to one `claude -p` process.
+//!
+//! A reader task parses stdout line by line: control responses go to the caller waiting for
+//! them (matched by `request_id`), everything else through the [`Normalizer`] to the session's
+//! [`Sink`]. A second task keeps the tail of stderr. When stdout ends, the reader fails the
+//! running turn with the exit status and the stderr tail, then reports the transport down.
+//! Dropping the [`Connection`] stops both tasks and kills the process.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use agent_core::event::RawJson;
+use agent_core::exec::{Child, ChildHandle, ChildOutput, ChildStdin};
+use agent_core::provider::SinkClosed;
+use agent_core::{Sink, TurnId};
+use agent_provider_kit::framing::{LineReader, STDERR_TAIL_LINES, StderrCollector, TextFrame};
+use agent_provider_kit::rpc::{ControlRequestId, ExitReport, Pending, ReplyError, ReplyKey};
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
+
+use crate::normalize::{Action, Normalizer, attach};
+use crate::wire::{self, ControlRequestLine, Envelope};
+
+/// How long the reader waits for the process to exit after stdout closed, before killing it.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+/// How long the reader waits for the stderr task to drain after the process exited.
+const STDERR_DRAIN: Duration = Duration::from_millis(500);
+/// How long `close` waits for claude to exit after stdin closed, before killing it.
+pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// Longest error text from claude kept in an error.
+const MAX_ERROR_MESSAGE: usize = 500;
+
+/// Why a control request to claude did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CallError {
+    /// Claude answered with an error: it did not act.
+    #[error("claude answered with an error: {0}")]
+    Refused(String),
+    /// No answer in time: the outcome is unknown.
+    #[error("no answer in time")]
+    Timeout,
+    /// The process or its pipes went away.
+    #[error("the claude connection is closed")]
+    Closed,
+    /// Writing the request failed.
+    #[error("writing to claude failed: {0}")]
+    Write(#[source] std::io::Error),
+    /// The answer did not have the expected shape.
+    #[error("unexpected answer to `{0}`")]
+    Unexpected(String),
+}
+
+impl From<ReplyError> for CallError {
+    fn from(e: ReplyError) -> Self {
+        match e {
+            ReplyError::Timeout => CallError::Timeout,
+            ReplyError::Write(error) => CallError::Write(error),
+            _ => CallError::Closed,
+        }
+    }
+}
+
+/// State shared by the connection's tasks and callers.
+struct Shared {
+    sink: Sink,
+    child: Arc<dyn ChildHandle>,
+    state: Mutex<Normalizer>,
+    /// Our control requests waiting for their responses; closed once stdout closed.
+    pending: Pending<ControlRequestId>,
+    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    next_id: AtomicU64,
+    closing: AtomicBool,
+    stderr: StderrCollector,
+    /// Woken when the running turn ends or stdout closes.
+    turn_ended: Notify,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One running `claude -p`.
+pub(crate) struct Connection {
+    shared: Arc<Shared>,
+    reader: AbortHandle,
+}
+
+impl Connection {
+    /// Takes over a spawned process and starts reading its output.
+    pub(crate) fn start(
+        child: Child,
+        sink: Sink,
+        max_line: usize,
+        normalizer: Normalizer,
+    ) -> Result<Connection, CallError> {
+        let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin, child.stdout, child.stderr) else {
+            let _ = child.handle.kill();
+            return Err(CallError::Closed);
+        };
+        let shared = Arc::new(Shared {
+            sink,
+            child: child.handle,
+            state: Mutex::new(normalizer),
+            pending: Pending::new(),
+            stdin: tokio::sync::Mutex::new(Some(stdin)),
+            next_id: AtomicU64::new(1),
+            closing: AtomicBool::new(false),
+            stderr: StderrCollector::spawn(stderr, STDERR_TAIL_LINES),
+            turn_ended: Notify::new(),
+        });
+        let reader = tokio::spawn(read_stdout(Arc::clone(&shared), stdout, max_line));
+        Ok(Connection { shared, reader: reader.abort_handle() })
+    }
+
+    /// The protocol state.
+    pub(crate) fn state(&self) -> MutexGuard<'_, Normalizer> {
+        lock(&self.shared.state)
+    }
+
+    /// Sends a control request and waits up to `timeout` for its response; returns the
+    /// response's payload (`None` when it has none). The deadline covers the write too.
+    pub(crate) async fn control(&self, request: Value, timeout: Duration) -> Result<Option<Value>, CallError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let subtype = request["subtype"].as_str().unwrap_or_default().to_owned();
+        let id = format!("req_{}", self.shared.next_id.fetch_add(1, Ordering::Relaxed));
+        let ticket = self.shared.pending.register(ControlRequestId(id.clone()), ())?;
+        let line = encode(&ControlRequestLine { kind: "control_request", request_id: &id, request });
+        let raw = ticket.send_and_wait(self.shared.write(line), deadline).await?;
+        let reply: wire::ControlResponseLine =
+            serde_json::from_str(raw.get()).map_err(|_| CallError::Unexpected(subtype.clone()))?;
+        match reply.response.subtype.as_str() {
+            "success" => Ok(reply.response.response),
+            "error" => Err(CallError::Refused(truncate(reply.response.error.unwrap_or_default()))),
+            _ => Err(CallError::Unexpected(subtype)),
+        }
+    }
+
+    /// Writes one line (a prompt, an answer).
+    pub(crate) async fn write(&self, message: &impl serde::Serialize) -> std::io::Result<()> {
+        self.shared.write(encode(message)).await
+    }
+
+    /// Returns once `turn` is no longer running, or stdout closed.
+    pub(crate) async fn turn_ended(&self, turn: &TurnId) {
+        loop {
+            let notified = self.shared.turn_ended.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.state().is_running(turn) || self.shared.pending.is_closed() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Closes stdin, waits up to [`CLOSE_GRACE`] for claude to exit, then kills it.
+    pub(crate) async fn close(&self) {
+        self.shared.closing.store(true, Ordering::SeqCst);
+        if let Some(mut stdin) = self.shared.stdin.lock().await.take() {
+            let _ = tokio::time::timeout(CLOSE_GRACE, stdin.shutdown()).await;
+        }
+        if tokio::time::timeout(CLOSE_GRACE, self.shared.child.wait()).await.is_err() {
+            let _ = self.shared.child.kill();
+            let _ = tokio::time::timeout(CLOSE_GRACE, self.shared.child.wait()).await;
+        }
+        let unknown = self.state().unknown_frames();
+        if unknown > 0 {
+            tracing::info!(unknown_frames = unknown, "claude session closed; some lines were of unknown kinds");
+        }
+    }
+
+    /// How the process ended and the tail of its stderr. Waits briefly for the exit; kills the
+    /// process if it is still running.
+    pub(crate) async fn exit_report(&self) -> ExitReport {
+        self.shared.exit_report().await
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.reader.abort();
+        self.shared.stderr.abort();
+        let _ = self.shared.child.kill();
+    }
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("pid", &self.shared.child.id())
+            .field("closing", &self.shared.closing.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+fn truncate(mut message: String) -> String {
+    if message.len() > MAX_ERROR_MESSAGE {
+        let mut end = MAX_ERROR_MESSAGE;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
+    }
+    message
+}
+
+fn encode(message: &impl serde::Serialize) -> Vec<u8> {
+    // Our own message types always serialize.
+    let mut line = serde_json::to_vec(message).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+impl Shared {
+    async fn write(&self, line: Vec<u8>) -> std::io::Result<()> {
+        let mut stdin = self.stdin.lock().await;
+        let Some(stdin) = stdin.as_mut() else {
+            return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "claude stdin is closed"));
+        };
+        stdin.write_all(&line).await?;
+        stdin.flush().await
+    }
+
+    /// Handles one stdout line. Errs when the session runtime is gone.
+    async fn on_frame(
+        &self,
+        frame: TextFrame<'_>,
+        max_line: usize,
+        actions: &mut Vec<Action>,
+    ) -> Result<(), SinkClosed> {
+        let text = match frame {
+            TextFrame::Text(text) => text,
+            TextFrame::Blank => return Ok(()),
+            TextFrame::NotUtf8 { len } => {
+                return self.garbage(format!("claude wrote a stdout line that is not UTF-8 ({len} bytes)")).await;
+            }
+            TextFrame::TooLong { len } => {
+                return self
+                    .garbage(format!(
+                        "claude wrote a stdout line of {len} bytes, over the {max_line}-byte limit; dropped"
+                    ))
+                    .await;
+            }
+        };
+        let Ok(line) = serde_json::from_str::<Envelope<'_>>(text) else {
+            let len = text.len();
+            return self.garbage(format!("claude wrote a stdout line that is not a JSON message ({len} bytes)")).await;
+        };
+        if line.kind == "control_response"
+            && let Some(key) = ControlRequestId::of_reply(text)
+        {
+            match self.pending.resolve(&key, RawJson::parsed(text.to_owned())) {
+                Ok(()) => return Ok(()),
+                Err(_) => {
+                    tracing::debug!(request = %key.0, "a control response nobody waits for");
+                    return Ok(());
+                }
+            }
+        }
+        lock(&self.state).on_line(text, &line, actions);
+        attach(actions, RawJson::parsed(text.to_owned()));
+        if actions.iter().any(Action::ends_turn) {
+            self.turn_ended.notify_waiters();
+        }
+        self.run(actions).await
+    }
+
+    async fn garbage(&self, message: String) -> Result<(), SinkClosed> {
+        let action = lock(&self.state).garbage(message);
+        self.run(&mut vec![action]).await
+    }
+
+    /// Carries out `actions`, leaving the buffer empty.
+    async fn run(&self, actions: &mut Vec<Action>) -> Result<(), SinkClosed> {
+        for action in actions.drain(..) {
+            match action {
+                Action::Emit { turn, kind, raw } => self.sink.emit(turn.as_ref(), kind, raw).await?,
+                Action::Request { turn, spec, raw } => self.sink.request(&turn, *spec, raw).await?,
+                Action::Resolved { provider_ref, raw } => self.sink.request_resolved(provider_ref, raw).await?,
+                Action::SessionUpdated { session_id, raw } => self.sink.session_updated(Some(session_id), raw).await?,
+                Action::Write(message) => {
+                    if let Err(error) = self.write(encode(&message)).await {
+                        tracing::debug!(%error, "could not answer a claude control request");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn exit_report(&self) -> ExitReport {
+        ExitReport::collect(self.child.as_ref(), &self.stderr, EXIT_WAIT, STDERR_DRAIN).await
+    }
+
+    /// Stdout ended: fail waiting callers, then (unless closing) the running turn and the
+    /// transport.
+    async fn on_stdout_closed(&self, read_error: Option<std::io::Error>) {
+        drop(self.pending.close());
+        self.turn_ended.notify_waiters();
+        if self.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        let report = self.exit_report().await;
+        let report = match read_error {
+            Some(error) => report.read_error(error),
+            None => report,
+        };
+        let how = match (&report.read_error, &report.status) {
+            (Some(error), _) => format!("stdout read failed: {error}"),
+            (None, Some(status)) => status.to_string(),
+            (None, None) => "exit status unknown".to_owned(),
+        };
+        let reason = format!("claude exited ({how}) without completing the turn");
+        let mut actions = lock(&self.state).on_exit(&reason, report.status, report.stderr_tail.clone());
+        if self.run(&mut actions).await.is_ok() {
+            let tail = report.stderr_tail.map(|t| format!("; stderr:\n{t}")).unwrap_or_default();
+            let _ = self.sink.transport_down(format!("claude exited ({how}){tail}")).await;
+        }
+    }
+}
+
+async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) {
+    let mut lines = LineReader::new(stdout, max_line);
+    let mut actions = Vec::new();
+    let read_error = loop {
+        let handled = match lines.next_line().await {
+            Ok(Some(line)) => shared.on_frame(TextFrame::from_line(line), max_line, &mut actions).await,
+            Ok(None) => break None,
+            Err(error) => break Some(error),
+        };
+        if handled.is_err() {
+            // The session runtime is gone; it drops the connection, which kills the process.
+            return;
+        }
+    };
+    shared.on_stdout_closed(read_error).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_core::exec::{Command, Exec, ExitStatus};
+    use agent_core::{EventKind, TurnStatus};
+    use agent_exec::scripted::{LineMatch, Script, ScriptedExec, Step};
+    use agent_provider_kit::testing::{Sent, sink};
+    use serde_json::json;
+
+    use super::*;
+
+    /// The reader on the kit's recording sink: a reply goes to its caller, lines become events of
+    /// the running turn in order, a bad line a warning, and the exit fails the turn with the exit
+    /// status and stderr tail before the transport is reported down.
+    #[tokio::test(start_paused = true)]
+    async fn lines_reach_the_sink_in_order_and_an_exit_fails_the_running_turn() {
+        let exec = ScriptedExec::new();
+        let delta = json!({"type": "stream_event", "event": {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "Hi"}}});
+        exec.script(
+            "claude",
+            Script::new()
+                .expect_line(LineMatch::contains("\"initialize\""))
+                .answer(|line| {
+                    let id = serde_json::from_str::<Value>(line).unwrap()["request_id"].clone();
+                    let reply = json!({"type": "control_response", "response": {"subtype": "success", "request_id": id, "response": {"pid": 1}}});
+                    vec![Step::stdout(reply.to_string())]
+                })
+                .expect_line(LineMatch::contains("\"user\""))
+                .stdout("not json")
+                .stdout(delta.to_string())
+                .stderr("claude: out of memory")
+                .exit(3),
+        );
+        let child = exec.spawn(Command::new("claude")).await.unwrap();
+        let (sink, mut sent) = sink();
+        let conn = Connection::start(child, sink, 1 << 20, Normalizer::new(None)).unwrap();
+        let reply = conn.control(json!({"subtype": "initialize"}), Duration::from_secs(5)).await.unwrap();
+        assert_eq!(reply, Some(json!({"pid": 1})));
+        let turn = TurnId::from_string("turn-1".to_owned());
+        conn.state().begin_turn(turn.clone()).unwrap();
+        conn.write(&json!({"type": "user", "message": {"role": "user", "content": "hi"}})).await.unwrap();
+
+        match sent.next().await {
+            Some(Sent::Event { turn: Some(t), kind: EventKind::Warning { message }, raw: None }) => {
+                assert_eq!(t, turn);
+                assert!(message.contains("not a JSON message"), "{message}");
+            }
+            other => panic!("expected a warning, got {other:?}"),
+        }
+        match sent.next().await {
+            Some(Sent::Event { turn: Some(t), kind: EventKind::MessageDelta { text, .. }, raw: Some(raw) }) => {
+                assert_eq!((t, text.as_str()), (turn.clone(), "Hi"));
+                assert_eq!(raw.get(), delta.to_string());
+            }
+            other => panic!("expected the delta, got {other:?}"),
+        }
+        match sent.next().await {
+            Some(Sent::Event { kind: EventKind::TurnFailed(end), .. }) => {
+                assert_eq!(end.status, TurnStatus::Failed);
+                assert_eq!(end.result.exit_status, Some(ExitStatus::code(3)));
+                assert_eq!(end.result.stderr_tail.as_deref(), Some("claude: out of memory"));
+            }
+            other => panic!("expected the turn to fail, got {other:?}"),
+        }
+        assert!(matches!(sent.next().await, Some(Sent::TransportDown { reason }) if reason.contains("out of memory")));
+        assert!(!conn.state().has_turn());
+        let after = conn.control(json!({"subtype": "interrupt"}), Duration::from_secs(5)).await;
+        assert!(matches!(after, Err(CallError::Closed)), "{after:?}");
+    }
+}

@@ -1,0 +1,499 @@
+//! The pure half of the provider: Claude Code's stdout lines in, [`Action`]s out. No I/O, so
+//! every captured transcript can be fed through it in a unit test.
+//!
+//! | line | events |
+//! |---|---|
+//! | `stream_event` `content_block_delta` (`text_delta` / `thinking_delta`) | `message_delta` / `reasoning_delta` |
+//! | other `stream_event`s (`message_start`, block start/stop, `message_delta`, `message_stop`, `ping`) | none (their content returns in `assistant` and `result`) |
+//! | `assistant` | `assistant_message` per text block, `tool_started` per `tool_use` block |
+//! | `user` with `tool_result` blocks | `tool_completed` (declined when the host denied it) |
+//! | `system/init` | `session_updated` when the session ID changed, else `provider_event` |
+//! | `system/api_retry` | `provider_error` with `will_retry` |
+//! | `result` | `usage_updated`, then the terminal event: `is_error` decides; an interrupt ends it `interrupted` |
+//! | `control_request` `can_use_tool` | a request (or an answer at once under an emulated session rule) |
+//! | other `control_request`s | an error answer (hooks and SDK MCP servers are not registered) |
+//! | `control_cancel_request` | the pending request is resolved by the CLI (it expires) |
+//! | anything else | `provider_event`, counted |
+
+use std::collections::{HashMap, HashSet};
+
+use agent_core::event::{RawJson, ToolKind, ToolStatus, Usage};
+use agent_core::exec::ExitStatus;
+use agent_core::request::{ProviderRef, RequestSpec};
+use agent_core::{EventKind, TurnId, TurnResult, TurnStatus};
+use serde_json::{Value, json};
+
+use crate::requests::{self, PendingTool, SessionRule};
+use crate::wire::{self, Content, Envelope};
+
+/// What the connection does for one line.
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// Report an event.
+    Emit { turn: Option<TurnId>, kind: EventKind, raw: Option<RawJson> },
+    /// Ask the host.
+    Request { turn: TurnId, spec: Box<RequestSpec>, raw: Option<RawJson> },
+    /// The CLI settled a request by itself.
+    Resolved { provider_ref: ProviderRef, raw: Option<RawJson> },
+    /// A new Claude session ID.
+    SessionUpdated { session_id: String, raw: Option<RawJson> },
+    /// Write this line to the CLI (an answer to its control request).
+    Write(Value),
+}
+
+impl Action {
+    /// True for the terminal event of a turn.
+    pub(crate) fn ends_turn(&self) -> bool {
+        matches!(self, Action::Emit { kind, .. } if kind.is_terminal())
+    }
+
+    fn raw_slot(&mut self) -> Option<&mut Option<RawJson>> {
+        match self {
+            Action::Emit { raw, .. }
+            | Action::Request { raw, .. }
+            | Action::Resolved { raw, .. }
+            | Action::SessionUpdated { raw, .. } => Some(raw),
+            Action::Write(_) => None,
+        }
+    }
+}
+
+/// Gives every reporting action of one line the line's raw JSON (moved into the last one).
+pub(crate) fn attach(actions: &mut [Action], raw: RawJson) {
+    let Some(last) = actions.iter_mut().rposition(|a| a.raw_slot().is_some()) else { return };
+    for action in &mut actions[..last] {
+        if let Some(slot) = action.raw_slot() {
+            *slot = Some(raw.clone());
+        }
+    }
+    if let Some(slot) = actions[last].raw_slot() {
+        *slot = Some(raw);
+    }
+}
+
+/// The running turn.
+#[derive(Debug)]
+struct Turn {
+    harness: TurnId,
+    /// An interrupt was sent: an error result ends the turn `interrupted`.
+    interrupted: bool,
+    /// The API message being streamed (`message_start.message.id`).
+    message_id: Option<String>,
+    /// Tool uses the host denied.
+    declined: HashSet<String>,
+}
+
+/// Claude Code's protocol state for one process.
+#[derive(Debug, Default)]
+pub(crate) struct Normalizer {
+    turn: Option<Turn>,
+    /// The session ID the CLI reports (`system/init`, `result`).
+    session_id: Option<String>,
+    /// `result.total_cost_usd` so far: it is cumulative per process.
+    cost_so_far: f64,
+    /// Pending `can_use_tool`s by the CLI's request ID.
+    requests: HashMap<String, PendingTool>,
+    /// "Allow for this session" decisions.
+    rules: Vec<SessionRule>,
+    /// Lines of a kind the provider does not know.
+    unknown: u64,
+}
+
+impl Normalizer {
+    /// A normalizer for a process whose session ID is expected to be `session_id`.
+    pub(crate) fn new(session_id: Option<String>) -> Self {
+        Normalizer { session_id, ..Normalizer::default() }
+    }
+
+    /// The session ID last reported.
+    #[cfg(test)]
+    pub(crate) fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+
+    /// Lines of unknown kinds seen.
+    pub(crate) fn unknown_frames(&self) -> u64 {
+        self.unknown
+    }
+
+    /// Starts `turn`; refuses while another runs.
+    pub(crate) fn begin_turn(&mut self, turn: TurnId) -> Result<(), TurnId> {
+        if let Some(running) = &self.turn {
+            return Err(running.harness.clone());
+        }
+        self.turn = Some(Turn { harness: turn, interrupted: false, message_id: None, declined: HashSet::new() });
+        Ok(())
+    }
+
+    /// Forgets `turn` when its prompt could not be written.
+    pub(crate) fn abort_turn(&mut self, turn: &TurnId) {
+        if self.turn.as_ref().is_some_and(|t| &t.harness == turn) {
+            self.turn = None;
+        }
+    }
+
+    /// True while `turn` runs.
+    pub(crate) fn is_running(&self, turn: &TurnId) -> bool {
+        self.turn.as_ref().is_some_and(|t| &t.harness == turn)
+    }
+
+    /// True while any turn runs.
+    pub(crate) fn has_turn(&self) -> bool {
+        self.turn.is_some()
+    }
+
+    /// Marks `turn` interrupted; false when it is not running.
+    pub(crate) fn mark_interrupted(&mut self, turn: &TurnId) -> bool {
+        match self.turn.as_mut() {
+            Some(t) if &t.harness == turn => {
+                t.interrupted = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Takes the pending tool `request_id` to answer it.
+    pub(crate) fn take_request(&mut self, request_id: &str) -> Option<PendingTool> {
+        self.requests.remove(request_id)
+    }
+
+    /// Puts back a pending tool whose answer was not sent.
+    pub(crate) fn restore_request(&mut self, pending: PendingTool) {
+        self.requests.insert(pending.request_id.clone(), pending);
+    }
+
+    /// Records what an answer did: a remembered session rule, a denied tool use.
+    pub(crate) fn answered(&mut self, pending: &PendingTool, rule: Option<SessionRule>, denied: bool) {
+        if let Some(rule) = rule
+            && !self.rules.contains(&rule)
+        {
+            self.rules.push(rule);
+        }
+        if denied && let (Some(turn), Some(id)) = (self.turn.as_mut(), pending.tool_use_id.as_ref()) {
+            turn.declined.insert(id.clone());
+        }
+    }
+
+    fn current(&self) -> Option<TurnId> {
+        self.turn.as_ref().map(|t| t.harness.clone())
+    }
+
+    fn emit(&self, actions: &mut Vec<Action>, kind: EventKind) {
+        actions.push(Action::Emit { turn: self.current(), kind, raw: None });
+    }
+
+    fn other(&mut self, actions: &mut Vec<Action>, method: String) {
+        self.emit(actions, EventKind::ProviderEvent { method });
+    }
+
+    /// A stdout line that is not JSON, not UTF-8 or too long: a warning.
+    pub(crate) fn garbage(&self, message: String) -> Action {
+        Action::Emit { turn: self.current(), kind: EventKind::Warning { message }, raw: None }
+    }
+
+    /// Normalizes one line (`text`, parsed as `line`); the caller [`attach`]es the line's raw
+    /// JSON.
+    pub(crate) fn on_line(&mut self, text: &str, line: &Envelope<'_>, actions: &mut Vec<Action>) {
+        match &*line.kind {
+            "stream_event" => self.on_stream_event(line, actions),
+            "assistant" => self.on_assistant(line, actions),
+            "user" => self.on_user(line, actions),
+            "system" => self.on_system(text, line, actions),
+            "result" => match serde_json::from_str::<wire::ResultMessage>(text) {
+                Ok(result) => self.on_result(result, actions),
+                Err(_) => self.other(actions, "result".into()),
+            },
+            "control_request" => self.on_control_request(line, actions),
+            "control_cancel_request" => {
+                let id = &*line.request_id;
+                if self.requests.remove(id).is_some() {
+                    actions.push(Action::Resolved { provider_ref: ProviderRef(id.to_owned()), raw: None });
+                }
+            }
+            // A reply nobody waits for (a caller gave up); keep-alives.
+            "control_response" | "keep_alive" => {}
+            other => {
+                self.unknown += 1;
+                let method =
+                    if line.subtype.is_empty() { other.to_owned() } else { format!("{other}/{}", line.subtype) };
+                self.other(actions, method);
+            }
+        }
+    }
+
+    fn on_stream_event(&mut self, line: &Envelope<'_>, actions: &mut Vec<Action>) {
+        let Some(event) = &line.event else { return };
+        match &*event.kind {
+            "message_start" => {
+                if let Some(turn) = self.turn.as_mut() {
+                    turn.message_id =
+                        event.message.as_ref().map(|m| &*m.id).filter(|id| !id.is_empty()).map(str::to_owned);
+                }
+            }
+            "content_block_delta" => {
+                let Some(delta) = &event.delta else { return };
+                let item_id = self.turn.as_ref().and_then(|t| t.message_id.clone());
+                match &*delta.kind {
+                    "text_delta" => {
+                        self.emit(actions, EventKind::MessageDelta { item_id, text: delta.text.to_string() });
+                    }
+                    "thinking_delta" => {
+                        self.emit(actions, EventKind::ReasoningDelta { item_id, text: delta.thinking.to_string() });
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_assistant(&mut self, line: &Envelope<'_>, actions: &mut Vec<Action>) {
+        let Some(message) = line.message.and_then(|m| serde_json::from_str::<wire::Message>(m.get()).ok()) else {
+            return self.other(actions, "assistant".into());
+        };
+        let item_id = message.id.clone();
+        let Content::Blocks(blocks) = &message.content else {
+            let text = wire::content_text(&message.content);
+            return self.emit(actions, EventKind::AssistantMessage { item_id, text });
+        };
+        let before = actions.len();
+        for block in blocks {
+            match block["type"].as_str() {
+                Some("text") => {
+                    let text = block["text"].as_str().unwrap_or_default().to_owned();
+                    self.emit(actions, EventKind::AssistantMessage { item_id: item_id.clone(), text });
+                }
+                Some("tool_use") => {
+                    let name = block["name"].as_str().unwrap_or_default().to_owned();
+                    let tool = tool_kind(&name);
+                    let item_id = block["id"].as_str().unwrap_or_default().to_owned();
+                    let input = block.get("input").cloned();
+                    self.emit(actions, EventKind::ToolStarted { item_id, tool, name, input });
+                }
+                _ => {}
+            }
+        }
+        if actions.len() == before {
+            // Thinking blocks only (their text came as deltas).
+            self.other(actions, "assistant".into());
+        }
+    }
+
+    fn on_user(&mut self, line: &Envelope<'_>, actions: &mut Vec<Action>) {
+        let message = line.message.and_then(|m| serde_json::from_str::<wire::Message>(m.get()).ok());
+        let before = actions.len();
+        if let Some(wire::Message { content: Content::Blocks(blocks), .. }) = &message
+            && !line.is_replay
+        {
+            for block in blocks.iter().filter(|b| b["type"] == "tool_result") {
+                let item_id = block["tool_use_id"].as_str().unwrap_or_default().to_owned();
+                let declined = self.turn.as_ref().is_some_and(|t| t.declined.contains(&item_id));
+                let status = if declined {
+                    ToolStatus::Declined
+                } else if block["is_error"] == true {
+                    ToolStatus::Failed
+                } else {
+                    ToolStatus::Completed
+                };
+                let output = wire::tool_result_text(&block["content"]);
+                self.emit(actions, EventKind::ToolCompleted { item_id, status, output, exit_code: None });
+            }
+        }
+        if actions.len() == before {
+            self.other(actions, "user".into());
+        }
+    }
+
+    fn on_system(&mut self, text: &str, line: &Envelope<'_>, actions: &mut Vec<Action>) {
+        match &*line.subtype {
+            "init" => {
+                let id = &*line.session_id;
+                if !id.is_empty() && self.session_id.as_deref() != Some(id) {
+                    // The provider chose (or resumed) the ID claude was started with: another
+                    // one means claude is not in the conversation the session was opened on.
+                    if let Some(expected) = self.session_id.replace(id.to_owned()) {
+                        let message = format!(
+                            "claude reports session `{id}`, not `{expected}` it was started with; the session now \
+                             follows `{id}`"
+                        );
+                        self.emit(actions, EventKind::Warning { message });
+                    }
+                    actions.push(Action::SessionUpdated { session_id: id.to_owned(), raw: None });
+                    return;
+                }
+                self.other(actions, "system/init".into());
+            }
+            "api_retry" => match serde_json::from_str::<wire::ApiRetry>(text) {
+                Ok(retry) => self.on_api_retry(retry, actions),
+                Err(_) => self.other(actions, "system/api_retry".into()),
+            },
+            other => self.other(actions, format!("system/{other}")),
+        }
+    }
+
+    fn on_api_retry(&mut self, retry: wire::ApiRetry, actions: &mut Vec<Action>) {
+        let status = retry.error_status.as_ref().filter(|s| !s.is_null()).map(Value::to_string);
+        let error = retry.error.as_ref().and_then(Value::as_str).unwrap_or("unknown");
+        let attempt = retry.attempt.map_or_else(String::new, |a| format!(" (attempt {a}"))
+            + &retry.max_retries.map_or_else(String::new, |m| format!(" of {m}"))
+            + if retry.attempt.is_some() { ")" } else { "" };
+        let message = match &status {
+            Some(status) => format!("model API error {status}: {error}; retrying{attempt}"),
+            None => format!("model API error: {error}; retrying{attempt}"),
+        };
+        self.emit(actions, EventKind::ProviderError { message, code: status, will_retry: Some(true) });
+    }
+
+    fn on_result(&mut self, result: wire::ResultMessage, actions: &mut Vec<Action>) {
+        if let Some(id) = &result.session_id
+            && self.session_id.as_deref() != Some(id)
+        {
+            if let Some(expected) = self.session_id.replace(id.clone()) {
+                let message = format!(
+                    "claude reports session `{id}`, not `{expected}` it was started with; the session now follows `{id}`"
+                );
+                self.emit(actions, EventKind::Warning { message });
+            }
+            actions.push(Action::SessionUpdated { session_id: id.clone(), raw: None });
+        }
+        let Some(turn) = self.turn.take() else {
+            // A result outside a turn (the CLI finished something after the turn ended).
+            return self.other(actions, "result".into());
+        };
+        self.requests.clear();
+        let total = result.total_cost_usd.unwrap_or(0.0);
+        let cost = (total - self.cost_so_far).max(0.0);
+        self.cost_so_far = self.cost_so_far.max(total);
+        let usage = result.usage.map(|u| {
+            let mut usage = Usage::default();
+            usage.input_tokens = u.input_tokens;
+            usage.cached_input_tokens = u.cache_read_input_tokens;
+            usage.output_tokens = u.output_tokens;
+            usage.total_tokens = match (u.input_tokens, u.output_tokens) {
+                (Some(i), Some(o)) => {
+                    Some(i + o + u.cache_read_input_tokens.unwrap_or(0) + u.cache_creation_input_tokens.unwrap_or(0))
+                }
+                _ => None,
+            };
+            usage.cost_usd = result.total_cost_usd.map(|_| cost);
+            usage
+        });
+        let harness = Some(turn.harness.clone());
+        if let Some(usage) = usage {
+            actions.push(Action::Emit {
+                turn: harness.clone(),
+                kind: EventKind::UsageUpdated(Box::new(usage)),
+                raw: None,
+            });
+        }
+        let aborted = result.terminal_reason.as_deref().is_some_and(|r| r.starts_with("aborted"));
+        let status = if !result.is_error {
+            TurnStatus::Completed
+        } else if turn.interrupted || aborted {
+            TurnStatus::Interrupted
+        } else {
+            TurnStatus::Failed
+        };
+        let mut end = TurnResult::default();
+        end.usage = usage;
+        end.details = Some(json!({
+            "subtype": result.subtype,
+            "terminal_reason": result.terminal_reason,
+            "stop_reason": result.stop_reason,
+            "num_turns": result.num_turns,
+            "duration_ms": result.duration_ms,
+            "duration_api_ms": result.duration_api_ms,
+            "total_cost_usd": result.total_cost_usd,
+            "permission_denials": result.permission_denials,
+        }));
+        match status {
+            TurnStatus::Completed => end.text = result.result,
+            _ => {
+                let reason = result
+                    .result
+                    .clone()
+                    .filter(|r| !r.is_empty())
+                    .or_else(|| result.errors.iter().find_map(|e| e.as_str().map(str::to_owned)))
+                    .unwrap_or_else(|| {
+                        format!("claude ended the turn with `{}`", result.subtype.as_deref().unwrap_or("an error"))
+                    });
+                end.reason = Some(if status == TurnStatus::Interrupted { "interrupted".to_owned() } else { reason });
+                end.error = Some(json!({
+                    "subtype": result.subtype,
+                    "api_error_status": result.api_error_status,
+                    "errors": result.errors,
+                    "result": result.result,
+                }));
+            }
+        }
+        actions.push(Action::Emit { turn: harness, kind: EventKind::terminal(status, end), raw: None });
+    }
+
+    fn on_control_request(&mut self, line: &Envelope<'_>, actions: &mut Vec<Action>) {
+        let id = line.request_id.to_string();
+        let request = line.request.and_then(|r| serde_json::from_str::<wire::CliRequest>(r.get()).ok());
+        let Some(request) = request else {
+            actions.push(Action::Write(wire::control_response(&id, Err("malformed control request".into()))));
+            return self.other(actions, "control_request".into());
+        };
+        if request.subtype != "can_use_tool" {
+            let error = format!("agent-harness does not handle `{}` control requests", request.subtype);
+            actions.push(Action::Write(wire::control_response(&id, Err(error))));
+            return self.other(actions, format!("control_request/{}", request.subtype));
+        }
+        let Some(turn) = self.current() else {
+            let deny = json!({"behavior": "deny", "message": "no turn is running"});
+            actions.push(Action::Write(wire::control_response(&id, Ok(Some(deny)))));
+            return self.other(actions, "control_request/can_use_tool".into());
+        };
+        let tool = request.tool_name.clone().unwrap_or_default();
+        if tool != requests::ASK_USER_QUESTION {
+            let input = request.input.clone().unwrap_or(Value::Null);
+            let rule = SessionRule::of(&tool, &input);
+            if self.rules.contains(&rule) {
+                // Allowed for the session by the host earlier (emulated "always allow").
+                let mut allow = json!({"behavior": "allow", "updatedInput": input});
+                if let Some(tool_use) = &request.tool_use_id {
+                    allow["toolUseID"] = json!(tool_use);
+                }
+                actions.push(Action::Write(wire::control_response(&id, Ok(Some(allow)))));
+                return self.other(actions, "control_request/can_use_tool (allowed for the session)".into());
+            }
+        }
+        let (spec, pending) = requests::request_spec(&id, request);
+        self.requests.insert(id, pending);
+        actions.push(Action::Request { turn, spec: Box::new(spec), raw: None });
+    }
+
+    /// The process is gone: fails the running turn with how it ended.
+    pub(crate) fn on_exit(
+        &mut self,
+        reason: &str,
+        exit_status: Option<ExitStatus>,
+        stderr_tail: Option<String>,
+    ) -> Vec<Action> {
+        let Some(turn) = self.turn.take() else { return Vec::new() };
+        self.requests.clear();
+        let mut result = TurnResult::default();
+        result.reason = Some(reason.to_owned());
+        result.exit_status = exit_status;
+        result.stderr_tail = stderr_tail;
+        vec![Action::Emit {
+            turn: Some(turn.harness),
+            kind: EventKind::terminal(TurnStatus::Failed, result),
+            raw: None,
+        }]
+    }
+}
+
+/// The tool kind of a Claude Code tool name.
+pub(crate) fn tool_kind(name: &str) -> ToolKind {
+    match name {
+        "Bash" | "BashOutput" | "KillShell" => ToolKind::Command,
+        "Write" | "Edit" | "MultiEdit" | "NotebookEdit" => ToolKind::FileChange,
+        "WebFetch" | "WebSearch" => ToolKind::Web,
+        n if n.starts_with("mcp__") => ToolKind::Mcp,
+        _ => ToolKind::Other,
+    }
+}

@@ -1,0 +1,281 @@
+//! One open Claude Code session: the [`ProviderSession`] the runtime drives.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use agent_core::provider::{Admission, ProviderSession, TurnStart};
+use agent_core::{Error, InputItem, ProviderId, Request, Response, Result, TurnId, TurnInput};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use crate::connection::{CallError, Connection};
+use crate::options::{ClaudeTurnOptions, PermissionMode};
+use crate::requests;
+use crate::wire::{UserLine, UserMessage, control_response};
+
+/// An adapter deadline: shorter than the runtime's `runtime` deadline, so the adapter reports
+/// first (DESIGN.md §4: adapter < actor < caller).
+pub(crate) fn adapter_deadline(runtime: Duration) -> Duration {
+    runtime.saturating_sub(runtime / 10)
+}
+
+/// The model and permission mode the process runs with now.
+#[derive(Debug, Default)]
+pub(crate) struct Settings {
+    pub(crate) model: Option<String>,
+    pub(crate) permission_mode: Option<PermissionMode>,
+}
+
+/// An open `claude -p` process.
+#[derive(Debug)]
+pub(crate) struct ClaudeSession {
+    pub(crate) provider: ProviderId,
+    /// The names of the session's skills (an `InputItem::Skill` must name one).
+    pub(crate) skills: Vec<String>,
+    pub(crate) conn: Connection,
+    pub(crate) settings: Mutex<Settings>,
+    /// Deadline of the control requests before a turn (`set_model`, `set_permission_mode`).
+    pub(crate) turn_timeout: Duration,
+    /// Deadline of `interrupt` and of the turn's end after it.
+    pub(crate) command_timeout: Duration,
+}
+
+/// The `message.content` of a prompt: the text, or text and image blocks for structured
+/// input. A skill item makes the prompt `/<skill> <text>`, a string: claude expands a skill's
+/// slash command only in a string prompt (measured), so it takes text items only.
+pub(crate) fn content(input: &TurnInput, skills: &[String]) -> Result<Value> {
+    if let TurnInput::Items(items) = input
+        && let Some(skill) = items.iter().find_map(|i| match i {
+            InputItem::Skill { name } => Some(name),
+            _ => None,
+        })
+    {
+        let invalid = |reason: String| Error::InvalidOption { option: "input", reason };
+        if !skills.contains(skill) {
+            return Err(invalid(format!("skill `{skill}` is not configured for this session (SessionOptions::skill)")));
+        }
+        let mut text = format!("/{skill}");
+        for item in items {
+            match item {
+                InputItem::Text { text: part } => {
+                    text.push(' ');
+                    text.push_str(part);
+                }
+                InputItem::Skill { name } if name == skill => {}
+                _ => return Err(invalid("a prompt with a skill takes one skill and text items only".into())),
+            }
+        }
+        return Ok(json!(text));
+    }
+    match input {
+        TurnInput::Text(text) => Ok(json!(text)),
+        TurnInput::Items(items) => items
+            .iter()
+            .map(|item| match item {
+                InputItem::Text { text } => Ok(json!({"type": "text", "text": text})),
+                InputItem::ImageUrl { url } => image(url),
+                _ => Err(Error::InvalidOption {
+                    option: "input",
+                    reason: "Claude Code takes text, image-URL and skill input items (a local image file cannot \
+                             be read through the exec; pass it as a data: URL)"
+                        .into(),
+                }),
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Value::Array),
+    }
+}
+
+/// An image content block: a `data:<media type>;base64,…` URL becomes a base64 source, an
+/// http(s) URL a URL source.
+fn image(url: &str) -> Result<Value> {
+    if let Some(rest) = url.strip_prefix("data:") {
+        let invalid = || Error::InvalidOption {
+            option: "input",
+            reason: "an image data: URL must be base64 (`data:image/png;base64,…`)".into(),
+        };
+        let (meta, data) = rest.split_once(',').ok_or_else(invalid)?;
+        let media_type = meta.strip_suffix(";base64").filter(|m| m.starts_with("image/")).ok_or_else(invalid)?;
+        return Ok(json!({"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}));
+    }
+    if url.starts_with("https://") || url.starts_with("http://") {
+        return Ok(json!({"type": "image", "source": {"type": "url", "url": url}}));
+    }
+    Err(Error::InvalidOption { option: "input", reason: "an image URL must be http(s) or a base64 data: URL".into() })
+}
+
+impl ClaudeSession {
+    fn rejected(&self, reason: impl Into<String>) -> Error {
+        Error::ProviderRejected { provider: self.provider.clone(), reason: reason.into() }
+    }
+
+    /// Maps a failed call whose outcome is unknown.
+    fn uncertain(&self, operation: &'static str, timeout: Duration, error: CallError) -> Error {
+        match error {
+            CallError::Timeout => Error::Timeout { operation, timeout },
+            other => Error::Transport { provider: self.provider.clone(), reason: format!("{operation}: {other}") },
+        }
+    }
+
+    fn settings(&self) -> std::sync::MutexGuard<'_, Settings> {
+        self.settings.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends a control request before a turn; a refusal is definite.
+    async fn setting(&self, operation: &'static str, request: Value) -> Result<()> {
+        match self.conn.control(request, self.turn_timeout).await {
+            Ok(_) => Ok(()),
+            Err(CallError::Refused(message)) => Err(self.rejected(format!("claude refused {operation}: {message}"))),
+            Err(other) => Err(self.uncertain(operation, self.turn_timeout, other)),
+        }
+    }
+}
+
+#[async_trait]
+impl ProviderSession for ClaudeSession {
+    async fn start_turn(&self, turn: TurnStart) -> Result<Admission> {
+        let content = content(turn.input(), &self.skills)?;
+        if self.conn.state().has_turn() {
+            return Err(self.rejected("a turn is still running in claude"));
+        }
+        let model = turn.options.model.clone().filter(|m| self.settings().model.as_ref() != Some(m));
+        if let Some(model) = model {
+            self.setting("set_model", json!({"subtype": "set_model", "model": model})).await?;
+            self.settings().model = Some(model);
+        }
+        let mode = turn
+            .options
+            .provider_options
+            .get::<ClaudeTurnOptions>()
+            .and_then(|o| o.permission_mode)
+            .filter(|m| self.settings().permission_mode != Some(*m));
+        if let Some(mode) = mode {
+            let request = json!({"subtype": "set_permission_mode", "mode": mode.as_str()});
+            self.setting("set_permission_mode", request).await?;
+            self.settings().permission_mode = Some(mode);
+        }
+        let id = turn.id().clone();
+        if let Err(running) = self.conn.state().begin_turn(id.clone()) {
+            return Err(self.rejected(format!("turn `{running}` is still running in claude")));
+        }
+        let line = UserLine {
+            kind: "user",
+            message: UserMessage { role: "user", content: &content },
+            parent_tool_use_id: None,
+            session_id: "",
+        };
+        match tokio::time::timeout(self.turn_timeout, self.conn.write(&line)).await {
+            Ok(Ok(())) => Ok(Admission::default()),
+            Ok(Err(error)) => {
+                self.conn.state().abort_turn(&id);
+                let report = self.conn.exit_report().await;
+                Err(Error::Transport {
+                    provider: self.provider.clone(),
+                    reason: format!("writing the prompt to claude failed ({error}): the process {report}"),
+                })
+            }
+            Err(_) => Err(Error::Timeout { operation: "writing the prompt to claude", timeout: self.turn_timeout }),
+        }
+    }
+
+    async fn respond(&self, request: &Request, response: &Response) -> Result<()> {
+        let Some(pending) = self.conn.state().take_request(&request.provider_ref.0) else {
+            return Err(Error::RequestExpired { request_id: request.id.clone() });
+        };
+        let encoded = match requests::encode(&pending, response) {
+            Ok(encoded) => encoded,
+            Err(error) => {
+                self.conn.state().restore_request(pending);
+                return Err(error);
+            }
+        };
+        let line = control_response(&pending.request_id, Ok(Some(encoded.result)));
+        if let Err(error) = self.conn.write(&line).await {
+            return Err(Error::Transport {
+                provider: self.provider.clone(),
+                reason: format!("answering claude: {error}"),
+            });
+        }
+        self.conn.state().answered(&pending, encoded.rule, encoded.denied);
+        Ok(())
+    }
+
+    /// Interrupts the turn and waits for claude to end it (its `result`), all within the
+    /// command deadline; an acknowledged interrupt whose `result` never comes is a timeout, so
+    /// the runtime retires the session rather than wait forever.
+    async fn cancel(&self, turn: &TurnId) -> Result<()> {
+        if !self.conn.state().mark_interrupted(turn) {
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + self.command_timeout;
+        match self.conn.control(json!({"subtype": "interrupt"}), self.command_timeout).await {
+            Ok(_) => {}
+            Err(_) if !self.conn.state().is_running(turn) => return Ok(()),
+            Err(CallError::Refused(message)) => {
+                return Err(self.rejected(format!("claude refused interrupt: {message}")));
+            }
+            Err(other) => return Err(self.uncertain("interrupt", self.command_timeout, other)),
+        }
+        match tokio::time::timeout_at(deadline, self.conn.turn_ended(turn)).await {
+            Ok(()) => Ok(()),
+            Err(_) => Err(Error::Timeout {
+                operation: "the turn's result after an acknowledged interrupt",
+                timeout: self.command_timeout,
+            }),
+        }
+    }
+
+    async fn close(&self) {
+        self.conn.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adapter_deadlines_expire_before_the_runtime_ones() {
+        assert_eq!(adapter_deadline(Duration::from_secs(30)), Duration::from_secs(27));
+    }
+
+    fn content_of(input: &TurnInput) -> Result<Value> {
+        content(input, &["notes".to_owned()])
+    }
+
+    #[test]
+    fn a_skill_item_is_a_slash_command() {
+        let input = TurnInput::Items(vec![
+            InputItem::Skill { name: "notes".into() },
+            InputItem::Text { text: "for v2".into() },
+        ]);
+        assert_eq!(content_of(&input).unwrap(), json!("/notes for v2"));
+        let unknown = TurnInput::Items(vec![InputItem::Skill { name: "other".into() }]);
+        assert!(matches!(content_of(&unknown), Err(Error::InvalidOption { option: "input", .. })));
+        let mixed = TurnInput::Items(vec![
+            InputItem::Skill { name: "notes".into() },
+            InputItem::ImageUrl { url: "https://x/y.png".into() },
+        ]);
+        assert!(matches!(content_of(&mixed), Err(Error::InvalidOption { option: "input", .. })));
+    }
+
+    #[test]
+    fn prompts_are_text_or_text_blocks() {
+        assert_eq!(content_of(&TurnInput::from("hi")).unwrap(), json!("hi"));
+        let items = TurnInput::Items(vec![InputItem::Text { text: "a".into() }]);
+        assert_eq!(content_of(&items).unwrap(), json!([{"type": "text", "text": "a"}]));
+        let image = TurnInput::Items(vec![InputItem::ImageUrl { url: "data:image/png;base64,iVBOR".into() }]);
+        assert_eq!(
+            content_of(&image).unwrap(),
+            json!([{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR"}}])
+        );
+        let web = TurnInput::Items(vec![InputItem::ImageUrl { url: "https://x/y.png".into() }]);
+        assert_eq!(content_of(&web).unwrap()[0]["source"], json!({"type": "url", "url": "https://x/y.png"}));
+        for bad in ["data:text/plain;base64,aGk=", "data:image/png,raw", "file:///y.png"] {
+            let item = TurnInput::Items(vec![InputItem::ImageUrl { url: bad.into() }]);
+            assert!(matches!(content_of(&item), Err(Error::InvalidOption { option: "input", .. })), "{bad}");
+        }
+        let local = TurnInput::Items(vec![InputItem::LocalImage { path: "/y.png".into() }]);
+        assert!(matches!(content_of(&local), Err(Error::InvalidOption { option: "input", .. })));
+    }
+}

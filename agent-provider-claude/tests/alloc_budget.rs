@@ -1,0 +1,111 @@
+//! The allocation budget of the Claude event path: a streamed `stream_event` text delta from
+//! claude's stdout to a subscriber costs at most [`BUDGET`] heap allocations, all threads
+//! counted, with the memory store.
+//!
+//! Where they go: the line's copy kept as the event's raw JSON, the delta's text and the API
+//! message ID (the strings the event keeps), the event's `Arc` and its ID, and per store write
+//! the write task and the store's boxed future — the Codex path's allocations, one line read
+//! once (6.1–6.7 measured; the budget leaves room for smaller store batches on a loaded
+//! machine). The target is 4; the budget is a ratchet towards it.
+//!
+//! Its own test binary, because it installs a counting global allocator. `fake-claude` plays
+//! the CLI in its own process, so only the harness's allocations are counted. Needs
+//! `cargo build -p agent-testkit --bins`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use agent_core::exec::Exec;
+use agent_core::{EventKind, Harness, Replay, StoreChoice, TurnOptions};
+use agent_exec::LocalExec;
+use agent_provider_claude::{ClaudeOptions, ClaudeProvider};
+use agent_store_memory::MemoryStore;
+use agent_testkit::fake_cli::{FakeCli, FakeCliEnv, FakeScript};
+use futures::StreamExt;
+
+/// Allocations per streamed delta, line to subscriber.
+const BUDGET: f64 = 7.5;
+/// Deltas in the measured turn, and how many of them warm the path up before counting starts.
+const DELTAS: u64 = 20_000;
+const WARM_UP: u64 = 2_000;
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the counter is an atomic.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's pointer, layout and size.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded with the caller's pointer and layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_delta_costs_at_most_the_budgeted_allocations() {
+    // 40-character deltas, as in the reference stream.
+    let deltas = (0..DELTAS).map(|i| format!("{i:08} the quick brown fox jumps ov"));
+    let script = FakeScript::new().handshake().turn_start().deltas(deltas).complete();
+    let env = FakeCliEnv::new(FakeCli::Claude, &script).unwrap_or_else(|e| panic!("{e}"));
+    let harness = Harness::builder()
+        .provider(ClaudeProvider::new())
+        .exec(Arc::new(LocalExec::new()) as Arc<dyn Exec>)
+        .store(StoreChoice::Custom(Arc::new(MemoryStore::new())))
+        .build()
+        .expect("harness");
+    // A buffer that holds the whole turn: a subscriber that falls behind catches up from the
+    // store, which allocates by the batch and would make the count depend on the machine's load.
+    let options = env
+        .session_options()
+        .event_buffer_size(DELTAS as usize + 64)
+        .provider_option(ClaudeOptions::new().binary(env.program()));
+    let session = harness.start_session("claude", options).await.expect("session starts");
+    let mut events = harness.subscribe(&session, Replay::Latest).await.expect("subscribe");
+    let turn = harness.start_turn(&session, "stream", TurnOptions::new()).await.expect("turn");
+
+    let mut seen = 0u64;
+    let mut counted_from = 0u64;
+    let mut counted = 0u64;
+    while let Some(event) = events.next().await {
+        let event = event.expect("the subscriber keeps up");
+        match &event.kind {
+            EventKind::MessageDelta { .. } => {
+                seen += 1;
+                if seen == WARM_UP {
+                    counted_from = ALLOCATIONS.load(Ordering::Relaxed);
+                } else if seen == DELTAS {
+                    counted = ALLOCATIONS.load(Ordering::Relaxed) - counted_from;
+                }
+            }
+            kind if kind.is_terminal() => break,
+            _ => {}
+        }
+    }
+    assert_eq!(seen, DELTAS, "every delta arrived");
+    harness.await_turn(&turn, None).await.expect("the turn completed");
+    let per_delta = counted as f64 / (DELTAS - WARM_UP) as f64;
+    println!("{per_delta:.2} allocations per streamed delta");
+    assert!(per_delta <= BUDGET, "{per_delta:.2} allocations per streamed delta; the budget is {BUDGET}");
+}

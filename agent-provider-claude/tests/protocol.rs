@@ -1,0 +1,273 @@
+//! The Claude provider against a scripted `claude` (agent-exec's `ScriptedExec`), through the
+//! public `Harness` API, on tokio's paused clock: the command line and environment, the lines
+//! written, control responses matched by `request_id`, and deadlines that pass without real
+//! waiting.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::exec::Exec;
+use agent_core::{
+    Event, EventKind, ExitReason, Harness, McpServer, Replay, Request, Response, SessionOptions, SessionRef,
+    StoreChoice, TurnOptions, TurnStatus,
+};
+use agent_exec::scripted::{LineMatch, Script, ScriptedExec, ScriptedRun, Step};
+use agent_provider_claude::{ClaudeOptions, ClaudeProvider};
+use serde_json::{Value, json};
+
+const SESSION: &str = "5e55105e-0000-4000-8000-000000000001";
+
+/// A success control response to the control request on `line`, with `response` (if any).
+fn control_success(line: &str, response: Option<Value>) -> Vec<Step> {
+    let request: Value = serde_json::from_str(line).expect("a JSON line");
+    let mut body = json!({"subtype": "success", "request_id": request["request_id"]});
+    if let Some(response) = response {
+        body["response"] = response;
+    }
+    vec![Step::stdout(json!({"type": "control_response", "response": body}).to_string())]
+}
+
+fn control(subtype: &'static str) -> LineMatch {
+    LineMatch::predicate(format!("control_request {subtype}"), move |line| {
+        serde_json::from_str::<Value>(line)
+            .is_ok_and(|v| v["type"] == "control_request" && v["request"]["subtype"] == subtype)
+    })
+}
+
+fn user_line() -> LineMatch {
+    LineMatch::predicate("a user line", |line| serde_json::from_str::<Value>(line).is_ok_and(|v| v["type"] == "user"))
+}
+
+fn init() -> String {
+    json!({"type": "system", "subtype": "init", "session_id": SESSION, "tools": [], "mcp_servers": []}).to_string()
+}
+
+fn delta(text: &str) -> String {
+    json!({"type": "stream_event", "event": {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}, "session_id": SESSION})
+        .to_string()
+}
+
+fn result(is_error: bool, text: &str, total_cost: f64) -> String {
+    json!({"type": "result", "subtype": "success", "is_error": is_error, "result": text, "session_id": SESSION,
+        "total_cost_usd": total_cost, "usage": {"input_tokens": 10, "output_tokens": 2, "cache_read_input_tokens": 3},
+        "permission_denials": []})
+    .to_string()
+}
+
+/// `initialize`, answered.
+fn initialized() -> Script {
+    Script::new().expect_line(control("initialize")).answer(|line| control_success(line, Some(json!({"commands": []}))))
+}
+
+struct Fixture {
+    exec: ScriptedExec,
+    harness: Harness,
+}
+
+impl Fixture {
+    fn new(claude: Script) -> Fixture {
+        let exec = ScriptedExec::new();
+        exec.script("claude", Script::new().stdout("2.1.197 (Claude Code)").exit(0));
+        exec.script("claude", claude);
+        let harness = Harness::builder()
+            .provider(ClaudeProvider::new())
+            .exec(Arc::new(exec.clone()) as Arc<dyn Exec>)
+            .store(StoreChoice::Disabled)
+            .build()
+            .unwrap();
+        Fixture { exec, harness }
+    }
+
+    fn claude(&self) -> ScriptedRun {
+        self.exec.runs().into_iter().nth(1).expect("claude spawned")
+    }
+
+    fn sent(&self) -> Vec<Value> {
+        self.claude().stdin_lines().iter().map(|l| serde_json::from_str(l).expect("JSON line")).collect()
+    }
+
+    fn options(&self) -> SessionOptions {
+        // A scripted exec is not local: the subscription guard would refuse it.
+        SessionOptions::new(std::env::temp_dir())
+            .auth(agent_core::AuthMode::Inherit)
+            .provider_command_timeout(Duration::from_secs(10))
+    }
+
+    async fn session(&self, options: SessionOptions) -> SessionRef {
+        self.harness.start_session("claude", options).await.expect("session opens")
+    }
+
+    async fn run(&self, session: &SessionRef, answer: impl Fn(&Request) -> Option<Response>) -> Vec<Arc<Event>> {
+        let turn = self.harness.start_turn(session, "hi", TurnOptions::new()).await.unwrap();
+        let mut stream = self.harness.stream(&turn, Replay::Start, Some(Duration::from_secs(60))).await.unwrap();
+        let mut events = Vec::new();
+        while let Some(event) = stream.next().await {
+            let event = event.unwrap_or_else(|e| panic!("stream ended: {e}"));
+            if let EventKind::RequestCreated(request) = &event.kind
+                && let Some(response) = answer(request)
+            {
+                self.harness.respond(request, response).await.expect("response delivered");
+            }
+            let done = event.is_terminal();
+            events.push(event);
+            if done {
+                break;
+            }
+        }
+        events
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_command_line_environment_and_lines_written() {
+    let claude = initialized()
+        .expect_line(user_line())
+        .stdout(init())
+        .stdout(delta("Hel"))
+        .stdout(delta("lo"))
+        .stdout(result(false, "Hello", 0.25))
+        .expect_line(user_line())
+        .stdout(result(false, "again", 0.75))
+        .wait_eof()
+        .exit(0);
+    let fixture = Fixture::new(claude);
+    let mut server = McpServer::stdio("/opt/mcp/files", ["--root", "/w"]);
+    if let McpServer::Stdio { env, .. } = &mut server {
+        env.insert("FILES_TOKEN".into(), "sekrit".into());
+    }
+    let options = fixture
+        .options()
+        .model("claude-x")
+        .system_prompt("Be brief.")
+        .mcp_server("files", server)
+        .provider_option(ClaudeOptions::new().allowed_tool("Read"));
+    let session = fixture.session(options).await;
+    let events = fixture.run(&session, |_| None).await;
+    let end = events.last().and_then(|e| e.kind.terminal_end()).unwrap();
+    assert_eq!(end.status, TurnStatus::Completed);
+    assert_eq!(end.result.text.as_deref(), Some("Hello"));
+    let usage = end.result.usage.unwrap();
+    assert_eq!((usage.input_tokens, usage.cached_input_tokens, usage.output_tokens), (Some(10), Some(3), Some(2)));
+    assert_eq!(usage.cost_usd, Some(0.25));
+    let events = fixture.run(&session, |_| None).await;
+    let usage = events.last().and_then(|e| e.kind.terminal_end()).unwrap().result.usage.unwrap();
+    assert_eq!(usage.cost_usd, Some(0.5), "the second turn's cost is the difference of the totals");
+
+    let command = fixture.claude().command().clone();
+    let args: Vec<String> = command.args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let line = args.join(" ");
+    assert!(line.starts_with("-p --input-format stream-json --output-format stream-json --verbose"), "{line}");
+    assert!(line.contains("--permission-prompt-tool stdio") && line.contains("--include-partial-messages"), "{line}");
+    assert!(line.contains("--model claude-x") && line.contains("--system-prompt Be brief."), "{line}");
+    assert!(line.contains("--strict-mcp-config") && line.contains("--allowedTools Read"), "{line}");
+    assert!(!line.contains("sekrit"), "no secret on the command line: {line}");
+    let session_id = &args[args.iter().position(|a| a == "--session-id").expect("--session-id") + 1];
+    let status = fixture.harness.status(&session).await.unwrap();
+    assert_eq!(status.provider_session_id.as_deref(), Some(SESSION), "system/init's ID is reported");
+    assert_eq!(session_id.len(), 36);
+    let env = fixture.claude().env().clone();
+    assert_eq!(
+        env.get(std::ffi::OsStr::new("AGENT_HARNESS_MCP_SECRET_0")).map(|v| v.to_string_lossy().into_owned()),
+        Some("sekrit".into())
+    );
+
+    let sent = fixture.sent();
+    assert_eq!(sent[0]["request"]["subtype"], "initialize");
+    assert_eq!(
+        sent[1],
+        json!({"type": "user", "message": {"role": "user", "content": "hi"}, "parent_tool_use_id": null, "session_id": ""})
+    );
+    fixture.harness.stop_session(&session, false).await.unwrap();
+    // Under the default subscription auth an exec the guard cannot inspect is refused.
+    let refused = fixture.harness.start_session("claude", SessionOptions::new(std::env::temp_dir())).await;
+    assert!(matches!(refused, Err(agent_core::Error::AuthGuard { .. })), "{refused:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn permission_answers_and_unserved_control_requests() {
+    let can_use_tool = json!({"type": "control_request", "request_id": "cli-1", "request": {
+        "subtype": "can_use_tool", "tool_name": "Bash", "input": {"command": "rm -rf build"}, "tool_use_id": "toolu_1"}});
+    let hook = json!({"type": "control_request", "request_id": "cli-0", "request": {"subtype": "hook_callback", "callback_id": "h"}});
+    let claude = initialized()
+        .expect_line(user_line())
+        .stdout(hook.to_string())
+        .expect_line(LineMatch::contains("\"cli-0\""))
+        .stdout(can_use_tool.to_string())
+        .expect_line(LineMatch::contains("\"cli-1\""))
+        .stdout(result(false, "done", 0.1))
+        .wait_eof()
+        .exit(0);
+    let fixture = Fixture::new(claude);
+    let session = fixture.session(fixture.options()).await;
+    let events =
+        fixture.run(&session, |_| Some(Response::approve_edited(json!({"command": "rm -rf build/tmp"})))).await;
+    assert_eq!(events.last().and_then(|e| e.kind.terminal_end()).unwrap().status, TurnStatus::Completed);
+    let sent = fixture.sent();
+    let hook_answer = sent.iter().find(|m| m["response"]["request_id"] == "cli-0").expect("the hook was answered");
+    assert_eq!(hook_answer["response"]["subtype"], "error");
+    let answer = sent.iter().find(|m| m["response"]["request_id"] == "cli-1").expect("the permission was answered");
+    assert_eq!(
+        answer["response"]["response"],
+        json!({"behavior": "allow", "updatedInput": {"command": "rm -rf build/tmp"}, "toolUseID": "toolu_1"})
+    );
+    fixture.harness.stop_session(&session, false).await.unwrap();
+}
+
+/// An acknowledged interrupt whose `result` never comes: the cancel times out at the adapter's
+/// deadline (on the paused clock), the turn fails and the session retires.
+#[tokio::test(start_paused = true)]
+async fn an_interrupt_without_a_result_retires_the_session() {
+    let claude = initialized()
+        .expect_line(user_line())
+        .stdout(init())
+        .stdout(delta("working"))
+        .expect_line(control("interrupt"))
+        .answer(|line| control_success(line, None))
+        .hang();
+    let fixture = Fixture::new(claude);
+    let session = fixture.session(fixture.options()).await;
+    let monitor = fixture.harness.monitor(&session).await.unwrap();
+    let turn = fixture.harness.start_turn(&session, "hi", TurnOptions::new()).await.unwrap();
+    let mut stream = fixture.harness.stream(&turn, Replay::Start, Some(Duration::from_secs(120))).await.unwrap();
+    let mut events = Vec::new();
+    while let Some(event) = stream.next().await {
+        let event = event.unwrap();
+        if matches!(event.kind, EventKind::MessageDelta { .. }) {
+            fixture.harness.cancel(&turn).await.unwrap();
+        }
+        let done = event.is_terminal();
+        events.push(event);
+        if done {
+            break;
+        }
+    }
+    let end = events.last().and_then(|e| e.kind.terminal_end()).unwrap();
+    assert_eq!(end.status, TurnStatus::Failed);
+    assert!(matches!(monitor.await, ExitReason::Retired { .. }));
+    assert!(fixture.sent().iter().any(|m| m["request"]["subtype"] == "interrupt"));
+}
+
+/// `claude --version` is checked against `MIN_SUPPORTED` (clis.toml) before claude is spawned,
+/// once per program file; another program is refused.
+#[tokio::test(start_paused = true)]
+async fn the_version_is_checked_before_spawning() {
+    for (printed, says) in [
+        ("2.1.100 (Claude Code)", "older than the minimum supported 2.1.197"),
+        ("codex-cli 0.171.0", "did not print a Claude Code version"),
+    ] {
+        let exec = ScriptedExec::new();
+        exec.script("claude", Script::new().stdout(printed).exit(0));
+        let harness = Harness::builder()
+            .provider(ClaudeProvider::new())
+            .exec(Arc::new(exec.clone()) as Arc<dyn Exec>)
+            .store(StoreChoice::Disabled)
+            .build()
+            .unwrap();
+        let options = SessionOptions::new(std::env::temp_dir()).auth(agent_core::AuthMode::Inherit);
+        match harness.start_session("claude", options).await {
+            Err(agent_core::Error::ProviderUnavailable { reason, .. }) => assert!(reason.contains(says), "{reason}"),
+            other => panic!("expected ProviderUnavailable, got {other:?}"),
+        }
+        assert_eq!(exec.runs().len(), 1, "only the version probe ran");
+    }
+}

@@ -1,0 +1,694 @@
+//! The real `claude` 2.1.197 (from `cargo xtask clis`) driven through the public `Harness` API,
+//! offline, against the testkit's fake Messages server on 127.0.0.1.
+//!
+//! Every test fails with "run `cargo xtask clis`" when the pinned CLI is not installed.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_core::event::ToolStatus;
+use agent_core::exec::Exec;
+use agent_core::{
+    Event, EventKind, ExpiryReason, Harness, Replay, Request, RequestKind, Response, Scope, SessionOptions, SessionRef,
+    StoreChoice, Turn, TurnEnd, TurnOptions, TurnStatus,
+};
+use agent_exec::LocalExec;
+use agent_provider_claude::{ClaudeOptions, ClaudeProvider, ClaudeTurnOptions, PermissionMode};
+use agent_store_memory::MemoryStore;
+use agent_testkit::recording::RecordingExec;
+use agent_testkit::{Cli, FakeModel, OfflineEnv, Provider, Scenario};
+use futures::StreamExt;
+use serde_json::Value;
+
+/// Longest wait for any one event of a turn.
+const IDLE: Duration = Duration::from_secs(30);
+
+fn claude_cli() -> Cli {
+    Cli::latest(Provider::Claude).unwrap_or_else(|e| panic!("{e}\nrun `cargo xtask clis`"))
+}
+
+/// One test's world: the CLI, the fake model, an offline environment and a harness.
+struct Claude {
+    cli: Cli,
+    server: FakeModel,
+    env: OfflineEnv,
+    exec: Arc<RecordingExec>,
+    harness: Harness,
+}
+
+impl Claude {
+    async fn start(scenario: Scenario) -> Claude {
+        Claude::start_with(scenario, |builder| builder).await
+    }
+
+    async fn start_with(
+        scenario: Scenario,
+        configure: impl FnOnce(agent_core::HarnessBuilder) -> agent_core::HarnessBuilder,
+    ) -> Claude {
+        let cli = claude_cli();
+        let server = FakeModel::start(scenario).await.expect("fake model server");
+        let env = OfflineEnv::new(&cli, &server).expect("offline environment");
+        let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
+        let builder = Harness::builder()
+            .provider(ClaudeProvider::new())
+            .exec(Arc::clone(&exec) as Arc<dyn Exec>)
+            .store(StoreChoice::Custom(Arc::new(MemoryStore::new())));
+        let harness = configure(builder).build().expect("harness");
+        Claude { cli, server, env, exec, harness }
+    }
+
+    fn options(&self) -> SessionOptions {
+        self.options_with(ClaudeOptions::new())
+    }
+
+    fn options_with(&self, claude: ClaudeOptions) -> SessionOptions {
+        self.env.session_options().provider_option(claude.binary(self.cli.program()))
+    }
+
+    async fn session(&self, options: SessionOptions) -> SessionRef {
+        self.harness.start_session("claude", options).await.expect("session starts")
+    }
+
+    fn workspace(&self) -> &Path {
+        self.env.workspace()
+    }
+
+    /// Starts a turn and collects its events up to the terminal one, answering requests with
+    /// `answer` (`None`: leave it pending).
+    async fn run(
+        &self,
+        session: &SessionRef,
+        prompt: &str,
+        answer: impl FnMut(&Request) -> Option<Response>,
+    ) -> (Turn, Vec<Arc<Event>>) {
+        self.run_with(session, prompt, TurnOptions::new(), answer).await
+    }
+
+    async fn run_with(
+        &self,
+        session: &SessionRef,
+        prompt: &str,
+        options: TurnOptions,
+        mut answer: impl FnMut(&Request) -> Option<Response>,
+    ) -> (Turn, Vec<Arc<Event>>) {
+        let turn = self.harness.start_turn(session, prompt, options).await.expect("turn recorded");
+        let mut stream = self.harness.stream(&turn, Replay::Start, Some(IDLE)).await.expect("turn stream");
+        let mut events = Vec::new();
+        while let Some(event) = stream.next().await {
+            let event = event.unwrap_or_else(|e| panic!("turn stream ended early: {e}; events: {}", names(&events)));
+            if let EventKind::RequestCreated(request) = &event.kind
+                && let Some(response) = answer(request)
+            {
+                self.harness.respond(request, response).await.expect("response delivered");
+            }
+            let terminal = event.is_terminal();
+            events.push(event);
+            if terminal {
+                break;
+            }
+        }
+        (turn, events)
+    }
+
+    /// Stops every session and checks that no claude process is left and nothing left 127.0.0.1.
+    async fn finish(self) {
+        for session in self.harness.list_sessions() {
+            self.harness.stop_session(&session, true).await.expect("stop");
+        }
+        for child in self.exec.children() {
+            let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+            assert!(matches!(status, Ok(Ok(_))), "a claude process outlived its session");
+        }
+        assert!(self.server.proxy().attempts().is_empty(), "claude tried to reach outside 127.0.0.1");
+    }
+}
+
+fn names(events: &[Arc<Event>]) -> String {
+    events.iter().map(|e| e.type_name()).collect::<Vec<_>>().join(" ")
+}
+
+fn terminal(events: &[Arc<Event>]) -> &TurnEnd {
+    events.last().and_then(|e| e.kind.terminal_end()).unwrap_or_else(|| panic!("no terminal event: {}", names(events)))
+}
+
+fn count(events: &[Arc<Event>], name: &str) -> usize {
+    events.iter().filter(|e| e.type_name() == name).count()
+}
+
+fn deltas(events: &[Arc<Event>]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::MessageDelta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn requests(events: &[Arc<Event>]) -> Vec<Request> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::RequestCreated(request) => Some((**request).clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn tool_outputs(events: &[Arc<Event>]) -> Vec<(ToolStatus, String)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolCompleted { status, output, .. } => Some((*status, output.clone().unwrap_or_default())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The JSON text of the `messages` of the model request at `index`.
+fn model_messages(server: &FakeModel, index: usize) -> String {
+    let requests = server.model_requests();
+    let body: &Value = requests[index].body.as_ref().expect("a JSON body");
+    body["messages"].to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_turns_stream_deltas_with_usage_and_cost_per_turn() {
+    let scenario = Scenario::new().deltas(["Hel", "lo ", "world"], 0).echo("second: ").echo("third: ");
+    let claude = Claude::start(scenario).await;
+    let session = claude.session(claude.options().system_prompt("Answer briefly.")).await;
+    let mut costs = Vec::new();
+    for (n, prompt) in ["Say hello", "Again", "Once more"].into_iter().enumerate() {
+        let (_, events) = claude.run(&session, prompt, |_| None).await;
+        let end = terminal(&events);
+        assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
+        assert_eq!(deltas(&events), end.result.text.clone().unwrap(), "the deltas add up to the text");
+        assert_eq!(count(&events, "assistant_message"), 1);
+        assert_eq!(count(&events, "usage_updated"), 1);
+        let usage = end.result.usage.expect("usage");
+        assert!(usage.input_tokens.is_some_and(|t| t > 0) && usage.output_tokens.is_some_and(|t| t > 0));
+        costs.push(usage.cost_usd.expect("cost"));
+        if n == 0 {
+            assert_eq!(end.result.text.as_deref(), Some("Hello world"));
+        } else {
+            assert!(end.result.text.as_deref().unwrap().ends_with(prompt), "{:?}", end.result.text);
+        }
+        assert!(events.iter().all(|e| e.raw.is_some() || e.type_name().starts_with("turn_")), "{}", names(&events));
+    }
+    // Each turn's cost is its own, not the process's running total.
+    assert!(costs.iter().all(|c| *c > 0.0), "{costs:?}");
+    assert!((costs[1] - costs[2]).abs() < costs[1] * 0.5, "per-turn, not cumulative: {costs:?}");
+    // The system prompt reached the model, and the third request carries the whole history.
+    let requests = claude.server.model_requests();
+    assert_eq!(requests.len(), 3);
+    assert!(requests[0].body.as_ref().unwrap()["system"].to_string().contains("Answer briefly."));
+    let history = model_messages(&claude.server, 2);
+    assert!(history.contains("Say hello") && history.contains("Again") && history.contains("Once more"));
+    let status = claude.harness.status(&session).await.unwrap();
+    assert!(status.provider_session_id.is_some());
+    claude.finish().await;
+}
+
+/// Approve, approve with edited input, deny, and approve for the session (not asked again), in
+/// one session: each answer's effect is what the tool did and what the model saw next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_allow_edit_deny_and_remember_for_the_session() {
+    let scenario = Scenario::new()
+        .shell("touch approved.txt && echo approved")
+        .quote_tool_result("Tool said: ")
+        .shell("touch never.txt && echo unedited")
+        .quote_tool_result("Tool said: ")
+        .shell("touch denied.txt && echo denied")
+        .quote_tool_result("Tool said: ")
+        .shell("touch session.txt && echo remembered")
+        .quote_tool_result("Tool said: ")
+        .shell("touch session.txt && echo remembered")
+        .quote_tool_result("Again: ");
+    let claude = Claude::start(scenario).await;
+    let session = claude.session(claude.options()).await;
+    let workspace = claude.workspace().to_path_buf();
+
+    // Approve: the command ran.
+    let (_, events) = claude.run(&session, "make approved", |_| Some(Response::approve())).await;
+    let asked = requests(&events);
+    assert_eq!(asked.len(), 1, "{}", names(&events));
+    assert_eq!(asked[0].kind, RequestKind::CommandApproval);
+    assert_eq!(asked[0].metadata["command"], "touch approved.txt && echo approved");
+    assert_eq!(asked[0].scopes, [Scope::Once, Scope::Session]);
+    assert!(workspace.join("approved.txt").exists());
+    assert_eq!(tool_outputs(&events), [(ToolStatus::Completed, "approved".to_owned())]);
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("Tool said: approved"));
+    assert_eq!(count(&events, "request_resolved"), 1);
+
+    // Approve with edited input: the edited command ran instead.
+    let edited = Response::approve_edited(serde_json::json!({"command": "echo edited-command"}));
+    let (_, events) = claude.run(&session, "make never", |_| Some(edited.clone())).await;
+    assert!(!workspace.join("never.txt").exists(), "the original command did not run");
+    assert_eq!(tool_outputs(&events), [(ToolStatus::Completed, "edited-command".to_owned())]);
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("Tool said: edited-command"));
+
+    // Deny: the model saw the denial and the turn completed.
+    let (_, events) = claude.run(&session, "make denied", |_| Some(Response::deny("no shell today"))).await;
+    assert!(!workspace.join("denied.txt").exists());
+    assert_eq!(tool_outputs(&events), [(ToolStatus::Declined, "no shell today".to_owned())]);
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Completed);
+    assert_eq!(end.result.text.as_deref(), Some("Tool said: no shell today"));
+    assert_eq!(end.result.details.as_ref().unwrap()["permission_denials"][0]["tool_name"], "Bash");
+
+    // Approve for the session: the same command is not asked about again.
+    let (_, events) = claude.run(&session, "make session", |_| Some(Response::approve_with(Scope::Session))).await;
+    assert_eq!(requests(&events).len(), 1);
+    assert!(workspace.join("session.txt").exists());
+    let (_, events) = claude.run(&session, "again", |_| panic!("asked again")).await;
+    assert!(requests(&events).is_empty(), "{}", names(&events));
+    assert_eq!(tool_outputs(&events), [(ToolStatus::Completed, "remembered".to_owned())]);
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("Again: remembered"));
+    let caps = claude.harness.capabilities(&session).await.unwrap();
+    assert_eq!(caps.session_approvals, agent_core::Support::Emulated);
+    claude.finish().await;
+}
+
+/// The same answers given by request handlers instead of `respond`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_handler_answers_approvals() {
+    let scenario = Scenario::new()
+        .shell("touch handled.txt && echo handled")
+        .quote_tool_result("Tool said: ")
+        .shell("touch refused.txt && echo refused")
+        .quote_tool_result("Tool said: ");
+    let policy = agent_core::handler::RequestPolicy::new()
+        .approve_commands(["touch handled.txt"])
+        .deny_kind(RequestKind::CommandApproval, "only handled.txt may be made");
+    let claude = Claude::start_with(scenario, |builder| builder.request_handler(policy)).await;
+    let session = claude.session(claude.options()).await;
+    let (_, events) = claude.run(&session, "make handled", |_| None).await;
+    assert_eq!(count(&events, "request_resolved"), 1, "{}", names(&events));
+    assert!(claude.workspace().join("handled.txt").exists());
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("Tool said: handled"));
+    let (_, events) = claude.run(&session, "make refused", |_| None).await;
+    assert!(!claude.workspace().join("refused.txt").exists());
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("Tool said: only handled.txt may be made"));
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    claude.finish().await;
+}
+
+/// Waits on `turn`'s events until `found` matches one; returns the events so far.
+async fn wait_for(
+    claude: &Claude,
+    turn: &Turn,
+    mut found: impl FnMut(&Event) -> bool,
+) -> (agent_core::TurnStream, Vec<Arc<Event>>) {
+    let mut stream = claude.harness.stream(turn, Replay::Start, Some(IDLE)).await.expect("turn stream");
+    let mut events = Vec::new();
+    while let Some(event) = stream.next().await {
+        let event = event.expect("turn stream");
+        let hit = found(&event);
+        events.push(event);
+        if hit {
+            return (stream, events);
+        }
+    }
+    panic!("the turn ended first: {}", names(&events));
+}
+
+/// Reads the rest of a turn's events.
+async fn rest(mut stream: agent_core::TurnStream, mut events: Vec<Arc<Event>>) -> Vec<Arc<Event>> {
+    while let Some(event) = stream.next().await {
+        let event = event.expect("turn stream");
+        let terminal = event.is_terminal();
+        events.push(event);
+        if terminal {
+            break;
+        }
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_mid_stream_interrupts_the_turn_and_the_session_goes_on() {
+    let chunks: Vec<String> = (0..40).map(|n| format!("chunk{n:02} ")).collect();
+    let scenario = Scenario::new().deltas(chunks, 250).echo("after: ");
+    let claude = Claude::start(scenario).await;
+    let session = claude.session(claude.options()).await;
+    let turn = claude.harness.start_turn(&session, "stream slowly", TurnOptions::new()).await.unwrap();
+    let (stream, events) = wait_for(&claude, &turn, |e| matches!(e.kind, EventKind::MessageDelta { .. })).await;
+    let asked = Instant::now();
+    claude.harness.cancel(&turn).await.expect("cancel");
+    let events = rest(stream, events).await;
+    assert!(asked.elapsed() < Duration::from_secs(5), "the turn ended {:?} after cancel", asked.elapsed());
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Interrupted, "{}", names(&events));
+    assert_eq!(count(&events, "cancel_requested"), 1);
+    assert!(deltas(&events).starts_with("chunk00 "));
+    // The session takes the next turn, and its history has the interrupted one.
+    let (_, events) = claude.run(&session, "next", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    // The CLI puts its interrupt marker into the next user message, before the prompt.
+    let text = terminal(&events).result.text.clone().unwrap();
+    assert!(text.starts_with("after: [Request interrupted by user]") && text.ends_with("next"), "{text}");
+    assert!(model_messages(&claude.server, 1).contains("chunk00"));
+    claude.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_during_a_pending_permission_expires_the_request() {
+    let scenario = Scenario::new().shell("touch pending.txt && echo pending").echo("after: ");
+    let claude = Claude::start(scenario).await;
+    let session = claude.session(claude.options()).await;
+    let turn = claude.harness.start_turn(&session, "ask me", TurnOptions::new()).await.unwrap();
+    let (stream, events) = wait_for(&claude, &turn, |e| matches!(e.kind, EventKind::RequestCreated(_))).await;
+    let request = requests(&events).pop().expect("a request");
+    claude.harness.cancel(&turn).await.expect("cancel");
+    let events = rest(stream, events).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Interrupted, "{}", names(&events));
+    let expired = events.iter().any(|e| {
+        matches!(&e.kind, EventKind::RequestExpired { request_id, reason }
+            if *request_id == request.id && matches!(reason, ExpiryReason::Cancelled | ExpiryReason::ProviderResolved | ExpiryReason::TurnEnded))
+    });
+    assert!(expired, "{}", names(&events));
+    let late = claude.harness.respond(&request, Response::approve()).await;
+    assert!(matches!(late, Err(agent_core::Error::RequestExpired { .. })), "{late:?}");
+    assert!(!claude.workspace().join("pending.txt").exists());
+    let (_, events) = claude.run(&session, "next", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    assert!(terminal(&events).result.text.as_deref().unwrap().ends_with("next"));
+    claude.finish().await;
+}
+
+/// The model and the permission mode change between turns through the control channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_and_permission_mode_change_between_turns() {
+    let claude = Claude::start(Scenario::new().echo("one: ")).await;
+    let target = claude.workspace().join("accepted.txt");
+    claude
+        .server
+        .push(agent_testkit::Step::WriteFile { path: target.display().to_string(), content: "accepted\n".into() });
+    claude.server.push(agent_testkit::Step::Text { text: "written".into() });
+    let session = claude.session(claude.options()).await;
+    let (_, events) = claude.run(&session, "first", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    let options = TurnOptions::new()
+        .model("claude-sonnet-4-5")
+        .provider_option(ClaudeTurnOptions::new().permission_mode(PermissionMode::AcceptEdits));
+    let (_, events) = claude.run_with(&session, "write it", options, |_| panic!("acceptEdits does not ask")).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "accepted\n");
+    let requests = claude.server.model_requests();
+    assert_ne!(requests[0].body.as_ref().unwrap()["model"], "claude-sonnet-4-5");
+    assert_eq!(requests[1].body.as_ref().unwrap()["model"], "claude-sonnet-4-5");
+    claude.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_a_stopped_session_continues_its_conversation_and_its_history() {
+    let claude = Claude::start(Scenario::new().echo("noted: ").echo("recall: ")).await;
+    let first = claude.session(claude.options().id("long-job")).await;
+    let (_, events) = claude.run(&first, "Remember the word PINEAPPLE", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    let conversation = claude.harness.status(&first).await.unwrap().provider_session_id.expect("session id");
+    claude.harness.stop_session(&first, false).await.unwrap();
+
+    let second = claude.session(claude.options().resume_session(first.id.clone())).await;
+    assert_eq!(second, first, "the same session, under its own ID");
+    let status = claude.harness.status(&second).await.unwrap();
+    assert_eq!(status.provider_session_id.as_deref(), Some(conversation.as_str()));
+    let (_, events) = claude.run(&second, "Which word did I ask you to remember?", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    let history = model_messages(&claude.server, 1);
+    assert!(history.contains("Remember the word PINEAPPLE") && history.contains("noted: "), "{history}");
+
+    // Both runs' events, in one seq order.
+    let last = claude.harness.status(&second).await.unwrap().last_seq as usize;
+    let mut subscription = claude.harness.subscribe(&second, Replay::Start).await.unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < last {
+        seen.push(subscription.next().await.expect("an event").expect("no gap"));
+    }
+    let seqs: Vec<u64> = seen.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=last as u64).collect::<Vec<_>>());
+    let types: Vec<&str> = seen.iter().map(|e| e.type_name()).collect();
+    assert!(types.contains(&"conversation_resumed"), "{types:?}");
+    assert_eq!(types.iter().filter(|t| **t == "turn_completed").count(), 2, "{types:?}");
+    claude.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_gets_a_new_session_id_and_a_missing_conversation_is_an_error() {
+    let claude = Claude::start(Scenario::new().echo("noted: ").echo("forked: ")).await;
+    let first = claude.session(claude.options()).await;
+    let (_, events) = claude.run(&first, "The code word is MANGO", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    let original = claude.harness.status(&first).await.unwrap().provider_session_id.expect("session id");
+
+    let fork = claude.session(claude.options().fork_session(first.id.clone())).await;
+    let forked = claude.harness.status(&fork).await.unwrap().provider_session_id.expect("session id");
+    assert_ne!(forked, original, "a fork is a new conversation");
+    let (_, events) = claude.run(&fork, "and now?", |_| None).await;
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("forked: and now?"));
+    assert!(model_messages(&claude.server, 1).contains("The code word is MANGO"));
+    assert_eq!(claude.harness.status(&fork).await.unwrap().provider_session_id, Some(forked));
+
+    // A conversation claude cannot find is an error, never a fresh conversation.
+    let missing = claude.options().resume_provider_session("0b1e5e55-0000-4000-8000-000000000000");
+    match claude.harness.start_session("claude", missing).await {
+        Err(agent_core::Error::ResumeFailed { reason, .. }) => {
+            assert!(reason.contains("No conversation found") && reason.contains("no fresh conversation"), "{reason}")
+        }
+        other => panic!("resuming a missing conversation must fail, got {other:?}"),
+    }
+    claude.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_user_question_is_answered_through_respond() {
+    let scenario =
+        Scenario::new().ask_user("Which color do you prefer?", ["Red", "Blue"]).quote_tool_result("Answer: ");
+    let claude = Claude::start(scenario).await;
+    let session = claude.session(claude.options()).await;
+    let (_, events) = claude
+        .run(&session, "ask me", |request| {
+            assert_eq!(request.kind, RequestKind::Question);
+            let labels: Vec<&str> = request.questions[0].choices.iter().map(|c| c.label.as_str()).collect();
+            assert_eq!(labels, ["Red", "Blue"]);
+            Some(Response::answer("Blue"))
+        })
+        .await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(count(&events, "request_resolved"), 1);
+    let text = end.result.text.clone().unwrap();
+    assert!(text.contains("\"Which color do you prefer?\"=\"Blue\""), "{text}");
+    assert!(model_messages(&claude.server, 1).contains("=\\\"Blue\\\""), "the model request shows the answer");
+    claude.finish().await;
+}
+
+/// The testkit's `mcp-echo` server (from `cargo build -p agent-testkit --bins`).
+fn mcp_echo() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test executable");
+    let path = exe.parent().and_then(Path::parent).expect("target/debug").join("mcp-echo");
+    assert!(path.exists(), "{} is missing; run `cargo build -p agent-testkit --bins`", path.display());
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_mcp_server_is_connected_and_its_tool_callable() {
+    const PLANTED: &str = "planted-mcp-secret-0451: ";
+    let scenario = Scenario::new()
+        .tool_call("mcp__echo__echo", serde_json::json!({"text": "ping"}))
+        .quote_tool_result("MCP said: ");
+    let claude = Claude::start(scenario).await;
+    let mut server = agent_core::McpServer::stdio(mcp_echo().display().to_string(), Vec::<String>::new());
+    if let agent_core::McpServer::Stdio { env, .. } = &mut server {
+        env.insert("MCP_ECHO_PREFIX".into(), PLANTED.into());
+    }
+    let session = claude.session(claude.options().mcp_server("echo", server)).await;
+    let pid = claude.exec.children().last().expect("claude runs").id().expect("a pid");
+    let cmdline = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap()).into_owned();
+    assert!(cmdline.contains("--strict-mcp-config") && !cmdline.contains(PLANTED), "{cmdline}");
+    let (_, events) = claude.run(&session, "use the tool", |_| Some(Response::approve())).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(requests(&events)[0].kind, RequestKind::Permission);
+    // The secret reached the server through claude's environment.
+    assert_eq!(end.result.text.as_deref(), Some(format!("MCP said: {PLANTED}ping").as_str()));
+    let tools: String = claude.server.model_requests()[0].body.as_ref().unwrap()["tools"].to_string();
+    assert!(tools.contains("mcp__echo__echo"), "the tool was advertised to the model");
+    // Nor in the recorded commands' Debug output (the variable's value is never printed).
+    let commands = format!("{:?}", claude.exec.commands());
+    assert!(commands.contains("AGENT_HARNESS_MCP_SECRET_0") && !commands.contains(PLANTED), "{commands}");
+    claude.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_errors_fail_the_turn_promptly() {
+    let claude = Claude::start(
+        Scenario::new().http_error(400, "fake bad request").http_error(529, "overloaded").http_error(529, "overloaded"),
+    )
+    .await;
+    let session = claude.session(claude.options()).await;
+    let started = Instant::now();
+    let (_, events) = claude.run(&session, "fail at once", |_| None).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    assert!(end.result.reason.as_deref().unwrap().contains("400"), "{:?}", end.result.reason);
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+
+    let started = Instant::now();
+    let (_, events) = claude.run(&session, "overloaded", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Failed, "{}", names(&events));
+    assert!(started.elapsed() < Duration::from_secs(5), "retries are bounded: {:?}", started.elapsed());
+    assert!(events.iter().any(|e| matches!(&e.kind, EventKind::ProviderError { will_retry: Some(true), .. })));
+    claude.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_process_fails_the_turn_with_its_exit_status() {
+    let chunks: Vec<String> = (0..40).map(|n| format!("chunk{n:02} ")).collect();
+    let claude = Claude::start(Scenario::new().deltas(chunks, 250)).await;
+    let session = claude.session(claude.options()).await;
+    let turn = claude.harness.start_turn(&session, "stream", TurnOptions::new()).await.unwrap();
+    let (stream, events) = wait_for(&claude, &turn, |e| matches!(e.kind, EventKind::MessageDelta { .. })).await;
+    let pid = claude.exec.children().last().unwrap().id().unwrap();
+    // SAFETY: kill(2) of the claude process this test started; no memory is involved.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) }, 0);
+    let events = rest(stream, events).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    assert_eq!(end.result.exit_status.as_ref().and_then(|s| s.signal), Some(9));
+    assert!(end.result.reason.as_deref().unwrap().contains("claude exited"), "{:?}", end.result.reason);
+    claude.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_before_anything_is_spawned() {
+    let claude = Claude::start(Scenario::new()).await;
+    let refused = [
+        claude.options().approval_policy(agent_core::ApprovalPolicy::OnFailure),
+        claude.options().mcp_server("files", agent_core::McpServer::stdio("./server", ["x"])),
+        claude.options_with(ClaudeOptions::new().extra_arg("--dangerously-skip-permissions")),
+        claude.options_with(ClaudeOptions::new().permission_mode(PermissionMode::BypassPermissions)),
+        claude.options().sandbox(agent_core::SandboxMode::ReadOnly),
+        claude.options().env("ANTHROPIC_API_KEY", "sekrit").auth(agent_core::AuthMode::Subscription),
+    ];
+    for options in refused {
+        let error = claude.harness.start_session("claude", options).await.expect_err("refused");
+        assert!(!error.to_string().contains("sekrit"), "{error}");
+        assert!(
+            matches!(
+                error,
+                agent_core::Error::InvalidOption { .. }
+                    | agent_core::Error::Unsupported { .. }
+                    | agent_core::Error::AuthGuard { .. }
+            ),
+            "{error:?}"
+        );
+    }
+    // Unknown options in JSON.
+    let config = agent_core::SessionConfig::from_json_value(serde_json::json!({
+        "provider": "claude",
+        "provider_options": {"binary": "/x/claude", "permision_mode": "plan"},
+    }))
+    .expect("the config parses; the provider options are read when applied");
+    let provider = ClaudeProvider::new();
+    match config.apply_to(&provider, claude.options()) {
+        Err(agent_core::Error::InvalidConfig(message)) => assert!(message.contains("permision_mode"), "{message}"),
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+    assert!(claude.exec.commands().is_empty(), "nothing was spawned");
+    claude.finish().await;
+}
+
+/// Structured input: text and a base64 image reach the model as content blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structured_input_with_an_image_reaches_the_model() {
+    // A 1×1 transparent PNG.
+    const PNG: &str =
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+    let claude = Claude::start(Scenario::new().text("seen")).await;
+    let session = claude.session(claude.options()).await;
+    let input = agent_core::TurnInput::Items(vec![
+        agent_core::InputItem::Text { text: "look at this".into() },
+        agent_core::InputItem::ImageUrl { url: format!("data:image/png;base64,{PNG}") },
+    ]);
+    let turn = claude.harness.start_turn(&session, input, TurnOptions::new()).await.unwrap();
+    let outcome = claude.harness.await_turn(&turn, Some(IDLE)).await.expect("completed");
+    assert_eq!(outcome.result.text.as_deref(), Some("seen"));
+    let sent = model_messages(&claude.server, 0);
+    assert!(sent.contains("look at this") && sent.contains(PNG) && sent.contains("image/png"), "{sent}");
+    claude.finish().await;
+}
+
+/// Without partial messages claude streams no deltas: the capability says so, and the turn's
+/// text arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_partial_messages_the_text_arrives_whole() {
+    let claude = Claude::start(Scenario::new().deltas(["Hel", "lo"], 0)).await;
+    let options = claude.options_with(ClaudeOptions::new().include_partial_messages(false));
+    let session = claude.session(options).await;
+    let caps = claude.harness.capabilities(&session).await.unwrap();
+    assert_eq!(caps.token_streaming, agent_core::Support::Unsupported);
+    let (_, events) = claude.run(&session, "hi", |_| None).await;
+    assert_eq!(count(&events, "message_delta"), 0, "{}", names(&events));
+    assert!(events.iter().any(|e| matches!(&e.kind, EventKind::AssistantMessage { text, .. } if text == "Hello")));
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("Hello"));
+    claude.finish().await;
+}
+
+/// `Response::Cancel` refuses the tool and stops the turn (claude's deny with `interrupt`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_permission_stops_the_turn() {
+    let claude = Claude::start(Scenario::new().shell("touch cancelled.txt && echo no").echo("after: ")).await;
+    let session = claude.session(claude.options()).await;
+    let (_, events) = claude.run(&session, "try it", |_| Some(Response::cancel("stop here"))).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Interrupted, "{}: {:?}", names(&events), end.result);
+    assert!(!claude.workspace().join("cancelled.txt").exists());
+    assert_eq!(count(&events, "request_resolved"), 1);
+    let (_, events) = claude.run(&session, "next", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    claude.finish().await;
+}
+
+/// A session skill in Claude Code's layout is loaded (`--add-dir`), and a skill input item
+/// invokes it: the model request carries the skill's instructions and the arguments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_skill_is_loaded_and_invoked() {
+    let claude = Claude::start(Scenario::new().echo("got: ")).await;
+    let dir = claude.env.dir().join("team-skills/.claude/skills/release-notes");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("SKILL.md"),
+        "---\nname: release-notes\ndescription: Write release notes for this repository\n---\nList every MERGED-PR-MARKER.\n",
+    )
+    .unwrap();
+    let options = claude.options().skill(agent_core::Skill::new("release-notes", dir.join("SKILL.md")));
+    let session = claude.session(options).await;
+    let input = agent_core::TurnInput::Items(vec![
+        agent_core::InputItem::Skill { name: "release-notes".into() },
+        agent_core::InputItem::Text { text: "for v2".into() },
+    ]);
+    let turn = claude.harness.start_turn(&session, input, TurnOptions::new()).await.unwrap();
+    let outcome = claude.harness.await_turn(&turn, Some(IDLE)).await.expect("completed");
+    let text = outcome.result.text.unwrap();
+    assert!(text.contains("List every MERGED-PR-MARKER.") && text.contains("for v2"), "{text}");
+    let caps = claude.harness.capabilities(&session).await.unwrap();
+    assert_eq!(caps.skills, agent_core::Support::Emulated);
+    claude.finish().await;
+}
+
+/// Allowed tool rules run without asking; disallowed tools are not offered to the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_and_disallowed_tools_reach_claude() {
+    let scenario = Scenario::new().shell("touch allowed.txt && echo allowed").quote_tool_result("Tool said: ");
+    let claude = Claude::start(scenario).await;
+    let tools = ClaudeOptions::new().allowed_tool("Bash(touch allowed.txt:*)").disallowed_tool("WebFetch");
+    let session = claude.session(claude.options_with(tools)).await;
+    let (_, events) = claude.run(&session, "make it", |_| panic!("an allowed command is not asked about")).await;
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("Tool said: allowed"), "{}", names(&events));
+    assert!(claude.workspace().join("allowed.txt").exists());
+    let offered = claude.server.model_requests()[0].body.as_ref().unwrap()["tools"].to_string();
+    assert!(offered.contains("\"Bash\"") && !offered.contains("\"WebFetch\""), "{offered}");
+    claude.finish().await;
+}
