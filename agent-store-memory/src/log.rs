@@ -101,6 +101,8 @@ pub(crate) struct EventLog {
     by_turn: HashMap<u32, Vec<(usize, usize)>>,
     /// Event IDs not of the `<prefix>.<seq>` form, with their seqs.
     custom_ids: HashMap<EventId, u64>,
+    /// Whether one of `custom_ids` has a dot (and so could look like a runtime-made ID).
+    custom_dotted: bool,
     scratch: Vec<u8>,
 }
 
@@ -119,6 +121,7 @@ impl EventLog {
             others: Vec::new(),
             by_turn: HashMap::new(),
             custom_ids: HashMap::new(),
+            custom_dotted: false,
             scratch: Vec::new(),
         }
     }
@@ -167,13 +170,19 @@ impl EventLog {
 
     /// The seq of the stored event whose ID is `id`.
     pub(crate) fn seq_of_id(&self, id: &EventId) -> Option<u64> {
-        if let Some(&seq) = self.custom_ids.get(id) {
+        let dotted = id.as_str().rsplit_once('.');
+        // Runtime-made IDs are dotted, generated ones are not: the custom IDs need looking at
+        // only when one of them could be this one.
+        if (dotted.is_none() || self.custom_dotted)
+            && let Some(&seq) = self.custom_ids.get(id)
+        {
             return Some(seq);
         }
-        let (prefix, digits) = id.as_str().rsplit_once('.')?;
-        let seq = parse_seq(digits)?;
+        // The seq first: a new event's own ID names a seq not stored yet, found without hashing.
+        let (prefix, digits) = dotted?;
+        let pos = self.position(parse_seq(digits)?)?;
+        let seq = self.seq_at(pos);
         let prefix = *self.prefixes.index.get(prefix)?;
-        let pos = self.position(seq)?;
         let mut r = self.reader(pos);
         (r.byte() & ID_IN_SEQUENCE != 0 && r.varint() == u64::from(prefix)).then_some(seq)
     }
@@ -195,6 +204,7 @@ impl EventLog {
         let prefix = match Self::prefix_of(event.id.as_str(), event.seq) {
             Some(prefix) => Some(self.prefixes.intern(prefix, |prefix: &str| Box::from(prefix))),
             None => {
+                self.custom_dotted |= event.id.as_str().contains('.');
                 self.custom_ids.insert(event.id.clone(), event.seq);
                 None
             }
@@ -476,6 +486,8 @@ mod tests {
             event(&session, 8, "evt_x.8", EventKind::CommandOutputDelta { item_id: "cmd".into(), text: "out".into() }),
             // The next run of the session: a prefix of its own.
             event(&session, 9, "evt_y.9", delta("{\"n\":9}")),
+            // Dotted, but not this event's seq: a custom ID.
+            event(&session, 10, "evt_x.4", delta("c")),
         ];
         written[1].turn_id = None;
         written[1].raw = None;
@@ -487,13 +499,14 @@ mod tests {
         }
         let read: Vec<Event> = (0..log.len()).map(|pos| log.get(pos)).collect();
         assert_eq!(read, written);
-        assert_eq!(log.last_seq(), Some(9));
+        assert_eq!(log.last_seq(), Some(10));
         assert_eq!(log.position(7), Some(3));
         assert_eq!(log.position(4), None);
         assert_eq!(log.position_after(3), 3);
         assert_eq!(log.position_after(0), 0);
         assert_eq!(log.position_after(8), 5);
         assert_eq!(log.position_after(9), 6);
+        assert_eq!(log.seq_of_id(&EventId::from_string("evt_x.4")), Some(10));
         assert_eq!(log.seq_of_id(&EventId::from_string("evt_y.9")), Some(9));
         assert_eq!(log.seq_of_id(&EventId::from_string("evt_y.8")), None, "seq 8 has another prefix");
         assert_eq!(log.seq_of_id(&EventId::from_string("evt_x.7")), Some(7));
@@ -501,7 +514,7 @@ mod tests {
         assert_eq!(log.seq_of_id(&EventId::from_string("evt_x.3")), None, "seq 3 has a custom ID");
         assert_eq!(log.seq_of_id(&EventId::from_string("evt_x.07")), None);
         let turn: Vec<u64> = log.turn_positions(&TurnId::from_string("turn-1")).map(|p| log.seq_at(p)).collect();
-        assert_eq!(turn, [1, 3, 7, 8, 9]);
+        assert_eq!(turn, [1, 3, 7, 8, 9, 10]);
     }
 
     #[test]
