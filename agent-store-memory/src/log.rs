@@ -391,11 +391,30 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
+/// How many places starting with its first byte are tried when looking for a text in a frame.
+const MAX_CANDIDATES: usize = 16;
+
+/// The last place `text` starts in `raw`, looking at no more than [`MAX_CANDIDATES`] places that
+/// start with its first byte (a general substring search costs more to set up than a short
+/// delta is worth; a text not found is simply kept).
+fn find_last(raw: &[u8], text: &[u8]) -> Option<usize> {
+    let (&first, _) = text.split_first()?;
+    let mut end = (raw.len() + 1).checked_sub(text.len())?;
+    for _ in 0..MAX_CANDIDATES {
+        let start = memchr::memrchr(first, &raw[..end])?;
+        if raw[start..].starts_with(text) {
+            return Some(start);
+        }
+        end = start;
+    }
+    None
+}
+
 /// A delta's text: where it is in the raw frame when the frame holds it verbatim (a delta
 /// without escapes, the common case), so it is not kept twice; else the text itself.
 fn put_text(out: &mut Vec<u8>, text: &str, raw: &str) {
     // The text is near the end of a frame more often than not.
-    match raw.rfind(text).filter(|_| !text.is_empty()) {
+    match find_last(raw.as_bytes(), text.as_bytes()) {
         Some(offset) => {
             put_varint(out, (text.len() as u64) << 1 | 1);
             put_varint(out, offset as u64);
@@ -515,6 +534,20 @@ mod tests {
         assert_eq!(log.seq_of_id(&EventId::from_string("evt_x.07")), None);
         let turn: Vec<u64> = log.turn_positions(&TurnId::from_string("turn-1")).map(|p| log.seq_at(p)).collect();
         assert_eq!(turn, [1, 3, 7, 8, 9, 10]);
+    }
+
+    #[test]
+    fn a_text_is_found_at_its_last_place_or_kept() {
+        assert_eq!(find_last(b"{\"a\":\"xy\",\"b\":\"xy\"}", b"xy"), Some(15));
+        assert_eq!(find_last(b"xy", b"xy"), Some(0));
+        assert_eq!(find_last(b"x", b"xy"), None);
+        assert_eq!(find_last(b"abc", b""), None, "an empty text is kept, not pointed at");
+        assert_eq!(find_last(b"say \"hi\"", b"say \"hi\""), Some(0));
+        // Past MAX_CANDIDATES places that start like the text, it is kept instead.
+        let many = [b"a".repeat(100), b"ab".to_vec()].concat();
+        assert_eq!(find_last(&many, b"ab"), Some(100));
+        let trap = [b"ab".to_vec(), b"a".repeat(100)].concat();
+        assert_eq!(find_last(&trap, b"ab"), None);
     }
 
     #[test]
