@@ -94,20 +94,25 @@ impl Aggregate {
         // IDs of this write not made in sequence (`<prefix>.<seq>`), with their seqs.
         let mut custom: HashMap<&EventId, u64> = HashMap::new();
         for event in new() {
-            if let Some(stored) = self.events.seq_of_id(&event.id) {
+            let made = EventLog::prefix_of(event.id.as_str(), event.seq).is_some();
+            // An ID made for this (new) seq can only be stored as another event's custom ID.
+            let stored =
+                if made && !self.events.has_dotted_custom_ids() { None } else { self.events.seq_of_id(&event.id) };
+            if let Some(stored) = stored {
                 return Err(StoreError::Conflict(format!(
                     "event ID `{}` of seq {} is already stored at seq {stored} in session `{session}`",
                     event.id, event.seq
                 )));
             }
-            let twice = if EventLog::prefix_of(event.id.as_str(), event.seq).is_some() {
+            let twice = if made {
                 // Seqs differ, so only a custom ID can repeat one made in sequence.
                 custom.contains_key(&event.id)
             } else {
                 // A custom ID, or one made in sequence for another event of this write.
                 let made_for = event.id.as_str().rsplit_once('.').and_then(|(_, seq)| seq.parse::<u64>().ok());
-                let repeats_made =
-                    made_for.is_some_and(|seq| new().take_while(|e| e.seq <= seq).any(|e| e.id == event.id));
+                let repeats_made = made_for
+                    .and_then(|seq| new().take_while(|e| e.seq <= seq).find(|e| e.seq == seq))
+                    .is_some_and(|made| made.id == event.id);
                 custom.insert(&event.id, event.seq).is_some() || repeats_made
             };
             if twice {

@@ -187,6 +187,11 @@ impl EventLog {
         (r.byte() & ID_IN_SEQUENCE != 0 && r.varint() == u64::from(prefix)).then_some(seq)
     }
 
+    /// Whether some custom event ID has a dot, and so could look like one made in sequence.
+    pub(crate) fn has_dotted_custom_ids(&self) -> bool {
+        self.custom_dotted
+    }
+
     fn reader(&self, pos: usize) -> Reader<'_> {
         let (chunk, offset) = split(self.starts[pos]);
         Reader { bytes: &self.chunks[chunk][offset..] }

@@ -498,6 +498,10 @@ pub async fn ids_made_in_sequence_are_unique_too(store: &DynStore) {
     assert_eq!(ids, ["evt_run1.1", "evt_run1.2", "evt_run2.3", "evt_run2.4"]);
     let reused = store.append_events(&id, &[made(5, "evt_run1", 2)]).await;
     assert!(matches!(reused, Err(StoreError::Conflict(_))), "an earlier run's ID reused: {reused:?}");
+    // A custom ID shaped like a later event's own: that event may not use it any more.
+    store.append_events(&id, &[made(5, "evt_run3", 6)]).await.unwrap();
+    let taken = store.append_events(&id, &[made(6, "evt_run3", 6)]).await;
+    assert!(matches!(taken, Err(StoreError::Conflict(_))), "seq 6's own ID, taken by seq 5: {taken:?}");
     remove_session(store, &id).await;
 }
 
