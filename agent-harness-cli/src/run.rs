@@ -1,0 +1,221 @@
+//! `agent-harness run`: one session, one turn per prompt, every event printed as it comes.
+//!
+//! Order of work: every input is checked (config, flags, provider options, session options)
+//! before the store is opened, and the store is opened before anything is spawned, so bad input
+//! writes nothing and spawns nothing. The harness is shut down on every path after it was
+//! built, so no provider process outlives the command.
+
+use std::time::Duration;
+
+use agent_harness::execs::local::LocalExec;
+use agent_harness::{Harness, Replay, SessionOptions, SessionRef, Subscription, Turn, TurnOptions, TurnStatus};
+use futures::StreamExt;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::time::Instant;
+
+use crate::args::RunArgs;
+use crate::config;
+use crate::exit::{Exit, Failure};
+use crate::policy;
+use crate::render::Renderer;
+use crate::store::StoreSpec;
+
+/// How long a cancelled turn (Ctrl-C, `--timeout`) gets to reach its terminal event before the
+/// session is stopped by force.
+const CANCEL_GRACE: Duration = Duration::from_secs(10);
+
+/// How long the last events may take to arrive once the session was stopped.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// Runs `agent-harness run`.
+pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
+    let config = config::session_config(&args)?;
+    let store = StoreSpec::parse(&args.store)?;
+    let timeout = args.timeout.map(timeout).transpose()?;
+    let provider_id = config.provider.clone();
+    let provider = config::provider(provider_id.as_str())?;
+    let options = config
+        .apply_to(provider.as_ref(), SessionOptions::default())
+        .map_err(|error| Failure::harness("invalid session", &error))?;
+    options.validate().map_err(|error| Failure::harness("invalid session", &error))?;
+    provider.validate(&options).map_err(|error| Failure::harness("invalid session", &error))?;
+    let mut signals = Signals::new()?;
+    let store = store.open()?;
+    let harness = Harness::builder()
+        .provider(provider)
+        .exec(LocalExec::new())
+        .store(store)
+        .request_handler(policy::handler(args.approvals, args.answers.clone()))
+        .build()
+        .map_err(|error| Failure::harness("cannot build the harness", &error))?;
+    let deadline = timeout.map(|timeout| Instant::now() + timeout);
+    let mut run = Run { harness: harness.clone(), renderer: Renderer::new(args.json), signals: &mut signals, deadline };
+    let outcome = run.session(provider_id, options, &args.prompts).await;
+    harness.shutdown().await;
+    outcome
+}
+
+fn timeout(secs: f64) -> Result<Duration, Failure> {
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| Failure::usage(format!("--timeout {secs}: expected a positive number of seconds")))
+}
+
+/// SIGINT and SIGTERM, merged.
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Signals, Failure> {
+        let listen = |kind| signal(kind).map_err(|e| Failure::failed(format!("cannot listen for signals: {e}")));
+        Ok(Signals { interrupt: listen(SignalKind::interrupt())?, terminate: listen(SignalKind::terminate())? })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+    }
+}
+
+/// Resolves at `deadline`, never without one.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One run's harness, output and interruptions.
+struct Run<'a> {
+    harness: Harness,
+    renderer: Renderer,
+    signals: &'a mut Signals,
+    deadline: Option<Instant>,
+}
+
+/// Why a turn loop stopped.
+enum Ended {
+    /// The turn reached its terminal event with this status.
+    Turn(TurnStatus),
+    /// Interrupted (signals); the session must stop.
+    Interrupted { forced: bool },
+    /// `--timeout` ran out; the session must stop.
+    TimedOut { forced: bool },
+    /// Events stopped coming: the session went down or stdout closed.
+    Lost(Failure),
+}
+
+impl Run<'_> {
+    async fn session(
+        &mut self,
+        provider: agent_harness::ProviderId,
+        options: SessionOptions,
+        prompts: &[String],
+    ) -> Result<Exit, Failure> {
+        let session = tokio::select! {
+            started = self.harness.start_session(provider, options) => {
+                started.map_err(|error| Failure::harness("the session did not start", &error))?
+            }
+            () = self.signals.recv() => return Ok(Exit::Cancelled),
+            () = until(self.deadline) => return Ok(Exit::TimedOut),
+        };
+        let mut events = match self.harness.subscribe(&session, Replay::Start).await {
+            Ok(events) => events,
+            Err(error) => {
+                let _ = self.harness.stop_session(&session, true).await;
+                return Err(Failure::harness("cannot follow the session", &error));
+            }
+        };
+        let mut exit = Ok(Exit::Completed);
+        let mut force = false;
+        for prompt in prompts {
+            let turn = match self.harness.start_turn(&session, prompt.as_str(), TurnOptions::new()).await {
+                Ok(turn) => turn,
+                Err(error) => {
+                    exit = Err(Failure::harness("the turn did not start", &error));
+                    break;
+                }
+            };
+            match self.turn(&session, &turn, &mut events).await {
+                Ended::Turn(TurnStatus::Completed) => continue,
+                Ended::Turn(status) => exit = Ok(Exit::of_turn(status)),
+                Ended::Interrupted { forced } => (exit, force) = (Ok(Exit::Cancelled), forced),
+                Ended::TimedOut { forced } => (exit, force) = (Ok(Exit::TimedOut), forced),
+                Ended::Lost(failure) => (exit, force) = (Err(failure), true),
+            }
+            break;
+        }
+        self.stop(&session, events, force).await;
+        exit
+    }
+
+    /// Follows `turn` to its terminal event, printing every event of the session on the way.
+    async fn turn(&mut self, session: &SessionRef, turn: &Turn, events: &mut Subscription) -> Ended {
+        // Set once the turn was cancelled: (why, when to give up waiting for its end).
+        let mut cancelled: Option<(Ended, Instant)> = None;
+        loop {
+            let grace = cancelled.as_ref().map(|(_, at)| *at);
+            tokio::select! {
+                next = events.next() => match next {
+                    Some(Ok(event)) => {
+                        if let Err(error) = self.renderer.event(&event) {
+                            let _ = self.harness.cancel(turn).await;
+                            return Ended::Lost(Failure::failed(format!("cannot write events: {error}")));
+                        }
+                        if event.turn_id.as_ref() == Some(&turn.id) && let Some(end) = event.kind.terminal_end() {
+                            return match cancelled {
+                                Some((why, _)) => why,
+                                None => Ended::Turn(end.status),
+                            };
+                        }
+                    }
+                    Some(Err(error)) => return Ended::Lost(Failure::failed(format!("lost the session's events: {error}"))),
+                    None => return Ended::Lost(Failure::failed(format!("session {} ended during the turn", session.id))),
+                },
+                () = self.signals.recv() => match cancelled {
+                    None => {
+                        let _ = self.harness.cancel_with_reason(turn, Some("interrupted (SIGINT)".into())).await;
+                        cancelled = Some((Ended::Interrupted { forced: false }, Instant::now() + CANCEL_GRACE));
+                    }
+                    // A second signal: stop now.
+                    Some(_) => return Ended::Interrupted { forced: true },
+                },
+                () = until(self.deadline), if cancelled.is_none() => {
+                    let _ = self.harness.cancel_with_reason(turn, Some("--timeout ran out".into())).await;
+                    cancelled = Some((Ended::TimedOut { forced: false }, Instant::now() + CANCEL_GRACE));
+                }
+                () = until(grace) => {
+                    return match cancelled {
+                        Some((Ended::Interrupted { .. }, _)) => Ended::Interrupted { forced: true },
+                        _ => Ended::TimedOut { forced: true },
+                    };
+                }
+            }
+        }
+    }
+
+    /// Stops the session and prints the events it publishes on the way out.
+    async fn stop(&mut self, session: &SessionRef, mut events: Subscription, force: bool) {
+        let harness = self.harness.clone();
+        let stop = async {
+            // An active turn (one that never ended) is interrupted by force.
+            if harness.stop_session(session, force).await.is_err() {
+                let _ = harness.stop_session(session, true).await;
+            }
+        };
+        let renderer = &mut self.renderer;
+        let drain = async {
+            while let Some(Ok(event)) = events.next().await {
+                if renderer.event(&event).is_err() {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN, async { tokio::join!(stop, drain) }).await;
+    }
+}
