@@ -8,7 +8,10 @@
 use std::time::Duration;
 
 use agent_harness::execs::local::LocalExec;
-use agent_harness::{Harness, Replay, SessionOptions, SessionRef, Subscription, Turn, TurnOptions, TurnStatus};
+use agent_harness::{
+    Conversation, ConversationSource, Harness, Replay, SessionOptions, SessionRef, Subscription, Turn, TurnOptions,
+    TurnStatus,
+};
 use futures::StreamExt;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::Instant;
@@ -41,6 +44,11 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
     provider.validate(&options).map_err(|error| Failure::harness("invalid session", &error))?;
     let mut signals = Signals::new()?;
     let store = store.open()?;
+    // A resumed session's history goes on from its last stored event: print only what is new.
+    let after = match &options.conversation {
+        Conversation::Resume(ConversationSource::Session(id)) => store.latest_seq(id).await.ok().flatten().unwrap_or(0),
+        _ => 0,
+    };
     let harness = Harness::builder()
         .provider(provider)
         .exec(LocalExec::new())
@@ -49,7 +57,8 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
         .build()
         .map_err(|error| Failure::harness("cannot build the harness", &error))?;
     let deadline = timeout.map(|timeout| Instant::now() + timeout);
-    let mut run = Run { harness: harness.clone(), renderer: Renderer::new(args.json), signals: &mut signals, deadline };
+    let mut run =
+        Run { harness: harness.clone(), renderer: Renderer::new(args.json), signals: &mut signals, deadline, after };
     let outcome = run.session(provider_id, options, &args.prompts).await;
     harness.shutdown().await;
     outcome
@@ -96,6 +105,8 @@ struct Run<'a> {
     renderer: Renderer,
     signals: &'a mut Signals,
     deadline: Option<Instant>,
+    /// The seq after which the session's events are new to this run.
+    after: u64,
 }
 
 /// Why a turn loop stopped.
@@ -124,7 +135,7 @@ impl Run<'_> {
             () = self.signals.recv() => return Ok(Exit::Cancelled),
             () = until(self.deadline) => return Ok(Exit::TimedOut),
         };
-        let mut events = match self.harness.subscribe(&session, Replay::Start).await {
+        let mut events = match self.harness.subscribe(&session, Replay::After(self.after)).await {
             Ok(events) => events,
             Err(error) => {
                 let _ = self.harness.stop_session(&session, true).await;

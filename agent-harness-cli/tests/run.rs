@@ -228,6 +228,38 @@ async fn approvals_deny_keeps_the_command_from_running() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answer_answers_the_agents_question() {
+    let scenario = Scenario::new().ask_user("Pick a color", ["red", "blue"]).quote_tool_result("Tool said: ");
+    let world = World::start(Provider::Codex, scenario).await;
+    let output = world.run(&["--answer", "blue"], &["ask me"]).await;
+    let events = output.events();
+    let resolved: Vec<&Value> = events.iter().filter(|e| e["type"] == "request_resolved").collect();
+    assert_eq!(resolved.len(), 1, "{output:?}");
+    assert_eq!(resolved[0]["data"]["response"]["action"], "answer", "{output:?}");
+    let end = events.iter().find(|e| e["type"] == "turn_completed").expect("the turn completed");
+    assert!(end["data"]["result"]["text"].as_str().is_some_and(|t| t.contains("blue")), "{end}");
+    assert_eq!(output.code(), Some(0));
+    world.assert_no_process_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_continues_a_stored_session_under_its_id() {
+    let world = World::start(Provider::Codex, Scenario::new().text("first answer").text("second answer")).await;
+    let store = format!("sqlite:{}", world.env.dir().join("events.db").display());
+    let first = world.run(&["--store", &store, "--session-id", "resumed-1"], &["first"]).await;
+    assert_eq!(first.code(), Some(0), "{first:?}");
+    let last = first.events().last().expect("events")["seq"].as_u64().expect("seq");
+    let second = world.run(&["--store", &store, "--resume", "resumed-1"], &["second"]).await;
+    assert_eq!(second.code(), Some(0), "{second:?}");
+    let events = second.events();
+    assert!(events[0]["seq"].as_u64() > Some(last), "seq goes on after {last}: {second:?}");
+    assert!(events.iter().all(|e| e["session_id"] == "resumed-1"));
+    let stored = world.output(&["events", "--store", &store, "resumed-1", "--json"]).await;
+    assert_eq!(stored.stdout, format!("{}{}", first.stdout, second.stdout), "one history across both runs");
+    world.assert_no_process_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn human_mode_streams_the_text_and_shows_the_approved_tool_call() {
     let scenario = Scenario::new().shell("touch approved.txt && echo approved-ran").quote_tool_result("Tool said: ");
     let world = World::start(Provider::Codex, scenario).await;
