@@ -6,6 +6,7 @@ mod config;
 mod exit;
 mod history;
 mod policy;
+mod prompt;
 mod render;
 mod run;
 mod store;

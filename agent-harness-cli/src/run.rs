@@ -5,21 +5,25 @@
 //! writes nothing and spawns nothing. The harness is shut down on every path after it was
 //! built, so no provider process outlives the command.
 
+use std::collections::VecDeque;
+use std::io::{self, IsTerminal};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_harness::execs::local::LocalExec;
 use agent_harness::{
-    Conversation, ConversationSource, Harness, Replay, SessionOptions, SessionRef, Subscription, Turn, TurnOptions,
-    TurnStatus,
+    Conversation, ConversationSource, EventKind, Harness, Replay, Request, RequestStatus, SessionOptions, SessionRef,
+    Subscription, Turn, TurnOptions, TurnStatus,
 };
 use futures::StreamExt;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::Instant;
 
-use crate::args::RunArgs;
+use crate::args::{Approvals, RunArgs};
 use crate::config;
 use crate::exit::{Exit, Failure};
-use crate::policy;
+use crate::policy::{Decision, Policy};
+use crate::prompt::Prompt;
 use crate::render::Renderer;
 use crate::store::StoreSpec;
 
@@ -43,22 +47,30 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
     options.validate().map_err(|error| Failure::harness("invalid session", &error))?;
     provider.validate(&options).map_err(|error| Failure::harness("invalid session", &error))?;
     let mut signals = Signals::new()?;
+    // Ask at the terminal only when a person is there to answer and reads plain text.
+    let interactive =
+        !args.json && args.approvals == Approvals::Ask && io::stdin().is_terminal() && io::stdout().is_terminal();
     let store = store.open()?;
     // A resumed session's history goes on from its last stored event: print only what is new.
     let after = match &options.conversation {
         Conversation::Resume(ConversationSource::Session(id)) => store.latest_seq(id).await.ok().flatten().unwrap_or(0),
         _ => 0,
     };
-    let harness = Harness::builder()
-        .provider(provider)
-        .exec(LocalExec::new())
-        .store(store)
-        .request_handler(policy::handler(args.approvals, args.answers.clone()))
-        .build()
-        .map_err(|error| Failure::harness("cannot build the harness", &error))?;
+    let policy = Policy::new(args.approvals, args.answers.clone());
+    let mut builder = Harness::builder().provider(provider).exec(LocalExec::new()).store(store);
+    if !interactive {
+        builder = builder.request_handler(Arc::clone(&policy).handler());
+    }
+    let harness = builder.build().map_err(|error| Failure::harness("cannot build the harness", &error))?;
     let deadline = timeout.map(|timeout| Instant::now() + timeout);
-    let mut run =
-        Run { harness: harness.clone(), renderer: Renderer::new(args.json), signals: &mut signals, deadline, after };
+    let mut run = Run {
+        harness: harness.clone(),
+        renderer: Renderer::new(args.json),
+        signals: &mut signals,
+        deadline,
+        after,
+        interactive: interactive.then_some(policy),
+    };
     let outcome = run.session(provider_id, options, &args.prompts).await;
     harness.shutdown().await;
     outcome
@@ -107,6 +119,9 @@ struct Run<'a> {
     deadline: Option<Instant>,
     /// The seq after which the session's events are new to this run.
     after: u64,
+    /// Requests are answered here, those the flags leave open asked at the terminal (else the
+    /// harness's request handler answers them).
+    interactive: Option<Arc<Policy>>,
 }
 
 /// Why a turn loop stopped.
@@ -169,14 +184,36 @@ impl Run<'_> {
     async fn turn(&mut self, session: &SessionRef, turn: &Turn, events: &mut Subscription) -> Ended {
         // Set once the turn was cancelled: (why, when to give up waiting for its end).
         let mut cancelled: Option<(Ended, Instant)> = None;
+        // The request being asked about at the terminal, one at a time.
+        let mut prompts: VecDeque<Request> = VecDeque::new();
+        let mut asking: Option<Prompt> = None;
         loop {
             let grace = cancelled.as_ref().map(|(_, at)| *at);
+            if asking.is_none() && cancelled.is_none() {
+                asking = prompts.pop_front().map(Prompt::ask);
+            }
             tokio::select! {
+                typed = async { (&mut asking.as_mut().expect("asking").lines).await }, if asking.is_some() => {
+                    let prompt = asking.take().expect("asking");
+                    let response = prompt.response(typed.unwrap_or_default());
+                    // A request that expired or was answered meanwhile keeps its answer.
+                    let _ = self.harness.respond(&prompt.request, response).await;
+                }
                 next = events.next() => match next {
                     Some(Ok(event)) => {
                         if let Err(error) = self.renderer.event(&event) {
                             let _ = self.harness.cancel(turn).await;
                             return Ended::Lost(Failure::failed(format!("cannot write events: {error}")));
+                        }
+                        if let (Some(policy), EventKind::RequestCreated(request)) = (&self.interactive, &event.kind)
+                            && request.status == RequestStatus::Pending
+                        {
+                            match policy.decide(request) {
+                                Decision::Answer(response) => {
+                                    let _ = self.harness.respond(request, response).await;
+                                }
+                                Decision::Ask(_) => prompts.push_back((**request).clone()),
+                            }
                         }
                         if event.turn_id.as_ref() == Some(&turn.id) && let Some(end) = event.kind.terminal_end() {
                             return match cancelled {

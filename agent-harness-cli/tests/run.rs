@@ -260,19 +260,54 @@ async fn resume_continues_a_stored_session_under_its_id() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn human_mode_streams_the_text_and_shows_the_approved_tool_call() {
+async fn on_a_terminal_text_streams_and_typing_y_approves_the_tool_call() {
     let scenario = Scenario::new().shell("touch approved.txt && echo approved-ran").quote_tool_result("Tool said: ");
     let world = World::start(Provider::Codex, scenario).await;
-    let extra = ["--approval-policy", "untrusted", "--sandbox", "workspace-write", "--approvals", "approve"];
-    let mut args = world.run_args(&extra, &["run it"]);
+    let mut args = world.run_args(&["--approval-policy", "untrusted", "--sandbox", "workspace-write"], &["run it"]);
     args.retain(|arg| arg != "--json");
-    let output = world.output(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
-    assert_eq!(output.code(), Some(0), "{output:?}");
-    assert!(world.env.workspace().join("approved.txt").exists(), "the approved command ran");
-    for shown in ["? command_approval", "approved", "▸ ", "Tool said: ", "approved-ran", "── turn completed"] {
-        assert!(output.stdout.contains(shown), "{shown:?} not shown:\n{}", output.stdout);
+    let (master, slave) = pty();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"));
+    command.env_clear().envs(world.env.vars()).current_dir(world.env.workspace()).args(&args);
+    command.stdin(slave.try_clone().expect("pty")).stdout(slave.try_clone().expect("pty")).stderr(slave);
+    let mut child = command.spawn().expect("spawn");
+    drop(command); // closes this process's copies of the terminal's slave side
+    let mut reader = std::fs::File::from(master.try_clone().expect("pty"));
+    let mut writer = std::fs::File::from(master);
+    let screen = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let (mut screen, mut buf, mut typed) = (String::new(), [0u8; 4096], false);
+        // The read fails (EIO) once the command exited and the slave side closed.
+        while let Ok(n @ 1..) = reader.read(&mut buf) {
+            screen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            if !typed && screen.contains("allow? [y/N]") {
+                writer.write_all(b"y\n").expect("typed");
+                typed = true;
+            }
+        }
+        screen
+    });
+    let screen = tokio::time::timeout(LIMIT, screen).await.expect("the command ends").expect("screen");
+    let status = child.wait().expect("status");
+    assert_eq!(status.code(), Some(0), "{screen}");
+    assert!(world.env.workspace().join("approved.txt").exists(), "the approved command ran:\n{screen}");
+    for shown in
+        ["? command_approval", "allow? [y/N]", "approved", "▸ ", "Tool said: ", "approved-ran", "── turn completed"]
+    {
+        assert!(screen.contains(shown), "{shown:?} not shown:\n{screen}");
     }
     world.assert_no_process_left().await;
+}
+
+/// A pseudo-terminal: (master, slave).
+fn pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd;
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: openpty writes two new descriptors, owned below; the other arguments may be null.
+    let done =
+        unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) };
+    assert_eq!(done, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened and are owned by nothing else.
+    unsafe { (std::os::fd::OwnedFd::from_raw_fd(master), std::os::fd::OwnedFd::from_raw_fd(slave)) }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
