@@ -129,6 +129,9 @@ pub(crate) struct EventsArgs {
     /// Only events with a greater seq.
     #[arg(long, value_name = "N")]
     pub(crate) after: Option<u64>,
+    /// Keep printing new events until the session ends (or Ctrl-C).
+    #[arg(long)]
+    pub(crate) follow: bool,
     /// One JSON event per line.
     #[arg(long)]
     pub(crate) json: bool,
@@ -143,4 +146,7 @@ pub(crate) struct PurgeArgs {
     /// The session.
     #[arg(value_name = "SESSION")]
     pub(crate) session: String,
+    /// Purge a session the store still shows running (its host was killed).
+    #[arg(long)]
+    pub(crate) force: bool,
 }

@@ -46,33 +46,58 @@ pub(crate) async fn sessions(args: SessionsArgs) -> Result<Exit, Failure> {
     Ok(Exit::Completed)
 }
 
-/// `agent-harness events`: a stored session's events in seq order.
+/// `agent-harness events`: a stored session's events in seq order; with `--follow`, new ones as
+/// another process stores them, until the session ends.
 pub(crate) async fn events(args: EventsArgs) -> Result<Exit, Failure> {
     let id = session_id("SESSION", &args.session)?;
     let (store, _harness) = open(&args.store)?;
-    if store.fetch_session(&id).await.map_err(|e| Failure::failed(format!("cannot read the store: {e}")))?.is_none() {
-        return Err(Failure::failed(format!("no session `{id}` in the store")));
-    }
-    let query = args.after.map_or_else(EventQuery::all, EventQuery::after);
-    let events =
-        store.read_events(&id, &query).await.map_err(|e| Failure::failed(format!("cannot read events: {e}")))?;
     let mut renderer = Renderer::new(args.json);
-    for event in events {
-        renderer.event(&event).map_err(|e| Failure::failed(format!("cannot write events: {e}")))?;
+    let mut after = args.after;
+    let mut live = snapshot(&store, &id).await?.status.is_live();
+    loop {
+        let query = after.map_or_else(EventQuery::all, EventQuery::after);
+        let events =
+            store.read_events(&id, &query).await.map_err(|e| Failure::failed(format!("cannot read events: {e}")))?;
+        for event in &events {
+            renderer.event(event).map_err(|e| Failure::failed(format!("cannot write events: {e}")))?;
+            after = Some(event.seq);
+        }
+        // A session seen ended was read to its end above: its last events precede its last snapshot.
+        if !args.follow || !live {
+            return Ok(Exit::Completed);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(FOLLOW_POLL) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(Exit::Completed),
+        }
+        live = snapshot(&store, &id).await?.status.is_live();
     }
-    Ok(Exit::Completed)
+}
+
+/// How often `events --follow` looks for new events.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The stored snapshot of `id`, or a failure saying there is none.
+async fn snapshot(store: &DynStore, id: &agent_harness::SessionId) -> Result<agent_harness::SessionSnapshot, Failure> {
+    store
+        .fetch_session(id)
+        .await
+        .map_err(|e| Failure::failed(format!("cannot read the store: {e}")))?
+        .ok_or_else(|| Failure::failed(format!("no session `{id}` in the store")))
 }
 
 /// `agent-harness purge`: deletes a stopped session's history.
 pub(crate) async fn purge(args: PurgeArgs) -> Result<Exit, Failure> {
     let id = session_id("SESSION", &args.session)?;
     let (store, harness) = open(&args.store)?;
-    let snapshot = store
-        .fetch_session(&id)
-        .await
-        .map_err(|e| Failure::failed(format!("cannot read the store: {e}")))?
-        .ok_or_else(|| Failure::failed(format!("no session `{id}` in the store")))?;
-    let session = SessionRef { provider: snapshot.provider, id };
+    let stored = snapshot(&store, &id).await?;
+    // Another process may be running it: the store cannot tell that from a killed host.
+    if stored.status.is_live() && !args.force {
+        return Err(Failure::failed(format!(
+            "session `{id}` is running in another process, or its host was killed: pass --force to purge it anyway"
+        )));
+    }
+    let session = SessionRef { provider: stored.provider, id };
     harness.purge_session_in(&store, &session).await.map_err(|error| Failure::harness("cannot purge", &error))?;
     Ok(Exit::Completed)
 }

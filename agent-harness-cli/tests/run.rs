@@ -203,6 +203,32 @@ async fn run_json_with_codex_prints_each_event_and_its_sqlite_store_returns_the_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_follow_prints_a_running_session_to_its_end() {
+    let scenario = Scenario::new().deltas(["one ", "two ", "three ", "four ", "five"], 300);
+    let world = World::start(Provider::Codex, scenario).await;
+    let store = format!("sqlite:{}", world.env.dir().join("events.db").display());
+    let args = world.run_args(&["--store", &store, "--session-id", "followed"], &["count"]);
+    let mut run = world.command(&args.iter().map(String::as_str).collect::<Vec<_>>()).spawn().expect("spawn");
+    let mut lines = BufReader::new(run.stdout.take().expect("stdout")).lines();
+    // The first event is stored before it is printed: the session is in the store now.
+    let mut printed = lines.next_line().await.expect("read").expect("a first event") + "\n";
+    let follow = world.command(&["events", "--store", &store, "followed", "--follow", "--json"]).output();
+    let rest = async {
+        while let Some(line) = lines.next_line().await.expect("read") {
+            printed += &line;
+            printed += "\n";
+        }
+        run.wait().await.expect("status")
+    };
+    let (followed, status) = tokio::time::timeout(LIMIT, async { tokio::join!(follow, rest) }).await.expect("both end");
+    let followed = followed.expect("events runs");
+    assert_eq!(status.code(), Some(0), "{printed}");
+    assert_eq!(followed.status.code(), Some(0));
+    assert_eq!(String::from_utf8(followed.stdout).expect("utf-8"), printed, "--follow saw every event, in order");
+    assert!(printed.contains("\"message_delta\"") && printed.contains("\"session_closed\""), "{printed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_json_with_claude_completes_two_turns() {
     two_text_turns(Provider::Claude).await;
 }
