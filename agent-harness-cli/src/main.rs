@@ -26,6 +26,11 @@ fn main() -> ExitCode {
             let _ = error.print();
             return ExitCode::SUCCESS;
         }
+        Err(error) if error.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // No command at all: the help is the answer, and still a usage error.
+            let _ = error.print();
+            return Exit::Usage.into();
+        }
         Err(error) => {
             eprintln!("agent-harness: {}", usage_line(&error.render().to_string()));
             return Exit::Usage.into();
