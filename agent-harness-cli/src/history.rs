@@ -51,7 +51,7 @@ pub(crate) async fn sessions(args: SessionsArgs) -> Result<Exit, Failure> {
 pub(crate) async fn events(args: EventsArgs) -> Result<Exit, Failure> {
     let id = session_id("SESSION", &args.session)?;
     let (store, _harness) = open(&args.store)?;
-    let mut renderer = Renderer::new(args.json);
+    let mut renderer = Renderer::new(args.json, false);
     let mut after = args.after;
     let mut live = snapshot(&store, &id).await?.status.is_live();
     loop {

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::io::{self, Write};
+use std::time::Duration;
 
 use agent_harness::event::ToolStatus;
 use agent_harness::{Event, EventKind, Response};
@@ -18,9 +19,10 @@ pub(crate) enum Renderer {
 }
 
 impl Renderer {
-    /// A renderer for `--json` (`json`) or for a person.
-    pub(crate) fn new(json: bool) -> Renderer {
-        if json { Renderer::Json } else { Renderer::Human(Human::default()) }
+    /// A renderer for `--json` (`json`) or for a person; `spinner` shows the time a turn takes
+    /// (for a terminal).
+    pub(crate) fn new(json: bool, spinner: bool) -> Renderer {
+        if json { Renderer::Json } else { Renderer::Human(Human { spinner, ..Human::default() }) }
     }
 
     /// Writes one event. An error means stdout is gone (a closed pipe).
@@ -31,11 +33,40 @@ impl Renderer {
                 serde_json::to_writer(&mut out, event)?;
                 out.write_all(b"\n")?;
             }
-            Renderer::Human(human) => human.event(&mut out, event)?,
+            Renderer::Human(human) => {
+                human.clear_spinner(&mut out)?;
+                human.event(&mut out, event)?;
+            }
         }
         out.flush()
     }
+
+    /// Human mode on a terminal: shows that the agent works and for how long, on a line of its
+    /// own that the next output replaces. Elsewhere it does nothing.
+    pub(crate) fn tick(&mut self, elapsed: Duration) -> io::Result<()> {
+        let Renderer::Human(human) = self else { return Ok(()) };
+        if !human.spinner || !human.line_start {
+            return Ok(());
+        }
+        let frame = SPINNER[human.frame % SPINNER.len()];
+        human.frame += 1;
+        human.spinning = true;
+        let mut out = io::stdout().lock();
+        write!(out, "\r\x1b[2K{frame} working {:.0}s", elapsed.as_secs_f64())?;
+        out.flush()
+    }
+
+    /// Removes the spinner line, before something else writes to the terminal.
+    pub(crate) fn clear(&mut self) -> io::Result<()> {
+        let Renderer::Human(human) = self else { return Ok(()) };
+        let mut out = io::stdout().lock();
+        human.clear_spinner(&mut out)?;
+        out.flush()
+    }
 }
+
+/// The spinner's frames.
+const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
 /// The state of the human view: which messages were already streamed as deltas, and whether
 /// the cursor is at the start of a line.
@@ -43,15 +74,27 @@ impl Renderer {
 pub(crate) struct Human {
     streamed: HashSet<Option<String>>,
     line_start: bool,
+    /// Whether to show the spinner, whether it is shown, and its next frame.
+    spinner: bool,
+    spinning: bool,
+    frame: usize,
 }
 
 impl Default for Human {
     fn default() -> Self {
-        Human { streamed: HashSet::new(), line_start: true }
+        Human { streamed: HashSet::new(), line_start: true, spinner: false, spinning: false, frame: 0 }
     }
 }
 
 impl Human {
+    fn clear_spinner(&mut self, out: &mut impl Write) -> io::Result<()> {
+        if self.spinning {
+            self.spinning = false;
+            out.write_all(b"\r\x1b[2K")?;
+        }
+        Ok(())
+    }
+
     fn event(&mut self, out: &mut impl Write, event: &Event) -> io::Result<()> {
         match &event.kind {
             EventKind::MessageDelta { item_id, text } => {

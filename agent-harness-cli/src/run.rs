@@ -31,6 +31,9 @@ use crate::store::StoreSpec;
 /// session is stopped by force.
 const CANCEL_GRACE: Duration = Duration::from_secs(10);
 
+/// How often the human view's spinner moves.
+const SPINNER_TICK: Duration = Duration::from_millis(100);
+
 /// How long the last events may take to arrive once the session was stopped.
 const DRAIN: Duration = Duration::from_secs(10);
 
@@ -65,7 +68,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
     let deadline = timeout.map(|timeout| Instant::now() + timeout);
     let mut run = Run {
         harness: harness.clone(),
-        renderer: Renderer::new(args.json),
+        renderer: Renderer::new(args.json, io::stdout().is_terminal()),
         signals: &mut signals,
         deadline,
         after,
@@ -187,12 +190,18 @@ impl Run<'_> {
         // The request being asked about at the terminal, one at a time.
         let mut prompts: VecDeque<Request> = VecDeque::new();
         let mut asking: Option<Prompt> = None;
+        let started = Instant::now();
+        let mut ticks = tokio::time::interval(SPINNER_TICK);
         loop {
             let grace = cancelled.as_ref().map(|(_, at)| *at);
-            if asking.is_none() && cancelled.is_none() {
+            if asking.is_none() && cancelled.is_none() && !prompts.is_empty() {
+                let _ = self.renderer.clear();
                 asking = prompts.pop_front().map(Prompt::ask);
             }
             tokio::select! {
+                _ = ticks.tick(), if asking.is_none() => {
+                    let _ = self.renderer.tick(started.elapsed());
+                }
                 typed = async { (&mut asking.as_mut().expect("asking").lines).await }, if asking.is_some() => {
                     let prompt = asking.take().expect("asking");
                     let response = prompt.response(typed.unwrap_or_default());
@@ -249,6 +258,7 @@ impl Run<'_> {
 
     /// Stops the session and prints the events it publishes on the way out.
     async fn stop(&mut self, session: &SessionRef, mut events: Subscription, force: bool) {
+        let _ = self.renderer.clear();
         let harness = self.harness.clone();
         let stop = async {
             // An active turn (one that never ended) is interrupted by force.

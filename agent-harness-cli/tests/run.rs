@@ -316,9 +316,8 @@ async fn on_a_terminal_text_streams_and_typing_y_approves_the_tool_call() {
     let status = child.wait().expect("status");
     assert_eq!(status.code(), Some(0), "{screen}");
     assert!(world.env.workspace().join("approved.txt").exists(), "the approved command ran:\n{screen}");
-    for shown in
-        ["? command_approval", "allow? [y/N]", "approved", "▸ ", "Tool said: ", "approved-ran", "── turn completed"]
-    {
+    let shown = ["⠋ working 0s", "? command_approval", "allow? [y/N]", "approved", "▸ ", "Tool said: ", "approved-ran"];
+    for shown in shown.into_iter().chain(["── turn completed"]) {
         assert!(screen.contains(shown), "{shown:?} not shown:\n{screen}");
     }
     world.assert_no_process_left().await;
