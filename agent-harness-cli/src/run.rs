@@ -25,7 +25,7 @@ use crate::exit::{Exit, Failure};
 use crate::policy::{Decision, Policy};
 use crate::prompt::Prompt;
 use crate::render::Renderer;
-use crate::store::StoreSpec;
+use crate::store::{StoreSpec, remove_sqlite};
 
 /// How long a cancelled turn (Ctrl-C, `--timeout`) gets to reach its terminal event before the
 /// session is stopped by force.
@@ -53,6 +53,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
     // Ask at the terminal only when a person is there to answer and reads plain text.
     let interactive =
         !args.json && args.approvals == Approvals::Ask && io::stdin().is_terminal() && io::stdout().is_terminal();
+    let new_file = store.new_file();
     let store = store.open()?;
     // A resumed session's history goes on from its last stored event: print only what is new.
     let after = match &options.conversation {
@@ -73,9 +74,17 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
         deadline,
         after,
         interactive: interactive.then_some(policy),
+        started: false,
     };
     let outcome = run.session(provider_id, options, &args.prompts).await;
+    let started = run.started;
+    drop(run);
     harness.shutdown().await;
+    drop(harness);
+    // The store is closed now; a file made for a session that never started goes again.
+    if let (false, Some(path)) = (started, new_file) {
+        remove_sqlite(&path);
+    }
     outcome
 }
 
@@ -125,6 +134,8 @@ struct Run<'a> {
     /// Requests are answered here, those the flags leave open asked at the terminal (else the
     /// harness's request handler answers them).
     interactive: Option<Arc<Policy>>,
+    /// Whether the session started.
+    started: bool,
 }
 
 /// Why a turn loop stopped.
@@ -153,6 +164,7 @@ impl Run<'_> {
             () = self.signals.recv() => return Ok(Exit::Cancelled),
             () = until(self.deadline) => return Ok(Exit::TimedOut),
         };
+        self.started = true;
         let mut events = match self.harness.subscribe(&session, Replay::After(self.after)).await {
             Ok(events) => events,
             Err(error) => {

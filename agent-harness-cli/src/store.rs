@@ -43,6 +43,15 @@ impl StoreSpec {
         }
     }
 
+    /// The SQLite file opening will create, if it does not exist yet: a run whose session never
+    /// starts removes it again, so bad input leaves nothing behind.
+    pub(crate) fn new_file(&self) -> Option<PathBuf> {
+        match self {
+            StoreSpec::Sqlite(path) if !path.exists() => Some(path.clone()),
+            _ => None,
+        }
+    }
+
     /// Opens the store (creating a SQLite file that does not exist yet).
     pub(crate) fn open(&self) -> Result<DynStore, Failure> {
         match self {
@@ -57,6 +66,16 @@ pub(crate) fn open_sqlite(path: &std::path::Path) -> Result<DynStore, Failure> {
     match SqliteStore::open(path) {
         Ok(store) => Ok(Arc::new(store)),
         Err(error) => Err(Failure::usage(one_line(&format!("--store: cannot open {}: {error}", path.display())))),
+    }
+}
+
+/// Removes the SQLite file at `path` and its WAL companions (the store must be closed).
+pub(crate) fn remove_sqlite(path: &std::path::Path) {
+    let _ = std::fs::remove_file(path);
+    for suffix in ["-wal", "-shm", "-journal"] {
+        let mut companion = path.as_os_str().to_owned();
+        companion.push(suffix);
+        let _ = std::fs::remove_file(companion);
     }
 }
 

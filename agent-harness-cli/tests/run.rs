@@ -420,6 +420,8 @@ async fn bad_input_is_one_line_exit_64_or_69_and_writes_nothing() {
                 "inherit",
                 "--cli-path",
                 &missing.display().to_string(),
+                "--store",
+                &store,
                 "hi",
             ]),
             69,
