@@ -349,7 +349,17 @@ async fn timeout_cancels_the_turn_and_exits_3() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigint_mid_turn_cancels_it_exits_2_and_leaves_no_process() {
-    let world = World::start(Provider::Codex, Scenario::new().stall("Thinking")).await;
+    sigint_mid_turn(Provider::Codex).await;
+}
+
+/// Pi runs under Node: its process tree goes with the command too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_mid_turn_with_pi_leaves_no_process() {
+    sigint_mid_turn(Provider::Pi).await;
+}
+
+async fn sigint_mid_turn(provider: Provider) {
+    let world = World::start(provider, Scenario::new().stall("Thinking")).await;
     let args = world.run_args(&[], &["take your time"]);
     let mut child = world.command(&args.iter().map(String::as_str).collect::<Vec<_>>()).spawn().expect("spawn");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
