@@ -1,28 +1,74 @@
-//! The `agent-harness` command-line tool.
-//!
-//! The subcommands `run`, `sessions`, `events`, `doctor` and `presets` arrive with the providers
-//! they drive; until then the binary reports its version and what is planned, and fails for
-//! anything else.
+//! The `agent-harness` command-line tool: run a coding-agent CLI as a supervised session, and
+//! look back at what a SQLite store kept. See the crate README for usage and exit statuses.
+
+mod args;
+mod config;
+mod exit;
+mod history;
+mod policy;
+mod prompt;
+mod render;
+mod run;
+mod store;
 
 use std::process::ExitCode;
 
+use clap::Parser;
+
+use crate::args::{Cli, Command};
+use crate::exit::{Exit, Failure};
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("--version" | "-V") => {
-            println!("agent-harness {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) if !error.use_stderr() => {
+            // --help and --version.
+            let _ = error.print();
+            return ExitCode::SUCCESS;
         }
-        None | Some("--help" | "-h") => {
-            println!(
-                "agent-harness {}\n\nplanned commands: run, sessions, events, doctor, presets",
-                env!("CARGO_PKG_VERSION")
-            );
-            ExitCode::SUCCESS
+        Err(error) if error.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // No command at all: the help is the answer, and still a usage error.
+            let _ = error.print();
+            return Exit::Usage.into();
         }
-        Some(other) => {
-            eprintln!("agent-harness: unknown command `{other}` (see --help)");
-            ExitCode::from(2)
+        Err(error) => {
+            eprintln!("agent-harness: {}", usage_line(&error.render().to_string()));
+            return Exit::Usage.into();
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("agent-harness: cannot start the async runtime: {error}");
+            return Exit::Failed.into();
+        }
+    };
+    let outcome: Result<Exit, Failure> = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(*args).await,
+            Command::Sessions(args) => history::sessions(args).await,
+            Command::Events(args) => history::events(args).await,
+            Command::Purge(args) => history::purge(args).await,
+        }
+    });
+    match outcome {
+        Ok(exit) => exit.into(),
+        Err(failure) => {
+            eprintln!("agent-harness: {failure}");
+            failure.exit.into()
         }
     }
+}
+
+/// Clap's error on one line: what is wrong (and the accepted values), without the usage block.
+fn usage_line(rendered: &str) -> String {
+    let lines: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|line| !line.starts_with("Usage:") && !line.starts_with("For more information"))
+        .filter(|line| !line.is_empty())
+        .collect();
+    let line = exit::one_line(&lines.join(" "));
+    let line = line.strip_prefix("error: ").unwrap_or(&line).to_owned();
+    format!("{line} (see --help)")
 }

@@ -1,0 +1,163 @@
+//! From `run`'s flags (and `--config FILE`) to the provider and the [`SessionConfig`] of the
+//! session. Everything here is checked before anything is opened or spawned.
+
+use std::path::Path;
+
+use agent_harness::providers::{claude::ClaudeProvider, codex::CodexProvider, pi::PiProvider};
+use agent_harness::{
+    ApprovalPolicy, AuthMode, Conversation, ConversationSource, DynProvider, SandboxMode, SessionConfig, SessionId,
+};
+use serde_json::Value;
+
+use crate::args::{Auth, RunArgs};
+use crate::exit::{Failure, one_line};
+
+/// The providers `run` drives, by ID.
+pub(crate) const PROVIDERS: &[&str] = &["codex", "claude", "pi"];
+
+/// The provider registered under `id`, or a usage error naming the ones there are.
+pub(crate) fn provider(id: &str) -> Result<DynProvider, Failure> {
+    match id {
+        "codex" => Ok(CodexProvider::new().into()),
+        "claude" => Ok(ClaudeProvider::new().into()),
+        "pi" => Ok(PiProvider::new().into()),
+        _ => Err(Failure::usage(format!("unknown provider `{id}`: expected one of {}", PROVIDERS.join(", ")))),
+    }
+}
+
+/// The session `args` describe: the config file (if any) with every flag laid over it.
+pub(crate) fn session_config(args: &RunArgs) -> Result<SessionConfig, Failure> {
+    let file = args.config.as_deref().map(read_config).transpose()?;
+    let provider = match (&args.provider, &file) {
+        (Some(provider), _) => provider.clone(),
+        (None, Some(config)) => config.provider.to_string(),
+        (None, None) => {
+            return Err(Failure::usage("no provider: pass --provider codex|claude|pi or a --config naming one"));
+        }
+    };
+    // Checked here so an unknown provider is a usage error before anything else.
+    self::provider(&provider)?;
+    let mut config = match file {
+        Some(mut config) => {
+            config.provider = provider.as_str().into();
+            config
+        }
+        None => SessionConfig::new(provider.as_str()),
+    };
+    let cwd = match (&args.cwd, &config.cwd) {
+        (Some(dir), _) => Some(dir.clone()),
+        (None, Some(_)) => None,
+        (None, None) => Some(".".into()),
+    };
+    if let Some(dir) = cwd {
+        config.cwd = Some(absolute_dir(&dir)?);
+    }
+    if let Some(model) = &args.model {
+        config.model = Some(model.clone());
+    }
+    if let Some(prompt) = &args.system_prompt {
+        config.system_prompt = Some(prompt.clone());
+    }
+    if let Some(policy) = &args.approval_policy {
+        config.approval_policy = Some(enum_value::<ApprovalPolicy>(
+            "--approval-policy",
+            policy,
+            "untrusted, on-failure, on-request, never",
+        )?);
+    }
+    if let Some(sandbox) = &args.sandbox {
+        config.sandbox =
+            Some(enum_value::<SandboxMode>("--sandbox", sandbox, "read-only, workspace-write, danger-full-access")?);
+    }
+    for (index, pair) in args.env.iter().enumerate() {
+        let (key, value) = env_pair(pair).ok_or_else(|| {
+            // The value may be a secret: the message names the position only.
+            Failure::usage(format!("--env #{}: expected KEY=VALUE with a non-empty KEY", index + 1))
+        })?;
+        config.env.set.insert(key.to_owned(), value.to_owned());
+    }
+    if let Some(auth) = args.auth {
+        config.auth = Some(match auth {
+            Auth::Subscription => AuthMode::Subscription,
+            Auth::Inherit => AuthMode::Inherit,
+        });
+    }
+    if let Some(path) = &args.cli_path {
+        set_binary(&mut config, path)?;
+    }
+    if let Some(id) = &args.session_id {
+        config.id = Some(session_id("--session-id", id)?);
+    }
+    if let Some(id) = &args.resume {
+        let id = session_id("--resume", id)?;
+        config.id = Some(id.clone());
+        config.conversation = Conversation::Resume(ConversationSource::Session(id));
+    }
+    Ok(config)
+}
+
+/// A session ID from a flag, or a usage error saying why it is not one.
+pub(crate) fn session_id(flag: &str, id: &str) -> Result<SessionId, Failure> {
+    SessionId::new(id).map_err(|error| Failure::usage(one_line(&format!("{flag}: {error}"))))
+}
+
+fn read_config(path: &Path) -> Result<SessionConfig, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| Failure::usage(format!("--config {}: {error}", path.display())))?;
+    SessionConfig::from_json_str(&text)
+        .map_err(|error| Failure::usage(one_line(&format!("--config {}: {error}", path.display()))))
+}
+
+fn absolute_dir(dir: &Path) -> Result<std::path::PathBuf, Failure> {
+    let absolute = std::path::absolute(dir).map_err(|e| Failure::usage(format!("--cwd {}: {e}", dir.display())))?;
+    if !absolute.is_dir() {
+        return Err(Failure::usage(format!("--cwd {}: not a directory", dir.display())));
+    }
+    Ok(absolute)
+}
+
+/// `KEY=VALUE` split at the first `=`; `None` without one or with an empty key.
+fn env_pair(pair: &str) -> Option<(&str, &str)> {
+    pair.split_once('=').filter(|(key, _)| !key.is_empty() && !key.contains('\0'))
+}
+
+/// A snake_case enum value from a flag written in kebab or snake case.
+fn enum_value<T: serde::de::DeserializeOwned>(flag: &str, text: &str, expected: &str) -> Result<T, Failure> {
+    serde_json::from_value(Value::String(text.replace('-', "_")))
+        .map_err(|_| Failure::usage(format!("{flag} `{text}`: expected one of {expected}")))
+}
+
+/// Points the provider at `path` through its `binary` option (each provider takes one).
+fn set_binary(config: &mut SessionConfig, path: &Path) -> Result<(), Failure> {
+    let binary = Value::String(path.to_string_lossy().into_owned());
+    match &mut config.provider_options {
+        Value::Object(options) => {
+            options.insert("binary".into(), binary);
+        }
+        Value::Null => config.provider_options = serde_json::json!({ "binary": binary }),
+        _ => return Err(Failure::usage("--config: provider_options must be an object to take --cli-path")),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_pairs_need_a_key_and_an_equals_sign() {
+        assert_eq!(env_pair("A=b=c"), Some(("A", "b=c")));
+        assert_eq!(env_pair("A="), Some(("A", "")));
+        assert_eq!(env_pair("=x"), None);
+        assert_eq!(env_pair("secret"), None);
+    }
+
+    #[test]
+    fn enum_flags_take_kebab_and_snake_case() {
+        let policy: ApprovalPolicy = enum_value("--approval-policy", "on-request", "").unwrap();
+        assert_eq!(policy, ApprovalPolicy::OnRequest);
+        let sandbox: SandboxMode = enum_value("--sandbox", "workspace_write", "").unwrap();
+        assert_eq!(sandbox, SandboxMode::WorkspaceWrite);
+        assert!(enum_value::<SandboxMode>("--sandbox", "wide", "x").unwrap_err().message.contains("`wide`"));
+    }
+}

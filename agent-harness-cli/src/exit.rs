@@ -1,0 +1,122 @@
+//! Exit statuses and the one-line failures that lead to them.
+
+use std::fmt;
+use std::process::ExitCode;
+
+use agent_harness::{ErrorKind, TurnStatus};
+
+/// What the command's exit status says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// Every turn completed (0).
+    Completed,
+    /// A turn failed, or the harness did (1).
+    Failed,
+    /// A turn was cancelled or interrupted, or the command was interrupted (2).
+    Cancelled,
+    /// `--timeout` ran out (3).
+    TimedOut,
+    /// The command line or its inputs are wrong (64, `EX_USAGE`).
+    Usage,
+    /// The provider's CLI is missing or too old (69, `EX_UNAVAILABLE`).
+    Unavailable,
+}
+
+impl Exit {
+    /// The status for a turn that ended with `status`.
+    pub(crate) fn of_turn(status: TurnStatus) -> Exit {
+        match status {
+            TurnStatus::Completed => Exit::Completed,
+            TurnStatus::Cancelled | TurnStatus::Interrupted => Exit::Cancelled,
+            _ => Exit::Failed,
+        }
+    }
+
+    /// The status for a harness error of `kind`: what the caller got wrong is a usage error,
+    /// a CLI that cannot run is unavailable, the rest failed.
+    pub(crate) fn of_error(kind: ErrorKind) -> Exit {
+        match kind {
+            ErrorKind::InvalidOption
+            | ErrorKind::InvalidSessionId
+            | ErrorKind::InvalidTurnId
+            | ErrorKind::UnknownProvider
+            | ErrorKind::Unsupported
+            | ErrorKind::InvalidConfig
+            | ErrorKind::AuthGuard
+            | ErrorKind::SessionAlreadyExists
+            | ErrorKind::SessionIdAlreadyUsed => Exit::Usage,
+            ErrorKind::ProviderUnavailable => Exit::Unavailable,
+            _ => Exit::Failed,
+        }
+    }
+
+    /// The process exit code.
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Exit::Completed => 0,
+            Exit::Failed => 1,
+            Exit::Cancelled => 2,
+            Exit::TimedOut => 3,
+            Exit::Usage => 64,
+            Exit::Unavailable => 69,
+        }
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> ExitCode {
+        ExitCode::from(exit.code())
+    }
+}
+
+/// A command that could not do its job: the exit status and a one-line message.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) exit: Exit,
+    pub(crate) message: String,
+}
+
+impl Failure {
+    /// A usage error (64).
+    pub(crate) fn usage(message: impl Into<String>) -> Failure {
+        Failure { exit: Exit::Usage, message: message.into() }
+    }
+
+    /// A failure (1).
+    pub(crate) fn failed(message: impl Into<String>) -> Failure {
+        Failure { exit: Exit::Failed, message: message.into() }
+    }
+
+    /// A harness error, its status from its kind, its message prefixed with `context`.
+    pub(crate) fn harness(context: &str, error: &agent_harness::Error) -> Failure {
+        Failure { exit: Exit::of_error(error.kind()), message: one_line(&format!("{context}: {error}")) }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// `text` on one line: line breaks become spaces.
+pub(crate) fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_follow_turns_and_error_kinds() {
+        assert_eq!(Exit::of_turn(TurnStatus::Completed).code(), 0);
+        assert_eq!(Exit::of_turn(TurnStatus::Failed).code(), 1);
+        assert_eq!(Exit::of_turn(TurnStatus::Cancelled).code(), 2);
+        assert_eq!(Exit::of_turn(TurnStatus::Interrupted).code(), 2);
+        assert_eq!(Exit::of_error(ErrorKind::ProviderUnavailable).code(), 69);
+        assert_eq!(Exit::of_error(ErrorKind::InvalidConfig).code(), 64);
+        assert_eq!(Exit::of_error(ErrorKind::Transport).code(), 1);
+        assert_eq!(one_line("a\n  b\tc"), "a b c");
+    }
+}

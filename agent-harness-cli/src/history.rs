@@ -1,0 +1,103 @@
+//! `sessions`, `events` and `purge`: what a SQLite store holds, read without running anything.
+
+use agent_harness::store::EventQuery;
+use agent_harness::{DynStore, Harness, SessionRef};
+
+use crate::args::{EventsArgs, PurgeArgs, SessionsArgs};
+use crate::config::session_id;
+use crate::exit::{Exit, Failure};
+use crate::render::Renderer;
+use crate::store::{StoreSpec, open_sqlite};
+
+/// Opens the existing SQLite store `spec` names and a harness with nothing registered to read it.
+fn open(spec: &str) -> Result<(DynStore, Harness), Failure> {
+    let path = StoreSpec::existing_sqlite(spec)?;
+    let store = open_sqlite(&path)?;
+    let harness = Harness::builder()
+        .store(store.clone())
+        .build()
+        .map_err(|error| Failure::harness("cannot build the harness", &error))?;
+    Ok((store, harness))
+}
+
+/// `agent-harness sessions`: one line per stored session.
+pub(crate) async fn sessions(args: SessionsArgs) -> Result<Exit, Failure> {
+    let (_, harness) = open(&args.store)?;
+    let sessions =
+        harness.list_stored_sessions().await.map_err(|error| Failure::harness("cannot list sessions", &error))?;
+    for stored in sessions {
+        let snapshot = &stored.snapshot;
+        if args.json {
+            let line = serde_json::to_string(snapshot)
+                .map_err(|error| Failure::failed(format!("cannot serialize session {}: {error}", snapshot.id)))?;
+            println!("{line}");
+        } else {
+            let status = serde_json::to_value(snapshot.status).ok();
+            let status = status.as_ref().and_then(|s| s.as_str()).unwrap_or("?");
+            println!(
+                "{}\t{}\t{status}\t{}\t{}",
+                snapshot.id,
+                snapshot.provider,
+                snapshot.updated_at,
+                snapshot.cwd.display()
+            );
+        }
+    }
+    Ok(Exit::Completed)
+}
+
+/// `agent-harness events`: a stored session's events in seq order; with `--follow`, new ones as
+/// another process stores them, until the session ends.
+pub(crate) async fn events(args: EventsArgs) -> Result<Exit, Failure> {
+    let id = session_id("SESSION", &args.session)?;
+    let (store, _harness) = open(&args.store)?;
+    let mut renderer = Renderer::new(args.json, false);
+    let mut after = args.after;
+    let mut live = snapshot(&store, &id).await?.status.is_live();
+    loop {
+        let query = after.map_or_else(EventQuery::all, EventQuery::after);
+        let events =
+            store.read_events(&id, &query).await.map_err(|e| Failure::failed(format!("cannot read events: {e}")))?;
+        for event in &events {
+            renderer.event(event).map_err(|e| Failure::failed(format!("cannot write events: {e}")))?;
+            after = Some(event.seq);
+        }
+        // A session seen ended was read to its end above: its last events precede its last snapshot.
+        if !args.follow || !live {
+            return Ok(Exit::Completed);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(FOLLOW_POLL) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(Exit::Completed),
+        }
+        live = snapshot(&store, &id).await?.status.is_live();
+    }
+}
+
+/// How often `events --follow` looks for new events.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The stored snapshot of `id`, or a failure saying there is none.
+async fn snapshot(store: &DynStore, id: &agent_harness::SessionId) -> Result<agent_harness::SessionSnapshot, Failure> {
+    store
+        .fetch_session(id)
+        .await
+        .map_err(|e| Failure::failed(format!("cannot read the store: {e}")))?
+        .ok_or_else(|| Failure::failed(format!("no session `{id}` in the store")))
+}
+
+/// `agent-harness purge`: deletes a stopped session's history.
+pub(crate) async fn purge(args: PurgeArgs) -> Result<Exit, Failure> {
+    let id = session_id("SESSION", &args.session)?;
+    let (store, harness) = open(&args.store)?;
+    let stored = snapshot(&store, &id).await?;
+    // Another process may be running it: the store cannot tell that from a killed host.
+    if stored.status.is_live() && !args.force {
+        return Err(Failure::failed(format!(
+            "session `{id}` is running in another process, or its host was killed: pass --force to purge it anyway"
+        )));
+    }
+    let session = SessionRef { provider: stored.provider, id };
+    harness.purge_session_in(&store, &session).await.map_err(|error| Failure::harness("cannot purge", &error))?;
+    Ok(Exit::Completed)
+}

@@ -1,0 +1,205 @@
+//! How events reach the terminal: one JSON line each (`--json`), or a readable stream of the
+//! assistant's text with tool calls, requests and turn ends on lines of their own.
+
+use std::collections::HashSet;
+use std::io::{self, Write};
+use std::time::Duration;
+
+use agent_harness::event::ToolStatus;
+use agent_harness::{Event, EventKind, Response};
+use serde_json::Value;
+
+/// Writes events to stdout, flushing after each so a reader sees them as they happen.
+#[derive(Debug)]
+pub(crate) enum Renderer {
+    /// The stable event JSON, one line each.
+    Json,
+    /// Text for a person.
+    Human(Human),
+}
+
+impl Renderer {
+    /// A renderer for `--json` (`json`) or for a person; `spinner` shows the time a turn takes
+    /// (for a terminal).
+    pub(crate) fn new(json: bool, spinner: bool) -> Renderer {
+        if json { Renderer::Json } else { Renderer::Human(Human { spinner, ..Human::default() }) }
+    }
+
+    /// Writes one event. An error means stdout is gone (a closed pipe).
+    pub(crate) fn event(&mut self, event: &Event) -> io::Result<()> {
+        let mut out = io::stdout().lock();
+        match self {
+            Renderer::Json => {
+                serde_json::to_writer(&mut out, event)?;
+                out.write_all(b"\n")?;
+            }
+            Renderer::Human(human) => {
+                human.clear_spinner(&mut out)?;
+                human.event(&mut out, event)?;
+            }
+        }
+        out.flush()
+    }
+
+    /// Human mode on a terminal: shows that the agent works and for how long, on a line of its
+    /// own that the next output replaces. Elsewhere it does nothing.
+    pub(crate) fn tick(&mut self, elapsed: Duration) -> io::Result<()> {
+        let Renderer::Human(human) = self else { return Ok(()) };
+        if !human.spinner || !human.line_start {
+            return Ok(());
+        }
+        let frame = SPINNER[human.frame % SPINNER.len()];
+        human.frame += 1;
+        human.spinning = true;
+        let mut out = io::stdout().lock();
+        write!(out, "\r\x1b[2K{frame} working {:.0}s", elapsed.as_secs_f64())?;
+        out.flush()
+    }
+
+    /// Removes the spinner line, before something else writes to the terminal.
+    pub(crate) fn clear(&mut self) -> io::Result<()> {
+        let Renderer::Human(human) = self else { return Ok(()) };
+        let mut out = io::stdout().lock();
+        human.clear_spinner(&mut out)?;
+        out.flush()
+    }
+}
+
+/// The spinner's frames.
+const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+
+/// The state of the human view: which messages were already streamed as deltas, and whether
+/// the cursor is at the start of a line.
+#[derive(Debug)]
+pub(crate) struct Human {
+    streamed: HashSet<Option<String>>,
+    line_start: bool,
+    /// Whether to show the spinner, whether it is shown, and its next frame.
+    spinner: bool,
+    spinning: bool,
+    frame: usize,
+}
+
+impl Default for Human {
+    fn default() -> Self {
+        Human { streamed: HashSet::new(), line_start: true, spinner: false, spinning: false, frame: 0 }
+    }
+}
+
+impl Human {
+    fn clear_spinner(&mut self, out: &mut impl Write) -> io::Result<()> {
+        if self.spinning {
+            self.spinning = false;
+            out.write_all(b"\r\x1b[2K")?;
+        }
+        Ok(())
+    }
+
+    fn event(&mut self, out: &mut impl Write, event: &Event) -> io::Result<()> {
+        match &event.kind {
+            EventKind::MessageDelta { item_id, text } => {
+                self.streamed.insert(item_id.clone());
+                self.text(out, text)?;
+            }
+            EventKind::AssistantMessage { item_id, text } => {
+                if !self.streamed.remove(item_id) {
+                    self.text(out, text)?;
+                }
+                self.line(out, "")?;
+            }
+            EventKind::ToolStarted { name, input, .. } => {
+                self.line(out, &format!("▸ {name} {}", summary(input.as_ref())))?;
+            }
+            EventKind::ToolCompleted { status, exit_code, .. } => {
+                let status = match status {
+                    ToolStatus::Completed => "done",
+                    ToolStatus::Failed => "failed",
+                    ToolStatus::Declined => "declined",
+                    ToolStatus::Interrupted => "interrupted",
+                    _ => "ended",
+                };
+                let code = exit_code.map(|c| format!(" (exit {c})")).unwrap_or_default();
+                self.line(out, &format!("  ↳ {status}{code}"))?;
+            }
+            EventKind::RequestCreated(request) => {
+                self.line(out, &format!("? {}: {}", request.kind, truncate(&request.prompt, 200)))?;
+            }
+            EventKind::RequestResolved { response, .. } => {
+                let answer = match &**response {
+                    Response::Approve { .. } | Response::ApproveEdited { .. } => "approved".to_owned(),
+                    Response::Deny { reason } | Response::Cancel { reason } => {
+                        format!("refused{}", reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default())
+                    }
+                    Response::Answer { .. } => "answered".to_owned(),
+                    Response::Choose { value } => format!("chose {value}"),
+                    _ => "answered".to_owned(),
+                };
+                self.line(out, &format!("  ↳ {answer}"))?;
+            }
+            EventKind::Warning { message } | EventKind::ProviderError { message, .. } => {
+                self.line(out, &format!("! {}", truncate(message, 300)))?;
+            }
+            kind => {
+                if let Some(end) = kind.terminal_end() {
+                    let reason = end.result.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+                    self.line(out, &format!("── turn {}{reason}", event.type_name().trim_start_matches("turn_")))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn text(&mut self, out: &mut impl Write, text: &str) -> io::Result<()> {
+        out.write_all(text.as_bytes())?;
+        if !text.is_empty() {
+            self.line_start = text.ends_with('\n');
+        }
+        Ok(())
+    }
+
+    /// Writes `text` on a line of its own (an empty `text` only ends the current line).
+    fn line(&mut self, out: &mut impl Write, text: &str) -> io::Result<()> {
+        if !self.line_start {
+            out.write_all(b"\n")?;
+            self.line_start = true;
+        }
+        if !text.is_empty() {
+            writeln!(out, "{text}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A tool's input in a few words: its command line when it has one, else compact JSON.
+fn summary(input: Option<&Value>) -> String {
+    let text = match input {
+        None => return String::new(),
+        Some(Value::String(command)) => command.clone(),
+        Some(value) => match value.get("command") {
+            Some(Value::String(command)) => command.clone(),
+            Some(Value::Array(parts)) => parts.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "),
+            _ => value.to_string(),
+        },
+    };
+    truncate(&crate::exit::one_line(&text), 120)
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_inputs_show_their_command() {
+        assert_eq!(summary(Some(&serde_json::json!({"command": "ls -la"}))), "ls -la");
+        assert_eq!(summary(Some(&serde_json::json!({"command": ["bash", "-lc", "ls"]}))), "bash -lc ls");
+        assert_eq!(summary(Some(&serde_json::json!({"path": "a"}))), r#"{"path":"a"}"#);
+        assert_eq!(truncate("abcdef", 3), "abc…");
+    }
+}

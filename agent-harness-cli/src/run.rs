@@ -1,0 +1,291 @@
+//! `agent-harness run`: one session, one turn per prompt, every event printed as it comes.
+//!
+//! Order of work: every input is checked (config, flags, provider options, session options)
+//! before the store is opened, and the store is opened before anything is spawned, so bad input
+//! writes nothing and spawns nothing. The harness is shut down on every path after it was
+//! built, so no provider process outlives the command.
+
+use std::collections::VecDeque;
+use std::io::{self, IsTerminal};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_harness::execs::local::LocalExec;
+use agent_harness::{
+    Conversation, ConversationSource, EventKind, Harness, Replay, Request, RequestStatus, SessionOptions, SessionRef,
+    Subscription, Turn, TurnOptions, TurnStatus,
+};
+use futures::StreamExt;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::time::Instant;
+
+use crate::args::{Approvals, RunArgs};
+use crate::config;
+use crate::exit::{Exit, Failure};
+use crate::policy::{Decision, Policy};
+use crate::prompt::Prompt;
+use crate::render::Renderer;
+use crate::store::{StoreSpec, remove_sqlite};
+
+/// How long a cancelled turn (Ctrl-C, `--timeout`) gets to reach its terminal event before the
+/// session is stopped by force.
+const CANCEL_GRACE: Duration = Duration::from_secs(10);
+
+/// How often the human view's spinner moves.
+const SPINNER_TICK: Duration = Duration::from_millis(100);
+
+/// How long the last events may take to arrive once the session was stopped.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// Runs `agent-harness run`.
+pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
+    let config = config::session_config(&args)?;
+    let store = StoreSpec::parse(&args.store)?;
+    let timeout = args.timeout.map(timeout).transpose()?;
+    let provider_id = config.provider.clone();
+    let provider = config::provider(provider_id.as_str())?;
+    let options = config
+        .apply_to(provider.as_ref(), SessionOptions::default())
+        .map_err(|error| Failure::harness("invalid session", &error))?;
+    options.validate().map_err(|error| Failure::harness("invalid session", &error))?;
+    provider.validate(&options).map_err(|error| Failure::harness("invalid session", &error))?;
+    let mut signals = Signals::new()?;
+    // Ask at the terminal only when a person is there to answer and reads plain text.
+    let interactive =
+        !args.json && args.approvals == Approvals::Ask && io::stdin().is_terminal() && io::stdout().is_terminal();
+    let new_file = store.new_file();
+    let store = store.open()?;
+    // A resumed session's history goes on from its last stored event: print only what is new.
+    let after = match &options.conversation {
+        Conversation::Resume(ConversationSource::Session(id)) => store.latest_seq(id).await.ok().flatten().unwrap_or(0),
+        _ => 0,
+    };
+    let policy = Policy::new(args.approvals, args.answers.clone());
+    let mut builder = Harness::builder().provider(provider).exec(LocalExec::new()).store(store);
+    if !interactive {
+        builder = builder.request_handler(Arc::clone(&policy).handler());
+    }
+    let harness = builder.build().map_err(|error| Failure::harness("cannot build the harness", &error))?;
+    let deadline = timeout.map(|timeout| Instant::now() + timeout);
+    let mut run = Run {
+        harness: harness.clone(),
+        renderer: Renderer::new(args.json, io::stdout().is_terminal()),
+        signals: &mut signals,
+        deadline,
+        after,
+        interactive: interactive.then_some(policy),
+        started: false,
+    };
+    let outcome = run.session(provider_id, options, &args.prompts).await;
+    let started = run.started;
+    drop(run);
+    harness.shutdown().await;
+    drop(harness);
+    // The store is closed now; a file made for a session that never started goes again.
+    if let (false, Some(path)) = (started, new_file) {
+        remove_sqlite(&path);
+    }
+    outcome
+}
+
+fn timeout(secs: f64) -> Result<Duration, Failure> {
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| Failure::usage(format!("--timeout {secs}: expected a positive number of seconds")))
+}
+
+/// SIGINT and SIGTERM, merged.
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Signals, Failure> {
+        let listen = |kind| signal(kind).map_err(|e| Failure::failed(format!("cannot listen for signals: {e}")));
+        Ok(Signals { interrupt: listen(SignalKind::interrupt())?, terminate: listen(SignalKind::terminate())? })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+    }
+}
+
+/// Resolves at `deadline`, never without one.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One run's harness, output and interruptions.
+struct Run<'a> {
+    harness: Harness,
+    renderer: Renderer,
+    signals: &'a mut Signals,
+    deadline: Option<Instant>,
+    /// The seq after which the session's events are new to this run.
+    after: u64,
+    /// Requests are answered here, those the flags leave open asked at the terminal (else the
+    /// harness's request handler answers them).
+    interactive: Option<Arc<Policy>>,
+    /// Whether the session started.
+    started: bool,
+}
+
+/// Why a turn loop stopped.
+enum Ended {
+    /// The turn reached its terminal event with this status.
+    Turn(TurnStatus),
+    /// Interrupted (signals); the session must stop.
+    Interrupted { forced: bool },
+    /// `--timeout` ran out; the session must stop.
+    TimedOut { forced: bool },
+    /// Events stopped coming: the session went down or stdout closed.
+    Lost(Failure),
+}
+
+impl Run<'_> {
+    async fn session(
+        &mut self,
+        provider: agent_harness::ProviderId,
+        options: SessionOptions,
+        prompts: &[String],
+    ) -> Result<Exit, Failure> {
+        let session = tokio::select! {
+            started = self.harness.start_session(provider, options) => {
+                started.map_err(|error| Failure::harness("the session did not start", &error))?
+            }
+            () = self.signals.recv() => return Ok(Exit::Cancelled),
+            () = until(self.deadline) => return Ok(Exit::TimedOut),
+        };
+        self.started = true;
+        let mut events = match self.harness.subscribe(&session, Replay::After(self.after)).await {
+            Ok(events) => events,
+            Err(error) => {
+                let _ = self.harness.stop_session(&session, true).await;
+                return Err(Failure::harness("cannot follow the session", &error));
+            }
+        };
+        let mut exit = Ok(Exit::Completed);
+        let mut force = false;
+        for prompt in prompts {
+            let turn = match self.harness.start_turn(&session, prompt.as_str(), TurnOptions::new()).await {
+                Ok(turn) => turn,
+                Err(error) => {
+                    exit = Err(Failure::harness("the turn did not start", &error));
+                    break;
+                }
+            };
+            match self.turn(&session, &turn, &mut events).await {
+                Ended::Turn(TurnStatus::Completed) => continue,
+                Ended::Turn(status) => exit = Ok(Exit::of_turn(status)),
+                Ended::Interrupted { forced } => (exit, force) = (Ok(Exit::Cancelled), forced),
+                Ended::TimedOut { forced } => (exit, force) = (Ok(Exit::TimedOut), forced),
+                Ended::Lost(failure) => (exit, force) = (Err(failure), true),
+            }
+            break;
+        }
+        self.stop(&session, events, force).await;
+        exit
+    }
+
+    /// Follows `turn` to its terminal event, printing every event of the session on the way.
+    async fn turn(&mut self, session: &SessionRef, turn: &Turn, events: &mut Subscription) -> Ended {
+        // Set once the turn was cancelled: (why, when to give up waiting for its end).
+        let mut cancelled: Option<(Ended, Instant)> = None;
+        // The request being asked about at the terminal, one at a time.
+        let mut prompts: VecDeque<Request> = VecDeque::new();
+        let mut asking: Option<Prompt> = None;
+        let started = Instant::now();
+        let mut ticks = tokio::time::interval(SPINNER_TICK);
+        loop {
+            let grace = cancelled.as_ref().map(|(_, at)| *at);
+            if asking.is_none() && cancelled.is_none() && !prompts.is_empty() {
+                let _ = self.renderer.clear();
+                asking = prompts.pop_front().map(Prompt::ask);
+            }
+            tokio::select! {
+                _ = ticks.tick(), if asking.is_none() => {
+                    let _ = self.renderer.tick(started.elapsed());
+                }
+                typed = async { (&mut asking.as_mut().expect("asking").lines).await }, if asking.is_some() => {
+                    let prompt = asking.take().expect("asking");
+                    let response = prompt.response(typed.unwrap_or_default());
+                    // A request that expired or was answered meanwhile keeps its answer.
+                    let _ = self.harness.respond(&prompt.request, response).await;
+                }
+                next = events.next() => match next {
+                    Some(Ok(event)) => {
+                        if let Err(error) = self.renderer.event(&event) {
+                            let _ = self.harness.cancel(turn).await;
+                            return Ended::Lost(Failure::failed(format!("cannot write events: {error}")));
+                        }
+                        if let (Some(policy), EventKind::RequestCreated(request)) = (&self.interactive, &event.kind)
+                            && request.status == RequestStatus::Pending
+                        {
+                            match policy.decide(request) {
+                                Decision::Answer(response) => {
+                                    let _ = self.harness.respond(request, response).await;
+                                }
+                                Decision::Ask(_) => prompts.push_back((**request).clone()),
+                            }
+                        }
+                        if event.turn_id.as_ref() == Some(&turn.id) && let Some(end) = event.kind.terminal_end() {
+                            return match cancelled {
+                                Some((why, _)) => why,
+                                None => Ended::Turn(end.status),
+                            };
+                        }
+                    }
+                    Some(Err(error)) => return Ended::Lost(Failure::failed(format!("lost the session's events: {error}"))),
+                    None => return Ended::Lost(Failure::failed(format!("session {} ended during the turn", session.id))),
+                },
+                () = self.signals.recv() => match cancelled {
+                    None => {
+                        let _ = self.harness.cancel_with_reason(turn, Some("interrupted (SIGINT)".into())).await;
+                        cancelled = Some((Ended::Interrupted { forced: false }, Instant::now() + CANCEL_GRACE));
+                    }
+                    // A second signal: stop now.
+                    Some(_) => return Ended::Interrupted { forced: true },
+                },
+                () = until(self.deadline), if cancelled.is_none() => {
+                    let _ = self.harness.cancel_with_reason(turn, Some("--timeout ran out".into())).await;
+                    cancelled = Some((Ended::TimedOut { forced: false }, Instant::now() + CANCEL_GRACE));
+                }
+                () = until(grace) => {
+                    return match cancelled {
+                        Some((Ended::Interrupted { .. }, _)) => Ended::Interrupted { forced: true },
+                        _ => Ended::TimedOut { forced: true },
+                    };
+                }
+            }
+        }
+    }
+
+    /// Stops the session and prints the events it publishes on the way out.
+    async fn stop(&mut self, session: &SessionRef, mut events: Subscription, force: bool) {
+        let _ = self.renderer.clear();
+        let harness = self.harness.clone();
+        let stop = async {
+            // An active turn (one that never ended) is interrupted by force.
+            if harness.stop_session(session, force).await.is_err() {
+                let _ = harness.stop_session(session, true).await;
+            }
+        };
+        let renderer = &mut self.renderer;
+        let drain = async {
+            while let Some(Ok(event)) = events.next().await {
+                if renderer.event(&event).is_err() {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN, async { tokio::join!(stop, drain) }).await;
+    }
+}

@@ -1,0 +1,454 @@
+//! `agent-harness` run as a process against the real codex, claude and pi (from `cargo xtask
+//! clis`), offline, each with the testkit's fake model server on 127.0.0.1.
+//!
+//! The command runs with a cleared environment plus the offline environment's variables and
+//! `--auth inherit`, so the CLI it spawns reaches the fake server and nothing else.
+
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use agent_testkit::{Cli, FakeModel, OfflineEnv, Provider, Scenario};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+/// Longest any one command may take.
+const LIMIT: Duration = Duration::from_secs(90);
+
+/// A value passed with `--env` that must never be printed.
+const SECRET: &str = "s3cr3t-env-value-91f2";
+
+/// One test's world: a pinned CLI, a fake model server and an offline environment.
+struct World {
+    cli: Cli,
+    env: OfflineEnv,
+    _server: FakeModel,
+}
+
+impl World {
+    async fn start(provider: Provider, scenario: Scenario) -> World {
+        let cli = Cli::latest(provider).unwrap_or_else(|e| panic!("{e}\nrun `cargo xtask clis`"));
+        let server = FakeModel::start(scenario).await.expect("fake model server");
+        let env = OfflineEnv::new(&cli, &server).expect("offline environment");
+        World { cli, env, _server: server }
+    }
+
+    /// `agent-harness ARGS` in the offline environment, nothing inherited.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agent-harness"));
+        command.env_clear().envs(self.env.vars()).current_dir(self.env.workspace()).args(args);
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        command
+    }
+
+    /// `run --json` arguments that point the provider at the pinned CLI (pi through a config
+    /// file with its entry script and offline flags), with `extra` and the prompts after.
+    fn run_args(&self, extra: &[&str], prompts: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = ["run", "--json", "--auth", "inherit", "--env"].map(String::from).to_vec();
+        args.push(format!("AGENT_HARNESS_TEST_SECRET={SECRET}"));
+        match self.cli.provider() {
+            Provider::Pi => {
+                let config = serde_json::json!({
+                    "provider": "pi",
+                    "provider_options": {
+                        "binary": self.cli.program(),
+                        "binary_args": self.cli.leading_args(),
+                        "args": self.env.args(),
+                    }
+                });
+                let path = self.env.dir().join("pi-config.json");
+                std::fs::write(&path, config.to_string()).expect("config written");
+                args.extend(["--config".into(), path.display().to_string()]);
+            }
+            provider => {
+                args.extend(["--provider".into(), provider.id().into()]);
+                args.extend(["--cli-path".into(), self.cli.program().display().to_string()]);
+            }
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(prompts.iter().map(|s| s.to_string()));
+        args
+    }
+
+    async fn run(&self, extra: &[&str], prompts: &[&str]) -> Output {
+        let args = self.run_args(extra, prompts);
+        self.output(&args.iter().map(String::as_str).collect::<Vec<_>>()).await
+    }
+
+    async fn output(&self, args: &[&str]) -> Output {
+        let output = tokio::time::timeout(LIMIT, self.command(args).output())
+            .await
+            .unwrap_or_else(|_| panic!("agent-harness {args:?} did not finish"))
+            .expect("agent-harness runs");
+        let out = Output {
+            status: output.status,
+            stdout: String::from_utf8(output.stdout).expect("utf-8 stdout"),
+            stderr: String::from_utf8(output.stderr).expect("utf-8 stderr"),
+        };
+        assert!(!out.stdout.contains(SECRET) && !out.stderr.contains(SECRET), "an --env value was printed: {out:?}");
+        out
+    }
+
+    /// Processes whose working directory is inside the environment: the CLI and its children.
+    fn processes(&self) -> Vec<u32> {
+        let dir = std::fs::canonicalize(self.env.dir()).expect("env dir");
+        let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+        entries
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(&dir)))
+            .collect()
+    }
+
+    /// Waits a moment for the environment's processes to go, and fails if any stay.
+    async fn assert_no_process_left(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.processes().is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(self.processes(), Vec::<u32>::new(), "a CLI process outlived agent-harness");
+    }
+}
+
+#[derive(Debug)]
+struct Output {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Output {
+    /// Every stdout line as an event, checked: JSON objects with a `type`, `seq` strictly
+    /// increasing.
+    fn events(&self) -> Vec<Value> {
+        let events: Vec<Value> = self
+            .stdout
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON event ({e}): {line}")))
+            .collect();
+        let mut last = 0;
+        for event in &events {
+            assert!(event["type"].is_string(), "an event without a type: {event}");
+            let seq = event["seq"].as_u64().unwrap_or_else(|| panic!("an event without a seq: {event}"));
+            assert!(seq > last, "seq {seq} after {last}");
+            last = seq;
+        }
+        events
+    }
+
+    fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+}
+
+fn types(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|e| e["type"].as_str().unwrap_or_default()).collect()
+}
+
+fn terminals(events: &[Value]) -> Vec<&str> {
+    types(events)
+        .into_iter()
+        .filter(|t| matches!(*t, "turn_completed" | "turn_failed" | "turn_cancelled" | "turn_interrupted"))
+        .collect()
+}
+
+/// Two prompts, one session: two completed turns, exit 0.
+async fn two_text_turns(provider: Provider) -> (World, Output) {
+    let world = World::start(provider, Scenario::new().text("first answer").text("second answer")).await;
+    let output = world.run(&[], &["first question", "second question"]).await;
+    let events = output.events();
+    assert_eq!(terminals(&events), ["turn_completed", "turn_completed"], "{output:?}");
+    assert_eq!(output.code(), Some(0), "{output:?}");
+    let text: String = events
+        .iter()
+        .filter(|e| e["type"] == "turn_completed")
+        .map(|e| e["data"]["result"]["text"].to_string())
+        .collect();
+    assert!(text.contains("first answer") && text.contains("second answer"), "{text}");
+    world.assert_no_process_left().await;
+    (world, output)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_json_with_codex_prints_each_event_and_its_sqlite_store_returns_the_same() {
+    let world = World::start(Provider::Codex, Scenario::new().text("first answer").text("second answer")).await;
+    let db = world.env.dir().join("events.db");
+    let store = format!("sqlite:{}", db.display());
+    let extra = ["--approval-policy", "untrusted", "--sandbox", "workspace-write", "--store", &store];
+    let output = world.run(&[&extra[..], &["--session-id", "cli-run-1"]].concat(), &["first", "second"]).await;
+    let events = output.events();
+    assert_eq!(terminals(&events), ["turn_completed", "turn_completed"], "{output:?}");
+    assert_eq!(output.code(), Some(0), "{output:?}");
+    world.assert_no_process_left().await;
+
+    let sessions = world.output(&["sessions", "--store", &store, "--json"]).await;
+    assert_eq!(sessions.code(), Some(0), "{sessions:?}");
+    let listed: Vec<Value> = sessions.stdout.lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    assert_eq!(listed.len(), 1, "{sessions:?}");
+    assert_eq!(listed[0]["id"], "cli-run-1");
+    assert_eq!(listed[0]["provider"], "codex");
+    assert!(output.stdout.contains("second answer"), "{output:?}");
+
+    let stored = world.output(&["events", "--store", &store, "cli-run-1", "--json"]).await;
+    assert_eq!(stored.code(), Some(0), "{stored:?}");
+    assert_eq!(stored.stdout, output.stdout, "events --json differs from what run printed");
+    let after = world.output(&["events", "--store", &store, "cli-run-1", "--json", "--after", "3"]).await;
+    assert_eq!(after.events().first().map(|e| e["seq"].clone()), Some(4.into()));
+
+    let purged = world.output(&["purge", "--store", &store, "cli-run-1"]).await;
+    assert_eq!(purged.code(), Some(0), "{purged:?}");
+    let sessions = world.output(&["sessions", "--store", &store, "--json"]).await;
+    assert_eq!(sessions.stdout, "", "purged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_follow_prints_a_running_session_to_its_end() {
+    let scenario = Scenario::new().deltas(["one ", "two ", "three ", "four ", "five"], 300);
+    let world = World::start(Provider::Codex, scenario).await;
+    let store = format!("sqlite:{}", world.env.dir().join("events.db").display());
+    let args = world.run_args(&["--store", &store, "--session-id", "followed"], &["count"]);
+    let mut run = world.command(&args.iter().map(String::as_str).collect::<Vec<_>>()).spawn().expect("spawn");
+    let mut lines = BufReader::new(run.stdout.take().expect("stdout")).lines();
+    // The first event is stored before it is printed: the session is in the store now.
+    let mut printed = lines.next_line().await.expect("read").expect("a first event") + "\n";
+    let follow = world.command(&["events", "--store", &store, "followed", "--follow", "--json"]).output();
+    let rest = async {
+        while let Some(line) = lines.next_line().await.expect("read") {
+            printed += &line;
+            printed += "\n";
+        }
+        run.wait().await.expect("status")
+    };
+    let (followed, status) = tokio::time::timeout(LIMIT, async { tokio::join!(follow, rest) }).await.expect("both end");
+    let followed = followed.expect("events runs");
+    assert_eq!(status.code(), Some(0), "{printed}");
+    assert_eq!(followed.status.code(), Some(0));
+    assert_eq!(String::from_utf8(followed.stdout).expect("utf-8"), printed, "--follow saw every event, in order");
+    assert!(printed.contains("\"message_delta\"") && printed.contains("\"session_closed\""), "{printed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_json_with_claude_completes_two_turns() {
+    two_text_turns(Provider::Claude).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_json_with_pi_completes_two_turns() {
+    two_text_turns(Provider::Pi).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_deny_keeps_the_command_from_running() {
+    let scenario = Scenario::new().shell("touch denied.txt && echo denied-ran").quote_tool_result("Tool said: ");
+    let world = World::start(Provider::Codex, scenario).await;
+    let extra = ["--approval-policy", "untrusted", "--sandbox", "workspace-write", "--approvals", "deny"];
+    let output = world.run(&extra, &["run it"]).await;
+    let events = output.events();
+    assert!(types(&events).contains(&"request_created"), "{output:?}");
+    assert!(!world.env.workspace().join("denied.txt").exists(), "the denied command ran");
+    assert_eq!(terminals(&events).len(), 1, "{output:?}");
+    let expected = if terminals(&events) == ["turn_completed"] { 0 } else { 1 };
+    assert_eq!(output.code(), Some(expected), "{output:?}");
+    world.assert_no_process_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answer_answers_the_agents_question() {
+    let scenario = Scenario::new().ask_user("Pick a color", ["red", "blue"]).quote_tool_result("Tool said: ");
+    let world = World::start(Provider::Codex, scenario).await;
+    let output = world.run(&["--answer", "blue"], &["ask me"]).await;
+    let events = output.events();
+    let resolved: Vec<&Value> = events.iter().filter(|e| e["type"] == "request_resolved").collect();
+    assert_eq!(resolved.len(), 1, "{output:?}");
+    assert_eq!(resolved[0]["data"]["response"]["action"], "answer", "{output:?}");
+    let end = events.iter().find(|e| e["type"] == "turn_completed").expect("the turn completed");
+    assert!(end["data"]["result"]["text"].as_str().is_some_and(|t| t.contains("blue")), "{end}");
+    assert_eq!(output.code(), Some(0));
+    world.assert_no_process_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_continues_a_stored_session_under_its_id() {
+    let world = World::start(Provider::Codex, Scenario::new().text("first answer").text("second answer")).await;
+    let store = format!("sqlite:{}", world.env.dir().join("events.db").display());
+    let first = world.run(&["--store", &store, "--session-id", "resumed-1"], &["first"]).await;
+    assert_eq!(first.code(), Some(0), "{first:?}");
+    let last = first.events().last().expect("events")["seq"].as_u64().expect("seq");
+    let second = world.run(&["--store", &store, "--resume", "resumed-1"], &["second"]).await;
+    assert_eq!(second.code(), Some(0), "{second:?}");
+    let events = second.events();
+    assert!(events[0]["seq"].as_u64() > Some(last), "seq goes on after {last}: {second:?}");
+    assert!(events.iter().all(|e| e["session_id"] == "resumed-1"));
+    let stored = world.output(&["events", "--store", &store, "resumed-1", "--json"]).await;
+    assert_eq!(stored.stdout, format!("{}{}", first.stdout, second.stdout), "one history across both runs");
+    world.assert_no_process_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_terminal_text_streams_and_typing_y_approves_the_tool_call() {
+    let scenario = Scenario::new().shell("touch approved.txt && echo approved-ran").quote_tool_result("Tool said: ");
+    let world = World::start(Provider::Codex, scenario).await;
+    let mut args = world.run_args(&["--approval-policy", "untrusted", "--sandbox", "workspace-write"], &["run it"]);
+    args.retain(|arg| arg != "--json");
+    let (master, slave) = pty();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"));
+    command.env_clear().envs(world.env.vars()).current_dir(world.env.workspace()).args(&args);
+    command.stdin(slave.try_clone().expect("pty")).stdout(slave.try_clone().expect("pty")).stderr(slave);
+    let mut child = command.spawn().expect("spawn");
+    drop(command); // closes this process's copies of the terminal's slave side
+    let mut reader = std::fs::File::from(master.try_clone().expect("pty"));
+    let mut writer = std::fs::File::from(master);
+    let screen = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let (mut screen, mut buf, mut typed) = (String::new(), [0u8; 4096], false);
+        // The read fails (EIO) once the command exited and the slave side closed.
+        while let Ok(n @ 1..) = reader.read(&mut buf) {
+            screen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            if !typed && screen.contains("allow? [y/N]") {
+                writer.write_all(b"y\n").expect("typed");
+                typed = true;
+            }
+        }
+        screen
+    });
+    let screen = tokio::time::timeout(LIMIT, screen).await.expect("the command ends").expect("screen");
+    let status = child.wait().expect("status");
+    assert_eq!(status.code(), Some(0), "{screen}");
+    assert!(world.env.workspace().join("approved.txt").exists(), "the approved command ran:\n{screen}");
+    let shown = ["⠋ working 0s", "? command_approval", "allow? [y/N]", "approved", "▸ ", "Tool said: ", "approved-ran"];
+    for shown in shown.into_iter().chain(["── turn completed"]) {
+        assert!(screen.contains(shown), "{shown:?} not shown:\n{screen}");
+    }
+    world.assert_no_process_left().await;
+}
+
+/// A pseudo-terminal: (master, slave).
+fn pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd;
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: openpty writes two new descriptors, owned below; the other arguments may be null.
+    let done =
+        unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) };
+    assert_eq!(done, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened and are owned by nothing else.
+    unsafe { (std::os::fd::OwnedFd::from_raw_fd(master), std::os::fd::OwnedFd::from_raw_fd(slave)) }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_cancels_the_turn_and_exits_3() {
+    let world = World::start(Provider::Codex, Scenario::new().stall("Thinking")).await;
+    let started = Instant::now();
+    let output = world.run(&["--timeout", "3"], &["take your time"]).await;
+    assert_eq!(output.code(), Some(3), "{output:?}");
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+    let events = output.events();
+    assert_eq!(terminals(&events).len(), 1, "the cancelled turn ends: {output:?}");
+    world.assert_no_process_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_mid_turn_cancels_it_exits_2_and_leaves_no_process() {
+    sigint_mid_turn(Provider::Codex).await;
+}
+
+/// Pi runs under Node: its process tree goes with the command too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_mid_turn_with_pi_leaves_no_process() {
+    sigint_mid_turn(Provider::Pi).await;
+}
+
+async fn sigint_mid_turn(provider: Provider) {
+    let world = World::start(provider, Scenario::new().stall("Thinking")).await;
+    let args = world.run_args(&[], &["take your time"]);
+    let mut child = world.command(&args.iter().map(String::as_str).collect::<Vec<_>>()).spawn().expect("spawn");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut seen = Vec::new();
+    tokio::time::timeout(LIMIT, async {
+        while let Some(line) = lines.next_line().await.expect("read") {
+            let event: Value = serde_json::from_str(&line).expect("JSON event");
+            let delta = event["type"] == "message_delta";
+            seen.push(event);
+            if delta {
+                return;
+            }
+        }
+        panic!("no message_delta before the end: {seen:?}");
+    })
+    .await
+    .expect("the turn streams");
+    assert!(!world.processes().is_empty(), "the CLI runs in the environment (so the check below can fail)");
+    let pid = child.id().expect("running") as libc::pid_t;
+    // SAFETY: sending a signal to the child this test spawned and still holds.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    while let Some(line) = lines.next_line().await.expect("read") {
+        seen.push(serde_json::from_str(&line).expect("JSON event"));
+    }
+    let status = tokio::time::timeout(LIMIT, child.wait()).await.expect("exits").expect("status");
+    assert_eq!(status.code(), Some(2), "{seen:?}");
+    let ends = terminals(&seen);
+    assert!(matches!(ends.as_slice(), ["turn_cancelled" | "turn_interrupted"]), "{ends:?}");
+    world.assert_no_process_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_one_line_exit_64_or_69_and_writes_nothing() {
+    let world = World::start(Provider::Codex, Scenario::new().text("unused")).await;
+    let dir = world.env.dir();
+    let db = dir.join("never.db");
+    let store = format!("sqlite:{}", db.display());
+    let bad_config = dir.join("bad.json");
+    std::fs::write(&bad_config, r#"{"provider": "codex", "sandbox": "everywhere"}"#).expect("written");
+    let program = world.cli.program().display().to_string();
+    let missing: PathBuf = dir.join("no-such-codex");
+    let cases: Vec<(Vec<String>, i32, &str)> = vec![
+        (strings(&["run", "--provider", "gemini", "--store", &store, "hi"]), 64, "unknown provider `gemini`"),
+        (strings(&["run", "--provider", "codex", "--env", SECRET, "--store", &store, "hi"]), 64, "--env #1"),
+        (strings(&["run", "--config", &bad_config.display().to_string(), "--store", &store, "hi"]), 64, "sandbox"),
+        (
+            strings(&[
+                "run",
+                "--provider",
+                "codex",
+                "--cli-path",
+                &program,
+                "--store",
+                "sqlite:/no/such/dir/x.db",
+                "hi",
+            ]),
+            64,
+            "/no/such/dir/x.db",
+        ),
+        (strings(&["run", "--provider", "codex", "--approvals", "maybe", "hi"]), 64, "maybe"),
+        (strings(&["sessions", "--store", &store]), 64, "never.db"),
+        (
+            strings(&[
+                "run",
+                "--provider",
+                "codex",
+                "--auth",
+                "inherit",
+                "--cli-path",
+                &missing.display().to_string(),
+                "--store",
+                &store,
+                "hi",
+            ]),
+            69,
+            "no-such-codex",
+        ),
+    ];
+    for (args, code, names) in cases {
+        let output = world.output(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        assert_eq!(output.code(), Some(code), "{args:?}: {output:?}");
+        assert_eq!(output.stdout, "", "{args:?}");
+        assert_eq!(output.stderr.trim_end().lines().count(), 1, "{args:?}: one line: {}", output.stderr);
+        assert!(output.stderr.contains(names), "{args:?}: names {names:?}: {}", output.stderr);
+        assert!(!db.exists(), "{args:?} wrote the store");
+    }
+    world.assert_no_process_left().await;
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
