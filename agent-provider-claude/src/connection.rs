@@ -169,10 +169,7 @@ impl Drop for Connection {
 
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Connection")
-            .field("pid", &self.shared.process.id())
-            .field("closing", &self.shared.process.is_closing())
-            .finish_non_exhaustive()
+        f.debug_struct("Connection").field("process", &self.shared.process).finish_non_exhaustive()
     }
 }
 
