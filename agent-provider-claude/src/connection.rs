@@ -15,7 +15,7 @@ use agent_core::event::RawJson;
 use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::{Sink, TurnId};
-use agent_provider_kit::framing::{LineReader, TextFrame, unparsed_line_warning};
+use agent_provider_kit::framing::{LineReader, TextFrame, stderr_note, unparsed_line_warning};
 use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ControlRequestId, ExitReport, Pending, ReplyError, ReplyKey};
 use serde_json::Value;
@@ -253,7 +253,7 @@ impl Shared {
         let reason = format!("claude exited ({how}) without completing the turn");
         let mut actions = lock(&self.state).on_exit(&reason, report.status, report.stderr_tail.clone());
         if self.run(&mut actions).await.is_ok() {
-            let tail = report.stderr_tail.map(|t| format!("; stderr:\n{t}")).unwrap_or_default();
+            let tail = stderr_note(report.stderr_tail.as_deref());
             let _ = self.sink.transport_down(format!("claude exited ({how}){tail}")).await;
         }
     }

@@ -283,6 +283,12 @@ pub fn is_not_json(error: &serde_json::Error) -> bool {
     matches!(error.classify(), serde_json::error::Category::Syntax | serde_json::error::Category::Eof)
 }
 
+/// `; stderr:` and the tail on the lines after it, or nothing without a tail: the end of an
+/// error text that carries a CLI's stderr tail.
+pub fn stderr_note(tail: Option<&str>) -> String {
+    tail.map(|t| format!("; stderr:\n{t}")).unwrap_or_default()
+}
+
 /// Lines of stderr a default [`StderrTail`] keeps.
 pub const STDERR_TAIL_LINES: usize = 40;
 /// Longest stderr line kept, in characters; the rest of a line is cut and marked with `…`.
@@ -459,6 +465,12 @@ mod tests {
     fn check(input: &[u8], max: usize, expected: Vec<Owned>) {
         let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
         assert_eq!(runtime.block_on(read_all(input, max)), expected, "{:?}", String::from_utf8_lossy(input));
+    }
+
+    #[test]
+    fn a_stderr_note_ends_an_error_text() {
+        assert_eq!(stderr_note(Some("boom\nbang")), "; stderr:\nboom\nbang");
+        assert_eq!(stderr_note(None), "");
     }
 
     #[test]

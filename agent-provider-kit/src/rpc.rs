@@ -39,7 +39,7 @@ use serde::Deserialize;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::framing::StderrCollector;
+use crate::framing::{StderrCollector, stderr_note};
 
 /// The key a reply is matched to its request by.
 pub trait ReplyKey: Clone + Eq + Hash + fmt::Debug + Send + 'static {
@@ -165,10 +165,7 @@ impl fmt::Display for ExitReport {
             (None, Some(status)) => write!(f, "exited ({status})")?,
             (None, None) => f.write_str("exited (exit status unknown)")?,
         }
-        if let Some(tail) = &self.stderr_tail {
-            write!(f, "; stderr:\n{tail}")?;
-        }
-        Ok(())
+        f.write_str(&stderr_note(self.stderr_tail.as_deref()))
     }
 }
 

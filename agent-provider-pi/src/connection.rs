@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use agent_core::event::RawJson;
-use agent_core::exec::{Child, ChildOutput, ExitStatus};
+use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::{Sink, TurnId};
 use agent_provider_kit::framing::{LineReader, TextFrame, unparsed_line_warning};
@@ -174,9 +174,8 @@ impl Connection {
 
     /// How the process ended and the tail of its stderr. Waits briefly for the exit; kills the
     /// process if it is still running.
-    pub(crate) async fn exit_report(&self) -> (Option<ExitStatus>, Option<String>) {
-        let report = self.shared.exit_report().await;
-        (report.status, report.stderr_tail)
+    pub(crate) async fn exit_report(&self) -> ExitReport {
+        self.shared.exit_report().await
     }
 }
 
