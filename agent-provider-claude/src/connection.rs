@@ -7,24 +7,26 @@
 //! Dropping the [`Connection`] stops both tasks and kills the process.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use agent_core::event::RawJson;
-use agent_core::exec::{Child, ChildHandle, ChildOutput, ChildStdin};
+use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::{Sink, TurnId};
-use agent_provider_kit::framing::{LineReader, STDERR_TAIL_LINES, StderrCollector, TextFrame};
+use agent_provider_kit::framing::{LineReader, TextFrame, stderr_note, unparsed_line_warning};
+use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ControlRequestId, ExitReport, Pending, ReplyError, ReplyKey};
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
 use crate::normalize::{Action, Normalizer, attach};
 use crate::wire::{self, ControlRequestLine, Envelope};
 
+/// The CLI's name in error texts.
+const CLI: &str = "claude";
 /// How long the reader waits for the process to exit after stdout closed, before killing it.
 const EXIT_WAIT: Duration = Duration::from_secs(2);
 /// How long the reader waits for the stderr task to drain after the process exited.
@@ -67,14 +69,11 @@ impl From<ReplyError> for CallError {
 /// State shared by the connection's tasks and callers.
 struct Shared {
     sink: Sink,
-    child: Arc<dyn ChildHandle>,
+    process: CliProcess,
     state: Mutex<Normalizer>,
     /// Our control requests waiting for their responses; closed once stdout closed.
     pending: Pending<ControlRequestId>,
-    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
     next_id: AtomicU64,
-    closing: AtomicBool,
-    stderr: StderrCollector,
     /// Woken when the running turn ends or stdout closes.
     turn_ended: Notify,
 }
@@ -97,19 +96,13 @@ impl Connection {
         max_line: usize,
         normalizer: Normalizer,
     ) -> Result<Connection, CallError> {
-        let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin, child.stdout, child.stderr) else {
-            let _ = child.handle.kill();
-            return Err(CallError::Closed);
-        };
+        let (process, stdout) = CliProcess::start(CLI, child).ok_or(CallError::Closed)?;
         let shared = Arc::new(Shared {
             sink,
-            child: child.handle,
+            process,
             state: Mutex::new(normalizer),
             pending: Pending::new(),
-            stdin: tokio::sync::Mutex::new(Some(stdin)),
             next_id: AtomicU64::new(1),
-            closing: AtomicBool::new(false),
-            stderr: StderrCollector::spawn(stderr, STDERR_TAIL_LINES),
             turn_ended: Notify::new(),
         });
         let reader = tokio::spawn(read_stdout(Arc::clone(&shared), stdout, max_line));
@@ -129,44 +122,31 @@ impl Connection {
         let id = format!("req_{}", self.shared.next_id.fetch_add(1, Ordering::Relaxed));
         let ticket = self.shared.pending.register(ControlRequestId(id.clone()), ())?;
         let line = encode(&ControlRequestLine { kind: "control_request", request_id: &id, request });
-        let raw = ticket.send_and_wait(self.shared.write(line), deadline).await?;
+        let raw = ticket.send_and_wait(self.shared.process.write_line(&line), deadline).await?;
         let reply: wire::ControlResponseLine =
             serde_json::from_str(raw.get()).map_err(|_| CallError::Unexpected(subtype.clone()))?;
         match reply.response.subtype.as_str() {
             "success" => Ok(reply.response.response),
-            "error" => Err(CallError::Refused(truncate(reply.response.error.unwrap_or_default()))),
+            "error" => {
+                Err(CallError::Refused(truncate_message(reply.response.error.unwrap_or_default(), MAX_ERROR_MESSAGE)))
+            }
             _ => Err(CallError::Unexpected(subtype)),
         }
     }
 
     /// Writes one line (a prompt, an answer).
     pub(crate) async fn write(&self, message: &impl serde::Serialize) -> std::io::Result<()> {
-        self.shared.write(encode(message)).await
+        self.shared.process.write_line(&encode(message)).await
     }
 
     /// Returns once `turn` is no longer running, or stdout closed.
     pub(crate) async fn turn_ended(&self, turn: &TurnId) {
-        loop {
-            let notified = self.shared.turn_ended.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if !self.state().is_running(turn) || self.shared.pending.is_closed() {
-                return;
-            }
-            notified.await;
-        }
+        wait_until(&self.shared.turn_ended, || !self.state().is_running(turn) || self.shared.pending.is_closed()).await;
     }
 
     /// Closes stdin, waits up to [`CLOSE_GRACE`] for claude to exit, then kills it.
     pub(crate) async fn close(&self) {
-        self.shared.closing.store(true, Ordering::SeqCst);
-        if let Some(mut stdin) = self.shared.stdin.lock().await.take() {
-            let _ = tokio::time::timeout(CLOSE_GRACE, stdin.shutdown()).await;
-        }
-        if tokio::time::timeout(CLOSE_GRACE, self.shared.child.wait()).await.is_err() {
-            let _ = self.shared.child.kill();
-            let _ = tokio::time::timeout(CLOSE_GRACE, self.shared.child.wait()).await;
-        }
+        self.shared.process.close(CLOSE_GRACE).await;
         let unknown = self.state().unknown_frames();
         if unknown > 0 {
             tracing::info!(unknown_frames = unknown, "claude session closed; some lines were of unknown kinds");
@@ -183,49 +163,17 @@ impl Connection {
 impl Drop for Connection {
     fn drop(&mut self) {
         self.reader.abort();
-        self.shared.stderr.abort();
-        let _ = self.shared.child.kill();
+        self.shared.process.kill();
     }
 }
 
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Connection")
-            .field("pid", &self.shared.child.id())
-            .field("closing", &self.shared.closing.load(Ordering::Relaxed))
-            .finish_non_exhaustive()
+        f.debug_struct("Connection").field("process", &self.shared.process).finish_non_exhaustive()
     }
-}
-
-fn truncate(mut message: String) -> String {
-    if message.len() > MAX_ERROR_MESSAGE {
-        let mut end = MAX_ERROR_MESSAGE;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-        message.push('…');
-    }
-    message
-}
-
-fn encode(message: &impl serde::Serialize) -> Vec<u8> {
-    // Our own message types always serialize.
-    let mut line = serde_json::to_vec(message).unwrap_or_default();
-    line.push(b'\n');
-    line
 }
 
 impl Shared {
-    async fn write(&self, line: Vec<u8>) -> std::io::Result<()> {
-        let mut stdin = self.stdin.lock().await;
-        let Some(stdin) = stdin.as_mut() else {
-            return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "claude stdin is closed"));
-        };
-        stdin.write_all(&line).await?;
-        stdin.flush().await
-    }
-
     /// Handles one stdout line. Errs when the session runtime is gone.
     async fn on_frame(
         &self,
@@ -233,23 +181,14 @@ impl Shared {
         max_line: usize,
         actions: &mut Vec<Action>,
     ) -> Result<(), SinkClosed> {
-        let text = match frame {
-            TextFrame::Text(text) => text,
-            TextFrame::Blank => return Ok(()),
-            TextFrame::NotUtf8 { len } => {
-                return self.garbage(format!("claude wrote a stdout line that is not UTF-8 ({len} bytes)")).await;
-            }
-            TextFrame::TooLong { len } => {
-                return self
-                    .garbage(format!(
-                        "claude wrote a stdout line of {len} bytes, over the {max_line}-byte limit; dropped"
-                    ))
-                    .await;
-            }
+        let text = match frame.into_text(CLI, max_line) {
+            Ok(Some(text)) => text,
+            Ok(None) => return Ok(()),
+            Err(warning) => return self.garbage(warning).await,
         };
         let Ok(line) = serde_json::from_str::<Envelope<'_>>(text) else {
             let len = text.len();
-            return self.garbage(format!("claude wrote a stdout line that is not a JSON message ({len} bytes)")).await;
+            return self.garbage(unparsed_line_warning(CLI, "a JSON message", len)).await;
         };
         if line.kind == "control_response"
             && let Some(key) = ControlRequestId::of_reply(text)
@@ -284,7 +223,7 @@ impl Shared {
                 Action::Resolved { provider_ref, raw } => self.sink.request_resolved(provider_ref, raw).await?,
                 Action::SessionUpdated { session_id, raw } => self.sink.session_updated(Some(session_id), raw).await?,
                 Action::Write(message) => {
-                    if let Err(error) = self.write(encode(&message)).await {
+                    if let Err(error) = self.process.write_line(&encode(&message)).await {
                         tracing::debug!(%error, "could not answer a claude control request");
                     }
                 }
@@ -294,7 +233,7 @@ impl Shared {
     }
 
     async fn exit_report(&self) -> ExitReport {
-        ExitReport::collect(self.child.as_ref(), &self.stderr, EXIT_WAIT, STDERR_DRAIN).await
+        self.process.exit_report(EXIT_WAIT, STDERR_DRAIN).await
     }
 
     /// Stdout ended: fail waiting callers, then (unless closing) the running turn and the
@@ -302,7 +241,7 @@ impl Shared {
     async fn on_stdout_closed(&self, read_error: Option<std::io::Error>) {
         drop(self.pending.close());
         self.turn_ended.notify_waiters();
-        if self.closing.load(Ordering::SeqCst) {
+        if self.process.is_closing() {
             return;
         }
         let report = self.exit_report().await;
@@ -310,15 +249,11 @@ impl Shared {
             Some(error) => report.read_error(error),
             None => report,
         };
-        let how = match (&report.read_error, &report.status) {
-            (Some(error), _) => format!("stdout read failed: {error}"),
-            (None, Some(status)) => status.to_string(),
-            (None, None) => "exit status unknown".to_owned(),
-        };
+        let how = report.how();
         let reason = format!("claude exited ({how}) without completing the turn");
         let mut actions = lock(&self.state).on_exit(&reason, report.status, report.stderr_tail.clone());
         if self.run(&mut actions).await.is_ok() {
-            let tail = report.stderr_tail.map(|t| format!("; stderr:\n{t}")).unwrap_or_default();
+            let tail = stderr_note(report.stderr_tail.as_deref());
             let _ = self.sink.transport_down(format!("claude exited ({how}){tail}")).await;
         }
     }

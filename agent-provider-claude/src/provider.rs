@@ -11,6 +11,7 @@ use agent_core::{
     Capabilities, Capability, ConversationMode, DynProvider, Error, Provider, ProviderId, ProviderOptions, Result,
     SessionOptions, Support,
 };
+use agent_provider_kit::framing::stderr_note;
 use agent_provider_kit::probe::{self, FileStamp, ProbeCache, ProbeError, ProbeLimits};
 use agent_provider_kit::version::Version;
 use async_trait::async_trait;
@@ -113,7 +114,7 @@ impl ClaudeProvider {
                 return Err(self.unavailable(format!(
                     "`{shown} --version` did not answer within {:?}{}",
                     limits.timeout,
-                    stderr_note(stderr_tail)
+                    stderr_note(stderr_tail.as_deref())
                 )));
             }
             Err(other) => return Err(self.unavailable(format!("`{shown} --version` {other}"))),
@@ -122,14 +123,14 @@ impl ClaudeProvider {
         if !status.success() {
             return Err(self.unavailable(format!(
                 "`{shown} --version` failed ({status}); is it the Claude Code CLI?{}",
-                stderr_note(output.stderr_tail)
+                stderr_note(output.stderr_tail.as_deref())
             )));
         }
         let Some(version) = Version::from_cli_output(&output.stdout).filter(|_| output.stdout.contains("Claude Code"))
         else {
             return Err(self.unavailable(format!(
                 "`{shown} --version` ({status}) did not print a Claude Code version; is it the Claude Code CLI?{}",
-                stderr_note(output.stderr_tail)
+                stderr_note(output.stderr_tail.as_deref())
             )));
         };
         if version < MIN_SUPPORTED {
@@ -184,10 +185,6 @@ impl From<ClaudeProvider> for DynProvider {
 }
 
 /// `; stderr:` and the tail, for an error report; nothing when stderr was empty.
-fn stderr_note(tail: Option<String>) -> String {
-    tail.map(|t| format!("; stderr:\n{t}")).unwrap_or_default()
-}
-
 /// A random version-4 UUID: the session ID of a new (or forked) conversation, chosen here so
 /// it is known before the first turn.
 fn new_session_id() -> Option<String> {

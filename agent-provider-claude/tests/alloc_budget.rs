@@ -12,15 +12,14 @@
 //! the CLI in its own process, so only the harness's allocations are counted. Needs
 //! `cargo build -p agent-testkit --bins`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use agent_core::exec::Exec;
 use agent_core::{EventKind, Harness, Replay, StoreChoice, TurnOptions};
 use agent_exec::LocalExec;
 use agent_provider_claude::{ClaudeOptions, ClaudeProvider};
 use agent_store_memory::MemoryStore;
+use agent_testkit::alloc::{Counting, allocations};
 use agent_testkit::fake_cli::{FakeCli, FakeCliEnv, FakeScript};
 use futures::StreamExt;
 
@@ -29,36 +28,6 @@ const BUDGET: f64 = 7.5;
 /// Deltas in the measured turn, and how many of them warm the path up before counting starts.
 const DELTAS: u64 = 20_000;
 const WARM_UP: u64 = 2_000;
-
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the counter is an atomic.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded with the caller's layout.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded with the caller's layout.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded with the caller's pointer, layout and size.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded with the caller's pointer and layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -94,9 +63,9 @@ async fn a_streamed_delta_costs_at_most_the_budgeted_allocations() {
             EventKind::MessageDelta { .. } => {
                 seen += 1;
                 if seen == WARM_UP {
-                    counted_from = ALLOCATIONS.load(Ordering::Relaxed);
+                    counted_from = allocations();
                 } else if seen == DELTAS {
-                    counted = ALLOCATIONS.load(Ordering::Relaxed) - counted_from;
+                    counted = allocations() - counted_from;
                 }
             }
             kind if kind.is_terminal() => break,

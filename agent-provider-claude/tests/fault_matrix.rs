@@ -26,12 +26,13 @@ use std::time::Duration;
 
 use agent_core::exec::{Exec, ExitStatus};
 use agent_core::{
-    Error, Event, EventKind, Harness, Replay, SessionOptions, SessionRef, SessionState, StoreChoice, Subscription,
-    Turn, TurnEnd, TurnOptions, TurnStatus,
+    Error, Event, EventKind, Harness, Replay, SessionOptions, SessionRef, SessionState, StoreChoice, TurnOptions,
+    TurnStatus,
 };
 use agent_exec::LocalExec;
 use agent_provider_claude::{ClaudeOptions, ClaudeProvider};
 use agent_store_memory::MemoryStore;
+use agent_testkit::events::{Watched, names, sole_terminal as end};
 use agent_testkit::fake_cli::{ExpectKind, FakeCli, FakeCliEnv, FakeScript, InterruptMode};
 use agent_testkit::recording::RecordingExec;
 use futures::StreamExt;
@@ -90,7 +91,7 @@ impl Case {
     async fn watch(&self, session: &SessionRef, prompt: &str) -> Watched {
         let events = self.harness.subscribe(session, Replay::Latest).await.expect("subscribe");
         let turn = self.harness.start_turn(session, prompt, TurnOptions::new()).await.expect("turn recorded");
-        Watched { turn, events, seen: Vec::new() }
+        Watched::new(turn, events, IDLE)
     }
 
     async fn run(&self, session: &SessionRef, prompt: &str) -> Vec<Arc<Event>> {
@@ -133,49 +134,6 @@ impl Case {
         }
         self.assert_no_process_left().await;
     }
-}
-
-struct Watched {
-    turn: Turn,
-    events: Subscription,
-    seen: Vec<Arc<Event>>,
-}
-
-impl Watched {
-    async fn until(&mut self, stop: impl Fn(&Event) -> bool) -> Arc<Event> {
-        loop {
-            let next = tokio::time::timeout(IDLE, self.events.next()).await;
-            let next = next.unwrap_or_else(|_| panic!("no event within {IDLE:?}; events: {}", names(&self.seen)));
-            let event = match next {
-                Some(Ok(event)) => event,
-                other => panic!("the session's events ended ({other:?}); events: {}", names(&self.seen)),
-            };
-            if event.turn_id.as_ref() != Some(&self.turn.id) {
-                continue;
-            }
-            self.seen.push(Arc::clone(&event));
-            if stop(&event) {
-                return event;
-            }
-            assert!(!event.is_terminal(), "the turn ended early: {}", names(&self.seen));
-        }
-    }
-
-    async fn into_events(mut self) -> Vec<Arc<Event>> {
-        self.until(Event::is_terminal).await;
-        self.seen
-    }
-}
-
-fn names(events: &[Arc<Event>]) -> String {
-    events.iter().map(|e| e.type_name()).collect::<Vec<_>>().join(" ")
-}
-
-#[track_caller]
-fn end(events: &[Arc<Event>]) -> &TurnEnd {
-    let terminals = events.iter().filter(|e| e.is_terminal()).count();
-    assert_eq!(terminals, 1, "exactly one terminal event: {}", names(events));
-    events.last().and_then(|e| e.kind.terminal_end()).unwrap_or_else(|| panic!("not terminal: {}", names(events)))
 }
 
 fn count(events: &[Arc<Event>], name: &str) -> usize {
@@ -295,7 +253,7 @@ async fn an_acknowledged_interrupt_without_a_result_fails_the_turn_and_retires_t
     let monitor = case.harness.monitor(&session).await.expect("live");
     let mut watched = case.watch(&session, "work").await;
     watched.until(|e| matches!(e.kind, EventKind::MessageDelta { .. })).await;
-    case.harness.cancel(&watched.turn).await.expect("cancel accepted");
+    case.harness.cancel(watched.turn()).await.expect("cancel accepted");
     let events = watched.into_events().await;
     assert_eq!(end(&events).status, TurnStatus::Failed, "{}", names(&events));
     let reason = tokio::time::timeout(IDLE, monitor).await.expect("the session ends");

@@ -11,11 +11,12 @@ use agent_core::event::ToolStatus;
 use agent_core::exec::Exec;
 use agent_core::{
     Event, EventKind, ExpiryReason, Harness, Replay, Request, RequestKind, Response, Scope, SessionOptions, SessionRef,
-    StoreChoice, Turn, TurnEnd, TurnOptions, TurnStatus,
+    StoreChoice, Turn, TurnOptions, TurnStatus,
 };
 use agent_exec::LocalExec;
 use agent_provider_claude::{ClaudeOptions, ClaudeProvider, ClaudeTurnOptions, PermissionMode};
 use agent_store_memory::MemoryStore;
+use agent_testkit::events::{count, names, terminal};
 use agent_testkit::recording::RecordingExec;
 use agent_testkit::{Cli, FakeModel, OfflineEnv, Provider, Scenario};
 use futures::StreamExt;
@@ -122,18 +123,6 @@ impl Claude {
         }
         assert!(self.server.proxy().attempts().is_empty(), "claude tried to reach outside 127.0.0.1");
     }
-}
-
-fn names(events: &[Arc<Event>]) -> String {
-    events.iter().map(|e| e.type_name()).collect::<Vec<_>>().join(" ")
-}
-
-fn terminal(events: &[Arc<Event>]) -> &TurnEnd {
-    events.last().and_then(|e| e.kind.terminal_end()).unwrap_or_else(|| panic!("no terminal event: {}", names(events)))
-}
-
-fn count(events: &[Arc<Event>], name: &str) -> usize {
-    events.iter().filter(|e| e.type_name() == name).count()
 }
 
 fn deltas(events: &[Arc<Event>]) -> String {

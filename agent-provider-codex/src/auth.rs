@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use agent_core::{AuthMode, Result, SessionOptions};
-use agent_provider_kit::auth::{AuthGuard, EnvRules};
+use agent_provider_kit::auth::{AuthGuard, EnvRules, effective_env};
 use serde_json::Value as Json;
 use toml::Value as Toml;
 
@@ -61,28 +61,7 @@ pub(crate) const PINNED_MODEL_PROVIDER: &str = "openai";
 
 /// The names to remove from the environment codex inherits, under `Subscription`.
 pub(crate) fn scrubbed(options: &SessionOptions) -> Vec<OsString> {
-    if options.auth != AuthMode::Subscription {
-        return Vec::new();
-    }
-    let mut names: Vec<OsString> = SCRUBBED_UNDER_SUBSCRIPTION.iter().map(OsString::from).collect();
-    for name in GUARD.scrub_host() {
-        if !names.contains(&name) {
-            names.push(name);
-        }
-    }
-    names
-}
-
-/// The value of `name` in the environment codex would run with: the session's setting, unless the
-/// session removes it, else this process's.
-fn effective_env(options: &SessionOptions, name: &str) -> Option<OsString> {
-    if let Some(value) = options.env.set.get(name) {
-        return Some(value.into());
-    }
-    if options.env.unset.iter().any(|n| n == name) {
-        return None;
-    }
-    std::env::var_os(name).filter(|v| !v.is_empty())
+    GUARD.scrubbed(options, SCRUBBED_UNDER_SUBSCRIPTION)
 }
 
 /// The `CODEX_HOME` codex would use: the environment's, else `~/.codex`.

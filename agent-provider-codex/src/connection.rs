@@ -7,25 +7,27 @@
 //! tasks and kills the process.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use agent_core::event::RawJson;
-use agent_core::exec::{Child, ChildHandle, ChildOutput, ChildStdin, ExitStatus};
+use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::{Sink, TurnId};
-use agent_provider_kit::framing::{LineReader, STDERR_TAIL_LINES, StderrCollector, TextFrame};
+use agent_provider_kit::framing::{LineReader, TextFrame, unparsed_line_warning};
+use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ExitReport, JsonRpcId, Pending, ReplyError};
 use serde::Serialize;
 use serde_json::value::RawValue;
-use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
 use crate::normalize::{Action, Normalizer, attach};
 use crate::wire::{self, Message, Outgoing, RpcError, RpcId};
 
+/// The CLI's name in error texts.
+const CLI: &str = "codex";
 /// The request that starts a turn.
 const TURN_START: &str = "turn/start";
 
@@ -60,16 +62,7 @@ pub(crate) enum CallError {
 
 impl From<RpcError> for CallError {
     fn from(e: RpcError) -> Self {
-        let mut message = e.message;
-        if message.len() > MAX_ERROR_MESSAGE {
-            let mut end = MAX_ERROR_MESSAGE;
-            while !message.is_char_boundary(end) {
-                end -= 1;
-            }
-            message.truncate(end);
-            message.push('…');
-        }
-        CallError::Rpc { code: e.code, message }
+        CallError::Rpc { code: e.code, message: truncate_message(e.message, MAX_ERROR_MESSAGE) }
     }
 }
 
@@ -87,15 +80,12 @@ impl From<ReplyError> for CallError {
 /// State shared by the connection's tasks and callers.
 struct Shared {
     sink: Sink,
-    child: Arc<dyn ChildHandle>,
+    process: CliProcess,
     state: Mutex<Normalizer>,
     /// Callers waiting for a response, closed once stdout closed. The tag marks `turn/start`:
     /// its caller reports an exit before codex admitted the turn.
     pending: Pending<JsonRpcId, bool>,
-    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
     next_id: AtomicI64,
-    closing: AtomicBool,
-    stderr: StderrCollector,
     /// Woken when the running turn ends or stdout closes.
     turn_ended: Notify,
 }
@@ -113,19 +103,13 @@ pub(crate) struct Connection {
 impl Connection {
     /// Takes over a spawned process and starts reading its output.
     pub(crate) fn start(child: Child, sink: Sink, max_line: usize) -> Result<Connection, CallError> {
-        let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin, child.stdout, child.stderr) else {
-            let _ = child.handle.kill();
-            return Err(CallError::Closed);
-        };
+        let (process, stdout) = CliProcess::start(CLI, child).ok_or(CallError::Closed)?;
         let shared = Arc::new(Shared {
             sink,
-            child: child.handle,
+            process,
             state: Mutex::new(Normalizer::new()),
             pending: Pending::new(),
-            stdin: tokio::sync::Mutex::new(Some(stdin)),
             next_id: AtomicI64::new(1),
-            closing: AtomicBool::new(false),
-            stderr: StderrCollector::spawn(stderr, STDERR_TAIL_LINES),
             turn_ended: Notify::new(),
         });
         let reader = tokio::spawn(read_stdout(Arc::clone(&shared), stdout, max_line));
@@ -149,7 +133,7 @@ impl Connection {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let ticket = self.shared.pending.register(JsonRpcId(id), method == TURN_START)?;
         let line = encode(&Outgoing { id: Some(id), method, params: Some(params) });
-        let raw = ticket.send_and_wait(self.shared.write(line), deadline).await?;
+        let raw = ticket.send_and_wait(self.shared.process.write_line(&line), deadline).await?;
         match serde_json::from_str::<wire::Reply<&RawValue>>(raw.get()) {
             Ok(wire::Reply { error: Some(error), .. }) => Err(error.into()),
             Ok(wire::Reply { result: Some(_), .. }) => Ok(raw),
@@ -162,44 +146,29 @@ impl Connection {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         self.shared.pending.register(JsonRpcId(id), false)?.detach();
         let line = encode(&Outgoing { id: Some(id), method, params: Some(params) });
-        self.shared.write(line).await.map_err(CallError::Write)
+        self.shared.process.write_line(&line).await.map_err(CallError::Write)
     }
 
     /// Sends a notification.
     pub(crate) async fn notify(&self, method: &str) -> Result<(), CallError> {
         let line = encode(&Outgoing::<()> { id: None, method, params: None });
-        self.shared.write(line).await.map_err(CallError::Write)
+        self.shared.process.write_line(&line).await.map_err(CallError::Write)
     }
 
     /// Answers a server request.
     pub(crate) async fn answer(&self, id: &RpcId, result: serde_json::Value) -> std::io::Result<()> {
-        self.shared.write(encode(&wire::Answer { id, result: Some(result), error: None })).await
+        self.shared.process.write_line(&encode(&wire::Answer { id, result: Some(result), error: None })).await
     }
 
     /// Returns once `turn` is no longer running in codex, or stdout closed (the turn's end is
     /// then reported with the exit).
     pub(crate) async fn turn_ended(&self, turn: &TurnId) {
-        loop {
-            let notified = self.shared.turn_ended.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if !self.state().is_running(turn) || self.shared.pending.is_closed() {
-                return;
-            }
-            notified.await;
-        }
+        wait_until(&self.shared.turn_ended, || !self.state().is_running(turn) || self.shared.pending.is_closed()).await;
     }
 
     /// Closes stdin, waits up to [`CLOSE_GRACE`] for codex to exit, then kills it.
     pub(crate) async fn close(&self) {
-        self.shared.closing.store(true, Ordering::SeqCst);
-        if let Some(mut stdin) = self.shared.stdin.lock().await.take() {
-            let _ = tokio::time::timeout(CLOSE_GRACE, stdin.shutdown()).await;
-        }
-        if tokio::time::timeout(CLOSE_GRACE, self.shared.child.wait()).await.is_err() {
-            let _ = self.shared.child.kill();
-            let _ = tokio::time::timeout(CLOSE_GRACE, self.shared.child.wait()).await;
-        }
+        self.shared.process.close(CLOSE_GRACE).await;
         let unknown = self.state().unknown_frames();
         if unknown > 0 {
             tracing::info!(unknown_frames = unknown, "codex session closed; some frames were of unknown methods");
@@ -208,46 +177,25 @@ impl Connection {
 
     /// How the process ended and the tail of its stderr, for a failure during startup. Waits
     /// briefly for the exit; kills the process if it is still running.
-    pub(crate) async fn exit_report(&self) -> (Option<ExitStatus>, Option<String>) {
-        let report = self.shared.exit_report().await;
-        (report.status, report.stderr_tail)
+    pub(crate) async fn exit_report(&self) -> ExitReport {
+        self.shared.exit_report().await
     }
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
         self.reader.abort();
-        self.shared.stderr.abort();
-        let _ = self.shared.child.kill();
+        self.shared.process.kill();
     }
 }
 
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Connection")
-            .field("pid", &self.shared.child.id())
-            .field("closing", &self.shared.closing.load(Ordering::Relaxed))
-            .finish_non_exhaustive()
+        f.debug_struct("Connection").field("process", &self.shared.process).finish_non_exhaustive()
     }
-}
-
-fn encode(message: &impl Serialize) -> Vec<u8> {
-    // Our own message types always serialize.
-    let mut line = serde_json::to_vec(message).unwrap_or_default();
-    line.push(b'\n');
-    line
 }
 
 impl Shared {
-    async fn write(&self, line: Vec<u8>) -> std::io::Result<()> {
-        let mut stdin = self.stdin.lock().await;
-        let Some(stdin) = stdin.as_mut() else {
-            return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "codex stdin is closed"));
-        };
-        stdin.write_all(&line).await?;
-        stdin.flush().await
-    }
-
     /// Handles one stdout line. Errs when the session runtime is gone.
     async fn on_frame(
         &self,
@@ -255,25 +203,16 @@ impl Shared {
         max_line: usize,
         actions: &mut Vec<Action>,
     ) -> Result<(), SinkClosed> {
-        let text = match frame {
-            TextFrame::Text(text) => text,
-            TextFrame::Blank => return Ok(()),
-            TextFrame::NotUtf8 { len } => {
-                return self.garbage(format!("codex wrote a stdout line that is not UTF-8 ({len} bytes)")).await;
-            }
-            TextFrame::TooLong { len } => {
-                return self
-                    .garbage(format!(
-                        "codex wrote a stdout line of {len} bytes, over the {max_line}-byte limit; dropped"
-                    ))
-                    .await;
-            }
+        let text = match frame.into_text(CLI, max_line) {
+            Ok(Some(text)) => text,
+            Ok(None) => return Ok(()),
+            Err(warning) => return self.garbage(warning).await,
         };
         // One parse of the line: the message borrows from it until it is normalized, then a
         // copy of the line becomes the raw JSON of what it produced.
         let Ok(message) = wire::parse(text) else {
             let len = text.len();
-            return self.garbage(format!("codex wrote a stdout line that is not JSON ({len} bytes)")).await;
+            return self.garbage(unparsed_line_warning(CLI, "JSON", len)).await;
         };
         let raw = if let Message::Response { id: RpcId::Num(id) } = message {
             match self.pending.resolve(&JsonRpcId(id), RawJson::parsed(text.to_owned())) {
@@ -311,7 +250,8 @@ impl Shared {
                         Ok(value) => (Some(value), None),
                         Err(error) => (None, Some(error)),
                     };
-                    if let Err(error) = self.write(encode(&wire::Answer { id: &id, result, error })).await {
+                    if let Err(error) = self.process.write_line(&encode(&wire::Answer { id: &id, result, error })).await
+                    {
                         tracing::debug!(%error, request = %id, "could not answer a codex request");
                     }
                 }
@@ -323,7 +263,7 @@ impl Shared {
     /// Waits up to [`EXIT_WAIT`] for the process to exit (killing it then), and up to
     /// [`STDERR_DRAIN`] for the rest of its stderr.
     async fn exit_report(&self) -> ExitReport {
-        ExitReport::collect(self.child.as_ref(), &self.stderr, EXIT_WAIT, STDERR_DRAIN).await
+        self.process.exit_report(EXIT_WAIT, STDERR_DRAIN).await
     }
 
     /// Stdout ended: fail waiting callers, then (unless closing) the running turn and the
@@ -338,17 +278,17 @@ impl Shared {
         let admitting = waiting.waiting().any(|(_, admission)| *admission);
         drop(waiting);
         self.turn_ended.notify_waiters();
-        if admitting || self.closing.load(Ordering::SeqCst) {
+        if admitting || self.process.is_closing() {
             return;
         }
-        let ExitReport { status, stderr_tail: tail, .. } = self.exit_report().await;
-        let how = match (&status, &read_error) {
-            (_, Some(error)) => format!("stdout read failed: {error}"),
-            (Some(status), None) => status.to_string(),
-            (None, None) => "exit status unknown".to_owned(),
+        let report = self.exit_report().await;
+        let report = match read_error {
+            Some(error) => report.read_error(error),
+            None => report,
         };
+        let how = report.how();
         let reason = format!("codex app-server exited ({how}) without completing the turn");
-        let mut actions = lock(&self.state).on_exit(&reason, status, tail);
+        let mut actions = lock(&self.state).on_exit(&reason, report.status, report.stderr_tail);
         if self.run(&mut actions).await.is_ok() {
             let _ = self.sink.transport_down(format!("codex app-server exited ({how})")).await;
         }

@@ -12,6 +12,7 @@ use agent_core::{
     AuthMode, Capabilities, Capability, ConversationMode, DynProvider, Error, EventKind, McpServer, Provider,
     ProviderId, ProviderOptions, Result, SessionOptions, Support,
 };
+use agent_provider_kit::framing::stderr_note;
 use agent_provider_kit::probe::{self, FileStamp, ProbeCache, ProbeError, ProbeLimits};
 use agent_provider_kit::version::Version;
 use async_trait::async_trait;
@@ -111,7 +112,7 @@ impl CodexProvider {
                 return Err(self.unavailable(format!(
                     "`{shown} --version` did not answer within {:?}{}",
                     limits.timeout,
-                    stderr_note(stderr_tail)
+                    stderr_note(stderr_tail.as_deref())
                 )));
             }
             Err(other) => return Err(self.unavailable(format!("`{shown} --version` {other}"))),
@@ -120,13 +121,13 @@ impl CodexProvider {
         if !status.success() {
             return Err(self.unavailable(format!(
                 "`{shown} --version` failed ({status}); is it the codex CLI?{}",
-                stderr_note(output.stderr_tail)
+                stderr_note(output.stderr_tail.as_deref())
             )));
         }
         let Some(version) = Version::from_cli_output(&output.stdout) else {
             return Err(self.unavailable(format!(
                 "`{shown} --version` ({status}) did not print a codex version; is it the codex CLI?{}",
-                stderr_note(output.stderr_tail)
+                stderr_note(output.stderr_tail.as_deref())
             )));
         };
         if version < MIN_SUPPORTED {
@@ -206,9 +207,9 @@ impl CodexProvider {
             CallError::Timeout => Error::Timeout { operation, timeout },
             CallError::Rpc { message, .. } => self.unavailable(format!("codex refused {operation}: {message}")),
             CallError::Closed | CallError::Write(_) => {
-                let (status, tail) = conn.exit_report().await;
-                let status = status.map_or_else(|| "exit status unknown".to_owned(), |s| s.to_string());
-                self.unavailable(format!("codex app-server exited during {operation} ({status}){}", stderr_note(tail)))
+                let report = conn.exit_report().await;
+                let (how, tail) = (report.how(), stderr_note(report.stderr_tail.as_deref()));
+                self.unavailable(format!("codex app-server exited during {operation} ({how}){tail}"))
             }
             CallError::Unexpected { method } => self.unavailable(format!(
                 "codex answered `{method}` in an unexpected shape; is it codex {MIN_SUPPORTED}+?"
@@ -256,10 +257,6 @@ struct InitializeCapabilities {
 }
 
 /// `; stderr:` and the tail, for an error report; nothing when stderr was empty.
-fn stderr_note(tail: Option<String>) -> String {
-    tail.map(|t| format!("; stderr:\n{t}")).unwrap_or_default()
-}
-
 /// `codex app-server` with the session's `-c` overrides, environment, cwd and stamp.
 fn app_server_command(ctx: &OpenContext, codex: &CodexOptions, program: &OsString, env: EnvSpec) -> Command {
     // `CodexOptions::config` values can hold secrets: they go in the thread's `config`, over

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use agent_core::provider::{Admission, ProviderSession, TurnStart};
 use agent_core::{Error, ProviderId, Request, Response, Result, Skill, TurnId, TurnInput};
+use agent_provider_kit::framing::stderr_note;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -125,12 +126,11 @@ impl ProviderSession for CodexSession {
                 // The process went away: say how, since the turn's own failure report cannot
                 // outlive an unadmitted turn. (A failed write says nothing of an exit: codex may
                 // just have closed its stdin, so that is reported as is, below.)
-                let (status, tail) = self.conn.exit_report().await;
-                let status = status.map_or_else(|| "exit status unknown".to_owned(), |s| s.to_string());
-                let tail = tail.map(|t| format!("; stderr:\n{t}")).unwrap_or_default();
+                let report = self.conn.exit_report().await;
+                let (how, tail) = (report.how(), stderr_note(report.stderr_tail.as_deref()));
                 Err(Error::Transport {
                     provider: self.provider.clone(),
-                    reason: format!("codex app-server exited during turn/start ({status}){tail}"),
+                    reason: format!("codex app-server exited during turn/start ({how}){tail}"),
                 })
             }
             Err(other) => Err(self.uncertain("turn/start", self.turn_timeout, other)),

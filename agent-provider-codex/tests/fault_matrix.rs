@@ -32,11 +32,12 @@ use std::time::Duration;
 use agent_core::exec::{Exec, ExitStatus};
 use agent_core::{
     Error, Event, EventKind, ExitReason, ExpiryReason, Harness, Replay, Response, SessionMonitor, SessionOptions,
-    SessionRef, SessionState, StoreChoice, StreamError, Subscription, Turn, TurnEnd, TurnOptions, TurnStatus,
+    SessionRef, SessionState, StoreChoice, StreamError, TurnEnd, TurnOptions, TurnStatus,
 };
 use agent_exec::LocalExec;
 use agent_provider_codex::{CodexOptions, CodexProvider};
 use agent_store_memory::MemoryStore;
+use agent_testkit::events::{Watched, names, sole_terminal as end};
 use agent_testkit::fake_cli::{Direction, ExpectKind, FakeCli, FakeCliEnv, FakeScript, InterruptMode};
 use agent_testkit::recording::RecordingExec;
 use futures::StreamExt;
@@ -112,7 +113,7 @@ impl Case {
     async fn watch(&self, session: &SessionRef, prompt: &str) -> Watched {
         let events = self.harness.subscribe(session, Replay::Latest).await.expect("subscribe");
         let turn = self.harness.start_turn(session, prompt, TurnOptions::new()).await.expect("turn recorded");
-        Watched { turn, events, seen: Vec::new() }
+        Watched::new(turn, events, IDLE)
     }
 
     /// Starts a turn and returns its events up to the terminal one.
@@ -136,7 +137,7 @@ impl Case {
         watched.until(|e| matches!(e.kind, EventKind::TurnStarted { .. })).await;
         // The steer only has to reach the fake. A fault right after the gate can overtake the
         // steer's answer, which then says the transport went down.
-        match self.harness.steer(&watched.turn, "go on").await {
+        match self.harness.steer(watched.turn(), "go on").await {
             Ok(()) | Err(Error::SessionUnavailable { .. }) => {}
             Err(other) => panic!("the gate did not open: {other}"),
         }
@@ -209,54 +210,6 @@ impl Case {
         }
         self.assert_no_process_left().await;
     }
-}
-
-/// A turn and a subscription to its session taken before the turn started: none of its events
-/// can be missed, even when the session ends right after the turn.
-struct Watched {
-    turn: Turn,
-    events: Subscription,
-    seen: Vec<Arc<Event>>,
-}
-
-impl Watched {
-    /// Reads the turn's events up to the first one `stop` takes, which it returns.
-    async fn until(&mut self, stop: impl Fn(&Event) -> bool) -> Arc<Event> {
-        loop {
-            let next = tokio::time::timeout(IDLE, self.events.next()).await;
-            let next = next.unwrap_or_else(|_| panic!("no event within {IDLE:?}; events: {}", names(&self.seen)));
-            let event = match next {
-                Some(Ok(event)) => event,
-                other => panic!("the session's events ended ({other:?}); events: {}", names(&self.seen)),
-            };
-            if event.turn_id.as_ref() != Some(&self.turn.id) {
-                continue;
-            }
-            self.seen.push(Arc::clone(&event));
-            if stop(&event) {
-                return event;
-            }
-            assert!(!event.is_terminal(), "the turn ended early: {}", names(&self.seen));
-        }
-    }
-
-    /// The turn's events up to its terminal event.
-    async fn into_events(mut self) -> Vec<Arc<Event>> {
-        self.until(Event::is_terminal).await;
-        self.seen
-    }
-}
-
-fn names(events: &[Arc<Event>]) -> String {
-    events.iter().map(|e| e.type_name()).collect::<Vec<_>>().join(" ")
-}
-
-/// The turn's terminal event, checking that it is the only one and the last.
-#[track_caller]
-fn end(events: &[Arc<Event>]) -> &TurnEnd {
-    let terminals = events.iter().filter(|e| e.is_terminal()).count();
-    assert_eq!(terminals, 1, "exactly one terminal event: {}", names(events));
-    events.last().and_then(|e| e.kind.terminal_end()).unwrap_or_else(|| panic!("not terminal: {}", names(events)))
 }
 
 #[track_caller]
@@ -462,7 +415,7 @@ async fn exit_after_the_terminal_event_keeps_the_completed_turn() {
     let case = Case::new(gate(FakeScript::new().handshake().turn_start()).deltas(["done"]).complete().exit(0));
     let session = case.session().await;
     let watched = case.watch(&session, "hello").await;
-    let turn = watched.turn.clone();
+    let turn = watched.turn().clone();
     let events = case.open_gate(watched).await;
     let end = end(&events);
     assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
@@ -534,7 +487,7 @@ async fn hang_mid_turn_then_cancel_retires_the_session() {
     let case = Case::new(FakeScript::new().handshake().turn_start().deltas(["working"]).hang());
     let (session, monitor) = case.monitored_session().await;
     let watched = case.streaming_turn(&session).await;
-    case.harness.cancel(&watched.turn).await.expect("cancel accepted");
+    case.harness.cancel(watched.turn()).await.expect("cancel accepted");
     let events = watched.into_events().await;
     let end = end(&events);
     assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
@@ -551,7 +504,7 @@ async fn interrupt_acknowledged_without_a_terminal_event_retires_the_session() {
     let case = Case::new(script);
     let (session, monitor) = case.monitored_session().await;
     let watched = case.streaming_turn(&session).await;
-    case.harness.cancel(&watched.turn).await.expect("cancel accepted");
+    case.harness.cancel(watched.turn()).await.expect("cancel accepted");
     let events = watched.into_events().await;
     let end = end(&events);
     assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
@@ -576,12 +529,12 @@ async fn no_terminal_event_then_silence_runs_until_the_caller_stops_it() {
     // The last frame the fake writes.
     watched.until(|e| matches!(e.kind, EventKind::AssistantMessage { .. })).await;
     let idle = Duration::from_millis(300);
-    let mut stream = case.harness.stream(&watched.turn, Replay::Latest, Some(idle)).await.expect("turn stream");
+    let mut stream = case.harness.stream(watched.turn(), Replay::Latest, Some(idle)).await.expect("turn stream");
     let next = stream.next().await;
     assert!(matches!(next, Some(Err(StreamError::IdleTimeout(t))) if t == idle), "{next:?}");
     let status = case.harness.status(&session).await.unwrap();
     assert_eq!(status.status, SessionState::Running);
-    assert_eq!(status.current_turn.map(|t| t.id), Some(watched.turn.id.clone()), "the turn is still running");
+    assert_eq!(status.current_turn.map(|t| t.id), Some(watched.turn().id.clone()), "the turn is still running");
 
     case.harness.stop_session(&session, true).await.expect("forced stop");
     let events = watched.into_events().await;
@@ -777,7 +730,7 @@ async fn stdin_closed_mid_turn_then_cancel_retires_the_session() {
     let case = Case::new(FakeScript::new().handshake().turn_start().close_stdin().deltas(["x"]).stall());
     let (session, monitor) = case.monitored_session().await;
     let watched = case.streaming_turn(&session).await;
-    case.harness.cancel(&watched.turn).await.expect("cancel accepted");
+    case.harness.cancel(watched.turn()).await.expect("cancel accepted");
     let events = watched.into_events().await;
     let end = end(&events);
     assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));

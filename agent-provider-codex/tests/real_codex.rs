@@ -11,11 +11,12 @@ use agent_core::event::ToolStatus;
 use agent_core::exec::{Exec, ExecError};
 use agent_core::{
     ApprovalPolicy, Error, Event, EventKind, ExpiryReason, Harness, Replay, Request, RequestKind, Response,
-    SandboxMode, Scope, SessionConfig, SessionOptions, SessionRef, StoreChoice, Turn, TurnEnd, TurnOptions, TurnStatus,
+    SandboxMode, Scope, SessionConfig, SessionOptions, SessionRef, StoreChoice, Turn, TurnOptions, TurnStatus,
 };
 use agent_exec::LocalExec;
 use agent_provider_codex::{CodexOptions, CodexProvider};
 use agent_store_memory::MemoryStore;
+use agent_testkit::events::{count, names, terminal};
 use agent_testkit::recording::RecordingExec;
 use agent_testkit::{Cli, FakeModel, OfflineEnv, Provider, Scenario};
 use futures::StreamExt;
@@ -113,18 +114,6 @@ impl Codex {
             assert!(server.proxy().attempts().is_empty(), "codex tried to reach outside 127.0.0.1");
         }
     }
-}
-
-fn names(events: &[Arc<Event>]) -> String {
-    events.iter().map(|e| e.type_name()).collect::<Vec<_>>().join(" ")
-}
-
-fn terminal(events: &[Arc<Event>]) -> &TurnEnd {
-    events.last().and_then(|e| e.kind.terminal_end()).unwrap_or_else(|| panic!("no terminal event: {}", names(events)))
-}
-
-fn count(events: &[Arc<Event>], name: &str) -> usize {
-    events.iter().filter(|e| e.type_name() == name).count()
 }
 
 fn requests(events: &[Arc<Event>]) -> Vec<Request> {

@@ -47,6 +47,18 @@ impl EnvRules {
     }
 }
 
+/// The value of `name` in the environment a local CLI would run with: the session's setting,
+/// unless the session removes it, else this process's (an empty value counts as unset).
+pub fn effective_env(options: &SessionOptions, name: &str) -> Option<OsString> {
+    if let Some(value) = options.env.set.get(name) {
+        return Some(value.into());
+    }
+    if options.env.unset.iter().any(|n| n == name) {
+        return None;
+    }
+    std::env::var_os(name).filter(|v| !v.is_empty())
+}
+
 /// An environment name as the guard compares it: trimmed and in ASCII upper case.
 pub fn normalize_env_name(name: &str) -> String {
     name.trim().to_ascii_uppercase()
@@ -155,6 +167,22 @@ impl AuthGuard {
         self.scrub(std::env::vars_os().map(|(name, _)| name))
     }
 
+    /// The names to remove from the environment the CLI inherits: none unless the guard
+    /// [applies](AuthGuard::applies); then `own` (the CLI's names, removed whether the host sets
+    /// them or not) and the [host's](AuthGuard::scrub_host) refused names, each once.
+    pub fn scrubbed(&self, options: &SessionOptions, own: &[&str]) -> Vec<OsString> {
+        if !AuthGuard::applies(options) {
+            return Vec::new();
+        }
+        let mut names: Vec<OsString> = own.iter().map(OsString::from).collect();
+        for name in self.scrub_host() {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names
+    }
+
     /// A refusal of `setting` found in the CLI's own configuration or login `file`.
     pub fn refuse_file(&self, file: &Path, setting: &str) -> Error {
         self.refusal(format!("`{setting}` in {} ({} configuration the session would use)", file.display(), self.cli))
@@ -224,6 +252,28 @@ mod tests {
         for name in ["RUST_LOG", "PATH", "HOME", "API_KEYS_DIR", "MY_KEY"] {
             assert!(!GUARD.refuses_env(name), "{name:?}");
         }
+    }
+
+    #[test]
+    fn scrubbed_names_start_with_the_clis_own_and_come_once() {
+        assert!(GUARD.scrubbed(&subscription().auth(AuthMode::Inherit), &["TESTCLI_HOME_OVERRIDE"]).is_empty());
+        let names = GUARD.scrubbed(&subscription(), &["TESTCLI_HOME_OVERRIDE", "OPENAI_API_KEY"]);
+        assert_eq!(names[..2], [OsString::from("TESTCLI_HOME_OVERRIDE"), OsString::from("OPENAI_API_KEY")]);
+        for (i, name) in names.iter().enumerate() {
+            assert!(!names[i + 1..].contains(name), "{name:?} twice");
+        }
+        assert_eq!(GUARD.scrubbed(&subscription(), &[]), GUARD.scrub_host());
+    }
+
+    #[test]
+    fn the_effective_env_is_the_sessions_then_this_processs() {
+        let host = std::env::var_os("PATH").filter(|v| !v.is_empty());
+        assert!(host.is_some(), "the test needs PATH set");
+        assert_eq!(effective_env(&subscription(), "PATH"), host);
+        assert_eq!(effective_env(&subscription().env("PATH", "/x"), "PATH"), Some("/x".into()));
+        let mut removed = subscription();
+        removed.env.unset.push("PATH".into());
+        assert_eq!(effective_env(&removed, "PATH"), None);
     }
 
     #[test]

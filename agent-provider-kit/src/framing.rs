@@ -254,12 +254,39 @@ impl<'a> TextFrame<'a> {
             text => TextFrame::Text(text),
         }
     }
+
+    /// The text of the line, `None` for a blank line, or the warning for a line that could not
+    /// be read, naming `cli` and, for a line over the cap, the reader's `max_line`:
+    /// "`<cli>` wrote a stdout line that is not UTF-8 (`<len>` bytes)" or "`<cli>` wrote a stdout
+    /// line of `<len>` bytes, over the `<max_line>`-byte limit; dropped".
+    pub fn into_text(self, cli: &str, max_line: usize) -> Result<Option<&'a str>, String> {
+        match self {
+            TextFrame::Text(text) => Ok(Some(text)),
+            TextFrame::Blank => Ok(None),
+            TextFrame::NotUtf8 { len } => Err(unparsed_line_warning(cli, "UTF-8", len)),
+            TextFrame::TooLong { len } => {
+                Err(format!("{cli} wrote a stdout line of {len} bytes, over the {max_line}-byte limit; dropped"))
+            }
+        }
+    }
+}
+
+/// The warning for a stdout line of `len` bytes that `cli` wrote and that is not `what` (`"JSON"`,
+/// `"a JSON message"`): "`<cli>` wrote a stdout line that is not `<what>` (`<len>` bytes)".
+pub fn unparsed_line_warning(cli: &str, what: &str, len: usize) -> String {
+    format!("{cli} wrote a stdout line that is not {what} ({len} bytes)")
 }
 
 /// True when a `serde_json` error says the text is not JSON at all (a syntax error or an early
 /// end), as opposed to JSON of another shape than the type asked for.
 pub fn is_not_json(error: &serde_json::Error) -> bool {
     matches!(error.classify(), serde_json::error::Category::Syntax | serde_json::error::Category::Eof)
+}
+
+/// `; stderr:` and the tail on the lines after it, or nothing without a tail: the end of an
+/// error text that carries a CLI's stderr tail.
+pub fn stderr_note(tail: Option<&str>) -> String {
+    tail.map(|t| format!("; stderr:\n{t}")).unwrap_or_default()
 }
 
 /// Lines of stderr a default [`StderrTail`] keeps.
@@ -438,6 +465,30 @@ mod tests {
     fn check(input: &[u8], max: usize, expected: Vec<Owned>) {
         let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
         assert_eq!(runtime.block_on(read_all(input, max)), expected, "{:?}", String::from_utf8_lossy(input));
+    }
+
+    #[test]
+    fn a_stderr_note_ends_an_error_text() {
+        assert_eq!(stderr_note(Some("boom\nbang")), "; stderr:\nboom\nbang");
+        assert_eq!(stderr_note(None), "");
+    }
+
+    #[test]
+    fn unreadable_lines_become_warnings_naming_the_cli() {
+        assert_eq!(TextFrame::Text("{}").into_text("pi", 10), Ok(Some("{}")));
+        assert_eq!(TextFrame::Blank.into_text("pi", 10), Ok(None));
+        assert_eq!(
+            TextFrame::NotUtf8 { len: 3 }.into_text("pi", 10),
+            Err("pi wrote a stdout line that is not UTF-8 (3 bytes)".to_owned())
+        );
+        assert_eq!(
+            TextFrame::TooLong { len: 12 }.into_text("codex", 10),
+            Err("codex wrote a stdout line of 12 bytes, over the 10-byte limit; dropped".to_owned())
+        );
+        assert_eq!(
+            unparsed_line_warning("claude", "a JSON message", 8),
+            "claude wrote a stdout line that is not a JSON message (8 bytes)"
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod framing;
 pub mod probe;
+pub mod process;
 pub mod rpc;
 pub mod version;
 

@@ -39,7 +39,7 @@ use serde::Deserialize;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::framing::StderrCollector;
+use crate::framing::{StderrCollector, stderr_note};
 
 /// The key a reply is matched to its request by.
 pub trait ReplyKey: Clone + Eq + Hash + fmt::Debug + Send + 'static {
@@ -145,6 +145,16 @@ impl ExitReport {
         self.read_error = Some(error.to_string());
         self
     }
+
+    /// How the process ended, in words: `stdout read failed: …`, the exit status, or `exit
+    /// status unknown` (for "`<cli>` exited (`<how>`)").
+    pub fn how(&self) -> String {
+        match (&self.read_error, &self.status) {
+            (Some(error), _) => format!("stdout read failed: {error}"),
+            (None, Some(status)) => status.to_string(),
+            (None, None) => "exit status unknown".to_owned(),
+        }
+    }
 }
 
 impl fmt::Display for ExitReport {
@@ -155,10 +165,7 @@ impl fmt::Display for ExitReport {
             (None, Some(status)) => write!(f, "exited ({status})")?,
             (None, None) => f.write_str("exited (exit status unknown)")?,
         }
-        if let Some(tail) = &self.stderr_tail {
-            write!(f, "; stderr:\n{tail}")?;
-        }
-        Ok(())
+        f.write_str(&stderr_note(self.stderr_tail.as_deref()))
     }
 }
 
@@ -442,6 +449,14 @@ mod tests {
     #[track_caller]
     fn check<K: ReplyKey>(message: &str, expected: Option<K>) {
         assert_eq!(K::of_reply(message), expected, "{message}");
+    }
+
+    #[test]
+    fn says_how_the_process_ended() {
+        assert_eq!(ExitReport::new(Some(ExitStatus::code(3)), None).how(), ExitStatus::code(3).to_string());
+        assert_eq!(ExitReport::new(None, None).how(), "exit status unknown");
+        let failed = ExitReport::new(Some(ExitStatus::code(0)), Some("tail".into())).read_error("broken pipe");
+        assert_eq!(failed.how(), "stdout read failed: broken pipe");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 
-use agent_core::{AuthMode, SessionOptions};
+use agent_core::SessionOptions;
 use agent_provider_kit::auth::{AuthGuard, EnvRules};
 
 /// Pi's own environment names that move its configuration (models, keys) elsewhere.
@@ -19,14 +19,13 @@ pub(crate) fn flag_keys(args: &[String]) -> impl Iterator<Item = &str> {
 
 /// The names to remove from the environment pi inherits, under `Subscription`.
 pub(crate) fn scrubbed(options: &SessionOptions) -> Vec<OsString> {
-    if options.auth != AuthMode::Subscription {
-        return Vec::new();
-    }
-    GUARD.scrub_host()
+    GUARD.scrubbed(options, &[])
 }
 
 #[cfg(test)]
 mod tests {
+    use agent_core::AuthMode;
+
     use super::*;
 
     #[test]

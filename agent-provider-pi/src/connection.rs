@@ -7,24 +7,26 @@
 //! Dropping the [`Connection`] stops both tasks and kills the process.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use agent_core::event::RawJson;
-use agent_core::exec::{Child, ChildHandle, ChildOutput, ChildStdin, ExitStatus};
+use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::{Sink, TurnId};
-use agent_provider_kit::framing::{LineReader, STDERR_TAIL_LINES, StderrCollector, TextFrame};
+use agent_provider_kit::framing::{LineReader, TextFrame, unparsed_line_warning};
+use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ExitReport, Pending, ReplyError, ResponseId};
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
 use crate::normalize::{Action, Normalizer, attach};
 
+/// The CLI's name in error texts.
+const CLI: &str = "pi";
 /// How long the reader waits for the process to exit after stdout closed, before killing it.
 const EXIT_WAIT: Duration = Duration::from_secs(2);
 /// How long the reader waits for the stderr task to drain after the process exited.
@@ -84,15 +86,12 @@ struct Sent {
 /// State shared by the connection's tasks and callers.
 struct Shared {
     sink: Sink,
-    child: Arc<dyn ChildHandle>,
+    process: CliProcess,
     state: Mutex<Normalizer>,
     pending: Pending<ResponseId, Sent>,
     /// Commands waiting for a reply, in the order sent: (command, id).
     order: Mutex<Vec<(String, String)>>,
-    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
     next_id: AtomicU64,
-    closing: AtomicBool,
-    stderr: StderrCollector,
     /// Woken when the running turn ends or stdout closes.
     turn_ended: Notify,
     /// What admitting a turn produced (a turn pi handled without a run ends at once).
@@ -112,20 +111,14 @@ pub(crate) struct Connection {
 impl Connection {
     /// Takes over a spawned process and starts reading its output.
     pub(crate) fn start(child: Child, sink: Sink, max_line: usize) -> Result<Connection, CallError> {
-        let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin, child.stdout, child.stderr) else {
-            let _ = child.handle.kill();
-            return Err(CallError::Closed);
-        };
+        let (process, stdout) = CliProcess::start(CLI, child).ok_or(CallError::Closed)?;
         let shared = Arc::new(Shared {
             sink,
-            child: child.handle,
+            process,
             state: Mutex::new(Normalizer::new()),
             pending: Pending::new(),
             order: Mutex::new(Vec::new()),
-            stdin: tokio::sync::Mutex::new(Some(stdin)),
             next_id: AtomicU64::new(1),
-            closing: AtomicBool::new(false),
-            stderr: StderrCollector::spawn(stderr, STDERR_TAIL_LINES),
             turn_ended: Notify::new(),
             admitted: Mutex::new(Vec::new()),
         });
@@ -147,14 +140,14 @@ impl Connection {
         command["id"] = Value::String(id.clone());
         let ticket = self.shared.pending.register(ResponseId(id.clone()), Sent { command: kind.clone() })?;
         lock(&self.shared.order).push((kind.clone(), id.clone()));
-        let result = ticket.send_and_wait(self.shared.write(encode(&command)), deadline).await;
+        let result = ticket.send_and_wait(self.shared.process.write_line(&encode(&command)), deadline).await;
         lock(&self.shared.order).retain(|(_, i)| *i != id);
         let raw = result?;
         match serde_json::from_str::<Reply>(raw.get()) {
             Ok(Reply { success: true, data, .. }) => Ok(data),
             Ok(Reply { error, command, .. }) => Err(CallError::Refused {
                 command: command.unwrap_or(kind),
-                message: truncate(error.unwrap_or_else(|| "no reason given".into())),
+                message: truncate_message(error.unwrap_or_else(|| "no reason given".into()), MAX_ERROR_MESSAGE),
             }),
             Err(_) => Err(CallError::Refused { command: kind, message: "an unreadable response".into() }),
         }
@@ -162,32 +155,17 @@ impl Connection {
 
     /// Writes `command` as it is (no reply awaited).
     pub(crate) async fn send(&self, command: &Value) -> Result<(), CallError> {
-        self.shared.write(encode(command)).await.map_err(CallError::Write)
+        self.shared.process.write_line(&encode(command)).await.map_err(CallError::Write)
     }
 
     /// Returns once `turn` no longer runs, or stdout closed.
     pub(crate) async fn turn_ended(&self, turn: &TurnId) {
-        loop {
-            let notified = self.shared.turn_ended.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if !self.state().is_running(turn) || self.shared.pending.is_closed() {
-                return;
-            }
-            notified.await;
-        }
+        wait_until(&self.shared.turn_ended, || !self.state().is_running(turn) || self.shared.pending.is_closed()).await;
     }
 
     /// Closes stdin, waits up to [`CLOSE_GRACE`] for pi to exit, then kills it.
     pub(crate) async fn close(&self) {
-        self.shared.closing.store(true, Ordering::SeqCst);
-        if let Some(mut stdin) = self.shared.stdin.lock().await.take() {
-            let _ = tokio::time::timeout(CLOSE_GRACE, stdin.shutdown()).await;
-        }
-        if tokio::time::timeout(CLOSE_GRACE, self.shared.child.wait()).await.is_err() {
-            let _ = self.shared.child.kill();
-            let _ = tokio::time::timeout(CLOSE_GRACE, self.shared.child.wait()).await;
-        }
+        self.shared.process.close(CLOSE_GRACE).await;
         let unknown = self.state().unknown_frames();
         if unknown > 0 {
             tracing::info!(unknown_frames = unknown, "pi session closed; some frames were of unknown types");
@@ -196,45 +174,22 @@ impl Connection {
 
     /// How the process ended and the tail of its stderr. Waits briefly for the exit; kills the
     /// process if it is still running.
-    pub(crate) async fn exit_report(&self) -> (Option<ExitStatus>, Option<String>) {
-        let report = self.shared.exit_report().await;
-        (report.status, report.stderr_tail)
+    pub(crate) async fn exit_report(&self) -> ExitReport {
+        self.shared.exit_report().await
     }
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
         self.reader.abort();
-        self.shared.stderr.abort();
-        let _ = self.shared.child.kill();
+        self.shared.process.kill();
     }
 }
 
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Connection")
-            .field("pid", &self.shared.child.id())
-            .field("closing", &self.shared.closing.load(Ordering::Relaxed))
-            .finish_non_exhaustive()
+        f.debug_struct("Connection").field("process", &self.shared.process).finish_non_exhaustive()
     }
-}
-
-fn truncate(mut message: String) -> String {
-    if message.len() > MAX_ERROR_MESSAGE {
-        let mut end = MAX_ERROR_MESSAGE;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-        message.push('…');
-    }
-    message
-}
-
-fn encode(message: &Value) -> Vec<u8> {
-    let mut line = serde_json::to_vec(message).unwrap_or_default();
-    line.push(b'\n');
-    line
 }
 
 /// The `id` of a `response` line, and its `command` when it has no id.
@@ -251,15 +206,6 @@ struct ResponseHead {
 }
 
 impl Shared {
-    async fn write(&self, line: Vec<u8>) -> std::io::Result<()> {
-        let mut stdin = self.stdin.lock().await;
-        let Some(stdin) = stdin.as_mut() else {
-            return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "pi stdin is closed"));
-        };
-        stdin.write_all(&line).await?;
-        stdin.flush().await
-    }
-
     /// Hands a response line to its waiter; gives it back when nobody waits.
     fn deliver(&self, text: &str) -> Option<RawJson> {
         let raw = RawJson::parsed(text.to_owned());
@@ -303,17 +249,10 @@ impl Shared {
         max_line: usize,
         actions: &mut Vec<Action>,
     ) -> Result<(), SinkClosed> {
-        let text = match frame {
-            TextFrame::Text(text) => text,
-            TextFrame::Blank => return Ok(()),
-            TextFrame::NotUtf8 { len } => {
-                return self.garbage(format!("pi wrote a stdout line that is not UTF-8 ({len} bytes)")).await;
-            }
-            TextFrame::TooLong { len } => {
-                return self
-                    .garbage(format!("pi wrote a stdout line of {len} bytes, over the {max_line}-byte limit; dropped"))
-                    .await;
-            }
+        let text = match frame.into_text(CLI, max_line) {
+            Ok(Some(text)) => text,
+            Ok(None) => return Ok(()),
+            Err(warning) => return self.garbage(warning).await,
         };
         let is_response = text.contains("\"response\"");
         let raw = if is_response {
@@ -335,7 +274,7 @@ impl Shared {
         let known = lock(&self.state).on_line(raw.get(), actions);
         if !known {
             let len = text.len();
-            return self.garbage(format!("pi wrote a stdout line that is not a JSON frame ({len} bytes)")).await;
+            return self.garbage(unparsed_line_warning(CLI, "a JSON frame", len)).await;
         }
         attach(actions, raw);
         let ends = actions.iter().any(Action::ends_turn);
@@ -358,7 +297,7 @@ impl Shared {
                 Action::Emit { turn, kind, raw } => self.sink.emit(turn.as_ref(), kind, raw).await?,
                 Action::Request { turn, spec, raw } => self.sink.request(&turn, *spec, raw).await?,
                 Action::Write(command) => {
-                    if let Err(error) = self.write(encode(&command)).await {
+                    if let Err(error) = self.process.write_line(&encode(&command)).await {
                         tracing::debug!(%error, "could not write to pi");
                     }
                 }
@@ -368,7 +307,7 @@ impl Shared {
     }
 
     async fn exit_report(&self) -> ExitReport {
-        ExitReport::collect(self.child.as_ref(), &self.stderr, EXIT_WAIT, STDERR_DRAIN).await
+        self.process.exit_report(EXIT_WAIT, STDERR_DRAIN).await
     }
 
     /// Stdout ended: fail waiting callers, then (unless closing) the running turn and the
@@ -378,17 +317,17 @@ impl Shared {
         let admitting = waiting.waiting().any(|(_, sent)| sent.command == "prompt");
         drop(waiting);
         self.turn_ended.notify_waiters();
-        if admitting || self.closing.load(Ordering::SeqCst) {
+        if admitting || self.process.is_closing() {
             return;
         }
-        let ExitReport { status, stderr_tail: tail, .. } = self.exit_report().await;
-        let how = match (&status, &read_error) {
-            (_, Some(error)) => format!("stdout read failed: {error}"),
-            (Some(status), None) => status.to_string(),
-            (None, None) => "exit status unknown".to_owned(),
+        let report = self.exit_report().await;
+        let report = match read_error {
+            Some(error) => report.read_error(error),
+            None => report,
         };
+        let how = report.how();
         let reason = format!("pi exited ({how}) without completing the turn");
-        let mut actions = lock(&self.state).on_exit(&reason, status, tail);
+        let mut actions = lock(&self.state).on_exit(&reason, report.status, report.stderr_tail);
         if self.run(&mut actions).await.is_ok() {
             let _ = self.sink.transport_down(format!("pi exited ({how})")).await;
         }

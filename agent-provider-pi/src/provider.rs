@@ -12,6 +12,7 @@ use agent_core::{
     ApprovalPolicy, Capabilities, Capability, ConversationMode, DynProvider, Error, EventKind, Provider, ProviderId,
     ProviderOptions, Result, SessionOptions, Support,
 };
+use agent_provider_kit::framing::stderr_note;
 use agent_provider_kit::probe::{self, FileStamp, ProbeCache, ProbeError, ProbeLimits};
 use agent_provider_kit::version::Version;
 use async_trait::async_trait;
@@ -105,7 +106,7 @@ impl PiProvider {
         let Some(version) = found.filter(|_| status.success()) else {
             return Err(self.unavailable(format!(
                 "`{shown} --version` ({status}) did not print a pi version; is it the pi CLI?{}",
-                stderr_note(output.stderr_tail)
+                stderr_note(output.stderr_tail.as_deref())
             )));
         };
         if version < MIN_SUPPORTED {
@@ -151,10 +152,6 @@ impl From<PiProvider> for DynProvider {
     fn from(provider: PiProvider) -> Self {
         Arc::new(provider)
     }
-}
-
-fn stderr_note(tail: Option<String>) -> String {
-    tail.map(|t| format!("; stderr:\n{t}")).unwrap_or_default()
 }
 
 fn invalid(option: &'static str, reason: impl Into<String>) -> Error {
@@ -361,9 +358,9 @@ impl Provider for PiProvider {
                 return Err(self.unavailable(format!("pi refused get_state: {message}")));
             }
             Err(_) => {
-                let (status, tail) = conn.exit_report().await;
-                let status = status.map_or_else(|| "exit status unknown".to_owned(), |s| s.to_string());
-                return Err(self.unavailable(format!("pi exited during startup ({status}){}", stderr_note(tail))));
+                let report = conn.exit_report().await;
+                let (how, tail) = (report.how(), stderr_note(report.stderr_tail.as_deref()));
+                return Err(self.unavailable(format!("pi exited during startup ({how}){tail}")));
             }
         };
         let Some(session_id) = state["sessionId"].as_str().map(str::to_owned) else {

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use agent_core::provider::{Admission, ProviderSession, TurnStart};
 use agent_core::{Answer, Error, ProviderId, Request, Response, Result, TurnId, TurnInput};
+use agent_provider_kit::framing::stderr_note;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -99,12 +100,11 @@ impl ProviderSession for PiSession {
                 Err(self.rejected(format!("pi refused the prompt: {message}")))
             }
             Err(CallError::Closed) => {
-                let (status, tail) = self.conn.exit_report().await;
-                let status = status.map_or_else(|| "exit status unknown".to_owned(), |s| s.to_string());
-                let tail = tail.map(|t| format!("; stderr:\n{t}")).unwrap_or_default();
+                let report = self.conn.exit_report().await;
+                let (how, tail) = (report.how(), stderr_note(report.stderr_tail.as_deref()));
                 Err(Error::Transport {
                     provider: self.provider.clone(),
-                    reason: format!("pi exited during prompt ({status}){tail}"),
+                    reason: format!("pi exited during prompt ({how}){tail}"),
                 })
             }
             Err(other) => Err(self.uncertain("prompt", self.turn_timeout, other)),

@@ -26,11 +26,12 @@ use std::time::Duration;
 use agent_core::exec::{Exec, ExitStatus};
 use agent_core::{
     Error, Event, EventKind, ExitReason, ExpiryReason, Harness, Replay, SessionOptions, SessionRef, SessionState,
-    StoreChoice, TurnEnd, TurnOptions, TurnStatus,
+    StoreChoice, TurnOptions, TurnStatus,
 };
 use agent_exec::LocalExec;
 use agent_provider_pi::{PiOptions, PiProvider};
 use agent_store_memory::MemoryStore;
+use agent_testkit::events::{names, terminal as end};
 use agent_testkit::fake_cli::{ExpectKind, FakeCli, FakeCliEnv, FakeScript, InterruptMode};
 use agent_testkit::recording::RecordingExec;
 use futures::StreamExt;
@@ -130,14 +131,6 @@ impl Case {
         }
         self.assert_no_process_left().await;
     }
-}
-
-fn names(events: &[Arc<Event>]) -> String {
-    events.iter().map(|e| e.type_name()).collect::<Vec<_>>().join(" ")
-}
-
-fn end(events: &[Arc<Event>]) -> &TurnEnd {
-    events.last().and_then(|e| e.kind.terminal_end()).unwrap_or_else(|| panic!("no terminal event: {}", names(events)))
 }
 
 async fn retired(case: &Case, session: &SessionRef, because: &str) {

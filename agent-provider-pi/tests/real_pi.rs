@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use agent_core::event::ToolStatus;
 use agent_core::{EventKind, RequestKind, Response, TurnStatus};
 use agent_testkit::Scenario;
-use support::{Pi, clis, count, deltas, names, requests, terminal};
+use agent_testkit::events::{count, names, terminal};
+use support::{Pi, clis, deltas, requests};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_text_turn_streams_deltas_and_three_turns_share_one_session() {

@@ -1,8 +1,10 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod alloc;
 pub mod clis;
 pub mod conformance;
+pub mod events;
 pub mod fake_cli;
 pub mod fake_model;
 pub mod offline;

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use agent_core::exec::Exec;
 use agent_core::{
-    Event, EventKind, Harness, Replay, Request, Response, SessionOptions, SessionRef, StoreChoice, Turn, TurnEnd,
-    TurnOptions,
+    Event, EventKind, Harness, Replay, Request, Response, SessionOptions, SessionRef, StoreChoice, Turn, TurnOptions,
 };
 use agent_exec::LocalExec;
 use agent_provider_pi::{PiOptions, PiProvider};
 use agent_store_memory::MemoryStore;
+use agent_testkit::events::names;
 use agent_testkit::recording::RecordingExec;
 use agent_testkit::{Cli, FakeModel, OfflineEnv, Provider, Scenario};
 
@@ -115,14 +115,6 @@ impl Pi {
     }
 }
 
-pub fn names(events: &[Arc<Event>]) -> String {
-    events.iter().map(|e| e.type_name()).collect::<Vec<_>>().join(" ")
-}
-
-pub fn terminal(events: &[Arc<Event>]) -> &TurnEnd {
-    events.last().and_then(|e| e.kind.terminal_end()).unwrap_or_else(|| panic!("no terminal event: {}", names(events)))
-}
-
 pub fn deltas(events: &[Arc<Event>]) -> String {
     events
         .iter()
@@ -141,8 +133,4 @@ pub fn requests(events: &[Arc<Event>]) -> Vec<Request> {
             _ => None,
         })
         .collect()
-}
-
-pub fn count(events: &[Arc<Event>], name: &str) -> usize {
-    events.iter().filter(|e| e.type_name() == name).count()
 }

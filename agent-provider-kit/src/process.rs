@@ -1,0 +1,284 @@
+//! The CLI process behind a provider's connection, and the small helpers around it.
+//!
+//! [`CliProcess`] owns what every connection holds of its process: the child handle, stdin
+//! (written one whole line at a time), the task collecting the stderr tail and the flag that
+//! says the harness is closing it. The provider's reader task keeps stdout, and the provider
+//! keeps its protocol (correlation, normalizing); only the plumbing is here.
+//!
+//! ```
+//! use agent_provider_kit::process::{encode_line, truncate_message};
+//!
+//! assert_eq!(encode_line(&serde_json::json!({"id": 1})), b"{\"id\":1}\n");
+//! assert_eq!(truncate_message("é".repeat(3), 3), "é…");
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use agent_core::exec::{Child, ChildHandle, ChildOutput, ChildStdin};
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::Notify;
+
+use crate::framing::{STDERR_TAIL_LINES, StderrCollector};
+use crate::rpc::ExitReport;
+
+/// A running CLI: its handle, its stdin, the tail of its stderr and whether the harness is
+/// closing it. Dropping it stops the stderr task and kills the process.
+pub struct CliProcess {
+    /// The CLI's name, for error texts (`codex`, `claude`, `pi`).
+    cli: &'static str,
+    child: Arc<dyn ChildHandle>,
+    /// `None` once [`CliProcess::close`] closed it.
+    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    stderr: StderrCollector,
+    closing: AtomicBool,
+}
+
+impl CliProcess {
+    /// Takes over a spawned child: keeps its handle and stdin, starts collecting the last
+    /// [`STDERR_TAIL_LINES`] lines of its stderr, and returns its stdout for the reader task.
+    /// `None` (the child killed) when one of the three pipes is missing. `cli` names the CLI in
+    /// error texts.
+    pub fn start(cli: &'static str, child: Child) -> Option<(CliProcess, ChildOutput)> {
+        let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin, child.stdout, child.stderr) else {
+            let _ = child.handle.kill();
+            return None;
+        };
+        let process = CliProcess {
+            cli,
+            child: child.handle,
+            stdin: tokio::sync::Mutex::new(Some(stdin)),
+            stderr: StderrCollector::spawn(stderr, STDERR_TAIL_LINES),
+            closing: AtomicBool::new(false),
+        };
+        Some((process, stdout))
+    }
+
+    /// The CLI's name, as given to [`CliProcess::start`].
+    pub fn cli(&self) -> &'static str {
+        self.cli
+    }
+
+    /// The OS process ID, where there is one.
+    pub fn id(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Writes `line` (a whole line, its `\n` included: see [`encode_line`]) to stdin and flushes
+    /// it. Lines from several callers never interleave. Fails with `BrokenPipe` ("`<cli>` stdin
+    /// is closed") once [`CliProcess::close`] closed stdin.
+    pub async fn write_line(&self, line: &[u8]) -> std::io::Result<()> {
+        let mut stdin = self.stdin.lock().await;
+        let Some(stdin) = stdin.as_mut() else {
+            let message = format!("{} stdin is closed", self.cli);
+            return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, message));
+        };
+        stdin.write_all(line).await?;
+        stdin.flush().await
+    }
+
+    /// True once [`CliProcess::close`] began: the end of stdout is then expected, not a failure.
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+
+    /// Ends the process gently: marks it closing, closes stdin (waiting up to `grace` for the
+    /// close), waits up to `grace` for the exit, and when the process has not exited by then
+    /// kills it and waits up to `grace` again.
+    pub async fn close(&self, grace: Duration) {
+        self.closing.store(true, Ordering::SeqCst);
+        if let Some(mut stdin) = self.stdin.lock().await.take() {
+            let _ = tokio::time::timeout(grace, stdin.shutdown()).await;
+        }
+        if tokio::time::timeout(grace, self.child.wait()).await.is_err() {
+            let _ = self.child.kill();
+            let _ = tokio::time::timeout(grace, self.child.wait()).await;
+        }
+    }
+
+    /// How the process ended, once its stdout closed: waits up to `exit_wait` for the exit
+    /// (killing the process then), and up to `stderr_drain` for the rest of its stderr. See
+    /// [`ExitReport::collect`].
+    pub async fn exit_report(&self, exit_wait: Duration, stderr_drain: Duration) -> ExitReport {
+        ExitReport::collect(self.child.as_ref(), &self.stderr, exit_wait, stderr_drain).await
+    }
+
+    /// Stops the stderr task and kills the process (and everything it started) at once. A
+    /// connection calls it when it is dropped, while its reader task may still hold the process.
+    pub fn kill(&self) {
+        self.stderr.abort();
+        let _ = self.child.kill();
+    }
+}
+
+impl Drop for CliProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl fmt::Debug for CliProcess {
+    /// The CLI's name, its process ID and whether it is closing; never what it was sent.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CliProcess")
+            .field("cli", &self.cli)
+            .field("pid", &self.id())
+            .field("closing", &self.is_closing())
+            .finish_non_exhaustive()
+    }
+}
+
+/// `message` as one line of JSON, `\n` included, for [`CliProcess::write_line`]. A message that
+/// does not serialize (none of a provider's own types) becomes an empty line.
+pub fn encode_line(message: &impl Serialize) -> Vec<u8> {
+    let mut line = serde_json::to_vec(message).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// `message` cut to at most `max` bytes on a character boundary and marked with `…`, for an
+/// error text from a CLI kept in an error (some list every method they know, several KB).
+/// Shorter messages come back unchanged.
+pub fn truncate_message(mut message: String, max: usize) -> String {
+    if message.len() > max {
+        let mut end = max;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
+    }
+    message
+}
+
+/// Returns once `done()` holds, checking it at once and again each time `notify` wakes its
+/// waiters (`Notify::notify_waiters`), with no wake-up lost in between: for a caller waiting
+/// until the reader task ends a turn or sees stdout close.
+pub async fn wait_until(notify: &Notify, mut done: impl FnMut() -> bool) {
+    loop {
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if done() {
+            return;
+        }
+        notified.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use agent_core::exec::{Command, Exec, ExitStatus};
+    use agent_exec::scripted::{LineMatch, Script, ScriptedExec};
+
+    use super::*;
+
+    async fn start(script: Script) -> (ScriptedExec, CliProcess, ChildOutput) {
+        let exec = ScriptedExec::new();
+        exec.script("cli", script);
+        let child = exec.spawn(Command::new("cli")).await.expect("spawns");
+        let (process, stdout) = CliProcess::start("cli", child).expect("all three pipes");
+        (exec, process, stdout)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lines_reach_stdin_until_close_which_lets_the_cli_exit() {
+        let (exec, process, _stdout) =
+            start(Script::new().expect_line(LineMatch::exact("one")).wait_eof().exit(0)).await;
+        process.write_line(b"one\n").await.expect("written");
+        assert!(!process.is_closing());
+        process.close(Duration::from_secs(2)).await;
+        assert!(process.is_closing());
+        let run = exec.last_run().expect("a run");
+        assert_eq!(run.stdin_lines(), ["one"]);
+        assert!(run.stdin_closed());
+        assert_eq!(run.status(), Some(ExitStatus::code(0)));
+        assert!(run.signals().is_empty(), "{:?}", run.signals());
+
+        let refused = process.write_line(b"two\n").await.expect_err("stdin is closed");
+        assert_eq!(refused.kind(), std::io::ErrorKind::BrokenPipe);
+        assert_eq!(refused.to_string(), "cli stdin is closed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn close_kills_a_cli_that_does_not_exit_within_the_grace() {
+        let (exec, process, _stdout) = start(Script::new().hang()).await;
+        let started = tokio::time::Instant::now();
+        process.close(Duration::from_secs(2)).await;
+        assert!(started.elapsed() >= Duration::from_secs(2));
+        let run = exec.last_run().expect("a run");
+        assert!(run.stdin_closed());
+        assert!(!run.signals().is_empty(), "killed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_exit_report_has_the_status_and_the_stderr_tail() {
+        let (_exec, process, _stdout) = start(Script::new().stderr("cli: out of memory").exit(3)).await;
+        let report = process.exit_report(Duration::from_secs(2), Duration::from_millis(500)).await;
+        assert_eq!(report.status, Some(ExitStatus::code(3)));
+        assert_eq!(report.stderr_tail.as_deref(), Some("cli: out of memory"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropping_the_process_kills_it_and_debug_shows_no_input() {
+        let (exec, process, _stdout) = start(Script::new().hang()).await;
+        process.write_line(b"{\"secret\":\"sk-123\"}\n").await.expect("written");
+        let debug = format!("{process:?}");
+        assert!(debug.starts_with("CliProcess { cli: \"cli\", pid: "), "{debug}");
+        assert!(debug.ends_with("closing: false, .. }"), "{debug}");
+        assert!(!debug.contains("sk-123"), "{debug}");
+        drop(process);
+        let run = exec.last_run().expect("a run");
+        assert!(!run.signals().is_empty(), "killed on drop");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_child_without_its_pipes_is_killed() {
+        let exec = ScriptedExec::new();
+        exec.script("cli", Script::new().hang());
+        let mut child = exec.spawn(Command::new("cli")).await.expect("spawns");
+        child.stdin = None;
+        let handle = Arc::clone(&child.handle);
+        assert!(CliProcess::start("cli", child).is_none());
+        assert!(exec.last_run().is_some_and(|run| !run.signals().is_empty()), "killed: {handle:?}");
+    }
+
+    #[test]
+    fn lines_are_json_with_a_newline() {
+        assert_eq!(encode_line(&serde_json::json!({"a": "b"})), b"{\"a\":\"b\"}\n");
+    }
+
+    #[test]
+    fn messages_are_cut_on_a_char_boundary() {
+        assert_eq!(truncate_message("short".to_owned(), 500), "short");
+        assert_eq!(truncate_message("abcdef".to_owned(), 6), "abcdef");
+        assert_eq!(truncate_message("abcdef".to_owned(), 4), "abcd…");
+        // `é` is two bytes: a cut inside it moves back to before it.
+        assert_eq!(truncate_message("aé".to_owned(), 2), "a…");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wait_until_returns_once_the_condition_holds_after_a_wake_up() {
+        let notify = Arc::new(Notify::new());
+        let checks = Arc::new(AtomicUsize::new(0));
+        let waiter = tokio::spawn({
+            let (notify, checks) = (Arc::clone(&notify), Arc::clone(&checks));
+            async move { wait_until(&notify, || checks.fetch_add(1, Ordering::SeqCst) >= 2).await }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(checks.load(Ordering::SeqCst), 1);
+        notify.notify_waiters();
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        notify.notify_waiters();
+        waiter.await.expect("returns");
+        assert_eq!(checks.load(Ordering::SeqCst), 3);
+        // Already true: no wake-up needed.
+        wait_until(&notify, || true).await;
+    }
+}
