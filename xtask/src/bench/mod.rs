@@ -619,6 +619,8 @@ fn render(
     render_claude(w, options, results)?;
     render_sdks(w, options, sdks, results)?;
 
+    writeln!(w, "{}", include_str!("misses.md"))?;
+
     if sdks.is_empty() {
         writeln!(w, "## Not measured yet\n")?;
         writeln!(w, "- The TypeScript SDKs: this run skipped them (`--no-sdks`, or no Node.js/npm).")?;
