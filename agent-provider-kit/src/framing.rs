@@ -36,6 +36,8 @@ const READ_BUFFER: usize = 64 * 1024;
 /// Capacity of the buffer until a read fills it: an idle session's pipes (most sessions, most
 /// of the time) hold a page each instead of 64 KiB.
 const FIRST_READ_BUFFER: usize = 4 * 1024;
+/// The first read buffer of a stderr reader: a quiet CLI writes nothing or a line or two there.
+const FIRST_STDERR_BUFFER: usize = 512;
 
 /// One line of output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,7 +68,12 @@ pub struct LineReader<R> {
 impl<R: AsyncRead + Unpin> LineReader<R> {
     /// Reads lines from `inner`, each at most `max` bytes (without its line end).
     pub fn new(inner: R, max: usize) -> Self {
-        LineReader { inner: ReadBuffer::new(inner), max, line: Vec::new(), consume: 0 }
+        Self::with_first_buffer(inner, max, FIRST_READ_BUFFER)
+    }
+
+    /// Like [`LineReader::new`], starting with a read buffer of `first` bytes.
+    fn with_first_buffer(inner: R, max: usize, first: usize) -> Self {
+        LineReader { inner: ReadBuffer::new(inner, first.max(1)), max, line: Vec::new(), consume: 0 }
     }
 
     /// The longest line handed out.
@@ -130,7 +137,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     }
 }
 
-/// A read buffer in front of `inner` that grows from [`FIRST_READ_BUFFER`] to [`READ_BUFFER`]
+/// A read buffer in front of `inner` that grows from its first size to [`READ_BUFFER`]
 /// once a read fills it.
 #[derive(Debug)]
 struct ReadBuffer<R> {
@@ -142,8 +149,8 @@ struct ReadBuffer<R> {
 }
 
 impl<R: AsyncRead + Unpin> ReadBuffer<R> {
-    fn new(inner: R) -> Self {
-        ReadBuffer { inner, buf: vec![0; FIRST_READ_BUFFER], pos: 0, filled: 0 }
+    fn new(inner: R, first: usize) -> Self {
+        ReadBuffer { inner, buf: vec![0; first], pos: 0, filled: 0 }
     }
 
     /// The unconsumed bytes, reading more when there are none (empty at the end of the stream).
@@ -368,7 +375,7 @@ impl StderrCollector {
         let tail = Arc::new(Mutex::new(StderrTail::new(max_lines)));
         let kept = Arc::clone(&tail);
         let task = tokio::spawn(async move {
-            let mut lines = LineReader::new(output, STDERR_MAX_LINE);
+            let mut lines = LineReader::with_first_buffer(output, STDERR_MAX_LINE, FIRST_STDERR_BUFFER);
             while let Ok(Some(line)) = lines.next_line().await {
                 if let Line::Text(bytes) = line {
                     lock(&kept).push(bytes);
@@ -567,6 +574,19 @@ mod tests {
         }
         assert_eq!(n, 2000);
         assert_eq!(lines.inner.buf.len(), READ_BUFFER, "a full read grew the buffer");
+    }
+
+    /// A first buffer smaller than a line: the line is gathered whole, then the buffer grows.
+    #[tokio::test]
+    async fn a_small_first_buffer_still_reads_long_lines_whole() {
+        let long = "e".repeat(2000);
+        let input = format!("short\n{long}\nafter\n");
+        let mut lines = LineReader::with_first_buffer(input.as_bytes(), 4096, FIRST_STDERR_BUFFER);
+        assert_eq!(lines.next_line().await.expect("reads"), Some(Line::Text(b"short")));
+        assert_eq!(lines.inner.buf.len(), FIRST_STDERR_BUFFER);
+        assert_eq!(lines.next_line().await.expect("reads"), Some(Line::Text(long.as_bytes())));
+        assert_eq!(lines.next_line().await.expect("reads"), Some(Line::Text(b"after")));
+        assert_eq!(lines.inner.buf.len(), READ_BUFFER, "full reads grew it");
     }
 
     #[track_caller]
