@@ -19,7 +19,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::ids::{EventId, ProviderId, RequestId, SessionId, TurnId};
+use crate::ids::{EventId, ItemId, ProviderId, RequestId, SessionId, TurnId};
 use crate::request::{Request, Response};
 use crate::session::CloseReason;
 use crate::time::Timestamp;
@@ -359,7 +359,7 @@ pub enum EventKind {
     MessageDelta {
         /// Provider item ID.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        item_id: Option<String>,
+        item_id: Option<ItemId>,
         /// The text.
         text: String,
     },
@@ -367,7 +367,7 @@ pub enum EventKind {
     AssistantMessage {
         /// Provider item ID.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        item_id: Option<String>,
+        item_id: Option<ItemId>,
         /// The text.
         text: String,
     },
@@ -375,14 +375,14 @@ pub enum EventKind {
     ReasoningDelta {
         /// Provider item ID.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        item_id: Option<String>,
+        item_id: Option<ItemId>,
         /// The text.
         text: String,
     },
     /// A tool started.
     ToolStarted {
         /// Provider item ID.
-        item_id: String,
+        item_id: ItemId,
         /// Tool kind.
         tool: ToolKind,
         /// Tool name (`exec_command`, `Bash`, an MCP tool, …).
@@ -394,14 +394,14 @@ pub enum EventKind {
     /// A tool reported progress.
     ToolProgress {
         /// Provider item ID.
-        item_id: String,
+        item_id: ItemId,
         /// Progress message.
         message: String,
     },
     /// A tool finished.
     ToolCompleted {
         /// Provider item ID.
-        item_id: String,
+        item_id: ItemId,
         /// How it ended.
         status: ToolStatus,
         /// Its output, if any.
@@ -414,14 +414,14 @@ pub enum EventKind {
     /// Output of a running command.
     CommandOutputDelta {
         /// Provider item ID.
-        item_id: String,
+        item_id: ItemId,
         /// The bytes, as lossy UTF-8.
         text: String,
     },
     /// Files changed (or are proposed to change).
     FileChange {
         /// Provider item ID.
-        item_id: String,
+        item_id: ItemId,
         /// The files.
         changes: Vec<FileChangeEntry>,
     },

@@ -240,6 +240,97 @@ impl EventId {
     }
 }
 
+/// A provider's ID of an item within a turn: a message, a reasoning block, a tool call.
+///
+/// Any string (providers choose them). Cheap to clone: a provider hands every event of one item
+/// the same ID, so a streamed delta shares its item's ID instead of copying it.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct ItemId(Arc<str>);
+
+impl ItemId {
+    /// An item ID from any string.
+    pub fn new(id: impl Into<String>) -> Self {
+        ItemId(Arc::from(id.into()))
+    }
+
+    /// The identifier as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for ItemId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Borrowed when the JSON has no escapes: one allocation, the `Arc`.
+        let id = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        Ok(ItemId(Arc::from(&*id)))
+    }
+}
+
+impl Default for ItemId {
+    /// An empty ID.
+    fn default() -> Self {
+        ItemId::from("")
+    }
+}
+
+impl From<&str> for ItemId {
+    fn from(id: &str) -> Self {
+        ItemId(Arc::from(id))
+    }
+}
+
+impl From<String> for ItemId {
+    fn from(id: String) -> Self {
+        ItemId(Arc::from(id))
+    }
+}
+
+impl std::ops::Deref for ItemId {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for ItemId {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for ItemId {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl fmt::Display for ItemId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for ItemId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl AsRef<str> for ItemId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for ItemId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 string_id!(
     /// The name a provider is registered under: `codex`, `claude`, `pi`, or a preset ID.
     ProviderId,

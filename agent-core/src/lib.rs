@@ -27,12 +27,12 @@ pub use error::{Error, ErrorKind, Result};
 pub use event::{Event, EventKind, ExpiryReason, TurnEnd, Usage};
 pub use exec::{DynExec, Exec, IntoExec};
 pub use harness::{AwaitError, DEFAULT_CALL_TIMEOUT, Harness, HarnessBuilder, SessionMonitor};
-pub use ids::{EventId, ProviderId, RequestId, SessionId, TurnId};
+pub use ids::{EventId, ItemId, ProviderId, RequestId, SessionId, TurnId};
 pub use options::{
     ApprovalPolicy, AuthMode, CacheSize, Conversation, ConversationMode, ConversationSource, Env, McpServer,
     ProviderOptions, Reuse, SandboxMode, SessionOptions, Skill, StoreChoice, StoreFailurePolicy, TurnOptions,
 };
-pub use provider::{DynProvider, Provider, ProviderSession, Sink};
+pub use provider::{DynProvider, Provider, ProviderSession, Sink, SinkBuffer};
 pub use request::{Answer, Choice, Question, Request, RequestKind, RequestStatus, Response, Scope};
 pub use runtime::{Lagged, Replay, StreamError, Subscription, SubscriptionError, Target, TurnStream};
 pub use session::{

@@ -21,7 +21,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tokio::sync::mpsc;
 
 use crate::capabilities::{Capabilities, Capability, Support};
 use crate::error::{Error, Result};
@@ -30,6 +29,7 @@ use crate::exec::DynExec;
 use crate::ids::{ProviderId, SessionId, TurnId};
 use crate::options::{ProviderOptions, SessionOptions, TurnOptions};
 use crate::request::{ProviderRef, Request, RequestSpec, Response};
+use crate::runtime::inbox;
 use crate::turn::{Turn, TurnInput};
 
 /// A shared provider.
@@ -285,22 +285,27 @@ pub struct SinkClosed;
 ///
 /// Sends wait when the runtime is [`SINK_CAPACITY`] messages behind, which slows the provider's
 /// reader (and so the CLI's pipe) instead of growing memory; subscribers never cause this wait.
+/// A reader that parses many lines per read of the CLI's output reports through a
+/// [`SinkBuffer`] instead, which hands them over together.
 #[derive(Clone)]
 pub struct Sink {
-    tx: mpsc::Sender<ProviderMessage>,
+    tx: Arc<inbox::Sender>,
 }
 
 /// How many provider messages may wait for the session runtime before [`Sink`] sends wait.
 pub const SINK_CAPACITY: usize = 4096;
 
+/// The most messages a [`SinkBuffer`] holds before it sends them by itself.
+pub const SINK_BUFFER_CAPACITY: usize = 256;
+
 impl Sink {
-    pub(crate) fn channel() -> (Sink, mpsc::Receiver<ProviderMessage>) {
-        let (tx, rx) = mpsc::channel(SINK_CAPACITY);
-        (Sink { tx }, rx)
+    pub(crate) fn channel() -> (Sink, inbox::Inbox) {
+        let (tx, rx) = inbox::channel();
+        (Sink { tx: Arc::new(tx) }, rx)
     }
 
     async fn send(&self, message: ProviderMessage) -> Result<(), SinkClosed> {
-        self.tx.send(message).await.map_err(|_| SinkClosed)
+        self.tx.send_all(&mut Some(message)).await
     }
 
     /// Reports an event. `turn` is the harness turn it belongs to (`None` for session events);
@@ -341,10 +346,125 @@ impl Sink {
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
     }
+
+    /// A buffer that gathers messages and hands them to the runtime together.
+    pub fn buffer(&self) -> SinkBuffer {
+        SinkBuffer { sink: self.clone(), pending: Vec::new() }
+    }
 }
 
 impl fmt::Debug for Sink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Sink").field("closed", &self.tx.is_closed()).finish()
+    }
+}
+
+/// A [`Sink`] that gathers messages and sends them together: what a provider's reader uses.
+///
+/// A CLI's pipe is read many lines at a time. Sending each line's event on its own wakes the
+/// session runtime for every line; a reader that pushes into a buffer and calls
+/// [`flush`](SinkBuffer::flush) before it waits for the next read hands over the whole read at
+/// once — one wake-up and no allocation per line. The buffer sends by itself when it holds
+/// [`SINK_BUFFER_CAPACITY`] messages, so it never grows beyond that, and what a dropped buffer
+/// still holds is sent too (nothing is lost; order is kept).
+///
+/// Flush before waiting on anything (the next read, a reply): a message left in the buffer is
+/// not seen by the runtime until then. [`agent_provider_kit`'s line reader] flushes for the
+/// reader loops built on it. Messages sent through the [`Sink`] itself (or another buffer)
+/// are ordered only by when each is flushed.
+///
+/// [`agent_provider_kit`'s line reader]: https://docs.rs/agent-provider-kit
+pub struct SinkBuffer {
+    sink: Sink,
+    pending: Vec<ProviderMessage>,
+}
+
+impl SinkBuffer {
+    async fn push(&mut self, message: ProviderMessage) -> Result<(), SinkClosed> {
+        if self.pending.capacity() == 0 {
+            self.pending.reserve_exact(SINK_BUFFER_CAPACITY);
+        }
+        self.pending.push(message);
+        if self.pending.len() >= SINK_BUFFER_CAPACITY {
+            return self.flush().await;
+        }
+        Ok(())
+    }
+
+    /// Gathers an event (see [`Sink::emit`]).
+    pub async fn emit(
+        &mut self,
+        turn: Option<&TurnId>,
+        kind: EventKind,
+        raw: Option<RawJson>,
+    ) -> Result<(), SinkClosed> {
+        self.push(ProviderMessage::Event { turn: turn.cloned(), kind, raw }).await
+    }
+
+    /// Gathers a request (see [`Sink::request`]).
+    pub async fn request(&mut self, turn: &TurnId, spec: RequestSpec, raw: Option<RawJson>) -> Result<(), SinkClosed> {
+        self.push(ProviderMessage::Request { turn: turn.clone(), spec: Box::new(spec), raw }).await
+    }
+
+    /// Gathers a provider's own resolution of a request (see [`Sink::request_resolved`]).
+    pub async fn request_resolved(
+        &mut self,
+        provider_ref: ProviderRef,
+        raw: Option<RawJson>,
+    ) -> Result<(), SinkClosed> {
+        self.push(ProviderMessage::RequestResolved { provider_ref, raw }).await
+    }
+
+    /// Gathers a new provider session ID (see [`Sink::session_updated`]).
+    pub async fn session_updated(
+        &mut self,
+        provider_session_id: Option<String>,
+        raw: Option<RawJson>,
+    ) -> Result<(), SinkClosed> {
+        self.push(ProviderMessage::SessionUpdated { provider_session_id, raw }).await
+    }
+
+    /// Gathers the transport's loss (see [`Sink::transport_down`]) and sends everything.
+    pub async fn transport_down(&mut self, reason: impl Into<String>) -> Result<(), SinkClosed> {
+        self.pending.push(ProviderMessage::TransportDown { reason: reason.into() });
+        self.flush().await
+    }
+
+    /// Sends what the buffer holds, in order, waiting while the runtime is
+    /// [`SINK_CAPACITY`] messages behind.
+    pub async fn flush(&mut self) -> Result<(), SinkClosed> {
+        let sent = self.sink.tx.send_all(&mut self.pending).await;
+        if sent.is_err() {
+            // Nobody will read them.
+            self.pending.clear();
+        }
+        sent
+    }
+
+    /// Messages gathered and not yet sent.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// True when nothing waits to be sent.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// The sink it sends to.
+    pub fn sink(&self) -> &Sink {
+        &self.sink
+    }
+}
+
+impl Drop for SinkBuffer {
+    fn drop(&mut self) {
+        self.sink.tx.force_all(&mut self.pending);
+    }
+}
+
+impl fmt::Debug for SinkBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SinkBuffer").field("pending", &self.pending.len()).field("sink", &self.sink).finish()
     }
 }

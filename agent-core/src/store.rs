@@ -179,6 +179,15 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// The highest stored seq of a session.
     async fn latest_seq(&self, session: &SessionId) -> Result<Option<u64>, StoreError>;
 
+    /// Commits a batch at once, for a backend whose writes never wait (an in-memory store):
+    /// `Some` with the outcome [`Store::write`] would have had, or `None` (the default) when
+    /// the write must wait. The session runtime tries it first on its own task, which saves a
+    /// task and a boxed future per write; it must not block.
+    fn write_now(&self, batch: &WriteBatch) -> Option<Result<(), StoreError>> {
+        let _ = batch;
+        None
+    }
+
     /// Commits a batch. The default applies its parts one by one (delete, snapshot, turns,
     /// requests, events); transactional backends override it to commit atomically.
     async fn write(&self, batch: &WriteBatch) -> Result<(), StoreError> {

@@ -589,7 +589,7 @@ pub fn sink() -> (Sink, SinkRecorder) {
 /// What a provider sent into a [`sink()`], in order.
 #[derive(Debug)]
 pub struct SinkRecorder {
-    rx: tokio::sync::mpsc::Receiver<crate::provider::ProviderMessage>,
+    rx: crate::runtime::inbox::Inbox,
 }
 
 /// One message a provider sent into its [`Sink`].
@@ -638,7 +638,7 @@ pub enum Sent {
 impl SinkRecorder {
     /// The next message already sent, if any.
     pub fn try_next(&mut self) -> Option<Sent> {
-        self.rx.try_recv().ok().map(Sent::from)
+        self.rx.try_recv().map(Sent::from)
     }
 
     /// Waits for the next message; `None` once every clone of the sink is dropped.

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use agent_harness::event::ToolStatus;
-use agent_harness::{Event, EventKind, Response};
+use agent_harness::{Event, EventKind, ItemId, Response};
 use serde_json::Value;
 
 /// Writes events to stdout, flushing after each so a reader sees them as they happen.
@@ -72,7 +72,7 @@ const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '�
 /// the cursor is at the start of a line.
 #[derive(Debug)]
 pub(crate) struct Human {
-    streamed: HashSet<Option<String>>,
+    streamed: HashSet<Option<ItemId>>,
     line_start: bool,
     /// Whether to show the spinner, whether it is shown, and its next frame.
     spinner: bool,

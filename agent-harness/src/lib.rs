@@ -8,12 +8,12 @@ pub use agent_core::{
     Answer, ApprovalPolicy, AuthMode, AwaitError, CacheSize, Capabilities, Capability, Choice, CloseReason,
     Conversation, ConversationMode, ConversationSource, DEFAULT_CALL_TIMEOUT, Durability, DynExec, DynProvider,
     DynStore, EndCause, Env, Error, ErrorKind, Event, EventId, EventKind, Exec, ExitReason, ExpiryReason, Harness,
-    HarnessBuilder, InputItem, IntoExec, Lagged, McpServer, Provider, ProviderId, ProviderOptions, ProviderSession,
-    Question, Replay, Request, RequestId, RequestKind, RequestQuery, RequestStatus, Response, Result, Reuse,
-    SandboxMode, Scope, SessionConfig, SessionId, SessionMonitor, SessionOptions, SessionRef, SessionSnapshot,
-    SessionState, SessionStatus, Sink, Skill, Store, StoreChoice, StoreError, StoreFailurePolicy, StoredSession,
-    StreamError, Subscription, SubscriptionError, Support, Target, Timestamp, Turn, TurnEnd, TurnId, TurnInput,
-    TurnOptions, TurnOutcome, TurnRef, TurnResult, TurnStatus, TurnStream, Usage,
+    HarnessBuilder, InputItem, IntoExec, ItemId, Lagged, McpServer, Provider, ProviderId, ProviderOptions,
+    ProviderSession, Question, Replay, Request, RequestId, RequestKind, RequestQuery, RequestStatus, Response, Result,
+    Reuse, SandboxMode, Scope, SessionConfig, SessionId, SessionMonitor, SessionOptions, SessionRef, SessionSnapshot,
+    SessionState, SessionStatus, Sink, SinkBuffer, Skill, Store, StoreChoice, StoreError, StoreFailurePolicy,
+    StoredSession, StreamError, Subscription, SubscriptionError, Support, Target, Timestamp, Turn, TurnEnd, TurnId,
+    TurnInput, TurnOptions, TurnOutcome, TurnRef, TurnResult, TurnStatus, TurnStream, Usage,
 };
 pub use agent_core::{
     capabilities, config, error, event, exec, handler, ids, options, provider, request, session, store, time, turn,

@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use agent_core::event::{RawJson, ToolKind, ToolStatus, Usage};
 use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
-use agent_core::{EventKind, TurnId, TurnResult, TurnStatus};
+use agent_core::{EventKind, ItemId, TurnId, TurnResult, TurnStatus};
 use serde_json::{Value, json};
 
 use crate::requests::{self, PendingTool, SessionRule};
@@ -78,7 +78,7 @@ struct Turn {
     /// An interrupt was sent: an error result ends the turn `interrupted`.
     interrupted: bool,
     /// The API message being streamed (`message_start.message.id`).
-    message_id: Option<String>,
+    message_id: Option<ItemId>,
     /// Tool uses the host denied.
     declined: HashSet<String>,
 }
@@ -228,7 +228,7 @@ impl Normalizer {
             "message_start" => {
                 if let Some(turn) = self.turn.as_mut() {
                     turn.message_id =
-                        event.message.as_ref().map(|m| &*m.id).filter(|id| !id.is_empty()).map(str::to_owned);
+                        event.message.as_ref().map(|m| &*m.id).filter(|id| !id.is_empty()).map(ItemId::from);
                 }
             }
             "content_block_delta" => {
@@ -252,7 +252,7 @@ impl Normalizer {
         let Some(message) = line.message.and_then(|m| serde_json::from_str::<wire::Message>(m.get()).ok()) else {
             return self.other(actions, "assistant".into());
         };
-        let item_id = message.id.clone();
+        let item_id = message.id.as_deref().map(ItemId::from);
         let Content::Blocks(blocks) = &message.content else {
             let text = wire::content_text(&message.content);
             return self.emit(actions, EventKind::AssistantMessage { item_id, text });
@@ -267,7 +267,7 @@ impl Normalizer {
                 Some("tool_use") => {
                     let name = block["name"].as_str().unwrap_or_default().to_owned();
                     let tool = tool_kind(&name);
-                    let item_id = block["id"].as_str().unwrap_or_default().to_owned();
+                    let item_id = ItemId::from(block["id"].as_str().unwrap_or_default());
                     let input = block.get("input").cloned();
                     self.emit(actions, EventKind::ToolStarted { item_id, tool, name, input });
                 }
@@ -287,8 +287,8 @@ impl Normalizer {
             && !line.is_replay
         {
             for block in blocks.iter().filter(|b| b["type"] == "tool_result") {
-                let item_id = block["tool_use_id"].as_str().unwrap_or_default().to_owned();
-                let declined = self.turn.as_ref().is_some_and(|t| t.declined.contains(&item_id));
+                let item_id = ItemId::from(block["tool_use_id"].as_str().unwrap_or_default());
+                let declined = self.turn.as_ref().is_some_and(|t| t.declined.contains(item_id.as_str()));
                 let status = if declined {
                     ToolStatus::Declined
                 } else if block["is_error"] == true {

@@ -14,8 +14,8 @@ use std::time::Duration;
 use agent_core::event::RawJson;
 use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
-use agent_core::{Sink, TurnId};
-use agent_provider_kit::framing::{LineReader, TextFrame, unparsed_line_warning};
+use agent_core::{Sink, SinkBuffer, TurnId};
+use agent_provider_kit::framing::{LineReader, TextFrame, flush_before_wait, unparsed_line_warning};
 use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ExitReport, JsonRpcId, Pending, ReplyError};
 use serde::Serialize;
@@ -196,25 +196,29 @@ impl fmt::Debug for Connection {
 }
 
 impl Shared {
-    /// Handles one stdout line. Errs when the session runtime is gone.
+    /// Handles one stdout line, gathering what it produced in `out`. Errs when the session
+    /// runtime is gone.
     async fn on_frame(
         &self,
         frame: TextFrame<'_>,
         max_line: usize,
         actions: &mut Vec<Action>,
+        out: &mut SinkBuffer,
     ) -> Result<(), SinkClosed> {
         let text = match frame.into_text(CLI, max_line) {
             Ok(Some(text)) => text,
             Ok(None) => return Ok(()),
-            Err(warning) => return self.garbage(warning).await,
+            Err(warning) => return self.garbage(warning, out).await,
         };
         // One parse of the line: the message borrows from it until it is normalized, then a
         // copy of the line becomes the raw JSON of what it produced.
         let Ok(message) = wire::parse(text) else {
             let len = text.len();
-            return self.garbage(unparsed_line_warning(CLI, "JSON", len)).await;
+            return self.garbage(unparsed_line_warning(CLI, "JSON", len), out).await;
         };
         let raw = if let Message::Response { id: RpcId::Num(id) } = message {
+            // What came before a reply reaches the session before its caller goes on.
+            out.flush().await?;
             match self.pending.resolve(&JsonRpcId(id), RawJson::parsed(text.to_owned())) {
                 Ok(()) => return Ok(()),
                 Err(raw) => {
@@ -227,25 +231,31 @@ impl Shared {
             RawJson::parsed(text.to_owned())
         };
         attach(actions, raw);
-        if actions.iter().any(Action::ends_turn) {
+        let ends_turn = actions.iter().any(Action::ends_turn);
+        self.run(actions, out).await?;
+        if ends_turn {
+            // The turn's end reaches the session before a caller waiting for it goes on.
+            out.flush().await?;
             self.turn_ended.notify_waiters();
         }
-        self.run(actions).await
+        Ok(())
     }
 
-    async fn garbage(&self, message: String) -> Result<(), SinkClosed> {
+    async fn garbage(&self, message: String, out: &mut SinkBuffer) -> Result<(), SinkClosed> {
         let action = lock(&self.state).garbage(message);
-        self.run(&mut vec![action]).await
+        self.run(&mut vec![action], out).await
     }
 
-    /// Carries out `actions`, leaving the buffer empty.
-    async fn run(&self, actions: &mut Vec<Action>) -> Result<(), SinkClosed> {
+    /// Carries out `actions` (what they report gathered in `out`), leaving the buffer empty.
+    async fn run(&self, actions: &mut Vec<Action>, out: &mut SinkBuffer) -> Result<(), SinkClosed> {
         for action in actions.drain(..) {
             match action {
-                Action::Emit { turn, kind, raw } => self.sink.emit(turn.as_ref(), kind, raw).await?,
-                Action::Request { turn, spec, raw } => self.sink.request(&turn, *spec, raw).await?,
-                Action::Resolved { provider_ref, raw } => self.sink.request_resolved(provider_ref, raw).await?,
+                Action::Emit { turn, kind, raw } => out.emit(turn.as_ref(), kind, raw).await?,
+                Action::Request { turn, spec, raw } => out.request(&turn, *spec, raw).await?,
+                Action::Resolved { provider_ref, raw } => out.request_resolved(provider_ref, raw).await?,
                 Action::Answer { id, result } => {
+                    // Nothing gathered waits on the write.
+                    out.flush().await?;
                     let (result, error) = match result {
                         Ok(value) => (Some(value), None),
                         Err(error) => (None, Some(error)),
@@ -272,7 +282,11 @@ impl Shared {
     /// A turn codex has not admitted yet is left to its `turn/start` caller, which now fails
     /// with the exit status and stderr: the runtime retires the session for a transport failure
     /// during admission, and a transport report from here would race that outcome.
-    async fn on_stdout_closed(&self, read_error: Option<std::io::Error>) {
+    async fn on_stdout_closed(&self, read_error: Option<std::io::Error>, mut out: SinkBuffer) {
+        // Everything read reaches the session before the exit is reported.
+        if out.flush().await.is_err() {
+            return;
+        }
         // Waiters fail now, without a report: a `turn/start` caller asks for it.
         let waiting = self.pending.close();
         let admitting = waiting.waiting().any(|(_, admission)| *admission);
@@ -289,8 +303,8 @@ impl Shared {
         let how = report.how();
         let reason = format!("codex app-server exited ({how}) without completing the turn");
         let mut actions = lock(&self.state).on_exit(&reason, report.status, report.stderr_tail);
-        if self.run(&mut actions).await.is_ok() {
-            let _ = self.sink.transport_down(format!("codex app-server exited ({how})")).await;
+        if self.run(&mut actions, &mut out).await.is_ok() {
+            let _ = out.transport_down(format!("codex app-server exited ({how})")).await;
         }
     }
 }
@@ -298,9 +312,11 @@ impl Shared {
 async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) {
     let mut lines = LineReader::new(stdout, max_line);
     let mut actions = Vec::new();
+    let mut out = shared.sink.buffer();
     let read_error = loop {
-        let handled = match lines.next_line().await {
-            Ok(Some(line)) => shared.on_frame(TextFrame::from_line(line), max_line, &mut actions).await,
+        let Ok(next) = flush_before_wait(&mut out, lines.next_line()).await else { return };
+        let handled = match next {
+            Ok(Some(line)) => shared.on_frame(TextFrame::from_line(line), max_line, &mut actions, &mut out).await,
             Ok(None) => break None,
             Err(error) => break Some(error),
         };
@@ -309,5 +325,5 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
             return;
         }
     };
-    shared.on_stdout_closed(read_error).await;
+    shared.on_stdout_closed(read_error, out).await;
 }

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use agent_core::event::{FileChangeEntry, PlanStep, RawJson, ToolKind, ToolStatus};
 use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
-use agent_core::{EventKind, TurnId, TurnResult, TurnStatus, Usage};
+use agent_core::{EventKind, ItemId, TurnId, TurnResult, TurnStatus, Usage};
 use serde_json::{Value, json};
 
 use crate::requests::{self, Built, PendingRequest};
@@ -95,7 +95,7 @@ struct TurnState {
     codex: Option<String>,
     baseline: Tokens,
     usage: Option<Usage>,
-    items: Vec<(String, OpenItem)>,
+    items: Vec<(ItemId, OpenItem)>,
     last_message: Option<String>,
     diff: Option<String>,
     error: Option<Value>,
@@ -105,11 +105,21 @@ struct TurnState {
 
 impl TurnState {
     fn item(&mut self, id: &str) -> Option<&mut OpenItem> {
-        self.items.iter_mut().find(|(i, _)| i == id).map(|(_, item)| item)
+        self.items.iter_mut().find(|(i, _)| **i == *id).map(|(_, item)| item)
+    }
+
+    /// The open item `id` with its shared ID, if open.
+    fn item_with_id(&mut self, id: &str) -> Option<(&ItemId, &mut OpenItem)> {
+        self.items.iter_mut().find(|(i, _)| **i == *id).map(|(i, item)| (&*i, item))
+    }
+
+    /// The shared ID of the open item `id`, or a new one for an item not open.
+    fn item_id(&self, id: &str) -> ItemId {
+        self.items.iter().find(|(i, _)| **i == *id).map_or_else(|| ItemId::from(id), |(i, _)| i.clone())
     }
 
     fn take_item(&mut self, id: &str) -> Option<OpenItem> {
-        let index = self.items.iter().position(|(i, _)| i == id)?;
+        let index = self.items.iter().position(|(i, _)| **i == *id)?;
         Some(self.items.remove(index).1)
     }
 }
@@ -385,30 +395,44 @@ impl Normalizer {
         let Some(turn) = self.turn.as_mut() else { return };
         let kind = match note {
             Notification::AgentMessageDelta(d) => {
-                match turn.item(&d.item_id) {
-                    Some(OpenItem::Message { text }) => text.push_str(&d.delta),
-                    _ => turn.items.push((d.item_id.clone(), OpenItem::Message { text: d.delta.clone() })),
-                }
-                EventKind::MessageDelta { item_id: Some(d.item_id), text: d.delta }
+                let item_id = match turn.item_with_id(&d.item_id) {
+                    Some((id, OpenItem::Message { text })) => {
+                        text.push_str(&d.delta);
+                        id.clone()
+                    }
+                    _ => {
+                        let id = ItemId::from(&*d.item_id);
+                        turn.items.push((id.clone(), OpenItem::Message { text: d.delta.clone() }));
+                        id
+                    }
+                };
+                EventKind::MessageDelta { item_id: Some(item_id), text: d.delta }
             }
             Notification::ReasoningDelta(d, _) => {
-                match turn.item(&d.item_id) {
-                    Some(OpenItem::Reasoning { streamed }) => *streamed = true,
-                    _ => turn.items.push((d.item_id.clone(), OpenItem::Reasoning { streamed: true })),
-                }
-                EventKind::ReasoningDelta { item_id: Some(d.item_id), text: d.delta }
+                let item_id = match turn.item_with_id(&d.item_id) {
+                    Some((id, OpenItem::Reasoning { streamed })) => {
+                        *streamed = true;
+                        id.clone()
+                    }
+                    _ => {
+                        let id = ItemId::from(&*d.item_id);
+                        turn.items.push((id.clone(), OpenItem::Reasoning { streamed: true }));
+                        id
+                    }
+                };
+                EventKind::ReasoningDelta { item_id: Some(item_id), text: d.delta }
             }
             Notification::CommandOutputDelta(d) => {
                 if let Some(OpenItem::Tool { output } | OpenItem::FileChange { output, .. }) = turn.item(&d.item_id) {
                     push_bounded(output, &d.delta);
                 }
-                EventKind::CommandOutputDelta { item_id: d.item_id, text: d.delta }
+                EventKind::CommandOutputDelta { item_id: turn.item_id(&d.item_id), text: d.delta }
             }
             Notification::FileChangeOutputDelta(d) => {
                 if let Some(OpenItem::FileChange { output, .. }) = turn.item(&d.item_id) {
                     push_bounded(output, &d.delta);
                 }
-                EventKind::ToolProgress { item_id: d.item_id, message: d.delta }
+                EventKind::ToolProgress { item_id: turn.item_id(&d.item_id), message: d.delta }
             }
             Notification::McpProgress(p) => EventKind::ToolProgress { item_id: p.item_id, message: p.message },
             Notification::PatchUpdated(p) => {
@@ -595,7 +619,7 @@ impl Normalizer {
         let method = request_method(&request).to_owned();
         let turn = self.turn.as_ref();
         let changes = |item_id: &str| {
-            turn.and_then(|t| t.items.iter().find(|(i, _)| i == item_id)).and_then(|(_, item)| match item {
+            turn.and_then(|t| t.items.iter().find(|(i, _)| **i == *item_id)).and_then(|(_, item)| match item {
                 OpenItem::FileChange { changes, .. } => Some(changes.clone()),
                 _ => None,
             })

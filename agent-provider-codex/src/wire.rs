@@ -7,6 +7,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use agent_core::ItemId;
 use agent_provider_kit::framing::is_not_json;
 use serde::de::DeserializeOwned;
 use serde::de::IgnoredAny;
@@ -169,6 +170,10 @@ impl<'de> Deserialize<'de> for BorrowedStr<'de> {
     }
 }
 
+fn borrowed<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Cow<'de, str>, D::Error> {
+    Ok(BorrowedStr::deserialize(d)?.0)
+}
+
 fn borrowed_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
     Ok(Option::<BorrowedStr<'de>>::deserialize(d)?.map(|s| s.0))
 }
@@ -314,7 +319,9 @@ pub(crate) struct Delta<'a> {
     pub(crate) thread_id: Option<Cow<'a, str>>,
     #[serde(default, borrow, deserialize_with = "borrowed_opt")]
     pub(crate) turn_id: Option<Cow<'a, str>>,
-    pub(crate) item_id: String,
+    /// Borrowed too: the event shares its open item's [`ItemId`].
+    #[serde(borrow, deserialize_with = "borrowed")]
+    pub(crate) item_id: Cow<'a, str>,
     pub(crate) delta: String,
 }
 
@@ -339,7 +346,7 @@ pub(crate) struct ItemNote {
 pub(crate) struct Item {
     #[serde(rename = "type")]
     pub(crate) kind: String,
-    pub(crate) id: String,
+    pub(crate) id: ItemId,
     #[serde(default)]
     pub(crate) text: Option<String>,
     #[serde(default)]
@@ -399,7 +406,7 @@ pub(crate) struct ChangeKind {
 pub(crate) struct PatchUpdated {
     #[serde(flatten)]
     pub(crate) ids: Ids,
-    pub(crate) item_id: String,
+    pub(crate) item_id: ItemId,
     pub(crate) changes: Vec<Change>,
 }
 
@@ -409,7 +416,7 @@ pub(crate) struct PatchUpdated {
 pub(crate) struct Progress {
     #[serde(flatten)]
     pub(crate) ids: Ids,
-    pub(crate) item_id: String,
+    pub(crate) item_id: ItemId,
     pub(crate) message: String,
 }
 

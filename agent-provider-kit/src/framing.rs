@@ -24,10 +24,13 @@
 //! ```
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
 use std::time::Duration;
 
 use agent_core::event::RawJson;
+use agent_core::provider::{SinkBuffer, SinkClosed};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::{AbortHandle, JoinHandle};
 
@@ -135,6 +138,36 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             });
         }
     }
+}
+
+/// Awaits `next` (a reader's next line), first sending what `buffer` gathered if `next` cannot
+/// finish at once: a reader loop parses every line one read of the CLI's output brought, then
+/// hands their messages to the session together, just before it waits for the CLI again — one
+/// wake-up of the session per read instead of one per line, and no message ever waits on the
+/// CLI's next write.
+///
+/// ```
+/// use agent_provider_kit::framing::{LineReader, flush_before_wait};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let (sink, mut sent) = agent_core::testing::sink();
+/// let mut buffer = sink.buffer();
+/// let mut lines = LineReader::new(&b"a\nb\n"[..], 1024);
+/// while let Some(_line) = flush_before_wait(&mut buffer, lines.next_line()).await.unwrap().unwrap() {
+///     buffer.transport_down("one message per line, for the example").await.unwrap();
+/// }
+/// buffer.flush().await.unwrap();
+/// assert_eq!(sent.drain().len(), 2);
+/// # });
+/// ```
+pub async fn flush_before_wait<F: Future>(buffer: &mut SinkBuffer, next: F) -> Result<F::Output, SinkClosed> {
+    let mut next = std::pin::pin!(next);
+    let first = std::future::poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx))).await;
+    if let Poll::Ready(output) = first {
+        return Ok(output);
+    }
+    buffer.flush().await?;
+    Ok(next.await)
 }
 
 /// A read buffer in front of `inner` that grows from its first size to [`READ_BUFFER`]

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use agent_core::event::{FileChangeEntry, RawJson, ToolKind, ToolStatus, Usage};
 use agent_core::exec::ExitStatus;
 use agent_core::request::RequestSpec;
-use agent_core::{Choice, EventKind, Question, RequestKind, TurnEnd, TurnId, TurnResult, TurnStatus};
+use agent_core::{Choice, EventKind, ItemId, Question, RequestKind, TurnEnd, TurnId, TurnResult, TurnStatus};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -162,6 +162,8 @@ struct Running {
     usage: Option<Usage>,
     /// Assistant messages so far (item IDs of their deltas).
     messages: u32,
+    /// The item ID of assistant message `n` (`message-<n>`), made once for all its deltas.
+    message_item: Option<(u32, ItemId)>,
     /// `abort` was sent.
     aborting: bool,
     /// Tool calls started and not ended: ID, tool name, arguments.
@@ -192,6 +194,20 @@ pub(crate) struct Normalizer {
     unknown: u64,
 }
 
+impl Running {
+    /// The item ID of assistant message `n`.
+    fn message_item(&mut self, n: u32) -> ItemId {
+        match &self.message_item {
+            Some((made, id)) if *made == n => id.clone(),
+            _ => {
+                let id = ItemId::from(format!("message-{n}"));
+                self.message_item = Some((n, id.clone()));
+                id
+            }
+        }
+    }
+}
+
 impl Normalizer {
     pub(crate) fn new() -> Self {
         Normalizer::default()
@@ -211,6 +227,7 @@ impl Normalizer {
             error: None,
             usage: None,
             messages: 0,
+            message_item: None,
             aborting: false,
             tools: Vec::new(),
             denied: Vec::new(),
@@ -385,8 +402,8 @@ impl Normalizer {
 
     fn on_update(&mut self, frame: &Frame<'_>, actions: &mut Vec<Action>) {
         let Some(event) = &frame.assistant_message_event else { return };
-        let Some(running) = self.turn.as_ref() else { return };
-        let item_id = Some(format!("message-{}", running.messages + 1));
+        let Some(running) = self.turn.as_mut() else { return };
+        let item_id = Some(running.message_item(running.messages + 1));
         let kind = match (event.kind.as_str(), &event.delta) {
             ("text_delta", Some(delta)) => EventKind::MessageDelta { item_id, text: delta.clone() },
             ("thinking_delta", Some(delta)) => EventKind::ReasoningDelta { item_id, text: delta.clone() },
@@ -416,7 +433,7 @@ impl Normalizer {
         }
         running.stop_reason = message.stop_reason.clone();
         running.error = message.error_message.clone();
-        let item_id = Some(format!("message-{}", running.messages));
+        let item_id = Some(running.message_item(running.messages));
         if !text.is_empty() {
             running.text = Some(text.clone());
             actions.push(self.emit(EventKind::AssistantMessage { item_id, text }));
@@ -428,7 +445,7 @@ impl Normalizer {
         if let Some(running) = self.turn.as_mut() {
             running.tools.push((id.clone(), name.clone(), frame.args.clone()));
         }
-        let kind = EventKind::ToolStarted { item_id: id, tool: tool_kind(&name), name, input: frame.args };
+        let kind = EventKind::ToolStarted { item_id: id.into(), tool: tool_kind(&name), name, input: frame.args };
         actions.push(self.emit(kind));
     }
 
@@ -460,11 +477,11 @@ impl Normalizer {
                 let change = if name == "write" { "add" } else { "update" };
                 let diff = result["details"]["diff"].as_str().map(str::to_owned);
                 let changes = vec![FileChangeEntry { path, change: change.to_owned(), diff }];
-                actions.push(self.emit(EventKind::FileChange { item_id: id.clone(), changes }));
+                actions.push(self.emit(EventKind::FileChange { item_id: ItemId::from(id.as_str()), changes }));
             }
         }
         let output = (!output.is_empty()).then_some(output);
-        actions.push(self.emit(EventKind::ToolCompleted { item_id: id, status, output, exit_code }));
+        actions.push(self.emit(EventKind::ToolCompleted { item_id: id.into(), status, output, exit_code }));
     }
 
     fn on_agent_end(&mut self, frame: &Frame<'_>, actions: &mut Vec<Action>) {

@@ -120,7 +120,9 @@ fn play(name: &str) -> Played {
             match action {
                 Action::Emit { kind, .. } => match kind {
                     EventKind::MessageDelta { text, .. } => played.deltas.push_str(&text),
-                    EventKind::ToolCompleted { item_id, status, .. } => played.tools.push((item_id, status)),
+                    EventKind::ToolCompleted { item_id, status, .. } => {
+                        played.tools.push((item_id.to_string(), status))
+                    }
                     EventKind::UsageUpdated(_) => played.usage = true,
                     kind if kind.is_terminal() => {
                         let end = kind.terminal_end().unwrap();

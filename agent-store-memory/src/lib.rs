@@ -184,6 +184,56 @@ impl MemoryStore {
         map.insert(snapshot.id.clone(), Aggregate::new(snapshot.clone()));
         Ok(())
     }
+
+    /// Applies the whole batch under one lock, after checking it: either all of it lands or
+    /// none of it does.
+    fn write_batch(&self, batch: &WriteBatch) -> Result<(), StoreError> {
+        let Some(session) = &batch.session_id else { return Ok(()) };
+        let mut map = self.lock();
+        // What the records land on: nothing when the batch replaces the session.
+        let stored = if batch.delete_first { None } else { map.get(session) };
+        let has_children = !(batch.turns.is_empty() && batch.requests.is_empty() && batch.events.is_empty());
+        if stored.is_none() && batch.snapshot.is_none() && has_children {
+            return Err(StoreError::UnknownSession(session.clone()));
+        }
+        check_turns(stored, session, &batch.turns, &batch.requests, &batch.events)?;
+        check_events(stored, session, &batch.events)?;
+        // The replaced or new aggregate is built aside, so a refused write leaves the map alone.
+        match (&batch.snapshot, stored.is_some()) {
+            (Some(snapshot), false) => {
+                let fresh = Aggregate::new(snapshot.clone());
+                fresh.check_ids(session, &batch.events)?;
+                // A replaced session frees its own place.
+                if !map.contains_key(session) {
+                    self.make_room(&mut map)?;
+                }
+                map.insert(session.clone(), fresh);
+            }
+            // Nothing to write on (checked above: the batch has no records), at most a delete.
+            (None, false) => {
+                if batch.delete_first {
+                    map.remove(session);
+                }
+                return Ok(());
+            }
+            (snapshot, true) => {
+                let aggregate = aggregate(&mut map, session)?;
+                aggregate.check_ids(session, &batch.events)?;
+                if let Some(snapshot) = snapshot {
+                    aggregate.snapshot = snapshot.clone();
+                }
+            }
+        }
+        let Some(aggregate) = map.get_mut(session) else { return Ok(()) };
+        for turn in &batch.turns {
+            aggregate.save_turn(turn);
+        }
+        for request in &batch.requests {
+            aggregate.save_request(request);
+        }
+        aggregate.append(&batch.events);
+        Ok(())
+    }
 }
 
 /// Checks that every request and turn-tagged event names a turn the session has a record of:
@@ -337,50 +387,11 @@ impl Store for MemoryStore {
     /// Applies the whole batch under one lock, after checking it: either all of it lands or
     /// none of it does.
     async fn write(&self, batch: &WriteBatch) -> Result<(), StoreError> {
-        let Some(session) = &batch.session_id else { return Ok(()) };
-        let mut map = self.lock();
-        // What the records land on: nothing when the batch replaces the session.
-        let stored = if batch.delete_first { None } else { map.get(session) };
-        let has_children = !(batch.turns.is_empty() && batch.requests.is_empty() && batch.events.is_empty());
-        if stored.is_none() && batch.snapshot.is_none() && has_children {
-            return Err(StoreError::UnknownSession(session.clone()));
-        }
-        check_turns(stored, session, &batch.turns, &batch.requests, &batch.events)?;
-        check_events(stored, session, &batch.events)?;
-        // The replaced or new aggregate is built aside, so a refused write leaves the map alone.
-        match (&batch.snapshot, stored.is_some()) {
-            (Some(snapshot), false) => {
-                let fresh = Aggregate::new(snapshot.clone());
-                fresh.check_ids(session, &batch.events)?;
-                // A replaced session frees its own place.
-                if !map.contains_key(session) {
-                    self.make_room(&mut map)?;
-                }
-                map.insert(session.clone(), fresh);
-            }
-            // Nothing to write on (checked above: the batch has no records), at most a delete.
-            (None, false) => {
-                if batch.delete_first {
-                    map.remove(session);
-                }
-                return Ok(());
-            }
-            (snapshot, true) => {
-                let aggregate = aggregate(&mut map, session)?;
-                aggregate.check_ids(session, &batch.events)?;
-                if let Some(snapshot) = snapshot {
-                    aggregate.snapshot = snapshot.clone();
-                }
-            }
-        }
-        let Some(aggregate) = map.get_mut(session) else { return Ok(()) };
-        for turn in &batch.turns {
-            aggregate.save_turn(turn);
-        }
-        for request in &batch.requests {
-            aggregate.save_request(request);
-        }
-        aggregate.append(&batch.events);
-        Ok(())
+        self.write_batch(batch)
+    }
+
+    /// The same write as [`Store::write`]: it never waits.
+    fn write_now(&self, batch: &WriteBatch) -> Option<Result<(), StoreError>> {
+        Some(self.write_batch(batch))
     }
 }

@@ -11,10 +11,9 @@
 //! whole in a side table.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use agent_core::event::{RawJson, SCHEMA_VERSION};
-use agent_core::{Event, EventId, EventKind, ProviderId, SessionId, Timestamp, TurnId};
+use agent_core::{Event, EventId, EventKind, ItemId, ProviderId, SessionId, Timestamp, TurnId};
 
 /// Size of a chunk of encoded events; an event larger than this gets a chunk of its own size.
 const CHUNK: usize = 64 << 10;
@@ -93,7 +92,7 @@ pub(crate) struct EventLog {
     prefixes: Table<Box<str>>,
     turns: Table<TurnId>,
     providers: Table<ProviderId>,
-    items: Table<Arc<str>>,
+    items: Table<ItemId>,
     /// Kinds other than streamed deltas, whole.
     others: Vec<EventKind>,
     /// Positions of each turn's events, as `[start, end)` ranges (a turn's events are nearly
@@ -270,19 +269,19 @@ impl EventLog {
     }
 
     fn put_kind(&mut self, out: &mut Vec<u8>, kind: &EventKind, raw: &str) {
-        fn item(out: &mut Vec<u8>, items: &mut Table<Arc<str>>, id: Option<&str>) {
-            let index = id.map_or(0, |id| u64::from(items.intern(id, |id: &str| Arc::from(id))) + 1);
+        fn item(out: &mut Vec<u8>, items: &mut Table<ItemId>, id: Option<&ItemId>) {
+            let index = id.map_or(0, |id| u64::from(items.intern(id, ItemId::clone)) + 1);
             put_varint(out, index);
         }
         match kind {
             EventKind::MessageDelta { item_id, text } => {
                 out.push(MESSAGE_DELTA);
-                item(out, &mut self.items, item_id.as_deref());
+                item(out, &mut self.items, item_id.as_ref());
                 put_text(out, text, raw);
             }
             EventKind::ReasoningDelta { item_id, text } => {
                 out.push(REASONING_DELTA);
-                item(out, &mut self.items, item_id.as_deref());
+                item(out, &mut self.items, item_id.as_ref());
                 put_text(out, text, raw);
             }
             EventKind::CommandOutputDelta { item_id, text } => {
@@ -337,7 +336,7 @@ impl EventLog {
         let raw = (flags & HAS_RAW != 0).then(|| r.str());
         let item = |r: &mut Reader<'_>| match r.varint() {
             0 => None,
-            i => Some(String::from(&**self.items.get(i - 1))),
+            i => Some(self.items.get(i - 1).clone()),
         };
         let text = |r: &mut Reader<'_>| r.text(raw.unwrap_or("")).to_owned();
         let kind = match r.byte() {

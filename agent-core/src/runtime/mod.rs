@@ -1,6 +1,7 @@
 //! The session runtime: one actor task per session, its handle, and subscriptions.
 
 pub(crate) mod actor;
+pub(crate) mod inbox;
 pub(crate) mod limited;
 pub(crate) mod registry;
 pub(crate) mod startup;

@@ -20,6 +20,7 @@ use crate::ids::{EventId, SessionId};
 use crate::options::{Conversation, ConversationMode, ConversationSource, Reuse, SessionOptions, StoreFailurePolicy};
 use crate::provider::{DynProvider, OpenContext, OpenConversation, Opened, ProviderMessage, ProviderSession, Sink};
 use crate::runtime::actor::{Actor, ActorParts};
+use crate::runtime::inbox::Inbox;
 use crate::runtime::registry::Reservation;
 use crate::runtime::{COMMAND_CAPACITY, SessionHandle, write_batch};
 use crate::session::{CloseReason, Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, StartupMarker};
@@ -107,7 +108,7 @@ impl Startup {
                     () = tokio::time::sleep_until(deadline) => return Err(timed_out(&session, &options).into()),
                 }
             };
-            while let Ok(message) = sink_rx.try_recv() {
+            while let Some(message) = sink_rx.try_recv() {
                 note(message, &mut early, &mut lost);
             }
             Ok((plan, opened, early, lost))
@@ -204,7 +205,7 @@ struct Opening {
     span: Span,
     plan: Plan,
     early: Vec<ProviderMessage>,
-    sink_rx: mpsc::Receiver<ProviderMessage>,
+    sink_rx: Inbox,
     request_handler: Option<crate::handler::DynRequestHandler>,
 }
 

@@ -177,6 +177,16 @@ impl Store for ControlledStore {
     async fn latest_seq(&self, s: &SessionId) -> Result<Option<u64>, StoreError> {
         self.inner.latest_seq(s).await
     }
+    /// At once when the mode needs no waiting; hanging and slow writes go through `write`.
+    fn write_now(&self, batch: &WriteBatch) -> Option<Result<(), StoreError>> {
+        let mode = *self.mode.lock().unwrap();
+        match mode {
+            WriteMode::Normal => self.inner.write_now(batch),
+            WriteMode::Fail => Some(Err(StoreError::WriteRefused("disk is read-only".into()))),
+            WriteMode::Panic => panic!("store bug"),
+            WriteMode::Hang | WriteMode::Slow => None,
+        }
+    }
     async fn write(&self, batch: &WriteBatch) -> Result<(), StoreError> {
         let mode = *self.mode.lock().unwrap();
         match mode {

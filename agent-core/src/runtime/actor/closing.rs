@@ -3,6 +3,7 @@
 use tokio::sync::oneshot;
 
 use super::Actor;
+use super::journal::FlushStart;
 use crate::error::{Error, Result};
 use crate::event::{EventKind, ExpiryReason};
 use crate::session::{CloseReason, ExitReason, SessionState};
@@ -144,8 +145,18 @@ impl Actor {
                 let flushed = self.journal.flushed().await;
                 self.on_flushed(flushed);
             }
-            for action in self.journal.start_flush() {
-                self.run_after_commit(action, None);
+            match self.journal.start_flush() {
+                FlushStart::Nothing(actions) => {
+                    for action in actions {
+                        self.run_after_commit(action, None);
+                    }
+                }
+                FlushStart::InFlight => {}
+                FlushStart::Written(flushed) => {
+                    // What the write's outcome added (a store failure's event) gets its round.
+                    self.on_flushed(flushed);
+                    continue;
+                }
             }
             if !self.journal.is_flushing() {
                 break;

@@ -38,6 +38,19 @@ pub(super) enum AfterCommit {
 /// that waited for it, and the store's answer.
 pub(super) type Flushed = (WriteBatch, Vec<AfterCommit>, std::result::Result<(), StoreError>);
 
+/// What [`Journal::start_flush`] did.
+// Returned by value and matched at once; boxing the written batch would cost an allocation
+// per write, which is what writing at once saves.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum FlushStart {
+    /// Nothing to write (or no store): these actions need no commit.
+    Nothing(Vec<AfterCommit>),
+    /// A write is in flight; [`Journal::flushed`] waits for it.
+    InFlight,
+    /// The store wrote the batch at once: hand it to [`Journal::on_flushed`].
+    Written(Flushed),
+}
+
 /// A store write that failed: the session now runs without a store.
 pub(super) struct StoreFailure {
     pub(super) error: StoreError,
@@ -257,29 +270,38 @@ impl Journal {
         }
     }
 
-    /// Starts writing the pending batch if no write is in flight. Returns the actions that need
-    /// no write (no store, or nothing pending).
-    pub(super) fn start_flush(&mut self) -> Vec<AfterCommit> {
+    /// Starts writing the pending batch if no write is in flight: at once when the store can
+    /// ([`Store::write_now`](crate::store::Store::write_now)), else in a task.
+    pub(super) fn start_flush(&mut self) -> FlushStart {
         if self.flush.is_some() {
-            return Vec::new();
+            return FlushStart::InFlight;
         }
         let Some(store) = self.store.clone().filter(|_| !self.pending.is_empty()) else {
-            return std::mem::take(&mut self.after_commit);
+            return FlushStart::Nothing(std::mem::take(&mut self.after_commit));
         };
         let mut next = WriteBatch::new(self.session.id.clone());
         next.events = std::mem::take(&mut self.spare_events);
         let batch = std::mem::replace(&mut self.pending, next);
         let actions = std::mem::take(&mut self.after_commit);
         let span = tracing::debug_span!(parent: &self.span, "store_write", events = batch.events.len());
+        // A panicking store is a failed write, not a lost batch.
+        let now = span.in_scope(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| store.write_now(&batch))));
+        match now {
+            Ok(Some(result)) => return FlushStart::Written((batch, actions, result)),
+            Err(_) => {
+                let panicked = Err(StoreError::Backend("the store panicked during the write".into()));
+                return FlushStart::Written((batch, actions, panicked));
+            }
+            Ok(None) => {}
+        }
         self.flush = Some(tokio::spawn(
             async move {
-                // A panicking store is a failed write, not a lost batch.
                 let result = write_batch(&store, &batch).await;
                 (batch, actions, result)
             }
             .instrument(span),
         ));
-        Vec::new()
+        FlushStart::InFlight
     }
 
     pub(super) fn is_flushing(&self) -> bool {

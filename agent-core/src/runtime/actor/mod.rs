@@ -35,7 +35,7 @@ use tracing::{Instrument, Span};
 
 use self::cache::{Finished, TurnCache};
 use self::calls::{Calls, Done};
-use self::journal::{AfterCommit, Journal};
+use self::journal::{AfterCommit, FlushStart, Journal};
 use self::ledger::{Ledger, Origin};
 use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
@@ -45,6 +45,7 @@ use crate::ids::TurnId;
 use crate::options::{SessionOptions, StoreFailurePolicy, TurnOptions};
 use crate::provider::{ProviderMessage, ProviderSession};
 use crate::request::Response;
+use crate::runtime::inbox::Inbox;
 use crate::runtime::registry::Registry;
 use crate::runtime::subscription::{Grant, Replay};
 use crate::runtime::watchdog::Watchdog;
@@ -78,7 +79,7 @@ pub(crate) struct ActorParts {
     /// Answers requests as they come (the session's, else the harness's).
     pub(crate) request_handler: Option<DynRequestHandler>,
     pub(crate) commands: mpsc::Receiver<Envelope>,
-    pub(crate) sink: mpsc::Receiver<ProviderMessage>,
+    pub(crate) sink: Inbox,
     pub(crate) exit: watch::Sender<Option<ExitReason>>,
     pub(crate) registry: Weak<Registry>,
     pub(crate) attempt: u64,
@@ -127,7 +128,7 @@ pub(crate) struct Actor {
     request_handler: Option<DynRequestHandler>,
 
     commands: mpsc::Receiver<Envelope>,
-    sink: mpsc::Receiver<ProviderMessage>,
+    sink: Inbox,
     sink_open: bool,
     early_messages: Vec<ProviderMessage>,
     /// Provider messages from a turn's terminal event on, held while an answer to one of that
@@ -202,8 +203,19 @@ impl Actor {
                     self.shutdown(reason).await;
                     return;
                 }
-                for action in self.journal.start_flush() {
-                    self.run_after_commit(action, None);
+                match self.journal.start_flush() {
+                    FlushStart::Nothing(actions) => {
+                        for action in actions {
+                            self.run_after_commit(action, None);
+                        }
+                    }
+                    FlushStart::InFlight => {}
+                    FlushStart::Written(flushed) => {
+                        // Published now; what it woke (waiters, parked messages) is settled on
+                        // the next pass.
+                        self.on_flushed(flushed);
+                        continue;
+                    }
                 }
                 self.journal.send_live();
                 tokio::select! {
