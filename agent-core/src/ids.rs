@@ -201,18 +201,52 @@ generated_id!(
     "req_"
 );
 
-generated_id!(
-    /// An event ID (`evt_…`).
-    EventId,
-    "evt_"
-);
+/// An event ID: generated (`evt_…`), or made by the session runtime from its session's prefix
+/// and the event's seq (`<prefix>.<seq>`), or any other string a store or wire format holds.
+///
+/// An ID made in sequence is written in place, inside the value: the runtime makes one per
+/// event, and it costs no allocation. Equality, order and hashing are those of the text,
+/// whatever the form.
+#[derive(Clone)]
+pub struct EventId(EventIdRepr);
+
+/// Bytes an ID made in sequence holds in place: a generated prefix (30 bytes), a dot and any
+/// `u64` in decimal (20 digits) fit.
+const INLINE_ID: usize = 54;
+
+#[derive(Clone)]
+enum EventIdRepr {
+    Text(Arc<str>),
+    InSequence {
+        seq: u64,
+        /// `bytes[..prefix]` is the prefix; `bytes[..len]` the whole ID.
+        prefix: u8,
+        len: u8,
+        bytes: [u8; INLINE_ID],
+    },
+}
 
 impl EventId {
+    /// A new unique event ID (`evt_…`): the current millisecond and 80 random bits.
+    ///
+    /// # Panics
+    ///
+    /// If the operating system cannot supply random bytes.
+    pub fn generate() -> Self {
+        EventId(EventIdRepr::Text(Arc::from(generate_with_prefix("evt_"))))
+    }
+
+    /// Wraps an identifier read back from a store or a wire format.
+    ///
+    /// No format is enforced: identifiers written by other versions stay readable.
+    pub fn from_string(id: impl Into<String>) -> Self {
+        EventId(EventIdRepr::Text(Arc::from(id.into())))
+    }
+
     /// The ID of the event with `seq` in a session whose event IDs start with `prefix` (a
     /// generated event ID): `<prefix>.<seq>`. Unique as long as prefixes are, and cheaper than a
-    /// fresh random ID per event.
+    /// fresh random ID per event: nothing is allocated.
     pub(crate) fn in_sequence(prefix: &str, seq: u64) -> Self {
-        // Formatted on the stack, so the ID costs one allocation (the `Arc`), not two.
         let mut digits = [0u8; 20];
         let mut start = digits.len();
         let mut rest = seq;
@@ -224,19 +258,107 @@ impl EventId {
                 break;
             }
         }
-        let mut buf = [0u8; 96];
-        let len = prefix.len() + 1 + (digits.len() - start);
-        let Some(id) = buf.get_mut(..len) else {
-            return Self(Arc::from(format!("{prefix}.{seq}")));
-        };
-        id[..prefix.len()].copy_from_slice(prefix.as_bytes());
-        id[prefix.len()] = b'.';
-        id[prefix.len() + 1..].copy_from_slice(&digits[start..]);
-        match std::str::from_utf8(id) {
-            Ok(id) => Self(Arc::from(id)),
-            // Unreachable: a `str`, a dot and ASCII digits.
-            Err(_) => Self(Arc::from(format!("{prefix}.{seq}"))),
+        let digits = &digits[start..];
+        let len = prefix.len() + 1 + digits.len();
+        if len > INLINE_ID {
+            return EventId::from_string(format!("{prefix}.{seq}"));
         }
+        let mut bytes = [0u8; INLINE_ID];
+        bytes[..prefix.len()].copy_from_slice(prefix.as_bytes());
+        bytes[prefix.len()] = b'.';
+        bytes[prefix.len() + 1..len].copy_from_slice(digits);
+        // Both fit in a byte: `len <= INLINE_ID`.
+        EventId(EventIdRepr::InSequence { seq, prefix: prefix.len() as u8, len: len as u8, bytes })
+    }
+
+    /// The prefix and seq of an ID the session runtime made in sequence (`<prefix>.<seq>`);
+    /// `None` for any other ID (even one whose text has that shape: parse [`EventId::as_str`]
+    /// for those).
+    pub fn sequence(&self) -> Option<(&str, u64)> {
+        match &self.0 {
+            EventIdRepr::InSequence { seq, prefix, .. } => Some((&self.as_str()[..usize::from(*prefix)], *seq)),
+            EventIdRepr::Text(_) => None,
+        }
+    }
+
+    /// The identifier as a string slice.
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            EventIdRepr::Text(text) => text,
+            // Written from a `str`, a dot and ASCII digits.
+            EventIdRepr::InSequence { len, bytes, .. } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+        }
+    }
+}
+
+impl PartialEq for EventId {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for EventId {}
+
+impl PartialOrd for EventId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for EventId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl std::hash::Hash for EventId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As the text's, so that `Borrow<str>` holds.
+        self.as_str().hash(state)
+    }
+}
+
+impl Serialize for EventId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+// Reading an ID from JSON applies the rules of its kind: an empty or blank ID is never accepted
+// from the outside.
+impl<'de> Deserialize<'de> for EventId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let id = String::deserialize(deserializer)?;
+        match stored_id_problem(&id) {
+            Some(reason) => Err(serde::de::Error::custom(format_args!("invalid EventId {id:?}: {reason}"))),
+            None => Ok(EventId::from_string(id)),
+        }
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl AsRef<str> for EventId {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::borrow::Borrow<str> for EventId {
+    fn borrow(&self) -> &str {
+        self.as_str()
     }
 }
 
@@ -420,13 +542,51 @@ fn random_80() -> u128 {
 mod tests {
     use super::*;
 
+    fn seq_id(prefix: &str, seq: u64) -> EventId {
+        EventId::in_sequence(prefix, seq)
+    }
+
+    fn hash_of<T: std::hash::Hash + ?Sized>(value: &T) -> u64 {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        BuildHasherDefault::<DefaultHasher>::default().hash_one(value)
+    }
+
     #[test]
     fn sequence_event_ids_are_the_prefix_a_dot_and_the_seq() {
-        assert_eq!(EventId::in_sequence("ev_01ABC", 0).as_str(), "ev_01ABC.0");
-        assert_eq!(EventId::in_sequence("ev_01ABC", 42).as_str(), "ev_01ABC.42");
-        assert_eq!(EventId::in_sequence("p", u64::MAX).as_str(), format!("p.{}", u64::MAX));
+        assert_eq!(seq_id("ev_01ABC", 0).as_str(), "ev_01ABC.0");
+        assert_eq!(seq_id("ev_01ABC", 42).as_str(), "ev_01ABC.42");
+        assert_eq!(seq_id("p", u64::MAX).as_str(), format!("p.{}", u64::MAX));
         let long = "x".repeat(200);
-        assert_eq!(EventId::in_sequence(&long, 7).as_str(), format!("{long}.7"), "longer than the stack buffer");
+        assert_eq!(seq_id(&long, 7).as_str(), format!("{long}.7"), "longer than fits in place");
+        assert_eq!(seq_id(&long, 7).sequence(), None, "kept as text");
+        assert_eq!(seq_id("ev_01ABC", 42).sequence(), Some(("ev_01ABC", 42)));
+        assert_eq!(EventId::from_string("ev_01ABC.42").sequence(), None, "only the runtime's own IDs have parts");
+    }
+
+    #[test]
+    fn an_id_made_in_sequence_is_its_text_in_every_comparison() {
+        let made = seq_id("evt_01ABC", 42);
+        let text = EventId::from_string("evt_01ABC.42");
+        assert_eq!(made.to_string(), "evt_01ABC.42");
+        assert_eq!(serde_json::to_string(&made).unwrap(), r#""evt_01ABC.42""#);
+        assert_eq!(format!("{made:?}"), format!("{text:?}"));
+        assert_eq!(made, text);
+        assert_eq!(text, made);
+        assert_eq!(made, seq_id("evt_01ABC", 42));
+        for other in [seq_id("evt_01ABC", 4), seq_id("evt_01ABC", 420), seq_id("evt_01AB", 42)] {
+            assert_ne!(made, other);
+        }
+        for other in ["evt_01ABC.4", "evt_01ABC.420", "evt_01ABC42", "evt_01ABC.042", "evt_01AB.42", "evt_01ABC.42 "] {
+            assert_ne!(made, EventId::from_string(other), "{other}");
+            assert_ne!(EventId::from_string(other), made, "{other}");
+        }
+        assert_eq!(hash_of(&made), hash_of(&text));
+        assert_eq!(hash_of(&made), hash_of("evt_01ABC.42"), "Borrow<str> holds");
+        assert_eq!(made.cmp(&seq_id("evt_01ABC", 5)), "evt_01ABC.42".cmp("evt_01ABC.5"), "ordered by text");
+        let set: std::collections::HashSet<EventId> = [made.clone()].into();
+        assert!(set.contains("evt_01ABC.42") && set.contains(&text));
+        let back: EventId = serde_json::from_str(r#""evt_01ABC.42""#).unwrap();
+        assert_eq!(back, made);
     }
 
     #[test]

@@ -14,8 +14,8 @@ use std::time::Duration;
 use agent_core::event::RawJson;
 use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
-use agent_core::{Sink, TurnId};
-use agent_provider_kit::framing::{LineReader, TextFrame, stderr_note, unparsed_line_warning};
+use agent_core::{Sink, SinkBuffer, TurnId};
+use agent_provider_kit::framing::{LineReader, TextFrame, flush_before_wait, stderr_note, unparsed_line_warning};
 use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ControlRequestId, ExitReport, Pending, ReplyError, ReplyKey};
 use serde_json::Value;
@@ -180,19 +180,22 @@ impl Shared {
         frame: TextFrame<'_>,
         max_line: usize,
         actions: &mut Vec<Action>,
+        out: &mut SinkBuffer,
     ) -> Result<(), SinkClosed> {
         let text = match frame.into_text(CLI, max_line) {
             Ok(Some(text)) => text,
             Ok(None) => return Ok(()),
-            Err(warning) => return self.garbage(warning).await,
+            Err(warning) => return self.garbage(warning, out).await,
         };
         let Ok(line) = serde_json::from_str::<Envelope<'_>>(text) else {
             let len = text.len();
-            return self.garbage(unparsed_line_warning(CLI, "a JSON message", len)).await;
+            return self.garbage(unparsed_line_warning(CLI, "a JSON message", len), out).await;
         };
         if line.kind == "control_response"
             && let Some(key) = ControlRequestId::of_reply(text)
         {
+            // What came before a reply reaches the session before its caller goes on.
+            out.flush().await?;
             match self.pending.resolve(&key, RawJson::parsed(text.to_owned())) {
                 Ok(()) => return Ok(()),
                 Err(_) => {
@@ -203,26 +206,32 @@ impl Shared {
         }
         lock(&self.state).on_line(text, &line, actions);
         attach(actions, RawJson::parsed(text.to_owned()));
-        if actions.iter().any(Action::ends_turn) {
+        let ends_turn = actions.iter().any(Action::ends_turn);
+        self.run(actions, out).await?;
+        if ends_turn {
+            // The turn's end reaches the session before a caller waiting for it goes on.
+            out.flush().await?;
             self.turn_ended.notify_waiters();
         }
-        self.run(actions).await
+        Ok(())
     }
 
-    async fn garbage(&self, message: String) -> Result<(), SinkClosed> {
+    async fn garbage(&self, message: String, out: &mut SinkBuffer) -> Result<(), SinkClosed> {
         let action = lock(&self.state).garbage(message);
-        self.run(&mut vec![action]).await
+        self.run(&mut vec![action], out).await
     }
 
-    /// Carries out `actions`, leaving the buffer empty.
-    async fn run(&self, actions: &mut Vec<Action>) -> Result<(), SinkClosed> {
+    /// Carries out `actions` (what they report gathered in `out`), leaving the buffer empty.
+    async fn run(&self, actions: &mut Vec<Action>, out: &mut SinkBuffer) -> Result<(), SinkClosed> {
         for action in actions.drain(..) {
             match action {
-                Action::Emit { turn, kind, raw } => self.sink.emit(turn.as_ref(), kind, raw).await?,
-                Action::Request { turn, spec, raw } => self.sink.request(&turn, *spec, raw).await?,
-                Action::Resolved { provider_ref, raw } => self.sink.request_resolved(provider_ref, raw).await?,
-                Action::SessionUpdated { session_id, raw } => self.sink.session_updated(Some(session_id), raw).await?,
+                Action::Emit { turn, kind, raw } => out.emit(turn.as_ref(), kind, raw).await?,
+                Action::Request { turn, spec, raw } => out.request(&turn, *spec, raw).await?,
+                Action::Resolved { provider_ref, raw } => out.request_resolved(provider_ref, raw).await?,
+                Action::SessionUpdated { session_id, raw } => out.session_updated(Some(session_id), raw).await?,
                 Action::Write(message) => {
+                    // Nothing gathered waits on the write.
+                    out.flush().await?;
                     if let Err(error) = self.process.write_line(&encode(&message)).await {
                         tracing::debug!(%error, "could not answer a claude control request");
                     }
@@ -238,7 +247,11 @@ impl Shared {
 
     /// Stdout ended: fail waiting callers, then (unless closing) the running turn and the
     /// transport.
-    async fn on_stdout_closed(&self, read_error: Option<std::io::Error>) {
+    async fn on_stdout_closed(&self, read_error: Option<std::io::Error>, mut out: SinkBuffer) {
+        // Everything read reaches the session before the exit is reported.
+        if out.flush().await.is_err() {
+            return;
+        }
         drop(self.pending.close());
         self.turn_ended.notify_waiters();
         if self.process.is_closing() {
@@ -252,9 +265,9 @@ impl Shared {
         let how = report.how();
         let reason = format!("claude exited ({how}) without completing the turn");
         let mut actions = lock(&self.state).on_exit(&reason, report.status, report.stderr_tail.clone());
-        if self.run(&mut actions).await.is_ok() {
+        if self.run(&mut actions, &mut out).await.is_ok() {
             let tail = stderr_note(report.stderr_tail.as_deref());
-            let _ = self.sink.transport_down(format!("claude exited ({how}){tail}")).await;
+            let _ = out.transport_down(format!("claude exited ({how}){tail}")).await;
         }
     }
 }
@@ -262,9 +275,11 @@ impl Shared {
 async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) {
     let mut lines = LineReader::new(stdout, max_line);
     let mut actions = Vec::new();
+    let mut out = shared.sink.buffer();
     let read_error = loop {
-        let handled = match lines.next_line().await {
-            Ok(Some(line)) => shared.on_frame(TextFrame::from_line(line), max_line, &mut actions).await,
+        let Ok(next) = flush_before_wait(&mut out, lines.next_line()).await else { return };
+        let handled = match next {
+            Ok(Some(line)) => shared.on_frame(TextFrame::from_line(line), max_line, &mut actions, &mut out).await,
             Ok(None) => break None,
             Err(error) => break Some(error),
         };
@@ -273,7 +288,7 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
             return;
         }
     };
-    shared.on_stdout_closed(read_error).await;
+    shared.on_stdout_closed(read_error, out).await;
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ use std::time::Duration;
 use agent_core::event::RawJson;
 use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
-use agent_core::{Sink, TurnId};
-use agent_provider_kit::framing::{LineReader, TextFrame, unparsed_line_warning};
+use agent_core::{Sink, SinkBuffer, TurnId};
+use agent_provider_kit::framing::{LineReader, TextFrame, flush_before_wait, unparsed_line_warning};
 use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ExitReport, Pending, ReplyError, ResponseId};
 use serde::Deserialize;
@@ -248,23 +248,27 @@ impl Shared {
         frame: TextFrame<'_>,
         max_line: usize,
         actions: &mut Vec<Action>,
+        out: &mut SinkBuffer,
     ) -> Result<(), SinkClosed> {
         let text = match frame.into_text(CLI, max_line) {
             Ok(Some(text)) => text,
             Ok(None) => return Ok(()),
-            Err(warning) => return self.garbage(warning).await,
+            Err(warning) => return self.garbage(warning, out).await,
         };
         let is_response = text.contains("\"response\"");
         let raw = if is_response {
+            // What came before a reply reaches the session before its caller goes on.
+            out.flush().await?;
             match self.deliver(text) {
                 None => {
                     let mut admitted = std::mem::take(&mut *lock(&self.admitted));
                     let ends = admitted.iter().any(Action::ends_turn);
-                    let result = self.run(&mut admitted).await;
+                    self.run(&mut admitted, out).await?;
                     if ends {
+                        out.flush().await?;
                         self.turn_ended.notify_waiters();
                     }
-                    return result;
+                    return Ok(());
                 }
                 Some(raw) => raw,
             }
@@ -274,29 +278,33 @@ impl Shared {
         let known = lock(&self.state).on_line(raw.get(), actions);
         if !known {
             let len = text.len();
-            return self.garbage(unparsed_line_warning(CLI, "a JSON frame", len)).await;
+            return self.garbage(unparsed_line_warning(CLI, "a JSON frame", len), out).await;
         }
         attach(actions, raw);
         let ends = actions.iter().any(Action::ends_turn);
-        let result = self.run(actions).await;
+        self.run(actions, out).await?;
         if ends {
+            // The turn's end reaches the session before a caller waiting for it goes on.
+            out.flush().await?;
             self.turn_ended.notify_waiters();
         }
-        result
+        Ok(())
     }
 
-    async fn garbage(&self, message: String) -> Result<(), SinkClosed> {
+    async fn garbage(&self, message: String, out: &mut SinkBuffer) -> Result<(), SinkClosed> {
         let action = lock(&self.state).garbage(message);
-        self.run(&mut vec![action]).await
+        self.run(&mut vec![action], out).await
     }
 
-    /// Carries out `actions`, leaving the buffer empty.
-    async fn run(&self, actions: &mut Vec<Action>) -> Result<(), SinkClosed> {
+    /// Carries out `actions` (what they report gathered in `out`), leaving the buffer empty.
+    async fn run(&self, actions: &mut Vec<Action>, out: &mut SinkBuffer) -> Result<(), SinkClosed> {
         for action in actions.drain(..) {
             match action {
-                Action::Emit { turn, kind, raw } => self.sink.emit(turn.as_ref(), kind, raw).await?,
-                Action::Request { turn, spec, raw } => self.sink.request(&turn, *spec, raw).await?,
+                Action::Emit { turn, kind, raw } => out.emit(turn.as_ref(), kind, raw).await?,
+                Action::Request { turn, spec, raw } => out.request(&turn, *spec, raw).await?,
                 Action::Write(command) => {
+                    // Nothing gathered waits on the write.
+                    out.flush().await?;
                     if let Err(error) = self.process.write_line(&encode(&command)).await {
                         tracing::debug!(%error, "could not write to pi");
                     }
@@ -312,7 +320,11 @@ impl Shared {
 
     /// Stdout ended: fail waiting callers, then (unless closing) the running turn and the
     /// transport. A turn whose `prompt` is still unanswered is left to its caller.
-    async fn on_stdout_closed(&self, read_error: Option<std::io::Error>) {
+    async fn on_stdout_closed(&self, read_error: Option<std::io::Error>, mut out: SinkBuffer) {
+        // Everything read reaches the session before the exit is reported.
+        if out.flush().await.is_err() {
+            return;
+        }
         let waiting = self.pending.close();
         let admitting = waiting.waiting().any(|(_, sent)| sent.command == "prompt");
         drop(waiting);
@@ -328,8 +340,8 @@ impl Shared {
         let how = report.how();
         let reason = format!("pi exited ({how}) without completing the turn");
         let mut actions = lock(&self.state).on_exit(&reason, report.status, report.stderr_tail);
-        if self.run(&mut actions).await.is_ok() {
-            let _ = self.sink.transport_down(format!("pi exited ({how})")).await;
+        if self.run(&mut actions, &mut out).await.is_ok() {
+            let _ = out.transport_down(format!("pi exited ({how})")).await;
         }
         self.turn_ended.notify_waiters();
     }
@@ -338,9 +350,11 @@ impl Shared {
 async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) {
     let mut lines = LineReader::new(stdout, max_line);
     let mut actions = Vec::new();
+    let mut out = shared.sink.buffer();
     let read_error = loop {
-        let handled = match lines.next_line().await {
-            Ok(Some(line)) => shared.on_frame(TextFrame::from_line(line), max_line, &mut actions).await,
+        let Ok(next) = flush_before_wait(&mut out, lines.next_line()).await else { return };
+        let handled = match next {
+            Ok(Some(line)) => shared.on_frame(TextFrame::from_line(line), max_line, &mut actions, &mut out).await,
             Ok(None) => break None,
             Err(error) => break Some(error),
         };
@@ -348,5 +362,5 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
             return;
         }
     };
-    shared.on_stdout_closed(read_error).await;
+    shared.on_stdout_closed(read_error, out).await;
 }

@@ -94,7 +94,7 @@ impl Aggregate {
         // IDs of this write not made in sequence (`<prefix>.<seq>`), with their seqs.
         let mut custom: HashMap<&EventId, u64> = HashMap::new();
         for event in new() {
-            let made = EventLog::prefix_of(event.id.as_str(), event.seq).is_some();
+            let made = EventLog::made_prefix(event).is_some();
             // An ID made for this (new) seq can only be stored as another event's custom ID.
             let stored =
                 if made && !self.events.has_dotted_custom_ids() { None } else { self.events.seq_of_id(&event.id) };

@@ -161,6 +161,15 @@ impl EventLog {
         usize::try_from(seq - first_seq).map_or(end, |offset| (first + offset + 1).min(end))
     }
 
+    /// The prefix of `event`'s ID if it is made in sequence for its seq: `<prefix>.<seq>`. An
+    /// ID the runtime made has its parts at hand; any other is parsed.
+    pub(crate) fn made_prefix(event: &Event) -> Option<&str> {
+        match event.id.sequence() {
+            Some((prefix, seq)) if seq == event.seq => Some(prefix),
+            _ => Self::prefix_of(event.id.as_str(), event.seq),
+        }
+    }
+
     /// The prefix of `id` if it is made in sequence for `seq`: `<prefix>.<seq>`.
     pub(crate) fn prefix_of(id: &str, seq: u64) -> Option<&str> {
         let (prefix, digits) = id.rsplit_once('.')?;
@@ -205,7 +214,7 @@ impl EventLog {
         let mut out = std::mem::take(&mut self.scratch);
         out.clear();
         let mut flags = 0;
-        let prefix = match Self::prefix_of(event.id.as_str(), event.seq) {
+        let prefix = match Self::made_prefix(event) {
             Some(prefix) => Some(self.prefixes.intern(prefix, |prefix: &str| Box::from(prefix))),
             None => {
                 self.custom_dotted |= event.id.as_str().contains('.');

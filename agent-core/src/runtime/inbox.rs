@@ -9,6 +9,7 @@
 //!
 //! Order is the order of the sends; a batch stays together.
 
+use std::collections::VecDeque;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -26,7 +27,7 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    queue: Vec<ProviderMessage>,
+    queue: VecDeque<ProviderMessage>,
     receiver_gone: bool,
     senders_gone: bool,
 }
@@ -35,7 +36,7 @@ struct State {
 pub(crate) trait Outgoing {
     fn is_empty(&self) -> bool;
     /// Moves the messages to the end of `queue`, leaving `self` empty.
-    fn move_to(&mut self, queue: &mut Vec<ProviderMessage>);
+    fn move_to(&mut self, queue: &mut VecDeque<ProviderMessage>);
 }
 
 impl Outgoing for Vec<ProviderMessage> {
@@ -43,8 +44,8 @@ impl Outgoing for Vec<ProviderMessage> {
         Vec::is_empty(self)
     }
 
-    fn move_to(&mut self, queue: &mut Vec<ProviderMessage>) {
-        queue.append(self);
+    fn move_to(&mut self, queue: &mut VecDeque<ProviderMessage>) {
+        queue.extend(self.drain(..));
     }
 }
 
@@ -53,7 +54,7 @@ impl Outgoing for Option<ProviderMessage> {
         self.is_none()
     }
 
-    fn move_to(&mut self, queue: &mut Vec<ProviderMessage>) {
+    fn move_to(&mut self, queue: &mut VecDeque<ProviderMessage>) {
         queue.extend(self.take());
     }
 }
@@ -116,7 +117,7 @@ impl Sender {
             return;
         }
         let was_empty = state.queue.is_empty();
-        state.queue.append(messages);
+        state.queue.extend(messages.drain(..));
         drop(state);
         if was_empty {
             self.shared.readable.notify_one();
@@ -150,7 +151,7 @@ pub(crate) fn channel() -> (Sender, Inbox) {
 impl Inbox {
     /// Moves up to `limit` queued messages to the end of `buf`. Returns how many, and whether
     /// every sender is gone (read under the same lock, so nothing sent before is missed).
-    fn take(&self, buf: &mut Vec<ProviderMessage>, limit: usize) -> (usize, bool) {
+    fn take(&self, buf: &mut VecDeque<ProviderMessage>, limit: usize) -> (usize, bool) {
         let mut state = self.shared.lock();
         let n = state.queue.len().min(limit);
         if n == 0 {
@@ -173,7 +174,7 @@ impl Inbox {
 
     /// Waits for messages and moves up to `limit` of them to `buf`. Returns 0 once every sender
     /// is gone and nothing is queued. Cancel-safe: nothing is taken unless it returns.
-    pub(crate) async fn recv_many(&mut self, buf: &mut Vec<ProviderMessage>, limit: usize) -> usize {
+    pub(crate) async fn recv_many(&mut self, buf: &mut VecDeque<ProviderMessage>, limit: usize) -> usize {
         loop {
             let (n, ended) = self.take(buf, limit);
             if n > 0 || ended {
@@ -186,14 +187,14 @@ impl Inbox {
 
     /// The next message, waiting for one; `None` once every sender is gone.
     pub(crate) async fn recv(&mut self) -> Option<ProviderMessage> {
-        let mut one = Vec::with_capacity(1);
-        (self.recv_many(&mut one, 1).await > 0).then(|| one.pop()).flatten()
+        let mut one = VecDeque::with_capacity(1);
+        (self.recv_many(&mut one, 1).await > 0).then(|| one.pop_front()).flatten()
     }
 
     /// The next queued message, if any.
     pub(crate) fn try_recv(&mut self) -> Option<ProviderMessage> {
-        let mut one = Vec::with_capacity(1);
-        (self.take(&mut one, 1).0 > 0).then(|| one.pop()).flatten()
+        let mut one = VecDeque::with_capacity(1);
+        (self.take(&mut one, 1).0 > 0).then(|| one.pop_front()).flatten()
     }
 }
 
@@ -246,7 +247,7 @@ mod tests {
         assert!(batch.is_empty() && batch.capacity() >= 8, "the sender's vector is kept for the next batch");
         batch.push(delta("c"));
         tx.send_all(&mut batch).await.unwrap();
-        let mut got = Vec::new();
+        let mut got = VecDeque::new();
         assert_eq!(rx.recv_many(&mut got, 512).await, 3);
         assert_eq!(got.iter().map(text).collect::<Vec<_>>(), ["a", "b", "c"]);
         // A limit below what is queued takes the oldest first.
@@ -270,7 +271,7 @@ mod tests {
         });
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         assert!(!sender.is_finished(), "no room: the sender waits");
-        let mut got = Vec::new();
+        let mut got = VecDeque::new();
         assert_eq!(rx.recv_many(&mut got, usize::MAX).await, SINK_CAPACITY);
         let tx = sender.await.unwrap().expect("room was made");
         got.clear();

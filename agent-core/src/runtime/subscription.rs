@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::Stream;
 use futures::stream::BoxStream;
 use tokio::sync::{broadcast, watch};
+use tokio_util::sync::ReusableBoxFuture;
 
 use crate::event::Event;
 use crate::ids::{SessionId, TurnId};
@@ -192,6 +193,16 @@ impl Grant {
     }
 }
 
+/// What [`State::step`] found.
+enum Step {
+    /// The next item (`None`: the end).
+    Item(Option<Result<Arc<Event>, SubscriptionError>>),
+    /// A page must be read from the store.
+    Read(StoreRead),
+    /// Nothing is queued live: wait for the next batch.
+    Recv,
+}
+
 /// A store read in progress: `(after, upto]`, one page at a time.
 struct StoreRead {
     store: DynStore,
@@ -236,25 +247,25 @@ impl State {
         Some(Ok(event))
     }
 
-    async fn next(&mut self) -> Option<Result<Arc<Event>, SubscriptionError>> {
+    /// Everything [`State::next`] can do without waiting: the next item, or what to wait for.
+    fn step(&mut self) -> Step {
         loop {
             if self.done {
-                return None;
+                return Step::Item(None);
             }
             if let Some(event) = self.replay.pop_front() {
                 self.last_seen = self.last_seen.max(event.seq);
                 if self.matches(&event) {
-                    return self.deliver(event);
+                    return Step::Item(self.deliver(event));
                 }
                 continue;
             }
             if let Some(error) = self.failed.take() {
                 self.done = true;
-                return Some(Err(error));
+                return Step::Item(Some(Err(error)));
             }
             if let Some(read) = self.reading.take() {
-                self.read_page(read).await;
-                continue;
+                return Step::Read(read);
             }
             // The replay is delivered: it covered everything up to `live_from`, including
             // events of other turns a turn filter skipped.
@@ -264,7 +275,7 @@ impl State {
             let Some(rx) = self.rx.as_mut() else {
                 // A finished turn or a stopped session: replay only.
                 self.done = true;
-                return None;
+                return Step::Item(None);
             };
             let event = match self.live.take() {
                 Some((batch, next)) => {
@@ -274,18 +285,19 @@ impl State {
                     }
                     event
                 }
-                None => match rx.recv().await {
+                None => match rx.try_recv() {
                     Ok(batch) => {
                         self.live = Some((batch, 0));
                         continue;
                     }
+                    Err(broadcast::error::TryRecvError::Empty) => return Step::Recv,
                     // The channel moved past this subscriber. With a store, the next live event
                     // reveals the gap, which is read back; without one the missed events are gone.
-                    Err(broadcast::error::RecvError::Lagged(_)) if self.store.is_some() => continue,
-                    Err(broadcast::error::RecvError::Lagged(_)) => return self.lagged(),
-                    Err(broadcast::error::RecvError::Closed) => {
+                    Err(broadcast::error::TryRecvError::Lagged(_)) if self.store.is_some() => continue,
+                    Err(broadcast::error::TryRecvError::Lagged(_)) => return Step::Item(self.lagged()),
+                    Err(broadcast::error::TryRecvError::Closed) => {
                         self.done = true;
-                        return None;
+                        return Step::Item(None);
                     }
                 },
             };
@@ -300,12 +312,34 @@ impl State {
                         self.reading = Some(StoreRead { store, upto, gap: Some(event) });
                         continue;
                     }
-                    None => return self.lagged(),
+                    None => return Step::Item(self.lagged()),
                 }
             }
             self.last_seen = event.seq;
             if self.matches(&event) {
-                return self.deliver(event);
+                return Step::Item(self.deliver(event));
+            }
+        }
+    }
+
+    async fn next(&mut self) -> Option<Result<Arc<Event>, SubscriptionError>> {
+        loop {
+            match self.step() {
+                Step::Item(item) => return item,
+                Step::Read(read) => self.read_page(read).await,
+                Step::Recv => {
+                    let Some(rx) = self.rx.as_mut() else { continue };
+                    match rx.recv().await {
+                        Ok(batch) => self.live = Some((batch, 0)),
+                        // Sorted out by the next step, as a `try_recv` would have seen it.
+                        Err(broadcast::error::RecvError::Lagged(_)) if self.store.is_some() => {}
+                        Err(broadcast::error::RecvError::Lagged(_)) => return self.lagged(),
+                        Err(broadcast::error::RecvError::Closed) => {
+                            self.done = true;
+                            return None;
+                        }
+                    }
+                }
             }
         }
     }
@@ -406,7 +440,22 @@ pub struct Subscription {
     session_id: SessionId,
     turn: Option<TurnId>,
     exit: watch::Receiver<Option<ExitReason>>,
-    inner: BoxStream<'static, Result<Arc<Event>, SubscriptionError>>,
+    /// The state, while no wait holds it.
+    state: Option<Box<State>>,
+    /// The wait for a live batch or a store page, which holds the state until it is done; one
+    /// allocation, reused by every wait.
+    wait: Option<ReusableBoxFuture<'static, (Item, Box<State>)>>,
+    /// Whether `wait` is in progress.
+    waiting: bool,
+}
+
+type Item = Option<Result<Arc<Event>, SubscriptionError>>;
+
+/// What a subscription waits on when nothing is at hand (always the same future type, so its
+/// allocation is reused).
+async fn wait_for_next(mut state: Box<State>) -> (Item, Box<State>) {
+    let item = state.next().await;
+    (item, state)
 }
 
 impl Subscription {
@@ -430,11 +479,7 @@ impl Subscription {
         } else {
             state.replay = grant.buffered.into();
         }
-        let inner = Box::pin(futures::stream::unfold(state, |mut state| async move {
-            let item = state.next().await?;
-            Some((item, state))
-        }));
-        Subscription { session_id, turn, exit: grant.exit, inner }
+        Subscription { session_id, turn, exit: grant.exit, state: Some(Box::new(state)), wait: None, waiting: false }
     }
 
     /// The session this subscription belongs to.
@@ -454,7 +499,7 @@ impl Subscription {
 
     /// The next item (an inherent name, so `TurnStream` does not need `StreamExt`).
     async fn next_item(&mut self) -> Option<Result<Arc<Event>, SubscriptionError>> {
-        futures::StreamExt::next(&mut self.inner).await
+        futures::StreamExt::next(self).await
     }
 
     /// Waits (briefly) for the exit reason after the stream ended because the session went down.
@@ -471,8 +516,36 @@ fn crashed() -> ExitReason {
 impl Stream for Subscription {
     type Item = Result<Arc<Event>, SubscriptionError>;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.inner.as_mut().poll_next(cx)
+    /// Events already at hand (the live batch received, the replay queue) are returned without
+    /// a future; only a wait for the next batch or a store page builds one.
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if this.waiting
+                && let Some(wait) = this.wait.as_mut()
+            {
+                let (item, state) = std::task::ready!(wait.poll(cx));
+                this.waiting = false;
+                this.state = Some(state);
+                return Poll::Ready(item);
+            }
+            let Some(state) = this.state.as_mut() else { return Poll::Ready(None) };
+            match state.step() {
+                Step::Item(item) => return Poll::Ready(item),
+                wait => {
+                    if let Step::Read(read) = wait {
+                        // `next` takes it again.
+                        state.reading = Some(read);
+                    }
+                    let next = wait_for_next(this.state.take().expect("checked above"));
+                    match this.wait.as_mut() {
+                        Some(wait) => wait.set(next),
+                        None => this.wait = Some(ReusableBoxFuture::new(next)),
+                    }
+                    this.waiting = true;
+                }
+            }
+        }
     }
 }
 
@@ -557,7 +630,7 @@ impl TurnStream {
 
     /// The next event; `None` after the terminal event or an error.
     pub async fn next(&mut self) -> Option<Result<Arc<Event>, StreamError>> {
-        futures::StreamExt::next(&mut self.inner).await
+        futures::StreamExt::next(self).await
     }
 
     /// Collects every remaining event; stops at the terminal event or the first error.

@@ -169,11 +169,23 @@ impl Journal {
 
     /// Sequences an event. With a store it is published after its batch commits; without one,
     /// at once.
-    pub(super) fn emit(&mut self, turn: Option<TurnId>, kind: EventKind, raw: Option<RawJson>) -> Arc<Event> {
+    pub(super) fn emit(&mut self, turn: Option<TurnId>, kind: EventKind, raw: Option<RawJson>) {
+        let event = self.make(turn, kind, raw);
+        self.sequence(event);
+    }
+
+    /// [`Journal::emit`], keeping the event.
+    pub(super) fn emit_shared(&mut self, turn: Option<TurnId>, kind: EventKind, raw: Option<RawJson>) -> Arc<Event> {
+        let event = self.make(turn, kind, raw);
+        self.sequence(Arc::clone(&event));
+        event
+    }
+
+    fn make(&mut self, turn: Option<TurnId>, kind: EventKind, raw: Option<RawJson>) -> Arc<Event> {
         let seq = self.next_seq;
         self.next_seq += 1;
         let at = *self.clock.get_or_insert_with(Timestamp::now);
-        let event = Arc::new(Event {
+        Arc::new(Event {
             schema_version: SCHEMA_VERSION,
             id: EventId::in_sequence(&self.event_prefix, seq),
             seq,
@@ -183,13 +195,15 @@ impl Journal {
             at,
             kind,
             raw,
-        });
+        })
+    }
+
+    fn sequence(&mut self, event: Arc<Event>) {
         if self.store.is_some() {
-            self.pending.events.push(Arc::clone(&event));
+            self.pending.events.push(event);
         } else {
-            self.publish(Arc::clone(&event));
+            self.publish(event);
         }
-        event
     }
 
     fn publish(&mut self, event: Arc<Event>) {
@@ -204,15 +218,19 @@ impl Journal {
                 last => *last = Some((turn.clone(), evicted.seq)),
             }
         }
-        self.ring.push_back(Arc::clone(&event));
         if event.is_terminal() {
             self.terminals.push(Arc::clone(&event));
         }
-        if self.live.is_some() {
-            self.live_pending.push(event);
-            if self.live_pending.len() == LIVE_BATCH {
-                self.send_live();
-            }
+        if self.live.is_none() {
+            self.ring.push_back(event);
+            return;
+        }
+        // Every reference taken is one more atomic count on a line other threads share: the
+        // event is cloned once (for the ring) and moved on.
+        self.ring.push_back(Arc::clone(&event));
+        self.live_pending.push(event);
+        if self.live_pending.len() == LIVE_BATCH {
+            self.send_live();
         }
     }
 
@@ -223,12 +241,12 @@ impl Journal {
         if self.live_pending.is_empty() {
             return;
         }
-        // One allocation per batch of several events; the pending vector is reused.
+        // One allocation per batch of several events, which takes them over (no count changes
+        // per event); the pending vector is reused.
         let batch = match self.live_pending.len() {
             1 => LiveBatch::One(self.live_pending.pop().expect("one event")),
-            _ => LiveBatch::Many(Arc::from(&self.live_pending[..])),
+            _ => LiveBatch::Many(self.live_pending.drain(..).collect()),
         };
-        self.live_pending.clear();
         if let Some(live) = &self.live
             && live.send(batch).is_err()
         {

@@ -55,7 +55,8 @@ use crate::store::{DynStore, StoreError};
 use crate::time::Timestamp;
 use crate::turn::{EndCause, Turn};
 
-/// Provider messages taken from the sink per actor wake-up.
+/// Provider messages taken from the sink per actor wake-up: a bound on what one wake-up adds to
+/// the pending batch (see [`Journal::is_backlogged`]).
 const SINK_BATCH: usize = 512;
 
 /// Everything the startup sequence hands the actor.
@@ -194,7 +195,9 @@ impl Actor {
             for message in std::mem::take(&mut self.early_messages) {
                 self.on_provider(message);
             }
-            let mut buf = Vec::with_capacity(SINK_BATCH);
+            // Swapped with the inbox's queue when it takes the whole queue: both keep their
+            // capacity.
+            let mut buf = VecDeque::new();
             loop {
                 self.unpark();
                 self.settle_deliveries();
