@@ -4,6 +4,7 @@
 pub mod alloc;
 pub mod clis;
 pub mod conformance;
+pub mod demo;
 pub mod events;
 pub mod fake_cli;
 pub mod fake_model;

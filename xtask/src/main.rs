@@ -1,5 +1,8 @@
 //! Project tasks: `cargo xtask <task>`.
 //!
+//! - `demo`: installs the pinned CLIs when missing, then runs one session per provider through
+//!   the `agent-harness` binary against a fake model server on 127.0.0.1 (no account, no
+//!   internet).
 //! - `clis`: installs the pinned agent CLIs from `clis.toml` into `target/agent-clis/`.
 //! - `test`: the whole check CI runs — installs the CLIs, then rustfmt, clippy with warnings
 //!   denied, every test, and the docs with warnings denied.
@@ -8,6 +11,7 @@
 
 mod bench;
 mod clis;
+mod demo;
 mod test;
 #[cfg(test)]
 mod tidy;
@@ -17,6 +21,7 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
+  demo    run a session with each of codex, claude and pi through agent-harness, offline (installs the CLIs first)
   clis    install the pinned Codex, Claude Code and Pi CLIs (clis.toml) into target/agent-clis/
   test    everything CI checks: clis, fmt, clippy -D warnings, all tests, docs
   bench   the benchmarks, written to BENCHMARKS.md (not part of CI; --help for options)";
@@ -24,6 +29,7 @@ tasks:
 fn main() -> ExitCode {
     let task = std::env::args().nth(1);
     let result = match task.as_deref() {
+        Some("demo") => demo::run(),
         Some("clis") => clis::run(),
         Some("test") => test::run(),
         Some("bench") => bench::run(&std::env::args().skip(2).collect::<Vec<_>>()),
