@@ -8,6 +8,7 @@ pub mod demo;
 pub mod events;
 pub mod fake_cli;
 pub mod fake_model;
+pub mod live;
 pub mod offline;
 pub mod programs;
 pub mod proxy;

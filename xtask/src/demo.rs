@@ -31,7 +31,7 @@ pub(crate) fn run() -> Result<()> {
 }
 
 /// Cargo's target directory: `CARGO_TARGET_DIR`, else `<workspace>/target`.
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) if !dir.is_empty() => workspace_root().join(dir),
         _ => workspace_root().join("target"),
