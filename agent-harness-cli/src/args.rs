@@ -25,6 +25,8 @@ pub(crate) enum Command {
     Events(EventsArgs),
     /// Delete a stopped session's history from a store.
     Purge(PurgeArgs),
+    /// Check each provider's CLI, version, auth guard and login on this host.
+    Doctor(DoctorArgs),
 }
 
 /// How requests for approval are answered.
@@ -151,4 +153,18 @@ pub(crate) struct PurgeArgs {
     /// Purge a session the store still shows running (its host was killed).
     #[arg(long)]
     pub(crate) force: bool,
+}
+
+/// `agent-harness doctor`.
+#[derive(Debug, Args)]
+#[command(after_help = "Exit status: 0 every provider checked is ready, 1 one is not logged in or the auth guard \
+                        refuses it under --auth subscription, 64 usage error, 69 a provider's CLI is missing or \
+                        too old.")]
+pub(crate) struct DoctorArgs {
+    /// Check only this provider: codex, claude or pi (repeatable; default: all).
+    #[arg(long = "provider", value_name = "PROVIDER")]
+    pub(crate) providers: Vec<String>,
+    /// One JSON object per provider per line.
+    #[arg(long)]
+    pub(crate) json: bool,
 }

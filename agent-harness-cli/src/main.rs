@@ -3,6 +3,7 @@
 
 mod args;
 mod config;
+mod doctor;
 mod exit;
 mod history;
 mod policy;
@@ -49,6 +50,7 @@ fn main() -> ExitCode {
             Command::Sessions(args) => history::sessions(args).await,
             Command::Events(args) => history::events(args).await,
             Command::Purge(args) => history::purge(args).await,
+            Command::Doctor(args) => doctor::doctor(args).await,
         }
     });
     match outcome {

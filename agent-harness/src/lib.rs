@@ -1,6 +1,9 @@
 #![doc = include_str!("../README.md")]
 // The workspace README's quick start is compiled as a doctest wherever its features are on.
 #![cfg_attr(all(doctest, feature = "codex", feature = "local-exec", feature = "memory"), doc = include_str!("../../README.md"))]
+// The guides in docs/ with Rust code blocks are compiled as doctests too.
+#![cfg_attr(all(doctest, feature = "codex", feature = "claude", feature = "pi", feature = "local-exec", feature = "memory"), doc = include_str!("../../docs/getting-started.md"))]
+#![cfg_attr(all(doctest, feature = "codex", feature = "claude", feature = "pi"), doc = include_str!("../../docs/configuration.md"))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 // agent-core, named item by item: nothing here can shadow one of its modules.

@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use agent_core::{AuthMode, Result, SessionOptions};
-use agent_provider_kit::auth::{AuthGuard, EnvRules, effective_env};
+use agent_provider_kit::auth::{AuthGuard, AuthReport, EnvRules, LoginState, effective_env};
 use serde_json::Value;
 
 /// Claude Code's own environment names that select an API key, an endpoint or a cloud.
@@ -57,15 +57,35 @@ pub(crate) fn scrubbed(options: &SessionOptions) -> Vec<OsString> {
 /// `~/.claude`), and the project's shared and local settings in the working directory.
 fn settings_layers(options: &SessionOptions) -> Vec<PathBuf> {
     let mut layers = vec![PathBuf::from("/etc/claude-code/managed-settings.json")];
-    let config_dir = effective_env(options, "CLAUDE_CONFIG_DIR")
-        .map(PathBuf::from)
-        .or_else(|| effective_env(options, "HOME").map(|home| PathBuf::from(home).join(".claude")));
-    layers.extend(config_dir.map(|dir| dir.join("settings.json")));
+    layers.extend(config_dir(options).map(|dir| dir.join("settings.json")));
     if let Some(cwd) = &options.cwd {
         layers.push(cwd.join(".claude/settings.json"));
         layers.push(cwd.join(".claude/settings.local.json"));
     }
     layers
+}
+
+/// The user's claude directory: `$CLAUDE_CONFIG_DIR`, else `~/.claude`.
+fn config_dir(options: &SessionOptions) -> Option<PathBuf> {
+    effective_env(options, "CLAUDE_CONFIG_DIR")
+        .map(PathBuf::from)
+        .or_else(|| effective_env(options, "HOME").map(|home| PathBuf::from(home).join(".claude")))
+}
+
+/// What the auth guard makes of this host for a claude session with `options` under
+/// `AuthMode::Subscription`, and claude's saved login (the claude.ai login in the user's
+/// `.credentials.json`, read without the network): for reports such as `agent-harness doctor`.
+/// Names only, never values.
+pub fn auth_report(options: &SessionOptions) -> AuthReport {
+    let options = options.clone().auth(AuthMode::Subscription);
+    let verdict = GUARD.check(&options, None, std::iter::empty()).and_then(|()| check_local_state(&options));
+    let login = match config_dir(&options) {
+        Some(dir) => LoginState::from_json_file(dir.join(".credentials.json"), |credentials| {
+            credentials.get("claudeAiOauth").is_some_and(|o| o.is_object()).then(|| "claude.ai".to_owned())
+        }),
+        None => LoginState::Unknown { reason: "neither CLAUDE_CONFIG_DIR nor HOME is set".into() },
+    };
+    AuthReport::new(verdict, &GUARD, login)
 }
 
 /// The setting of a settings file that routes claude to a key, an endpoint or a cloud: an

@@ -14,8 +14,9 @@ mod validate;
 mod version;
 mod wire;
 
-pub use agent_provider_kit::version::{ParseVersionError, Version};
-pub use auth::SCRUBBED_UNDER_SUBSCRIPTION;
+pub use agent_provider_kit::auth::{AuthReport, LoginState};
+pub use agent_provider_kit::version::{CliProbe, ParseVersionError, Version, VersionRange, VersionSupport};
+pub use auth::{SCRUBBED_UNDER_SUBSCRIPTION, auth_report};
 pub use options::{ClaudeOptions, ClaudeTurnOptions, DEFAULT_MAX_LINE_BYTES, DEFAULT_PROGRAM, PermissionMode};
 pub use provider::{ClaudeProvider, PROVIDER_ID};
-pub use version::{LATEST_VALIDATED, MIN_SUPPORTED};
+pub use version::{LATEST_VALIDATED, MIN_SUPPORTED, RANGE};

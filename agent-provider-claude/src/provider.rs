@@ -5,15 +5,14 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agent_core::exec::{Command, EnvSpec, ExecError};
+use agent_core::exec::{Command, EnvSpec, Exec, ExecError};
 use agent_core::provider::{OpenContext, OpenConversation, Opened, require_capabilities};
 use agent_core::{
     Capabilities, Capability, ConversationMode, DynProvider, Error, Provider, ProviderId, ProviderOptions, Result,
     SessionOptions, Support,
 };
-use agent_provider_kit::framing::stderr_note;
-use agent_provider_kit::probe::{self, FileStamp, ProbeCache, ProbeError, ProbeLimits};
-use agent_provider_kit::version::Version;
+use agent_provider_kit::probe::ProbeCache;
+use agent_provider_kit::version::{CliProbe, Version};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -22,17 +21,10 @@ use crate::normalize::Normalizer;
 use crate::options::{ClaudeOptions, PermissionMode};
 use crate::session::{ClaudeSession, Settings, adapter_deadline};
 use crate::validate;
-use crate::version::{LATEST_VALIDATED, MIN_SUPPORTED};
+use crate::version::{CHECK, MIN_SUPPORTED};
 
 /// The ID sessions name this provider by.
 pub const PROVIDER_ID: &str = "claude";
-
-/// Longest `claude --version` wait, within the startup deadline.
-const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
-/// Bytes of `claude --version` stdout kept.
-const VERSION_OUTPUT_LIMIT: usize = 4096;
-/// Lines of `claude --version` stderr kept for an error report.
-const VERSION_STDERR_LINES: usize = 10;
 
 /// The Claude Code provider: runs `claude -p --input-format stream-json --output-format
 /// stream-json` through the session's exec and speaks its control protocol. See the crate docs
@@ -87,7 +79,7 @@ impl ClaudeProvider {
     }
 
     /// Runs `claude --version` (once per exec, program and program file) and checks it against
-    /// [`MIN_SUPPORTED`].
+    /// [`MIN_SUPPORTED`](crate::MIN_SUPPORTED).
     async fn check_version(
         &self,
         ctx: &OpenContext,
@@ -95,55 +87,18 @@ impl ClaudeProvider {
         env: &EnvSpec,
         deadline: Duration,
     ) -> Result<Version> {
-        let mut command = Command::new(program.clone()).arg("--version").session(ctx.session_id.clone());
-        command.env = env.clone();
-        command.cwd.clone_from(&ctx.options.cwd);
-        let stamp = FileStamp::of_command(ctx.exec.as_ref(), &command);
-        if let Some(version) = self.versions.get(&ctx.exec, program, stamp.as_ref()) {
-            return Ok(version);
-        }
-        let limits = ProbeLimits::new(deadline.min(VERSION_TIMEOUT))
-            .stdout_bytes(VERSION_OUTPUT_LIMIT)
-            .stderr_lines(VERSION_STDERR_LINES);
-        let shown = program.to_string_lossy();
-        let output = match probe::run(ctx.exec.as_ref(), command, limits).await {
-            Ok(output) => output,
-            Err(ProbeError::Spawn(error)) => return Err(self.spawn_error(error, program)),
-            Err(ProbeError::Wait(error)) => return Err(Error::Exec(error)),
-            Err(ProbeError::TimedOut { stderr_tail, .. }) => {
-                return Err(self.unavailable(format!(
-                    "`{shown} --version` did not answer within {:?}{}",
-                    limits.timeout,
-                    stderr_note(stderr_tail.as_deref())
-                )));
-            }
-            Err(other) => return Err(self.unavailable(format!("`{shown} --version` {other}"))),
-        };
-        let status = output.status;
-        if !status.success() {
-            return Err(self.unavailable(format!(
-                "`{shown} --version` failed ({status}); is it the Claude Code CLI?{}",
-                stderr_note(output.stderr_tail.as_deref())
-            )));
-        }
-        let Some(version) = Version::from_cli_output(&output.stdout).filter(|_| output.stdout.contains("Claude Code"))
-        else {
-            return Err(self.unavailable(format!(
-                "`{shown} --version` ({status}) did not print a Claude Code version; is it the Claude Code CLI?{}",
-                stderr_note(output.stderr_tail.as_deref())
-            )));
-        };
-        if version < MIN_SUPPORTED {
-            return Err(self.unavailable(format!(
-                "Claude Code {version} is older than the minimum supported {MIN_SUPPORTED}; upgrade it \
-                 (`npm install -g @anthropic-ai/claude-code@latest`) or point ClaudeOptions::binary at a newer claude"
-            )));
-        }
-        if version > LATEST_VALIDATED {
-            tracing::warn!(%version, validated = %LATEST_VALIDATED, "claude is newer than the latest validated version");
-        }
-        self.versions.insert(&ctx.exec, program, stamp, version);
-        Ok(version)
+        let command = version_command(program, env, &ctx.options).session(ctx.session_id.clone());
+        CHECK.check(&self.id, &self.versions, &ctx.exec, command, deadline, |e| self.spawn_error(e, program)).await
+    }
+
+    /// What `open` would find of claude for `options` through `exec`, without starting a session
+    /// or refusing an old version: the program, where it resolves and the version it prints
+    /// (not cached). For reports such as `agent-harness doctor`.
+    pub async fn probe_cli(&self, exec: &dyn Exec, options: &SessionOptions) -> CliProbe {
+        let claude = options.provider_options.get::<ClaudeOptions>().cloned().unwrap_or_default();
+        let program = claude.program();
+        let command = version_command(&program, &validate::env_spec(options, Vec::new()), options);
+        CHECK.probe_cli(&self.id, exec, command, |e| self.spawn_error(e, &program)).await
     }
 
     fn spawn_error(&self, error: ExecError, program: &OsString) -> Error {
@@ -187,6 +142,14 @@ impl From<ClaudeProvider> for DynProvider {
 /// `; stderr:` and the tail, for an error report; nothing when stderr was empty.
 /// A random version-4 UUID: the session ID of a new (or forked) conversation, chosen here so
 /// it is known before the first turn.
+/// `claude --version` with the session's environment and cwd.
+fn version_command(program: &OsString, env: &EnvSpec, options: &SessionOptions) -> Command {
+    let mut command = Command::new(program.clone()).arg("--version");
+    command.env = env.clone();
+    command.cwd.clone_from(&options.cwd);
+    command
+}
+
 fn new_session_id() -> Option<String> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).ok()?;

@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use agent_core::{AuthMode, Result, SessionOptions};
-use agent_provider_kit::auth::{AuthGuard, EnvRules, effective_env};
+use agent_provider_kit::auth::{AuthGuard, AuthReport, EnvRules, LoginState, effective_env};
 use serde_json::Value as Json;
 use toml::Value as Toml;
 
@@ -110,6 +110,25 @@ pub(crate) fn check_local_state(options: &SessionOptions) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// What the auth guard makes of this host for a codex session with `options` under
+/// `AuthMode::Subscription`, and codex's saved login (`$CODEX_HOME/auth.json`, read without the
+/// network): for reports such as `agent-harness doctor`. Names only, never values.
+pub fn auth_report(options: &SessionOptions) -> AuthReport {
+    let options = options.clone().auth(AuthMode::Subscription);
+    let verdict = GUARD.check(&options, None, std::iter::empty()).and_then(|()| check_local_state(&options));
+    let login = match codex_home(&options) {
+        Some(home) => LoginState::from_json_file(home.join("auth.json"), |login| {
+            if api_key_login(login).is_some() {
+                Some("api_key".to_owned())
+            } else {
+                login.get("tokens").is_some_and(|t| t.is_object()).then(|| "chatgpt".to_owned())
+            }
+        }),
+        None => LoginState::Unknown { reason: "neither CODEX_HOME nor HOME is set".into() },
+    };
+    AuthReport::new(verdict, &GUARD, login)
 }
 
 /// A file's text, `None` when it does not exist.

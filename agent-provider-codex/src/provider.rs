@@ -6,15 +6,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_core::exec::{Command, EnvSpec, ExecError};
+use agent_core::exec::{Command, EnvSpec, Exec, ExecError};
 use agent_core::provider::{OpenContext, OpenConversation, Opened, require_capabilities};
 use agent_core::{
     AuthMode, Capabilities, Capability, ConversationMode, DynProvider, Error, EventKind, McpServer, Provider,
     ProviderId, ProviderOptions, Result, SessionOptions, Support,
 };
 use agent_provider_kit::framing::stderr_note;
-use agent_provider_kit::probe::{self, FileStamp, ProbeCache, ProbeError, ProbeLimits};
-use agent_provider_kit::version::Version;
+use agent_provider_kit::probe::ProbeCache;
+use agent_provider_kit::version::{CliProbe, Version};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -22,18 +22,11 @@ use serde_json::{Value, json};
 use crate::connection::{CallError, Connection};
 use crate::options::CodexOptions;
 use crate::session::{CodexSession, adapter_deadline, parse_result};
-use crate::version::{LATEST_VALIDATED, MIN_SUPPORTED};
+use crate::version::{CHECK, MIN_SUPPORTED};
 use crate::{auth, validate};
 
 /// The ID sessions name this provider by.
 pub const PROVIDER_ID: &str = "codex";
-
-/// Longest `codex --version` wait, within the startup deadline.
-const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
-/// Bytes of `codex --version` stdout kept (the rest is read and dropped).
-const VERSION_OUTPUT_LIMIT: usize = 4096;
-/// Lines of `codex --version` stderr kept for an error report.
-const VERSION_STDERR_LINES: usize = 10;
 
 /// The Codex provider: runs `codex app-server` through the session's exec and speaks its
 /// JSON-RPC protocol. See the crate docs for the mappings.
@@ -93,54 +86,18 @@ impl CodexProvider {
         env: &EnvSpec,
         deadline: Duration,
     ) -> Result<Version> {
-        let mut command = Command::new(program.clone()).arg("--version").session(ctx.session_id.clone());
-        command.env = env.clone();
-        command.cwd.clone_from(&ctx.options.cwd);
-        let stamp = FileStamp::of_command(ctx.exec.as_ref(), &command);
-        if let Some(version) = self.versions.get(&ctx.exec, program, stamp.as_ref()) {
-            return Ok(version);
-        }
-        let limits = ProbeLimits::new(deadline.min(VERSION_TIMEOUT))
-            .stdout_bytes(VERSION_OUTPUT_LIMIT)
-            .stderr_lines(VERSION_STDERR_LINES);
-        let shown = program.to_string_lossy();
-        let output = match probe::run(ctx.exec.as_ref(), command, limits).await {
-            Ok(output) => output,
-            Err(ProbeError::Spawn(error)) => return Err(self.spawn_error(error, program)),
-            Err(ProbeError::Wait(error)) => return Err(Error::Exec(error)),
-            Err(ProbeError::TimedOut { stderr_tail, .. }) => {
-                return Err(self.unavailable(format!(
-                    "`{shown} --version` did not answer within {:?}{}",
-                    limits.timeout,
-                    stderr_note(stderr_tail.as_deref())
-                )));
-            }
-            Err(other) => return Err(self.unavailable(format!("`{shown} --version` {other}"))),
-        };
-        let status = output.status;
-        if !status.success() {
-            return Err(self.unavailable(format!(
-                "`{shown} --version` failed ({status}); is it the codex CLI?{}",
-                stderr_note(output.stderr_tail.as_deref())
-            )));
-        }
-        let Some(version) = Version::from_cli_output(&output.stdout) else {
-            return Err(self.unavailable(format!(
-                "`{shown} --version` ({status}) did not print a codex version; is it the codex CLI?{}",
-                stderr_note(output.stderr_tail.as_deref())
-            )));
-        };
-        if version < MIN_SUPPORTED {
-            return Err(self.unavailable(format!(
-                "codex {version} is older than the minimum supported {MIN_SUPPORTED}; upgrade it \
-                 (`npm install -g @openai/codex@latest`) or point CodexOptions::binary at a newer codex"
-            )));
-        }
-        if version > LATEST_VALIDATED {
-            tracing::warn!(%version, validated = %LATEST_VALIDATED, "codex is newer than the latest validated version");
-        }
-        self.versions.insert(&ctx.exec, program, stamp, version);
-        Ok(version)
+        let command = version_command(program, env, &ctx.options).session(ctx.session_id.clone());
+        CHECK.check(&self.id, &self.versions, &ctx.exec, command, deadline, |e| self.spawn_error(e, program)).await
+    }
+
+    /// What `open` would find of codex for `options` through `exec`, without starting a session
+    /// or refusing an old version: the program, where it resolves and the version it prints
+    /// (not cached). For reports such as `agent-harness doctor`.
+    pub async fn probe_cli(&self, exec: &dyn Exec, options: &SessionOptions) -> CliProbe {
+        let codex = options.provider_options.get::<CodexOptions>().cloned().unwrap_or_default();
+        let program = codex.program();
+        let command = version_command(&program, &validate::env_spec(options), options);
+        CHECK.probe_cli(&self.id, exec, command, |e| self.spawn_error(e, &program)).await
     }
 
     fn spawn_error(&self, error: ExecError, program: &OsString) -> Error {
@@ -256,7 +213,14 @@ struct InitializeCapabilities {
     experimental_api: bool,
 }
 
-/// `; stderr:` and the tail, for an error report; nothing when stderr was empty.
+/// `codex --version` with the session's environment and cwd.
+fn version_command(program: &OsString, env: &EnvSpec, options: &SessionOptions) -> Command {
+    let mut command = Command::new(program.clone()).arg("--version");
+    command.env = env.clone();
+    command.cwd.clone_from(&options.cwd);
+    command
+}
+
 /// `codex app-server` with the session's `-c` overrides, environment, cwd and stamp.
 fn app_server_command(ctx: &OpenContext, codex: &CodexOptions, program: &OsString, env: EnvSpec) -> Command {
     // `CodexOptions::config` values can hold secrets: they go in the thread's `config`, over

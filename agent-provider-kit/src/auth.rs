@@ -7,7 +7,7 @@
 
 use std::ffi::OsString;
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use agent_core::{AuthMode, Error, Exec, Result, SessionOptions};
 
@@ -203,6 +203,84 @@ impl AuthGuard {
 impl fmt::Debug for AuthGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AuthGuard").field("cli", &self.cli).finish_non_exhaustive()
+    }
+}
+
+/// A CLI's saved login, as far as its files on this host tell without the network. Never holds
+/// a credential: only how the CLI is logged in and where that is kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LoginState {
+    /// A saved login: how (`chatgpt`, `api_key`, `claude.ai`, or pi's providers) and the file
+    /// holding it.
+    Found {
+        /// How the CLI is logged in.
+        method: String,
+        /// The file that says so.
+        file: PathBuf,
+    },
+    /// No saved login where the CLI keeps it.
+    Missing {
+        /// Where the CLI keeps it.
+        file: PathBuf,
+    },
+    /// The files do not tell (no home directory, an unreadable or unparsable file): why.
+    Unknown {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl LoginState {
+    /// The login state a JSON login file at `file` gives: `Missing` when it does not exist,
+    /// `Unknown` when it cannot be read or parsed, else what `method` finds in it (`None`:
+    /// no login in it).
+    pub fn from_json_file(file: PathBuf, method: impl FnOnce(&serde_json::Value) -> Option<String>) -> LoginState {
+        let text = match std::fs::read_to_string(&file) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return LoginState::Missing { file },
+            Err(error) => {
+                return LoginState::Unknown { reason: format!("{} cannot be read: {}", file.display(), error.kind()) };
+            }
+        };
+        match serde_json::from_str(&text) {
+            Ok(json) => match method(&json) {
+                Some(method) => LoginState::Found { method, file },
+                None => LoginState::Missing { file },
+            },
+            Err(_) => LoginState::Unknown { reason: format!("{} is not JSON", file.display()) },
+        }
+    }
+}
+
+/// What the auth guard makes of this host for one CLI: for reports such as `agent-harness
+/// doctor`. Names settings, files and variables, never their values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AuthReport {
+    /// Why a session with these options would be refused under `AuthMode::Subscription` (the
+    /// guard's text: the file and setting, or the variable's name); `None` when it is allowed.
+    pub refused: Option<String>,
+    /// The names in this process's environment that are removed from the CLI's under
+    /// `AuthMode::Subscription` (keys, endpoints, cloud selectors); `AuthMode::Inherit` passes
+    /// them through.
+    pub removed_env: Vec<String>,
+    /// The CLI's saved login.
+    pub login: LoginState,
+}
+
+impl AuthReport {
+    /// A report from the guard's verdict on a subscription session, the guard (for the host
+    /// names it removes) and the login state.
+    pub fn new(verdict: Result<()>, guard: &AuthGuard, login: LoginState) -> Self {
+        let refused = verdict.err().map(|error| match error {
+            Error::AuthGuard { reason } => reason,
+            other => other.to_string(),
+        });
+        let mut removed_env: Vec<String> =
+            guard.scrub_host().into_iter().map(|name| name.to_string_lossy().into_owned()).collect();
+        removed_env.sort();
+        AuthReport { refused, removed_env, login }
     }
 }
 

@@ -179,6 +179,11 @@ impl FileStamp {
         Some(FileStamp { path: path.to_owned(), len: metadata.len(), modified: metadata.modified().ok(), inode })
     }
 
+    /// The file's path (a program found on `PATH`: where it was found).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// The stamp of the file `command` would run, when `exec` runs processes on this host:
     /// a program with a path separator is taken relative to the command's directory, a bare
     /// name is looked up on the `PATH` the command gets. `None` for a remote exec or a program

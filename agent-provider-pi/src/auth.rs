@@ -2,9 +2,10 @@
 //! the names and flags that route pi to another provider, endpoint or key.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 
-use agent_core::SessionOptions;
-use agent_provider_kit::auth::{AuthGuard, EnvRules};
+use agent_core::{AuthMode, SessionOptions};
+use agent_provider_kit::auth::{AuthGuard, AuthReport, EnvRules, LoginState, effective_env};
 
 /// Pi's own environment names that move its configuration (models, keys) elsewhere.
 const PI_ENV: EnvRules = EnvRules { names: &["PI_CODING_AGENT_DIR"], prefixes: &[], suffixes: &[] };
@@ -20,6 +21,31 @@ pub(crate) fn flag_keys(args: &[String]) -> impl Iterator<Item = &str> {
 /// The names to remove from the environment pi inherits, under `Subscription`.
 pub(crate) fn scrubbed(options: &SessionOptions) -> Vec<OsString> {
     GUARD.scrubbed(options, &[])
+}
+
+/// What the auth guard makes of this host for a pi session with `options` under
+/// `AuthMode::Subscription`, and pi's saved logins (the providers in `~/.pi/agent/auth.json`,
+/// read without the network; `PI_CODING_AGENT_DIR` is removed under `Subscription`): for reports
+/// such as `agent-harness doctor`. Names only, never values.
+pub fn auth_report(options: &SessionOptions) -> AuthReport {
+    let options = options.clone().auth(AuthMode::Subscription);
+    let pi = options.provider_options.get::<crate::PiOptions>().cloned().unwrap_or_default();
+    let verdict = GUARD.check(&options, None, flag_keys(&pi.args));
+    let login = match effective_env(&options, "HOME") {
+        Some(home) => LoginState::from_json_file(PathBuf::from(home).join(".pi/agent/auth.json"), |logins| {
+            let entries: Vec<String> = logins
+                .as_object()?
+                .iter()
+                .map(|(provider, login)| match login.get("type").and_then(|t| t.as_str()) {
+                    Some(kind) => format!("{provider} ({kind})"),
+                    None => provider.clone(),
+                })
+                .collect();
+            (!entries.is_empty()).then(|| entries.join(", "))
+        }),
+        None => LoginState::Unknown { reason: "HOME is not set".into() },
+    };
+    AuthReport::new(verdict, &GUARD, login)
 }
 
 #[cfg(test)]

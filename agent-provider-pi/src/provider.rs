@@ -6,15 +6,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_core::exec::{Command, EnvSpec, ExecError};
+use agent_core::exec::{Command, EnvSpec, Exec, ExecError};
 use agent_core::provider::{OpenContext, OpenConversation, Opened, require_capabilities};
 use agent_core::{
     ApprovalPolicy, Capabilities, Capability, ConversationMode, DynProvider, Error, EventKind, Provider, ProviderId,
     ProviderOptions, Result, SessionOptions, Support,
 };
 use agent_provider_kit::framing::stderr_note;
-use agent_provider_kit::probe::{self, FileStamp, ProbeCache, ProbeError, ProbeLimits};
-use agent_provider_kit::version::Version;
+use agent_provider_kit::probe::ProbeCache;
+use agent_provider_kit::version::{CliProbe, Version};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -23,17 +23,10 @@ use crate::connection::{CallError, Connection};
 use crate::extension::ExtensionDir;
 use crate::options::PiOptions;
 use crate::session::{PiSession, adapter_deadline};
-use crate::version::{LATEST_VALIDATED, MIN_SUPPORTED};
+use crate::version::{CHECK, MIN_SUPPORTED};
 
 /// The ID sessions name this provider by.
 pub const PROVIDER_ID: &str = "pi";
-
-/// Longest `pi --version` wait, within the startup deadline (Node 20 takes about 1.2 s).
-const VERSION_TIMEOUT: Duration = Duration::from_secs(15);
-/// Bytes of `pi --version` stdout kept.
-const VERSION_OUTPUT_LIMIT: usize = 4096;
-/// Lines of `pi --version` stderr kept (0.73.1 prints its version there).
-const VERSION_STDERR_LINES: usize = 10;
 
 /// The Pi provider: runs `pi --mode rpc` through the session's exec. See the crate docs.
 pub struct PiProvider {
@@ -73,6 +66,8 @@ impl PiProvider {
         Error::ProviderUnavailable { provider: self.id.clone(), reason: reason.into() }
     }
 
+    /// Runs `pi --version` (once per exec, program and program file) and checks it against
+    /// [`MIN_SUPPORTED`](crate::MIN_SUPPORTED).
     async fn check_version(
         &self,
         ctx: &OpenContext,
@@ -81,45 +76,17 @@ impl PiProvider {
         deadline: Duration,
     ) -> Result<Version> {
         let program = pi.program();
-        let mut command = Command::new(program.clone()).session(ctx.session_id.clone());
-        command.args.extend(pi.binary_args.iter().cloned());
-        command.args.push("--version".into());
-        command.env = env.clone();
-        command.cwd.clone_from(&ctx.options.cwd);
-        let stamp = FileStamp::of_command(ctx.exec.as_ref(), &command);
-        if let Some(version) = self.versions.get(&ctx.exec, &program, stamp.as_ref()) {
-            return Ok(version);
-        }
-        let limits = ProbeLimits::new(deadline.min(VERSION_TIMEOUT))
-            .stdout_bytes(VERSION_OUTPUT_LIMIT)
-            .stderr_lines(VERSION_STDERR_LINES);
-        let shown = program.to_string_lossy();
-        let output = match probe::run(ctx.exec.as_ref(), command, limits).await {
-            Ok(output) => output,
-            Err(ProbeError::Spawn(error)) => return Err(self.spawn_error(error, &program)),
-            Err(ProbeError::Wait(error)) => return Err(Error::Exec(error)),
-            Err(other) => return Err(self.unavailable(format!("`{shown} --version` {other}"))),
-        };
-        let status = output.status;
-        let tail = output.stderr_tail.clone().unwrap_or_default();
-        let found = Version::from_cli_output(&output.stdout).or_else(|| Version::from_cli_output(&tail));
-        let Some(version) = found.filter(|_| status.success()) else {
-            return Err(self.unavailable(format!(
-                "`{shown} --version` ({status}) did not print a pi version; is it the pi CLI?{}",
-                stderr_note(output.stderr_tail.as_deref())
-            )));
-        };
-        if version < MIN_SUPPORTED {
-            return Err(self.unavailable(format!(
-                "pi {version} is older than the minimum supported {MIN_SUPPORTED}; upgrade it or point \
-                 PiOptions::binary at a newer pi"
-            )));
-        }
-        if version > LATEST_VALIDATED {
-            tracing::warn!(%version, validated = %LATEST_VALIDATED, "pi is newer than the latest validated version");
-        }
-        self.versions.insert(&ctx.exec, &program, stamp, version);
-        Ok(version)
+        let command = version_command(pi, env, &ctx.options).session(ctx.session_id.clone());
+        CHECK.check(&self.id, &self.versions, &ctx.exec, command, deadline, |e| self.spawn_error(e, &program)).await
+    }
+
+    /// What `open` would find of pi for `options` through `exec`, without starting a session or
+    /// refusing an old version: the program, where it resolves and the version it prints (not
+    /// cached). For reports such as `agent-harness doctor`.
+    pub async fn probe_cli(&self, exec: &dyn Exec, options: &SessionOptions) -> CliProbe {
+        let pi = options.provider_options.get::<PiOptions>().cloned().unwrap_or_default();
+        let (program, command) = (pi.program(), version_command(&pi, &env_spec(options), options));
+        CHECK.probe_cli(&self.id, exec, command, |e| self.spawn_error(e, &program)).await
     }
 
     fn spawn_error(&self, error: ExecError, program: &OsString) -> Error {
@@ -239,6 +206,16 @@ fn validate(options: &SessionOptions, pi: &PiOptions) -> Result<()> {
         return Err(invalid("PiOptions::max_line_bytes", "must be at least 1024"));
     }
     Ok(())
+}
+
+/// `pi --version` (after the binary's leading args) with the session's environment and cwd.
+fn version_command(pi: &PiOptions, env: &EnvSpec, options: &SessionOptions) -> Command {
+    let mut command = Command::new(pi.program());
+    command.args.extend(pi.binary_args.iter().cloned());
+    command.args.push("--version".into());
+    command.env = env.clone();
+    command.cwd.clone_from(&options.cwd);
+    command
 }
 
 fn env_spec(options: &SessionOptions) -> EnvSpec {

@@ -1,7 +1,9 @@
 //! The supported range of `pi` versions (`clis.toml`'s `[providers.pi]`). The version type is
 //! the kit's.
 
-use agent_provider_kit::version::Version;
+use std::time::Duration;
+
+use agent_provider_kit::version::{Version, VersionCheck, VersionRange};
 
 /// The oldest `pi` release this provider speaks to (`@mariozechner/pi-coding-agent` 0.73.1).
 /// Older ones are refused at open.
@@ -10,6 +12,19 @@ pub const MIN_SUPPORTED: Version = Version::new(0, 73, 1);
 /// The newest `pi` release this provider was validated against
 /// (`@earendil-works/pi-coding-agent` 1.6.0). Newer ones run, with a warning in the logs.
 pub const LATEST_VALIDATED: Version = Version::new(1, 6, 0);
+
+/// The supported range, [`MIN_SUPPORTED`] to [`LATEST_VALIDATED`].
+pub const RANGE: VersionRange = VersionRange { min_supported: MIN_SUPPORTED, latest_validated: LATEST_VALIDATED };
+
+/// How `pi --version` is read and checked before `pi` is spawned (Node 20 takes about 1.2 s).
+pub(crate) const CHECK: VersionCheck = VersionCheck {
+    cli: "pi",
+    range: RANGE,
+    marker: None,
+    stderr_too: true,
+    upgrade: "upgrade it or point PiOptions::binary at a newer pi",
+    timeout: Duration::from_secs(15),
+};
 
 #[cfg(test)]
 mod tests {

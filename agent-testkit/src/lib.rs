@@ -4,9 +4,11 @@
 pub mod alloc;
 pub mod clis;
 pub mod conformance;
+pub mod demo;
 pub mod events;
 pub mod fake_cli;
 pub mod fake_model;
+pub mod live;
 pub mod offline;
 pub mod programs;
 pub mod proxy;
