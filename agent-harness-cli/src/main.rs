@@ -6,6 +6,7 @@ mod config;
 mod exit;
 mod history;
 mod policy;
+mod presets;
 mod prompt;
 mod render;
 mod run;
@@ -49,6 +50,7 @@ fn main() -> ExitCode {
             Command::Sessions(args) => history::sessions(args).await,
             Command::Events(args) => history::events(args).await,
             Command::Purge(args) => history::purge(args).await,
+            Command::Presets(args) => presets::list(args),
         }
     });
     match outcome {

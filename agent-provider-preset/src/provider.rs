@@ -3,6 +3,7 @@
 
 use std::ffi::OsString;
 use std::fmt;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -177,16 +178,34 @@ impl PresetProvider {
         spec
     }
 
-    /// Runs the preset's version probe (once per exec, program and program file).
+    /// Runs the preset's version probe (once per exec, program and program file). A preset
+    /// without one has its program looked up instead, where the exec runs on this host, so a
+    /// missing CLI fails the session's start rather than its first turn.
     async fn check_version(&self, ctx: &OpenContext, run: &RunConfig, deadline: Duration) -> Result<()> {
-        let Some(check) = &self.preset.version else { return Ok(()) };
+        let Some(check) = &self.preset.version else {
+            let mut command = Command::new(run.program.clone());
+            command.env = run.env.clone();
+            command.cwd = Some(run.cwd.clone());
+            if ctx.exec.is_local() && FileStamp::of_command(ctx.exec.as_ref(), &command).is_none() {
+                let searched_path = Path::new(&run.program).components().count() == 1;
+                let error = ExecError::ProgramNotFound { program: run.program.clone(), searched_path };
+                return Err(self.spawn_error(&error, &run.program));
+            }
+            return Ok(());
+        };
         let mut command = Command::new(run.program.clone())
             .args(run.leading.iter().chain(&check.args))
             .session(ctx.session_id.clone());
         command.env = run.env.clone();
         command.cwd = Some(run.cwd.clone());
         let stamp = FileStamp::of_command(ctx.exec.as_ref(), &command);
-        if self.versions.get(&ctx.exec, &run.program, stamp.as_ref()).is_some() {
+        // The program with its leading arguments: `node` runs many CLIs.
+        let key = run.leading.iter().fold(run.program.clone(), |mut key, arg| {
+            key.push("\0");
+            key.push(arg);
+            key
+        });
+        if self.versions.get(&ctx.exec, &key, stamp.as_ref()).is_some() {
             return Ok(());
         }
         let shown = format!("{} {}", run.program.to_string_lossy(), check.args.join(" "));
@@ -232,7 +251,7 @@ impl PresetProvider {
                 self.preset.id
             )));
         }
-        self.versions.insert(&ctx.exec, &run.program, stamp, version);
+        self.versions.insert(&ctx.exec, &key, stamp, version);
         Ok(())
     }
 

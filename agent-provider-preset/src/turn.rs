@@ -380,4 +380,100 @@ mod tests {
         assert_eq!(summary, ["session s-1", "say hello there \"SAY hello there\""]);
         assert_eq!(reader.session_id(), Some("s-1"));
     }
+
+    fn shipped(name: &str) -> Preset {
+        let text = crate::SHIPPED.iter().find(|(n, _)| *n == name).map(|(_, t)| *t).expect("shipped");
+        Preset::from_json(text, name, &AllowList::shipped()).unwrap()
+    }
+
+    /// Claude's approval conversation, from lines claude 2.1.197 wrote: the tool use becomes a
+    /// request with its metadata, other control requests are refused, a withdrawn request is
+    /// resolved, and stdin closes after the result.
+    #[test]
+    fn claudes_permission_prompt_becomes_requests() {
+        let preset = shipped("claude-print.json");
+        let meta =
+            ApprovalMeta { risk: Some("high".into()), audience: Some("ops".into()), timeout: Duration::from_secs(9) };
+        let mut reader = TurnReader::new(&preset, None, Some(meta));
+        let lines = [
+            r#"{"type":"system","subtype":"init","cwd":"/w","session_id":"61cf009a","tools":["Bash"]}"#,
+            r#"{"type":"assistant","message":{"id":"msg_1","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"touch x"}}]},"session_id":"61cf009a"}"#,
+            r#"{"type":"control_request","request_id":"req-a","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"touch x"},"tool_use_id":"toolu_1"}}"#,
+            r#"{"type":"control_request","request_id":"req-b","request":{"subtype":"hook_callback","callback_id":"hook_0"}}"#,
+            r#"{"type":"control_cancel_request","request_id":"req-a"}"#,
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","content":"denied","is_error":true,"tool_use_id":"toolu_1"}]}}"#,
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"Done.","session_id":"61cf009a","total_cost_usd":0.01,"usage":{"input_tokens":10,"output_tokens":5}}"#,
+        ];
+        let mut actions = Vec::new();
+        for line in lines {
+            reader.on_line(line, &|id| id == "toolu_1", &mut actions);
+        }
+        let mut seen = Vec::new();
+        for action in &actions {
+            seen.push(match action {
+                Action::SessionId(id) => format!("session {id}"),
+                Action::Emit { kind, .. } => kind.type_name().to_owned(),
+                Action::Request { spec, pending, .. } => {
+                    assert_eq!(spec.metadata["risk"], "high");
+                    assert_eq!(spec.metadata["audience"], "ops");
+                    assert_eq!(spec.metadata["timeout_ms"], 9000);
+                    assert_eq!(spec.timeout, Some(Duration::from_secs(9)));
+                    assert_eq!(spec.scopes, [agent_core::Scope::Once]);
+                    format!("request {} {}", spec.kind, pending.request_id)
+                }
+                Action::Write(line) => format!("write {}", line["response"]["subtype"].as_str().unwrap_or_default()),
+                Action::Resolved(r) => format!("resolved {}", r.0),
+                Action::CloseStdin => "close stdin".to_owned(),
+            });
+        }
+        assert_eq!(
+            seen,
+            [
+                "session 61cf009a",
+                "provider_event",
+                "tool_started",
+                "request command_approval req-a",
+                "write error",
+                "resolved req-a",
+                "tool_completed",
+                "usage_updated",
+                "close stdin",
+            ]
+        );
+        let declined = actions.iter().any(|a| {
+            matches!(
+                a,
+                Action::Emit {
+                    kind: EventKind::ToolCompleted { status: agent_core::event::ToolStatus::Declined, .. },
+                    ..
+                }
+            )
+        });
+        assert!(declined, "a denied tool use completes as declined");
+        let outcome = reader.outcome(&exit(0), false);
+        assert_eq!((outcome.status, outcome.text.as_deref()), (TurnStatus::Completed, Some("Done.")));
+        assert_eq!(outcome.usage.and_then(|u| u.cost_usd), Some(0.01));
+    }
+
+    /// Pi's retry and error lines, from pi 1.6.0: a failed message ends the turn only at the
+    /// final `agent_end`, with pi's error text.
+    #[test]
+    fn pis_final_agent_end_decides() {
+        let preset = shipped("pi-print.json");
+        let error = r#"{"type":"message_end","message":{"role":"assistant","content":[],"stopReason":"error","errorMessage":"500: overloaded","usage":{"input":1,"output":0}}}"#;
+        let retried = r#"{"type":"agent_end","messages":[],"willRetry":true}"#;
+        let good = r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"Hi"}],"stopReason":"stop","usage":{"input":3,"output":2,"cost":{"total":0.5}}}}"#;
+        let end = r#"{"type":"agent_end","messages":[],"willRetry":false}"#;
+        let mut reader = TurnReader::new(&preset, None, None);
+        feed(&mut reader, &[r#"{"type":"session","version":3,"id":"01a2"}"#, error, retried, good, end]);
+        let outcome = reader.outcome(&exit(0), false);
+        assert_eq!((outcome.status, outcome.text.as_deref()), (TurnStatus::Completed, Some("Hi")), "{outcome:?}");
+        let usage = outcome.usage.expect("usage");
+        assert_eq!((usage.input_tokens, usage.output_tokens, usage.cost_usd), (Some(4), Some(2), Some(0.5)), "summed");
+        let mut reader = TurnReader::new(&preset, None, None);
+        feed(&mut reader, &[error, end]);
+        let outcome = reader.outcome(&exit(0), false);
+        assert_eq!(outcome.status, TurnStatus::Failed);
+        assert_eq!(outcome.reason.as_deref(), Some("500: overloaded"));
+    }
 }

@@ -79,6 +79,7 @@ fn mini_preset(program: &Path) -> Value {
 struct Mini {
     /// Holds the script, the presets and the workspace (removed on drop).
     _programs: ProgramDir,
+    presets: PathBuf,
     workspace: PathBuf,
     exec: Arc<RecordingExec>,
     harness: Harness,
@@ -96,7 +97,7 @@ impl Mini {
         assert!(catalog.errors().is_empty(), "{:?}", catalog.errors());
         let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
         let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));
-        Mini { _programs: programs, workspace, exec, harness, catalog }
+        Mini { _programs: programs, presets, workspace, exec, harness, catalog }
     }
 
     fn options(&self, preset: PresetOptions) -> SessionOptions {
@@ -295,6 +296,18 @@ async fn a_session_from_a_config_and_bad_options_refused_before_anything_runs() 
     let error = mini.harness.start_session_from_config(sandboxed).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Unsupported, "{error}");
     assert_eq!(mini.exec.commands().len(), started, "nothing was spawned for a refused session");
+    // A CLI that is not there fails the start, before any turn.
+    let missing = mini.workspace.join("no-such-agent");
+    let script = mini.catalog.get("mini-agent").expect("loaded").program().to_owned();
+    let catalog = PresetCatalog::builder(AllowList::new().allow(&missing).allow(&script)).dir(&mini.presets).load();
+    let harness = support::harness(&catalog, &mini.exec, Arc::new(MemoryStore::new()));
+    let error = harness
+        .start_session("preset:mini-agent", mini.options(PresetOptions::new().binary(&missing)))
+        .await
+        .expect_err("a missing CLI fails the start");
+    assert_eq!(error.kind(), ErrorKind::ProviderUnavailable, "{error}");
+    assert!(error.to_string().contains("no-such-agent` was not found"), "{error}");
+    harness.shutdown().await;
     mini.finish().await;
 }
 
