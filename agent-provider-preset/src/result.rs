@@ -29,8 +29,10 @@ pub struct PresetResult {
     pub text: Option<String>,
     /// The CLI's session ID of the conversation, when known.
     pub session_id: Option<String>,
-    /// The turn's number in its conversation key, from 1 (counted by this provider: a
-    /// conversation resumed from a store after a restart counts on from 1).
+    /// The turn's number in its conversation key, from 1: the processes started for the key,
+    /// this one included (a turn that never started one reports the next number without taking
+    /// it). Counted by this provider: a conversation resumed from a store after a restart counts
+    /// on from 1.
     pub turn: u64,
     /// The process's exit code (`None` when a signal ended it or it never started).
     pub exit_code: Option<i32>,

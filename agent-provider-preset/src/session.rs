@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -97,6 +97,8 @@ struct TurnHandle {
     /// Woken by `cancel` (a turn waiting for its key) and when the turn has ended.
     changed: Notify,
     ended: AtomicBool,
+    /// The turn's number in its key's conversation, once its process started (0 before).
+    number: AtomicU64,
     process: Mutex<Option<Arc<CliProcess>>>,
     /// Tool uses waiting for an answer, by the CLI's request ID.
     pending: Mutex<HashMap<String, PendingTool>>,
@@ -237,6 +239,12 @@ impl Shared {
             }
         };
         *lock(&handle.process) = Some(Arc::clone(&process));
+        let number = {
+            let mut state = self.conversation.state();
+            state.turns += 1;
+            state.turns
+        };
+        handle.number.store(number, Ordering::SeqCst);
         if handle.cancelled.load(Ordering::SeqCst) {
             process.kill();
         }
@@ -344,15 +352,19 @@ impl Shared {
         Ok(())
     }
 
-    /// Records the turn in its conversation, lets the next turn in, and reports the end.
+    /// Records the turn in its conversation, lets the next turn in, and reports the end. A turn
+    /// whose process never started (cancelled or failed while waiting for its key) reports the
+    /// number it would have had without taking it.
     async fn finish(&self, handle: &TurnHandle, session_id: Option<String>, outcome: Outcome, report: ExitReport) {
         let turn_number = {
             let mut state = self.conversation.state();
-            state.turns += 1;
             if let Some(id) = &session_id {
                 state.session_id = Some(id.clone());
             }
-            state.turns
+            match handle.number.load(Ordering::SeqCst) {
+                0 => state.turns + 1,
+                number => number,
+            }
         };
         let session_id = session_id.or_else(|| self.conversation.state().session_id.clone());
         let payload = PresetResult {
@@ -411,6 +423,7 @@ impl ProviderSession for PresetSession {
             cancelled: AtomicBool::new(false),
             changed: Notify::new(),
             ended: AtomicBool::new(false),
+            number: AtomicU64::new(0),
             process: Mutex::new(None),
             pending: Mutex::new(HashMap::new()),
             declined: Mutex::new(HashSet::new()),

@@ -214,6 +214,19 @@ async fn one_turn_at_a_time_per_key_waits_or_fails() {
         .until(|e| matches!(&e.kind, EventKind::ProviderEvent { method } if method == "preset/waiting_for_key"))
         .await;
     assert_eq!(mini.exec.commands().len(), 2, "the waiting turn has not started its process");
+
+    // A waiting turn can be cancelled: it ends without ever starting its process.
+    let impatient = mini.session(keyed(OnBusy::Wait).id("impatient")).await;
+    let mut given_up = watch(&mini.harness, &impatient, "never mind").await;
+    given_up
+        .until(|e| matches!(&e.kind, EventKind::ProviderEvent { method } if method == "preset/waiting_for_key"))
+        .await;
+    mini.harness.cancel(given_up.turn()).await.expect("cancel");
+    let given_up = given_up.into_events().await;
+    assert_eq!(terminal(&given_up).status, TurnStatus::Interrupted, "{}", names(&given_up));
+    assert_eq!((payload(&given_up).exit_code, payload(&given_up).turn), (None, 2), "the number it would have had");
+    assert_eq!(mini.exec.commands().len(), 2, "the cancelled turn never started a process");
+
     std::fs::write(mini.workspace.join("release"), "").expect("release");
     let first_events = blocked.into_events().await;
     assert_eq!(terminal(&first_events).result.text.as_deref(), Some("released"));
@@ -221,7 +234,7 @@ async fn one_turn_at_a_time_per_key_waits_or_fails() {
     let queued_events = queued.into_events().await;
     assert_eq!(terminal(&queued_events).status, TurnStatus::Completed, "{}", names(&queued_events));
     assert_eq!(said(&queued_events), [format!("turn 2 of {id}")], "one conversation for the key");
-    assert_eq!(payload(&queued_events).turn, 2);
+    assert_eq!(payload(&queued_events).turn, 2, "turns that started a process count");
     assert_eq!(mini.argv(2)[..2], ["--resume".to_owned(), id]);
     mini.finish().await;
 }
