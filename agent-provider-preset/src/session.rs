@@ -287,7 +287,7 @@ impl Shared {
             report = report.read_error(error);
         }
         let outcome = reader.outcome(&report, handle.cancelled.load(Ordering::SeqCst));
-        let session_id = reader.session_id().map(str::to_owned);
+        let session_id = reader.session_id().filter(|_| reader.finished()).map(str::to_owned);
         drop(gate);
         self.finish(&handle, session_id, outcome, report).await;
     }
@@ -328,10 +328,6 @@ impl Shared {
         for action in actions.drain(..) {
             match action {
                 Action::Emit { kind, raw } => self.sink.emit(turn, kind, raw).await?,
-                Action::SessionId(id) => {
-                    self.conversation.state().session_id = Some(id.clone());
-                    self.sink.session_updated(Some(id), None).await?;
-                }
                 Action::Request { spec, pending, raw } => {
                     lock(&handle.pending).insert(pending.request_id.clone(), pending);
                     self.sink.request(&handle.turn, *spec, raw).await?;
@@ -352,21 +348,28 @@ impl Shared {
         Ok(())
     }
 
-    /// Records the turn in its conversation, lets the next turn in, and reports the end. A turn
-    /// whose process never started (cancelled or failed while waiting for its key) reports the
-    /// number it would have had without taking it.
-    async fn finish(&self, handle: &TurnHandle, session_id: Option<String>, outcome: Outcome, report: ExitReport) {
-        let turn_number = {
+    /// Records the turn in its conversation, lets the next turn in, and reports the end.
+    ///
+    /// `found` is the CLI session ID the turn printed, when the CLI finished the turn (so kept
+    /// its conversation): it becomes the key's, reported as the session's provider session ID
+    /// (and so kept in the store). A turn whose process never started (cancelled or failed while
+    /// waiting for its key) reports the number it would have had without taking it.
+    async fn finish(&self, handle: &TurnHandle, found: Option<String>, outcome: Outcome, report: ExitReport) {
+        let (turn_number, changed, session_id) = {
             let mut state = self.conversation.state();
-            if let Some(id) = &session_id {
+            let changed = found.filter(|id| state.session_id.as_ref() != Some(id));
+            if let Some(id) = &changed {
                 state.session_id = Some(id.clone());
             }
-            match handle.number.load(Ordering::SeqCst) {
+            let number = match handle.number.load(Ordering::SeqCst) {
                 0 => state.turns + 1,
                 number => number,
-            }
+            };
+            (number, changed, state.session_id.clone())
         };
-        let session_id = session_id.or_else(|| self.conversation.state().session_id.clone());
+        if let Some(id) = changed {
+            let _ = self.sink.session_updated(Some(id), None).await;
+        }
         let payload = PresetResult {
             status: outcome.status,
             reason: outcome.reason.clone(),

@@ -38,8 +38,6 @@ use crate::preset::{Matcher, Preset};
 pub(crate) enum Action {
     /// Report an event of the turn.
     Emit { kind: EventKind, raw: Option<RawJson> },
-    /// The CLI's session ID of this conversation (new or changed).
-    SessionId(String),
     /// A tool use waits for an answer.
     Request { spec: Box<RequestSpec>, pending: PendingTool, raw: Option<RawJson> },
     /// The CLI withdrew its request.
@@ -103,6 +101,13 @@ impl<'p> TurnReader<'p> {
         self.session_id.as_deref()
     }
 
+    /// True once the CLI said how the turn ended (a result or a failure line): only then has it
+    /// kept the conversation, so only then may a new session ID continue it (a CLI stopped in
+    /// its first turn may not have saved the conversation it named).
+    pub(crate) fn finished(&self) -> bool {
+        self.result.is_some() || self.failure.is_some()
+    }
+
     /// A line that could not be read (not UTF-8, too long): a warning.
     pub(crate) fn garbage(&self, message: String, actions: &mut Vec<Action>) {
         actions.push(Action::Emit { kind: EventKind::Warning { message }, raw: None });
@@ -144,11 +149,8 @@ impl<'p> TurnReader<'p> {
         }
         let line = OutputLine { text, json: parsed.as_ref(), kept: &self.kept };
         let matchers = &preset.matchers;
-        if let Some(Some(id)) = first(&matchers.session_id, line)
-            && self.session_id.as_deref() != Some(id.as_str())
-        {
-            self.session_id = Some(id.clone());
-            actions.push(Action::SessionId(id));
+        if let Some(Some(id)) = first(&matchers.session_id, line) {
+            self.session_id = Some(id);
         }
         if let Some(text) = first(&matchers.result, line) {
             self.result = Some(text);
@@ -370,15 +372,18 @@ mod tests {
         let summary: Vec<String> = actions
             .iter()
             .map(|a| match a {
-                Action::SessionId(id) => format!("session {id}"),
                 Action::Emit { kind: EventKind::AssistantMessage { text, .. }, raw } => {
                     format!("say {text} {}", raw.as_ref().map(|r| r.get()).unwrap_or_default())
                 }
                 other => format!("{other:?}"),
             })
             .collect();
-        assert_eq!(summary, ["session s-1", "say hello there \"SAY hello there\""]);
+        assert_eq!(summary, ["say hello there \"SAY hello there\""]);
         assert_eq!(reader.session_id(), Some("s-1"));
+        assert!(reader.finished());
+        let mut cut = TurnReader::new(&preset, None, None);
+        feed(&mut cut, &["SESSION s-2", "SAY working"]);
+        assert_eq!((cut.session_id(), cut.finished()), (Some("s-2"), false));
     }
 
     fn shipped(name: &str) -> Preset {
@@ -411,7 +416,6 @@ mod tests {
         let mut seen = Vec::new();
         for action in &actions {
             seen.push(match action {
-                Action::SessionId(id) => format!("session {id}"),
                 Action::Emit { kind, .. } => kind.type_name().to_owned(),
                 Action::Request { spec, pending, .. } => {
                     assert_eq!(spec.metadata["risk"], "high");
@@ -429,7 +433,6 @@ mod tests {
         assert_eq!(
             seen,
             [
-                "session 61cf009a",
                 "provider_event",
                 "tool_started",
                 "request command_approval req-a",
@@ -450,6 +453,7 @@ mod tests {
             )
         });
         assert!(declined, "a denied tool use completes as declined");
+        assert_eq!(reader.session_id(), Some("61cf009a"));
         let outcome = reader.outcome(&exit(0), false);
         assert_eq!((outcome.status, outcome.text.as_deref()), (TurnStatus::Completed, Some("Done.")));
         assert_eq!(outcome.usage.and_then(|u| u.cost_usd), Some(0.01));

@@ -250,21 +250,48 @@ async fn watch(harness: &Harness, session: &SessionRef, prompt: &str) -> Watched
 async fn cancel_stops_the_turns_process_and_the_next_turn_runs() {
     let mini = Mini::start();
     let session = mini.session(mini.options(PresetOptions::new())).await;
+    let (_, first) = support::run(&mini.harness, &session, "hello", |_| None).await;
+    let id = payload(&first).session_id.expect("session id");
+
     let mut blocked = watch(&mini.harness, &session, "block forever").await;
     blocked.until(|e| matches!(e.kind, EventKind::AssistantMessage { .. })).await;
     let pid = mini.exec.spawned().last().and_then(|s| s.pid()).expect("the turn's process");
     mini.harness.cancel(blocked.turn()).await.expect("cancel");
     let events = blocked.into_events().await;
     assert_eq!(terminal(&events).status, TurnStatus::Interrupted, "{}", names(&events));
-    assert_eq!(payload(&events).status, TurnStatus::Interrupted);
+    let cut = payload(&events);
+    assert_eq!((cut.status, cut.turn, cut.exit_code), (TurnStatus::Interrupted, 2, None));
     let child = mini.exec.children().into_iter().find(|c| c.id() == Some(pid)).expect("its handle");
     let status = tokio::time::timeout(Duration::from_secs(5), child.wait()).await.expect("exited").expect("status");
     assert!(status.signal.is_some(), "stopped by a signal: {status:?}");
 
+    // The conversation goes on from what the CLI kept.
     let (_, next) = support::run(&mini.harness, &session, "still here?", |_| None).await;
     assert_eq!(terminal(&next).status, TurnStatus::Completed, "{}", names(&next));
-    assert_eq!(said(&next).len(), 1);
-    assert!(said(&next)[0].starts_with("turn 2 of "), "{:?}", said(&next));
+    assert_eq!(said(&next), [format!("turn 3 of {id}")]);
+    mini.finish().await;
+}
+
+/// A CLI stopped in a conversation's first turn may not have saved the conversation it named
+/// (claude has not, measured): its session ID is not taken, and the next turn starts afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_turn_cut_short_leaves_no_conversation_to_continue() {
+    let mini = Mini::start();
+    let session = mini.session(mini.options(PresetOptions::new())).await;
+    let mut blocked = watch(&mini.harness, &session, "block forever").await;
+    blocked.until(|e| matches!(e.kind, EventKind::AssistantMessage { .. })).await;
+    mini.harness.cancel(blocked.turn()).await.expect("cancel");
+    let events = blocked.into_events().await;
+    assert_eq!(terminal(&events).status, TurnStatus::Interrupted, "{}", names(&events));
+    assert_eq!(payload(&events).session_id, None, "the cut turn's session ID was not taken");
+    assert_eq!(mini.harness.status(&session).await.expect("status").provider_session_id, None);
+
+    let (_, next) = support::run(&mini.harness, &session, "from scratch", |_| None).await;
+    assert_eq!(terminal(&next).status, TurnStatus::Completed, "{}", names(&next));
+    assert!(!mini.argv(2).contains(&"--resume".to_owned()), "{:?}", mini.argv(2));
+    let id = payload(&next).session_id.expect("this turn's session ID is taken");
+    assert_eq!(said(&next), [format!("turn 1 of {id}")]);
+    assert_eq!(mini.harness.status(&session).await.expect("status").provider_session_id, Some(id));
     mini.finish().await;
 }
 
