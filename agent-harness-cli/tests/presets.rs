@@ -10,6 +10,7 @@ use std::time::Duration;
 use agent_testkit::programs::ProgramDir;
 use agent_testkit::{Cli, FakeModel, OfflineEnv, Provider, Scenario};
 use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 /// Longest any one command may take.
@@ -32,6 +33,7 @@ echo "$1" >> "history-$session"
 echo "SAY turn $(wc -l < "history-$session" | tr -d ' ') of $session"
 case "$1" in
   fail*) echo "FAILED no luck"; exit 0;;
+  block*) while :; do sleep 0.05; done;;
   *) echo "RESULT echo: $1";;
 esac
 "#;
@@ -290,4 +292,69 @@ async fn run_json_with_claude_print_prints_events_asks_approvals_and_exits_by_th
     let events = output.events();
     assert_eq!(terminals(&events)[0]["type"], "turn_failed");
     assert!(server.proxy().attempts().is_empty(), "claude tried to reach outside 127.0.0.1");
+}
+
+/// Processes whose working directory is `dir` or below it.
+fn processes_in(dir: &Path) -> Vec<u32> {
+    let dir = std::fs::canonicalize(dir).expect("dir");
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(&dir)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_mid_turn_of_a_preset_exits_2_and_leaves_no_process() {
+    let mini = Mini::new();
+    let presets = mini.presets.display().to_string();
+    let script = mini.script.display().to_string();
+    let (key, path) = mini.path_var();
+    let args = [
+        "run",
+        "--json",
+        "--presets-dir",
+        &presets,
+        "--allow-executable",
+        &script,
+        "--provider",
+        "preset:mini-agent",
+        "block",
+    ];
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agent-harness"));
+    command.env_clear().env(key, path).current_dir(&mini.work).args(args);
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    let mut child = command.spawn().expect("spawn");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut seen: Vec<Value> = Vec::new();
+    tokio::time::timeout(LIMIT, async {
+        while let Some(line) = lines.next_line().await.expect("read") {
+            let event: Value = serde_json::from_str(&line).expect("JSON event");
+            let said = event["type"] == "assistant_message";
+            seen.push(event);
+            if said {
+                return;
+            }
+        }
+        panic!("the turn ended before it said anything: {seen:?}");
+    })
+    .await
+    .expect("the turn runs");
+    assert!(!processes_in(&mini.work).is_empty(), "the preset's CLI runs (so the check below can fail)");
+    let pid = child.id().expect("running") as libc::pid_t;
+    // SAFETY: sending a signal to the child this test spawned and still holds.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    while let Some(line) = lines.next_line().await.expect("read") {
+        seen.push(serde_json::from_str(&line).expect("JSON event"));
+    }
+    let status = tokio::time::timeout(LIMIT, child.wait()).await.expect("exits").expect("status");
+    assert_eq!(status.code(), Some(2), "{seen:?}");
+    let ends: Vec<&str> = terminals(&seen).iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(ends, ["turn_interrupted"], "{seen:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !processes_in(&mini.work).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(processes_in(&mini.work), Vec::<u32>::new(), "a preset process outlived agent-harness");
 }
