@@ -753,6 +753,16 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn debug_shows_environment_names_not_values() {
+        let preset = with(minimal(), "/env", json!({"set": {"MINI_TOKEN": "sekrit-value"}}));
+        let preset = Preset::from_json(&preset.to_string(), "x", &allow()).unwrap();
+        let debug = format!("{preset:?}");
+        assert!(debug.contains("MINI_TOKEN") && !debug.contains("sekrit"), "{debug}");
+        let info = serde_json::to_string(&preset.info()).unwrap();
+        assert!(!info.contains("sekrit"), "{info}");
+    }
+
+    #[test]
     fn claims_can_lower_what_the_parts_make_possible() {
         let mut preset = with(minimal(), "/capabilities", json!({"cancel": "unsupported"}));
         preset["events"] = json!([{"when": "^D (?P<t>.*)$", "emit": "message_delta", "text": "t"}]);
