@@ -37,6 +37,8 @@ const EXIT_WAIT: Duration = Duration::from_secs(5);
 const STDERR_DRAIN: Duration = Duration::from_millis(500);
 /// How long closing stdin may take.
 const STDIN_CLOSE: Duration = Duration::from_secs(2);
+/// The reason of a turn `cancel` stopped.
+const STOPPED: &str = "cancelled: the turn's process was stopped";
 
 /// What every turn of the session runs with.
 #[derive(Clone)]
@@ -94,6 +96,8 @@ struct Shared {
 struct TurnHandle {
     turn: TurnId,
     cancelled: AtomicBool,
+    /// Why, once `cancelled`.
+    cancel_reason: Mutex<Option<&'static str>>,
     /// Woken by `cancel` (a turn waiting for its key) and when the turn has ended.
     changed: Notify,
     ended: AtomicBool,
@@ -286,7 +290,8 @@ impl Shared {
         if let Some(error) = read_error {
             report = report.read_error(error);
         }
-        let outcome = reader.outcome(&report, handle.cancelled.load(Ordering::SeqCst));
+        let cancelled = handle.cancelled.load(Ordering::SeqCst).then(|| lock(&handle.cancel_reason).unwrap_or(STOPPED));
+        let outcome = reader.outcome(&report, cancelled);
         let session_id = reader.session_id().filter(|_| reader.finished()).map(str::to_owned);
         drop(gate);
         self.finish(&handle, session_id, outcome, report).await;
@@ -424,6 +429,7 @@ impl ProviderSession for PresetSession {
         let handle = Arc::new(TurnHandle {
             turn: turn.id().clone(),
             cancelled: AtomicBool::new(false),
+            cancel_reason: Mutex::new(None),
             changed: Notify::new(),
             ended: AtomicBool::new(false),
             number: AtomicU64::new(0),
@@ -460,6 +466,11 @@ impl ProviderSession for PresetSession {
         {
             lock(&handle.declined).insert(id);
         }
+        if matches!(response, Response::Cancel { .. }) {
+            // The CLI stops the turn (`interrupt`); it ends interrupted, not failed.
+            lock(&handle.cancel_reason).get_or_insert("cancelled: a request was answered with cancel");
+            handle.cancelled.store(true, Ordering::SeqCst);
+        }
         Ok(())
     }
 
@@ -467,6 +478,7 @@ impl ProviderSession for PresetSession {
     /// turn reported its end, within the command deadline.
     async fn cancel(&self, turn: &TurnId) -> Result<()> {
         let Some(handle) = self.running().filter(|h| h.turn == *turn) else { return Ok(()) };
+        lock(&handle.cancel_reason).get_or_insert(STOPPED);
         handle.cancelled.store(true, Ordering::SeqCst);
         handle.changed.notify_waiters();
         if let Some(process) = lock(&handle.process).clone() {

@@ -192,15 +192,16 @@ impl<'p> TurnReader<'p> {
     }
 
     /// How the turn ended (the rule in the module docs), once the process exited.
-    pub(crate) fn outcome(&self, exit: &ExitReport, cancelled: bool) -> Outcome {
+    /// `cancelled` is why the turn was cancelled, if it was.
+    pub(crate) fn outcome(&self, exit: &ExitReport, cancelled: Option<&str>) -> Outcome {
         let cli = &self.preset.id;
         let how = exit.how();
         let stderr = agent_provider_kit::framing::stderr_note(exit.stderr_tail.as_deref());
         let clean = exit.read_error.is_none()
             && exit.status.and_then(|s| s.code).is_some_and(|code| self.preset.success_exit_codes.contains(&code));
         let text = self.result.clone().flatten();
-        let (status, reason) = if cancelled {
-            (TurnStatus::Interrupted, Some("cancelled: the turn's process was stopped".to_owned()))
+        let (status, reason) = if let Some(why) = cancelled {
+            (TurnStatus::Interrupted, Some(why.to_owned()))
         } else if let Some(failure) = &self.failure {
             let reason = failure.clone().unwrap_or_else(|| format!("{cli} reported a failure ({how})"));
             (TurnStatus::Failed, Some(reason))
@@ -335,7 +336,7 @@ mod tests {
         let preset = lines_preset();
         let mut reader = TurnReader::new(&preset, None, None);
         feed(&mut reader, lines);
-        let outcome = reader.outcome(&exit(code), false);
+        let outcome = reader.outcome(&exit(code), None);
         assert_eq!(outcome.status, status, "{lines:?} exit {code}: {outcome:?}");
         match reason {
             Some(reason) => assert!(outcome.reason.as_deref().is_some_and(|r| r.contains(reason)), "{outcome:?}"),
@@ -361,7 +362,7 @@ mod tests {
         check(&[], 3, TurnStatus::Failed, Some("exit code 3"), None);
         let preset = lines_preset();
         let reader = TurnReader::new(&preset, None, None);
-        assert_eq!(reader.outcome(&exit(0), true).status, TurnStatus::Interrupted);
+        assert_eq!(reader.outcome(&exit(0), Some("stopped")).status, TurnStatus::Interrupted);
     }
 
     #[test]
@@ -454,7 +455,7 @@ mod tests {
         });
         assert!(declined, "a denied tool use completes as declined");
         assert_eq!(reader.session_id(), Some("61cf009a"));
-        let outcome = reader.outcome(&exit(0), false);
+        let outcome = reader.outcome(&exit(0), None);
         assert_eq!((outcome.status, outcome.text.as_deref()), (TurnStatus::Completed, Some("Done.")));
         assert_eq!(outcome.usage.and_then(|u| u.cost_usd), Some(0.01));
     }
@@ -470,13 +471,13 @@ mod tests {
         let end = r#"{"type":"agent_end","messages":[],"willRetry":false}"#;
         let mut reader = TurnReader::new(&preset, None, None);
         feed(&mut reader, &[r#"{"type":"session","version":3,"id":"01a2"}"#, error, retried, good, end]);
-        let outcome = reader.outcome(&exit(0), false);
+        let outcome = reader.outcome(&exit(0), None);
         assert_eq!((outcome.status, outcome.text.as_deref()), (TurnStatus::Completed, Some("Hi")), "{outcome:?}");
         let usage = outcome.usage.expect("usage");
         assert_eq!((usage.input_tokens, usage.output_tokens, usage.cost_usd), (Some(4), Some(2), Some(0.5)), "summed");
         let mut reader = TurnReader::new(&preset, None, None);
         feed(&mut reader, &[error, end]);
-        let outcome = reader.outcome(&exit(0), false);
+        let outcome = reader.outcome(&exit(0), None);
         assert_eq!(outcome.status, TurnStatus::Failed);
         assert_eq!(outcome.reason.as_deref(), Some("500: overloaded"));
     }

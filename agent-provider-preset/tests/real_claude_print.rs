@@ -77,7 +77,9 @@ async fn ask_approves_and_denies_a_writing_bash_command() {
         .shell("touch approved.txt && echo approved")
         .quote_tool_result("Tool said: ")
         .shell("touch denied.txt && echo denied")
-        .quote_tool_result("Tool said: ");
+        .quote_tool_result("Tool said: ")
+        .shell("touch cancelled.txt && echo cancelled")
+        .text("not reached");
     let world = World::start(Provider::Claude, "claude-print", scenario).await;
     let ask = PresetOptions::new()
         .approvals(Approvals::Ask)
@@ -111,6 +113,12 @@ async fn ask_approves_and_denies_a_writing_bash_command() {
     assert_eq!(end.status, TurnStatus::Completed, "the agent goes on after a denial: {}", names(&events));
     assert_eq!(end.result.text.as_deref(), Some("Tool said: no shell today"), "the agent saw the denial");
     assert_eq!(payload(&events).turn, 2);
+
+    // Cancel: the tool is refused and the turn stops, interrupted.
+    let (_, events) = world.run(&session, "make cancelled", |_| Some(Response::cancel("stop here"))).await;
+    assert!(!world.workspace().join("cancelled.txt").exists(), "the cancelled command did not run");
+    assert_eq!(terminal(&events).status, TurnStatus::Interrupted, "{}", names(&events));
+    assert_eq!(payload(&events).status, TurnStatus::Interrupted);
     world.finish().await;
 }
 
