@@ -27,6 +27,33 @@ pub(crate) enum Command {
     Purge(PurgeArgs),
     /// Check each provider's CLI, version, auth guard and login on this host.
     Doctor(DoctorArgs),
+    /// List the presets `run --provider preset:ID` can run: options, defaults, capabilities.
+    Presets(PresetsArgs),
+}
+
+/// Where presets come from: the shipped ones, a presets directory, and the executables they
+/// may start.
+#[derive(Clone, Debug, Default, Args)]
+pub(crate) struct PresetSourceArgs {
+    /// A directory of preset JSON files (a file there replaces a shipped preset with its ID).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) presets_dir: Option<PathBuf>,
+    /// An executable presets may start besides claude, codex and pi (a bare name or an absolute
+    /// path; repeatable).
+    #[arg(long = "allow-executable", value_name = "PROGRAM")]
+    pub(crate) allow_executables: Vec<PathBuf>,
+}
+
+/// `agent-harness presets`.
+#[derive(Debug, Args)]
+#[command(after_help = "Exit status: 0 every preset loaded, 1 a preset file did not load (each error on stderr), \
+                        64 usage error.")]
+pub(crate) struct PresetsArgs {
+    #[command(flatten)]
+    pub(crate) source: PresetSourceArgs,
+    /// One JSON description per line.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// How requests for approval are answered.
@@ -54,9 +81,12 @@ pub(crate) enum Auth {
 #[command(after_help = "Exit status: 0 every turn completed, 1 a turn failed, 2 cancelled or interrupted (Ctrl-C), \
                         3 --timeout ran out, 64 usage error, 69 the provider's CLI is missing or too old.")]
 pub(crate) struct RunArgs {
-    /// The provider: codex, claude or pi (overrides the config's).
+    /// The provider: codex, claude, pi or preset:ID (overrides the config's).
     #[arg(long, value_name = "PROVIDER")]
     pub(crate) provider: Option<String>,
+    /// Where `preset:ID` providers come from.
+    #[command(flatten)]
+    pub(crate) presets: PresetSourceArgs,
     /// The agent's working directory (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub(crate) cwd: Option<PathBuf>,

@@ -11,17 +11,26 @@ use serde_json::Value;
 
 use crate::args::{Auth, RunArgs};
 use crate::exit::{Failure, one_line};
+use crate::presets;
 
-/// The providers `run` drives, by ID.
-pub(crate) const PROVIDERS: &[&str] = &["codex", "claude", "pi"];
+/// The providers `run` drives, by ID (and `preset:ID` for each preset).
+pub(crate) const PROVIDERS: &[&str] = &["codex", "claude", "pi", "preset:ID"];
 
-/// The provider registered under `id`, or a usage error naming the ones there are.
-pub(crate) fn provider(id: &str) -> Result<DynProvider, Failure> {
+/// The provider registered under `id` (a preset's from the catalog `args` name), or a usage
+/// error naming the ones there are.
+pub(crate) fn provider(id: &str, args: &RunArgs) -> Result<DynProvider, Failure> {
     match id {
         "codex" => Ok(CodexProvider::new().into()),
         "claude" => Ok(ClaudeProvider::new().into()),
         "pi" => Ok(PiProvider::new().into()),
-        _ => Err(Failure::usage(format!("unknown provider `{id}`: expected one of {}", PROVIDERS.join(", ")))),
+        _ => match id.strip_prefix(presets::PREFIX) {
+            Some(preset) => {
+                let catalog = presets::catalog(&args.presets, args.cli_path.as_deref())?;
+                presets::preset(&catalog, preset)?;
+                Ok(catalog.provider(preset).expect("the preset loaded").into())
+            }
+            None => Err(Failure::usage(format!("unknown provider `{id}`: expected one of {}", PROVIDERS.join(", ")))),
+        },
     }
 }
 
@@ -32,11 +41,13 @@ pub(crate) fn session_config(args: &RunArgs) -> Result<SessionConfig, Failure> {
         (Some(provider), _) => provider.clone(),
         (None, Some(config)) => config.provider.to_string(),
         (None, None) => {
-            return Err(Failure::usage("no provider: pass --provider codex|claude|pi or a --config naming one"));
+            return Err(Failure::usage(
+                "no provider: pass --provider codex|claude|pi|preset:ID or a --config naming one",
+            ));
         }
     };
     // Checked here so an unknown provider is a usage error before anything else.
-    self::provider(&provider)?;
+    self::provider(&provider, args)?;
     let mut config = match file {
         Some(mut config) => {
             config.provider = provider.as_str().into();
@@ -85,6 +96,9 @@ pub(crate) fn session_config(args: &RunArgs) -> Result<SessionConfig, Failure> {
     if let Some(path) = &args.cli_path {
         set_binary(&mut config, path)?;
     }
+    if let Some(preset) = provider.strip_prefix(presets::PREFIX) {
+        ask_through_preset(&mut config, args, preset)?;
+    }
     if let Some(id) = &args.session_id {
         config.id = Some(session_id("--session-id", id)?);
     }
@@ -125,6 +139,24 @@ fn env_pair(pair: &str) -> Option<(&str, &str)> {
 fn enum_value<T: serde::de::DeserializeOwned>(flag: &str, text: &str, expected: &str) -> Result<T, Failure> {
     serde_json::from_value(Value::String(text.replace('-', "_")))
         .map_err(|_| Failure::usage(format!("{flag} `{text}`: expected one of {expected}")))
+}
+
+/// A preset with an approval conversation asks its approvals (`approvals: ask`) unless the
+/// config says otherwise: `run` answers them by `--approvals` like any provider's, where without
+/// asking the CLI would decide by itself.
+fn ask_through_preset(config: &mut SessionConfig, args: &RunArgs, preset: &str) -> Result<(), Failure> {
+    let catalog = presets::catalog(&args.presets, args.cli_path.as_deref())?;
+    if presets::preset(&catalog, preset)?.approval_conversation().is_none() {
+        return Ok(());
+    }
+    match &mut config.provider_options {
+        Value::Object(options) => {
+            options.entry("approvals").or_insert_with(|| Value::String("ask".into()));
+        }
+        Value::Null => config.provider_options = serde_json::json!({ "approvals": "ask" }),
+        _ => return Err(Failure::usage("--config: provider_options must be an object")),
+    }
+    Ok(())
 }
 
 /// Points the provider at `path` through its `binary` option (each provider takes one).

@@ -7,6 +7,7 @@ mod doctor;
 mod exit;
 mod history;
 mod policy;
+mod presets;
 mod prompt;
 mod render;
 mod run;
@@ -51,6 +52,7 @@ fn main() -> ExitCode {
             Command::Events(args) => history::events(args).await,
             Command::Purge(args) => history::purge(args).await,
             Command::Doctor(args) => doctor::doctor(args).await,
+            Command::Presets(args) => presets::list(args),
         }
     });
     match outcome {

@@ -43,7 +43,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
     let store = StoreSpec::parse(&args.store)?;
     let timeout = args.timeout.map(timeout).transpose()?;
     let provider_id = config.provider.clone();
-    let provider = config::provider(provider_id.as_str())?;
+    let provider = config::provider(provider_id.as_str(), &args)?;
     let options = config
         .apply_to(provider.as_ref(), SessionOptions::default())
         .map_err(|error| Failure::harness("invalid session", &error))?;

@@ -21,6 +21,7 @@ use agent_core::event::{RawJson, ToolKind, ToolStatus, Usage};
 use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EventKind, ItemId, TurnId, TurnResult, TurnStatus};
+use agent_provider_kit::permission_prompt::ToolUseRequest;
 use serde_json::{Value, json};
 
 use crate::requests::{self, PendingTool, SessionRule};
@@ -432,12 +433,12 @@ impl Normalizer {
 
     fn on_control_request(&mut self, line: &Envelope<'_>, actions: &mut Vec<Action>) {
         let id = line.request_id.to_string();
-        let request = line.request.and_then(|r| serde_json::from_str::<wire::CliRequest>(r.get()).ok());
+        let request = line.request.and_then(|r| serde_json::from_str::<ToolUseRequest>(r.get()).ok());
         let Some(request) = request else {
             actions.push(Action::Write(wire::control_response(&id, Err("malformed control request".into()))));
             return self.other(actions, "control_request".into());
         };
-        if request.subtype != "can_use_tool" {
+        if !request.is_tool_use() {
             let error = format!("agent-harness does not handle `{}` control requests", request.subtype);
             actions.push(Action::Write(wire::control_response(&id, Err(error))));
             return self.other(actions, format!("control_request/{}", request.subtype));

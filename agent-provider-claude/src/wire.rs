@@ -10,6 +10,7 @@
 
 use std::borrow::Cow;
 
+pub(crate) use agent_provider_kit::permission_prompt::control_response;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -137,28 +138,6 @@ pub(crate) struct ResultUsage {
     pub(crate) cache_read_input_tokens: Option<u64>,
 }
 
-/// A control request from the CLI (`control_request.request`).
-#[derive(Deserialize)]
-pub(crate) struct CliRequest {
-    pub(crate) subtype: String,
-    #[serde(default)]
-    pub(crate) tool_name: Option<String>,
-    #[serde(default)]
-    pub(crate) display_name: Option<String>,
-    #[serde(default)]
-    pub(crate) input: Option<Value>,
-    #[serde(default)]
-    pub(crate) description: Option<String>,
-    #[serde(default)]
-    pub(crate) tool_use_id: Option<String>,
-    #[serde(default)]
-    pub(crate) blocked_path: Option<String>,
-    #[serde(default)]
-    pub(crate) decision_reason: Option<String>,
-    #[serde(default)]
-    pub(crate) permission_suggestions: Option<Value>,
-}
-
 /// `system` `api_retry`.
 #[derive(Deserialize)]
 pub(crate) struct ApiRetry {
@@ -214,24 +193,6 @@ pub(crate) struct ControlRequestLine<'a> {
     pub(crate) kind: &'static str,
     pub(crate) request_id: &'a str,
     pub(crate) request: Value,
-}
-
-/// A control response we send to a CLI request.
-pub(crate) fn control_response(request_id: &str, outcome: Result<Option<Value>, String>) -> Value {
-    match outcome {
-        Ok(Some(response)) => serde_json::json!({
-            "type": "control_response",
-            "response": {"subtype": "success", "request_id": request_id, "response": response},
-        }),
-        Ok(None) => serde_json::json!({
-            "type": "control_response",
-            "response": {"subtype": "success", "request_id": request_id},
-        }),
-        Err(error) => serde_json::json!({
-            "type": "control_response",
-            "response": {"subtype": "error", "request_id": request_id, "error": error},
-        }),
-    }
 }
 
 /// The text of a message's content: a string, or its `text` blocks joined.

@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod framing;
+pub mod permission_prompt;
 pub mod probe;
 pub mod process;
 pub mod rpc;

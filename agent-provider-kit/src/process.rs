@@ -12,6 +12,7 @@
 //! assert_eq!(truncate_message("é".repeat(3), 3), "é…");
 //! ```
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,8 +29,8 @@ use crate::rpc::ExitReport;
 /// A running CLI: its handle, its stdin, the tail of its stderr and whether the harness is
 /// closing it. Dropping it stops the stderr task and kills the process.
 pub struct CliProcess {
-    /// The CLI's name, for error texts (`codex`, `claude`, `pi`).
-    cli: &'static str,
+    /// The CLI's name, for error texts (`codex`, `claude`, `pi`, a preset's ID).
+    cli: Cow<'static, str>,
     child: Arc<dyn ChildHandle>,
     /// `None` once [`CliProcess::close`] closed it.
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
@@ -42,13 +43,13 @@ impl CliProcess {
     /// [`STDERR_TAIL_LINES`] lines of its stderr, and returns its stdout for the reader task.
     /// `None` (the child killed) when one of the three pipes is missing. `cli` names the CLI in
     /// error texts.
-    pub fn start(cli: &'static str, child: Child) -> Option<(CliProcess, ChildOutput)> {
+    pub fn start(cli: impl Into<Cow<'static, str>>, child: Child) -> Option<(CliProcess, ChildOutput)> {
         let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin, child.stdout, child.stderr) else {
             let _ = child.handle.kill();
             return None;
         };
         let process = CliProcess {
-            cli,
+            cli: cli.into(),
             child: child.handle,
             stdin: tokio::sync::Mutex::new(Some(stdin)),
             stderr: StderrCollector::spawn(stderr, STDERR_TAIL_LINES),
@@ -58,8 +59,8 @@ impl CliProcess {
     }
 
     /// The CLI's name, as given to [`CliProcess::start`].
-    pub fn cli(&self) -> &'static str {
-        self.cli
+    pub fn cli(&self) -> &str {
+        &self.cli
     }
 
     /// The OS process ID, where there is one.
@@ -78,6 +79,15 @@ impl CliProcess {
         };
         stdin.write_all(line).await?;
         stdin.flush().await
+    }
+
+    /// Closes stdin (waiting up to `grace` for the close) and leaves the process running: for a
+    /// CLI that reads its input to the end before it works or exits. Later writes fail like after
+    /// [`CliProcess::close`]; the process is not marked closing.
+    pub async fn close_stdin(&self, grace: Duration) {
+        if let Some(mut stdin) = self.stdin.lock().await.take() {
+            let _ = tokio::time::timeout(grace, stdin.shutdown()).await;
+        }
     }
 
     /// True once [`CliProcess::close`] began: the end of stdout is then expected, not a failure.
@@ -203,6 +213,22 @@ mod tests {
         let refused = process.write_line(b"two\n").await.expect_err("stdin is closed");
         assert_eq!(refused.kind(), std::io::ErrorKind::BrokenPipe);
         assert_eq!(refused.to_string(), "cli stdin is closed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn close_stdin_leaves_the_cli_running_until_it_exits_by_itself() {
+        let (exec, process, _stdout) =
+            start(Script::new().expect_line(LineMatch::exact("prompt")).wait_eof().exit(0)).await;
+        process.write_line(b"prompt\n").await.expect("written");
+        process.close_stdin(Duration::from_secs(2)).await;
+        assert!(!process.is_closing());
+        let refused = process.write_line(b"more\n").await.expect_err("stdin is closed");
+        assert_eq!(refused.kind(), std::io::ErrorKind::BrokenPipe);
+        let report = process.exit_report(Duration::from_secs(2), Duration::from_millis(100)).await;
+        assert_eq!(report.status, Some(ExitStatus::code(0)));
+        let run = exec.last_run().expect("a run");
+        assert!(run.stdin_closed());
+        assert!(run.signals().is_empty(), "not killed: {:?}", run.signals());
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,5 +1,26 @@
-//! JSON harness presets for agent-harness.
-//!
-//! This crate will run any agent CLI described by a JSON preset (the AGENT_SESSION model): an
-//! argv template with `{prompt}`, how model, max turns and sessions are passed, output framing,
-//! matchers for result, failure and session ID, and capability claims.
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod allow;
+mod catalog;
+mod conversation;
+mod error;
+mod events;
+mod matcher;
+mod options;
+mod preset;
+mod provider;
+mod result;
+mod session;
+mod template;
+mod turn;
+
+pub use allow::{AllowList, NotAllowed};
+pub use catalog::{CatalogBuilder, PresetCatalog, SHIPPED};
+pub use error::PresetError;
+pub use events::OtherLines;
+pub use matcher::Framing;
+pub use options::{Approvals, DEFAULT_APPROVAL_TIMEOUT, OnBusy, OptionInfo, PresetOptions};
+pub use preset::{ApprovalConversation, DEFAULT_MAX_LINE_BYTES, Preset, PresetInfo, PromptDelivery, SCHEMA_VERSION};
+pub use provider::{PROVIDER_PREFIX, PresetProvider};
+pub use result::PresetResult;

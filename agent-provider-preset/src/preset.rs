@@ -1,0 +1,773 @@
+//! A preset file, read and checked: [`Preset`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use agent_core::{Capabilities, Capability, Support};
+use agent_provider_kit::version::Version;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::allow::AllowList;
+use crate::error::Problem;
+use crate::events::{EventRule, OtherLines};
+use crate::matcher::{Framing, Source, When};
+use crate::options::{DEFAULT_APPROVAL_TIMEOUT, OptionInfo};
+use crate::template::{Condition, Placeholder, Template};
+
+/// The version of the preset file format this crate reads (`"schema_version": 1`).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The longest stdout line a preset reads by default; longer lines are dropped with a warning.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 32 * 1024 * 1024;
+
+/// How the prompt reaches the CLI (without an approval conversation, which always sends it on
+/// stdin as its first message).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptDelivery {
+    /// As the `{prompt}` argument; stdin is closed at once.
+    #[default]
+    Argv,
+    /// Written to stdin, which is then closed.
+    Stdin,
+}
+
+/// The approval conversations a preset can declare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ApprovalConversation {
+    /// Claude Code's control protocol with `--permission-prompt-tool stdio` and
+    /// `--input-format stream-json`: the prompt goes on stdin as a `user` line, each
+    /// `can_use_tool` becomes a request, stdin closes after the result line.
+    ClaudeControl,
+}
+
+// ----- the file --------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PresetFile {
+    #[allow(dead_code)]
+    schema_version: u32,
+    id: String,
+    #[serde(default)]
+    description: Option<String>,
+    program: String,
+    args: Value,
+    #[serde(default)]
+    prompt: PromptDelivery,
+    framing: Framing,
+    #[serde(default)]
+    max_line_bytes: Option<usize>,
+    #[serde(default)]
+    env: EnvFile,
+    #[serde(default)]
+    auth_env: Vec<String>,
+    #[serde(default)]
+    auth_args: Vec<String>,
+    #[serde(default)]
+    version: Option<VersionFile>,
+    #[serde(default)]
+    success_exit_codes: Option<Vec<i32>>,
+    matchers: MatchersFile,
+    #[serde(default)]
+    events: Vec<Value>,
+    #[serde(default)]
+    other_lines: OtherLines,
+    #[serde(default)]
+    capabilities: BTreeMap<String, Support>,
+    #[serde(default)]
+    approvals: Option<ApprovalsFile>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnvFile {
+    #[serde(default)]
+    set: BTreeMap<String, String>,
+    #[serde(default)]
+    unset: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VersionFile {
+    args: Vec<String>,
+    #[serde(default)]
+    contains: Option<String>,
+    #[serde(default)]
+    min: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MatchersFile {
+    #[serde(default)]
+    session_id: Vec<Value>,
+    result: Vec<Value>,
+    #[serde(default)]
+    failure: Vec<Value>,
+    #[serde(default)]
+    keep: BTreeMap<String, Vec<Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApprovalsFile {
+    conversation: ApprovalConversation,
+}
+
+// ----- the checked preset ----------------------------------------------------------------------
+
+/// A rule that finds a value: which lines, and what to take from them.
+#[derive(Clone, Debug)]
+pub(crate) struct Matcher {
+    pub(crate) when: When,
+    pub(crate) value: Option<Source>,
+    /// Take this kept value instead of one from the line.
+    pub(crate) kept: Option<String>,
+}
+
+/// The matchers of a preset.
+#[derive(Clone, Debug)]
+pub(crate) struct Matchers {
+    pub(crate) session_id: Vec<Matcher>,
+    pub(crate) result: Vec<Matcher>,
+    pub(crate) failure: Vec<Matcher>,
+    pub(crate) keep: Vec<(String, Vec<Matcher>)>,
+}
+
+/// `--version` and what it must print.
+#[derive(Clone, Debug)]
+pub(crate) struct VersionCheck {
+    pub(crate) args: Vec<String>,
+    pub(crate) contains: Option<String>,
+    pub(crate) min: Option<Version>,
+}
+
+/// A checked preset: how to start one CLI for a turn and read what it prints. See the crate
+/// docs for the file format. Made by [`PresetCatalog`](crate::PresetCatalog) (shipped presets
+/// and a presets directory) or [`Preset::from_json`].
+#[derive(Clone)]
+pub struct Preset {
+    pub(crate) id: String,
+    pub(crate) description: Option<String>,
+    pub(crate) origin: String,
+    pub(crate) program: String,
+    pub(crate) template: Template,
+    pub(crate) prompt: PromptDelivery,
+    pub(crate) framing: Framing,
+    pub(crate) max_line_bytes: usize,
+    pub(crate) env_set: BTreeMap<String, String>,
+    pub(crate) env_unset: Vec<String>,
+    pub(crate) auth_env: Vec<String>,
+    pub(crate) auth_args: Vec<String>,
+    pub(crate) version: Option<VersionCheck>,
+    pub(crate) success_exit_codes: Vec<i32>,
+    pub(crate) matchers: Matchers,
+    pub(crate) events: Vec<EventRule>,
+    pub(crate) other_lines: OtherLines,
+    /// With approvals asked (when the preset has a conversation).
+    pub(crate) capabilities: Capabilities,
+    pub(crate) approvals: Option<ApprovalConversation>,
+}
+
+/// The capabilities a preset can claim, because the preset's own parts make them possible.
+const CLAIMABLE: &[Capability] = &[
+    Capability::TokenStreaming,
+    Capability::Reasoning,
+    Capability::Usage,
+    Capability::Approvals,
+    Capability::Questions,
+    Capability::Cancel,
+    Capability::Resume,
+    Capability::ModelSelection,
+    Capability::SystemPrompt,
+];
+
+impl Preset {
+    /// Reads and checks a preset file's text. `origin` names it in errors (a path, or
+    /// `shipped:<name>.json`); `allow` is the executable allow-list its `program` must be on.
+    pub fn from_json(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, crate::PresetError> {
+        parse(text, origin, allow).map_err(|problem| crate::PresetError::new(origin, problem))
+    }
+
+    /// The preset's ID (`claude-print`); its provider is registered as `preset:<id>`.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// What the preset runs, for people.
+    pub fn description(&self) -> Option<&str> {
+        self.description.as_deref()
+    }
+
+    /// Where it was read from: a file path, or `shipped:<name>.json`.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The program it starts (a bare name or an absolute path).
+    pub fn program(&self) -> &str {
+        &self.program
+    }
+
+    /// The approval conversation it declares, if any.
+    pub fn approval_conversation(&self) -> Option<ApprovalConversation> {
+        self.approvals
+    }
+
+    /// What its sessions can do with approvals asked (see [`PresetProvider`](crate::PresetProvider)'s
+    /// capabilities for one session's options).
+    pub fn capabilities(&self) -> Capabilities {
+        self.capabilities
+    }
+
+    /// A description of the preset for discovery: ID, provider, origin, program, capabilities
+    /// and the options it takes with their defaults (what `agent-harness presets --json` prints).
+    pub fn info(&self) -> PresetInfo {
+        PresetInfo {
+            id: self.id.clone(),
+            provider: crate::provider::provider_id(&self.id),
+            description: self.description.clone(),
+            origin: self.origin.clone(),
+            program: self.program.clone(),
+            framing: self.framing,
+            approval_conversation: self.approvals,
+            resume: self.capabilities.resume.is_available(),
+            capabilities: self.capabilities,
+            options: self.options(),
+        }
+    }
+
+    fn options(&self) -> Vec<OptionInfo> {
+        let mut options = vec![
+            OptionInfo {
+                name: "binary",
+                default: json!(self.program),
+                description: "the program to run instead (must be on the allow-list)",
+            },
+            OptionInfo { name: "binary_args", default: json!([]), description: "arguments before the preset's own" },
+            OptionInfo {
+                name: "key",
+                default: Value::Null,
+                description: "the conversation key (default: the session ID)",
+            },
+            OptionInfo {
+                name: "on_busy",
+                default: json!("wait"),
+                description: "`wait` or `fail` while another turn of the key runs",
+            },
+        ];
+        if self.template.takes_extra_args() {
+            options.push(OptionInfo { name: "args", default: json!([]), description: "extra CLI arguments" });
+        }
+        if self.template.uses(Placeholder::MaxTurns) {
+            options.push(OptionInfo { name: "max_turns", default: Value::Null, description: "the agent's turn limit" });
+        }
+        if self.approvals.is_some() {
+            options.extend([
+                OptionInfo {
+                    name: "approvals",
+                    default: json!("off"),
+                    description: "`ask`: each tool use becomes a request",
+                },
+                OptionInfo {
+                    name: "approval_risk",
+                    default: Value::Null,
+                    description: "the `risk` of approval requests",
+                },
+                OptionInfo {
+                    name: "approval_timeout_ms",
+                    default: json!(DEFAULT_APPROVAL_TIMEOUT.as_millis() as u64),
+                    description: "how long an approval waits before the tool is denied",
+                },
+                OptionInfo {
+                    name: "approval_audience",
+                    default: Value::Null,
+                    description: "the `audience` of approval requests",
+                },
+            ]);
+        }
+        options
+    }
+
+    /// True when the conversation continues with the preset's `resume` arguments.
+    pub(crate) fn resumes(&self) -> bool {
+        self.template.tests(Condition::Resume)
+    }
+}
+
+impl fmt::Debug for Preset {
+    /// The ID, origin, program and framing; no environment value.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Preset")
+            .field("id", &self.id)
+            .field("origin", &self.origin)
+            .field("program", &self.program)
+            .field("framing", &self.framing)
+            .field("env", &self.env_set.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A preset described for discovery; see [`Preset::info`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct PresetInfo {
+    /// The preset's ID.
+    pub id: String,
+    /// The provider ID sessions name (`preset:<id>`).
+    pub provider: String,
+    /// What it runs.
+    pub description: Option<String>,
+    /// Where it was read from.
+    pub origin: String,
+    /// The program it starts.
+    pub program: String,
+    /// How its output is read.
+    pub framing: Framing,
+    /// Its approval conversation, if any.
+    pub approval_conversation: Option<ApprovalConversation>,
+    /// Whether a conversation continues across turns (and sessions, by key).
+    pub resume: bool,
+    /// What its sessions can do (approvals and questions with `approvals: ask`).
+    pub capabilities: Capabilities,
+    /// The `provider_options` it takes, with their defaults.
+    pub options: Vec<OptionInfo>,
+}
+
+// ----- parsing ---------------------------------------------------------------------------------
+
+fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, Problem> {
+    let value: Value = serde_json::from_str(text).map_err(|e| Problem::new("", format!("not JSON: {e}")))?;
+    let Value::Object(map) = &value else { return Err(Problem::new("", "expected a JSON object")) };
+    match map.get("schema_version") {
+        None => {
+            return Err(Problem::new("schema_version", format!("missing field (this version reads {SCHEMA_VERSION})")));
+        }
+        Some(v) if v.as_u64() == Some(u64::from(SCHEMA_VERSION)) => {}
+        Some(v) => {
+            return Err(Problem::new(
+                "schema_version",
+                format!("unsupported version {v} (this version of agent-provider-preset reads {SCHEMA_VERSION})"),
+            ));
+        }
+    }
+    let file: PresetFile = serde_path_to_error::deserialize(&value).map_err(|error| {
+        let path = error.path().to_string();
+        let path = if path == "." { String::new() } else { path };
+        Problem::new(path, error.into_inner().to_string())
+    })?;
+    check_id(&file.id)?;
+    check_program(&file.program, allow)?;
+    let template = Template::parse(&file.args, "args")?;
+    let framing = file.framing;
+    let matchers = Matchers {
+        session_id: matchers(&file.matchers.session_id, framing, "matchers.session_id", &[])?,
+        result: matchers(&file.matchers.result, framing, "matchers.result", &keep_names(&file.matchers))?,
+        failure: matchers(&file.matchers.failure, framing, "matchers.failure", &keep_names(&file.matchers))?,
+        keep: file
+            .matchers
+            .keep
+            .iter()
+            .map(|(name, rules)| Ok((name.clone(), matchers(rules, framing, &format!("matchers.keep.{name}"), &[])?)))
+            .collect::<Result<_, Problem>>()?,
+    };
+    if matchers.result.is_empty() {
+        return Err(Problem::new("matchers.result", "at least one rule: which line is the result"));
+    }
+    let events = file
+        .events
+        .iter()
+        .enumerate()
+        .map(|(i, rule)| EventRule::parse(rule, framing, &format!("events[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    check_prompt(&template, file.prompt, file.approvals.is_some())?;
+    if template.tests(Condition::Resume) && matchers.session_id.is_empty() {
+        return Err(Problem::new(
+            "matchers.session_id",
+            "a `resume` group needs a rule that finds the CLI's session ID to continue",
+        ));
+    }
+    if template.tests(Condition::Approvals) && file.approvals.is_none() {
+        return Err(Problem::new("args", "an `approvals` group needs an `approvals` conversation"));
+    }
+    let max_line_bytes = file.max_line_bytes.unwrap_or(DEFAULT_MAX_LINE_BYTES);
+    if max_line_bytes == 0 {
+        return Err(Problem::new("max_line_bytes", "must be at least 1"));
+    }
+    for name in file.env.set.keys() {
+        check_env_name(name, &format!("env.set.{name}"))?;
+    }
+    for (i, name) in file.env.unset.iter().enumerate() {
+        check_env_name(name, &format!("env.unset[{i}]"))?;
+    }
+    for (i, name) in file.auth_env.iter().enumerate() {
+        check_env_name(name, &format!("auth_env[{i}]"))?;
+    }
+    if let Some(i) = file.auth_args.iter().position(|a| !a.starts_with('-')) {
+        return Err(Problem::new(format!("auth_args[{i}]"), "expected an option name (`-c`, `--config`)"));
+    }
+    check_kept_tests(&matchers, &events)?;
+    let version = file
+        .version
+        .map(|v| {
+            let min = v
+                .min
+                .as_deref()
+                .map(|m| {
+                    m.parse::<Version>()
+                        .map_err(|_| Problem::new("version.min", format!("`{m}` is not a version (x.y.z)")))
+                })
+                .transpose()?;
+            if v.args.is_empty() {
+                return Err(Problem::new("version.args", "at least one argument (`--version`)"));
+            }
+            Ok(VersionCheck { args: v.args, contains: v.contains, min })
+        })
+        .transpose()?;
+    let success_exit_codes = file.success_exit_codes.unwrap_or_else(|| vec![0]);
+    if success_exit_codes.is_empty() {
+        return Err(Problem::new("success_exit_codes", "at least one exit code"));
+    }
+    let approvals = file.approvals.map(|a| a.conversation);
+    let capabilities = capabilities(&template, &matchers, &events, approvals, &file.capabilities)?;
+    Ok(Preset {
+        id: file.id,
+        description: file.description,
+        origin: origin.to_owned(),
+        program: file.program,
+        template,
+        prompt: file.prompt,
+        framing,
+        max_line_bytes,
+        env_set: file.env.set,
+        env_unset: file.env.unset,
+        auth_env: file.auth_env,
+        auth_args: file.auth_args,
+        version,
+        success_exit_codes,
+        matchers,
+        events,
+        other_lines: file.other_lines,
+        capabilities,
+        approvals,
+    })
+}
+
+/// Every `$name` a `when` tests names a `matchers.keep` value.
+fn check_kept_tests(matchers: &Matchers, events: &[EventRule]) -> Result<(), Problem> {
+    let kept: Vec<&str> = matchers.keep.iter().map(|(name, _)| name.as_str()).collect();
+    let groups: [(&str, &[Matcher]); 3] =
+        [("session_id", &matchers.session_id), ("result", &matchers.result), ("failure", &matchers.failure)];
+    let mut whens: Vec<(String, &When)> = groups
+        .iter()
+        .flat_map(|(group, rules)| {
+            rules.iter().enumerate().map(move |(i, r)| (format!("matchers.{group}[{i}].when"), &r.when))
+        })
+        .collect();
+    for (name, rules) in &matchers.keep {
+        whens.extend(rules.iter().enumerate().map(|(i, r)| (format!("matchers.keep.{name}[{i}].when"), &r.when)));
+    }
+    whens.extend(events.iter().enumerate().map(|(i, rule)| (format!("events[{i}].when"), &rule.when)));
+    for (path, when) in whens {
+        if let Some(name) = when.kept_names().find(|name| !kept.contains(name)) {
+            return Err(Problem::new(format!("{path}.${name}"), format!("no `matchers.keep.{name}` to test")));
+        }
+    }
+    Ok(())
+}
+
+fn keep_names(file: &MatchersFile) -> Vec<String> {
+    file.keep.keys().cloned().collect()
+}
+
+fn check_id(id: &str) -> Result<(), Problem> {
+    let valid = !id.is_empty()
+        && id.len() <= 64
+        && id.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.'));
+    if valid {
+        Ok(())
+    } else {
+        Err(Problem::new(
+            "id",
+            format!("`{id}` is not an ID: 1 to 64 of a-z, 0-9, `-`, `_`, `.`, starting with a letter or digit"),
+        ))
+    }
+}
+
+fn check_program(program: &str, allow: &AllowList) -> Result<(), Problem> {
+    allow.allows(Path::new(program)).map_err(|why| Problem::new("program", why.to_string()))
+}
+
+fn check_env_name(name: &str, path: &str) -> Result<(), Problem> {
+    if name.is_empty() || name.contains(['=', '\0']) {
+        return Err(Problem::new(path, "not an environment variable name"));
+    }
+    Ok(())
+}
+
+fn matchers(rules: &[Value], framing: Framing, path: &str, kept: &[String]) -> Result<Vec<Matcher>, Problem> {
+    rules
+        .iter()
+        .enumerate()
+        .map(|(i, rule)| {
+            let at = format!("{path}[{i}]");
+            let Value::Object(map) = rule else {
+                return Err(Problem::new(at, "expected an object with `when` and `value` (or `kept`)"));
+            };
+            if let Some(unknown) = map.keys().find(|k| !matches!(k.as_str(), "when" | "value" | "kept")) {
+                return Err(Problem::new(
+                    format!("{at}.{unknown}"),
+                    "unknown field (a matcher has `when`, `value`, `kept`)",
+                ));
+            }
+            let when = match map.get("when") {
+                Some(when) => When::parse(when, framing, &format!("{at}.when"))?,
+                None => return Err(Problem::new(format!("{at}.when"), "missing field (which lines)")),
+            };
+            let value =
+                map.get("value").map(|v| Source::parse(v, framing, &when, &format!("{at}.value"))).transpose()?;
+            let kept_name = match map.get("kept") {
+                None => None,
+                Some(Value::String(name)) if kept.contains(name) => Some(name.clone()),
+                Some(Value::String(name)) => {
+                    return Err(Problem::new(format!("{at}.kept"), format!("no `matchers.keep.{name}` to take")));
+                }
+                Some(_) => return Err(Problem::new(format!("{at}.kept"), "expected the name of a kept value")),
+            };
+            if value.is_some() && kept_name.is_some() {
+                return Err(Problem::new(at, "`value` or `kept`, not both"));
+            }
+            Ok(Matcher { when, value, kept: kept_name })
+        })
+        .collect()
+}
+
+/// `{prompt}` must be there exactly once when the prompt goes on the command line, and not at
+/// all when it goes on stdin.
+fn check_prompt(template: &Template, delivery: PromptDelivery, conversation: bool) -> Result<(), Problem> {
+    let mut modes = vec![false];
+    if conversation {
+        modes.push(true);
+    }
+    for approvals in modes {
+        let (always, conditional) = template.prompt_uses(approvals);
+        let on_argv = delivery == PromptDelivery::Argv && !approvals;
+        let when =
+            if conversation { if approvals { " with approvals asked" } else { " without approvals" } } else { "" };
+        if conditional {
+            return Err(Problem::new("args", "`{prompt}` is inside a group that may be left out"));
+        }
+        if on_argv && always != 1 {
+            return Err(Problem::new(
+                "args",
+                format!("`{{prompt}}` must be one argument{when} (found {always}), or set `\"prompt\": \"stdin\"`"),
+            ));
+        }
+        if !on_argv && always != 0 {
+            let how = if approvals { "the approval conversation sends it on stdin" } else { "`prompt` is `stdin`" };
+            return Err(Problem::new("args", format!("`{{prompt}}` is on the command line{when}, but {how}")));
+        }
+    }
+    Ok(())
+}
+
+/// What the preset's parts make possible, with the claims applied.
+fn capabilities(
+    template: &Template,
+    matchers: &Matchers,
+    events: &[EventRule],
+    approvals: Option<ApprovalConversation>,
+    claims: &BTreeMap<String, Support>,
+) -> Result<Capabilities, Problem> {
+    let emits = |name: &str| events.iter().any(|rule| rule.emit.name() == name);
+    let derived = [
+        (Capability::TokenStreaming, emits("message_delta").then_some(Support::Native)),
+        (Capability::Reasoning, emits("reasoning_delta").then_some(Support::Native)),
+        (Capability::Usage, emits("usage").then_some(Support::Native)),
+        (Capability::Approvals, approvals.map(|_| Support::Native)),
+        (Capability::Questions, approvals.map(|_| Support::Native)),
+        // The turn's process is stopped; the CLI has no say.
+        (Capability::Cancel, Some(Support::Emulated)),
+        (
+            Capability::Resume,
+            (template.tests(Condition::Resume) && !matchers.session_id.is_empty()).then_some(Support::Native),
+        ),
+        (Capability::ModelSelection, template.uses(Placeholder::Model).then_some(Support::Native)),
+        (Capability::SystemPrompt, template.uses(Placeholder::SystemPrompt).then_some(Support::Native)),
+    ];
+    let mut caps = derived
+        .iter()
+        .fold(Capabilities::NONE, |caps, (cap, support)| caps.with(*cap, support.unwrap_or(Support::Unsupported)));
+    for (name, support) in claims {
+        let path = format!("capabilities.{name}");
+        let Some(capability) = Capability::ALL.iter().copied().find(|c| c.as_str() == name) else {
+            return Err(Problem::new(path, "unknown capability"));
+        };
+        if !CLAIMABLE.contains(&capability) {
+            return Err(Problem::new(
+                path,
+                "a preset cannot provide this (presets pass a text prompt to one process per turn)",
+            ));
+        }
+        let possible = derived.iter().find(|(c, _)| *c == capability).and_then(|(_, s)| *s).is_some();
+        if support.is_available() && !possible {
+            let why = match capability {
+                Capability::TokenStreaming => "no `events` rule emits `message_delta`",
+                Capability::Reasoning => "no `events` rule emits `reasoning_delta`",
+                Capability::Usage => "no `events` rule emits `usage`",
+                Capability::Approvals | Capability::Questions => "the preset declares no `approvals` conversation",
+                Capability::Resume => "no `resume` group passes `{session_id}`",
+                Capability::ModelSelection => "no argument uses `{model}`",
+                _ => "no argument uses `{system_prompt}`",
+            };
+            return Err(Problem::new(path, format!("claimed, but {why}")));
+        }
+        caps = caps.with(capability, *support);
+    }
+    Ok(caps)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A small valid `lines` preset to vary.
+    pub(crate) fn minimal() -> Value {
+        json!({
+            "schema_version": 1,
+            "id": "mini",
+            "program": "mini-cli",
+            "args": ["--", "{prompt}"],
+            "framing": "lines",
+            "matchers": {"result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]}
+        })
+    }
+
+    fn allow() -> AllowList {
+        AllowList::new().allow("mini-cli")
+    }
+
+    #[track_caller]
+    fn refused(preset: Value, field: &str, says: &str) -> crate::PresetError {
+        let error = Preset::from_json(&preset.to_string(), "dir/mini.json", &allow()).expect_err("refused");
+        assert_eq!(error.origin, "dir/mini.json");
+        assert_eq!(error.field, field, "{error}");
+        assert!(error.message.contains(says), "{error}");
+        error
+    }
+
+    /// `preset` with the value at `pointer` set (its parent must exist).
+    fn with(mut preset: Value, pointer: &str, value: Value) -> Value {
+        let (parent, key) = pointer.rsplit_once('/').expect("a pointer");
+        let parent = preset.pointer_mut(parent).unwrap_or_else(|| panic!("{pointer}"));
+        match parent {
+            Value::Array(items) => items[key.parse::<usize>().expect("an index")] = value,
+            Value::Object(map) => {
+                map.insert(key.to_owned(), value);
+            }
+            _ => panic!("{pointer}"),
+        }
+        preset
+    }
+
+    fn without(mut preset: Value, key: &str) -> Value {
+        preset.as_object_mut().unwrap().remove(key);
+        preset
+    }
+
+    #[test]
+    fn a_minimal_preset_loads_with_what_it_makes_possible() {
+        let preset = Preset::from_json(&minimal().to_string(), "dir/mini.json", &allow()).unwrap();
+        assert_eq!((preset.id(), preset.program(), preset.origin()), ("mini", "mini-cli", "dir/mini.json"));
+        let caps = preset.capabilities();
+        assert_eq!(caps.cancel, Support::Emulated);
+        assert_eq!(caps.resume, Support::Unsupported);
+        assert_eq!(caps.approvals, Support::Unsupported);
+        let info = preset.info();
+        assert_eq!(info.provider, "preset:mini");
+        assert!(info.options.iter().all(|o| o.name != "args" && o.name != "approvals"));
+        let json = serde_json::to_value(&info).unwrap();
+        assert_eq!(json["capabilities"]["cancel"], "emulated");
+    }
+
+    #[test]
+    fn bad_presets_name_the_file_and_the_field() {
+        let error = refused(with(minimal(), "/args/1", json!("{promt}")), "args[1]", "unknown placeholder `{promt}`");
+        assert_eq!(error.to_string(), format!("dir/mini.json: args[1]: {}", error.message));
+        refused(
+            with(minimal(), "/matchers/result/0/when", json!("(RESULT")),
+            "matchers.result[0].when",
+            "invalid regex",
+        );
+        refused(without(minimal(), "framing"), "", "missing field `framing`");
+        refused(without(minimal(), "schema_version"), "schema_version", "missing field");
+        refused(with(minimal(), "/schema_version", json!(2)), "schema_version", "unsupported version 2");
+        refused(with(minimal(), "/program", json!("rm")), "program", "not on the executable allow-list");
+        refused(with(minimal(), "/program", json!("./mini-cli")), "program", "neither a bare program name");
+        refused(with(minimal(), "/framing", json!("xml")), "framing", "unknown variant `xml`");
+        refused(with(minimal(), "/id", json!("Mini CLI")), "id", "not an ID");
+        refused(with(minimal(), "/matchers/result", json!([])), "matchers.result", "at least one rule");
+        refused(with(minimal(), "/matchers/result/0/value", json!("txt")), "matchers.result[0].value", "not a group");
+        refused(
+            with(minimal(), "/matchers/result/0/kept", json!("last")),
+            "matchers.result[0].kept",
+            "no `matchers.keep.last`",
+        );
+        refused(with(minimal(), "/args", json!(["{prompt}", "{prompt}"])), "args", "must be one argument");
+        refused(with(minimal(), "/args", json!(["-x"])), "args", "must be one argument");
+        let mut stdin = with(minimal(), "/prompt", json!("stdin"));
+        refused(stdin.clone(), "args", "`prompt` is `stdin`");
+        stdin["args"] = json!([]);
+        assert!(Preset::from_json(&stdin.to_string(), "x", &allow()).is_ok());
+        let resume =
+            with(minimal(), "/args", json!([{"if": "resume", "then": ["--resume", "{session_id}"]}, "{prompt}"]));
+        refused(resume.clone(), "matchers.session_id", "needs a rule");
+        refused(with(minimal(), "/capabilities", json!({"images": "native"})), "capabilities.images", "cannot provide");
+        refused(with(minimal(), "/capabilities", json!({"resume": "native"})), "capabilities.resume", "claimed, but");
+        refused(
+            with(minimal(), "/capabilities", json!({"teleport": "native"})),
+            "capabilities.teleport",
+            "unknown capability",
+        );
+        refused(with(minimal(), "/events", json!([{"when": "x", "emit": "nope"}])), "events[0].emit", "unknown event");
+        refused(with(minimal(), "/version", json!({"args": ["-V"], "min": "one"})), "version.min", "not a version");
+        refused(with(minimal(), "/env", json!({"set": {"A=B": "x"}})), "env.set.A=B", "not an environment variable");
+        let mut jsonl = with(minimal(), "/framing", json!("jsonl"));
+        jsonl["matchers"] = json!({"result": [{"when": {"/type": "end", "$stop": "ok"}}]});
+        refused(jsonl, "matchers.result[0].when.$stop", "no `matchers.keep.stop`");
+        refused(with(minimal(), "/auth_args", json!(["config"])), "auth_args[0]", "option name");
+        let mut unknown = minimal();
+        unknown["colour"] = json!("blue");
+        refused(unknown, "colour", "unknown field `colour`");
+        let error = Preset::from_json("{not json", "dir/x.json", &allow()).unwrap_err();
+        assert!(error.to_string().starts_with("dir/x.json: not JSON"), "{error}");
+    }
+
+    #[test]
+    fn debug_shows_environment_names_not_values() {
+        let preset = with(minimal(), "/env", json!({"set": {"MINI_TOKEN": "sekrit-value"}}));
+        let preset = Preset::from_json(&preset.to_string(), "x", &allow()).unwrap();
+        let debug = format!("{preset:?}");
+        assert!(debug.contains("MINI_TOKEN") && !debug.contains("sekrit"), "{debug}");
+        let info = serde_json::to_string(&preset.info()).unwrap();
+        assert!(!info.contains("sekrit"), "{info}");
+    }
+
+    #[test]
+    fn claims_can_lower_what_the_parts_make_possible() {
+        let mut preset = with(minimal(), "/capabilities", json!({"cancel": "unsupported"}));
+        preset["events"] = json!([{"when": "^D (?P<t>.*)$", "emit": "message_delta", "text": "t"}]);
+        let preset = Preset::from_json(&preset.to_string(), "x", &allow()).unwrap();
+        assert_eq!(preset.capabilities().cancel, Support::Unsupported);
+        assert_eq!(preset.capabilities().token_streaming, Support::Native);
+    }
+}

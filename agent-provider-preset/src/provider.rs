@@ -1,0 +1,364 @@
+//! [`PresetProvider`]: one preset as a provider — option checks, the auth guard, the version
+//! probe, and opening a session on a keyed conversation.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::exec::{Command, EnvSpec, Exec, ExecError};
+use agent_core::provider::{OpenContext, OpenConversation, Opened, require_capabilities};
+use agent_core::{
+    Capabilities, Capability, DynProvider, Error, Provider, ProviderId, ProviderOptions, Result, SessionOptions,
+    Support,
+};
+use agent_provider_kit::auth::{AuthGuard, EnvRules, normalize_env_name};
+use agent_provider_kit::framing::stderr_note;
+use agent_provider_kit::probe::{self, FileStamp, ProbeCache, ProbeError, ProbeLimits};
+use agent_provider_kit::version::Version;
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::allow::AllowList;
+use crate::conversation::Conversations;
+use crate::options::{Approvals, PresetOptions, merge_json};
+use crate::preset::Preset;
+use crate::session::{PresetSession, RunConfig};
+use crate::template::Placeholder;
+use crate::turn::ApprovalMeta;
+
+/// The prefix of every preset provider's ID: `preset:<preset id>`.
+pub const PROVIDER_PREFIX: &str = "preset:";
+
+/// Longest `--version` wait, within the startup deadline.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The guard every preset applies under `AuthMode::Subscription`: the kit's common rules (any
+/// `*_API_KEY`, `*_BASE_URL`, cloud selectors, …); a preset adds its CLI's own names
+/// (`auth_env`).
+const GUARD: AuthGuard = AuthGuard::new("the preset's CLI", &[EnvRules::COMMON], &[]);
+
+/// The provider ID of preset `id`.
+pub(crate) fn provider_id(id: &str) -> String {
+    format!("{PROVIDER_PREFIX}{id}")
+}
+
+/// One preset as a provider, registered as `preset:<id>`. Made by
+/// [`PresetCatalog::provider`](crate::PresetCatalog::provider).
+///
+/// Every turn runs the preset's CLI once; turns of one conversation key (by default the
+/// session) continue one CLI conversation and run one at a time. See the crate docs.
+pub struct PresetProvider {
+    id: ProviderId,
+    preset: Arc<Preset>,
+    allow: Arc<AllowList>,
+    conversations: Arc<Conversations>,
+    versions: ProbeCache<Version>,
+}
+
+impl PresetProvider {
+    pub(crate) fn new(preset: Arc<Preset>, allow: Arc<AllowList>) -> Self {
+        PresetProvider {
+            id: ProviderId::new(provider_id(&preset.id)),
+            preset,
+            allow,
+            conversations: Arc::new(Conversations::default()),
+            versions: ProbeCache::new(),
+        }
+    }
+
+    /// The preset this provider runs.
+    pub fn preset(&self) -> &Preset {
+        &self.preset
+    }
+
+    fn unavailable(&self, reason: impl Into<String>) -> Error {
+        Error::ProviderUnavailable { provider: self.id.clone(), reason: reason.into() }
+    }
+
+    fn capabilities_for(&self, preset_options: &PresetOptions) -> Capabilities {
+        let caps = self.preset.capabilities;
+        if preset_options.approvals == Approvals::Ask {
+            caps
+        } else {
+            caps.with(Capability::Approvals, Support::Unsupported).with(Capability::Questions, Support::Unsupported)
+        }
+    }
+
+    /// Option checks that need no exec.
+    fn check(&self, options: &SessionOptions, preset_options: &PresetOptions) -> Result<()> {
+        let invalid = |option: &'static str, reason: String| Error::InvalidOption { option, reason };
+        if options.cwd.is_none() {
+            return Err(invalid("cwd", "a preset session runs its CLI in a working directory; set one".into()));
+        }
+        if let Some(binary) = &preset_options.binary
+            && let Err(why) = self.allow.allows(binary)
+        {
+            return Err(invalid("provider_options.binary", format!("{why}; add it to the preset catalog's AllowList")));
+        }
+        if !preset_options.args.is_empty() && !self.preset.template.takes_extra_args() {
+            return Err(invalid(
+                "provider_options.args",
+                format!(
+                    "preset `{}` takes no extra arguments (its args have no `{{\"insert\": \"extra_args\"}}`)",
+                    self.preset.id
+                ),
+            ));
+        }
+        if preset_options.max_turns.is_some() && !self.preset.template.uses(Placeholder::MaxTurns) {
+            return Err(invalid(
+                "provider_options.max_turns",
+                format!("preset `{}` does not pass `{{max_turns}}`", self.preset.id),
+            ));
+        }
+        if preset_options.approvals == Approvals::Ask && self.preset.approvals.is_none() {
+            return Err(Error::Unsupported { provider: self.id.clone(), capability: Capability::Approvals });
+        }
+        if preset_options.key.as_deref().is_some_and(|k| k.trim().is_empty()) {
+            return Err(invalid("provider_options.key", "a conversation key must not be empty".into()));
+        }
+        if preset_options.approval_timeout.is_zero() {
+            return Err(invalid("provider_options.approval_timeout", "must be longer than zero".into()));
+        }
+        self.check_auth(options, None)
+    }
+
+    /// The auth guard under `AuthMode::Subscription`: the session's environment (the kit's
+    /// rules and the preset's `auth_env`), the preset's own `env.set`, and the exec.
+    fn check_auth(&self, options: &SessionOptions, exec: Option<&dyn Exec>) -> Result<()> {
+        if !AuthGuard::applies(options) {
+            return Ok(());
+        }
+        GUARD.check(options, exec, std::iter::empty())?;
+        let own = |name: &str| self.preset.auth_env.iter().any(|n| normalize_env_name(n) == normalize_env_name(name));
+        if let Some(name) = options.env.set.keys().find(|name| own(name)) {
+            return Err(GUARD.refusal(format!(
+                "the session environment variable `{}` (preset `{}` lists it in `auth_env`)",
+                name.escape_debug(),
+                self.preset.id
+            )));
+        }
+        let preset_options = PresetOptions::of(options);
+        let refused_arg = |arg: &str| {
+            self.preset.auth_args.iter().any(|name| {
+                arg == name
+                    || arg.strip_prefix(name.as_str()).is_some_and(|rest| rest.starts_with('='))
+                    || (!name.starts_with("--") && !arg.starts_with("--") && arg.starts_with(name.as_str()))
+            })
+        };
+        if let Some(arg) = preset_options.args.iter().find(|arg| refused_arg(arg)) {
+            return Err(GUARD.refusal(format!(
+                "the extra argument `{}` (preset `{}` lists it in `auth_args`: it can select another model provider, \
+                 endpoint or login)",
+                arg.split('=').next().unwrap_or_default().escape_debug(),
+                self.preset.id
+            )));
+        }
+        if let Some(name) = self.preset.env_set.keys().find(|name| own(name) || GUARD.refuses_env(name)) {
+            return Err(GUARD.refusal(format!(
+                "preset `{}`'s `env.set.{name}` (an API key, endpoint or cloud-provider setting)",
+                self.preset.id
+            )));
+        }
+        Ok(())
+    }
+
+    /// The environment of the preset's processes: the preset's, the session's over it, and
+    /// under `Subscription` the refused names removed.
+    fn env_spec(&self, options: &SessionOptions) -> EnvSpec {
+        let mut spec = EnvSpec::default();
+        spec.set = self.preset.env_set.iter().map(|(k, v)| (k.into(), v.into())).collect();
+        spec.set.retain(|(k, _)| !options.env.set.contains_key(&*k.to_string_lossy()));
+        spec.set.extend(options.env.set.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
+        spec.unset = self.preset.env_unset.iter().map(Into::into).collect();
+        spec.unset.extend(options.env.unset.iter().map(Into::into));
+        let own: Vec<&str> = self.preset.auth_env.iter().map(String::as_str).collect();
+        spec.unset.extend(GUARD.scrubbed(options, &own));
+        spec
+    }
+
+    /// Runs the preset's version probe (once per exec, program and program file). A preset
+    /// without one has its program looked up instead, where the exec runs on this host, so a
+    /// missing CLI fails the session's start rather than its first turn.
+    async fn check_version(&self, ctx: &OpenContext, run: &RunConfig, deadline: Duration) -> Result<()> {
+        let Some(check) = &self.preset.version else {
+            let mut command = Command::new(run.program.clone());
+            command.env = run.env.clone();
+            command.cwd = Some(run.cwd.clone());
+            if ctx.exec.is_local() && FileStamp::of_command(ctx.exec.as_ref(), &command).is_none() {
+                let searched_path = Path::new(&run.program).components().count() == 1;
+                let error = ExecError::ProgramNotFound { program: run.program.clone(), searched_path };
+                return Err(self.spawn_error(&error, &run.program));
+            }
+            return Ok(());
+        };
+        let mut command = Command::new(run.program.clone())
+            .args(run.leading.iter().chain(&check.args))
+            .session(ctx.session_id.clone());
+        command.env = run.env.clone();
+        command.cwd = Some(run.cwd.clone());
+        let stamp = FileStamp::of_command(ctx.exec.as_ref(), &command);
+        // The program with its leading arguments: `node` runs many CLIs.
+        let key = run.leading.iter().fold(run.program.clone(), |mut key, arg| {
+            key.push("\0");
+            key.push(arg);
+            key
+        });
+        if self.versions.get(&ctx.exec, &key, stamp.as_ref()).is_some() {
+            return Ok(());
+        }
+        let shown = format!("{} {}", run.program.to_string_lossy(), check.args.join(" "));
+        let limits = ProbeLimits::new(deadline.min(VERSION_TIMEOUT));
+        let output = match probe::run(ctx.exec.as_ref(), command, limits).await {
+            Ok(output) => output,
+            Err(ProbeError::Spawn(error)) => return Err(self.spawn_error(&error, &run.program)),
+            Err(ProbeError::TimedOut { stderr_tail, .. }) => {
+                return Err(self.unavailable(format!(
+                    "`{shown}` did not answer within {:?}{}",
+                    limits.timeout,
+                    stderr_note(stderr_tail.as_deref())
+                )));
+            }
+            Err(other) => return Err(self.unavailable(format!("`{shown}` {other}"))),
+        };
+        let printed = format!("{}\n{}", output.stdout, output.stderr_tail.as_deref().unwrap_or_default());
+        let what = check.contains.as_deref().map_or_else(|| "its version".to_owned(), |c| format!("`{c}`"));
+        let version = Version::from_cli_output(&output.stdout)
+            .or_else(|| output.stderr_tail.as_deref().and_then(Version::from_cli_output));
+        let version = match version {
+            Some(version)
+                if output.status.success() && check.contains.as_deref().is_none_or(|c| printed.contains(c)) =>
+            {
+                version
+            }
+            _ => {
+                return Err(self.unavailable(format!(
+                    "`{shown}` ({}) did not print {what}; is `{}` the CLI preset `{}` runs?{}",
+                    output.status,
+                    run.program.to_string_lossy(),
+                    self.preset.id,
+                    stderr_note(output.stderr_tail.as_deref())
+                )));
+            }
+        };
+        if let Some(min) = check.min
+            && version < min
+        {
+            return Err(self.unavailable(format!(
+                "{} {version} is older than {min}, the oldest preset `{}` runs; upgrade it or set provider_options.binary",
+                run.program.to_string_lossy(),
+                self.preset.id
+            )));
+        }
+        self.versions.insert(&ctx.exec, &key, stamp, version);
+        Ok(())
+    }
+
+    /// A spawn that failed: the CLI is missing or may not run.
+    pub(crate) fn spawn_error(&self, error: &ExecError, program: &OsString) -> Error {
+        spawn_error(&self.id, &self.preset.id, error, program)
+    }
+}
+
+/// A spawn that failed, as a definite error: nothing runs.
+pub(crate) fn spawn_error(provider: &ProviderId, preset: &str, error: &ExecError, program: &OsString) -> Error {
+    let program = program.to_string_lossy();
+    let reason = match error {
+        ExecError::ProgramNotFound { .. } => {
+            format!("`{program}` was not found; install the CLI preset `{preset}` runs, or set provider_options.binary")
+        }
+        ExecError::ProgramNotExecutable { path, problem, .. } => {
+            format!("`{}` {problem}; set provider_options.binary to the CLI preset `{preset}` runs", path.display())
+        }
+        ExecError::NotAllowed { resolved } => {
+            format!("{} is not on the exec's executable allow-list", resolved.display())
+        }
+        other => format!("`{program}` could not be started: {other}"),
+    };
+    Error::ProviderUnavailable { provider: provider.clone(), reason }
+}
+
+impl fmt::Debug for PresetProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PresetProvider").field("id", &self.id).field("preset", &self.preset).finish_non_exhaustive()
+    }
+}
+
+impl From<PresetProvider> for DynProvider {
+    fn from(provider: PresetProvider) -> Self {
+        Arc::new(provider)
+    }
+}
+
+#[async_trait]
+impl Provider for PresetProvider {
+    fn id(&self) -> ProviderId {
+        self.id.clone()
+    }
+
+    fn capabilities(&self, options: &SessionOptions) -> Capabilities {
+        self.capabilities_for(&PresetOptions::of(options))
+    }
+
+    fn options_from_json(&self, options: &Value, into: &mut ProviderOptions) -> Result<()> {
+        merge_json(&self.id, options, into)
+    }
+
+    fn validate(&self, options: &SessionOptions) -> Result<()> {
+        let preset_options = PresetOptions::of(options);
+        require_capabilities(&self.id, &self.capabilities_for(&preset_options), options)?;
+        self.check(options, &preset_options)
+    }
+
+    async fn open(&self, ctx: OpenContext) -> Result<Opened> {
+        let options = Arc::clone(&ctx.options);
+        let preset_options = PresetOptions::of(&options);
+        let caps = self.capabilities_for(&preset_options);
+        require_capabilities(&self.id, &caps, &options)?;
+        self.check(&options, &preset_options)?;
+        self.check_auth(&options, Some(ctx.exec.as_ref()))?;
+        let run = RunConfig {
+            program: preset_options.binary.clone().map_or_else(|| OsString::from(&self.preset.program), Into::into),
+            leading: preset_options.binary_args.clone(),
+            extra: preset_options.args.clone(),
+            env: self.env_spec(&options),
+            cwd: options.cwd.clone().expect("checked"),
+            model: options.model.clone(),
+            system_prompt: options.system_prompt.clone(),
+            max_turns: preset_options.max_turns.map(|n| n.to_string()),
+            approvals: (preset_options.approvals == Approvals::Ask).then(|| ApprovalMeta {
+                risk: preset_options.approval_risk.clone(),
+                audience: preset_options.approval_audience.clone(),
+                timeout: preset_options.approval_timeout,
+            }),
+            on_busy: preset_options.on_busy,
+        };
+        self.check_version(&ctx, &run, options.startup_timeout.saturating_sub(options.startup_timeout / 10)).await?;
+        let key = preset_options.key.clone().unwrap_or_else(|| ctx.session_id.to_string());
+        let conversation = self.conversations.get(&key);
+        match &ctx.conversation {
+            OpenConversation::Resume { provider_session_id } => {
+                conversation.state().session_id = Some(provider_session_id.clone());
+            }
+            OpenConversation::New => {}
+            _ => return Err(Error::Unsupported { provider: self.id.clone(), capability: Capability::Fork }),
+        }
+        let known = conversation.state().session_id.clone();
+        let session = PresetSession::new(
+            self.id.clone(),
+            Arc::clone(&self.preset),
+            run,
+            ctx.exec.clone(),
+            ctx.sink.clone(),
+            ctx.session_id.clone(),
+            conversation,
+            options.provider_command_timeout.saturating_sub(options.provider_command_timeout / 10),
+        );
+        let opened = Opened::new(Arc::new(session)).capabilities(caps);
+        Ok(match known {
+            Some(id) => opened.provider_session_id(id),
+            None => opened,
+        })
+    }
+}

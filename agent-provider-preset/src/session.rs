@@ -1,0 +1,526 @@
+//! One preset session: the [`ProviderSession`] the runtime drives. Each turn starts the preset's
+//! CLI once, reads its stdout through the [`TurnReader`] and ends when the process exits.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use agent_core::exec::{ChildOutput, Command, EnvSpec};
+use agent_core::provider::{Admission, ProviderSession, TurnStart};
+use agent_core::{
+    DynExec, Error, EventKind, InputItem, ProviderId, Request, Response, Result, SessionId, Sink, TurnId, TurnInput,
+    TurnResult, TurnStatus,
+};
+use agent_provider_kit::framing::{Line, LineReader, unparsed_line_warning};
+use agent_provider_kit::permission_prompt::{self, PendingTool, control_response};
+use agent_provider_kit::process::{CliProcess, encode_line, wait_until};
+use agent_provider_kit::rpc::ExitReport;
+use async_trait::async_trait;
+use serde_json::json;
+use tokio::sync::{Notify, OwnedMutexGuard};
+use tokio::task::AbortHandle;
+
+use crate::conversation::Conversation;
+use crate::options::OnBusy;
+use crate::preset::{Preset, PromptDelivery};
+use crate::result::PresetResult;
+use crate::template::Values;
+use crate::turn::{Action, ApprovalMeta, Outcome, TurnReader, exit_code};
+
+/// How long the reader waits for the process to exit after its stdout closed, before killing it.
+const EXIT_WAIT: Duration = Duration::from_secs(5);
+/// How long the reader waits for the rest of stderr once the process exited.
+const STDERR_DRAIN: Duration = Duration::from_millis(500);
+/// How long closing stdin may take.
+const STDIN_CLOSE: Duration = Duration::from_secs(2);
+/// The reason of a turn `cancel` stopped.
+const STOPPED: &str = "cancelled: the turn's process was stopped";
+
+/// What every turn of the session runs with.
+#[derive(Clone)]
+pub(crate) struct RunConfig {
+    pub(crate) program: OsString,
+    /// Before the preset's arguments (`binary_args`).
+    pub(crate) leading: Vec<String>,
+    /// At the preset's `extra_args` insertion.
+    pub(crate) extra: Vec<String>,
+    pub(crate) env: EnvSpec,
+    pub(crate) cwd: PathBuf,
+    pub(crate) model: Option<String>,
+    pub(crate) system_prompt: Option<String>,
+    pub(crate) max_turns: Option<String>,
+    /// `Some` when approvals are asked through the preset's conversation.
+    pub(crate) approvals: Option<ApprovalMeta>,
+    pub(crate) on_busy: OnBusy,
+}
+
+impl fmt::Debug for RunConfig {
+    /// The program and the number of arguments; no argument, prompt or environment value.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunConfig")
+            .field("program", &self.program)
+            .field("leading", &self.leading.len())
+            .field("extra", &self.extra.len())
+            .field("env", &self.env)
+            .field("cwd", &self.cwd)
+            .field("model", &self.model)
+            .field("on_busy", &self.on_busy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An open preset session.
+pub(crate) struct PresetSession {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    provider: ProviderId,
+    preset: Arc<Preset>,
+    run: RunConfig,
+    exec: DynExec,
+    sink: Sink,
+    session_id: SessionId,
+    conversation: Arc<Conversation>,
+    /// The turn in flight.
+    running: Mutex<Option<Arc<TurnHandle>>>,
+    /// Deadline of `cancel` (the turn's end after its process was stopped).
+    command_timeout: Duration,
+}
+
+/// One turn in flight, shared by the session and the turn's task.
+struct TurnHandle {
+    turn: TurnId,
+    cancelled: AtomicBool,
+    /// Why, once `cancelled`.
+    cancel_reason: Mutex<Option<&'static str>>,
+    /// Woken by `cancel` (a turn waiting for its key) and when the turn has ended.
+    changed: Notify,
+    ended: AtomicBool,
+    /// The turn's number in its key's conversation, once its process started (0 before).
+    number: AtomicU64,
+    process: Mutex<Option<Arc<CliProcess>>>,
+    /// Tool uses waiting for an answer, by the CLI's request ID.
+    pending: Mutex<HashMap<String, PendingTool>>,
+    /// Tool uses the host refused (their `tool_completed` is `declined`).
+    declined: Mutex<HashSet<String>>,
+    task: Mutex<Option<AbortHandle>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How a turn's task starts.
+enum Start {
+    /// The key was free and the process runs.
+    Running { gate: OwnedMutexGuard<()>, process: Arc<CliProcess>, stdout: ChildOutput },
+    /// Another turn of the key runs; wait for it.
+    Waiting,
+}
+
+/// The prompt of `input`: its text (structured input of text items only).
+fn prompt_text(input: &TurnInput) -> Result<String> {
+    if let TurnInput::Items(items) = input
+        && items.iter().any(|i| !matches!(i, InputItem::Text { .. }))
+    {
+        return Err(Error::InvalidOption {
+            option: "input",
+            reason: "a preset passes its CLI a text prompt; give text only".into(),
+        });
+    }
+    Ok(input.text())
+}
+
+impl PresetSession {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        provider: ProviderId,
+        preset: Arc<Preset>,
+        run: RunConfig,
+        exec: DynExec,
+        sink: Sink,
+        session_id: SessionId,
+        conversation: Arc<Conversation>,
+        command_timeout: Duration,
+    ) -> Self {
+        let shared = Shared {
+            provider,
+            preset,
+            run,
+            exec,
+            sink,
+            session_id,
+            conversation,
+            running: Mutex::new(None),
+            command_timeout,
+        };
+        PresetSession { shared: Arc::new(shared) }
+    }
+
+    fn rejected(&self, reason: impl Into<String>) -> Error {
+        Error::ProviderRejected { provider: self.shared.provider.clone(), reason: reason.into() }
+    }
+
+    fn running(&self) -> Option<Arc<TurnHandle>> {
+        lock(&self.shared.running).clone()
+    }
+}
+
+impl Shared {
+    /// Renders the argv for a turn continuing the key's conversation, and starts the process.
+    async fn spawn(&self, prompt: &str, model: Option<&str>) -> Result<(Arc<CliProcess>, ChildOutput)> {
+        let session_id = self.conversation.state().session_id.clone();
+        let cwd = self.run.cwd.to_string_lossy();
+        let values = Values {
+            prompt,
+            model,
+            max_turns: self.run.max_turns.as_deref(),
+            system_prompt: self.run.system_prompt.as_deref(),
+            session_id: session_id.as_deref().filter(|_| self.preset.resumes()),
+            cwd: &cwd,
+            approvals: self.run.approvals.is_some(),
+            extra_args: &self.run.extra,
+        };
+        let args = self.run.leading.iter().cloned().chain(self.preset.template.render(&values));
+        let mut command = Command::new(self.run.program.clone()).args(args).session(self.session_id.clone());
+        command.env = self.run.env.clone();
+        command.cwd = Some(self.run.cwd.clone());
+        let child = self
+            .exec
+            .spawn(command)
+            .await
+            .map_err(|e| crate::provider::spawn_error(&self.provider, &self.preset.id, &e, &self.run.program))?;
+        let (process, stdout) =
+            CliProcess::start(self.preset.id.clone(), child).ok_or_else(|| Error::ProviderUnavailable {
+                provider: self.provider.clone(),
+                reason: "the exec backend did not provide the child's stdin, stdout and stderr".into(),
+            })?;
+        Ok((Arc::new(process), stdout))
+    }
+
+    /// Runs one turn from its start to its terminal event.
+    async fn run_turn(self: Arc<Self>, handle: Arc<TurnHandle>, start: Start, prompt: String, model: Option<String>) {
+        let (gate, process, stdout) = match start {
+            Start::Running { gate, process, stdout } => (gate, process, stdout),
+            Start::Waiting => {
+                let raw = agent_core::event::RawJson::parsed(
+                    json!({"key": self.conversation.key, "on_busy": "wait"}).to_string(),
+                );
+                let waiting = EventKind::ProviderEvent { method: "preset/waiting_for_key".into() };
+                if self.sink.emit(Some(&handle.turn), waiting, Some(raw)).await.is_err() {
+                    return;
+                }
+                let gate = tokio::select! {
+                    gate = Arc::clone(&self.conversation.gate).lock_owned() => gate,
+                    () = wait_until(&handle.changed, || handle.cancelled.load(Ordering::SeqCst)) => {
+                        let outcome = Outcome {
+                            status: TurnStatus::Interrupted,
+                            reason: Some("cancelled while waiting for its conversation key".into()),
+                            text: None,
+                            usage: None,
+                        };
+                        return self.finish(&handle, None, outcome, ExitReport::default()).await;
+                    }
+                };
+                match self.spawn(&prompt, model.as_deref()).await {
+                    Ok((process, stdout)) => (gate, process, stdout),
+                    Err(error) => {
+                        let outcome = Outcome {
+                            status: TurnStatus::Failed,
+                            reason: Some(error.to_string()),
+                            text: None,
+                            usage: None,
+                        };
+                        drop(gate);
+                        return self.finish(&handle, None, outcome, ExitReport::default()).await;
+                    }
+                }
+            }
+        };
+        *lock(&handle.process) = Some(Arc::clone(&process));
+        let number = {
+            let mut state = self.conversation.state();
+            state.turns += 1;
+            state.turns
+        };
+        handle.number.store(number, Ordering::SeqCst);
+        if handle.cancelled.load(Ordering::SeqCst) {
+            process.kill();
+        }
+        let session_id = self.conversation.state().session_id.clone();
+        let mut reader = TurnReader::new(&self.preset, session_id, self.run.approvals.clone());
+        self.deliver_prompt(&process, &prompt).await;
+        let mut lines = LineReader::new(stdout, self.preset.max_line_bytes);
+        let mut actions = Vec::new();
+        let read_error = loop {
+            let line = match lines.next_line().await {
+                Ok(Some(line)) => line,
+                Ok(None) => break None,
+                Err(error) => break Some(error),
+            };
+            let declined = |id: &str| lock(&handle.declined).contains(id);
+            match line {
+                Line::Text(bytes) => match std::str::from_utf8(bytes) {
+                    Ok(text) if text.trim().is_empty() => {}
+                    Ok(text) => reader.on_line(text, &declined, &mut actions),
+                    Err(_) => {
+                        reader.garbage(unparsed_line_warning(&self.preset.id, "UTF-8", bytes.len()), &mut actions)
+                    }
+                },
+                Line::TooLong(len) => reader.garbage(
+                    format!(
+                        "{} wrote a stdout line of {len} bytes, over the {}-byte limit; dropped",
+                        self.preset.id, self.preset.max_line_bytes
+                    ),
+                    &mut actions,
+                ),
+            }
+            if self.perform(&handle, &process, &mut actions).await.is_err() {
+                // The session runtime is gone: nothing to report to.
+                process.kill();
+                return;
+            }
+        };
+        let mut report = process.exit_report(EXIT_WAIT, STDERR_DRAIN).await;
+        if let Some(error) = read_error {
+            report = report.read_error(error);
+        }
+        let cancelled = handle.cancelled.load(Ordering::SeqCst).then(|| lock(&handle.cancel_reason).unwrap_or(STOPPED));
+        let outcome = reader.outcome(&report, cancelled);
+        let session_id = reader.session_id().filter(|_| reader.finished()).map(str::to_owned);
+        drop(gate);
+        self.finish(&handle, session_id, outcome, report).await;
+    }
+
+    /// Sends the prompt the way the preset takes it.
+    async fn deliver_prompt(&self, process: &CliProcess, prompt: &str) {
+        let written = if self.run.approvals.is_some() {
+            let line = json!({
+                "type": "user",
+                "message": {"role": "user", "content": prompt},
+                "parent_tool_use_id": null,
+                "session_id": "",
+            });
+            process.write_line(&encode_line(&line)).await
+        } else if self.preset.prompt == PromptDelivery::Stdin {
+            let written = process.write_line(prompt.as_bytes()).await;
+            process.close_stdin(STDIN_CLOSE).await;
+            written
+        } else {
+            process.close_stdin(STDIN_CLOSE).await;
+            Ok(())
+        };
+        if let Err(error) = written {
+            // The process is gone already; its exit ends the turn.
+            tracing::debug!(%error, preset = %self.preset.id, "could not write the prompt");
+        }
+    }
+
+    /// Carries out what the reader asked for, leaving `actions` empty. Errs when the session
+    /// runtime is gone.
+    async fn perform(
+        &self,
+        handle: &TurnHandle,
+        process: &CliProcess,
+        actions: &mut Vec<Action>,
+    ) -> Result<(), agent_core::provider::SinkClosed> {
+        let turn = Some(&handle.turn);
+        for action in actions.drain(..) {
+            match action {
+                Action::Emit { kind, raw } => self.sink.emit(turn, kind, raw).await?,
+                Action::Request { spec, pending, raw } => {
+                    lock(&handle.pending).insert(pending.request_id.clone(), pending);
+                    self.sink.request(&handle.turn, *spec, raw).await?;
+                }
+                Action::Resolved(provider_ref) => {
+                    if lock(&handle.pending).remove(&provider_ref.0).is_some() {
+                        self.sink.request_resolved(provider_ref, None).await?;
+                    }
+                }
+                Action::Write(line) => {
+                    if let Err(error) = process.write_line(&encode_line(&line)).await {
+                        tracing::debug!(%error, preset = %self.preset.id, "could not answer a control request");
+                    }
+                }
+                Action::CloseStdin => process.close_stdin(STDIN_CLOSE).await,
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the turn in its conversation, lets the next turn in, and reports the end.
+    ///
+    /// `found` is the CLI session ID the turn printed, when the CLI finished the turn (so kept
+    /// its conversation): it becomes the key's, reported as the session's provider session ID
+    /// (and so kept in the store). A turn whose process never started (cancelled or failed while
+    /// waiting for its key) reports the number it would have had without taking it.
+    async fn finish(&self, handle: &TurnHandle, found: Option<String>, outcome: Outcome, report: ExitReport) {
+        let (turn_number, changed, session_id) = {
+            let mut state = self.conversation.state();
+            let changed = found.filter(|id| state.session_id.as_ref() != Some(id));
+            if let Some(id) = &changed {
+                state.session_id = Some(id.clone());
+            }
+            let number = match handle.number.load(Ordering::SeqCst) {
+                0 => state.turns + 1,
+                number => number,
+            };
+            (number, changed, state.session_id.clone())
+        };
+        if let Some(id) = changed {
+            let _ = self.sink.session_updated(Some(id), None).await;
+        }
+        let payload = PresetResult {
+            status: outcome.status,
+            reason: outcome.reason.clone(),
+            text: outcome.text.clone(),
+            session_id,
+            turn: turn_number,
+            exit_code: exit_code(report.status),
+        };
+        let mut result = TurnResult::default();
+        result.text = outcome.text;
+        result.reason = outcome.reason;
+        result.usage = outcome.usage;
+        if outcome.status != TurnStatus::Completed {
+            result.exit_status = report.status;
+            result.stderr_tail = report.stderr_tail;
+        }
+        result.details = serde_json::to_value(&payload).ok();
+        {
+            let mut running = lock(&self.running);
+            if running.as_ref().is_some_and(|h| h.turn == handle.turn) {
+                *running = None;
+            }
+        }
+        lock(&handle.pending).clear();
+        let _ = self.sink.emit(Some(&handle.turn), EventKind::terminal(outcome.status, result), None).await;
+        handle.ended.store(true, Ordering::SeqCst);
+        handle.changed.notify_waiters();
+    }
+}
+
+#[async_trait]
+impl ProviderSession for PresetSession {
+    async fn start_turn(&self, turn: TurnStart) -> Result<Admission> {
+        let prompt = prompt_text(turn.input())?;
+        if let Some(running) = self.running() {
+            return Err(self.rejected(format!("turn `{}` is still running", running.turn)));
+        }
+        let model = turn.options.model.clone().or_else(|| self.shared.run.model.clone());
+        let start = match Arc::clone(&self.shared.conversation.gate).try_lock_owned() {
+            Ok(gate) => {
+                let (process, stdout) = self.shared.spawn(&prompt, model.as_deref()).await?;
+                Start::Running { gate, process, stdout }
+            }
+            Err(_) if self.shared.run.on_busy == OnBusy::Fail => {
+                return Err(self.rejected(format!(
+                    "conversation `{}` is busy: another turn of it is running (on_busy: fail)",
+                    self.shared.conversation.key
+                )));
+            }
+            Err(_) => Start::Waiting,
+        };
+        let handle = Arc::new(TurnHandle {
+            turn: turn.id().clone(),
+            cancelled: AtomicBool::new(false),
+            cancel_reason: Mutex::new(None),
+            changed: Notify::new(),
+            ended: AtomicBool::new(false),
+            number: AtomicU64::new(0),
+            process: Mutex::new(None),
+            pending: Mutex::new(HashMap::new()),
+            declined: Mutex::new(HashSet::new()),
+            task: Mutex::new(None),
+        });
+        *lock(&self.shared.running) = Some(Arc::clone(&handle));
+        let task = tokio::spawn(Arc::clone(&self.shared).run_turn(Arc::clone(&handle), start, prompt, model));
+        *lock(&handle.task) = Some(task.abort_handle());
+        Ok(Admission::default())
+    }
+
+    async fn respond(&self, request: &Request, response: &Response) -> Result<()> {
+        let expired = || Error::RequestExpired { request_id: request.id.clone() };
+        let handle = self.running().filter(|h| h.turn == request.turn_id).ok_or_else(expired)?;
+        let pending = lock(&handle.pending).remove(&request.provider_ref.0).ok_or_else(expired)?;
+        let encoded = match permission_prompt::encode(&pending, response) {
+            Ok(encoded) => encoded,
+            Err(error) => {
+                lock(&handle.pending).insert(pending.request_id.clone(), pending);
+                return Err(error);
+            }
+        };
+        let Some(process) = lock(&handle.process).clone() else { return Err(expired()) };
+        let line = control_response(&pending.request_id, Ok(Some(encoded.result)));
+        if let Err(error) = process.write_line(&encode_line(&line)).await {
+            // The process is gone: the tool cannot run, and the turn ends with its exit.
+            return Err(self.rejected(format!("the turn's process no longer reads its stdin ({error})")));
+        }
+        if encoded.denied
+            && let Some(id) = pending.tool_use_id
+        {
+            lock(&handle.declined).insert(id);
+        }
+        if matches!(response, Response::Cancel { .. }) {
+            // The CLI stops the turn (`interrupt`); it ends interrupted, not failed.
+            lock(&handle.cancel_reason).get_or_insert("cancelled: a request was answered with cancel");
+            handle.cancelled.store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// Stops the turn's process (or its wait for the conversation key) and returns once the
+    /// turn reported its end, within the command deadline.
+    async fn cancel(&self, turn: &TurnId) -> Result<()> {
+        let Some(handle) = self.running().filter(|h| h.turn == *turn) else { return Ok(()) };
+        lock(&handle.cancel_reason).get_or_insert(STOPPED);
+        handle.cancelled.store(true, Ordering::SeqCst);
+        handle.changed.notify_waiters();
+        if let Some(process) = lock(&handle.process).clone() {
+            process.kill();
+        }
+        let ended = wait_until(&handle.changed, || handle.ended.load(Ordering::SeqCst));
+        match tokio::time::timeout(self.shared.command_timeout, ended).await {
+            Ok(()) => Ok(()),
+            Err(_) => Err(Error::Timeout {
+                operation: "the turn's end after its process was stopped",
+                timeout: self.shared.command_timeout,
+            }),
+        }
+    }
+
+    async fn close(&self) {
+        if let Some(handle) = self.running() {
+            let _ = self.cancel(&handle.turn).await;
+        }
+    }
+}
+
+impl Drop for PresetSession {
+    fn drop(&mut self) {
+        if let Some(handle) = self.running() {
+            if let Some(task) = lock(&handle.task).take() {
+                task.abort();
+            }
+            if let Some(process) = lock(&handle.process).take() {
+                process.kill();
+            }
+        }
+    }
+}
+
+impl fmt::Debug for PresetSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PresetSession")
+            .field("provider", &self.shared.provider)
+            .field("key", &self.shared.conversation.key)
+            .field("run", &self.shared.run)
+            .field("running", &self.running().map(|h| h.turn.clone()))
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,484 @@
+//! One turn's output, line by line, and how the turn ended: pure (no I/O), fed by the session's
+//! reader task and by the transcript tests.
+//!
+//! # Exit status and matchers
+//!
+//! A turn's status comes from what the matchers saw and how the process exited, by this rule
+//! (first that applies):
+//!
+//! 1. the turn was cancelled → `interrupted`;
+//! 2. a `failure` line was seen → `failed`, whatever the exit status (exit 0 with a failure
+//!    line fails);
+//! 3. a `result` line was seen and the exit code is one of `success_exit_codes` (default `[0]`)
+//!    → `completed`;
+//! 4. a `result` line was seen but the process exited otherwise (another code, a signal) →
+//!    `failed`: the CLI said it had an answer and then did not finish cleanly (exit 1 with a
+//!    result line fails; its text is kept in the result);
+//! 5. no `result` line → `failed`, with the exit status and the stderr tail.
+//!
+//! A completed turn needs both: the CLI's own word (the result line) and a clean exit.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use agent_core::event::{RawJson, Usage};
+use agent_core::exec::ExitStatus;
+use agent_core::request::{ProviderRef, RequestSpec};
+use agent_core::{EventKind, TurnStatus};
+use agent_provider_kit::permission_prompt::{PendingTool, ToolUseRequest, control_response};
+use agent_provider_kit::rpc::ExitReport;
+use serde_json::Value;
+
+use crate::events::{Emit, OtherLines, other_method};
+use crate::matcher::{Framing, OutputLine};
+use crate::preset::{Matcher, Preset};
+
+/// What the reader task does with a line.
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// Report an event of the turn.
+    Emit { kind: EventKind, raw: Option<RawJson> },
+    /// A tool use waits for an answer.
+    Request { spec: Box<RequestSpec>, pending: PendingTool, raw: Option<RawJson> },
+    /// The CLI withdrew its request.
+    Resolved(ProviderRef),
+    /// Write this line to the CLI's stdin.
+    Write(Value),
+    /// Close the CLI's stdin (the approval conversation is over).
+    CloseStdin,
+}
+
+/// The metadata approval requests carry.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ApprovalMeta {
+    pub(crate) risk: Option<String>,
+    pub(crate) audience: Option<String>,
+    pub(crate) timeout: Duration,
+}
+
+/// What a turn saw so far.
+#[derive(Debug)]
+pub(crate) struct TurnReader<'p> {
+    preset: &'p Preset,
+    /// Approvals are asked through the preset's conversation.
+    approvals: Option<ApprovalMeta>,
+    kept: HashMap<String, String>,
+    session_id: Option<String>,
+    /// `Some` once a result line was seen, with its text.
+    result: Option<Option<String>>,
+    /// `Some` once a failure line was seen, with its text.
+    failure: Option<Option<String>>,
+    usage: Option<Usage>,
+    stdin_closed: bool,
+}
+
+/// How a turn ended, before it becomes a terminal event.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Outcome {
+    pub(crate) status: TurnStatus,
+    pub(crate) reason: Option<String>,
+    pub(crate) text: Option<String>,
+    pub(crate) usage: Option<Usage>,
+}
+
+impl<'p> TurnReader<'p> {
+    /// A turn of `preset` continuing `session_id` (if known), asking approvals with `approvals`.
+    pub(crate) fn new(preset: &'p Preset, session_id: Option<String>, approvals: Option<ApprovalMeta>) -> Self {
+        TurnReader {
+            preset,
+            approvals,
+            kept: HashMap::new(),
+            session_id,
+            result: None,
+            failure: None,
+            usage: None,
+            stdin_closed: false,
+        }
+    }
+
+    /// The CLI's session ID as far as this turn knows.
+    pub(crate) fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+
+    /// True once the CLI said how the turn ended (a result or a failure line): only then has it
+    /// kept the conversation, so only then may a new session ID continue it (a CLI stopped in
+    /// its first turn may not have saved the conversation it named).
+    pub(crate) fn finished(&self) -> bool {
+        self.result.is_some() || self.failure.is_some()
+    }
+
+    /// A line that could not be read (not UTF-8, too long): a warning.
+    pub(crate) fn garbage(&self, message: String, actions: &mut Vec<Action>) {
+        actions.push(Action::Emit { kind: EventKind::Warning { message }, raw: None });
+    }
+
+    /// One stdout line (without its line end). `declined` tells a tool use refused through the
+    /// approval conversation.
+    pub(crate) fn on_line(&mut self, text: &str, declined: &dyn Fn(&str) -> bool, actions: &mut Vec<Action>) {
+        let text = text.trim_end_matches(['\r', '\n']);
+        let parsed = match self.preset.framing {
+            Framing::Jsonl => match serde_json::from_str::<Value>(text) {
+                Ok(value) => Some(value),
+                Err(_) if text.trim().is_empty() => return,
+                Err(_) => {
+                    let message =
+                        agent_provider_kit::framing::unparsed_line_warning(&self.preset.id, "JSON", text.len());
+                    actions.push(Action::Emit { kind: EventKind::Warning { message }, raw: None });
+                    None
+                }
+            },
+            Framing::Lines => None,
+        };
+        if let (Some(meta), Some(json)) = (&self.approvals, &parsed)
+            && conversation_line(meta, text, json, actions)
+        {
+            return;
+        }
+        let preset = self.preset;
+        // Values kept from this line count for the other rules of this line.
+        let updates: Vec<(String, Option<String>)> = {
+            let line = OutputLine { text, json: parsed.as_ref(), kept: &self.kept };
+            preset.matchers.keep.iter().filter_map(|(name, rules)| Some((name.clone(), first(rules, line)?))).collect()
+        };
+        for (name, value) in updates {
+            match value {
+                Some(value) => self.kept.insert(name, value),
+                None => self.kept.remove(&name),
+            };
+        }
+        let line = OutputLine { text, json: parsed.as_ref(), kept: &self.kept };
+        let matchers = &preset.matchers;
+        if let Some(Some(id)) = first(&matchers.session_id, line) {
+            self.session_id = Some(id);
+        }
+        if let Some(text) = first(&matchers.result, line) {
+            self.result = Some(text);
+        }
+        if let Some(text) = first(&matchers.failure, line) {
+            self.failure = Some(text);
+        }
+        let raw = || match parsed {
+            Some(_) => Some(RawJson::parsed(text.to_owned())),
+            None if preset.framing == Framing::Lines => serde_json::to_string(text).ok().map(RawJson::parsed),
+            None => None,
+        };
+        let mut decided = false;
+        for rule in &preset.events {
+            let Some(hit) = rule.when.hit(line) else { continue };
+            if matches!(rule.emit, Emit::Drop) {
+                decided = true;
+                break;
+            }
+            if let Some(kind) = rule.emit.event(&hit, line, declined) {
+                if let EventKind::UsageUpdated(usage) = &kind {
+                    add_usage(&mut self.usage, usage);
+                }
+                actions.push(Action::Emit { kind, raw: raw() });
+                decided = true;
+                if !rule.continues {
+                    break;
+                }
+            }
+        }
+        let showable = parsed.is_some() || preset.framing == Framing::Lines;
+        if !decided && preset.other_lines == OtherLines::ProviderEvent && showable {
+            actions.push(Action::Emit { kind: EventKind::ProviderEvent { method: other_method(line) }, raw: raw() });
+        }
+        if self.approvals.is_some() && !self.stdin_closed && (self.result.is_some() || self.failure.is_some()) {
+            self.stdin_closed = true;
+            actions.push(Action::CloseStdin);
+        }
+    }
+
+    /// How the turn ended (the rule in the module docs), once the process exited.
+    /// `cancelled` is why the turn was cancelled, if it was.
+    pub(crate) fn outcome(&self, exit: &ExitReport, cancelled: Option<&str>) -> Outcome {
+        let cli = &self.preset.id;
+        let how = exit.how();
+        let stderr = agent_provider_kit::framing::stderr_note(exit.stderr_tail.as_deref());
+        let clean = exit.read_error.is_none()
+            && exit.status.and_then(|s| s.code).is_some_and(|code| self.preset.success_exit_codes.contains(&code));
+        let text = self.result.clone().flatten();
+        let (status, reason) = if let Some(why) = cancelled {
+            (TurnStatus::Interrupted, Some(why.to_owned()))
+        } else if let Some(failure) = &self.failure {
+            let reason = failure.clone().unwrap_or_else(|| format!("{cli} reported a failure ({how})"));
+            (TurnStatus::Failed, Some(reason))
+        } else if self.result.is_some() && clean {
+            (TurnStatus::Completed, None)
+        } else if self.result.is_some() {
+            (TurnStatus::Failed, Some(format!("{cli} exited ({how}) after its result line{stderr}")))
+        } else {
+            (TurnStatus::Failed, Some(format!("{cli} exited ({how}) without a result line{stderr}")))
+        };
+        Outcome { status, reason, text, usage: self.usage }
+    }
+}
+
+/// The approval conversation's own lines; true when the line was one.
+fn conversation_line(meta: &ApprovalMeta, text: &str, json: &Value, actions: &mut Vec<Action>) -> bool {
+    match json.get("type").and_then(Value::as_str) {
+        Some("control_request") => {
+            let id = json.get("request_id").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let request = json.get("request").and_then(|r| serde_json::from_value::<ToolUseRequest>(r.clone()).ok());
+            match request {
+                Some(request) if request.is_tool_use() && !id.is_empty() => {
+                    let (mut spec, pending) = request.into_request(&id, &[agent_core::Scope::Once]);
+                    if let Some(risk) = &meta.risk {
+                        spec = spec.meta("risk", risk.clone());
+                    }
+                    if let Some(audience) = &meta.audience {
+                        spec = spec.meta("audience", audience.clone());
+                    }
+                    let timeout_ms = u64::try_from(meta.timeout.as_millis()).unwrap_or(u64::MAX);
+                    spec = spec.meta("timeout_ms", timeout_ms).timeout(meta.timeout);
+                    let raw = Some(RawJson::parsed(text.to_owned()));
+                    actions.push(Action::Request { spec: Box::new(spec), pending, raw });
+                }
+                Some(request) => {
+                    let error = format!("agent-harness presets do not handle `{}` control requests", request.subtype);
+                    actions.push(Action::Write(control_response(&id, Err(error))));
+                }
+                None => actions.push(Action::Write(control_response(&id, Err("malformed control request".into())))),
+            }
+            true
+        }
+        Some("control_cancel_request") => {
+            if let Some(id) = json.get("request_id").and_then(Value::as_str) {
+                actions.push(Action::Resolved(ProviderRef(id.to_owned())));
+            }
+            true
+        }
+        Some("control_response") | Some("keep_alive") => true,
+        _ => false,
+    }
+}
+
+/// Adds one `usage` event to the turn's total: counts and costs are summed (a CLI that reports
+/// usage per model call adds up to the turn's).
+fn add_usage(total: &mut Option<Usage>, usage: &Usage) {
+    let Some(sum) = total else {
+        *total = Some(*usage);
+        return;
+    };
+    let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+    };
+    sum.input_tokens = add(sum.input_tokens, usage.input_tokens);
+    sum.cached_input_tokens = add(sum.cached_input_tokens, usage.cached_input_tokens);
+    sum.output_tokens = add(sum.output_tokens, usage.output_tokens);
+    sum.reasoning_tokens = add(sum.reasoning_tokens, usage.reasoning_tokens);
+    sum.total_tokens = add(sum.total_tokens, usage.total_tokens);
+    sum.cost_usd = match (sum.cost_usd, usage.cost_usd) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+    };
+}
+
+/// The value of the first rule that takes `line`: `Some(None)` for a rule that takes the line
+/// but finds no value.
+fn first(rules: &[Matcher], line: OutputLine<'_>) -> Option<Option<String>> {
+    rules.iter().find_map(|rule| {
+        let hit = rule.when.hit(line)?;
+        Some(match (&rule.value, &rule.kept) {
+            (Some(source), _) => source.text(&hit),
+            (None, Some(name)) => line.kept.get(name).cloned(),
+            (None, None) => None,
+        })
+    })
+}
+
+/// The exit code of a status, for the result payload.
+pub(crate) fn exit_code(status: Option<ExitStatus>) -> Option<i32> {
+    status.and_then(|s| s.code)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::AllowList;
+
+    fn preset(json: Value) -> Preset {
+        Preset::from_json(&json.to_string(), "test", &AllowList::new().allow("cli")).unwrap()
+    }
+
+    fn lines_preset() -> Preset {
+        preset(json!({
+            "schema_version": 1, "id": "lines", "program": "cli", "args": ["{prompt}"], "framing": "lines",
+            "matchers": {
+                "session_id": [{"when": "^SESSION (?P<id>\\S+)$", "value": "id"}],
+                "result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}],
+                "failure": [{"when": "^FAILED (?P<why>.*)$", "value": "why"}]
+            },
+            "events": [{"when": "^SAY (?P<t>.*)$", "emit": "assistant_message", "text": "t"}],
+            "other_lines": "drop"
+        }))
+    }
+
+    fn feed(reader: &mut TurnReader<'_>, lines: &[&str]) -> Vec<Action> {
+        let mut actions = Vec::new();
+        for line in lines {
+            reader.on_line(line, &|_| false, &mut actions);
+        }
+        actions
+    }
+
+    fn exit(code: i32) -> ExitReport {
+        ExitReport::new(Some(ExitStatus::code(code)), Some("cli: bye".into()))
+    }
+
+    #[track_caller]
+    fn check(lines: &[&str], code: i32, status: TurnStatus, reason: Option<&str>, text: Option<&str>) {
+        let preset = lines_preset();
+        let mut reader = TurnReader::new(&preset, None, None);
+        feed(&mut reader, lines);
+        let outcome = reader.outcome(&exit(code), None);
+        assert_eq!(outcome.status, status, "{lines:?} exit {code}: {outcome:?}");
+        match reason {
+            Some(reason) => assert!(outcome.reason.as_deref().is_some_and(|r| r.contains(reason)), "{outcome:?}"),
+            None => assert_eq!(outcome.reason, None),
+        }
+        assert_eq!(outcome.text.as_deref(), text);
+    }
+
+    #[test]
+    fn the_exit_status_and_the_matchers_decide_together() {
+        check(&["SAY hi", "RESULT done"], 0, TurnStatus::Completed, None, Some("done"));
+        // Exit 0 with a failure line: the failure wins.
+        check(&["RESULT done", "FAILED out of credits"], 0, TurnStatus::Failed, Some("out of credits"), Some("done"));
+        // Exit 1 with a result line: not a clean finish; the text is kept.
+        check(
+            &["RESULT done"],
+            1,
+            TurnStatus::Failed,
+            Some("lines exited (exit code 1) after its result line"),
+            Some("done"),
+        );
+        check(&["SAY hi"], 0, TurnStatus::Failed, Some("without a result line; stderr:\ncli: bye"), None);
+        check(&[], 3, TurnStatus::Failed, Some("exit code 3"), None);
+        let preset = lines_preset();
+        let reader = TurnReader::new(&preset, None, None);
+        assert_eq!(reader.outcome(&exit(0), Some("stopped")).status, TurnStatus::Interrupted);
+    }
+
+    #[test]
+    fn lines_become_events_and_the_session_id_is_found_once() {
+        let preset = lines_preset();
+        let mut reader = TurnReader::new(&preset, Some("old".into()), None);
+        let actions = feed(&mut reader, &["SESSION s-1", "SAY hello there", "noise", "SESSION s-1", "RESULT ok"]);
+        let summary: Vec<String> = actions
+            .iter()
+            .map(|a| match a {
+                Action::Emit { kind: EventKind::AssistantMessage { text, .. }, raw } => {
+                    format!("say {text} {}", raw.as_ref().map(|r| r.get()).unwrap_or_default())
+                }
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(summary, ["say hello there \"SAY hello there\""]);
+        assert_eq!(reader.session_id(), Some("s-1"));
+        assert!(reader.finished());
+        let mut cut = TurnReader::new(&preset, None, None);
+        feed(&mut cut, &["SESSION s-2", "SAY working"]);
+        assert_eq!((cut.session_id(), cut.finished()), (Some("s-2"), false));
+    }
+
+    fn shipped(name: &str) -> Preset {
+        let text = crate::SHIPPED.iter().find(|(n, _)| *n == name).map(|(_, t)| *t).expect("shipped");
+        Preset::from_json(text, name, &AllowList::shipped()).unwrap()
+    }
+
+    /// Claude's approval conversation, from lines claude 2.1.197 wrote: the tool use becomes a
+    /// request with its metadata, other control requests are refused, a withdrawn request is
+    /// resolved, and stdin closes after the result.
+    #[test]
+    fn claudes_permission_prompt_becomes_requests() {
+        let preset = shipped("claude-print.json");
+        let meta =
+            ApprovalMeta { risk: Some("high".into()), audience: Some("ops".into()), timeout: Duration::from_secs(9) };
+        let mut reader = TurnReader::new(&preset, None, Some(meta));
+        let lines = [
+            r#"{"type":"system","subtype":"init","cwd":"/w","session_id":"61cf009a","tools":["Bash"]}"#,
+            r#"{"type":"assistant","message":{"id":"msg_1","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"touch x"}}]},"session_id":"61cf009a"}"#,
+            r#"{"type":"control_request","request_id":"req-a","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"touch x"},"tool_use_id":"toolu_1"}}"#,
+            r#"{"type":"control_request","request_id":"req-b","request":{"subtype":"hook_callback","callback_id":"hook_0"}}"#,
+            r#"{"type":"control_cancel_request","request_id":"req-a"}"#,
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","content":"denied","is_error":true,"tool_use_id":"toolu_1"}]}}"#,
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"Done.","session_id":"61cf009a","total_cost_usd":0.01,"usage":{"input_tokens":10,"output_tokens":5}}"#,
+        ];
+        let mut actions = Vec::new();
+        for line in lines {
+            reader.on_line(line, &|id| id == "toolu_1", &mut actions);
+        }
+        let mut seen = Vec::new();
+        for action in &actions {
+            seen.push(match action {
+                Action::Emit { kind, .. } => kind.type_name().to_owned(),
+                Action::Request { spec, pending, .. } => {
+                    assert_eq!(spec.metadata["risk"], "high");
+                    assert_eq!(spec.metadata["audience"], "ops");
+                    assert_eq!(spec.metadata["timeout_ms"], 9000);
+                    assert_eq!(spec.timeout, Some(Duration::from_secs(9)));
+                    assert_eq!(spec.scopes, [agent_core::Scope::Once]);
+                    format!("request {} {}", spec.kind, pending.request_id)
+                }
+                Action::Write(line) => format!("write {}", line["response"]["subtype"].as_str().unwrap_or_default()),
+                Action::Resolved(r) => format!("resolved {}", r.0),
+                Action::CloseStdin => "close stdin".to_owned(),
+            });
+        }
+        assert_eq!(
+            seen,
+            [
+                "provider_event",
+                "tool_started",
+                "request command_approval req-a",
+                "write error",
+                "resolved req-a",
+                "tool_completed",
+                "usage_updated",
+                "close stdin",
+            ]
+        );
+        let declined = actions.iter().any(|a| {
+            matches!(
+                a,
+                Action::Emit {
+                    kind: EventKind::ToolCompleted { status: agent_core::event::ToolStatus::Declined, .. },
+                    ..
+                }
+            )
+        });
+        assert!(declined, "a denied tool use completes as declined");
+        assert_eq!(reader.session_id(), Some("61cf009a"));
+        let outcome = reader.outcome(&exit(0), None);
+        assert_eq!((outcome.status, outcome.text.as_deref()), (TurnStatus::Completed, Some("Done.")));
+        assert_eq!(outcome.usage.and_then(|u| u.cost_usd), Some(0.01));
+    }
+
+    /// Pi's retry and error lines, from pi 1.6.0: a failed message ends the turn only at the
+    /// final `agent_end`, with pi's error text.
+    #[test]
+    fn pis_final_agent_end_decides() {
+        let preset = shipped("pi-print.json");
+        let error = r#"{"type":"message_end","message":{"role":"assistant","content":[],"stopReason":"error","errorMessage":"500: overloaded","usage":{"input":1,"output":0}}}"#;
+        let retried = r#"{"type":"agent_end","messages":[],"willRetry":true}"#;
+        let good = r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"Hi"}],"stopReason":"stop","usage":{"input":3,"output":2,"cost":{"total":0.5}}}}"#;
+        let end = r#"{"type":"agent_end","messages":[],"willRetry":false}"#;
+        let mut reader = TurnReader::new(&preset, None, None);
+        feed(&mut reader, &[r#"{"type":"session","version":3,"id":"01a2"}"#, error, retried, good, end]);
+        let outcome = reader.outcome(&exit(0), None);
+        assert_eq!((outcome.status, outcome.text.as_deref()), (TurnStatus::Completed, Some("Hi")), "{outcome:?}");
+        let usage = outcome.usage.expect("usage");
+        assert_eq!((usage.input_tokens, usage.output_tokens, usage.cost_usd), (Some(4), Some(2), Some(0.5)), "summed");
+        let mut reader = TurnReader::new(&preset, None, None);
+        feed(&mut reader, &[error, end]);
+        let outcome = reader.outcome(&exit(0), None);
+        assert_eq!(outcome.status, TurnStatus::Failed);
+        assert_eq!(outcome.reason.as_deref(), Some("500: overloaded"));
+    }
+}

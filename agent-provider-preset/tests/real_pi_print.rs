@@ -1,0 +1,103 @@
+//! The shipped `pi-print` preset on the real pi 1.6.0 (Node 22) and 0.73.1 (Node 20), from
+//! `cargo xtask clis`, through the public `Harness`, offline against the testkit's fake Chat
+//! Completions server on 127.0.0.1: `pi -p --mode json` with the prompt on stdin, one process
+//! per turn, the second turn continuing the first's session with `--session`.
+//!
+//! Every test fails with "run `cargo xtask clis`" when a pinned CLI is not installed.
+
+mod support;
+
+use std::sync::Arc;
+
+use agent_core::event::ToolStatus;
+use agent_core::{EventKind, TurnStatus};
+use agent_exec::LocalExec;
+use agent_provider_preset::PresetCatalog;
+use agent_store_memory::MemoryStore;
+use agent_testkit::events::{count, names, terminal};
+use agent_testkit::recording::RecordingExec;
+use agent_testkit::{Channel, Cli, FakeModel, OfflineEnv, Provider, Scenario};
+use support::{allow, deltas, model_history, payload, preset_options};
+
+fn clis() -> Vec<Cli> {
+    let fail = |e| panic!("{e}\nrun `cargo xtask clis`");
+    [Channel::LatestValidated, Channel::MinSupported].map(|c| Cli::locate(Provider::Pi, c).unwrap_or_else(fail)).into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_text_turn_and_a_continued_second_turn_on_both_pinned_versions() {
+    for cli in clis() {
+        let version = cli.version().to_owned();
+        let scenario = Scenario::new().deltas(["Kiwi ", "noted"], 0).echo("recall: ");
+        let server = FakeModel::start(scenario).await.expect("fake model");
+        let env = OfflineEnv::new(&cli, &server).expect("offline environment");
+        let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
+        let catalog = PresetCatalog::builder(allow(&cli)).load();
+        let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));
+        let options = env.session_options().provider_option(preset_options(&cli, &env));
+        let session = harness.start_session("preset:pi-print", options).await.expect("session starts");
+
+        // A prompt pi would take for a file name on its command line goes on stdin, as text.
+        let (_, first) = support::run(&harness, &session, "@notes.txt Remember the word KIWI", |_| None).await;
+        let end = terminal(&first);
+        assert_eq!(end.status, TurnStatus::Completed, "pi {version}: {}: {:?}", names(&first), end.result);
+        assert_eq!(end.result.text.as_deref(), Some("Kiwi noted"), "pi {version}");
+        assert_eq!(deltas(&first), "Kiwi noted", "pi {version}: {}", names(&first));
+        assert_eq!(count(&first, "assistant_message"), 1, "pi {version}: {}", names(&first));
+        assert!(count(&first, "usage_updated") >= 1, "pi {version}: {}", names(&first));
+        let one = payload(&first);
+        assert_eq!((one.status, one.turn, one.exit_code), (TurnStatus::Completed, 1, Some(0)), "pi {version}");
+        let pi_session = one.session_id.expect("pi's session id");
+
+        let (_, second) = support::run(&harness, &session, "Which fruit?", |_| None).await;
+        assert_eq!(terminal(&second).status, TurnStatus::Completed, "pi {version}: {}", names(&second));
+        assert_eq!(terminal(&second).result.text.as_deref(), Some("recall: Which fruit?"));
+        assert_eq!(payload(&second).session_id.as_deref(), Some(pi_session.as_str()), "pi {version}");
+        let history = model_history(&server, 1);
+        assert!(
+            history.contains("Remember the word KIWI") && history.contains("Kiwi noted"),
+            "pi {version}: {history}"
+        );
+        let argv: Vec<String> = exec.commands()[2].args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert!(argv.windows(2).any(|w| w == ["--session", pi_session.as_str()]), "pi {version}: {argv:?}");
+        assert!(!argv.iter().any(|a| a.contains("Which fruit")), "the prompt is not on the command line: {argv:?}");
+        support::finish(&harness, &exec).await;
+        harness.shutdown().await;
+        assert!(server.proxy().attempts().is_empty(), "pi {version} tried to reach outside 127.0.0.1");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bash_call_shows_as_a_tool_and_a_model_error_fails_the_turn() {
+    let cli = support::cli(Provider::Pi);
+    let scenario = Scenario::new()
+        .shell("echo from-pi")
+        .quote_tool_result("Tool said: ")
+        .http_error(400, "the fake model refuses");
+    let server = FakeModel::start(scenario).await.expect("fake model");
+    let env = OfflineEnv::new(&cli, &server).expect("offline environment");
+    let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
+    let harness = support::harness(&PresetCatalog::builder(allow(&cli)).load(), &exec, Arc::new(MemoryStore::new()));
+    let options = env.session_options().provider_option(preset_options(&cli, &env));
+    let session = harness.start_session("preset:pi-print", options).await.expect("session starts");
+    let (_, events) = support::run(&harness, &session, "run it", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    let tools: Vec<(ToolStatus, String)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolCompleted { status, output, .. } => Some((*status, output.clone().unwrap_or_default())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tools, [(ToolStatus::Completed, "from-pi\n".to_owned())], "{}", names(&events));
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("Tool said: from-pi\n"));
+
+    // Pi exits 0 after a model error: the failure matcher decides.
+    let (_, failed) = support::run(&harness, &session, "fail now", |_| None).await;
+    let end = terminal(&failed);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&failed));
+    assert!(end.result.reason.as_deref().is_some_and(|r| r.contains("the fake model refuses")), "{:?}", end.result);
+    assert_eq!(payload(&failed).exit_code, Some(0));
+    support::finish(&harness, &exec).await;
+    harness.shutdown().await;
+}

@@ -1,0 +1,431 @@
+//! A user preset for a made-up CLI (a shell script this test writes) loaded from a presets
+//! directory: turns, a conversation continued by key, the exit status against the matchers,
+//! one turn at a time per key (`on_busy`), cancel, sessions from a `SessionConfig`, and
+//! presets that do not load.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::{
+    Error, ErrorKind, EventKind, Harness, SessionConfig, SessionOptions, SessionRef, TurnOptions, TurnStatus,
+};
+use agent_exec::LocalExec;
+use agent_provider_preset::{AllowList, OnBusy, PresetCatalog, PresetOptions};
+use agent_store_memory::MemoryStore;
+use agent_testkit::events::{Watched, names, terminal};
+use agent_testkit::programs::ProgramDir;
+use agent_testkit::recording::RecordingExec;
+use serde_json::{Value, json};
+use support::payload;
+
+/// The made-up CLI: `mini-agent [--resume ID] [--model M] [EXTRA…] -- PROMPT`. It prints its
+/// session, one line per turn it has seen in that session, and a result (or a failure) chosen
+/// by the prompt's first word.
+const MINI_AGENT: &str = r#"
+if [ "$1" = "--version" ]; then echo "mini-agent 1.2.0"; exit 0; fi
+session=""; model=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --resume) session="$2"; shift 2;;
+    --model) model="$2"; shift 2;;
+    --) shift; break;;
+    *) echo "ARG $1"; shift;;
+  esac
+done
+prompt="$1"
+[ -n "$session" ] || session="s-$$"
+echo "SESSION $session"
+echo "$prompt" >> "history-$session"
+turns=$(wc -l < "history-$session" | tr -d ' ')
+echo "SAY turn $turns of $session${model:+ with $model}"
+case "$prompt" in
+  fail-zero*) echo "RESULT partial"; echo "FAILED out of credits"; exit 0;;
+  result-one*) echo "RESULT all done"; echo "mini-agent: lost the connection" >&2; exit 1;;
+  block*) while [ ! -e release ]; do sleep 0.05; done; echo "RESULT released";;
+  *) echo "RESULT echo: $prompt";;
+esac
+"#;
+
+fn mini_preset(program: &Path) -> Value {
+    json!({
+        "schema_version": 1,
+        "id": "mini-agent",
+        "description": "A made-up CLI",
+        "program": program,
+        "args": [
+            {"if": "resume", "then": ["--resume", "{session_id}"]},
+            {"if": "model", "then": ["--model", "{model}"]},
+            {"insert": "extra_args"},
+            "--", "{prompt}"
+        ],
+        "framing": "lines",
+        "version": {"args": ["--version"], "contains": "mini-agent", "min": "1.0.0"},
+        "matchers": {
+            "session_id": [{"when": "^SESSION (?P<id>\\S+)$", "value": "id"}],
+            "result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}],
+            "failure": [{"when": "^FAILED (?P<why>.*)$", "value": "why"}]
+        },
+        "events": [
+            {"when": "^SAY (?P<t>.*)$", "emit": "assistant_message", "text": "t"},
+            {"when": "^(SESSION|RESULT|FAILED) ", "emit": "drop"}
+        ]
+    })
+}
+
+/// A test's world: the script, a presets directory holding its preset, a workspace, a harness.
+struct Mini {
+    /// Holds the script, the presets and the workspace (removed on drop).
+    _programs: ProgramDir,
+    presets: PathBuf,
+    workspace: PathBuf,
+    exec: Arc<RecordingExec>,
+    harness: Harness,
+    catalog: PresetCatalog,
+}
+
+impl Mini {
+    fn start() -> Mini {
+        let programs = ProgramDir::new("preset-mini");
+        let script = programs.script("mini-agent", MINI_AGENT);
+        let presets = programs.dir("presets");
+        std::fs::write(presets.join("mini-agent.json"), mini_preset(&script).to_string()).expect("preset written");
+        let workspace = programs.dir("work");
+        let catalog = PresetCatalog::builder(AllowList::shipped().allow(&script)).dir(&presets).load();
+        assert!(catalog.errors().is_empty(), "{:?}", catalog.errors());
+        let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
+        let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));
+        Mini { _programs: programs, presets, workspace, exec, harness, catalog }
+    }
+
+    fn options(&self, preset: PresetOptions) -> SessionOptions {
+        SessionOptions::new(&self.workspace).provider_option(preset)
+    }
+
+    async fn session(&self, options: SessionOptions) -> SessionRef {
+        self.harness.start_session("preset:mini-agent", options).await.expect("session starts")
+    }
+
+    /// The argv (without the program) of the `n`-th process started.
+    fn argv(&self, n: usize) -> Vec<String> {
+        self.exec.commands()[n].args.iter().map(|a| a.to_string_lossy().into_owned()).collect()
+    }
+
+    async fn finish(self) {
+        support::finish(&self.harness, &self.exec).await;
+        self.harness.shutdown().await;
+    }
+}
+
+fn said(events: &[Arc<agent_core::Event>]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::AssistantMessage { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_preset_for_a_made_up_cli_runs_from_a_presets_directory() {
+    let mini = Mini::start();
+    let preset = mini.catalog.get("mini-agent").expect("loaded from the directory");
+    assert!(preset.origin().ends_with("presets/mini-agent.json"), "{}", preset.origin());
+    let session = mini.session(mini.options(PresetOptions::new().args(["--verbose"])).model("tiny")).await;
+
+    let (_, first) = support::run(&mini.harness, &session, "hello there", |_| None).await;
+    assert_eq!(terminal(&first).status, TurnStatus::Completed, "{}", names(&first));
+    assert_eq!(terminal(&first).result.text.as_deref(), Some("echo: hello there"));
+    let one = payload(&first);
+    let id = one.session_id.clone().expect("the session line was matched");
+    assert_eq!(said(&first), [format!("turn 1 of {id} with tiny")]);
+    // A line no rule takes is a provider event with its text as raw JSON.
+    let arg = first.iter().find(|e| matches!(&e.kind, EventKind::ProviderEvent { method } if method == "line"));
+    assert_eq!(arg.and_then(|e| e.raw.as_ref()).map(|r| r.get()), Some("\"ARG --verbose\""), "{}", names(&first));
+    assert_eq!((one.turn, one.exit_code), (1, Some(0)));
+
+    let (_, second) = support::run(&mini.harness, &session, "and again", |_| None).await;
+    assert_eq!(said(&second), [format!("turn 2 of {id} with tiny")], "the conversation continued");
+    assert_eq!(payload(&second).turn, 2);
+    assert_eq!(mini.argv(0), ["--version"]);
+    assert_eq!(mini.argv(1), ["--model", "tiny", "--verbose", "--", "hello there"]);
+    assert_eq!(mini.argv(2), ["--resume", id.as_str(), "--model", "tiny", "--verbose", "--", "and again"]);
+    let status = mini.harness.status(&session).await.expect("status");
+    assert_eq!(status.provider_session_id.as_deref(), Some(id.as_str()));
+    mini.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_status_and_matchers_disagreeing_fail_the_turn() {
+    let mini = Mini::start();
+    let session = mini.session(mini.options(PresetOptions::new())).await;
+
+    // Exit 0 with a failure line: failed, with the failure's text.
+    let (_, events) = support::run(&mini.harness, &session, "fail-zero please", |_| None).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    assert_eq!(end.result.reason.as_deref(), Some("out of credits"));
+    let failed = payload(&events);
+    assert_eq!((failed.status, failed.exit_code), (TurnStatus::Failed, Some(0)));
+
+    // Exit 1 with a result line: failed; the result's text is kept, stderr explains.
+    let (_, events) = support::run(&mini.harness, &session, "result-one please", |_| None).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    let reason = end.result.reason.clone().unwrap_or_default();
+    assert!(reason.starts_with("mini-agent exited (exit code 1) after its result line"), "{reason}");
+    assert!(reason.contains("lost the connection"), "{reason}");
+    assert_eq!(end.result.text.as_deref(), Some("all done"));
+    assert_eq!(end.result.exit_status.and_then(|s| s.code), Some(1));
+    assert_eq!((payload(&events).exit_code, payload(&events).text.as_deref()), (Some(1), Some("all done")));
+
+    // The session goes on: one process per turn.
+    let (_, events) = support::run(&mini.harness, &session, "fine now", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(payload(&events).turn, 3);
+    mini.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_turn_at_a_time_per_key_waits_or_fails() {
+    let mini = Mini::start();
+    let keyed = |on_busy| mini.options(PresetOptions::new().key("ticket-42").on_busy(on_busy));
+    let first = mini.session(keyed(OnBusy::Wait).id("first")).await;
+    let failing = mini.session(keyed(OnBusy::Fail).id("failing")).await;
+    let waiting = mini.session(keyed(OnBusy::Wait).id("waiting")).await;
+
+    let mut blocked = watch(&mini.harness, &first, "block until released").await;
+    blocked.until(|e| matches!(e.kind, EventKind::AssistantMessage { .. })).await;
+
+    // on_busy: fail — refused at once, nothing started.
+    let (_, refused) = support::run(&mini.harness, &failing, "me too", |_| None).await;
+    let end = terminal(&refused);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&refused));
+    let reason = end.result.reason.clone().unwrap_or_default();
+    assert!(reason.contains("conversation `ticket-42` is busy"), "{reason}");
+    assert_eq!(mini.exec.commands().len(), 2, "--version and the blocked turn only");
+
+    // on_busy: wait — admitted, waits for the key, then continues the same conversation.
+    let mut queued = watch(&mini.harness, &waiting, "after you").await;
+    queued
+        .until(|e| matches!(&e.kind, EventKind::ProviderEvent { method } if method == "preset/waiting_for_key"))
+        .await;
+    assert_eq!(mini.exec.commands().len(), 2, "the waiting turn has not started its process");
+
+    // A waiting turn can be cancelled: it ends without ever starting its process.
+    let impatient = mini.session(keyed(OnBusy::Wait).id("impatient")).await;
+    let mut given_up = watch(&mini.harness, &impatient, "never mind").await;
+    given_up
+        .until(|e| matches!(&e.kind, EventKind::ProviderEvent { method } if method == "preset/waiting_for_key"))
+        .await;
+    mini.harness.cancel(given_up.turn()).await.expect("cancel");
+    let given_up = given_up.into_events().await;
+    assert_eq!(terminal(&given_up).status, TurnStatus::Interrupted, "{}", names(&given_up));
+    assert_eq!((payload(&given_up).exit_code, payload(&given_up).turn), (None, 2), "the number it would have had");
+    assert_eq!(mini.exec.commands().len(), 2, "the cancelled turn never started a process");
+
+    std::fs::write(mini.workspace.join("release"), "").expect("release");
+    let first_events = blocked.into_events().await;
+    assert_eq!(terminal(&first_events).result.text.as_deref(), Some("released"));
+    let id = payload(&first_events).session_id.expect("session id");
+    let queued_events = queued.into_events().await;
+    assert_eq!(terminal(&queued_events).status, TurnStatus::Completed, "{}", names(&queued_events));
+    assert_eq!(said(&queued_events), [format!("turn 2 of {id}")], "one conversation for the key");
+    assert_eq!(payload(&queued_events).turn, 2, "turns that started a process count");
+    assert_eq!(mini.argv(2)[..2], ["--resume".to_owned(), id]);
+    mini.finish().await;
+}
+
+/// Starts a turn of `session` watched from before it starts.
+async fn watch(harness: &Harness, session: &SessionRef, prompt: &str) -> Watched {
+    let events = harness.subscribe(session, agent_core::Replay::Latest).await.expect("subscribe");
+    let turn = harness.start_turn(session, prompt, TurnOptions::new()).await.expect("turn recorded");
+    Watched::new(turn, events, support::IDLE)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_the_turns_process_and_the_next_turn_runs() {
+    let mini = Mini::start();
+    let session = mini.session(mini.options(PresetOptions::new())).await;
+    let (_, first) = support::run(&mini.harness, &session, "hello", |_| None).await;
+    let id = payload(&first).session_id.expect("session id");
+
+    let mut blocked = watch(&mini.harness, &session, "block forever").await;
+    blocked.until(|e| matches!(e.kind, EventKind::AssistantMessage { .. })).await;
+    let pid = mini.exec.spawned().last().and_then(|s| s.pid()).expect("the turn's process");
+    mini.harness.cancel(blocked.turn()).await.expect("cancel");
+    let events = blocked.into_events().await;
+    assert_eq!(terminal(&events).status, TurnStatus::Interrupted, "{}", names(&events));
+    let cut = payload(&events);
+    assert_eq!((cut.status, cut.turn, cut.exit_code), (TurnStatus::Interrupted, 2, None));
+    let child = mini.exec.children().into_iter().find(|c| c.id() == Some(pid)).expect("its handle");
+    let status = tokio::time::timeout(Duration::from_secs(5), child.wait()).await.expect("exited").expect("status");
+    assert!(status.signal.is_some(), "stopped by a signal: {status:?}");
+
+    // The conversation goes on from what the CLI kept.
+    let (_, next) = support::run(&mini.harness, &session, "still here?", |_| None).await;
+    assert_eq!(terminal(&next).status, TurnStatus::Completed, "{}", names(&next));
+    assert_eq!(said(&next), [format!("turn 3 of {id}")]);
+    mini.finish().await;
+}
+
+/// A CLI stopped in a conversation's first turn may not have saved the conversation it named
+/// (claude has not, measured): its session ID is not taken, and the next turn starts afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_turn_cut_short_leaves_no_conversation_to_continue() {
+    let mini = Mini::start();
+    let session = mini.session(mini.options(PresetOptions::new())).await;
+    let mut blocked = watch(&mini.harness, &session, "block forever").await;
+    blocked.until(|e| matches!(e.kind, EventKind::AssistantMessage { .. })).await;
+    mini.harness.cancel(blocked.turn()).await.expect("cancel");
+    let events = blocked.into_events().await;
+    assert_eq!(terminal(&events).status, TurnStatus::Interrupted, "{}", names(&events));
+    assert_eq!(payload(&events).session_id, None, "the cut turn's session ID was not taken");
+    assert_eq!(mini.harness.status(&session).await.expect("status").provider_session_id, None);
+
+    let (_, next) = support::run(&mini.harness, &session, "from scratch", |_| None).await;
+    assert_eq!(terminal(&next).status, TurnStatus::Completed, "{}", names(&next));
+    assert!(!mini.argv(2).contains(&"--resume".to_owned()), "{:?}", mini.argv(2));
+    let id = payload(&next).session_id.expect("this turn's session ID is taken");
+    assert_eq!(said(&next), [format!("turn 1 of {id}")]);
+    assert_eq!(mini.harness.status(&session).await.expect("status").provider_session_id, Some(id));
+    mini.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_from_a_config_and_bad_options_refused_before_anything_runs() {
+    let mini = Mini::start();
+    let config = SessionConfig::from_json_value(json!({
+        "provider": "preset:mini-agent",
+        "id": "from-config",
+        "cwd": mini.workspace,
+        "model": "large",
+        "provider_options": {"key": "cfg", "on_busy": "fail", "args": ["--json-flag"]}
+    }))
+    .expect("config parses");
+    let session = mini.harness.start_session_from_config(config).await.expect("session from config");
+    let (_, events) = support::run(&mini.harness, &session, "configured", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    assert!(said(&events)[0].ends_with(" with large"), "{:?}", said(&events));
+    assert!(mini.argv(1).contains(&"--json-flag".to_owned()), "{:?}", mini.argv(1));
+    let started = mini.exec.commands().len();
+
+    let refused = |options: Value| {
+        SessionConfig::from_json_value(
+            json!({"provider": "preset:mini-agent", "cwd": mini.workspace, "provider_options": options}),
+        )
+        .expect("parses")
+    };
+    let error = mini.harness.start_session_from_config(refused(json!({"on_busy": "later"}))).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidConfig);
+    assert!(error.to_string().contains("provider_options.on_busy"), "{error}");
+    let error = mini.harness.start_session_from_config(refused(json!({"binary": "/bin/sh"}))).await.unwrap_err();
+    assert!(matches!(&error, Error::InvalidOption { option: "provider_options.binary", .. }), "{error}");
+    assert!(error.to_string().contains("not on the executable allow-list"), "{error}");
+    let error = mini.harness.start_session_from_config(refused(json!({"approvals": "ask"}))).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Unsupported, "{error}");
+    let error = mini.harness.start_session_from_config(refused(json!({"max_turns": 3}))).await.unwrap_err();
+    assert!(matches!(&error, Error::InvalidOption { option: "provider_options.max_turns", .. }), "{error}");
+    let sandboxed = SessionConfig::from_json_value(
+        json!({"provider": "preset:mini-agent", "cwd": mini.workspace, "sandbox": "read_only"}),
+    )
+    .expect("parses");
+    let error = mini.harness.start_session_from_config(sandboxed).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Unsupported, "{error}");
+    assert_eq!(mini.exec.commands().len(), started, "nothing was spawned for a refused session");
+    // A CLI that is not there fails the start, before any turn.
+    let missing = mini.workspace.join("no-such-agent");
+    let script = mini.catalog.get("mini-agent").expect("loaded").program().to_owned();
+    let catalog = PresetCatalog::builder(AllowList::new().allow(&missing).allow(&script)).dir(&mini.presets).load();
+    let harness = support::harness(&catalog, &mini.exec, Arc::new(MemoryStore::new()));
+    let error = harness
+        .start_session("preset:mini-agent", mini.options(PresetOptions::new().binary(&missing)))
+        .await
+        .expect_err("a missing CLI fails the start");
+    assert_eq!(error.kind(), ErrorKind::ProviderUnavailable, "{error}");
+    assert!(error.to_string().contains("no-such-agent` was not found"), "{error}");
+    harness.shutdown().await;
+    mini.finish().await;
+}
+
+#[test]
+fn bad_presets_are_reported_by_file_and_field_and_the_others_still_load() {
+    let programs = ProgramDir::new("preset-bad");
+    let script = programs.script("mini-agent", MINI_AGENT);
+    let dir = programs.dir("presets");
+    let write = |name: &str, preset: &Value| std::fs::write(dir.join(name), preset.to_string()).expect("written");
+    let good = mini_preset(&script);
+    write("a-good.json", &good);
+    let mut placeholder = good.clone();
+    placeholder["id"] = json!("placeholder");
+    placeholder["args"][4] = json!("{promt}");
+    write("b-placeholder.json", &placeholder);
+    let mut regex = good.clone();
+    regex["id"] = json!("regex");
+    regex["matchers"]["failure"][0]["when"] = json!("^FAILED (?P<why>.*$");
+    write("c-regex.json", &regex);
+    let mut missing = good.clone();
+    missing["id"] = json!("missing");
+    missing.as_object_mut().unwrap().remove("framing");
+    write("d-missing.json", &missing);
+    let mut outside = good.clone();
+    outside["id"] = json!("outside");
+    outside["program"] = json!("/bin/sh");
+    write("e-outside.json", &outside);
+    let mut twice = good.clone();
+    twice["description"] = json!("the same ID again");
+    write("f-twice.json", &twice);
+    std::fs::write(dir.join("g-not-json.json"), "{ nope").expect("written");
+    std::fs::write(dir.join("notes.txt"), "not a preset").expect("written");
+    // A file whose ID is a shipped preset's replaces it.
+    let mut codex = good.clone();
+    codex["id"] = json!("codex-exec");
+    codex["description"] = json!("my own codex");
+    write("h-codex.json", &codex);
+
+    let catalog = PresetCatalog::builder(AllowList::shipped().allow(&script)).dir(&dir).load();
+    let ids: Vec<&str> = catalog.presets().map(|p| p.id()).collect();
+    assert_eq!(ids, ["claude-print", "codex-exec", "mini-agent", "pi-print"]);
+    let codex = catalog.get("codex-exec").expect("replaced");
+    assert_eq!(codex.description(), Some("my own codex"));
+    assert!(codex.origin().ends_with("h-codex.json"), "{}", codex.origin());
+    assert!(catalog.get("mini-agent").is_some_and(|p| p.origin().ends_with("a-good.json")), "the first file wins");
+
+    let errors: Vec<(String, String, String)> = catalog
+        .errors()
+        .iter()
+        .map(|e| {
+            let file = Path::new(&e.origin).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+            (file, e.field.clone(), e.message.clone())
+        })
+        .collect();
+    let expect = [
+        ("b-placeholder.json", "args[4]", "unknown placeholder `{promt}`"),
+        ("c-regex.json", "matchers.failure[0].when", "invalid regex"),
+        ("d-missing.json", "", "missing field `framing`"),
+        ("e-outside.json", "program", "`/bin/sh` is not on the executable allow-list"),
+        ("f-twice.json", "id", "`mini-agent` is already defined by"),
+        ("g-not-json.json", "", "not JSON"),
+    ];
+    assert_eq!(errors.len(), expect.len(), "{errors:#?}");
+    for ((file, field, message), (want_file, want_field, says)) in errors.iter().zip(expect) {
+        assert_eq!((file.as_str(), field.as_str()), (want_file, want_field), "{message}");
+        assert!(message.contains(says), "{file}: {message}");
+    }
+    let shown = catalog.errors()[0].to_string();
+    assert!(shown.contains("b-placeholder.json: args[4]: unknown placeholder"), "{shown}");
+
+    let missing_dir = PresetCatalog::builder(AllowList::shipped()).dir(programs.path().join("nowhere")).load();
+    assert_eq!(missing_dir.presets().count(), 3, "the shipped presets still load");
+    assert!(
+        missing_dir.errors()[0].message.starts_with("cannot read the presets directory"),
+        "{:?}",
+        missing_dir.errors()
+    );
+    let nothing_allowed = PresetCatalog::builder(AllowList::new()).load();
+    assert_eq!(nothing_allowed.presets().count(), 0);
+    assert!(nothing_allowed.errors().iter().all(|e| e.field == "program"), "{:?}", nothing_allowed.errors());
+}
