@@ -1,0 +1,79 @@
+//! The second Ctrl-C: `agent-harness run` against the testkit's fake codex scripted to ignore
+//! `turn/interrupt`, so the first SIGINT cannot end the turn and only the second can.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use agent_testkit::fake_cli::{FakeCli, FakeCliEnv, FakeScript, InterruptMode};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// How long the first SIGINT is left to work before the second: well past a cancel that the
+/// fake would honour, and well short of the run's own 10 s grace.
+const BETWEEN: Duration = Duration::from_millis(1500);
+
+fn sigint(child: &tokio::process::Child) {
+    let pid = child.id().expect("running") as libc::pid_t;
+    // SAFETY: sending a signal to the child this test spawned and still holds.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigint_stops_a_turn_whose_cli_ignores_the_interrupt() {
+    let script =
+        FakeScript::new().handshake().interrupts(InterruptMode::Ignore).turn_start().deltas(["working"]).stall();
+    let env = FakeCliEnv::new(FakeCli::Codex, &script).unwrap_or_else(|e| panic!("{e}"));
+    let program = env.program().display().to_string();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"))
+        .args(["run", "--json", "--auth", "inherit", "--provider", "codex", "--cli-path", &program, "go"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.vars())
+        .current_dir(env.workspace())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut seen: Vec<Value> = Vec::new();
+    let next = |line: Option<String>| line.map(|l| serde_json::from_str::<Value>(&l).expect("a JSON event"));
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(event) = next(lines.next_line().await.expect("read")) {
+            let delta = event["type"] == "message_delta";
+            seen.push(event);
+            if delta {
+                return;
+            }
+        }
+        panic!("no delta: {seen:?}");
+    })
+    .await
+    .expect("the turn streams");
+
+    sigint(&child);
+    // The first one is a cancel: recorded, and the turn goes on (the fake ignores it).
+    let first = tokio::time::timeout(BETWEEN, async {
+        while let Some(event) = next(lines.next_line().await.expect("read")) {
+            seen.push(event);
+        }
+    })
+    .await;
+    assert!(first.is_err(), "the run ended on the first SIGINT: {seen:?}");
+    assert!(seen.iter().any(|e| e["type"] == "cancel_requested"), "{seen:?}");
+    assert!(!seen.iter().any(|e| e["type"].as_str().is_some_and(|t| t.starts_with("turn_") && t != "turn_started")));
+
+    let second = Instant::now();
+    sigint(&child);
+    while let Some(event) = next(lines.next_line().await.expect("read")) {
+        seen.push(event);
+    }
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.expect("exits").expect("status");
+    let took = second.elapsed();
+    assert_eq!(status.code(), Some(2), "{seen:?}");
+    assert!(took < Duration::from_secs(5), "the second SIGINT stopped the run at once, not the grace: {took:?}");
+    let ends: Vec<&str> = seen.iter().filter_map(|e| e["type"].as_str()).filter(|t| t.starts_with("turn_")).collect();
+    assert_eq!(ends, ["turn_started", "turn_interrupted"], "a forced stop interrupts the turn: {seen:?}");
+    assert!(seen.iter().any(|e| e["type"] == "session_closed"), "{seen:?}");
+}
