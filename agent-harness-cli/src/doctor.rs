@@ -13,7 +13,6 @@ use agent_harness::providers::{claude, codex, pi};
 use serde_json::{Value, json};
 
 use crate::args::DoctorArgs;
-use crate::config::PROVIDERS;
 use crate::exit::{Exit, Failure, one_line};
 
 /// One provider's findings.
@@ -88,6 +87,9 @@ pub(crate) async fn doctor(args: DoctorArgs) -> Result<Exit, Failure> {
     }
     Ok(findings.iter().map(Finding::verdict).max().unwrap_or(Verdict::Ready).exit())
 }
+
+/// The providers doctor checks: the native ones (presets run the same CLIs).
+const PROVIDERS: &[&str] = &["codex", "claude", "pi"];
 
 /// The providers named (each once, in the order given), or all of them.
 fn selected(named: &[String]) -> Result<Vec<&'static str>, Failure> {
