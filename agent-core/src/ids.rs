@@ -244,9 +244,10 @@ impl EventId {
     }
 
     /// The ID of the event with `seq` in a session whose event IDs start with `prefix` (a
-    /// generated event ID): `<prefix>.<seq>`. Unique as long as prefixes are, and cheaper than a
-    /// fresh random ID per event: nothing is allocated.
-    pub(crate) fn in_sequence(prefix: &str, seq: u64) -> Self {
+    /// generated event ID): `<prefix>.<seq>`, as the session runtime makes them. Unique as long as
+    /// prefixes are, and cheaper than a fresh random ID per event: nothing is allocated (a prefix
+    /// longer than a generated ID's is kept as text).
+    pub fn in_sequence(prefix: &str, seq: u64) -> Self {
         let mut digits = [0u8; 20];
         let mut start = digits.len();
         let mut rest = seq;

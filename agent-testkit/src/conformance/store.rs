@@ -30,6 +30,8 @@ pub async fn run_all(store: DynStore) {
     delete_refuses_open_sessions(&store).await;
     event_ids_are_unique_within_a_session(&store).await;
     ids_made_in_sequence_are_unique_too(&store).await;
+    ids_made_in_place_are_unique_too(&store).await;
+    writes_at_once_are_writes(&store).await;
     requests_and_turn_events_need_their_turn(&store).await;
     requests_are_read_by_turn_and_status(&store).await;
     refused_writes_change_nothing(&store).await;
@@ -471,11 +473,22 @@ pub async fn event_ids_are_unique_within_a_session(store: &DynStore) {
 /// The runtime names events `<prefix>.<seq>` (one prefix per run of a session); a store that
 /// rebuilds such IDs from the seq must still refuse them when repeated.
 pub async fn ids_made_in_sequence_are_unique_too(store: &DynStore) {
-    let id = sid("conf-event-ids-in-sequence");
+    ids_in_sequence_are_unique(store, "conf-event-ids-in-sequence", |prefix, seq| {
+        EventId::from_string(format!("{prefix}.{seq}"))
+    })
+    .await;
+}
+
+/// [`ids_made_in_sequence_are_unique_too`] with the IDs as the session runtime makes them
+/// ([`EventId::in_sequence`]: written in place, with their parts at hand).
+pub async fn ids_made_in_place_are_unique_too(store: &DynStore) {
+    ids_in_sequence_are_unique(store, "conf-event-ids-in-place", EventId::in_sequence).await;
+}
+
+async fn ids_in_sequence_are_unique(store: &DynStore, session: &str, make_id: fn(&str, u64) -> EventId) {
+    let id = sid(session);
     store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
-    let made = |seq: u64, prefix: &str, id_seq: u64| {
-        event_with_id(&id, seq, None, "x", &EventId::from_string(format!("{prefix}.{id_seq}")))
-    };
+    let made = |seq: u64, prefix: &str, id_seq: u64| event_with_id(&id, seq, None, "x", &make_id(prefix, id_seq));
     store.append_events(&id, &[made(1, "evt_run1", 1), made(2, "evt_run1", 2)]).await.unwrap();
     let before = contents(store, &id).await;
 
@@ -669,5 +682,32 @@ pub async fn refused_writes_change_nothing(store: &DynStore) {
             "a batch refused for {rule} (delete_first: {delete_first}) must change nothing: {result:?}"
         );
     }
+    remove_session(store, &id).await;
+}
+
+/// [`Store::write_now`](agent_core::Store::write_now), where a store offers it, is the same write
+/// as [`Store::write`]: what it commits reads back the same, and a batch it refuses changes
+/// nothing. A store that answers `None` (its writes wait) passes.
+pub async fn writes_at_once_are_writes(store: &DynStore) {
+    let id = sid("conf-write-now");
+    let mut batch = WriteBatch::new(id.clone());
+    batch.snapshot = Some(snapshot(&id, SessionState::Running));
+    batch.turns = vec![turn(&id, "t1", TurnStatus::Running)];
+    batch.requests = vec![request(&id, "t1", "r1", RequestStatus::Pending)];
+    batch.events = vec![event(&id, 1, None, "ready"), event(&id, 2, Some("t1"), "a")];
+    let Some(written) = store.write_now(&batch) else { return };
+    written.expect("the batch commits at once");
+    let stored = contents(store, &id).await;
+    assert_eq!(stored.snapshot, batch.snapshot);
+    assert_eq!(stored.turns, batch.turns);
+    assert_eq!(stored.requests, batch.requests);
+    assert_eq!(stored.events, batch.events);
+
+    let mut bad = WriteBatch::new(id.clone());
+    bad.turns = vec![turn(&id, "t2", TurnStatus::Starting)];
+    bad.events = vec![event(&id, 3, Some("t2"), "b"), event(&id, 2, None, "conflict")];
+    let refused = store.write_now(&bad).expect("answered at once as before");
+    assert!(matches!(refused, Err(StoreError::Conflict(_))), "{refused:?}");
+    assert_eq!(contents(store, &id).await, stored, "a refused write changes nothing");
     remove_session(store, &id).await;
 }
