@@ -127,14 +127,18 @@ impl ProviderSession for PiSession {
         {
             self.conn.state().denied(call);
         }
+        // A cancel aborts the run before the dialog is answered: answered first, a refused tool
+        // lets pi go on to its next model request before the abort is read (measured under
+        // load); aborted first, the run stops where it waits. The abort's outcome is the turn's
+        // terminal event.
+        if cancel
+            && self.conn.state().aborting(&dialog.turn)
+            && let Err(error) = self.conn.send(&json!({"type": "abort"})).await
+        {
+            tracing::warn!(%error, "abort for a cancelled request failed");
+        }
         if let Err(error) = self.conn.send(&line).await {
             return Err(Error::Transport { provider: self.provider.clone(), reason: format!("answering pi: {error}") });
-        }
-        if cancel && self.conn.state().aborting(&dialog.turn) {
-            // The answer is delivered; the abort's outcome is the turn's terminal event.
-            if let Err(error) = self.conn.send(&json!({"type": "abort"})).await {
-                tracing::warn!(%error, "abort after a cancelled request failed");
-            }
         }
         Ok(())
     }
