@@ -57,9 +57,17 @@ pub(crate) fn plain(stream: &Path, fake: &Path, work: &Path, rate: u32) -> Resul
     Ok(report("latency-plain", rate, latencies))
 }
 
-/// Reads the paced stream as a subscriber of a harness session.
-pub(crate) async fn harness(stream: &Path, fake: &Path, work: &Path, rate: u32) -> Result<Value, String> {
-    let script = write_script(work, "latency-harness", &script(stream, rate)?)?;
+/// Reads the paced stream as a subscriber of a harness session: on the caller's task, or in a
+/// task of its own (`in_task`).
+pub(crate) async fn harness(
+    stream: &Path,
+    fake: &Path,
+    work: &Path,
+    rate: u32,
+    in_task: bool,
+) -> Result<Value, String> {
+    let consumer = if in_task { "latency-harness-task" } else { "latency-harness" };
+    let script = write_script(work, consumer, &script(stream, rate)?)?;
     let harness = codex_harness(StoreChoice::Custom(Arc::new(MemoryStore::new())))?;
     let session = harness
         .start_session("codex", fake_options(fake, &script, work))
@@ -67,20 +75,28 @@ pub(crate) async fn harness(stream: &Path, fake: &Path, work: &Path, rate: u32) 
         .map_err(|e| format!("start_session: {e}"))?;
     let mut events = harness.subscribe(&session, Replay::Latest).await.map_err(|e| format!("subscribe: {e}"))?;
     let turn = harness.start_turn(&session, "stream", TurnOptions::new()).await.map_err(|e| format!("{e}"))?;
-    let mut latencies = Vec::new();
-    while let Some(item) = events.next().await {
-        let event = item.map_err(|e| format!("subscription: {e}"))?;
-        if let EventKind::MessageDelta { text, .. } = &event.kind {
-            latencies.push(now_ns().saturating_sub(stamp(text)?));
+    let consume = async move {
+        let mut latencies = Vec::new();
+        while let Some(item) = events.next().await {
+            let event = item.map_err(|e| format!("subscription: {e}"))?;
+            if let EventKind::MessageDelta { text, .. } = &event.kind {
+                latencies.push(now_ns().saturating_sub(stamp(text)?));
+            }
+            if event.is_terminal() && event.turn_id.as_ref() == Some(&turn.id) {
+                break;
+            }
         }
-        if event.is_terminal() && event.turn_id.as_ref() == Some(&turn.id) {
-            break;
-        }
-    }
+        Ok::<_, String>(latencies)
+    };
+    let latencies = if in_task {
+        tokio::spawn(consume).await.map_err(|e| format!("consumer task: {e}"))??
+    } else {
+        consume.await?
+    };
     harness.stop_session(&session, true).await.map_err(|e| format!("stop_session: {e}"))?;
     harness.shutdown().await;
     let _ = std::fs::remove_file(&script);
-    Ok(report("latency-harness", rate, latencies))
+    Ok(report(consumer, rate, latencies))
 }
 
 /// Percentiles in microseconds.
