@@ -225,8 +225,8 @@ impl Shared {
     async fn run(&self, actions: &mut Vec<Action>, out: &mut SinkBuffer) -> Result<(), SinkClosed> {
         for action in actions.drain(..) {
             match action {
-                Action::Emit { turn, kind, raw } => out.emit(turn.as_ref(), kind, raw).await?,
-                Action::Request { turn, spec, raw } => out.request(&turn, *spec, raw).await?,
+                Action::Emit { turn, kind, raw } => out.emit(turn, kind, raw).await?,
+                Action::Request { turn, spec, raw } => out.request(turn, *spec, raw).await?,
                 Action::Resolved { provider_ref, raw } => out.request_resolved(provider_ref, raw).await?,
                 Action::SessionUpdated { session_id, raw } => out.session_updated(Some(session_id), raw).await?,
                 Action::Write(message) => {

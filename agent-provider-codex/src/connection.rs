@@ -250,8 +250,8 @@ impl Shared {
     async fn run(&self, actions: &mut Vec<Action>, out: &mut SinkBuffer) -> Result<(), SinkClosed> {
         for action in actions.drain(..) {
             match action {
-                Action::Emit { turn, kind, raw } => out.emit(turn.as_ref(), kind, raw).await?,
-                Action::Request { turn, spec, raw } => out.request(&turn, *spec, raw).await?,
+                Action::Emit { turn, kind, raw } => out.emit(turn, kind, raw).await?,
+                Action::Request { turn, spec, raw } => out.request(turn, *spec, raw).await?,
                 Action::Resolved { provider_ref, raw } => out.request_resolved(provider_ref, raw).await?,
                 Action::Answer { id, result } => {
                     // Nothing gathered waits on the write.

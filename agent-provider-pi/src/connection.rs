@@ -300,8 +300,8 @@ impl Shared {
     async fn run(&self, actions: &mut Vec<Action>, out: &mut SinkBuffer) -> Result<(), SinkClosed> {
         for action in actions.drain(..) {
             match action {
-                Action::Emit { turn, kind, raw } => out.emit(turn.as_ref(), kind, raw).await?,
-                Action::Request { turn, spec, raw } => out.request(&turn, *spec, raw).await?,
+                Action::Emit { turn, kind, raw } => out.emit(turn, kind, raw).await?,
+                Action::Request { turn, spec, raw } => out.request(turn, *spec, raw).await?,
                 Action::Write(command) => {
                     // Nothing gathered waits on the write.
                     out.flush().await?;
