@@ -686,8 +686,8 @@ pub async fn refused_writes_change_nothing(store: &DynStore) {
 }
 
 /// [`Store::write_now`](agent_core::Store::write_now), where a store offers it, is the same write
-/// as [`Store::write`]: what it commits reads back the same, and a batch it refuses changes
-/// nothing. A store that answers `None` (its writes wait) passes.
+/// as [`Store::write`](agent_core::Store::write): what it commits reads back the same, and a
+/// batch it refuses changes nothing. A store that answers `None` (its writes wait) passes.
 pub async fn writes_at_once_are_writes(store: &DynStore) {
     let id = sid("conf-write-now");
     let mut batch = WriteBatch::new(id.clone());
