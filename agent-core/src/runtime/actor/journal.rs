@@ -94,8 +94,10 @@ pub(super) struct Journal {
     /// Live delivery to subscribers; created by the first subscription and dropped when the last
     /// one is gone, so an unwatched session holds no channel and spends nothing per event on it.
     live: Option<broadcast::Sender<LiveBatch>>,
-    /// Events published since the last live send: sent together (see [`Journal::send_live`]).
+    /// Events published since the last batch was sealed (see [`Journal::send_live`]).
     live_pending: Vec<Arc<Event>>,
+    /// Batches sealed since the last live send: sent together when the actor is about to wait.
+    live_ready: Vec<LiveBatch>,
     /// Terminal events published since the actor last asked (they wake waiters).
     terminals: Vec<Arc<Event>>,
     span: Span,
@@ -135,6 +137,7 @@ impl Journal {
             last_evicted: None,
             live: None,
             live_pending: Vec::new(),
+            live_ready: Vec::new(),
             terminals: Vec::new(),
             span,
         }
@@ -230,27 +233,41 @@ impl Journal {
         self.ring.push_back(Arc::clone(&event));
         self.live_pending.push(event);
         if self.live_pending.len() == LIVE_BATCH {
-            self.send_live();
+            self.seal_live();
         }
     }
 
-    /// Sends the events published since the last send to live subscribers, as one batch: a
-    /// subscriber waiting for events is woken once per batch, not once per event. The actor
-    /// calls it before it waits for anything, so nothing published stays unsent.
-    pub(super) fn send_live(&mut self) {
-        if self.live_pending.is_empty() {
-            return;
-        }
+    /// Makes the events published since the last seal one live batch.
+    fn seal_live(&mut self) {
         // One allocation per batch of several events, which takes them over (no count changes
         // per event); the pending vector is reused.
         let batch = match self.live_pending.len() {
+            0 => return,
             1 => LiveBatch::One(self.live_pending.pop().expect("one event")),
             _ => LiveBatch::Many(self.live_pending.drain(..).collect()),
         };
-        if let Some(live) = &self.live
-            && live.send(batch).is_err()
-        {
-            // Every subscription is gone.
+        self.live_ready.push(batch);
+    }
+
+    /// Sends the events published since the last send to live subscribers, in batches of at most
+    /// [`LIVE_BATCH`], all at once: a subscriber on another thread is woken once per actor
+    /// wake-up, not once per batch, and finds every batch queued. The actor calls it before it
+    /// waits for anything, so nothing published stays unsent.
+    pub(super) fn send_live(&mut self) {
+        self.seal_live();
+        if self.live_ready.is_empty() {
+            return;
+        }
+        let Some(live) = &self.live else {
+            self.live_ready.clear();
+            return;
+        };
+        let mut gone = false;
+        for batch in self.live_ready.drain(..) {
+            // Once every subscription is gone, the rest are dropped.
+            gone = gone || live.send(batch).is_err();
+        }
+        if gone {
             self.live = None;
         }
     }
