@@ -76,7 +76,9 @@ pub struct CodexOptions {
     pub unbounded_connection_retries: bool,
     /// Let the agent ask questions (`request_user_input`) outside plan mode. On by default: the
     /// provider passes `-c features.default_mode_request_user_input=true` (a codex feature
-    /// marked under development, hence the `questions` capability is experimental).
+    /// marked under development, hence the `questions` capability is experimental) and
+    /// `-c suppress_unstable_features_warning=true` (codex's warning about it says nothing a
+    /// caller can act on).
     pub questions: bool,
     /// Longest stdout line accepted; default [`DEFAULT_MAX_LINE_BYTES`].
     pub max_line_bytes: usize,

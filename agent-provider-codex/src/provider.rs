@@ -230,7 +230,13 @@ fn app_server_command(ctx: &OpenContext, codex: &CodexOptions, program: &OsStrin
         command = command.arg("-c").arg("features.unbounded_connection_retries=false");
     }
     if codex.questions {
-        command = command.arg("-c").arg("features.default_mode_request_user_input=true");
+        // The harness turns the feature on knowingly: codex's warning about it (a `warning` event
+        // at every session's start) says nothing the caller can act on.
+        command = command
+            .arg("-c")
+            .arg("features.default_mode_request_user_input=true")
+            .arg("-c")
+            .arg("suppress_unstable_features_warning=true");
     }
     command.env = env;
     command.cwd.clone_from(&ctx.options.cwd);

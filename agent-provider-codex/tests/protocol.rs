@@ -159,7 +159,9 @@ async fn handshake_carries_the_session_options() {
             "-c",
             "features.unbounded_connection_retries=false",
             "-c",
-            "features.default_mode_request_user_input=true"
+            "features.default_mode_request_user_input=true",
+            "-c",
+            "suppress_unstable_features_warning=true"
         ]
     );
     assert_eq!(
