@@ -96,8 +96,10 @@ pub(crate) struct EventLog {
     /// Kinds other than streamed deltas, whole.
     others: Vec<EventKind>,
     /// Positions of each turn's events, as `[start, end)` ranges (a turn's events are nearly
-    /// always consecutive).
+    /// always consecutive), but for the range being appended to, in `open_range`.
     by_turn: HashMap<u32, Vec<(usize, usize)>>,
+    /// The turn of the last event with one and its range so far: extended without a lookup.
+    open_range: Option<(u32, usize, usize)>,
     /// Event IDs not of the `<prefix>.<seq>` form, with their seqs.
     custom_ids: HashMap<EventId, u64>,
     /// Whether one of `custom_ids` has a dot (and so could look like a runtime-made ID).
@@ -119,6 +121,7 @@ impl EventLog {
             items: Table::default(),
             others: Vec::new(),
             by_turn: HashMap::new(),
+            open_range: None,
             custom_ids: HashMap::new(),
             custom_dotted: false,
             scratch: Vec::new(),
@@ -269,10 +272,13 @@ impl EventLog {
             _ => self.runs.push((pos, event.seq)),
         }
         if let Some(turn) = turn {
-            let ranges = self.by_turn.entry(turn).or_default();
-            match ranges.last_mut() {
-                Some((_, end)) if *end == pos => *end = pos + 1,
-                _ => ranges.push((pos, pos + 1)),
+            match &mut self.open_range {
+                Some((open, _, end)) if *open == turn && *end == pos => *end = pos + 1,
+                open => {
+                    if let Some((closed, start, end)) = open.replace((turn, pos, pos + 1)) {
+                        self.by_turn.entry(closed).or_default().push((start, end));
+                    }
+                }
             }
         }
     }
@@ -365,8 +371,10 @@ impl EventLog {
 
     /// Positions of `turn`'s events, ascending.
     pub(crate) fn turn_positions(&self, turn: &TurnId) -> impl Iterator<Item = usize> + '_ {
-        let ranges = self.turns.index.get(turn).and_then(|i| self.by_turn.get(i));
-        ranges.into_iter().flatten().flat_map(|&(start, end)| start..end)
+        let index = self.turns.index.get(turn).copied();
+        let ranges = index.and_then(|i| self.by_turn.get(&i)).into_iter().flatten().copied();
+        let open = self.open_range.filter(|&(open, _, _)| Some(open) == index).map(|(_, start, end)| (start, end));
+        ranges.chain(open).flat_map(|(start, end)| start..end)
     }
 }
 
