@@ -1,12 +1,15 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod checkpoint;
 mod error;
+mod events;
 mod open;
 mod options;
 mod reader;
 mod rows;
 mod schema;
+mod v3;
 mod writer;
 
 use std::fmt;
@@ -71,7 +74,7 @@ impl SqliteStore {
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteStore, OpenError> {
         let path = open::absolute(path.as_ref())?;
         let conn = open::open_writer(&path, &options)?;
-        let (jobs, writer) = writer::spawn(conn, options.group_commit).map_err(OpenError::WriterThread)?;
+        let (jobs, writer) = writer::spawn(conn, &path, &options).map_err(OpenError::WriterThread)?;
         let readers = Arc::new(Readers::new(path.clone(), options.clone()));
         tracing::debug!(path = %path.display(), ?options, "SQLite store opened");
         Ok(SqliteStore { shared: Arc::new(Shared { path, options, readers, jobs, _writer: writer }) })
@@ -164,7 +167,7 @@ impl Store for SqliteStore {
             reader::one(
                 conn,
                 "turn",
-                "SELECT record FROM turns WHERE session_id = ?1 AND turn_id = ?2",
+                "SELECT record FROM turns WHERE session_id = ?1 AND turn_id = ?2 AND record IS NOT NULL",
                 [session.as_str(), turn.as_str()],
             )
         })
@@ -177,7 +180,7 @@ impl Store for SqliteStore {
             reader::all(
                 conn,
                 "turn",
-                "SELECT record FROM turns WHERE session_id = ?1 ORDER BY position",
+                "SELECT record FROM turns WHERE session_id = ?1 AND record IS NOT NULL ORDER BY position",
                 [session.as_str()],
             )
         })
@@ -230,7 +233,7 @@ impl Store for SqliteStore {
 
     async fn read_events(&self, session: &SessionId, query: &EventQuery) -> Result<Vec<Arc<Event>>, StoreError> {
         let (session, query) = (session.clone(), query.clone());
-        self.read(move |conn| reader::events(conn, session.as_str(), &query)).await
+        self.read(move |conn| reader::events(conn, &session, &query)).await
     }
 
     async fn latest_seq(&self, session: &SessionId) -> Result<Option<u64>, StoreError> {

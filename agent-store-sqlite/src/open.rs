@@ -21,7 +21,7 @@ const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 pub(crate) const FILE_MODE: u32 = 0o600;
 
 /// Prepared statements each connection keeps compiled.
-const STATEMENT_CACHE: usize = 32;
+const STATEMENT_CACHE: usize = 64;
 
 /// Page cache of the write connection, in KiB: the hot index pages of every active session stay
 /// in memory instead of being read back from the file. 4 MiB holds those of about a hundred
@@ -29,10 +29,12 @@ const STATEMENT_CACHE: usize = 32;
 /// streaming a million events) and cost its size in resident memory.
 const WRITER_CACHE_KIB: i64 = 4 * 1024;
 
-/// WAL pages (4 KiB each) after which a commit checkpoints the WAL into the database. Larger
-/// than SQLite's default of 1000 so that index pages rewritten by every group commit are copied
-/// to the database once per checkpoint rather than every few commits.
-const WAL_AUTOCHECKPOINT_PAGES: i64 = 8192;
+/// WAL pages (4 KiB each) after which a commit checkpoints the WAL into the database, while the
+/// database is opened and migrated (the writer thread then hands checkpoints to
+/// [`crate::checkpoint`], with the same bound). Larger than SQLite's default of 1000 so that index
+/// pages rewritten by every group commit are copied to the database once per checkpoint rather
+/// than every few commits.
+const WAL_AUTOCHECKPOINT_PAGES: i64 = crate::checkpoint::WRITER_PAGES as i64;
 
 /// The size the WAL file is truncated back to after a checkpoint, in bytes.
 const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
@@ -81,7 +83,7 @@ pub(crate) fn open_reader(path: &Path, options: &SqliteOptions) -> rusqlite::Res
     Ok(conn)
 }
 
-fn connect(path: &Path, options: &SqliteOptions) -> rusqlite::Result<Connection> {
+pub(crate) fn connect(path: &Path, options: &SqliteOptions) -> rusqlite::Result<Connection> {
     // No SQLITE_OPEN_CREATE: the file was created (private) before, or already existed.
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags)?;

@@ -5,11 +5,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use agent_core::store::{EventQuery, RequestQuery};
-use agent_core::{Event, Request, StoreError};
+use agent_core::{Event, Request, SessionId, StoreError};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::de::DeserializeOwned;
 
 use crate::error::{corrupt_json, store_error};
+use crate::events::{self, Decoder};
 use crate::options::SqliteOptions;
 
 /// Read connections kept open between reads. More concurrent reads open extra connections,
@@ -98,26 +99,41 @@ pub(crate) fn all<T: DeserializeOwned>(
     Ok(out)
 }
 
+/// Events of `session` matching `query`, ascending by seq. Each is one range of an index:
+/// `events_by_seq`, or `events_by_turn` (checked by a test below).
+const EVENTS: &str = "WHERE e.session_key = (SELECT session_key FROM sessions WHERE id = ?1) AND e.seq > ?2 \
+     ORDER BY e.seq LIMIT ?3";
+const EVENTS_OF_TURN: &str = "WHERE e.turn_key = \
+     (SELECT position FROM turns WHERE session_id = ?1 AND turn_id = ?2) AND e.seq > ?3 ORDER BY e.seq LIMIT ?4";
+
 /// Events of `session` matching `query`, ascending by seq.
-pub(crate) fn events(conn: &Connection, session: &str, query: &EventQuery) -> Result<Vec<Arc<Event>>, StoreError> {
+pub(crate) fn events(
+    conn: &Connection,
+    session: &SessionId,
+    query: &EventQuery,
+) -> Result<Vec<Arc<Event>>, StoreError> {
     let after = i64::try_from(query.after.unwrap_or(0)).unwrap_or(i64::MAX);
     // A negative LIMIT is no limit.
     let limit = query.limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
-    let events: Vec<Event> = match &query.turn {
-        None => all(
-            conn,
-            "event",
-            "SELECT event FROM events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-            params![session, after, limit],
-        )?,
-        Some(turn) => all(
-            conn,
-            "event",
-            "SELECT event FROM events WHERE session_id = ?1 AND turn_id = ?2 AND seq > ?3 ORDER BY seq LIMIT ?4",
-            params![session, turn.as_str(), after, limit],
-        )?,
-    };
-    Ok(events.into_iter().map(Arc::new).collect())
+    let sql = |e: rusqlite::Error| store_error(&e);
+    let mut stmt;
+    let mut rows = match &query.turn {
+        None => {
+            stmt = conn.prepare_cached(&format!("SELECT {} {EVENTS}", events::COLUMNS)).map_err(sql)?;
+            stmt.query(params![session.as_str(), after, limit])
+        }
+        Some(turn) => {
+            stmt = conn.prepare_cached(&format!("SELECT {} {EVENTS_OF_TURN}", events::COLUMNS)).map_err(sql)?;
+            stmt.query(params![session.as_str(), turn.as_str(), after, limit])
+        }
+    }
+    .map_err(sql)?;
+    let mut decoder = Decoder::new(session.clone());
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(sql)? {
+        out.push(Arc::new(decoder.decode(row)?));
+    }
+    Ok(out)
 }
 
 /// The request statements, by filter. Each is a plain equality lookup on an index (checked by a
@@ -168,7 +184,7 @@ mod tests {
     }
 
     #[test]
-    fn request_queries_are_index_lookups() {
+    fn request_and_event_queries_are_index_lookups() {
         let dir = std::env::temp_dir().join(format!("agent-store-sqlite-plan-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let conn = crate::open::open_writer(&dir.join("store.db"), &SqliteOptions::default()).unwrap();
@@ -181,10 +197,20 @@ mod tests {
             ),
             (REQUESTS_WITH_STATUS, plan(&conn, REQUESTS_WITH_STATUS, params!["s", "pending"]), "requests_by_status"),
         ];
+        let events = format!("SELECT {} {EVENTS}", events::COLUMNS);
+        let of_turn = format!("SELECT {} {EVENTS_OF_TURN}", events::COLUMNS);
+        let event_plans = [
+            (plan(&conn, &events, params!["s", 0, -1]), "events_by_seq"),
+            (plan(&conn, &of_turn, params!["s", "t", 0, -1]), "events_by_turn"),
+        ];
         drop(conn);
         let _ = std::fs::remove_dir_all(&dir);
         for (sql, plan, index) in cases {
             assert!(plan.contains(&format!("USING INDEX {index} (")), "{sql} must look up {index}; plan:\n{plan}");
+        }
+        for (plan, index) in event_plans {
+            assert!(plan.contains(&format!("USING INDEX {index} (")), "events must be read by {index}; plan:\n{plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "events must come in index order, not sorted; plan:\n{plan}");
         }
     }
 }

@@ -1,11 +1,19 @@
 //! Records encoded for the writer: JSON is produced by the calling task, so the single writer
 //! thread only runs SQL.
+//!
+//! An event is stored in parts (schema version 3): its kind as JSON, its `raw` payload byte for
+//! byte, its time as an integer, its ID either as a reference to the session's prefix (an ID
+//! made in sequence for its own seq, `<prefix>.<seq>`) or as text. The envelope is rebuilt on
+//! read. An event the parts cannot hold exactly — another session's ID in the envelope, another
+//! envelope version — is stored as its whole JSON document instead.
 
 use std::collections::HashSet;
+use std::ops::Range;
 use std::sync::Arc;
 
+use agent_core::event::SCHEMA_VERSION;
 use agent_core::store::WriteBatch;
-use agent_core::{Event, Request, RequestStatus, SessionId, SessionSnapshot, StoreError, Turn, TurnId};
+use agent_core::{Event, EventId, Request, RequestStatus, SessionId, SessionSnapshot, StoreError, Turn, TurnId};
 
 /// What a write does with the session's stored aggregate before its records are applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +37,9 @@ pub(crate) struct Prepared {
     pub(crate) turns: Vec<(String, String)>,
     pub(crate) requests: Vec<RequestRow>,
     pub(crate) events: Vec<EventRow>,
+    /// The JSON of every event's kind (or whole document), back to back: one allocation per
+    /// write rather than one per event. Each [`EventRow`] names its range.
+    pub(crate) text: String,
     /// The turns its requests and events name that it does not write itself; each must be
     /// stored (`StoreError::UnknownTurn`).
     pub(crate) named_turns: Vec<TurnId>,
@@ -43,14 +54,64 @@ pub(crate) struct RequestRow {
     pub(crate) record: String,
 }
 
-/// One event with its encoded form.
+/// One event, encoded: the event itself (its text fields are bound from it), and its kind's JSON
+/// or its whole document in [`Prepared::text`].
 #[derive(Debug)]
 pub(crate) struct EventRow {
     pub(crate) seq: i64,
-    pub(crate) turn_id: Option<TurnId>,
-    pub(crate) json: String,
-    /// Compared with the stored event when the same seq is appended again.
+    pub(crate) id: IdForm,
+    /// Where the JSON is in [`Prepared::text`].
+    pub(crate) json: Range<usize>,
+    /// `json` is the whole envelope (`document` column) rather than the kind (`kind` column).
+    pub(crate) document: bool,
+    /// Bound field by field, and compared with the stored event when a seq is appended again.
     pub(crate) event: Arc<Event>,
+}
+
+/// How an event's ID is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IdForm {
+    /// `<prefix>.<seq>` for the event's own seq, stored as a reference to the prefix;
+    /// `id[..prefix]` is the prefix.
+    Own { prefix: usize },
+    /// Any other ID, stored as text. `shaped` is `Some((prefix, seq))` when its text is
+    /// `<prefix>.<seq>` for another seq (`id[..prefix]` being the prefix): the ID the event at
+    /// that seq would have if it was made in sequence with that prefix.
+    Custom { shaped: Option<(usize, i64)> },
+}
+
+impl IdForm {
+    /// How `id`, the ID of the event with `seq`, is stored. An ID the runtime made has its parts
+    /// at hand; any other is parsed, so that the form depends on the text only.
+    pub(crate) fn of(id: &EventId, seq: u64) -> IdForm {
+        let (prefix, named) = match id.sequence() {
+            Some((prefix, named)) => (prefix.len(), Some(named)),
+            None => match id.as_str().rsplit_once('.') {
+                Some((prefix, digits)) => (prefix.len(), parse_seq(digits)),
+                None => return IdForm::Custom { shaped: None },
+            },
+        };
+        match named {
+            Some(named) if named == seq => IdForm::Own { prefix },
+            // A seq beyond the stored range names no event.
+            Some(named) => IdForm::Custom { shaped: i64::try_from(named).ok().map(|named| (prefix, named)) },
+            None => IdForm::Custom { shaped: None },
+        }
+    }
+}
+
+/// A seq written in decimal without leading zeros, as `EventId::in_sequence` writes it.
+pub(crate) fn parse_seq(digits: &str) -> Option<u64> {
+    let canonical = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits.len() == 1 || !digits.starts_with('0'));
+    if canonical { digits.parse().ok() } else { None }
+}
+
+/// True when `event` is stored as its whole document rather than in parts: the parts rebuild an
+/// envelope of the current version naming the session the event is stored under.
+pub(crate) fn needs_document(event: &Event, session: &SessionId) -> bool {
+    event.schema_version != SCHEMA_VERSION || event.session_id != *session
 }
 
 impl Prepared {
@@ -62,6 +123,7 @@ impl Prepared {
             turns: Vec::new(),
             requests: Vec::new(),
             events: Vec::new(),
+            text: String::new(),
             named_turns: Vec::new(),
         }
     }
@@ -125,19 +187,17 @@ impl Prepared {
         Ok(())
     }
 
-    /// Refuses an event ID that appears twice among `events` (the writer's unique index catches
-    /// an ID stored before, but not an identical event repeated in one write).
+    /// Encodes `events`. Refuses an event ID that appears twice among them (the writer catches
+    /// an ID stored before, but not one repeated in one write).
     pub(crate) fn push_events(&mut self, events: &[Arc<Event>]) -> Result<(), StoreError> {
-        if events.len() > 1 {
-            let mut ids = HashSet::with_capacity(events.len());
-            if let Some(twice) = events.iter().find(|e| !ids.insert(e.id.as_str())) {
-                return Err(StoreError::Conflict(format!(
-                    "event ID `{}` appears twice in one write to session `{}`",
-                    twice.id, self.session
-                )));
-            }
-        }
         self.events.reserve(events.len());
+        let mut json = std::mem::take(&mut self.text).into_bytes();
+        // Most of a write is small kinds (deltas): a guess that saves most regrowth.
+        json.reserve(events.len() * 96);
+        // IDs made in sequence for their own, increasing seqs cannot repeat; anything else is
+        // checked by its text below.
+        let mut distinct = true;
+        let mut previous: Option<i64> = None;
         // Consecutive events almost always name the same turn.
         let mut named: Option<&TurnId> = None;
         for event in events {
@@ -149,12 +209,34 @@ impl Prepared {
             }
             let seq = i64::try_from(event.seq)
                 .map_err(|_| StoreError::Conflict(format!("seq {} is beyond the stored range", event.seq)))?;
-            self.events.push(EventRow {
-                seq,
-                turn_id: event.turn_id.clone(),
-                json: encode(&**event)?,
-                event: Arc::clone(event),
-            });
+            let id = IdForm::of(&event.id, event.seq);
+            distinct &= matches!(id, IdForm::Own { .. }) && previous.is_none_or(|p| p < seq);
+            previous = Some(seq);
+            let document = needs_document(event, &self.session);
+            let start = json.len();
+            let written = if document {
+                serde_json::to_writer(&mut json, &**event)
+            } else {
+                // The raw payload is stored as it is; check it is JSON, as serializing the
+                // envelope does.
+                if let Some(raw) = &event.raw {
+                    raw.as_raw_value().map_err(|e| StoreError::Backend(Box::new(e)))?;
+                }
+                serde_json::to_writer(&mut json, &event.kind)
+            };
+            written.map_err(|e| StoreError::Backend(Box::new(e)))?;
+            self.events.push(EventRow { seq, id, json: start..json.len(), document, event: Arc::clone(event) });
+        }
+        // serde_json writes UTF-8; the check is one pass over the buffer.
+        self.text = String::from_utf8(json).map_err(|e| StoreError::Backend(Box::new(e)))?;
+        if !distinct && events.len() > 1 {
+            let mut ids = HashSet::with_capacity(events.len());
+            if let Some(twice) = events.iter().find(|e| !ids.insert(e.id.as_str())) {
+                return Err(StoreError::Conflict(format!(
+                    "event ID `{}` appears twice in one write to session `{}`",
+                    twice.id, self.session
+                )));
+            }
         }
         Ok(())
     }
@@ -170,4 +252,34 @@ pub(crate) fn status_name(status: RequestStatus) -> Result<String, StoreError> {
 
 fn encode<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(|e| StoreError::Backend(Box::new(e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_is_stored_by_prefix_exactly_when_its_text_is_made_for_its_own_seq() {
+        let own = |prefix: usize| IdForm::Own { prefix };
+        let custom = |shaped: Option<(usize, i64)>| IdForm::Custom { shaped };
+        let cases = [
+            (EventId::in_sequence("evt_a", 7), 7, own(5)),
+            (EventId::from_string("evt_a.7"), 7, own(5)),
+            (EventId::in_sequence("evt_a", 7), 8, custom(Some((5, 7)))),
+            (EventId::from_string("evt_a.7"), 8, custom(Some((5, 7)))),
+            (EventId::from_string("a.b.12"), 12, own(3)),
+            (EventId::from_string(".3"), 3, own(0)),
+            (EventId::from_string("evt_a.07"), 7, custom(None)),
+            (EventId::from_string("evt_a.0"), 0, own(5)),
+            (EventId::from_string("evt_a.-7"), 7, custom(None)),
+            (EventId::from_string("evt_a.7 "), 7, custom(None)),
+            (EventId::from_string("evt_a."), 7, custom(None)),
+            (EventId::from_string("evt_01ABC"), 1, custom(None)),
+            (EventId::from_string(format!("p.{}", u64::MAX)), 1, custom(None)),
+            (EventId::in_sequence(&"x".repeat(80), 9), 9, own(80)),
+        ];
+        for (id, seq, form) in cases {
+            assert_eq!(IdForm::of(&id, seq), form, "{id} at seq {seq}");
+        }
+    }
 }

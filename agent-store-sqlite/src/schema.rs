@@ -12,11 +12,24 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::OpenError;
 
 /// The newest schema version this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
+
+/// One step of a migration.
+#[derive(Clone, Copy)]
+enum Step {
+    /// Statements.
+    Sql(&'static str),
+    /// Work SQL cannot do alone, on the migration's transaction.
+    Rust(fn(&Connection) -> rusqlite::Result<()>),
+}
 
 /// `MIGRATIONS[n]` upgrades a database from version `n` to `n + 1`; version 0 is an empty file.
 /// A released migration never changes: files in the field were migrated by it.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1, V2];
+const MIGRATIONS: [&[Step]; SCHEMA_VERSION as usize] = [
+    &[Step::Sql(V1)],
+    &[Step::Sql(V2)],
+    &[Step::Sql(V3_TABLES), Step::Rust(crate::v3::move_events), Step::Sql(V3_SWAP)],
+];
 
 /// Version 1. Records are JSON documents in TEXT columns, written with agent-core's serde forms,
 /// so an event's `raw` payload is stored byte for byte. Keys are the columns the store looks up by.
@@ -87,6 +100,72 @@ CREATE INDEX requests_by_turn ON requests (session_id, turn_id, status);
 CREATE INDEX requests_by_status ON requests (session_id, status);
 ";
 
+/// Version 3: integer keys and compact events (the writer's cost per event).
+///
+/// `sessions` gains an explicit `session_key INTEGER PRIMARY KEY` (an implicit rowid may change
+/// on `VACUUM`; this one is the old rowid), and events name their session by it and their turn by
+/// `turns.position`, so the event indexes compare integers, not text. An event is stored in
+/// parts (`events.rs`): an ID made in sequence for its own seq (`<prefix>.<seq>`) is a reference
+/// to a row of `event_prefixes` — one per prefix, so per run of the session — and only other
+/// IDs are kept as text, under a partial unique index. `event_prefixes.shaped` marks a prefix for
+/// which a custom ID `<prefix>.<n>` is stored: only then does a new ID made in sequence with that
+/// prefix need a lookup among the custom IDs. `turns.record` becomes nullable: a turn that
+/// version 1 events name without a record gets a row without one, so those events keep a turn
+/// key (and stay readable by turn) while the turn stays unknown to writes.
+/// The events are moved by [`crate::v3::move_events`] between these two scripts.
+const V3_TABLES: &str = "
+CREATE TABLE sessions_v3 (
+    session_key INTEGER PRIMARY KEY,
+    id          TEXT NOT NULL UNIQUE,
+    last_seq    INTEGER NOT NULL DEFAULT 0,
+    snapshot    TEXT NOT NULL
+);
+INSERT INTO sessions_v3 (session_key, id, last_seq, snapshot)
+SELECT rowid, id, last_seq, snapshot FROM sessions ORDER BY rowid;
+CREATE TABLE turns_v3 (
+    position   INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    turn_id    TEXT NOT NULL,
+    record     TEXT,
+    UNIQUE (session_id, turn_id)
+);
+INSERT INTO turns_v3 (position, session_id, turn_id, record)
+SELECT position, session_id, turn_id, record FROM turns ORDER BY position;
+CREATE TABLE event_prefixes (
+    prefix_key  INTEGER PRIMARY KEY,
+    session_key INTEGER NOT NULL,
+    prefix      TEXT NOT NULL,
+    shaped      INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (session_key, prefix)
+);
+CREATE TABLE events_v3 (
+    session_key INTEGER NOT NULL,
+    seq         INTEGER NOT NULL,
+    turn_key    INTEGER,
+    prefix_key  INTEGER,
+    event_id    TEXT,
+    at          INTEGER,
+    provider    TEXT,
+    kind        TEXT,
+    raw         TEXT,
+    document    TEXT
+);
+";
+
+/// Version 3, after the events moved: the new tables take the old names, and the indexes are
+/// built once over the moved rows.
+const V3_SWAP: &str = "
+DROP TABLE events;
+DROP TABLE turns;
+DROP TABLE sessions;
+ALTER TABLE sessions_v3 RENAME TO sessions;
+ALTER TABLE turns_v3 RENAME TO turns;
+ALTER TABLE events_v3 RENAME TO events;
+CREATE UNIQUE INDEX events_by_seq ON events (session_key, seq);
+CREATE INDEX events_by_turn ON events (turn_key, seq) WHERE turn_key IS NOT NULL;
+CREATE UNIQUE INDEX events_by_id ON events (session_key, event_id) WHERE event_id IS NOT NULL;
+";
+
 /// What an opened file holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Found {
@@ -131,8 +210,13 @@ pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), OpenErro
     let sqlite = |source: rusqlite::Error| OpenError::Sqlite { path: path.to_owned(), source: Box::new(source) };
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sqlite)?;
     let current = check(path, inspect(&tx).map_err(sqlite)?)?;
-    for (from, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
-        tx.execute_batch(sql).map_err(sqlite)?;
+    for (from, steps) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        for step in *steps {
+            match step {
+                Step::Sql(sql) => tx.execute_batch(sql).map_err(sqlite)?,
+                Step::Rust(run) => run(&tx).map_err(sqlite)?,
+            }
+        }
         tx.execute(
             "INSERT INTO schema_version (version, applied_at) VALUES (?1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
             [from as i64 + 1],

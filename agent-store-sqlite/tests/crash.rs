@@ -206,9 +206,12 @@ async fn verify(path: &Path, acked: &BTreeMap<String, u64>, seed: u64, round: us
         let acked = acked.get(id.as_str()).copied().unwrap_or(0);
         // Seqs are unique per session, so `count == max` with `min == 1` means no gap.
         let (count, min, max): (i64, Option<i64>, Option<i64>) = conn
-            .query_row("SELECT COUNT(*), MIN(seq), MAX(seq) FROM events WHERE session_id = ?1", [id.as_str()], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
+            .query_row(
+                "SELECT COUNT(*), MIN(seq), MAX(seq) FROM events
+                  WHERE session_key = (SELECT session_key FROM sessions WHERE id = ?1)",
+                [id.as_str()],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
             .expect("count events");
         assert!(count == 0 || (min == Some(1) && max == Some(count)), "seed {seed} round {round}: {id} has a gap");
         let latest = store.latest_seq(&id).await.expect("latest seq").unwrap_or(0);

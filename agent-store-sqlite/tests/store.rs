@@ -84,7 +84,12 @@ async fn undecodable_stored_json_is_reported_as_corrupt() {
     store.save_session(&snapshot(&id, SessionState::Idle)).await.unwrap();
     store.append_events(&id, &[event(&id, 1, None, "a")]).await.unwrap();
     let other = rusqlite::Connection::open(&path).unwrap();
-    other.execute("UPDATE events SET event = '{\"seq\": 1' WHERE session_id = ?1", [id.as_str()]).unwrap();
+    other
+        .execute(
+            "UPDATE events SET kind = '{\"seq\": 1' WHERE session_key = (SELECT session_key FROM sessions WHERE id = ?1)",
+            [id.as_str()],
+        )
+        .unwrap();
     other.execute("UPDATE sessions SET snapshot = '[]' WHERE id = ?1", [id.as_str()]).unwrap();
     let events = store.read_events(&id, &EventQuery::all()).await;
     assert!(matches!(events, Err(StoreError::Corrupt(_))), "{events:?}");
