@@ -77,37 +77,22 @@ pub(crate) fn move_events(conn: &Connection) -> rusqlite::Result<()> {
                 }
             },
         };
-        match in_parts(&old) {
-            Some((event, kind)) => {
-                insert.execute(params![
-                    session_key,
-                    old.seq,
-                    turn_key,
-                    prefix_key,
-                    custom,
-                    event.at.unix_micros(),
-                    event.provider.as_str(),
-                    kind,
-                    event.raw.as_ref().map(|raw| raw.get()),
-                    None::<&str>,
-                ])?;
-                compact += 1;
-            }
-            None => {
-                insert.execute(params![
-                    session_key,
-                    old.seq,
-                    turn_key,
-                    prefix_key,
-                    custom,
-                    None::<i64>,
-                    None::<&str>,
-                    None::<&str>,
-                    None::<&str>,
-                    old.document
-                ])?;
-            }
-        }
+        // In parts, or the version 2 document as it is.
+        let parts = in_parts(&old);
+        let event = parts.as_ref().map(|(event, _)| event);
+        insert.execute(params![
+            session_key,
+            old.seq,
+            turn_key,
+            prefix_key,
+            custom,
+            event.map(|event| event.at.unix_micros()),
+            event.map(|event| event.provider.as_str()),
+            parts.as_ref().map(|(_, kind)| kind.as_str()),
+            event.and_then(|event| event.raw.as_ref()).map(|raw| raw.get()),
+            parts.is_none().then_some(old.document.as_str()),
+        ])?;
+        compact += u64::from(parts.is_some());
         moved += 1;
     }
     if moved + orphaned > 0 {
