@@ -104,7 +104,10 @@ impl Drop for Checkpointer {
 /// The checkpoint connection. Closing it never checkpoints: the writer's close does.
 fn connect(path: &Path, options: &SqliteOptions) -> Option<Connection> {
     let conn = crate::open::connect(path, options)
-        .and_then(|conn| conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).map(|_| conn));
+        .and_then(|conn| conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).map(|_| conn))
+        // A connection finds the WAL only when it first reads the database: until then a
+        // checkpoint on it does nothing (it answers as if the database were not in WAL mode).
+        .and_then(|conn| conn.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(())).map(|()| conn));
     conn.map_err(|e| tracing::warn!(error = %e, "no checkpoint connection; the writer checkpoints alone")).ok()
 }
 
@@ -117,5 +120,78 @@ fn run(conn: &Connection, requests: &mpsc::Receiver<Job>) {
             Err(error) if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => {}
             Err(error) => tracing::warn!(%error, "background WAL checkpoint failed"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// A store file in a directory of its own, removed on drop.
+    struct Scratch(std::path::PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!("agent-store-sqlite-checkpoint-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Scratch(dir)
+        }
+
+        fn db(&self) -> std::path::PathBuf {
+            self.0.join("store.db")
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Commits about `pages` WAL pages of new rows in one transaction.
+    fn fill(conn: &Connection, pages: usize) {
+        conn.execute_batch("CREATE TABLE IF NOT EXISTS filler (data BLOB); BEGIN").unwrap();
+        let mut stmt = conn.prepare("INSERT INTO filler (data) VALUES (zeroblob(3000))").unwrap();
+        for _ in 0..pages {
+            stmt.execute([]).unwrap();
+        }
+        conn.execute_batch("COMMIT").unwrap();
+    }
+
+    #[test]
+    fn the_checkpoint_connection_finds_the_wal() {
+        let scratch = Scratch::new("connect");
+        let options = SqliteOptions::default();
+        let writer = crate::open::open_writer(&scratch.db(), &options).unwrap();
+        fill(&writer, 16);
+        let conn = connect(&scratch.db(), &options).expect("a checkpoint connection");
+        // (busy, frames in the WAL, frames copied back): -1 would mean it did not see the WAL.
+        let (log, copied) = conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE).unwrap();
+        assert!(log > 0, "the checkpoint saw {log} WAL frames");
+        assert_eq!(copied, log, "a passive checkpoint with no reader copies every frame");
+    }
+
+    #[test]
+    fn the_thread_copies_the_wal_back_before_the_writer_has_to() {
+        let scratch = Scratch::new("thread");
+        let options = SqliteOptions::default();
+        let mut writer = crate::open::open_writer(&scratch.db(), &options).unwrap();
+        let checkpointer = Checkpointer::start(&mut writer, &scratch.db(), &options);
+        let before = std::fs::metadata(scratch.db()).unwrap().len();
+        // Past the background threshold, far below the writer's own.
+        fill(&writer, BACKGROUND_PAGES as usize + 64);
+        // Only a checkpoint writes the rows into the database file itself.
+        let wanted = before + u64::try_from(BACKGROUND_PAGES).unwrap() * 2048;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut size = before;
+        while size < wanted && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+            size = std::fs::metadata(scratch.db()).unwrap().len();
+        }
+        assert!(size >= wanted, "the database file is {size} bytes (was {before}): no background checkpoint ran");
+        drop(checkpointer);
     }
 }
