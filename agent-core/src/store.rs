@@ -139,6 +139,9 @@ impl WriteBatch {
     }
 }
 
+/// A write queued by [`Store::enqueue`]: resolves with the outcome once the batch committed.
+pub type QueuedWrite = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StoreError>> + Send + 'static>>;
+
 /// Persists sessions. Implementations must be cheap to call concurrently from many sessions.
 #[async_trait]
 pub trait Store: Send + Sync + fmt::Debug + 'static {
@@ -185,6 +188,23 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// task and a boxed future per write; it must not block.
     fn write_now(&self, batch: &WriteBatch) -> Option<Result<(), StoreError>> {
         let _ = batch;
+        None
+    }
+
+    /// Queues a batch to commit after the writes queued before it, for a backend that commits
+    /// through one ordered queue (a single writer): `Some` with a future that resolves once the
+    /// batch committed, or `None` (the default) when the backend cannot queue in order or not
+    /// right now. The session runtime then keeps one write in flight and waits for it before the
+    /// next; with a queue it keeps up to two, so the backend starts the next write while the
+    /// session's previous one is still committing.
+    ///
+    /// The contract: batches of a session queued one after another commit in the order they
+    /// were queued. With `follows` the session queued the batch while its previous write was
+    /// still in flight; if that previous write fails, this one must fail too without being
+    /// applied (it would leave a gap in the session's journal). The call must not block: encode
+    /// and hand over, nothing more.
+    fn enqueue(&self, batch: &WriteBatch, follows: bool) -> Option<QueuedWrite> {
+        let _ = (batch, follows);
         None
     }
 

@@ -9,6 +9,7 @@ mod options;
 mod reader;
 mod rows;
 mod schema;
+mod sync;
 mod v3;
 mod writer;
 
@@ -16,7 +17,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agent_core::store::{EventQuery, RequestQuery, Store, StoreError, WriteBatch};
+use agent_core::store::{EventQuery, QueuedWrite, RequestQuery, Store, StoreError, WriteBatch};
 use agent_core::{Event, Request, RequestId, SessionId, SessionSnapshot, Turn, TurnId};
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
@@ -107,10 +108,19 @@ impl SqliteStore {
         self.send(Job::Write(Box::new(write), reply), answer).await
     }
 
+    /// Hands `write` to the writer thread at once: `None` when its queue is full.
+    fn queue(&self, write: Prepared) -> Option<QueuedWrite> {
+        let (reply, answer) = oneshot::channel();
+        match self.shared.jobs.try_send(Job::Write(Box::new(write), reply)) {
+            Ok(()) => Some(Box::pin(async move { answer.await.map_err(|_| writer_stopped())? })),
+            Err(mpsc::error::TrySendError::Full(_)) => None,
+            Err(mpsc::error::TrySendError::Closed(_)) => Some(Box::pin(std::future::ready(Err(writer_stopped())))),
+        }
+    }
+
     async fn send(&self, job: Job, answer: oneshot::Receiver<Result<(), StoreError>>) -> Result<(), StoreError> {
-        let stopped = || StoreError::WriteRefused("the store's writer thread has stopped".into());
-        self.shared.jobs.send(job).await.map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        self.shared.jobs.send(job).await.map_err(|_| writer_stopped())?;
+        answer.await.map_err(|_| writer_stopped())?
     }
 
     async fn read<T, F>(&self, read: F) -> Result<T, StoreError>
@@ -120,6 +130,10 @@ impl SqliteStore {
     {
         self.shared.readers.run(read).await
     }
+}
+
+fn writer_stopped() -> StoreError {
+    StoreError::WriteRefused("the store's writer thread has stopped".into())
 }
 
 impl fmt::Debug for SqliteStore {
@@ -250,5 +264,20 @@ impl Store for SqliteStore {
             return Ok(());
         }
         self.submit(Prepared::batch(session, batch)?).await
+    }
+
+    /// Encodes the batch on the caller's thread and queues it for the writer thread, which
+    /// commits writes in the order they were queued; `None` when the queue is full. A batch
+    /// queued with `follows` is refused unapplied when the session's write before it failed.
+    fn enqueue(&self, batch: &WriteBatch, follows: bool) -> Option<QueuedWrite> {
+        let done = |result| -> Option<QueuedWrite> { Some(Box::pin(std::future::ready(result))) };
+        let Some(session) = &batch.session_id else { return done(Ok(())) };
+        if batch.is_empty() {
+            return done(Ok(()));
+        }
+        match Prepared::batch(session, batch) {
+            Ok(write) => self.queue(Prepared { follows, ..write }),
+            Err(error) => done(Err(error)),
+        }
     }
 }

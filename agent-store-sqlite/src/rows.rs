@@ -43,6 +43,9 @@ pub(crate) struct Prepared {
     /// The turns its requests and events name that it does not write itself; each must be
     /// stored (`StoreError::UnknownTurn`).
     pub(crate) named_turns: Vec<TurnId>,
+    /// Queued while the session's previous write was in flight (`Store::enqueue`): refused,
+    /// unapplied, when that write failed.
+    pub(crate) follows: bool,
 }
 
 /// One request with its encoded form and the columns it is queried by.
@@ -125,6 +128,7 @@ impl Prepared {
             events: Vec::new(),
             text: String::new(),
             named_turns: Vec::new(),
+            follows: false,
         }
     }
 

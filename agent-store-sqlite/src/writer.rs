@@ -5,18 +5,20 @@
 //! fails (a conflict, an unknown session) is rolled back alone and the others still commit. A
 //! write is acknowledged only after `COMMIT` returned.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::thread::JoinHandle;
 
-use agent_core::{SessionSnapshot, StoreError, TurnId};
+use agent_core::{SessionId, SessionSnapshot, StoreError, TurnId};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::checkpoint::Checkpointer;
 use crate::error::{corrupt_json, store_error};
 use crate::events::{self, Prefix};
-use crate::options::SqliteOptions;
+use crate::options::{SqliteOptions, Synchronous};
 use crate::rows::{Clear, EventRow, IdForm, Prepared};
+use crate::sync::Syncer;
 
 /// Writes waiting for the writer thread. When full, a write waits for room: back-pressure on
 /// the sessions' flush tasks, which already accumulate new events in their next batch.
@@ -70,7 +72,9 @@ pub(crate) fn spawn(
 /// connection (which checkpoints the WAL when it is the last one).
 fn run(mut conn: Connection, path: &Path, options: &SqliteOptions, mut rx: mpsc::Receiver<Job>, max_group: usize) {
     let checkpointer = Checkpointer::start(&mut conn, path, options);
+    let syncer = sync_apart(&conn, path, options);
     let mut group: Vec<(Box<Prepared>, Reply)> = Vec::with_capacity(max_group);
+    let mut failed = Failed::default();
     let mut next = rx.blocking_recv();
     while let Some(job) = next.take() {
         match job {
@@ -91,36 +95,106 @@ fn run(mut conn: Connection, path: &Path, options: &SqliteOptions, mut rx: mpsc:
                         Err(_) => break,
                     }
                 }
-                commit_group(&conn, &mut group);
+                commit_group(&conn, &mut group, &mut failed, syncer.as_ref());
             }
         }
         if next.is_none() {
             next = rx.blocking_recv();
         }
     }
+    // Answers what waits for a sync first.
+    drop(syncer);
     drop(checkpointer);
     drop(conn);
 }
 
-/// Commits a group and answers every write in it.
-fn commit_group(conn: &Connection, group: &mut Vec<(Box<Prepared>, Reply)>) {
-    let results = run_group(conn, group);
-    for ((_, reply), result) in group.drain(..).zip(results) {
-        // A caller that went away no longer needs the answer.
-        let _ = reply.send(result);
+/// With [`Synchronous::Full`], the WAL synced by a thread of its own rather than inside `COMMIT`
+/// (see [`crate::sync`]): the writer's connection switches to `NORMAL`. `None` keeps SQLite's own
+/// sync at commit.
+fn sync_apart(conn: &Connection, path: &Path, options: &SqliteOptions) -> Option<Syncer> {
+    if options.synchronous != Synchronous::Full {
+        return None;
+    }
+    let syncer = Syncer::start(path)?;
+    match conn.pragma_update(None, "synchronous", Synchronous::Normal.pragma_value()) {
+        Ok(()) => Some(syncer),
+        Err(error) => {
+            tracing::warn!(%error, "the WAL cannot be synced apart; SQLite syncs it at commit");
+            None
+        }
     }
 }
 
-/// Runs the group's transaction. Returns one result per write.
-fn run_group(conn: &Connection, group: &[(Box<Prepared>, Reply)]) -> Vec<Result<(), StoreError>> {
+/// The sessions whose latest write failed: a write queued behind it (`Prepared::follows`) is
+/// refused without being applied, so a failed write never leaves a gap in a journal.
+#[derive(Debug, Default)]
+struct Failed(HashSet<SessionId>);
+
+impl Failed {
+    /// Why `write` must not be applied, if it must not.
+    fn refusal(&self, write: &Prepared) -> Option<StoreError> {
+        (write.follows && self.0.contains(&write.session)).then(|| {
+            StoreError::WriteRefused(format!(
+                "the write of session `{}` queued before this one failed, so this one was not applied",
+                write.session
+            ))
+        })
+    }
+
+    fn record(&mut self, session: &SessionId, ok: bool) {
+        if ok {
+            self.0.remove(session);
+        } else if !self.0.contains(session) {
+            self.0.insert(session.clone());
+        }
+    }
+}
+
+/// Commits a group and answers every write in it: at once, or with a `syncer` once the WAL is
+/// synced.
+fn commit_group(
+    conn: &Connection,
+    group: &mut Vec<(Box<Prepared>, Reply)>,
+    failed: &mut Failed,
+    syncer: Option<&Syncer>,
+) {
+    let results = match syncer.and_then(Syncer::refusal) {
+        Some(refused) => group.iter().map(|_| Err(refused.replicate())).collect(),
+        None => run_group(conn, group, failed),
+    };
+    for ((write, _), result) in group.iter().zip(&results) {
+        failed.record(&write.session, result.is_ok());
+    }
+    let answers = group.drain(..).map(|(_, reply)| reply).zip(results);
+    match syncer {
+        Some(syncer) => syncer.answer_after_sync(answers.collect()),
+        None => {
+            for (reply, result) in answers {
+                // A caller that went away no longer needs the answer.
+                let _ = reply.send(result);
+            }
+        }
+    }
+}
+
+/// Runs the group's transaction. Returns one result per write. `failed` is updated as the
+/// writes apply, so a write refused or failed in the group refuses the one queued behind it.
+fn run_group(conn: &Connection, group: &[(Box<Prepared>, Reply)], failed: &mut Failed) -> Vec<Result<(), StoreError>> {
     let every = |error: &StoreError| group.iter().map(|_| Err(error.replicate())).collect();
     if let Err(error) = exec(conn, "BEGIN IMMEDIATE") {
         return every(&store_error(&error));
     }
     let mut results = Vec::with_capacity(group.len());
     for (write, _) in group {
+        if let Some(refused) = failed.refusal(write) {
+            results.push(Err(refused));
+            continue;
+        }
         match apply_isolated(conn, write) {
-            Ok(result) => results.push(result),
+            Ok(result) => {
+                failed.record(&write.session, result.is_ok());
+                results.push(result);
+            }
             Err(error) => {
                 // The transaction itself is lost: nothing of the group is stored.
                 rollback(conn);
@@ -601,14 +675,82 @@ mod tests {
 
     /// Commits `writes` as one group and returns each write's answer.
     fn commit(conn: &Connection, writes: impl IntoIterator<Item = Box<Prepared>>) -> Vec<Result<(), StoreError>> {
+        commit_after(conn, writes, &mut Failed::default())
+    }
+
+    /// [`commit`] with the writer's record of failed sessions.
+    fn commit_after(
+        conn: &Connection,
+        writes: impl IntoIterator<Item = Box<Prepared>>,
+        failed: &mut Failed,
+    ) -> Vec<Result<(), StoreError>> {
         let (mut group, mut answers) = (Vec::new(), Vec::new());
         for write in writes {
             let (reply, answer) = oneshot::channel();
             group.push((write, reply));
             answers.push(answer);
         }
-        commit_group(conn, &mut group);
+        commit_group(conn, &mut group, failed, None);
         answers.into_iter().map(|mut a| a.try_recv().expect("every write is answered")).collect()
+    }
+
+    fn stored_seqs(conn: &Connection, session: &SessionId) -> Vec<i64> {
+        let mut stmt = conn
+            .prepare("SELECT seq FROM events WHERE session_key = (SELECT session_key FROM sessions WHERE id = ?1) ORDER BY seq")
+            .unwrap();
+        stmt.query_map([session.as_str()], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+    }
+
+    fn events_write(session: &SessionId, seqs: std::ops::RangeInclusive<u64>, follows: bool) -> Box<Prepared> {
+        let mut write = Prepared::new(session.clone());
+        let events: Vec<_> = seqs.map(|seq| event(session, seq, None, "y")).collect();
+        write.push_events(&events).unwrap();
+        write.follows = follows;
+        Box::new(write)
+    }
+
+    #[test]
+    fn with_full_the_wal_is_synced_apart_and_the_connection_runs_normal() {
+        let scratch = Scratch::new("sync-apart");
+        let conn = scratch.conn();
+        let synchronous = || conn.query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0)).unwrap();
+        assert_eq!(synchronous(), 2, "FULL as opened");
+        assert!(sync_apart(conn, &scratch.dir.join("store.db"), &SqliteOptions::default()).is_some());
+        assert_eq!(synchronous(), 1, "NORMAL: the sync thread syncs the WAL before each answer");
+        let normal = SqliteOptions::default().synchronous(Synchronous::Normal);
+        assert!(sync_apart(conn, &scratch.dir.join("store.db"), &normal).is_none(), "nothing to sync with Normal");
+    }
+
+    #[test]
+    fn a_write_queued_behind_a_failed_one_is_refused_unapplied_in_the_same_group_or_the_next() {
+        let scratch = Scratch::new("follows");
+        let conn = scratch.conn();
+        let (a, b) = (sid("a"), sid("b"));
+        let mut failed = Failed::default();
+        let setup = commit_after(conn, [new_session(&a, 1..=1), new_session(&b, 1..=1)], &mut failed);
+        assert!(setup.iter().all(Result::is_ok), "{setup:?}");
+
+        // `a`: seq 1 again with another event fails; the write queued behind it is refused.
+        // `b`: a write behind a successful one applies.
+        let mut conflicting = Prepared::new(a.clone());
+        conflicting.push_events(&[event(&a, 1, None, "different")]).unwrap();
+        let results = commit_after(
+            conn,
+            [Box::new(conflicting), events_write(&a, 2..=3, true), events_write(&b, 2..=2, true)],
+            &mut failed,
+        );
+        assert!(matches!(results[0], Err(StoreError::Conflict(_))), "{results:?}");
+        assert!(matches!(&results[1], Err(StoreError::WriteRefused(m)) if m.contains("queued before")), "{results:?}");
+        assert!(results[2].is_ok(), "{results:?}");
+        // The next group: still refused while it follows; a write that does not follow applies,
+        // and the session's writes apply again after it.
+        let results = commit_after(conn, [events_write(&a, 4..=4, true)], &mut failed);
+        assert!(matches!(results[0], Err(StoreError::WriteRefused(_))), "{results:?}");
+        assert_eq!(stored_seqs(conn, &a), [1], "no refused event was stored");
+        let results = commit_after(conn, [events_write(&a, 5..=5, false), events_write(&a, 6..=6, true)], &mut failed);
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        assert_eq!(stored_seqs(conn, &a), [1, 5, 6]);
+        assert_eq!(stored_seqs(conn, &b), [1, 2]);
     }
 
     #[test]

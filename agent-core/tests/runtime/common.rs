@@ -100,6 +100,17 @@ pub(crate) enum WriteMode {
     Panic,
     /// Writes after a short (paused-clock) delay.
     Slow,
+    /// Queues writes in order ([`Store::enqueue`]) until the test releases them
+    /// ([`ControlledStore::release`]).
+    Queued,
+}
+
+/// A write queued in [`WriteMode::Queued`].
+#[derive(Debug)]
+pub(crate) struct QueuedBatch {
+    pub(crate) batch: WriteBatch,
+    pub(crate) follows: bool,
+    answer: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
 }
 
 /// A memory store whose writes can be made to fail or hang.
@@ -108,6 +119,7 @@ pub(crate) struct ControlledStore {
     pub(crate) inner: MemoryStore,
     mode: std::sync::Mutex<WriteMode>,
     fail_reads: std::sync::atomic::AtomicBool,
+    queued: std::sync::Mutex<(std::collections::VecDeque<QueuedBatch>, bool)>,
 }
 
 impl ControlledStore {
@@ -116,11 +128,34 @@ impl ControlledStore {
             inner: MemoryStore::new(),
             mode: std::sync::Mutex::new(WriteMode::Normal),
             fail_reads: Default::default(),
+            queued: Default::default(),
         })
     }
 
     pub(crate) fn set(&self, mode: WriteMode) {
         *self.mode.lock().unwrap() = mode;
+    }
+
+    /// `(first seq, last seq, follows)` of each write queued and not yet released.
+    pub(crate) fn queued(&self) -> Vec<(u64, u64, bool)> {
+        let queued = self.queued.lock().unwrap();
+        let seqs = |b: &WriteBatch| (b.events.first().map_or(0, |e| e.seq), b.events.last().map_or(0, |e| e.seq));
+        queued.0.iter().map(|q| (seqs(&q.batch).0, seqs(&q.batch).1, q.follows)).collect()
+    }
+
+    /// Commits the oldest queued write, or fails it (`fail`); a write that follows a failed one
+    /// is refused unapplied, as the contract of `Store::enqueue` says. Returns its outcome.
+    pub(crate) fn release(&self, fail: bool) -> Result<(), StoreError> {
+        let mut queued = self.queued.lock().unwrap();
+        let write = queued.0.pop_front().expect("a queued write");
+        let result = if fail || (write.follows && queued.1) {
+            Err(StoreError::WriteRefused("the queued write failed".into()))
+        } else {
+            self.inner.write_now(&write.batch).expect("the memory store writes at once")
+        };
+        queued.1 = result.is_err();
+        let _ = write.answer.send(result.as_ref().map_err(StoreError::replicate).copied());
+        result
     }
 
     /// Makes event reads fail (or work again).
@@ -184,13 +219,23 @@ impl Store for ControlledStore {
             WriteMode::Normal => self.inner.write_now(batch),
             WriteMode::Fail => Some(Err(StoreError::WriteRefused("disk is read-only".into()))),
             WriteMode::Panic => panic!("store bug"),
-            WriteMode::Hang | WriteMode::Slow => None,
+            WriteMode::Hang | WriteMode::Slow | WriteMode::Queued => None,
         }
+    }
+    fn enqueue(&self, batch: &WriteBatch, follows: bool) -> Option<QueuedWrite> {
+        if *self.mode.lock().unwrap() != WriteMode::Queued {
+            return None;
+        }
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        self.queued.lock().unwrap().0.push_back(QueuedBatch { batch: batch.clone(), follows, answer });
+        Some(Box::pin(
+            async move { answered.await.unwrap_or_else(|_| Err(StoreError::WriteRefused("dropped".into()))) },
+        ))
     }
     async fn write(&self, batch: &WriteBatch) -> Result<(), StoreError> {
         let mode = *self.mode.lock().unwrap();
         match mode {
-            WriteMode::Normal => self.inner.write(batch).await,
+            WriteMode::Normal | WriteMode::Queued => self.inner.write(batch).await,
             WriteMode::Fail => Err(StoreError::WriteRefused("disk is read-only".into())),
             WriteMode::Hang => futures::future::pending().await,
             WriteMode::Panic => panic!("store bug"),

@@ -9,6 +9,7 @@ mod events;
 mod handlers;
 mod inactivity;
 mod lag;
+mod queued_writes;
 mod requests;
 mod resume;
 mod sessions;

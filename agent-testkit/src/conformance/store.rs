@@ -32,6 +32,7 @@ pub async fn run_all(store: DynStore) {
     ids_made_in_sequence_are_unique_too(&store).await;
     ids_made_in_place_are_unique_too(&store).await;
     writes_at_once_are_writes(&store).await;
+    queued_writes_commit_in_order(&store).await;
     requests_and_turn_events_need_their_turn(&store).await;
     requests_are_read_by_turn_and_status(&store).await;
     refused_writes_change_nothing(&store).await;
@@ -709,5 +710,50 @@ pub async fn writes_at_once_are_writes(store: &DynStore) {
     let refused = store.write_now(&bad).expect("answered at once as before");
     assert!(matches!(refused, Err(StoreError::Conflict(_))), "{refused:?}");
     assert_eq!(contents(store, &id).await, stored, "a refused write changes nothing");
+    remove_session(store, &id).await;
+}
+
+/// [`Store::enqueue`](agent_core::Store::enqueue), where a store offers it: batches queued one
+/// after another commit in that order and read back as written; a batch queued with `follows`
+/// behind one that fails is refused and changes nothing; one queued without `follows` after it
+/// applies. A store that answers `None` passes.
+pub async fn queued_writes_commit_in_order(store: &DynStore) {
+    let id = sid("conf-enqueue");
+    let mut first = WriteBatch::new(id.clone());
+    first.snapshot = Some(snapshot(&id, SessionState::Running));
+    first.turns = vec![turn(&id, "t1", TurnStatus::Running)];
+    first.events = vec![event(&id, 1, None, "ready")];
+    let Some(first_commit) = store.enqueue(&first, false) else { return };
+    // Queued before the first committed: each depends on the one before it.
+    let batches: Vec<WriteBatch> = (2..=4)
+        .map(|seq| {
+            let mut batch = WriteBatch::new(id.clone());
+            batch.events = vec![event(&id, seq, Some("t1"), "x")];
+            batch
+        })
+        .collect();
+    let commits: Vec<_> =
+        batches.iter().map(|b| store.enqueue(b, true).expect("a store that queued one queues the next")).collect();
+    first_commit.await.expect("the first queued batch commits");
+    for commit in commits {
+        commit.await.expect("a queued batch commits after the one before it");
+    }
+    let stored = contents(store, &id).await;
+    assert_eq!(seqs(&stored.events), vec![1, 2, 3, 4], "queued batches commit in the order they were queued");
+    assert_eq!(stored.turns, first.turns);
+
+    // A conflicting batch fails; the one queued behind it must not leave a gap.
+    let mut conflicting = WriteBatch::new(id.clone());
+    conflicting.events = vec![event(&id, 4, None, "not the stored event")];
+    let mut behind = WriteBatch::new(id.clone());
+    behind.events = vec![event(&id, 5, Some("t1"), "after the failure")];
+    let failed = store.enqueue(&conflicting, true).expect("queued");
+    let refused = store.enqueue(&behind, true).expect("queued");
+    assert!(matches!(failed.await, Err(StoreError::Conflict(_))), "a used seq with another event is a conflict");
+    assert!(refused.await.is_err(), "a batch queued behind a failed one must fail too");
+    assert_eq!(contents(store, &id).await, stored, "the refused batches change nothing");
+    let after = store.enqueue(&behind, false).expect("queued");
+    after.await.expect("a batch that does not follow the failed one applies");
+    assert_eq!(seqs(&contents(store, &id).await.events), vec![1, 2, 3, 4, 5]);
     remove_session(store, &id).await;
 }

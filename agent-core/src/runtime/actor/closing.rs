@@ -141,7 +141,7 @@ impl Actor {
         self.record_snapshot();
         for _ in 0..3 {
             self.journal.send_live();
-            if self.journal.is_flushing() {
+            while self.journal.is_flushing() {
                 let flushed = self.journal.flushed().await;
                 self.on_flushed(flushed);
             }
