@@ -36,10 +36,11 @@ pub(crate) struct Syncer {
 }
 
 impl Syncer {
-    /// Starts the thread on the WAL of the database at `path`; `None` (the writer's connection
-    /// then keeps SQLite's own `FULL`) when the WAL file cannot be opened.
-    pub(crate) fn start(path: &Path) -> Option<Syncer> {
-        let wal = wal_file(path)
+    /// Starts the thread on the WAL of the database SQLite knows as `database` (its full path,
+    /// `sqlite3_db_filename`); `None` (the writer's connection then keeps SQLite's own `FULL`)
+    /// when the WAL file cannot be opened.
+    pub(crate) fn start(database: &Path) -> Option<Syncer> {
+        let wal = wal_file(database)
             .map_err(|e| tracing::warn!(error = %e, "the WAL cannot be synced apart; SQLite syncs it at commit"))
             .ok()?;
         let (answers, received) = mpsc::channel::<Answers>();
@@ -82,10 +83,10 @@ impl Drop for Syncer {
     }
 }
 
-/// The WAL file SQLite writes beside the database (`<database>-wal`, symbolic links resolved
-/// as SQLite resolves them). It exists once the writer's connection is in WAL mode.
-fn wal_file(path: &Path) -> std::io::Result<File> {
-    let mut wal = std::fs::canonicalize(path)?.into_os_string();
+/// The WAL file SQLite writes beside the database: its name with `-wal` appended, which exists
+/// once the writer's connection is in WAL mode.
+fn wal_file(database: &Path) -> std::io::Result<File> {
+    let mut wal = database.as_os_str().to_owned();
     wal.push("-wal");
     File::options().write(true).open(wal)
 }

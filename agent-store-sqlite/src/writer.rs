@@ -72,7 +72,7 @@ pub(crate) fn spawn(
 /// connection (which checkpoints the WAL when it is the last one).
 fn run(mut conn: Connection, path: &Path, options: &SqliteOptions, mut rx: mpsc::Receiver<Job>, max_group: usize) {
     let checkpointer = Checkpointer::start(&mut conn, path, options);
-    let syncer = sync_apart(&conn, path, options);
+    let syncer = sync_apart(&conn, options);
     let mut group: Vec<(Box<Prepared>, Reply)> = Vec::with_capacity(max_group);
     let mut failed = Failed::default();
     let mut next = rx.blocking_recv();
@@ -111,11 +111,13 @@ fn run(mut conn: Connection, path: &Path, options: &SqliteOptions, mut rx: mpsc:
 /// With [`Synchronous::Full`], the WAL synced by a thread of its own rather than inside `COMMIT`
 /// (see [`crate::sync`]): the writer's connection switches to `NORMAL`. `None` keeps SQLite's own
 /// sync at commit.
-fn sync_apart(conn: &Connection, path: &Path, options: &SqliteOptions) -> Option<Syncer> {
+fn sync_apart(conn: &Connection, options: &SqliteOptions) -> Option<Syncer> {
     if options.synchronous != Synchronous::Full {
         return None;
     }
-    let syncer = Syncer::start(path)?;
+    // The database's name as SQLite resolved it: its WAL is that name with `-wal`.
+    let database = conn.path().filter(|path| !path.is_empty())?;
+    let syncer = Syncer::start(Path::new(database))?;
     match conn.pragma_update(None, "synchronous", Synchronous::Normal.pragma_value()) {
         Ok(()) => Some(syncer),
         Err(error) => {
@@ -715,10 +717,20 @@ mod tests {
         let conn = scratch.conn();
         let synchronous = || conn.query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0)).unwrap();
         assert_eq!(synchronous(), 2, "FULL as opened");
-        assert!(sync_apart(conn, &scratch.dir.join("store.db"), &SqliteOptions::default()).is_some());
+        assert!(sync_apart(conn, &SqliteOptions::default()).is_some());
         assert_eq!(synchronous(), 1, "NORMAL: the sync thread syncs the WAL before each answer");
         let normal = SqliteOptions::default().synchronous(Synchronous::Normal);
-        assert!(sync_apart(conn, &scratch.dir.join("store.db"), &normal).is_none(), "nothing to sync with Normal");
+        assert!(sync_apart(conn, &normal).is_none(), "nothing to sync with Normal");
+
+        // Through a symbolic link to the directory: the WAL is found where SQLite put it.
+        let link = std::env::temp_dir().join(format!("agent-store-sqlite-sync-link-{}", std::process::id()));
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&scratch.dir, &link).unwrap();
+        let linked = crate::open::open_writer(&link.join("linked.db"), &SqliteOptions::default()).unwrap();
+        let found = sync_apart(&linked, &SqliteOptions::default()).is_some();
+        drop(linked);
+        let _ = std::fs::remove_file(&link);
+        assert!(found, "the WAL of a database opened through a link is synced apart too");
     }
 
     #[test]
