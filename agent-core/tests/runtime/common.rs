@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::store::{EventQuery, RequestQuery, Store, WriteBatch};
+use agent_core::store::{EventQuery, QueuedWrite, RequestQuery, Store, WriteBatch};
 use agent_core::testing::{ScriptedControl, ScriptedProvider, ScriptedSession};
 use agent_core::*;
 use agent_store_memory::MemoryStore;
