@@ -195,13 +195,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// through one ordered queue (a single writer): `Some` with a future that resolves once the
     /// batch committed, or `None` (the default) when the backend cannot queue in order or not
     /// right now. The session runtime then keeps one write in flight and waits for it before the
-    /// next; with a queue it keeps up to two, so the backend starts the next write while the
+    /// next; with a queue it keeps up to three, so the backend starts the next write while the
     /// session's previous one is still committing.
     ///
     /// The contract: batches of a session queued one after another commit in the order they
     /// were queued. With `follows` the session queued the batch while its previous write was
     /// still in flight; if that previous write fails, this one must fail too without being
-    /// applied (it would leave a gap in the session's journal). The call must not block: encode
+    /// applied (it would leave a gap in the session's journal) — also when the previous one
+    /// failed before it was applied (it could not be encoded). The call must not block: encode
     /// and hand over, nothing more.
     fn enqueue(&self, batch: &WriteBatch, follows: bool) -> Option<QueuedWrite> {
         let _ = (batch, follows);

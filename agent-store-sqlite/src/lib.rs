@@ -275,9 +275,10 @@ impl Store for SqliteStore {
         if batch.is_empty() {
             return done(Ok(()));
         }
-        match Prepared::batch(session, batch) {
-            Ok(write) => self.queue(Prepared { follows, ..write }),
-            Err(error) => done(Err(error)),
-        }
+        // A batch that cannot be encoded still goes through the queue, so that the writer
+        // refuses what is queued behind it.
+        let write = Prepared::batch(session, batch)
+            .unwrap_or_else(|error| Prepared { refused: Some(error), ..Prepared::new(session.clone()) });
+        self.queue(Prepared { follows, ..write })
     }
 }

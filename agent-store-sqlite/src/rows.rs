@@ -46,6 +46,9 @@ pub(crate) struct Prepared {
     /// Queued while the session's previous write was in flight (`Store::enqueue`): refused,
     /// unapplied, when that write failed.
     pub(crate) follows: bool,
+    /// Why the batch could not be encoded: the writer answers with it without applying
+    /// anything, so that a write queued behind it is refused in order (`Store::enqueue`).
+    pub(crate) refused: Option<StoreError>,
 }
 
 /// One request with its encoded form and the columns it is queried by.
@@ -129,6 +132,7 @@ impl Prepared {
             text: String::new(),
             named_turns: Vec::new(),
             follows: false,
+            refused: None,
         }
     }
 

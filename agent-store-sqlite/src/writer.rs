@@ -133,14 +133,16 @@ fn sync_apart(conn: &Connection, options: &SqliteOptions) -> Option<Syncer> {
 struct Failed(HashSet<SessionId>);
 
 impl Failed {
-    /// Why `write` must not be applied, if it must not.
+    /// Why `write` must not be applied, if it must not: it follows a failed write, or it could
+    /// not be encoded.
     fn refusal(&self, write: &Prepared) -> Option<StoreError> {
-        (write.follows && self.0.contains(&write.session)).then(|| {
-            StoreError::WriteRefused(format!(
+        if write.follows && self.0.contains(&write.session) {
+            return Some(StoreError::WriteRefused(format!(
                 "the write of session `{}` queued before this one failed, so this one was not applied",
                 write.session
-            ))
-        })
+            )));
+        }
+        write.refused.as_ref().map(StoreError::replicate)
     }
 
     fn record(&mut self, session: &SessionId, ok: bool) {
@@ -189,6 +191,7 @@ fn run_group(conn: &Connection, group: &[(Box<Prepared>, Reply)], failed: &mut F
     let mut results = Vec::with_capacity(group.len());
     for (write, _) in group {
         if let Some(refused) = failed.refusal(write) {
+            failed.record(&write.session, false);
             results.push(Err(refused));
             continue;
         }

@@ -120,6 +120,9 @@ pub(crate) struct ControlledStore {
     mode: std::sync::Mutex<WriteMode>,
     fail_reads: std::sync::atomic::AtomicBool,
     queued: std::sync::Mutex<(std::collections::VecDeque<QueuedBatch>, bool)>,
+    /// The next `enqueue` panics (in [`WriteMode::Queued`]).
+    panic_next_enqueue: std::sync::atomic::AtomicBool,
+    enqueue_calls: std::sync::atomic::AtomicUsize,
 }
 
 impl ControlledStore {
@@ -129,6 +132,8 @@ impl ControlledStore {
             mode: std::sync::Mutex::new(WriteMode::Normal),
             fail_reads: Default::default(),
             queued: Default::default(),
+            panic_next_enqueue: Default::default(),
+            enqueue_calls: Default::default(),
         })
     }
 
@@ -156,6 +161,16 @@ impl ControlledStore {
         queued.1 = result.is_err();
         let _ = write.answer.send(result.as_ref().map_err(StoreError::replicate).copied());
         result
+    }
+
+    /// Makes the next `enqueue` panic.
+    pub(crate) fn panic_next_enqueue(&self) {
+        self.panic_next_enqueue.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many times `enqueue` was called in [`WriteMode::Queued`].
+    pub(crate) fn enqueue_calls(&self) -> usize {
+        self.enqueue_calls.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Makes event reads fail (or work again).
@@ -225,6 +240,10 @@ impl Store for ControlledStore {
     fn enqueue(&self, batch: &WriteBatch, follows: bool) -> Option<QueuedWrite> {
         if *self.mode.lock().unwrap() != WriteMode::Queued {
             return None;
+        }
+        self.enqueue_calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.panic_next_enqueue.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            panic!("store bug while queuing");
         }
         let (answer, answered) = tokio::sync::oneshot::channel();
         self.queued.lock().unwrap().0.push_back(QueuedBatch { batch: batch.clone(), follows, answer });

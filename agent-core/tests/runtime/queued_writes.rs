@@ -91,3 +91,35 @@ async fn a_failed_write_ahead_of_queued_ones_degrades_and_publishes_every_event_
     assert_eq!(f.harness.await_turn(&turn, None).await.unwrap().result.text.as_deref(), Some("done"));
     assert!(store.queued().is_empty());
 }
+
+#[tokio::test]
+async fn nothing_is_queued_behind_a_write_the_store_panicked_on() {
+    let (f, store) = Fixture::controlled();
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "work").await;
+    let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    let stored_before = store.read_events(&session.id, &Default::default()).await.unwrap().len();
+    store.set(WriteMode::Queued);
+    remote.delta(&turn.id, "a").await;
+    settle(|| store.queued().len() == 1).await;
+    store.panic_next_enqueue();
+    remote.delta(&turn.id, "b").await;
+    settle(|| store.enqueue_calls() == 2).await;
+    remote.delta(&turn.id, "c").await;
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    // The store could not refuse what followed the write it panicked on, so nothing was queued.
+    assert_eq!(store.enqueue_calls(), 2, "nothing queued behind the failed write");
+    store.release(false).unwrap();
+    for expected in ["a", "b", "c"] {
+        assert_eq!(delta_text(&*next(&mut events).await), expected, "every event delivered, in order");
+    }
+    match next(&mut events).await.kind.clone() {
+        EventKind::StoreFailed { reason, .. } => assert!(reason.contains("panicked"), "{reason}"),
+        other => panic!("expected store_failed, got {other:?}"),
+    }
+    let stored = store.read_events(&session.id, &Default::default()).await.unwrap();
+    assert_eq!(stored.len(), stored_before + 1, "only the write before the failure is stored");
+    assert_eq!(delta_text(stored.last().unwrap()), "a");
+}

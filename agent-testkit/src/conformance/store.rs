@@ -754,6 +754,20 @@ pub async fn queued_writes_commit_in_order(store: &DynStore) {
     assert_eq!(contents(store, &id).await, stored, "the refused batches change nothing");
     let after = store.enqueue(&behind, false).expect("queued");
     after.await.expect("a batch that does not follow the failed one applies");
-    assert_eq!(seqs(&contents(store, &id).await.events), vec![1, 2, 3, 4, 5]);
+    let stored = contents(store, &id).await;
+    assert_eq!(seqs(&stored.events), vec![1, 2, 3, 4, 5]);
+
+    // A batch the store refuses before applying anything (an ID twice in it) counts as failed
+    // for what is queued behind it too.
+    let twice = EventId::generate();
+    let mut repeated = WriteBatch::new(id.clone());
+    repeated.events = vec![event_with_id(&id, 6, None, "a", &twice), event_with_id(&id, 7, None, "b", &twice)];
+    let mut next = WriteBatch::new(id.clone());
+    next.events = vec![event(&id, 8, Some("t1"), "after the refused batch")];
+    let refused_first = store.enqueue(&repeated, true).expect("queued");
+    let refused_next = store.enqueue(&next, true).expect("queued");
+    assert!(matches!(refused_first.await, Err(StoreError::Conflict(_))), "an ID twice in one write is a conflict");
+    assert!(refused_next.await.is_err(), "a batch queued behind a refused one must fail too");
+    assert_eq!(contents(store, &id).await, stored, "the refused batches change nothing");
     remove_session(store, &id).await;
 }

@@ -87,6 +87,9 @@ enum Writing {
     /// Queued by the store behind the writes before it; the batch stays here, so a failure
     /// ahead of it can still publish its events in order.
     Queued { batch: WriteBatch, actions: Vec<AfterCommit>, commit: crate::store::QueuedWrite },
+    /// Failed before the store took it (the store panicked while queuing it): nothing is queued
+    /// behind it, since the store would not know to refuse what follows.
+    Failed { batch: WriteBatch, actions: Vec<AfterCommit>, error: StoreError },
 }
 
 pub(super) struct Journal {
@@ -340,7 +343,9 @@ impl Journal {
             return FlushStart::InFlight;
         };
         let follows = !self.writing.is_empty();
-        if follows && (self.writing.len() >= MAX_QUEUED_WRITES || matches!(self.writing.back(), Some(Writing::Task(_))))
+        if follows
+            && (self.writing.len() >= MAX_QUEUED_WRITES
+                || matches!(self.writing.back(), Some(Writing::Task(_) | Writing::Failed { .. })))
         {
             return FlushStart::InFlight;
         }
@@ -366,7 +371,11 @@ impl Journal {
             Ok(Some(commit)) => {
                 Box::pin(AssertUnwindSafe(commit).catch_unwind().map(move |r| r.unwrap_or_else(|_| Err(panicked()))))
             }
-            Err(_) => Box::pin(futures::future::ready(Err(panicked()))),
+            Err(_) => {
+                let actions = std::mem::take(&mut self.after_commit);
+                self.writing.push_back(Writing::Failed { batch, actions, error: panicked() });
+                return FlushStart::InFlight;
+            }
             Ok(None) if follows => {
                 // Not now: the batch waits for the write in flight.
                 let next = std::mem::replace(&mut self.pending, batch);
@@ -421,6 +430,12 @@ impl Journal {
                 return done;
             }
             Writing::Queued { commit, .. } => commit.await,
+            Writing::Failed { .. } => {
+                let Some(Writing::Failed { batch, actions, error }) = self.writing.pop_front() else {
+                    unreachable!("the front write failed")
+                };
+                return (batch, actions, Err(error));
+            }
         };
         let Some(Writing::Queued { batch, actions, .. }) = self.writing.pop_front() else {
             unreachable!("the front write was queued")
@@ -443,7 +458,7 @@ impl Journal {
             }
             for writing in std::mem::take(&mut self.writing) {
                 match writing {
-                    Writing::Queued { batch, actions: theirs, .. } => {
+                    Writing::Queued { batch, actions: theirs, .. } | Writing::Failed { batch, actions: theirs, .. } => {
                         actions.extend(theirs);
                         for event in batch.events {
                             self.publish(event);
