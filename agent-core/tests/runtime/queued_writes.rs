@@ -24,13 +24,33 @@ fn delta_text(event: &Event) -> &str {
     }
 }
 
+/// A session with a running turn and a subscriber, on a store that now queues its writes.
+struct Queueing {
+    f: Fixture,
+    store: std::sync::Arc<ControlledStore>,
+    session: SessionRef,
+    remote: agent_core::testing::ScriptedSession,
+    turn: Turn,
+    events: Subscription,
+    /// How many events the store held when it started queuing.
+    stored_before: usize,
+}
+
+impl Queueing {
+    async fn start() -> Self {
+        let (f, store) = Fixture::controlled();
+        let (session, remote) = f.session(opts()).await;
+        let turn = f.admitted_turn(&session, "work").await;
+        let events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+        let stored_before = store.read_events(&session.id, &Default::default()).await.unwrap().len();
+        store.set(WriteMode::Queued);
+        Queueing { f, store, session, remote, turn, events, stored_before }
+    }
+}
+
 #[tokio::test]
 async fn three_writes_are_in_flight_and_each_publishes_in_order_when_it_commits() {
-    let (f, store) = Fixture::controlled();
-    let (session, remote) = f.session(opts()).await;
-    let turn = f.admitted_turn(&session, "work").await;
-    let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
-    store.set(WriteMode::Queued);
+    let Queueing { f, store, session, remote, turn, mut events, stored_before: _ } = Queueing::start().await;
     for (i, text) in ["a", "b", "c", "d"].into_iter().enumerate() {
         remote.delta(&turn.id, text).await;
         settle(|| store.queued().len() == (i + 1).min(3)).await;
@@ -60,12 +80,7 @@ async fn three_writes_are_in_flight_and_each_publishes_in_order_when_it_commits(
 
 #[tokio::test]
 async fn a_failed_write_ahead_of_queued_ones_degrades_and_publishes_every_event_in_order() {
-    let (f, store) = Fixture::controlled();
-    let (session, remote) = f.session(opts()).await;
-    let turn = f.admitted_turn(&session, "work").await;
-    let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
-    let stored_before = store.read_events(&session.id, &Default::default()).await.unwrap().len();
-    store.set(WriteMode::Queued);
+    let Queueing { f, store, session, remote, turn, mut events, stored_before } = Queueing::start().await;
     for (i, text) in ["a", "b", "c"].into_iter().enumerate() {
         remote.delta(&turn.id, text).await;
         settle(|| store.queued().len() == i + 1).await;
@@ -94,12 +109,7 @@ async fn a_failed_write_ahead_of_queued_ones_degrades_and_publishes_every_event_
 
 #[tokio::test]
 async fn nothing_is_queued_behind_a_write_the_store_panicked_on() {
-    let (f, store) = Fixture::controlled();
-    let (session, remote) = f.session(opts()).await;
-    let turn = f.admitted_turn(&session, "work").await;
-    let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
-    let stored_before = store.read_events(&session.id, &Default::default()).await.unwrap().len();
-    store.set(WriteMode::Queued);
+    let Queueing { f: _harness, store, session, remote, turn, mut events, stored_before } = Queueing::start().await;
     remote.delta(&turn.id, "a").await;
     settle(|| store.queued().len() == 1).await;
     store.panic_next_enqueue();
