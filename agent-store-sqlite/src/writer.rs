@@ -3,7 +3,10 @@
 //!
 //! Each write runs inside its own `SAVEPOINT` within the group's transaction, so a write that
 //! fails (a conflict, an unknown session) is rolled back alone and the others still commit. A
-//! write is acknowledged only after `COMMIT` returned.
+//! write is acknowledged only after `COMMIT` returned and, with `Synchronous::Full`, after the
+//! sync thread synced the WAL ([`crate::sync`]). Writes are applied in the order they were
+//! queued; one queued behind a failed write of its session (`Prepared::follows`) is refused
+//! unapplied.
 
 use std::collections::HashSet;
 use std::path::Path;
