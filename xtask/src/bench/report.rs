@@ -391,19 +391,27 @@ fn render_claude(w: &mut String, options: &Options, results: &Results) -> Result
     )?;
     writeln!(w, "|---|---|---|---|---|---|")?;
     let pairs = &results.claude;
-    for (name, runs) in [
-        ("`typed-claude`", pairs.iter().map(|(t, _)| t).collect::<Vec<_>>()),
-        ("**harness-claude**", pairs.iter().map(|(_, h)| h).collect()),
+    paired_rows(w, "`typed-claude`", "**harness-claude**", pairs, n as f64)?;
+    let in_process = Spread::of(pairs.iter().map(|(_, h)| h.field("deltas") / h.field("secs")));
+    writeln!(w, "\nIn-process rate (from `start_session` to the terminal event): {} deltas/s.\n", rates(in_process))?;
+    Ok(())
+}
+
+/// Two table rows: the baseline runs of `pairs` (ratio 1) and the runs paired with them, with
+/// their paired wall-time ratio; rates are `lines` per second of wall time.
+fn paired_rows(w: &mut String, baseline: &str, paired: &str, pairs: &[(Run, Run)], lines: f64) -> Result<()> {
+    for (name, runs, ratio) in [
+        (baseline, pairs.iter().map(|(t, _)| t).collect::<Vec<_>>(), "1".to_owned()),
+        (
+            paired,
+            pairs.iter().map(|(_, r)| r).collect(),
+            Spread::of(pairs.iter().map(|(t, r)| r.wall / t.wall)).show(2),
+        ),
     ] {
         let wall = Spread::of(runs.iter().map(|r| r.wall));
-        let per_second = Spread::of(runs.iter().map(|r| n as f64 / r.wall));
+        let per_second = Spread::of(runs.iter().map(|r| lines / r.wall));
         let rss = Spread::of(runs.iter().map(|r| mib(r.max_rss_kib)));
         let cpu = Spread::of(runs.iter().map(|r| r.cpu));
-        let ratio = if name.starts_with('`') {
-            "1".to_owned()
-        } else {
-            Spread::of(pairs.iter().map(|(t, h)| h.wall / t.wall)).show(2)
-        };
         writeln!(
             w,
             "| {name} | {} | {} | {ratio} | {:.1} | {:.2} |",
@@ -413,8 +421,6 @@ fn render_claude(w: &mut String, options: &Options, results: &Results) -> Result
             cpu.median
         )?;
     }
-    let in_process = Spread::of(pairs.iter().map(|(_, h)| h.field("deltas") / h.field("secs")));
-    writeln!(w, "\nIn-process rate (from `start_session` to the terminal event): {} deltas/s.\n", rates(in_process))?;
     Ok(())
 }
 
@@ -446,28 +452,8 @@ fn render_sdks(w: &mut String, options: &Options, sdks: &[sdk::Sdk], results: &R
     )?;
     writeln!(w, "|---|---|---|---|---|---|")?;
     for (sdk, pairs) in sdks.iter().zip(&results.sdks) {
-        for (name, runs) in [
-            (format!("`{}` (typed parse)", sdk.baseline), pairs.iter().map(|(t, _)| t).collect::<Vec<_>>()),
-            (format!("**{}**", sdk.name), pairs.iter().map(|(_, s)| s).collect()),
-        ] {
-            let wall = Spread::of(runs.iter().map(|r| r.wall));
-            let per_second = Spread::of(runs.iter().map(|r| sdk.lines as f64 / r.wall));
-            let rss = Spread::of(runs.iter().map(|r| mib(r.max_rss_kib)));
-            let cpu = Spread::of(runs.iter().map(|r| r.cpu));
-            let ratio = if name.starts_with('`') {
-                "1".to_owned()
-            } else {
-                Spread::of(pairs.iter().map(|(t, s)| s.wall / t.wall)).show(2)
-            };
-            writeln!(
-                w,
-                "| {name} | {} | {} | {ratio} | {:.1} | {:.2} |",
-                wall.show(2),
-                rates(per_second),
-                rss.median,
-                cpu.median
-            )?;
-        }
+        let baseline = format!("`{}` (typed parse)", sdk.baseline);
+        paired_rows(w, &baseline, &format!("**{}**", sdk.name), pairs, sdk.lines as f64)?;
     }
     let harness = Spread::of(results.harness[1].iter().map(|(t, h)| h.wall / t.wall)).median;
     let claude = Spread::of(results.claude.iter().map(|(t, h)| h.wall / t.wall)).median;
