@@ -99,8 +99,8 @@ pub(super) fn render(
          (threadId, turnId, itemId, a 40-character delta with occasional escapes and non-ASCII, \
          `emittedAtMs`), `item/completed`, `turn/completed` — {} lines, {:.1} MB. The harness rows run \
          a `Harness` with `CodexProvider` spawning the release `fake-codex` through `LocalExec`; the \
-         fake does the handshake, accepts the turn and copies the file to its stdout with `io::copy` \
-         (`stream_file`); one subscriber (subscribed to the session before the turn starts) counts \
+         fake does the handshake, accepts the turn and copies the file to its stdout in 64 KiB \
+         writes, as `cat` does (`stream_file`); one subscriber (subscribed to the session before the turn starts) counts \
          `message_delta` events until the turn's terminal event; every harness run reached \
          `turn_completed`. With a store a subscriber that falls behind catches up from the store, so \
          it gets all {} deltas; without one it lags by design (`Lagged`), and the driver resubscribes \
