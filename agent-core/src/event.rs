@@ -33,49 +33,72 @@ pub const SCHEMA_VERSION: u32 = 1;
 ///
 /// [`RawJson::from_string`] checks the text; [`RawJson::parsed`] keeps text the caller has just
 /// parsed as JSON — the line a provider deserialized its message from — without a second syntax
-/// check on the event path. Either way the text is checked again when the event is serialized,
-/// so text that is not JSON can only fail a serialization, never produce invalid JSON.
+/// check on the event path, and [`RawJson::parsed_in`] does the same without copying the text
+/// out of the read buffer it lies in. Either way the text is checked again when the event is
+/// serialized, so text that is not JSON can only fail a serialization, never produce invalid
+/// JSON. Cloning shares the text.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct RawJson(Box<str>);
+pub struct RawJson(
+    /// UTF-8, whichever constructor made it.
+    bytes::Bytes,
+);
 
 impl RawJson {
     /// Checks that `json` is one JSON value (surrounding whitespace allowed) and keeps it.
     pub fn from_string(json: String) -> Result<RawJson, serde_json::Error> {
         serde_json::from_str::<serde::de::IgnoredAny>(&json)?;
-        Ok(RawJson(json.into_boxed_str()))
+        Ok(RawJson::parsed(json))
     }
 
     /// Keeps `json` without checking it: the caller has parsed it as JSON already.
     pub fn parsed(json: String) -> RawJson {
-        RawJson(json.into_boxed_str())
+        // A boxed slice becomes `Bytes` without a copy or a second allocation.
+        RawJson(bytes::Bytes::from(json.into_boxed_str().into_boxed_bytes()))
+    }
+
+    /// Keeps `json`, which the caller has parsed as JSON already, as a slice of `chunk` when it
+    /// lies in it — the read buffer a line was handed out from: no copy, and the chunk is freed
+    /// when the last event that keeps a slice of it is — and as a copy otherwise.
+    pub fn parsed_in(json: &str, chunk: &bytes::Bytes) -> RawJson {
+        let inside = chunk.as_ptr_range();
+        let text = json.as_bytes().as_ptr_range();
+        if !json.is_empty() && inside.start <= text.start && text.end <= inside.end {
+            RawJson(chunk.slice_ref(json.as_bytes()))
+        } else {
+            RawJson::parsed(json.to_owned())
+        }
     }
 
     /// The JSON text.
     pub fn get(&self) -> &str {
-        &self.0
+        // SAFETY: every constructor keeps UTF-8 — a `String`, a `&str` (copied, or the same
+        // bytes sliced from the chunk it lies in) or a `RawValue` — and the bytes are never
+        // changed. Checking again on every read cost the stores and subscribers a pass over
+        // every line.
+        unsafe { std::str::from_utf8_unchecked(&self.0) }
     }
 
     /// The JSON as a [`RawValue`], checked.
     pub fn as_raw_value(&self) -> Result<&RawValue, serde_json::Error> {
-        serde_json::from_str(&self.0)
+        serde_json::from_str(self.get())
     }
 }
 
 impl From<Box<RawValue>> for RawJson {
     fn from(raw: Box<RawValue>) -> Self {
-        RawJson(Box::<str>::from(raw))
+        RawJson::parsed(String::from(Box::<str>::from(raw)))
     }
 }
 
 impl fmt::Debug for RawJson {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("RawJson").field(&&*self.0).finish()
+        f.debug_tuple("RawJson").field(&self.get()).finish()
     }
 }
 
 impl fmt::Display for RawJson {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.get())
     }
 }
 
@@ -714,6 +737,28 @@ mod tests {
             let json = serde_json::to_value(event(kind.clone(), None)).unwrap();
             assert_eq!(json["type"], kind.type_name());
         }
+    }
+}
+
+#[cfg(test)]
+mod raw {
+    use super::RawJson;
+
+    /// Text inside the chunk is kept as a slice of it; anything else is copied. Either way two
+    /// raws with the same text are equal.
+    #[test]
+    fn parsed_in_shares_the_chunk_it_lies_in() {
+        let chunk = bytes::Bytes::from_static(b"{\"a\":1}\n{\"b\":2}\n");
+        let line = std::str::from_utf8(&chunk[8..15]).unwrap();
+        let kept = RawJson::parsed_in(line, &chunk);
+        assert_eq!(kept.get(), r#"{"b":2}"#);
+        assert_eq!(kept.get().as_ptr(), line.as_ptr(), "the chunk's bytes, not a copy");
+
+        let elsewhere = String::from(r#"{"b":2}"#);
+        let copied = RawJson::parsed_in(&elsewhere, &chunk);
+        assert_ne!(copied.get().as_ptr(), elsewhere.as_ptr());
+        assert_eq!(copied, kept);
+        assert_eq!(RawJson::parsed_in("", &chunk).get(), "");
     }
 }
 

@@ -11,11 +11,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use agent_core::event::RawJson;
 use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::{Sink, SinkBuffer, TurnId};
-use agent_provider_kit::framing::{LineReader, TextFrame, flush_before_wait, stderr_note, unparsed_line_warning};
+use agent_provider_kit::framing::{
+    Bytes, LineReader, TextFrame, flush_before_wait, keep_line, stderr_note, unparsed_line_warning,
+};
 use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ControlRequestId, ExitReport, Pending, ReplyError, ReplyKey};
 use serde_json::Value;
@@ -178,6 +179,7 @@ impl Shared {
     async fn on_frame(
         &self,
         frame: TextFrame<'_>,
+        chunk: Option<&Bytes>,
         max_line: usize,
         actions: &mut Vec<Action>,
         out: &mut SinkBuffer,
@@ -196,7 +198,7 @@ impl Shared {
         {
             // What came before a reply reaches the session before its caller goes on.
             out.flush().await?;
-            match self.pending.resolve(&key, RawJson::parsed(text.to_owned())) {
+            match self.pending.resolve(&key, keep_line(text, chunk)) {
                 Ok(()) => return Ok(()),
                 Err(_) => {
                     tracing::debug!(request = %key.0, "a control response nobody waits for");
@@ -205,7 +207,7 @@ impl Shared {
             }
         }
         lock(&self.state).on_line(text, &line, actions);
-        attach(actions, RawJson::parsed(text.to_owned()));
+        attach(actions, keep_line(text, chunk));
         let ends_turn = actions.iter().any(Action::ends_turn);
         self.run(actions, out).await?;
         if ends_turn {
@@ -277,9 +279,11 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
     let mut actions = Vec::new();
     let mut out = shared.sink.buffer();
     let read_error = loop {
-        let Ok(next) = flush_before_wait(&mut out, lines.next_line()).await else { return };
+        let Ok(next) = flush_before_wait(&mut out, lines.next_line_in_chunk()).await else { return };
         let handled = match next {
-            Ok(Some(line)) => shared.on_frame(TextFrame::from_line(line), max_line, &mut actions, &mut out).await,
+            Ok(Some((line, chunk))) => {
+                shared.on_frame(TextFrame::from_line(line), chunk, max_line, &mut actions, &mut out).await
+            }
             Ok(None) => break None,
             Err(error) => break Some(error),
         };

@@ -2,11 +2,11 @@
 //! claude's stdout to a subscriber costs at most [`BUDGET`] heap allocations, all threads
 //! counted, with the memory store.
 //!
-//! Where they go (about 3.1 per delta): the line's copy kept as the event's raw JSON, the
-//! delta's text and the event's `Arc` — the API message ID is shared by the message's deltas,
-//! an event ID made in sequence is written only when asked for, the reader hands a read's events
-//! over in one batch and the memory store writes at once — plus a fraction per batch. The
-//! target, 4, is the budget.
+//! Where they go (about 2.2 per delta): the delta's text and the event's `Arc` — the line is
+//! kept as the event's raw JSON as a slice of the read it came in, the API message ID is shared
+//! by the message's deltas, an event ID made in sequence is written only when asked for, the
+//! reader hands a read's events over in one batch and the memory store writes at once — plus a
+//! fraction per read or batch. The target, 4, is the budget.
 //!
 //! Its own test binary, because it installs a counting global allocator. `fake-claude` plays
 //! the CLI in its own process, so only the harness's allocations are counted. Needs

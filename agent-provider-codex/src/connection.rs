@@ -15,7 +15,7 @@ use agent_core::event::RawJson;
 use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::{Sink, SinkBuffer, TurnId};
-use agent_provider_kit::framing::{LineReader, TextFrame, flush_before_wait, unparsed_line_warning};
+use agent_provider_kit::framing::{Bytes, LineReader, TextFrame, flush_before_wait, keep_line, unparsed_line_warning};
 use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ExitReport, JsonRpcId, Pending, ReplyError};
 use serde::Serialize;
@@ -201,6 +201,7 @@ impl Shared {
     async fn on_frame(
         &self,
         frame: TextFrame<'_>,
+        chunk: Option<&Bytes>,
         max_line: usize,
         actions: &mut Vec<Action>,
         out: &mut SinkBuffer,
@@ -210,8 +211,8 @@ impl Shared {
             Ok(None) => return Ok(()),
             Err(warning) => return self.garbage(warning, out).await,
         };
-        // One parse of the line: the message borrows from it until it is normalized, then a
-        // copy of the line becomes the raw JSON of what it produced.
+        // One parse of the line: the message borrows from it until it is normalized, then the
+        // line (shared with the read it came in) becomes the raw JSON of what it produced.
         let Ok(message) = wire::parse(text) else {
             let len = text.len();
             return self.garbage(unparsed_line_warning(CLI, "JSON", len), out).await;
@@ -219,7 +220,7 @@ impl Shared {
         let raw = if let Message::Response { id: RpcId::Num(id) } = message {
             // What came before a reply reaches the session before its caller goes on.
             out.flush().await?;
-            match self.pending.resolve(&JsonRpcId(id), RawJson::parsed(text.to_owned())) {
+            match self.pending.resolve(&JsonRpcId(id), keep_line(text, chunk)) {
                 Ok(()) => return Ok(()),
                 Err(raw) => {
                     lock(&self.state).on_message(Message::Response { id: RpcId::Num(id) }, actions);
@@ -228,7 +229,7 @@ impl Shared {
             }
         } else {
             lock(&self.state).on_message(message, actions);
-            RawJson::parsed(text.to_owned())
+            keep_line(text, chunk)
         };
         attach(actions, raw);
         let ends_turn = actions.iter().any(Action::ends_turn);
@@ -314,9 +315,11 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
     let mut actions = Vec::new();
     let mut out = shared.sink.buffer();
     let read_error = loop {
-        let Ok(next) = flush_before_wait(&mut out, lines.next_line()).await else { return };
+        let Ok(next) = flush_before_wait(&mut out, lines.next_line_in_chunk()).await else { return };
         let handled = match next {
-            Ok(Some(line)) => shared.on_frame(TextFrame::from_line(line), max_line, &mut actions, &mut out).await,
+            Ok(Some((line, chunk))) => {
+                shared.on_frame(TextFrame::from_line(line), chunk, max_line, &mut actions, &mut out).await
+            }
             Ok(None) => break None,
             Err(error) => break Some(error),
         };

@@ -2,11 +2,12 @@
 //! codex's stdout to a subscriber costs at most [`BUDGET`] heap allocations, all threads
 //! counted, with the memory store.
 //!
-//! Where they go (about 3.2 per delta, down from 14): the line's copy kept as the event's raw
-//! JSON, the delta's text and the event's `Arc` — the item's ID is shared by its deltas, an
-//! event ID made in sequence is written only when asked for, the reader hands a read's events
-//! over in one batch and the memory store writes at once (no task, no boxed future) — plus a
-//! fraction per batch: the live batch sent to subscribers, the store's chunks.
+//! Where they go (about 2.2 per delta, down from 14): the delta's text and the event's `Arc` —
+//! the line is kept as the event's raw JSON as a slice of the read it came in, the item's ID is
+//! shared by its deltas, an event ID made in sequence is written only when asked for, the
+//! reader hands a read's events over in one batch and the memory store writes at once (no task,
+//! no boxed future) — plus a fraction per read or batch: the read buffer, the live batch sent
+//! to subscribers, the store's chunks.
 //!
 //! Its own test binary, because it installs a counting global allocator. `fake-codex` plays the
 //! CLI in its own process, so only the harness's allocations are counted. Needs

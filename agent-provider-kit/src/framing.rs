@@ -31,6 +31,8 @@ use std::time::Duration;
 
 use agent_core::event::RawJson;
 use agent_core::provider::{SinkBuffer, SinkClosed};
+pub use bytes::Bytes;
+use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::{AbortHandle, JoinHandle};
 
@@ -88,6 +90,14 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     /// line. Not cancel-safe: a line being read when the future is dropped is lost; drive the
     /// reader from one task.
     pub async fn next_line(&mut self) -> std::io::Result<Option<Line<'_>>> {
+        Ok(self.next_line_in_chunk().await?.map(|(line, _)| line))
+    }
+
+    /// [`LineReader::next_line`], with the chunk of the stream the line lies in when one read
+    /// brought all of it (most lines): a line kept with [`RawJson::parsed_in`] and that chunk
+    /// shares the bytes instead of copying them. `None` for a line gathered from several
+    /// reads, which [`RawJson::parsed_in`] copies.
+    pub async fn next_line_in_chunk(&mut self) -> std::io::Result<Option<(Line<'_>, Option<&Bytes>)>> {
         self.inner.consume(std::mem::take(&mut self.consume));
         self.line.clear();
         // Bytes of an over-long line dropped so far; `Some` once the line is over the cap.
@@ -106,10 +116,10 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 let len = without_cr(&available[..chunk_len]).len();
                 if len > self.max {
                     self.inner.consume(consumed);
-                    return Ok(Some(Line::TooLong(len)));
+                    return Ok(Some((Line::TooLong(len), None)));
                 }
                 self.consume = consumed;
-                return Ok(Some(Line::Text(&self.inner.buffer()[..len])));
+                return Ok(Some((Line::Text(&self.inner.buffer()[..len]), Some(&self.inner.chunk))));
             } else {
                 if chunk_len > 0 {
                     cr = available[chunk_len - 1] == b'\r';
@@ -128,14 +138,15 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                     continue;
                 }
             }
-            return Ok(match skipped {
-                Some(len) => Some(Line::TooLong(len - usize::from(cr))),
-                None if available_was_empty(newline, &self.line) => None,
+            let line = match skipped {
+                Some(len) => Line::TooLong(len - usize::from(cr)),
+                None if available_was_empty(newline, &self.line) => return Ok(None),
                 None => {
                     let line = without_cr(&self.line);
-                    if line.len() > self.max { Some(Line::TooLong(line.len())) } else { Some(Line::Text(line)) }
+                    if line.len() > self.max { Line::TooLong(line.len()) } else { Line::Text(line) }
                 }
-            });
+            };
+            return Ok(Some((line, None)));
         }
     }
 }
@@ -172,39 +183,55 @@ pub async fn flush_before_wait<F: Future>(buffer: &mut SinkBuffer, next: F) -> R
 
 /// A read buffer in front of `inner` that grows from its first size to [`READ_BUFFER`]
 /// once a read fills it.
+///
+/// Each read goes into the free end of one allocation and is split off as a shared [`Bytes`]
+/// chunk, so a line handed out from it can be kept (as [`RawJson::parsed_in`]) without a copy.
+/// Once less than a quarter of the buffer is free, the next read goes into a new allocation; the
+/// old one is freed with the last line kept from it, or reused when nothing kept any.
 #[derive(Debug)]
 struct ReadBuffer<R> {
     inner: R,
-    buf: Vec<u8>,
-    /// Unconsumed bytes are `buf[pos..filled]`.
+    /// The free space the next read goes into.
+    spare: BytesMut,
+    /// The last read's bytes; the unconsumed ones are `chunk[pos..]`.
+    chunk: Bytes,
     pos: usize,
-    filled: usize,
+    /// What the free space is topped up to before a read.
+    size: usize,
 }
 
 impl<R: AsyncRead + Unpin> ReadBuffer<R> {
     fn new(inner: R, first: usize) -> Self {
-        ReadBuffer { inner, buf: vec![0; first], pos: 0, filled: 0 }
+        ReadBuffer { inner, spare: BytesMut::new(), chunk: Bytes::new(), pos: 0, size: first }
     }
 
     /// The unconsumed bytes, reading more when there are none (empty at the end of the stream).
     async fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
-        if self.pos == self.filled {
-            if self.filled == self.buf.len() && self.buf.len() < READ_BUFFER {
-                // The last read filled the buffer: the stream is busy.
-                self.buf.resize(READ_BUFFER, 0);
-            }
+        if self.pos == self.chunk.len() {
+            // Let go of the spent chunk first: if nothing kept a line of it, `reserve` reuses
+            // its allocation instead of making a new one.
+            self.chunk = Bytes::new();
             self.pos = 0;
-            self.filled = self.inner.read(&mut self.buf).await?;
+            if self.spare.capacity() < self.size / 4 || self.spare.capacity() == 0 {
+                self.spare.reserve(self.size);
+            }
+            let room = self.spare.capacity();
+            let read = self.inner.read_buf(&mut self.spare).await?;
+            if read == room && self.size < READ_BUFFER {
+                // The read filled the buffer: the stream is busy.
+                self.size = READ_BUFFER;
+            }
+            self.chunk = self.spare.split().freeze();
         }
-        Ok(&self.buf[self.pos..self.filled])
+        Ok(&self.chunk[self.pos..])
     }
 
     fn consume(&mut self, n: usize) {
-        self.pos = (self.pos + n).min(self.filled);
+        self.pos = (self.pos + n).min(self.chunk.len());
     }
 
     fn buffer(&self) -> &[u8] {
-        &self.buf[self.pos..self.filled]
+        &self.chunk[self.pos..]
     }
 }
 
@@ -308,6 +335,15 @@ impl<'a> TextFrame<'a> {
                 Err(format!("{cli} wrote a stdout line of {len} bytes, over the {max_line}-byte limit; dropped"))
             }
         }
+    }
+}
+
+/// `text`, a line a provider has just parsed as JSON, kept as raw JSON: a slice of `chunk` (from
+/// [`LineReader::next_line_in_chunk`]) when it lies in it, a copy otherwise.
+pub fn keep_line(text: &str, chunk: Option<&Bytes>) -> RawJson {
+    match chunk {
+        Some(chunk) => RawJson::parsed_in(text, chunk),
+        None => RawJson::parsed(text.to_owned()),
     }
 }
 
@@ -595,7 +631,7 @@ mod tests {
         let mut lines = LineReader::new(reader, 1024);
         writer.write_all(b"{\"ready\":true}\n").await.expect("writes");
         assert_eq!(lines.next_line().await.expect("reads"), Some(Line::Text(b"{\"ready\":true}")));
-        assert_eq!(lines.inner.buf.len(), FIRST_READ_BUFFER, "one small line keeps the small buffer");
+        assert_eq!(lines.inner.size, FIRST_READ_BUFFER, "one small line keeps the small buffer");
 
         let burst: Vec<u8> = (0..2000).flat_map(|i| format!("{{\"n\":{i}}}\n").into_bytes()).collect();
         writer.write_all(&burst).await.expect("writes");
@@ -606,7 +642,56 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, 2000);
-        assert_eq!(lines.inner.buf.len(), READ_BUFFER, "a full read grew the buffer");
+        assert_eq!(lines.inner.size, READ_BUFFER, "a full read grew the buffer");
+    }
+
+    /// A line one read brought comes with that read's chunk, and keeping it shares the chunk's
+    /// bytes; a line gathered from several reads comes without one and is copied. Kept lines
+    /// stay as they were while the reader goes on into new buffers.
+    #[tokio::test]
+    async fn lines_are_kept_as_slices_of_the_read_they_came_in() {
+        let (mut writer, reader) = tokio::io::duplex(1 << 20);
+        let mut lines = LineReader::new(reader, 64 * 1024);
+        writer.write_all(b"{\"a\":1}\n{\"b\":2}\n").await.expect("writes");
+        let (line, chunk) = lines.next_line_in_chunk().await.expect("reads").expect("a line");
+        let (Line::Text(bytes), Some(chunk)) = (line, chunk) else { panic!("a line in one read: {line:?}") };
+        let text = std::str::from_utf8(bytes).expect("UTF-8");
+        let first = keep_line(text, Some(chunk));
+        assert_eq!(first.get(), r#"{"a":1}"#);
+        assert!(chunk.as_ptr_range().contains(&first.get().as_ptr()), "kept in place, not copied");
+        let (line, chunk) = lines.next_line_in_chunk().await.expect("reads").expect("a line");
+        let Line::Text(bytes) = line else { panic!("{line:?}") };
+        let second = keep_line(std::str::from_utf8(bytes).expect("UTF-8"), chunk);
+        assert_eq!(second.get(), r#"{"b":2}"#);
+
+        // Text that is not in the chunk is copied.
+        let elsewhere = keep_line(r#"{"c":3}"#, chunk);
+        assert_eq!(elsewhere.get(), r#"{"c":3}"#);
+
+        // A line spread over two reads is gathered, and comes without a chunk.
+        writer.write_all(b"{\"spread\":").await.expect("writes");
+        let next = tokio::spawn(async move {
+            let mut kept = Vec::new();
+            while let Some((line, chunk)) = lines.next_line_in_chunk().await.expect("reads") {
+                let Line::Text(bytes) = line else { panic!("{line:?}") };
+                kept.push((keep_line(std::str::from_utf8(bytes).expect("UTF-8"), chunk), chunk.is_some()));
+            }
+            kept
+        });
+        tokio::task::yield_now().await;
+        writer.write_all(b"true}\n").await.expect("writes");
+        // Enough lines to go through several buffers while `first` and `second` are held.
+        let burst: Vec<u8> = (0..20_000).flat_map(|i| format!("{{\"n\":{i}}}\n").into_bytes()).collect();
+        writer.write_all(&burst).await.expect("writes");
+        drop(writer);
+        let kept = next.await.expect("reader");
+        assert_eq!(kept.len(), 20_001);
+        assert_eq!(kept[0].0.get(), r#"{"spread":true}"#);
+        for (n, (raw, _)) in kept[1..].iter().enumerate() {
+            assert_eq!(raw.get(), format!("{{\"n\":{n}}}"));
+        }
+        assert!(kept.iter().filter(|(_, shared)| *shared).count() > 19_000, "most lines came in one read");
+        assert_eq!((first.get(), second.get()), (r#"{"a":1}"#, r#"{"b":2}"#), "kept lines are unchanged");
     }
 
     /// A first buffer smaller than a line: the line is gathered whole, then the buffer grows.
@@ -616,10 +701,10 @@ mod tests {
         let input = format!("short\n{long}\nafter\n");
         let mut lines = LineReader::with_first_buffer(input.as_bytes(), 4096, FIRST_STDERR_BUFFER);
         assert_eq!(lines.next_line().await.expect("reads"), Some(Line::Text(b"short")));
-        assert_eq!(lines.inner.buf.len(), FIRST_STDERR_BUFFER);
+        assert_eq!(lines.inner.chunk.len(), FIRST_STDERR_BUFFER, "the first read is small");
         assert_eq!(lines.next_line().await.expect("reads"), Some(Line::Text(long.as_bytes())));
         assert_eq!(lines.next_line().await.expect("reads"), Some(Line::Text(b"after")));
-        assert_eq!(lines.inner.buf.len(), READ_BUFFER, "full reads grew it");
+        assert_eq!(lines.inner.size, READ_BUFFER, "full reads grew it");
     }
 
     #[track_caller]

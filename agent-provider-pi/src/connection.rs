@@ -15,7 +15,7 @@ use agent_core::event::RawJson;
 use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::{Sink, SinkBuffer, TurnId};
-use agent_provider_kit::framing::{LineReader, TextFrame, flush_before_wait, unparsed_line_warning};
+use agent_provider_kit::framing::{Bytes, LineReader, TextFrame, flush_before_wait, keep_line, unparsed_line_warning};
 use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ExitReport, Pending, ReplyError, ResponseId};
 use serde::Deserialize;
@@ -207,8 +207,8 @@ struct ResponseHead {
 
 impl Shared {
     /// Hands a response line to its waiter; gives it back when nobody waits.
-    fn deliver(&self, text: &str) -> Option<RawJson> {
-        let raw = RawJson::parsed(text.to_owned());
+    fn deliver(&self, text: &str, chunk: Option<&Bytes>) -> Option<RawJson> {
+        let raw = keep_line(text, chunk);
         let Ok(head) = serde_json::from_str::<ResponseHead>(text) else { return Some(raw) };
         if head.kind != "response" {
             return Some(raw);
@@ -246,6 +246,7 @@ impl Shared {
     async fn on_frame(
         &self,
         frame: TextFrame<'_>,
+        chunk: Option<&Bytes>,
         max_line: usize,
         actions: &mut Vec<Action>,
         out: &mut SinkBuffer,
@@ -259,7 +260,7 @@ impl Shared {
         let raw = if is_response {
             // What came before a reply reaches the session before its caller goes on.
             out.flush().await?;
-            match self.deliver(text) {
+            match self.deliver(text, chunk) {
                 None => {
                     let mut admitted = std::mem::take(&mut *lock(&self.admitted));
                     let ends = admitted.iter().any(Action::ends_turn);
@@ -273,7 +274,7 @@ impl Shared {
                 Some(raw) => raw,
             }
         } else {
-            RawJson::parsed(text.to_owned())
+            keep_line(text, chunk)
         };
         let known = lock(&self.state).on_line(raw.get(), actions);
         if !known {
@@ -352,9 +353,11 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
     let mut actions = Vec::new();
     let mut out = shared.sink.buffer();
     let read_error = loop {
-        let Ok(next) = flush_before_wait(&mut out, lines.next_line()).await else { return };
+        let Ok(next) = flush_before_wait(&mut out, lines.next_line_in_chunk()).await else { return };
         let handled = match next {
-            Ok(Some(line)) => shared.on_frame(TextFrame::from_line(line), max_line, &mut actions, &mut out).await,
+            Ok(Some((line, chunk))) => {
+                shared.on_frame(TextFrame::from_line(line), chunk, max_line, &mut actions, &mut out).await
+            }
             Ok(None) => break None,
             Err(error) => break Some(error),
         };
