@@ -223,3 +223,34 @@ async fn a_turn_stream_is_a_stream_that_ends_after_the_terminal_event() {
     let types: Vec<&str> = StreamExt::map(stream, |e| e.expect("no error").type_name()).collect().await;
     assert_eq!(types, ["turn_started", "message_delta", "turn_completed"]);
 }
+
+/// The buffer's evicted events lend their allocations to the next ones only when nothing else
+/// holds them: an event a subscriber keeps stays as it was, while many turns go through a
+/// small buffer.
+#[tokio::test]
+async fn an_event_a_subscriber_holds_is_never_rewritten() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts().store(StoreChoice::Disabled).event_buffer_size(2)).await;
+    let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    let mut held = None;
+    let mut seen = Vec::new();
+    for i in 0..4 {
+        f.control.push_script([Frame::delta(&format!("delta {i}")), Frame::complete("done")]);
+        let turn = f.harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();
+        loop {
+            let event = next(&mut events).await;
+            seen.push(event.seq);
+            let end = event.is_terminal();
+            if held.is_none() {
+                held = Some((event, turn.id.clone()));
+            }
+            if end {
+                break;
+            }
+        }
+    }
+    assert_eq!(seen, (2..=13).collect::<Vec<_>>(), "every event once, in order");
+    let (held, first_turn) = held.expect("an event");
+    assert_eq!((held.seq, held.type_name()), (2, "turn_started"));
+    assert_eq!(held.turn_id.as_ref(), Some(&first_turn));
+}

@@ -65,6 +65,11 @@ pub(super) struct StoreFailure {
 /// one that stops reading pins at most this many times the buffer.
 const LIVE_BATCH: usize = 16;
 
+/// Evicted events kept for their allocations: a batch from the provider (at most 256 messages)
+/// is sequenced before a store commits and the ring evicts as many, so a batch's worth lets
+/// every event of the next reuse one. Only a session whose ring is full keeps any.
+const RECYCLED: usize = 256;
+
 /// Events that may wait for the next store write while one is in flight (see
 /// [`Journal::is_backlogged`]).
 const MAX_PENDING_EVENTS: usize = 2048;
@@ -126,6 +131,9 @@ pub(super) struct Journal {
     live_ready: Vec<LiveBatch>,
     /// Terminal events published since the actor last asked (they wake waiters).
     terminals: Vec<Arc<Event>>,
+    /// Events that left the ring with no other reference, their raw JSON let go: the next
+    /// events are written into their allocations (see [`Journal::make`]).
+    recycled: Vec<Arc<Event>>,
     span: Span,
 }
 
@@ -163,6 +171,7 @@ impl Journal {
             last_evicted: None,
             live: None,
             live_pending: Vec::new(),
+            recycled: Vec::new(),
             live_ready: Vec::new(),
             terminals: Vec::new(),
             span,
@@ -214,7 +223,7 @@ impl Journal {
         let seq = self.next_seq;
         self.next_seq += 1;
         let at = *self.clock.get_or_insert_with(Timestamp::now);
-        Arc::new(Event {
+        let event = Event {
             schema_version: SCHEMA_VERSION,
             id: EventId::in_sequence(&self.event_prefix, seq),
             seq,
@@ -224,7 +233,28 @@ impl Journal {
             at,
             kind,
             raw,
-        })
+        };
+        // A streaming turn evicts an event from the ring for every one it makes: writing into
+        // the evicted one's allocation saves an allocation and a free (often on another
+        // thread) per event.
+        if let Some(mut spare) = self.recycled.pop()
+            && let Some(slot) = Arc::get_mut(&mut spare)
+        {
+            *slot = event;
+            return spare;
+        }
+        Arc::new(event)
+    }
+
+    /// Keeps `evicted` for [`Journal::make`] when nothing else holds it, up to [`RECYCLED`].
+    fn recycle(&mut self, mut evicted: Arc<Event>) {
+        if self.recycled.len() < RECYCLED
+            && let Some(event) = Arc::get_mut(&mut evicted)
+        {
+            // The raw JSON may be a slice of a read buffer: let it go now, not when reused.
+            event.raw = None;
+            self.recycled.push(evicted);
+        }
     }
 
     fn sequence(&mut self, event: Arc<Event>) {
@@ -239,13 +269,15 @@ impl Journal {
         self.published_seq = event.seq;
         if self.ring.len() == self.ring_capacity
             && let Some(evicted) = self.ring.pop_front()
-            && let Some(turn) = &evicted.turn_id
         {
-            match &mut self.last_evicted {
-                // The common case, a long turn: no ID clone per eviction.
-                Some((last, seq)) if last == turn => *seq = evicted.seq,
-                last => *last = Some((turn.clone(), evicted.seq)),
+            if let Some(turn) = &evicted.turn_id {
+                match &mut self.last_evicted {
+                    // The common case, a long turn: no ID clone per eviction.
+                    Some((last, seq)) if last == turn => *seq = evicted.seq,
+                    last => *last = Some((turn.clone(), evicted.seq)),
+                }
             }
+            self.recycle(evicted);
         }
         if event.is_terminal() {
             self.terminals.push(Arc::clone(&event));
