@@ -95,8 +95,8 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 
     /// [`LineReader::next_line`], with the chunk of the stream the line lies in when one read
     /// brought all of it (most lines): a line kept with [`RawJson::parsed_in`] and that chunk
-    /// shares the bytes instead of copying them. `None` for a line gathered from several
-    /// reads, which [`RawJson::parsed_in`] copies.
+    /// shares the bytes instead of copying them ([`keep_line`] does either). `None` for a line
+    /// gathered from several reads, which [`keep_line`] copies.
     pub async fn next_line_in_chunk(&mut self) -> std::io::Result<Option<(Line<'_>, Option<&Bytes>)>> {
         self.inner.consume(std::mem::take(&mut self.consume));
         self.line.clear();
@@ -687,6 +687,7 @@ mod tests {
         let kept = next.await.expect("reader");
         assert_eq!(kept.len(), 20_001);
         assert_eq!(kept[0].0.get(), r#"{"spread":true}"#);
+        assert!(!kept[0].1, "a line gathered from two reads comes without a chunk");
         for (n, (raw, _)) in kept[1..].iter().enumerate() {
             assert_eq!(raw.get(), format!("{{\"n\":{n}}}"));
         }
