@@ -240,7 +240,9 @@ mod imp {
             };
             // The host's handlers must not run here (the child shares its memory), and the
             // program gets default dispositions for everything the host handled; SIGPIPE too,
-            // which the Rust runtime ignores.
+            // which the Rust runtime ignores, and SIGINT and SIGTERM, which a host started in
+            // the background of a shell ignores: they are how a kill policy asks the program to
+            // stop, and an ignored one cannot even be trapped by a shell.
             for signal in 1..NSIG {
                 let mut current = MaybeUninit::<libc::sigaction>::zeroed();
                 if libc::sigaction(signal, ptr::null(), current.as_mut_ptr()) != 0 {
@@ -248,7 +250,8 @@ mod imp {
                 }
                 let handler = (*current.as_ptr()).sa_sigaction;
                 let handled = handler != libc::SIG_DFL && handler != libc::SIG_IGN;
-                if handled || signal == libc::SIGPIPE {
+                let asks_to_stop = signal == libc::SIGINT || signal == libc::SIGTERM;
+                if handled || signal == libc::SIGPIPE || asks_to_stop {
                     let default = MaybeUninit::<libc::sigaction>::zeroed();
                     libc::sigaction(signal, default.as_ptr(), ptr::null_mut());
                 }
