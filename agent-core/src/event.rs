@@ -22,6 +22,7 @@ use serde_json::value::RawValue;
 use crate::ids::{EventId, ItemId, ProviderId, RequestId, SessionId, TurnId};
 use crate::request::{Request, Response};
 use crate::session::CloseReason;
+pub use crate::text::SharedStr;
 use crate::time::Timestamp;
 use crate::turn::{TurnResult, TurnStatus};
 
@@ -76,6 +77,12 @@ impl RawJson {
         // changed. Checking again on every read cost the stores and subscribers a pass over
         // every line.
         unsafe { std::str::from_utf8_unchecked(&self.0) }
+    }
+
+    /// `part` of this JSON's text (a string value it holds verbatim, say) as a slice of it — no
+    /// copy — when it lies in it, and as a copy otherwise.
+    pub fn share(&self, part: &str) -> SharedStr {
+        SharedStr::in_chunk(part, Some(&self.0))
     }
 
     /// The JSON as a [`RawValue`], checked.
@@ -383,8 +390,8 @@ pub enum EventKind {
         /// Provider item ID.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         item_id: Option<ItemId>,
-        /// The text.
-        text: String,
+        /// The text (often a slice of the line it came in: see [`SharedStr`]).
+        text: SharedStr,
     },
     /// A complete assistant message.
     AssistantMessage {
@@ -399,8 +406,8 @@ pub enum EventKind {
         /// Provider item ID.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         item_id: Option<ItemId>,
-        /// The text.
-        text: String,
+        /// The text (often a slice of the line it came in: see [`SharedStr`]).
+        text: SharedStr,
     },
     /// A tool started.
     ToolStarted {
@@ -438,8 +445,8 @@ pub enum EventKind {
     CommandOutputDelta {
         /// Provider item ID.
         item_id: ItemId,
-        /// The bytes, as lossy UTF-8.
-        text: String,
+        /// The bytes, as lossy UTF-8 (often a slice of the line it came in: see [`SharedStr`]).
+        text: SharedStr,
     },
     /// Files changed (or are proposed to change).
     FileChange {

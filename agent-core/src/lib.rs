@@ -15,6 +15,7 @@ pub mod request;
 mod runtime;
 pub mod session;
 pub mod store;
+mod text;
 pub mod time;
 pub mod turn;
 
@@ -39,5 +40,6 @@ pub use session::{
     CloseReason, Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, SessionStatus, StoredSession,
 };
 pub use store::{DynStore, RequestQuery, Store, StoreError};
+pub use text::SharedStr;
 pub use time::Timestamp;
 pub use turn::{EndCause, InputItem, Turn, TurnInput, TurnOutcome, TurnRef, TurnResult, TurnStatus};

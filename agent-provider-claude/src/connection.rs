@@ -206,7 +206,7 @@ impl Shared {
                 }
             }
         }
-        lock(&self.state).on_line(text, &line, actions);
+        lock(&self.state).on_line(text, chunk, &line, actions);
         attach(actions, keep_line(text, chunk));
         let ends_turn = actions.iter().any(Action::ends_turn);
         self.run(actions, out).await?;

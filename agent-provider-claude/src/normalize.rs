@@ -17,10 +17,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use agent_core::event::{RawJson, ToolKind, ToolStatus, Usage};
+use agent_core::event::{RawJson, SharedStr, ToolKind, ToolStatus, Usage};
 use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EventKind, ItemId, TurnId, TurnResult, TurnStatus};
+use agent_provider_kit::framing::Bytes;
 use agent_provider_kit::permission_prompt::ToolUseRequest;
 use serde_json::{Value, json};
 
@@ -194,10 +195,17 @@ impl Normalizer {
     }
 
     /// Normalizes one line (`text`, parsed as `line`); the caller [`attach`]es the line's raw
-    /// JSON.
-    pub(crate) fn on_line(&mut self, text: &str, line: &Envelope<'_>, actions: &mut Vec<Action>) {
+    /// JSON. `chunk` is the read buffer the line lies in, if it does: streamed text is kept as
+    /// a slice of it.
+    pub(crate) fn on_line(
+        &mut self,
+        text: &str,
+        chunk: Option<&Bytes>,
+        line: &Envelope<'_>,
+        actions: &mut Vec<Action>,
+    ) {
         match &*line.kind {
-            "stream_event" => self.on_stream_event(line, actions),
+            "stream_event" => self.on_stream_event(line, chunk, actions),
             "assistant" => self.on_assistant(line, actions),
             "user" => self.on_user(line, actions),
             "system" => self.on_system(text, line, actions),
@@ -223,7 +231,7 @@ impl Normalizer {
         }
     }
 
-    fn on_stream_event(&mut self, line: &Envelope<'_>, actions: &mut Vec<Action>) {
+    fn on_stream_event(&mut self, line: &Envelope<'_>, chunk: Option<&Bytes>, actions: &mut Vec<Action>) {
         let Some(event) = &line.event else { return };
         match &*event.kind {
             "message_start" => {
@@ -237,10 +245,16 @@ impl Normalizer {
                 let item_id = self.turn.as_ref().and_then(|t| t.message_id.clone());
                 match &*delta.kind {
                     "text_delta" => {
-                        self.emit(actions, EventKind::MessageDelta { item_id, text: delta.text.to_string() });
+                        self.emit(
+                            actions,
+                            EventKind::MessageDelta { item_id, text: SharedStr::in_chunk(&delta.text, chunk) },
+                        );
                     }
                     "thinking_delta" => {
-                        self.emit(actions, EventKind::ReasoningDelta { item_id, text: delta.thinking.to_string() });
+                        self.emit(
+                            actions,
+                            EventKind::ReasoningDelta { item_id, text: SharedStr::in_chunk(&delta.thinking, chunk) },
+                        );
                     }
                     _ => {}
                 }

@@ -101,7 +101,7 @@ fn play(name: &str) -> Played {
             "out" => {
                 let envelope: Envelope<'_> = serde_json::from_str(msg).unwrap_or_else(|e| panic!("{name}: {e}: {msg}"));
                 let mut actions = Vec::new();
-                played.normalizer.on_line(msg, &envelope, &mut actions);
+                played.normalizer.on_line(msg, None, &envelope, &mut actions);
                 attach(&mut actions, agent_core::event::RawJson::parsed(msg.to_owned()));
                 played.actions.extend(actions);
             }
@@ -367,12 +367,12 @@ fn another_session_id_than_the_one_claude_was_started_with_is_a_warning() {
         .unwrap();
     let mut actions = Vec::new();
     let envelope: Envelope<'_> = serde_json::from_str(&init).unwrap();
-    normalizer.on_line(&init, &envelope, &mut actions);
+    normalizer.on_line(&init, None, &envelope, &mut actions);
     assert!(!actions.iter().any(|a| matches!(a, Action::SessionUpdated { .. })), "the expected ID: {actions:?}");
 
     let mut normalizer = Normalizer::new(Some("0b1e5e55-0000-4000-8000-000000000000".into()));
     let mut actions = Vec::new();
-    normalizer.on_line(&init, &envelope, &mut actions);
+    normalizer.on_line(&init, None, &envelope, &mut actions);
     assert!(
         matches!(&actions[0], Action::Emit { kind: EventKind::Warning { message }, .. } if message.contains("not `0b1e5e55"))
     );

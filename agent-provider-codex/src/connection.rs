@@ -223,12 +223,12 @@ impl Shared {
             match self.pending.resolve(&JsonRpcId(id), keep_line(text, chunk)) {
                 Ok(()) => return Ok(()),
                 Err(raw) => {
-                    lock(&self.state).on_message(Message::Response { id: RpcId::Num(id) }, actions);
+                    lock(&self.state).on_message(Message::Response { id: RpcId::Num(id) }, None, actions);
                     raw
                 }
             }
         } else {
-            lock(&self.state).on_message(message, actions);
+            lock(&self.state).on_message(message, chunk, actions);
             keep_line(text, chunk)
         };
         attach(actions, raw);

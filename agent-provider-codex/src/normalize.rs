@@ -7,10 +7,11 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use agent_core::event::{FileChangeEntry, PlanStep, RawJson, ToolKind, ToolStatus};
+use agent_core::event::{FileChangeEntry, PlanStep, RawJson, SharedStr, ToolKind, ToolStatus};
 use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EventKind, ItemId, TurnId, TurnResult, TurnStatus, Usage};
+use agent_provider_kit::framing::Bytes;
 use serde_json::{Value, json};
 
 use crate::requests::{self, Built, PendingRequest};
@@ -259,10 +260,11 @@ impl Normalizer {
     /// Normalizes one parsed line. Responses to our own requests are handled by the connection.
     /// Normalizes one line: the actions it calls for (without the line's raw JSON, which the
     /// caller attaches with [`attach`] once `message` no longer borrows it) are appended to
-    /// `out`, which the reader reuses from line to line.
-    pub(crate) fn on_message(&mut self, message: Message<'_>, out: &mut Vec<Action>) {
+    /// `out`, which the reader reuses from line to line. `chunk` is the read buffer the line
+    /// lies in, if it does: streamed text is kept as a slice of it.
+    pub(crate) fn on_message(&mut self, message: Message<'_>, chunk: Option<&Bytes>, out: &mut Vec<Action>) {
         match message {
-            Message::Notification(note) => self.on_notification(note, out),
+            Message::Notification(note) => self.on_notification(note, chunk, out),
             Message::Request { id, request } => out.extend(self.on_request(id, *request)),
             Message::Response { .. } => out.push(self.unnormalized("response", Route::Session)),
             Message::Unrecognized => {
@@ -277,7 +279,7 @@ impl Normalizer {
     #[cfg(test)]
     pub(crate) fn on_line(&mut self, raw: RawJson) -> Vec<Action> {
         let mut actions = Vec::new();
-        self.on_message(wire::parse(raw.get()).unwrap_or(Message::Unrecognized), &mut actions);
+        self.on_message(wire::parse(raw.get()).unwrap_or(Message::Unrecognized), None, &mut actions);
         attach(&mut actions, raw);
         actions
     }
@@ -325,7 +327,7 @@ impl Normalizer {
         }
     }
 
-    fn on_notification(&mut self, note: Notification<'_>, out: &mut Vec<Action>) {
+    fn on_notification(&mut self, note: Notification<'_>, chunk: Option<&Bytes>, out: &mut Vec<Action>) {
         let ids = match &note {
             Notification::AgentMessageDelta(d)
             | Notification::ReasoningDelta(d, _)
@@ -371,7 +373,7 @@ impl Normalizer {
                 vec![self.unnormalized(note.method(), route)]
             }
             // The streamed kinds: straight into `out`, no vector per line.
-            note => return self.on_turn_notification(note, out),
+            note => return self.on_turn_notification(note, chunk, out),
         };
         out.extend(actions);
     }
@@ -390,7 +392,7 @@ impl Normalizer {
     }
 
     /// Stateful notifications of the running turn.
-    fn on_turn_notification(&mut self, note: Notification<'_>, out: &mut Vec<Action>) {
+    fn on_turn_notification(&mut self, note: Notification<'_>, chunk: Option<&Bytes>, out: &mut Vec<Action>) {
         let route = Route::Current;
         let Some(turn) = self.turn.as_mut() else { return };
         let kind = match note {
@@ -402,11 +404,11 @@ impl Normalizer {
                     }
                     _ => {
                         let id = ItemId::from(&*d.item_id);
-                        turn.items.push((id.clone(), OpenItem::Message { text: d.delta.clone() }));
+                        turn.items.push((id.clone(), OpenItem::Message { text: d.delta.to_string() }));
                         id
                     }
                 };
-                EventKind::MessageDelta { item_id: Some(item_id), text: d.delta }
+                EventKind::MessageDelta { item_id: Some(item_id), text: SharedStr::in_chunk(&d.delta, chunk) }
             }
             Notification::ReasoningDelta(d, _) => {
                 let item_id = match turn.item_with_id(&d.item_id) {
@@ -420,19 +422,20 @@ impl Normalizer {
                         id
                     }
                 };
-                EventKind::ReasoningDelta { item_id: Some(item_id), text: d.delta }
+                EventKind::ReasoningDelta { item_id: Some(item_id), text: SharedStr::in_chunk(&d.delta, chunk) }
             }
             Notification::CommandOutputDelta(d) => {
                 if let Some(OpenItem::Tool { output } | OpenItem::FileChange { output, .. }) = turn.item(&d.item_id) {
                     push_bounded(output, &d.delta);
                 }
-                EventKind::CommandOutputDelta { item_id: turn.item_id(&d.item_id), text: d.delta }
+                let text = SharedStr::in_chunk(&d.delta, chunk);
+                EventKind::CommandOutputDelta { item_id: turn.item_id(&d.item_id), text }
             }
             Notification::FileChangeOutputDelta(d) => {
                 if let Some(OpenItem::FileChange { output, .. }) = turn.item(&d.item_id) {
                     push_bounded(output, &d.delta);
                 }
-                EventKind::ToolProgress { item_id: turn.item_id(&d.item_id), message: d.delta }
+                EventKind::ToolProgress { item_id: turn.item_id(&d.item_id), message: d.delta.into_owned() }
             }
             Notification::McpProgress(p) => EventKind::ToolProgress { item_id: p.item_id, message: p.message },
             Notification::PatchUpdated(p) => {
@@ -537,7 +540,7 @@ impl Normalizer {
                 if streamed || text.is_empty() {
                     vec![EventKind::ProviderEvent { method: "item/completed".into() }]
                 } else {
-                    vec![EventKind::ReasoningDelta { item_id: Some(item.id), text }]
+                    vec![EventKind::ReasoningDelta { item_id: Some(item.id), text: text.into() }]
                 }
             }
             "commandExecution" => vec![EventKind::ToolCompleted {

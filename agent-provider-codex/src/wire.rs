@@ -9,6 +9,7 @@ use std::fmt;
 
 use agent_core::ItemId;
 use agent_provider_kit::framing::is_not_json;
+use agent_provider_kit::scan::Scanner;
 use serde::de::DeserializeOwned;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
@@ -178,7 +179,7 @@ fn borrowed_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Cow<'de
     Ok(Option::<BorrowedStr<'de>>::deserialize(d)?.map(|s| s.0))
 }
 
-/// The streamed notifications, whose params [`FastEnvelope`] decodes in place.
+/// The streamed notifications, whose params [`fast_delta`] decodes in place.
 fn delta_method(method: &str) -> Option<fn(Delta<'_>) -> Notification<'_>> {
     Some(match method {
         "item/agentMessage/delta" => |d| Notification::AgentMessageDelta(d),
@@ -191,45 +192,49 @@ fn delta_method(method: &str) -> Option<fn(Delta<'_>) -> Notification<'_>> {
 }
 
 /// The envelope read in one pass, for the lines that stream: when `method` comes before
-/// `params` (as codex writes them) and names a delta, the params are decoded where they stand,
-/// so the line is read once and nothing is allocated but the strings the event keeps. Any other
-/// line — or a delta whose params do not fit, which fails this parse — goes through
-/// [`Envelope`].
-struct FastEnvelope<'a>(Notification<'a>);
-
-impl<'de> Deserialize<'de> for FastEnvelope<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = FastEnvelope<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a streamed codex notification")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                use serde::de::Error as _;
-                let mut method = None;
-                let mut note = None;
-                while let Some(key) = map.next_key::<BorrowedStr<'de>>()? {
-                    match &*key.0 {
-                        "method" if method.is_none() => {
-                            let name = map.next_value::<BorrowedStr<'de>>()?.0;
-                            method = Some(delta_method(&name).ok_or_else(|| A::Error::custom("not streamed"))?);
-                        }
-                        "params" if note.is_none() => {
-                            let wrap = method.ok_or_else(|| A::Error::custom("params before method"))?;
-                            note = Some(wrap(map.next_value::<Delta<'de>>()?));
-                        }
-                        "id" => return Err(A::Error::custom("a request or response")),
-                        _ => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                    }
-                }
-                note.map(FastEnvelope).ok_or_else(|| A::Error::custom("no params"))
-            }
+/// `params` (as codex writes them) and names a delta, the params are decoded where they stand
+/// by the kit's [`Scanner`] — the line is read once, strings are borrowed from it, and nothing
+/// is allocated but an escaped delta's text. Any other line, or a delta this does not take
+/// (its params of another shape, an escaped key, a duplicate field), goes through [`Envelope`]
+/// and serde, which decode the same deltas (or say why not).
+fn fast_delta(line: &str) -> Option<Notification<'_>> {
+    let mut s = Scanner::new(line);
+    s.begin_object()?;
+    let (mut wrap, mut note) = (None, None);
+    while let Some(key) = s.next_key()? {
+        match key {
+            "method" if wrap.is_none() => wrap = Some(delta_method(&s.string()?)?),
+            "params" if note.is_none() => note = Some(wrap?(scan_delta(&mut s)?)),
+            // A request or a response.
+            "id" => return None,
+            _ => s.skip_value()?,
         }
-        d.deserialize_map(Visit)
     }
+    s.end()?;
+    note
+}
+
+/// [`Delta`]'s fields, as its `Deserialize` takes them.
+fn scan_delta<'a>(s: &mut Scanner<'a>) -> Option<Delta<'a>> {
+    s.begin_object()?;
+    let (mut thread_id, mut turn_id, mut item_id, mut delta) = (None, None, None, None);
+    while let Some(key) = s.next_key()? {
+        let (slot, value) = match key {
+            "threadId" => (&mut thread_id, s.string_or_null()?),
+            "turnId" => (&mut turn_id, s.string_or_null()?),
+            "itemId" => (&mut item_id, Some(s.string()?)),
+            "delta" => (&mut delta, Some(s.string()?)),
+            _ => {
+                s.skip_value()?;
+                continue;
+            }
+        };
+        // A duplicate field, which serde refuses.
+        if slot.replace(value).is_some() {
+            return None;
+        }
+    }
+    Some(Delta { thread_id: thread_id.flatten(), turn_id: turn_id.flatten(), item_id: item_id??, delta: delta?? })
 }
 
 /// One parsed line, borrowing from it.
@@ -253,7 +258,7 @@ pub(crate) struct NotJson;
 /// (fields it does not know are skipped, which checks them), so a message means the line is
 /// JSON: the reader keeps it as the event's raw JSON without a second syntax check.
 pub(crate) fn parse(line: &str) -> Result<Message<'_>, NotJson> {
-    if let Ok(FastEnvelope(note)) = serde_json::from_str::<FastEnvelope<'_>>(line) {
+    if let Some(note) = fast_delta(line) {
         return Ok(Message::Notification(note));
     }
     let envelope = match serde_json::from_str::<Envelope<'_>>(line) {
@@ -322,7 +327,9 @@ pub(crate) struct Delta<'a> {
     /// Borrowed too: the event shares its open item's [`ItemId`].
     #[serde(borrow, deserialize_with = "borrowed")]
     pub(crate) item_id: Cow<'a, str>,
-    pub(crate) delta: String,
+    /// Borrowed too: the event's text is a slice of the read the line came in.
+    #[serde(borrow, deserialize_with = "borrowed")]
+    pub(crate) delta: Cow<'a, str>,
 }
 
 impl Delta<'_> {
@@ -928,6 +935,63 @@ mod tests {
         assert_eq!(parse(r#"{"method":7,"params":{"#).unwrap_err(), NotJson);
         assert_eq!(parse(r#"{"method":"x","params":{"a":1}} trailing"#).unwrap_err(), NotJson);
         assert_eq!(parse("not json").unwrap_err(), NotJson);
+    }
+
+    /// The serde path's reading of a line, as `parse` reads it when the fast path declines.
+    fn by_serde(line: &str) -> Option<Delta<'_>> {
+        let envelope = serde_json::from_str::<Envelope<'_>>(line).ok()?;
+        match Notification::parse(envelope.method.as_deref()?, envelope.params) {
+            Notification::AgentMessageDelta(d)
+            | Notification::ReasoningDelta(d, _)
+            | Notification::CommandOutputDelta(d)
+            | Notification::FileChangeOutputDelta(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    fn fields<'a>(d: &'a Delta<'_>) -> [Option<&'a str>; 4] {
+        [d.thread_id.as_deref(), d.turn_id.as_deref(), Some(&*d.item_id), Some(&*d.delta)]
+    }
+
+    #[test]
+    fn the_fast_path_reads_every_delta_it_takes_as_serde_does() {
+        let taken = [
+            r#"{"method":"item/agentMessage/delta","params":{"threadId":"th","turnId":"t","itemId":"m","delta":"Hi"},"emittedAtMs":1}"#,
+            r#" { "params_first" : [1, {"x": null}], "method" : "item/reasoning/textDelta" , "params" : { "itemId" : "r" , "delta" : "a\"b\\c\nd\u00e9\ud83d\ude00" , "extra" : {"deep": [true, false, -1.5e3]} } } "#,
+            r#"{"method":"item/commandExecution/outputDelta","params":{"threadId":null,"turnId":null,"itemId":"c","delta":""}}"#,
+            r#"{"method":"item/fileChange/outputDelta","params":{"itemId":"f","delta":"x","n":0}}"#,
+        ];
+        for line in taken {
+            let Some(fast) = fast_delta(line) else { panic!("the fast path declined {line}") };
+            let (Notification::AgentMessageDelta(d)
+            | Notification::ReasoningDelta(d, _)
+            | Notification::CommandOutputDelta(d)
+            | Notification::FileChangeOutputDelta(d)) = &fast
+            else {
+                panic!("not a delta: {fast:?}")
+            };
+            let serde = by_serde(line).expect("serde reads it");
+            assert_eq!(fields(d), fields(&serde), "{line}");
+            assert_eq!(fast.method(), serde_json::from_str::<Value>(line).unwrap()["method"].as_str().unwrap());
+        }
+        // Declined: each goes through serde, which reads it, refuses it or makes it another frame.
+        let declined = [
+            r#"{"id":3,"method":"item/agentMessage/delta","params":{"itemId":"m","delta":"Hi"}}"#,
+            r#"{"params":{"itemId":"m","delta":"Hi"},"method":"item/agentMessage/delta"}"#,
+            r#"{"method":"item/agentMessage/delta","params":{"itemId":"m","delta":"Hi","delta":"again"}}"#,
+            r#"{"method":"item/agentMessage/delta","params":{"itemId":"m","\u0064elta":"Hi"}}"#,
+            r#"{"method":"item/agentMessage/delta","params":{"itemId":"m","delta":7}}"#,
+            r#"{"method":"item/agentMessage/delta","params":{"itemId":"m"}}"#,
+            r#"{"method":"turn/started","params":{"turn":{"id":"t"}}}"#,
+            r#"{"method":"item/agentMessage/delta","params":{"itemId":"m","delta":"Hi"}} x"#,
+            r#"{"method":"item/agentMessage/delta","params":{"itemId":"m","delta":"Hi"}"#,
+        ];
+        for line in declined {
+            assert!(fast_delta(line).is_none(), "{line}");
+        }
+        // The one among them serde takes as a delta, it reads in full.
+        let reordered = by_serde(declined[1]).expect("serde reads params before method");
+        assert_eq!(fields(&reordered), [None, None, Some("m"), Some("Hi")]);
     }
 
     #[track_caller]

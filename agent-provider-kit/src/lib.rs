@@ -7,6 +7,7 @@ pub mod permission_prompt;
 pub mod probe;
 pub mod process;
 pub mod rpc;
+pub mod scan;
 pub mod version;
 
 /// Test support (feature `testing`): a [`Sink`](agent_core::Sink) attached to no session and

@@ -405,8 +405,8 @@ impl Normalizer {
         let Some(running) = self.turn.as_mut() else { return };
         let item_id = Some(running.message_item(running.messages + 1));
         let kind = match (event.kind.as_str(), &event.delta) {
-            ("text_delta", Some(delta)) => EventKind::MessageDelta { item_id, text: delta.clone() },
-            ("thinking_delta", Some(delta)) => EventKind::ReasoningDelta { item_id, text: delta.clone() },
+            ("text_delta", Some(delta)) => EventKind::MessageDelta { item_id, text: delta.as_str().into() },
+            ("thinking_delta", Some(delta)) => EventKind::ReasoningDelta { item_id, text: delta.as_str().into() },
             _ => return,
         };
         // The raw JSON of a delta is the delta alone: pi 0.73.1 repeats the whole partial

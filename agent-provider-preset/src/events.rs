@@ -256,13 +256,13 @@ impl Emit {
         let item = |s: &Option<Source>| opt(s).map(ItemId::from);
         Some(match self {
             Emit::MessageDelta { text: t, item_id } => {
-                EventKind::MessageDelta { item_id: item(item_id), text: text(t)? }
+                EventKind::MessageDelta { item_id: item(item_id), text: text(t)?.into() }
             }
             Emit::AssistantMessage { text: t, item_id } => {
                 EventKind::AssistantMessage { item_id: item(item_id), text: text(t)? }
             }
             Emit::ReasoningDelta { text: t, item_id } => {
-                EventKind::ReasoningDelta { item_id: item(item_id), text: text(t)? }
+                EventKind::ReasoningDelta { item_id: item(item_id), text: text(t)?.into() }
             }
             Emit::ToolStarted { item_id, name, input, tool } => EventKind::ToolStarted {
                 item_id: ItemId::from(text(item_id)?),

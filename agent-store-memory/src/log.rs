@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 
-use agent_core::event::{RawJson, SCHEMA_VERSION};
+use agent_core::event::{RawJson, SCHEMA_VERSION, SharedStr};
 use agent_core::{Event, EventId, EventKind, ItemId, ProviderId, SessionId, Timestamp, TurnId};
 
 /// Size of a chunk of encoded events; an event larger than this gets a chunk of its own size.
@@ -353,7 +353,13 @@ impl EventLog {
             0 => None,
             i => Some(self.items.get(i - 1).clone()),
         };
-        let text = |r: &mut Reader<'_>| r.text(raw.unwrap_or("")).to_owned();
+        let raw = raw.map(|raw| RawJson::parsed(raw.to_owned()));
+        // A text kept as a place in the frame becomes a slice of the rebuilt frame.
+        let text = |r: &mut Reader<'_>| match (r.text(), &raw) {
+            (Text::InFrame(range), Some(raw)) => raw.share(&raw.get()[range]),
+            (Text::InFrame(_), None) => unreachable!("a text is kept as a place in a frame only with one"),
+            (Text::Kept(text), _) => SharedStr::from(text),
+        };
         let kind = match r.byte() {
             MESSAGE_DELTA => EventKind::MessageDelta { item_id: item(&mut r), text: text(&mut r) },
             REASONING_DELTA => EventKind::ReasoningDelta { item_id: item(&mut r), text: text(&mut r) },
@@ -363,7 +369,6 @@ impl EventLog {
             },
             _ => self.others[r.varint() as usize].clone(),
         };
-        let raw = raw.map(|raw| RawJson::parsed(raw.to_owned()));
         let mut event = Event::from_parts(id, seq, session_id, turn_id, provider, at, kind, raw);
         event.schema_version = schema_version;
         event
@@ -433,9 +438,15 @@ fn find_last(raw: &[u8], text: &[u8]) -> Option<usize> {
 
 /// A delta's text: where it is in the raw frame when the frame holds it verbatim (a delta
 /// without escapes, the common case), so it is not kept twice; else the text itself.
-fn put_text(out: &mut Vec<u8>, text: &str, raw: &str) {
-    // The text is near the end of a frame more often than not.
-    match find_last(raw.as_bytes(), text.as_bytes()) {
+fn put_text(out: &mut Vec<u8>, text: &SharedStr, raw: &str) {
+    let place = if text.lies_in(raw.as_bytes()) {
+        // A slice of the frame, as providers make them: where is a subtraction.
+        Some(text.as_ptr() as usize - raw.as_ptr() as usize)
+    } else {
+        // The text is near the end of a frame more often than not.
+        find_last(raw.as_bytes(), text.as_bytes())
+    };
+    match place {
         Some(offset) => {
             put_varint(out, (text.len() as u64) << 1 | 1);
             put_varint(out, offset as u64);
@@ -445,6 +456,14 @@ fn put_text(out: &mut Vec<u8>, text: &str, raw: &str) {
             out.extend_from_slice(text.as_bytes());
         }
     }
+}
+
+/// A delta's text as [`put_text`] wrote it.
+enum Text<'a> {
+    /// Where it is in the event's frame.
+    InFrame(std::ops::Range<usize>),
+    /// The text itself.
+    Kept(&'a str),
 }
 
 /// Reads back what `EventLog::push` wrote (the journal's own bytes, so never malformed).
@@ -472,20 +491,17 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// What [`put_text`] wrote, given the frame it may point into.
-    fn text<'r>(&mut self, raw: &'r str) -> &'r str
-    where
-        'a: 'r,
-    {
+    /// What [`put_text`] wrote.
+    fn text(&mut self) -> Text<'a> {
         let tagged = self.varint();
         let len = usize::try_from(tagged >> 1).expect("a length that fit in memory");
         if tagged & 1 == 1 {
             let offset = usize::try_from(self.varint()).expect("an offset that fit in memory");
-            return &raw[offset..offset + len];
+            return Text::InFrame(offset..offset + len);
         }
         let (s, rest) = self.bytes.split_at(len);
         self.bytes = rest;
-        std::str::from_utf8(s).expect("encoded from a str")
+        Text::Kept(std::str::from_utf8(s).expect("encoded from a str"))
     }
 
     fn str(&mut self) -> &'a str {
@@ -520,7 +536,7 @@ mod tests {
         let delta = |text: &str| EventKind::MessageDelta { item_id: Some("item-1".into()), text: text.into() };
         let mut written = vec![
             event(&session, 1, "evt_x.1", delta("héllo \"quoted\"")),
-            event(&session, 2, "evt_x.2", EventKind::ReasoningDelta { item_id: None, text: String::new() }),
+            event(&session, 2, "evt_x.2", EventKind::ReasoningDelta { item_id: None, text: String::new().into() }),
             event(&session, 3, "custom-id", delta("b")),
             event(&session, 7, "evt_x.7", EventKind::Warning { message: "gap".into() }),
             event(&session, 8, "evt_x.8", EventKind::CommandOutputDelta { item_id: "cmd".into(), text: "out".into() }),
@@ -555,6 +571,27 @@ mod tests {
         assert_eq!(log.seq_of_id(&EventId::from_string("evt_x.07")), None);
         let turn: Vec<u64> = log.turn_positions(&TurnId::from_string("turn-1")).map(|p| log.seq_at(p)).collect();
         assert_eq!(turn, [1, 3, 7, 8, 9, 10]);
+    }
+
+    #[test]
+    fn a_text_cut_from_its_frame_is_kept_as_its_place_and_read_back_as_a_slice() {
+        let session = SessionId::new("s").unwrap();
+        let mut log = EventLog::new(session.clone());
+        // The text "ab" twice in the frame: the place it was cut from is the first.
+        let raw = RawJson::parsed(r#"{"delta":"ab","again":"ab"}"#.to_owned());
+        let text = raw.share(&raw.get()[10..12]);
+        assert!(text.lies_in(raw.get().as_bytes()));
+        let mut written = event(&session, 1, "evt_x.1", EventKind::MessageDelta { item_id: None, text });
+        written.raw = Some(raw);
+        log.push(&written);
+        let start = log.chunks[0].len();
+        let read = log.get(0);
+        assert_eq!(read, written);
+        let EventKind::MessageDelta { text, .. } = &read.kind else { panic!("{:?}", read.kind) };
+        let frame = read.raw.as_ref().unwrap().get();
+        assert!(text.lies_in(frame.as_bytes()), "read back as a slice of the frame");
+        assert_eq!(text.as_ptr() as usize - frame.as_ptr() as usize, 10, "at the place it was cut from");
+        assert!(start < 2 * frame.len(), "the text is not kept beside the frame ({start} bytes)");
     }
 
     #[test]

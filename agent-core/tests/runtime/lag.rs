@@ -118,7 +118,7 @@ async fn a_slow_store_holds_the_provider_back_instead_of_buffering_without_bound
         let (sink, turn, sent) = (remote.sink().clone(), turn.id.clone(), std::sync::Arc::clone(&sent));
         tokio::spawn(async move {
             for _ in 0..FLOOD {
-                let kind = EventKind::MessageDelta { item_id: None, text: String::new() };
+                let kind = EventKind::MessageDelta { item_id: None, text: String::new().into() };
                 sink.emit(Some(&turn), kind, None).await.unwrap();
                 sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }

@@ -1,0 +1,240 @@
+//! [`SharedStr`]: immutable text that can share the buffer it was read from.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::ops::Deref;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Immutable UTF-8 text, cheap to clone, that can be a slice of a larger buffer: what a streamed
+/// delta's text is.
+///
+/// A provider reads its CLI's output many lines at a time; a delta whose text the CLI wrote
+/// without escapes is the same bytes as part of the line, so [`SharedStr::in_chunk`] keeps it as
+/// a slice of the read buffer the line lies in (as [`RawJson::parsed_in`] keeps the line) instead
+/// of a copy. Everything else (`From<String>`, `From<&str>`) owns its text.
+///
+/// It dereferences to `str`, compares, hashes and orders as its text, and serializes as a JSON
+/// string. A slice keeps its whole buffer alive: a store or cache that holds text for long
+/// should copy it ([`SharedStr::to_owned_text`]) or keep it beside the raw line it was cut from.
+///
+/// [`RawJson::parsed_in`]: crate::event::RawJson::parsed_in
+#[derive(Clone, Default)]
+pub struct SharedStr(
+    /// UTF-8, whichever constructor made it; never changed.
+    bytes::Bytes,
+);
+
+impl SharedStr {
+    /// Empty text (no allocation).
+    pub const fn new() -> SharedStr {
+        SharedStr(bytes::Bytes::new())
+    }
+
+    /// Text of `'static` data (no allocation).
+    pub const fn from_static(text: &'static str) -> SharedStr {
+        SharedStr(bytes::Bytes::from_static(text.as_bytes()))
+    }
+
+    /// `text` as a slice of `chunk` when it lies in it — no copy; the chunk is freed when the last
+    /// slice of it is — and as a copy otherwise (no chunk, or text decoded from escapes).
+    pub fn in_chunk(text: &str, chunk: Option<&bytes::Bytes>) -> SharedStr {
+        match chunk {
+            Some(chunk) if lies_in(text.as_bytes(), chunk) => SharedStr(chunk.slice_ref(text.as_bytes())),
+            _ => SharedStr::from(text),
+        }
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        // SAFETY: every constructor keeps UTF-8 — a `String`, a `&str` copied, or a `&str`'s
+        // own bytes sliced from the buffer they lie in — and the bytes are never changed.
+        unsafe { std::str::from_utf8_unchecked(&self.0) }
+    }
+
+    /// The same text in a buffer of its own: what to keep for long when `self` may be a slice
+    /// of a larger buffer.
+    pub fn to_owned_text(&self) -> SharedStr {
+        SharedStr(bytes::Bytes::copy_from_slice(&self.0))
+    }
+
+    /// True when `self` is a slice of `buffer`'s bytes (not a copy of them).
+    pub fn lies_in(&self, buffer: &[u8]) -> bool {
+        lies_in(&self.0, buffer)
+    }
+}
+
+/// True when `part` is (a non-empty) part of `whole`'s memory.
+fn lies_in(part: &[u8], whole: &[u8]) -> bool {
+    let whole = whole.as_ptr_range();
+    let part_range = part.as_ptr_range();
+    !part.is_empty() && whole.start <= part_range.start && part_range.end <= whole.end
+}
+
+impl Deref for SharedStr {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for SharedStr {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl Borrow<str> for SharedStr {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl From<String> for SharedStr {
+    fn from(text: String) -> Self {
+        // A boxed slice becomes `Bytes` without a copy or a second allocation.
+        SharedStr(bytes::Bytes::from(text.into_boxed_str().into_boxed_bytes()))
+    }
+}
+
+impl From<&str> for SharedStr {
+    fn from(text: &str) -> Self {
+        SharedStr(bytes::Bytes::copy_from_slice(text.as_bytes()))
+    }
+}
+
+impl From<&String> for SharedStr {
+    fn from(text: &String) -> Self {
+        SharedStr::from(text.as_str())
+    }
+}
+
+impl From<SharedStr> for String {
+    fn from(text: SharedStr) -> Self {
+        text.as_str().to_owned()
+    }
+}
+
+impl PartialEq for SharedStr {
+    fn eq(&self, other: &SharedStr) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for SharedStr {}
+
+impl PartialEq<str> for SharedStr {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for SharedStr {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<String> for SharedStr {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<SharedStr> for str {
+    fn eq(&self, other: &SharedStr) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl PartialEq<SharedStr> for &str {
+    fn eq(&self, other: &SharedStr) -> bool {
+        *self == other.as_str()
+    }
+}
+
+impl PartialEq<SharedStr> for String {
+    fn eq(&self, other: &SharedStr) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl PartialOrd for SharedStr {
+    fn partial_cmp(&self, other: &SharedStr) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SharedStr {
+    fn cmp(&self, other: &SharedStr) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl Hash for SharedStr {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // As `str` hashes, so that `Borrow<str>` lookups find it.
+        self.as_str().hash(state)
+    }
+}
+
+impl fmt::Debug for SharedStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for SharedStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for SharedStr {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedStr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(SharedStr::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_in_its_chunk_is_a_slice_and_elsewhere_a_copy() {
+        let chunk = bytes::Bytes::from_static(br#"{"delta":"Hel"}"#);
+        let line = std::str::from_utf8(&chunk).unwrap();
+        let sliced = SharedStr::in_chunk(&line[10..13], Some(&chunk));
+        assert_eq!(sliced, "Hel");
+        assert!(sliced.lies_in(&chunk));
+
+        let decoded = String::from("Hel");
+        let copied = SharedStr::in_chunk(&decoded, Some(&chunk));
+        assert_eq!(copied, "Hel");
+        assert!(!copied.lies_in(&chunk));
+        assert!(!SharedStr::in_chunk(&line[10..13], None).lies_in(&chunk));
+        assert!(!sliced.to_owned_text().lies_in(&chunk));
+        assert_eq!(sliced, copied);
+    }
+
+    #[test]
+    fn serializes_and_compares_as_its_text() {
+        let text = SharedStr::from("a\"b");
+        assert_eq!(serde_json::to_string(&text).unwrap(), r#""a\"b""#);
+        let back: SharedStr = serde_json::from_str(r#""a\"b""#).unwrap();
+        assert_eq!(back, text);
+        assert_eq!(format!("{text:?}"), format!("{:?}", "a\"b"));
+        let mut set = std::collections::HashSet::new();
+        set.insert(text.clone());
+        assert!(set.contains("a\"b"));
+        assert!(SharedStr::new().is_empty());
+    }
+}
