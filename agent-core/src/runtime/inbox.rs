@@ -8,14 +8,27 @@
 //! session that falls behind slows its reader (and the CLI's pipe) instead of growing memory.
 //!
 //! Order is the order of the sends; a batch stays together.
+//!
+//! **Where the actor runs.** Tokio runs a task woken from one of its workers next on that same
+//! worker, from a slot no other worker can steal, once the waking task yields. A reader that hands
+//! over a full batch ([`SINK_BUFFER_CAPACITY`] messages: it parsed them from a read and has more
+//! of it to parse) would therefore keep its actor waiting until it next waits on the pipe, and
+//! the two would take turns on one core while another sits idle. So a full batch that finds the
+//! queue empty on a multi-threaded runtime is announced from the handoff thread instead (one
+//! thread per process, started at the first such batch): a wake-up from outside the runtime
+//! goes to its shared queue and unparks an idle worker, which runs the actor beside the reader.
+//! Everything else — a batch flushed because the reader is about to wait, a single message, a
+//! current-thread runtime — wakes the actor directly: it runs as soon as the reader waits, on
+//! the same core, with no hop between threads (the latency path).
 
 use std::collections::VecDeque;
 use std::pin::pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, mpsc};
 
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::Notify;
 
-use crate::provider::{ProviderMessage, SINK_CAPACITY, SinkClosed};
+use crate::provider::{ProviderMessage, SINK_BUFFER_CAPACITY, SINK_CAPACITY, SinkClosed};
 
 struct Shared {
     state: Mutex<State>,
@@ -35,6 +48,9 @@ struct State {
 /// What a sender hands over: a batch, or one message (no vector allocated for it).
 pub(crate) trait Outgoing {
     fn is_empty(&self) -> bool;
+    /// True for a full [`SinkBuffer`](crate::provider::SinkBuffer)'s batch: its reader goes on
+    /// parsing instead of waiting.
+    fn is_full_batch(&self) -> bool;
     /// Moves the messages to the end of `queue`, leaving `self` empty.
     fn move_to(&mut self, queue: &mut VecDeque<ProviderMessage>);
 }
@@ -42,6 +58,10 @@ pub(crate) trait Outgoing {
 impl Outgoing for Vec<ProviderMessage> {
     fn is_empty(&self) -> bool {
         Vec::is_empty(self)
+    }
+
+    fn is_full_batch(&self) -> bool {
+        self.len() >= SINK_BUFFER_CAPACITY
     }
 
     fn move_to(&mut self, queue: &mut VecDeque<ProviderMessage>) {
@@ -52,6 +72,10 @@ impl Outgoing for Vec<ProviderMessage> {
 impl Outgoing for Option<ProviderMessage> {
     fn is_empty(&self) -> bool {
         self.is_none()
+    }
+
+    fn is_full_batch(&self) -> bool {
+        false
     }
 
     fn move_to(&mut self, queue: &mut VecDeque<ProviderMessage>) {
@@ -66,7 +90,7 @@ impl Shared {
 
     /// Appends `messages` (leaving them empty; a vector keeps its capacity) if there is room.
     /// Returns whether they went in; `Err` once the receiver is gone.
-    fn try_append(&self, messages: &mut impl Outgoing) -> Result<bool, SinkClosed> {
+    fn try_append(self: &Arc<Self>, messages: &mut impl Outgoing) -> Result<bool, SinkClosed> {
         let mut state = self.lock();
         if state.receiver_gone {
             return Err(SinkClosed);
@@ -75,14 +99,51 @@ impl Shared {
             return Ok(false);
         }
         let was_empty = state.queue.is_empty();
+        let full_batch = messages.is_full_batch();
         messages.move_to(&mut state.queue);
         drop(state);
+        // A non-empty queue has already woken the receiver, or it is reading it now.
         if was_empty {
-            // A non-empty queue has already woken the receiver, or it is reading it now.
-            self.readable.notify_one();
+            if full_batch && beside_is_free() {
+                self.wake_from_handoff();
+            } else {
+                self.readable.notify_one();
+            }
         }
         Ok(true)
     }
+
+    /// Wakes the receiver from the handoff thread (see the module docs), or from here if that
+    /// thread could not be started.
+    fn wake_from_handoff(self: &Arc<Self>) {
+        static HANDOFF: OnceLock<Option<mpsc::Sender<Arc<Shared>>>> = OnceLock::new();
+        let handoff = HANDOFF.get_or_init(|| {
+            let (tx, rx) = mpsc::channel::<Arc<Shared>>();
+            let thread = std::thread::Builder::new().name("agent-inbox-handoff".into()).spawn(move || {
+                for shared in rx {
+                    shared.readable.notify_one();
+                }
+            });
+            match thread {
+                Ok(_) => Some(tx),
+                Err(error) => {
+                    tracing::debug!(%error, "no handoff thread; session actors are woken where their readers run");
+                    None
+                }
+            }
+        });
+        // The thread lives as long as the process, so a send only fails if it never started.
+        if handoff.as_ref().is_none_or(|tx| tx.send(Arc::clone(self)).is_err()) {
+            self.readable.notify_one();
+        }
+    }
+}
+
+/// True on a runtime with another worker that could run the actor beside the sender.
+fn beside_is_free() -> bool {
+    Handle::try_current().is_ok_and(|runtime| {
+        runtime.runtime_flavor() == RuntimeFlavor::MultiThread && runtime.metrics().num_workers() > 1
+    })
 }
 
 /// The sending half, shared by every clone of a [`Sink`](crate::Sink); when the last clone
@@ -279,6 +340,48 @@ mod tests {
         assert_eq!(text(&got[0]), "late");
         drop(tx);
         assert_eq!(rx.recv_many(&mut got, usize::MAX).await, 0, "every sender gone: the end");
+    }
+
+    /// A reader that hands over a full batch goes on parsing without yielding; its actor must
+    /// get to the batch meanwhile, on the other worker. Woken directly, the receiver would wait
+    /// in the sender's worker until the sender yields, which here it never does.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_batch_wakes_the_receiver_on_another_worker_while_its_sender_goes_on() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::time::{Duration, Instant};
+        const ROUNDS: usize = 20;
+        let (tx, mut rx) = channel();
+        let taken = Arc::new(AtomicUsize::new(0));
+        let receiver = tokio::spawn({
+            let taken = Arc::clone(&taken);
+            async move {
+                let mut got = VecDeque::new();
+                while got.len() < ROUNDS * SINK_BUFFER_CAPACITY {
+                    let before = got.len();
+                    assert!(rx.recv_many(&mut got, usize::MAX).await > 0, "the sender is still there");
+                    taken.fetch_add(got.len() - before, Ordering::SeqCst);
+                }
+                got
+            }
+        });
+        let sender = tokio::spawn(async move {
+            for round in 0..ROUNDS {
+                let first = round * SINK_BUFFER_CAPACITY;
+                let mut batch: Vec<_> = (first..first + SINK_BUFFER_CAPACITY).map(|i| delta(&i.to_string())).collect();
+                tx.send_all(&mut batch).await.unwrap();
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while taken.load(Ordering::SeqCst) < first + SINK_BUFFER_CAPACITY {
+                    assert!(Instant::now() < deadline, "the receiver did not run while its sender went on");
+                    std::hint::spin_loop();
+                }
+            }
+            tx
+        });
+        let tx = sender.await.unwrap();
+        let got = receiver.await.unwrap();
+        let expected: Vec<String> = (0..ROUNDS * SINK_BUFFER_CAPACITY).map(|i| i.to_string()).collect();
+        assert_eq!(got.iter().map(text).collect::<Vec<_>>(), expected, "every message, in order");
+        drop(tx);
     }
 
     #[tokio::test(start_paused = true)]
