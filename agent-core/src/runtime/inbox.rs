@@ -252,6 +252,11 @@ impl Inbox {
         (self.recv_many(&mut one, 1).await > 0).then(|| one.pop_front()).flatten()
     }
 
+    /// True when messages are queued: a take now would not wait.
+    pub(crate) fn has_queued(&self) -> bool {
+        !self.shared.lock().queue.is_empty()
+    }
+
     /// The next queued message, if any.
     pub(crate) fn try_recv(&mut self) -> Option<ProviderMessage> {
         let mut one = VecDeque::with_capacity(1);

@@ -330,6 +330,11 @@ impl Journal {
         }
     }
 
+    /// How many published events wait for [`send_live`](Journal::send_live).
+    pub(super) fn unsent_live(&self) -> usize {
+        self.live_ready.len() * LIVE_BATCH + self.live_pending.len()
+    }
+
     /// The terminal events published since the last call.
     pub(super) fn take_terminals(&mut self) -> Vec<Arc<Event>> {
         std::mem::take(&mut self.terminals)

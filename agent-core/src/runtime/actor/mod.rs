@@ -59,6 +59,10 @@ use crate::turn::{EndCause, Turn};
 /// the pending batch (see [`Journal::is_backlogged`]).
 const SINK_BATCH: usize = 512;
 
+/// Published events the actor gathers for live subscribers while the provider's messages keep
+/// queueing, before it sends them anyway.
+const LIVE_COALESCE: usize = 1024;
+
 /// Everything the startup sequence hands the actor.
 pub(crate) struct ActorParts {
     pub(crate) session: SessionRef,
@@ -220,7 +224,15 @@ impl Actor {
                         continue;
                     }
                 }
-                self.journal.send_live();
+                // Live subscribers get what was published before the actor waits — or, while the
+                // provider's messages queue faster than they are taken (the next take will not
+                // wait), once enough has gathered: a subscriber on another thread is woken once
+                // for all of it instead of once per take.
+                if !(self.takes_provider_messages() && self.sink.has_queued())
+                    || self.journal.unsent_live() >= LIVE_COALESCE
+                {
+                    self.journal.send_live();
+                }
                 tokio::select! {
                     biased;
                     flushed = self.journal.flushed(), if self.journal.is_flushing() => self.on_flushed(flushed),
