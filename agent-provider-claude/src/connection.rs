@@ -189,7 +189,7 @@ impl Shared {
             Ok(None) => return Ok(()),
             Err(warning) => return self.garbage(warning, out).await,
         };
-        let Ok(line) = serde_json::from_str::<Envelope<'_>>(text) else {
+        let Ok(line) = Envelope::parse(text) else {
             let len = text.len();
             return self.garbage(unparsed_line_warning(CLI, "a JSON message", len), out).await;
         };

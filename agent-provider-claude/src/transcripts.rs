@@ -99,7 +99,8 @@ fn play(name: &str) -> Played {
                 }
             }
             "out" => {
-                let envelope: Envelope<'_> = serde_json::from_str(msg).unwrap_or_else(|e| panic!("{name}: {e}: {msg}"));
+                let envelope = Envelope::parse(msg).unwrap_or_else(|e| panic!("{name}: {e}: {msg}"));
+                crate::wire::assert_scan_agrees(msg);
                 let mut actions = Vec::new();
                 played.normalizer.on_line(msg, None, &envelope, &mut actions);
                 attach(&mut actions, agent_core::event::RawJson::parsed(msg.to_owned()));

@@ -11,6 +11,7 @@
 use std::borrow::Cow;
 
 pub(crate) use agent_provider_kit::permission_prompt::control_response;
+use agent_provider_kit::scan::Scanner;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -41,6 +42,112 @@ pub(crate) struct Envelope<'a> {
     /// `user` lines replayed by the CLI (`set_model` output, resumed history).
     #[serde(default, rename = "isReplay")]
     pub(crate) is_replay: bool,
+}
+
+impl<'a> Envelope<'a> {
+    /// Parses one line: a `stream_event` by the kit's [`Scanner`] (see [`scan_stream_event`]),
+    /// anything else — and any stream event the scanner declines — by serde. A parse has read
+    /// the whole line, so an envelope means the line is JSON.
+    pub(crate) fn parse(line: &'a str) -> serde_json::Result<Envelope<'a>> {
+        match scan_stream_event(line) {
+            Some(envelope) => Ok(envelope),
+            None => serde_json::from_str(line),
+        }
+    }
+}
+
+/// The envelope of a `stream_event` line (most of what a streaming turn writes) read by hand:
+/// keys compared as slices, strings borrowed unless escaped, every field it skips checked.
+/// Declines (`None`, and serde reads the line) what it does not read as serde would: another
+/// `type`, the fields of other kinds (`subtype`, `message`, `request`, `request_id`, `isReplay`),
+/// a `null` where serde takes one, a duplicate field, an escaped key, bad JSON.
+fn scan_stream_event(line: &str) -> Option<Envelope<'_>> {
+    let mut s = Scanner::new(line);
+    s.begin_object()?;
+    let (mut kind, mut session_id, mut event) = (None, None, None);
+    while let Some(key) = s.next_key()? {
+        match key {
+            "type" => {
+                let name = s.string()?;
+                if name != "stream_event" {
+                    return None;
+                }
+                once(&mut kind, name)?;
+            }
+            "session_id" => once(&mut session_id, s.string()?)?,
+            "event" => once(&mut event, scan_event(&mut s)?)?,
+            "subtype" | "message" | "request" | "request_id" | "isReplay" => return None,
+            _ => s.skip_value()?,
+        }
+    }
+    s.end()?;
+    Some(Envelope {
+        kind: kind?,
+        subtype: Cow::Borrowed(""),
+        session_id: session_id.unwrap_or_default(),
+        event: Some(event?),
+        message: None,
+        request: None,
+        request_id: Cow::Borrowed(""),
+        is_replay: false,
+    })
+}
+
+/// [`StreamEvent`]'s fields, as its `Deserialize` takes them (`message` is left to serde).
+fn scan_event<'a>(s: &mut Scanner<'a>) -> Option<StreamEvent<'a>> {
+    s.begin_object()?;
+    let (mut kind, mut delta) = (None, None);
+    while let Some(key) = s.next_key()? {
+        match key {
+            "type" => once(&mut kind, s.string()?)?,
+            "delta" => once(&mut delta, scan_delta(s)?)?,
+            "message" => return None,
+            _ => s.skip_value()?,
+        }
+    }
+    Some(StreamEvent { kind: kind?, delta, message: None })
+}
+
+/// [`Delta`]'s fields, as its `Deserialize` takes them.
+fn scan_delta<'a>(s: &mut Scanner<'a>) -> Option<Delta<'a>> {
+    s.begin_object()?;
+    let (mut kind, mut text, mut thinking) = (None, None, None);
+    while let Some(key) = s.next_key()? {
+        match key {
+            "type" => once(&mut kind, s.string()?)?,
+            "text" => once(&mut text, s.string()?)?,
+            "thinking" => once(&mut thinking, s.string()?)?,
+            _ => s.skip_value()?,
+        }
+    }
+    Some(Delta {
+        kind: kind.unwrap_or_default(),
+        text: text.unwrap_or_default(),
+        thinking: thinking.unwrap_or_default(),
+    })
+}
+
+/// Checks that the scanner reads `line` as serde does, if it reads it at all.
+#[cfg(test)]
+#[track_caller]
+pub(crate) fn assert_scan_agrees(line: &str) {
+    let Some(fast) = scan_stream_event(line) else { return };
+    let serde: Envelope<'_> = serde_json::from_str(line).expect("serde reads what the scanner reads");
+    let parts = |e: &Envelope<'_>| {
+        let event = e.event.as_ref().map(|ev| {
+            let delta = ev.delta.as_ref().map(|d| (d.kind.to_string(), d.text.to_string(), d.thinking.to_string()));
+            (ev.kind.to_string(), delta, ev.message.is_some())
+        });
+        let raw = |r: Option<&RawValue>| r.map(|r| r.get().to_owned());
+        (e.kind.to_string(), e.subtype.to_string(), e.session_id.to_string(), event, raw(e.message), raw(e.request))
+    };
+    assert_eq!(parts(&fast), parts(&serde), "{line}");
+    assert_eq!((&*fast.request_id, fast.is_replay), (&*serde.request_id, serde.is_replay), "{line}");
+}
+
+/// Fills `slot`; `None` if it was filled already (a duplicate field, which serde refuses).
+fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+    slot.replace(value).is_none().then_some(())
 }
 
 /// `stream_event.event`: the parts of an Anthropic streaming event the provider reads.
@@ -218,5 +325,45 @@ pub(crate) fn tool_result_text(content: &Value) -> Option<String> {
         }
         Value::Null => None,
         other => Some(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scanner_reads_every_stream_event_it_takes_as_serde_does() {
+        let taken = [
+            r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi \"there\"\n\u00e9"}},"session_id":"s-1","parent_tool_use_id":null,"uuid":"u"}"#,
+            r#" { "uuid" : "u" , "event" : { "delta" : { "thinking" : "hmm" , "type" : "thinking_delta" , "signature" : [1, {"a": null}] } , "type" : "content_block_delta" } , "type" : "stream_event" } "#,
+            r#"{"type":"stream_event","event":{"type":"content_block_stop","index":0},"session_id":"s"}"#,
+            r#"{"type":"stream_event","event":{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}}"#,
+        ];
+        for line in taken {
+            assert!(scan_stream_event(line).is_some(), "the scanner declined {line}");
+            assert_scan_agrees(line);
+        }
+        let declined = [
+            r#"{"type":"assistant","message":{"id":"m","content":[]},"session_id":"s"}"#,
+            r#"{"type":"stream_event","event":{"type":"message_start","message":{"id":"msg_1"}}}"#,
+            r#"{"type":"stream_event","event":null}"#,
+            r#"{"type":"stream_event"}"#,
+            r#"{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"a","text":"b"}}}"#,
+            r#"{"type":"stream_event","type":"stream_event","event":{"type":"x"}}"#,
+            r#"{"type":"stream_event","\u0065vent":{"type":"x"}}"#,
+            r#"{"type":"stream_event","event":{"type":"x"},"isReplay":true}"#,
+            r#"{"type":"stream_event","event":{"type":"x"},"session_id":null}"#,
+            r#"{"type":"stream_event","event":{"type":"x"}} trailing"#,
+        ];
+        for line in declined {
+            assert!(scan_stream_event(line).is_none(), "{line}");
+        }
+        // Those serde reads, it reads with their other fields.
+        let start = Envelope::parse(declined[1]).unwrap();
+        assert_eq!(start.event.unwrap().message.unwrap().id, "msg_1");
+        assert!(Envelope::parse(declined[2]).unwrap().event.is_none());
+        assert!(Envelope::parse(declined[7]).unwrap().is_replay);
+        assert!(Envelope::parse(declined[9]).is_err());
     }
 }
