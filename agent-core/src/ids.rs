@@ -22,9 +22,24 @@ pub const MAX_SESSION_ID_LEN: usize = 128;
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident, $check:path) => {
         $(#[$doc])*
-        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+        #[derive(Clone, Eq, PartialOrd, Ord, Serialize)]
         #[serde(transparent)]
         pub struct $name(Arc<str>);
+
+        // Clones share their text: comparing them (every event names its session and turn)
+        // needs no look at it.
+        impl PartialEq for $name {
+            fn eq(&self, other: &Self) -> bool {
+                Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+            }
+        }
+
+        // As the text hashes, consistent with the comparison above.
+        impl std::hash::Hash for $name {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                self.0.hash(state)
+            }
+        }
 
         // Reading an ID from JSON applies the rules of its kind: an empty or blank ID is never
         // accepted from the outside.
@@ -372,9 +387,22 @@ impl std::borrow::Borrow<str> for EventId {
 ///
 /// Any string (providers choose them). Cheap to clone: a provider hands every event of one item
 /// the same ID, so a streamed delta shares its item's ID instead of copying it.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Eq, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
 pub struct ItemId(Arc<str>);
+
+impl std::hash::Hash for ItemId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state)
+    }
+}
+
+impl PartialEq for ItemId {
+    fn eq(&self, other: &Self) -> bool {
+        // Clones share their text, as the IDs of one item's deltas do.
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
 
 impl ItemId {
     /// An item ID from any string.
@@ -555,6 +583,24 @@ mod tests {
     fn hash_of<T: std::hash::Hash + ?Sized>(value: &T) -> u64 {
         use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
         BuildHasherDefault::<DefaultHasher>::default().hash_one(value)
+    }
+
+    #[test]
+    fn ids_compare_and_hash_by_their_text_whether_or_not_they_share_it() {
+        let turn = TurnId::from_string("turn-1");
+        let same_text = TurnId::from_string(String::from("turn-1"));
+        assert!(!Arc::ptr_eq(&turn.0, &same_text.0));
+        assert_eq!(turn, same_text);
+        assert_eq!(turn, turn.clone());
+        assert_eq!(hash_of(&turn), hash_of(&same_text));
+        assert_ne!(turn, TurnId::from_string("turn-2"));
+        let item = ItemId::from("m1");
+        assert_eq!(item, ItemId::from(String::from("m1")));
+        assert_eq!(hash_of(&item), hash_of(&ItemId::from("m1")));
+        assert_ne!(item, ItemId::from("m2"));
+        let mut turns = std::collections::HashSet::new();
+        turns.insert(turn);
+        assert!(turns.contains(&same_text));
     }
 
     #[test]
