@@ -150,9 +150,7 @@ impl<'a> Scanner<'a> {
             b'{' | b'[' if depth >= MAX_DEPTH => None,
             b'{' => {
                 self.pos += 1;
-                self.skip_ws();
-                if self.peek()? == b'}' {
-                    self.pos += 1;
+                if self.closes(b'}') {
                     return Some(());
                 }
                 loop {
@@ -160,34 +158,20 @@ impl<'a> Scanner<'a> {
                     self.skip_string()?;
                     self.eat(b':')?;
                     self.skip(depth + 1)?;
-                    self.skip_ws();
-                    match self.peek()? {
-                        b',' => self.pos += 1,
-                        b'}' => {
-                            self.pos += 1;
-                            return Some(());
-                        }
-                        _ => return None,
+                    if self.after_item(b'}')? {
+                        return Some(());
                     }
                 }
             }
             b'[' => {
                 self.pos += 1;
-                self.skip_ws();
-                if self.peek()? == b']' {
-                    self.pos += 1;
+                if self.closes(b']') {
                     return Some(());
                 }
                 loop {
                     self.skip(depth + 1)?;
-                    self.skip_ws();
-                    match self.peek()? {
-                        b',' => self.pos += 1,
-                        b']' => {
-                            self.pos += 1;
-                            return Some(());
-                        }
-                        _ => return None,
+                    if self.after_item(b']')? {
+                        return Some(());
                     }
                 }
             }
@@ -197,6 +181,27 @@ impl<'a> Scanner<'a> {
             b'-' | b'0'..=b'9' => self.number(),
             _ => None,
         }
+    }
+
+    /// Consumes `close` if it comes next (an empty container).
+    fn closes(&mut self, close: u8) -> bool {
+        self.skip_ws();
+        let closed = self.peek() == Some(close);
+        if closed {
+            self.pos += 1;
+        }
+        closed
+    }
+
+    /// After a container's item: `Some(true)` at its `close`, `Some(false)` past a comma.
+    fn after_item(&mut self, close: u8) -> Option<bool> {
+        self.skip_ws();
+        let next = self.peek()?;
+        if next != b',' && next != close {
+            return None;
+        }
+        self.pos += 1;
+        Some(next == close)
     }
 
     fn literal(&mut self, word: &[u8]) -> Option<()> {
