@@ -226,8 +226,8 @@ impl Actor {
                 }
                 // Live subscribers get what was published before the actor waits — or, while the
                 // provider's messages queue faster than they are taken (the next take will not
-                // wait), once enough has gathered: a subscriber on another thread is woken once
-                // for all of it instead of once per take.
+                // wait), once enough has gathered: fewer, larger hand-overs to a subscriber on
+                // another thread, each of which may have to wake it.
                 if !(self.takes_provider_messages() && self.sink.has_queued())
                     || self.journal.unsent_live() >= LIVE_COALESCE
                 {
