@@ -14,9 +14,9 @@ pub use agent_core::{
     HarnessBuilder, InputItem, IntoExec, ItemId, Lagged, McpServer, Provider, ProviderId, ProviderOptions,
     ProviderSession, Question, Replay, Request, RequestId, RequestKind, RequestQuery, RequestStatus, Response, Result,
     Reuse, SandboxMode, Scope, SessionConfig, SessionId, SessionMonitor, SessionOptions, SessionRef, SessionSnapshot,
-    SessionState, SessionStatus, Sink, SinkBuffer, Skill, Store, StoreChoice, StoreError, StoreFailurePolicy,
-    StoredSession, StreamError, Subscription, SubscriptionError, Support, Target, Timestamp, Turn, TurnEnd, TurnId,
-    TurnInput, TurnOptions, TurnOutcome, TurnRef, TurnResult, TurnStatus, TurnStream, Usage,
+    SessionState, SessionStatus, SharedStr, Sink, SinkBuffer, Skill, Store, StoreChoice, StoreError,
+    StoreFailurePolicy, StoredSession, StreamError, Subscription, SubscriptionError, Support, Target, Timestamp, Turn,
+    TurnEnd, TurnId, TurnInput, TurnOptions, TurnOutcome, TurnRef, TurnResult, TurnStatus, TurnStream, Usage,
 };
 pub use agent_core::{
     capabilities, config, error, event, exec, handler, ids, options, provider, request, session, store, time, turn,
