@@ -61,9 +61,7 @@ impl RawJson {
     /// lies in it — the read buffer a line was handed out from: no copy, and the chunk is freed
     /// when the last event that keeps a slice of it is — and as a copy otherwise.
     pub fn parsed_in(json: &str, chunk: &bytes::Bytes) -> RawJson {
-        let inside = chunk.as_ptr_range();
-        let text = json.as_bytes().as_ptr_range();
-        if !json.is_empty() && inside.start <= text.start && text.end <= inside.end {
+        if crate::text::lies_in(json.as_bytes(), chunk) {
             RawJson(chunk.slice_ref(json.as_bytes()))
         } else {
             RawJson::parsed(json.to_owned())

@@ -66,7 +66,7 @@ impl SharedStr {
 }
 
 /// True when `part` is (a non-empty) part of `whole`'s memory.
-fn lies_in(part: &[u8], whole: &[u8]) -> bool {
+pub(crate) fn lies_in(part: &[u8], whole: &[u8]) -> bool {
     let whole = whole.as_ptr_range();
     let part_range = part.as_ptr_range();
     !part.is_empty() && whole.start <= part_range.start && part_range.end <= whole.end
