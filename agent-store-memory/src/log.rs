@@ -1,6 +1,6 @@
 //! A session's event journal, packed: each event is encoded into large shared byte chunks, so
-//! a held event costs its raw frame, its text and a few bytes — not a struct, an `Arc` and five
-//! separate heap strings. Reads decode events back (reads are replays and catch-ups, rare next
+//! a held event costs a few bytes and what its raw frame does not share with an earlier one —
+//! not a struct, an `Arc` and five separate heap strings. Reads decode events back (reads are replays and catch-ups, rare next
 //! to writes).
 //!
 //! What makes it small: the session ID is the journal's own, a runtime-made event ID
@@ -9,6 +9,14 @@
 //! into per-journal tables. Streamed deltas (`message_delta`, `reasoning_delta`,
 //! `command_output_delta`) are encoded field by field; any other kind — a few per turn — is kept
 //! whole in a side table.
+//!
+//! A raw frame is kept as what it does not share with its kind's *template*, the last frame of
+//! that kind kept whole: the bytes the two start and end with are named by their lengths.
+//! Streamed frames differ from each other mostly in their text and a few digits, so a Codex
+//! delta's frame of ~225 bytes is kept in ~75 with its header — which is also what is written
+//! to memory per event, where first-touch page faults are the store's main cost. A frame that
+//! shares less than half of itself with its template is kept whole and becomes the template.
+//! Reading one back takes its template's bytes, one level deep: a template is always kept whole.
 
 use std::collections::HashMap;
 
@@ -30,6 +38,21 @@ const MESSAGE_DELTA: u8 = 0;
 const REASONING_DELTA: u8 = 1;
 const COMMAND_OUTPUT_DELTA: u8 = 2;
 const OTHER_KIND: u8 = 3;
+
+/// Bytes a frame must share with its template (at its start and end together) to be kept as
+/// its difference from it — and at least half its length, else it is kept whole and becomes
+/// the template: below this the lengths and the template's position cost about what they save.
+const MIN_SHARED: usize = 16;
+
+/// A frame kept whole, that frames of its kind are kept against.
+#[derive(Clone, Copy, Debug)]
+struct Template {
+    /// Position of its event.
+    pos: usize,
+    /// Where its bytes are: chunk index in the high 32 bits, offset in the low 32.
+    at: u64,
+    len: usize,
+}
 
 /// Values stored once and named by index.
 #[derive(Debug)]
@@ -104,6 +127,8 @@ pub(crate) struct EventLog {
     custom_ids: HashMap<EventId, u64>,
     /// Whether one of `custom_ids` has a dot (and so could look like a runtime-made ID).
     custom_dotted: bool,
+    /// The template of each kind tag's frames.
+    templates: [Option<Template>; 4],
     scratch: Vec<u8>,
 }
 
@@ -124,6 +149,7 @@ impl EventLog {
             open_range: None,
             custom_ids: HashMap::new(),
             custom_dotted: false,
+            templates: [None; 4],
             scratch: Vec::new(),
         }
     }
@@ -260,12 +286,16 @@ impl EventLog {
             put_varint(&mut out, u64::from(event.schema_version));
         }
         let raw = event.raw.as_ref().map(RawJson::get);
-        if let Some(raw) = raw {
-            put_str(&mut out, raw);
-        }
+        let tag = kind_tag(&event.kind);
+        // Where a frame kept whole starts in the record, to make it its kind's template.
+        let whole = raw.and_then(|raw| self.put_raw(&mut out, pos, tag, raw));
         self.put_kind(&mut out, &event.kind, raw.unwrap_or(""));
         self.place(&out);
         self.scratch = out;
+        if let (Some(offset), Some(raw)) = (whole, raw) {
+            let at = self.starts[pos] + offset as u64;
+            self.templates[usize::from(tag)] = Some(Template { pos, at, len: raw.len() });
+        }
 
         match self.runs.last() {
             Some(&(first, seq)) if seq + (pos - first) as u64 + 1 == event.seq => {}
@@ -281,6 +311,27 @@ impl EventLog {
                 }
             }
         }
+    }
+
+    /// Writes `raw`, the frame of the event at `pos` whose kind has `tag`, as its difference
+    /// from the kind's template, or whole; whole, it says where its bytes start in `out`.
+    fn put_raw(&self, out: &mut Vec<u8>, pos: usize, tag: u8, raw: &str) -> Option<usize> {
+        if let Some(template) = self.templates[usize::from(tag)] {
+            let (chunk, offset) = split(template.at);
+            let shared = &self.chunks[chunk][offset..offset + template.len];
+            let (prefix, suffix) = shared_ends(shared, raw);
+            if prefix + suffix >= MIN_SHARED.max(raw.len() / 2) {
+                put_varint(out, ((pos - template.pos) as u64) << 1 | 1);
+                put_varint(out, prefix as u64);
+                put_varint(out, suffix as u64);
+                put_str(out, &raw[prefix..raw.len() - suffix]);
+                return None;
+            }
+        }
+        put_varint(out, (raw.len() as u64) << 1);
+        let start = out.len();
+        out.extend_from_slice(raw.as_bytes());
+        Some(start)
     }
 
     fn put_kind(&mut self, out: &mut Vec<u8>, kind: &EventKind, raw: &str) {
@@ -331,29 +382,22 @@ impl EventLog {
     pub(crate) fn get(&self, pos: usize) -> Event {
         let mut r = self.reader(pos);
         let seq = self.seq_at(pos);
-        let flags = r.byte();
-        let prefix = (flags & ID_IN_SEQUENCE != 0).then(|| self.prefixes.get(r.varint()));
-        let at = Timestamp::from_unix_micros(self.base_at.wrapping_add(unzigzag(r.varint())));
-        let provider = self.providers.get(r.varint()).clone();
-        let turn_id = (flags & HAS_TURN != 0).then(|| self.turns.get(r.varint()).clone());
-        let id = if let Some(prefix) = prefix {
+        let header = self.header(&mut r);
+        let id = if let Some(prefix) = header.prefix {
             EventId::from_string(format!("{prefix}.{seq}"))
         } else {
-            EventId::from_string(r.str())
+            EventId::from_string(header.id)
         };
-        let session_id =
-            if flags & OTHER_SESSION != 0 { SessionId::from_stored(r.str()) } else { self.session.clone() };
-        let schema_version = if flags & OTHER_SCHEMA != 0 {
-            u32::try_from(r.varint()).expect("encoded from a u32")
-        } else {
-            SCHEMA_VERSION
-        };
-        let raw = (flags & HAS_RAW != 0).then(|| r.str());
+        let session_id = header.session.map_or_else(|| self.session.clone(), SessionId::from_stored);
+        let turn_id = header.turn.map(|turn| self.turns.get(turn).clone());
+        let at = Timestamp::from_unix_micros(self.base_at.wrapping_add(header.at));
+        let provider = self.providers.get(header.provider).clone();
+        let schema_version = header.schema_version;
+        let raw = (header.flags & HAS_RAW != 0).then(|| RawJson::parsed(self.frame(&mut r, pos)));
         let item = |r: &mut Reader<'_>| match r.varint() {
             0 => None,
             i => Some(self.items.get(i - 1).clone()),
         };
-        let raw = raw.map(|raw| RawJson::parsed(raw.to_owned()));
         // A text kept as a place in the frame becomes a slice of the rebuilt frame.
         let text = |r: &mut Reader<'_>| match (r.text(), &raw) {
             (Text::InFrame(range), Some(raw)) => raw.share(&raw.get()[range]),
@@ -374,6 +418,49 @@ impl EventLog {
         event
     }
 
+    /// Reads the fields before an event's frame.
+    fn header<'a>(&'a self, r: &mut Reader<'a>) -> Header<'a> {
+        let flags = r.byte();
+        let prefix = (flags & ID_IN_SEQUENCE != 0).then(|| &**self.prefixes.get(r.varint()));
+        let at = unzigzag(r.varint());
+        let provider = r.varint();
+        let turn = (flags & HAS_TURN != 0).then(|| r.varint());
+        let id = if prefix.is_none() { r.str() } else { "" };
+        let session = (flags & OTHER_SESSION != 0).then(|| r.str());
+        let schema_version = if flags & OTHER_SCHEMA != 0 {
+            u32::try_from(r.varint()).expect("encoded from a u32")
+        } else {
+            SCHEMA_VERSION
+        };
+        Header { flags, prefix, at, provider, turn, id, session, schema_version }
+    }
+
+    /// Reads back the frame [`Self::put_raw`] wrote for the event at `pos`.
+    fn frame(&self, r: &mut Reader<'_>, pos: usize) -> String {
+        let tagged = r.varint();
+        if tagged & 1 == 0 {
+            return r.str_of(tagged >> 1).to_owned();
+        }
+        let template = self.whole_frame(pos - usize::try_from(tagged >> 1).expect("a position back"));
+        let prefix = usize::try_from(r.varint()).expect("a length that fit in memory");
+        let suffix = usize::try_from(r.varint()).expect("a length that fit in memory");
+        let middle = r.str();
+        let mut frame = String::with_capacity(prefix + middle.len() + suffix);
+        frame.push_str(&template[..prefix]);
+        frame.push_str(middle);
+        frame.push_str(&template[template.len() - suffix..]);
+        frame
+    }
+
+    /// The frame of a template's event, which is kept whole.
+    fn whole_frame(&self, pos: usize) -> &str {
+        let mut r = self.reader(pos);
+        self.header(&mut r);
+        let tagged = r.varint();
+        assert_eq!(tagged & 1, 0, "a template is kept whole");
+        r.str_of(tagged >> 1)
+    }
+
     /// Positions of `turn`'s events, ascending.
     pub(crate) fn turn_positions(&self, turn: &TurnId) -> impl Iterator<Item = usize> + '_ {
         let index = self.turns.index.get(turn).copied();
@@ -381,6 +468,74 @@ impl EventLog {
         let open = self.open_range.filter(|&(open, _, _)| Some(open) == index).map(|(_, start, end)| (start, end));
         ranges.chain(open).flat_map(|(start, end)| start..end)
     }
+}
+
+/// The fields of an event before its frame, as [`EventLog::push`] wrote them.
+struct Header<'a> {
+    flags: u8,
+    prefix: Option<&'a str>,
+    /// Microseconds from the journal's first event.
+    at: i64,
+    provider: u64,
+    turn: Option<u64>,
+    /// Empty when made in sequence (from `prefix`).
+    id: &'a str,
+    session: Option<&'a str>,
+    schema_version: u32,
+}
+
+fn kind_tag(kind: &EventKind) -> u8 {
+    match kind {
+        EventKind::MessageDelta { .. } => MESSAGE_DELTA,
+        EventKind::ReasoningDelta { .. } => REASONING_DELTA,
+        EventKind::CommandOutputDelta { .. } => COMMAND_OUTPUT_DELTA,
+        _ => OTHER_KIND,
+    }
+}
+
+/// How many bytes `frame` starts and ends with that `template` does too, neither cutting a
+/// character of `frame` (nor so of `template`: what comes before a cut is the same in both,
+/// and so is whether a character continues past it).
+fn shared_ends(template: &[u8], frame: &str) -> (usize, usize) {
+    let bytes = frame.as_bytes();
+    let mut prefix = common_prefix(template, bytes);
+    while !frame.is_char_boundary(prefix) {
+        prefix -= 1;
+    }
+    let mut suffix = common_suffix(&template[prefix..], &bytes[prefix..]);
+    while !frame.is_char_boundary(bytes.len() - suffix) {
+        suffix -= 1;
+    }
+    (prefix, suffix)
+}
+
+/// How many bytes `a` and `b` start with in common, compared eight at a time.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let mut n = 0;
+    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        let diff =
+            u64::from_le_bytes(x.try_into().expect("8 bytes")) ^ u64::from_le_bytes(y.try_into().expect("8 bytes"));
+        if diff != 0 {
+            return n + (diff.trailing_zeros() / 8) as usize;
+        }
+        n += 8;
+    }
+    n + a[n..].iter().zip(&b[n..]).take_while(|(x, y)| x == y).count()
+}
+
+/// How many bytes `a` and `b` end with in common, compared eight at a time.
+fn common_suffix(a: &[u8], b: &[u8]) -> usize {
+    let mut n = 0;
+    for (x, y) in a.rchunks_exact(8).zip(b.rchunks_exact(8)) {
+        let diff =
+            u64::from_le_bytes(x.try_into().expect("8 bytes")) ^ u64::from_le_bytes(y.try_into().expect("8 bytes"));
+        if diff != 0 {
+            return n + (diff.leading_zeros() / 8) as usize;
+        }
+        n += 8;
+    }
+    let (a, b) = (&a[..a.len() - n], &b[..b.len() - n]);
+    n + a.iter().rev().zip(b.iter().rev()).take_while(|(x, y)| x == y).count()
 }
 
 fn split(start: u64) -> (usize, usize) {
@@ -442,6 +597,10 @@ fn put_text(out: &mut Vec<u8>, text: &SharedStr, raw: &str) {
     let place = if text.lies_in(raw.as_bytes()) {
         // A slice of the frame, as providers make them: where is a subtraction.
         Some(text.as_ptr() as usize - raw.as_ptr() as usize)
+    } else if text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        // Written escaped in a JSON string (a decoded delta, most of those not cut from the
+        // frame): not worth looking for.
+        None
     } else {
         // The text is near the end of a frame more often than not.
         find_last(raw.as_bytes(), text.as_bytes())
@@ -505,7 +664,13 @@ impl<'a> Reader<'a> {
     }
 
     fn str(&mut self) -> &'a str {
-        let len = usize::try_from(self.varint()).expect("a length that fit in memory");
+        let len = self.varint();
+        self.str_of(len)
+    }
+
+    /// A string of `len` bytes.
+    fn str_of(&mut self, len: u64) -> &'a str {
+        let len = usize::try_from(len).expect("a length that fit in memory");
         let (s, rest) = self.bytes.split_at(len);
         self.bytes = rest;
         std::str::from_utf8(s).expect("encoded from a str")
@@ -606,6 +771,105 @@ mod tests {
         assert_eq!(find_last(&many, b"ab"), Some(100));
         let trap = [b"ab".to_vec(), b"a".repeat(100)].concat();
         assert_eq!(find_last(&trap, b"ab"), None);
+    }
+
+    /// A Codex-like delta frame around `text`, as the frame and the text cut from it.
+    fn delta_frame(text: &str, at_ms: u64) -> (RawJson, SharedStr) {
+        let raw = RawJson::parsed(format!(
+            r#"{{"method":"item/agentMessage/delta","params":{{"threadId":"t-1","itemId":"msg_1","delta":"{text}"}},"emittedAtMs":{at_ms}}}"#
+        ));
+        let start = raw.get().find(&format!("\"{text}\"")).unwrap() + 1;
+        let text = raw.share(&raw.get()[start..start + text.len()]);
+        (raw, text)
+    }
+
+    #[test]
+    fn frames_are_kept_as_their_difference_from_a_template_and_read_back_whole() {
+        let session = SessionId::new("s").unwrap();
+        let mut log = EventLog::new(session.clone());
+        // Texts that start and end with parts of multi-byte characters' neighbours, so the shared
+        // ends stop next to them; kinds interleaved, each against its own template.
+        let texts = ["héllo", "hèllo", "日本", "日本語", "\u{1f600}x", "\u{1f601}x", "plain", "", "é"];
+        let mut written = Vec::new();
+        let mut raw_bytes = 0;
+        for seq in 1..=300u64 {
+            let text = texts[seq as usize % texts.len()];
+            let (raw, shared) = delta_frame(text, 1_764_561_234_000 + seq * 7);
+            let kind = match seq % 5 {
+                0 => EventKind::ReasoningDelta { item_id: None, text: shared },
+                1 => EventKind::CommandOutputDelta { item_id: "cmd".into(), text: text.into() },
+                2 if seq % 7 == 0 => EventKind::Warning { message: "gap".into() },
+                _ => EventKind::MessageDelta { item_id: Some("msg_1".into()), text: shared },
+            };
+            let mut event = event(&session, seq, &format!("evt_x.{seq}"), kind);
+            event.raw = Some(raw);
+            if seq % 50 == 0 {
+                // A frame that shares nothing with its kind's template: kept whole, the next template.
+                event.raw = Some(RawJson::parsed(format!("[{seq}]")));
+            }
+            raw_bytes += event.raw.as_ref().unwrap().get().len();
+            written.push(event);
+        }
+        for event in &written {
+            log.push(event);
+        }
+        for (pos, event) in written.iter().enumerate() {
+            assert_eq!(&log.get(pos), event, "event at {pos}");
+        }
+        let kept: usize = log.chunks.iter().map(Vec::len).sum();
+        assert!(kept * 2 < raw_bytes, "{kept} bytes kept for {raw_bytes} bytes of frames");
+    }
+
+    #[test]
+    fn shared_ends_never_cut_a_character_and_rebuild_the_frame() {
+        let rebuild = |template: &str, frame: &str| {
+            let (prefix, suffix) = shared_ends(template.as_bytes(), frame);
+            assert!(prefix + suffix <= frame.len().min(template.len()), "{template:?} {frame:?}");
+            format!(
+                "{}{}{}",
+                &template[..prefix],
+                &frame[prefix..frame.len() - suffix],
+                &template[template.len() - suffix..]
+            )
+        };
+        assert_eq!(shared_ends("aé".as_bytes(), "aè"), (1, 0), "é and è share their first byte");
+        assert_eq!(shared_ends("日".as_bytes(), "\u{6725}"), (0, 0), "the shared last byte continues a character");
+        assert_eq!(shared_ends("xé".as_bytes(), "yé"), (0, 2));
+        assert_eq!(shared_ends(b"same", "same"), (4, 0));
+        assert_eq!(shared_ends(b"", "new"), (0, 0));
+        // Pairs of strings from a small alphabet of one- to four-byte characters.
+        let alphabet = ['a', 'b', 'é', 'è', '日', '朥', '\u{1f600}', '\u{1f601}'];
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..5_000 {
+            let mut word = |n: u64| (0..n).map(|_| alphabet[(next() % 8) as usize]).collect::<String>();
+            let (head, tail) = (word(20), word(20));
+            let (head, tail) =
+                (&head[..head.char_indices().nth(7).unwrap().0], &tail[tail.char_indices().nth(5).unwrap().0..]);
+            let (a, b) = (word(3), word(3));
+            let (template, frame) = (format!("{head}{a}{tail}"), format!("{head}{b}{tail}"));
+            assert_eq!(rebuild(&template, &frame), frame);
+            assert_eq!(rebuild(&frame, &template), template);
+        }
+    }
+
+    #[test]
+    fn common_ends_are_counted_past_word_edges() {
+        let a = b"0123456789abcdefXYZ";
+        for n in 0..a.len() {
+            let mut b = a.to_vec();
+            b[n] ^= 1;
+            assert_eq!(common_prefix(a, &b), n);
+            assert_eq!(common_suffix(a, &b), a.len() - 1 - n);
+        }
+        assert_eq!(common_prefix(b"0123456789", b"01234567"), 8);
+        assert_eq!(common_suffix(b"xx0123456789", b"0123456789"), 10);
+        assert_eq!(common_suffix(b"", b"abc"), 0);
     }
 
     #[test]
