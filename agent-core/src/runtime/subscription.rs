@@ -143,7 +143,7 @@ pub(crate) enum LiveBatch {
 }
 
 impl LiveBatch {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             LiveBatch::One(_) => 1,
             LiveBatch::Many(events) => events.len(),
