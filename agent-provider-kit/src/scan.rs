@@ -256,15 +256,14 @@ impl<'a> Scanner<'a> {
             let quote = w ^ (ONES * u64::from(b'"'));
             let backslash = w ^ (ONES * u64::from(b'\\'));
             // A byte is zero in `quote` or `backslash`, or below 0x20 in `w`, exactly where
-            // these have its high bit set (for the first such byte; later ones may be missed
-            // or misreported, which the byte loop below sorts out).
+            // these have its high bit set — for the word's first such byte: a borrow runs only
+            // upwards from one, so bytes after it may be misreported, never one before.
             let found = (quote.wrapping_sub(ONES) & !quote
                 | backslash.wrapping_sub(ONES) & !backslash
                 | w.wrapping_sub(ONES * 0x20) & !w)
                 & HIGH;
             if found != 0 {
-                i += (found.trailing_zeros() / 8) as usize;
-                break;
+                return Some(i + (found.trailing_zeros() / 8) as usize);
             }
             i += 8;
         }
