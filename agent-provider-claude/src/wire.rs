@@ -65,7 +65,9 @@ fn scan_stream_event(line: &str) -> Option<Envelope<'_>> {
     let mut s = Scanner::new(line);
     s.begin_object()?;
     let (mut kind, mut session_id, mut event) = (None, None, None);
-    while let Some(key) = s.next_key()? {
+    // The order claude writes them in: each found with one comparison while they come so.
+    let mut next = 0;
+    while let Some(key) = s.next_key_in(&["type", "event", "session_id"], &mut next)? {
         match key {
             "type" => {
                 let name = s.string()?;
@@ -97,7 +99,8 @@ fn scan_stream_event(line: &str) -> Option<Envelope<'_>> {
 fn scan_event<'a>(s: &mut Scanner<'a>) -> Option<StreamEvent<'a>> {
     s.begin_object()?;
     let (mut kind, mut delta) = (None, None);
-    while let Some(key) = s.next_key()? {
+    let mut next = 0;
+    while let Some(key) = s.next_key_in(&["type", "index", "delta"], &mut next)? {
         match key {
             "type" => once(&mut kind, s.string()?)?,
             "delta" => once(&mut delta, scan_delta(s)?)?,
@@ -112,7 +115,8 @@ fn scan_event<'a>(s: &mut Scanner<'a>) -> Option<StreamEvent<'a>> {
 fn scan_delta<'a>(s: &mut Scanner<'a>) -> Option<Delta<'a>> {
     s.begin_object()?;
     let (mut kind, mut text, mut thinking) = (None, None, None);
-    while let Some(key) = s.next_key()? {
+    let mut next = 0;
+    while let Some(key) = s.next_key_in(&["type", "text"], &mut next)? {
         match key {
             "type" => once(&mut kind, s.string()?)?,
             "text" => once(&mut text, s.string()?)?,

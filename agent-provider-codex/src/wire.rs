@@ -201,12 +201,23 @@ fn fast_delta(line: &str) -> Option<Notification<'_>> {
     let mut s = Scanner::new(line);
     s.begin_object()?;
     let (mut wrap, mut note) = (None, None);
-    while let Some(key) = s.next_key()? {
+    // Codex writes `method` first, then `params`: each found with one comparison.
+    loop {
+        let key = if wrap.is_none() && s.key_is("method") {
+            "method"
+        } else if wrap.is_some() && note.is_none() && s.key_is("params") {
+            "params"
+        } else {
+            match s.next_key()? {
+                Some(key) => key,
+                None => break,
+            }
+        };
         match key {
             "method" if wrap.is_none() => wrap = Some(delta_method(&s.string()?)?),
             "params" if note.is_none() => note = Some(wrap?(scan_delta(&mut s)?)),
-            // A request or a response.
-            "id" => return None,
+            // A duplicate field, which serde refuses; or a request or a response.
+            "method" | "params" | "id" => return None,
             _ => s.skip_value()?,
         }
     }
@@ -216,24 +227,37 @@ fn fast_delta(line: &str) -> Option<Notification<'_>> {
 
 /// [`Delta`]'s fields, as its `Deserialize` takes them.
 fn scan_delta<'a>(s: &mut Scanner<'a>) -> Option<Delta<'a>> {
+    /// The fields in the order codex writes them: while they come so, each is found with one
+    /// comparison.
+    const ORDER: [&str; 4] = ["threadId", "turnId", "itemId", "delta"];
     s.begin_object()?;
-    let (mut thread_id, mut turn_id, mut item_id, mut delta) = (None, None, None, None);
-    while let Some(key) = s.next_key()? {
-        let (slot, value) = match key {
-            "threadId" => (&mut thread_id, s.string_or_null()?),
-            "turnId" => (&mut turn_id, s.string_or_null()?),
-            "itemId" => (&mut item_id, Some(s.string()?)),
-            "delta" => (&mut delta, Some(s.string()?)),
-            _ => {
-                s.skip_value()?;
-                continue;
+    let mut fields: [Option<Option<Cow<'a, str>>>; 4] = [None, None, None, None];
+    let mut expected = 0;
+    loop {
+        let field = match ORDER.get(expected) {
+            Some(key) if s.key_is(key) => {
+                expected += 1;
+                expected - 1
             }
+            _ => match s.next_key()? {
+                Some(key) => match ORDER.iter().position(|field| *field == key) {
+                    Some(field) => field,
+                    None => {
+                        s.skip_value()?;
+                        continue;
+                    }
+                },
+                None => break,
+            },
         };
+        // `threadId` and `turnId` may be null.
+        let value = if field < 2 { s.string_or_null()? } else { Some(s.string()?) };
         // A duplicate field, which serde refuses.
-        if slot.replace(value).is_some() {
+        if fields[field].replace(value).is_some() {
             return None;
         }
     }
+    let [thread_id, turn_id, item_id, delta] = fields;
     Some(Delta { thread_id: thread_id.flatten(), turn_id: turn_id.flatten(), item_id: item_id??, delta: delta?? })
 }
 
@@ -960,6 +984,9 @@ mod tests {
             r#" { "params_first" : [1, {"x": null}], "method" : "item/reasoning/textDelta" , "params" : { "itemId" : "r" , "delta" : "a\"b\\c\nd\u00e9\ud83d\ude00" , "extra" : {"deep": [true, false, -1.5e3]} } } "#,
             r#"{"method":"item/commandExecution/outputDelta","params":{"threadId":null,"turnId":null,"itemId":"c","delta":""}}"#,
             r#"{"method":"item/fileChange/outputDelta","params":{"itemId":"f","delta":"x","n":0}}"#,
+            // Codex's order with a field between, one out of order, one written with spaces.
+            r#"{"method":"item/agentMessage/delta","params":{"threadId":"th","x":[1],"turnId":"t","delta":"Hi","itemId":"m"}}"#,
+            r#"{"method":"item/agentMessage/delta","params":{"threadId":"th", "turnId" :"t","itemId":"m","delta":"Hi"}}"#,
         ];
         for line in taken {
             let Some(fast) = fast_delta(line) else { panic!("the fast path declined {line}") };
@@ -985,6 +1012,11 @@ mod tests {
             r#"{"method":"turn/started","params":{"turn":{"id":"t"}}}"#,
             r#"{"method":"item/agentMessage/delta","params":{"itemId":"m","delta":"Hi"}} x"#,
             r#"{"method":"item/agentMessage/delta","params":{"itemId":"m","delta":"Hi"}"#,
+            // Duplicates after fields in codex's order, and of the envelope's fields.
+            r#"{"method":"item/agentMessage/delta","params":{"threadId":"a","turnId":"t","itemId":"m","delta":"Hi","delta":"again"}}"#,
+            r#"{"method":"item/agentMessage/delta","params":{"threadId":"a","threadId":"b","itemId":"m","delta":"Hi"}}"#,
+            r#"{"method":"item/agentMessage/delta","method":"item/agentMessage/delta","params":{"itemId":"m","delta":"Hi"}}"#,
+            r#"{"method":"item/agentMessage/delta","params":{"itemId":"m","delta":"Hi"},"params":{"itemId":"m","delta":"Hi"}}"#,
         ];
         for line in declined {
             assert!(fast_delta(line).is_none(), "{line}");

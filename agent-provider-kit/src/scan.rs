@@ -114,6 +114,41 @@ impl<'a> Scanner<'a> {
         Some(Some(key))
     }
 
+    /// Whether the next key of the innermost open object is `key`, written as is and without
+    /// whitespace around it (as a CLI writes its own frames); if so it is taken as
+    /// [`next_key`](Scanner::next_key) would take it, its value next. `false` takes nothing —
+    /// the key may still be `key` written otherwise, which `next_key` reads. A reader that knows
+    /// the order its CLI writes fields in asks this first and compares one slice per field.
+    /// `key` must not need escaping.
+    pub fn key_is(&mut self, key: &str) -> bool {
+        debug_assert!(!key.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20), "{key:?} needs escaping");
+        let Some(depth) = self.open.checked_sub(1) else { return false };
+        let innermost = 1u64 << depth;
+        let rest = &self.bytes()[self.pos..];
+        let rest = if self.seen & innermost != 0 { rest.strip_prefix(b",") } else { Some(rest) };
+        let taken = rest
+            .and_then(|rest| rest.strip_prefix(b"\""))
+            .and_then(|rest| rest.strip_prefix(key.as_bytes()))
+            .and_then(|rest| rest.strip_prefix(b"\":"));
+        let Some(rest) = taken else { return false };
+        self.pos = self.text.len() - rest.len();
+        self.seen |= innermost;
+        true
+    }
+
+    /// [`next_key`](Scanner::next_key), trying first (with [`key_is`](Scanner::key_is)) the key
+    /// `order[*next]`, the one a CLI that writes its fields in `order` writes next; `*next`
+    /// moves on when it is. The key is the same either way.
+    pub fn next_key_in(&mut self, order: &[&'static str], next: &mut usize) -> Option<Option<&'a str>> {
+        if let Some(&key) = order.get(*next)
+            && self.key_is(key)
+        {
+            *next += 1;
+            return Some(Some(key));
+        }
+        self.next_key()
+    }
+
     /// A string value: borrowed from the text when it has no escapes, decoded otherwise.
     pub fn string(&mut self) -> Option<Cow<'a, str>> {
         self.eat(b'"')?;
@@ -595,5 +630,49 @@ mod tests {
         assert_eq!(s.next_key(), Some(None));
         assert_eq!(s.end(), Some(()));
         assert_eq!(s.next_key(), None, "no object is open");
+    }
+
+    #[test]
+    fn a_key_written_as_is_is_taken_with_one_comparison_and_anything_else_left_to_next_key() {
+        let line = r#"{"a":1,"b":{"c":"x"} ,"d":2,"e" :3,"f\u0067":4,"hh":5}"#;
+        let mut s = Scanner::new(line);
+        assert!(!s.key_is("a"), "no object is open");
+        s.begin_object().unwrap();
+        assert!(!s.key_is("b"), "another key");
+        assert!(!s.key_is("a1"), "a longer key");
+        assert!(s.key_is("a"));
+        s.skip_value().unwrap();
+        assert!(s.key_is("b"), "after a comma");
+        s.begin_object().unwrap();
+        assert!(s.key_is("c"), "first in an inner object");
+        assert_eq!(s.string().as_deref(), Some("x"));
+        assert!(!s.key_is("d"), "the inner object ends first");
+        assert_eq!(s.next_key(), Some(None));
+        assert!(!s.key_is("d"), "whitespace before the comma");
+        assert_eq!(s.next_key(), Some(Some("d")));
+        s.skip_value().unwrap();
+        assert!(!s.key_is("e"), "whitespace before the colon");
+        assert_eq!(s.next_key(), Some(Some("e")));
+        s.skip_value().unwrap();
+        assert!(!s.key_is("fg"), "an escaped key");
+        assert_eq!(s.next_key(), None, "left to serde");
+        let mut s = Scanner::new(r#"{"hh":5}"#);
+        s.begin_object().unwrap();
+        assert!(!s.key_is("h"), "a prefix of the key");
+        assert!(s.key_is("hh"));
+        s.skip_value().unwrap();
+        assert_eq!(s.next_key(), Some(None));
+        assert_eq!(s.end(), Some(()));
+        // In order, out of order, past the order's end: the same keys as `next_key` reads.
+        let line = r#"{"a":1,"c":2,"b":3,"d":4}"#;
+        let (mut s, mut next) = (Scanner::new(line), 0);
+        s.begin_object().unwrap();
+        let mut keys = Vec::new();
+        while let Some(key) = s.next_key_in(&["a", "b", "c"], &mut next).unwrap() {
+            keys.push(key);
+            s.skip_value().unwrap();
+        }
+        assert_eq!(keys, ["a", "c", "b", "d"]);
+        assert_eq!(next, 2, "`a`, then `b` once it was the next in the order");
     }
 }
