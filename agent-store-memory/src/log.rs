@@ -11,12 +11,15 @@
 //! whole in a side table.
 //!
 //! A raw frame is kept as what it does not share with its kind's *template*, the last frame of
-//! that kind kept whole: the bytes the two start and end with are named by their lengths.
-//! Streamed frames differ from each other mostly in their text and a few digits, so a Codex
-//! delta's frame of ~225 bytes is kept in ~75 with its header — which is also what is written
-//! to memory per event, where first-touch page faults are the store's main cost. A frame that
-//! shares less than half of itself with its template is kept whole and becomes the template.
-//! Reading one back takes its template's bytes, one level deep: a template is always kept whole.
+//! that kind kept whole: the bytes the two start and end with are named by their lengths. A
+//! delta's frame that holds its text verbatim may instead be kept in two such parts around the
+//! text (against the template's parts around its own), whichever shares more: the fields after
+//! a text (a time, a line's own ID) then share their start with the template's. Streamed frames
+//! differ mostly in their text and a few digits or an ID, so a delta's frame of ~270 bytes is
+//! kept in ~65 with its header — which is also what is written to memory per event, where
+//! first-touch page faults are the store's main cost. A frame that shares less than half of
+//! itself with its template is kept whole and becomes the template. Reading one back takes its
+//! template's bytes, one level deep: a template is always kept whole.
 
 use std::collections::HashMap;
 
@@ -44,14 +47,21 @@ const OTHER_KIND: u8 = 3;
 /// the template: below this the lengths and the template's position cost about what they save.
 const MIN_SHARED: usize = 16;
 
+/// How a frame is kept: the low two bits of its first varint.
+const FRAME_WHOLE: u64 = 0;
+const FRAME_DIFF: u64 = 1;
+const FRAME_SPLIT: u64 = 2;
+
 /// A frame kept whole, that frames of its kind are kept against.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Template {
     /// Position of its event.
     pos: usize,
     /// Where its bytes are: chunk index in the high 32 bits, offset in the low 32.
     at: u64,
     len: usize,
+    /// Where its event's text is in it, as the event's record says.
+    text: Option<std::ops::Range<usize>>,
 }
 
 /// Values stored once and named by index.
@@ -149,7 +159,7 @@ impl EventLog {
             open_range: None,
             custom_ids: HashMap::new(),
             custom_dotted: false,
-            templates: [None; 4],
+            templates: [None, None, None, None],
             scratch: Vec::new(),
         }
     }
@@ -287,18 +297,22 @@ impl EventLog {
         }
         let raw = event.raw.as_ref().map(RawJson::get);
         let tag = kind_tag(&event.kind);
+        let text = delta_text(&event.kind);
+        // Where a delta's text is in its frame, when it is there verbatim.
+        let place = text.zip(raw).and_then(|(text, raw)| text_place(text, raw));
         // Where a frame kept whole starts in the record, to make it its kind's template.
-        let whole = raw.and_then(|raw| self.put_raw(&mut out, pos, tag, raw));
-        self.put_kind(&mut out, &event.kind, raw.unwrap_or(""));
+        let whole = raw.and_then(|raw| self.put_raw(&mut out, pos, tag, raw, place.clone()));
+        self.put_kind(&mut out, &event.kind, place.clone());
         self.place(&out);
         self.scratch = out;
         if let (Some(offset), Some(raw)) = (whole, raw) {
             let at = self.starts[pos] + offset as u64;
-            self.templates[usize::from(tag)] = Some(Template { pos, at, len: raw.len() });
+            self.templates[usize::from(tag)] = Some(Template { pos, at, len: raw.len(), text: place });
         }
 
         match self.runs.last() {
-            Some(&(first, seq)) if seq + (pos - first) as u64 + 1 == event.seq => {}
+            // The event at `pos` continues the last run if its seq is the run's next.
+            Some(&(first, seq)) if seq + (pos - first) as u64 == event.seq => {}
             _ => self.runs.push((pos, event.seq)),
         }
         if let Some(turn) = turn {
@@ -315,26 +329,52 @@ impl EventLog {
 
     /// Writes `raw`, the frame of the event at `pos` whose kind has `tag`, as its difference
     /// from the kind's template, or whole; whole, it says where its bytes start in `out`.
-    fn put_raw(&self, out: &mut Vec<u8>, pos: usize, tag: u8, raw: &str) -> Option<usize> {
-        if let Some(template) = self.templates[usize::from(tag)] {
+    ///
+    /// A delta's frame whose text is in it, against a template whose text is too, is kept in
+    /// two parts around the text (`FRAME_SPLIT`): what comes before the text against what comes
+    /// before the template's, and likewise after — the fields after a text (a time, an ID of
+    /// the line) share their start with the template's even where they do not share their end.
+    fn put_raw(
+        &self,
+        out: &mut Vec<u8>,
+        pos: usize,
+        tag: u8,
+        raw: &str,
+        place: Option<std::ops::Range<usize>>,
+    ) -> Option<usize> {
+        if let Some(template) = &self.templates[usize::from(tag)] {
             let (chunk, offset) = split(template.at);
             let shared = &self.chunks[chunk][offset..offset + template.len];
-            let (prefix, suffix) = shared_ends(shared, raw);
-            if prefix + suffix >= MIN_SHARED.max(raw.len() / 2) {
-                put_varint(out, ((pos - template.pos) as u64) << 1 | 1);
-                put_varint(out, prefix as u64);
-                put_varint(out, suffix as u64);
-                put_str(out, &raw[prefix..raw.len() - suffix]);
+            let back = (pos - template.pos) as u64;
+            let ends = shared_ends(shared, raw);
+            let diff = ends.0 + ends.1;
+            if let (Some(place), Some(theirs)) = (place, template.text.clone()) {
+                let (before, after) = (&raw[..place.start], &raw[place.end..]);
+                let (before_shared, after_shared) =
+                    (shared_ends(&shared[..theirs.start], before), shared_ends(&shared[theirs.end..], after));
+                // Both keep what they do not share: whichever shares more is smaller.
+                let kept = before_shared.0 + before_shared.1 + after_shared.0 + after_shared.1;
+                if kept > diff && kept >= MIN_SHARED.max(raw.len() / 2) {
+                    put_varint(out, back << 2 | FRAME_SPLIT);
+                    put_part(out, before, before_shared);
+                    put_str(out, &raw[place]);
+                    put_part(out, after, after_shared);
+                    return None;
+                }
+            }
+            if diff >= MIN_SHARED.max(raw.len() / 2) {
+                put_varint(out, back << 2 | FRAME_DIFF);
+                put_part(out, raw, ends);
                 return None;
             }
         }
-        put_varint(out, (raw.len() as u64) << 1);
+        put_varint(out, (raw.len() as u64) << 2 | FRAME_WHOLE);
         let start = out.len();
         out.extend_from_slice(raw.as_bytes());
         Some(start)
     }
 
-    fn put_kind(&mut self, out: &mut Vec<u8>, kind: &EventKind, raw: &str) {
+    fn put_kind(&mut self, out: &mut Vec<u8>, kind: &EventKind, place: Option<std::ops::Range<usize>>) {
         fn item(out: &mut Vec<u8>, items: &mut Table<ItemId>, id: Option<&ItemId>) {
             let index = id.map_or(0, |id| u64::from(items.intern(id, ItemId::clone)) + 1);
             put_varint(out, index);
@@ -343,17 +383,17 @@ impl EventLog {
             EventKind::MessageDelta { item_id, text } => {
                 out.push(MESSAGE_DELTA);
                 item(out, &mut self.items, item_id.as_ref());
-                put_text(out, text, raw);
+                put_text(out, text, place);
             }
             EventKind::ReasoningDelta { item_id, text } => {
                 out.push(REASONING_DELTA);
                 item(out, &mut self.items, item_id.as_ref());
-                put_text(out, text, raw);
+                put_text(out, text, place);
             }
             EventKind::CommandOutputDelta { item_id, text } => {
                 out.push(COMMAND_OUTPUT_DELTA);
                 item(out, &mut self.items, Some(item_id));
-                put_text(out, text, raw);
+                put_text(out, text, place);
             }
             other => {
                 out.push(OTHER_KIND);
@@ -438,27 +478,41 @@ impl EventLog {
     /// Reads back the frame [`Self::put_raw`] wrote for the event at `pos`.
     fn frame(&self, r: &mut Reader<'_>, pos: usize) -> String {
         let tagged = r.varint();
-        if tagged & 1 == 0 {
-            return r.str_of(tagged >> 1).to_owned();
+        let (mode, value) = (tagged & 3, tagged >> 2);
+        if mode == FRAME_WHOLE {
+            return r.str_of(value).to_owned();
         }
-        let template = self.whole_frame(pos - usize::try_from(tagged >> 1).expect("a position back"));
-        let prefix = usize::try_from(r.varint()).expect("a length that fit in memory");
-        let suffix = usize::try_from(r.varint()).expect("a length that fit in memory");
-        let middle = r.str();
-        let mut frame = String::with_capacity(prefix + middle.len() + suffix);
-        frame.push_str(&template[..prefix]);
-        frame.push_str(middle);
-        frame.push_str(&template[template.len() - suffix..]);
+        let (template, theirs) = self.whole_frame(pos - usize::try_from(value).expect("a position back"));
+        let mut frame = String::new();
+        if mode == FRAME_DIFF {
+            r.part(template, &mut frame);
+            return frame;
+        }
+        let theirs = theirs.expect("a frame is split only against a template with its text");
+        r.part(&template[..theirs.start], &mut frame);
+        frame.push_str(r.str());
+        r.part(&template[theirs.end..], &mut frame);
         frame
     }
 
-    /// The frame of a template's event, which is kept whole.
-    fn whole_frame(&self, pos: usize) -> &str {
+    /// The frame of a template's event, which is kept whole, and where its text is in it.
+    fn whole_frame(&self, pos: usize) -> (&str, Option<std::ops::Range<usize>>) {
         let mut r = self.reader(pos);
         self.header(&mut r);
         let tagged = r.varint();
-        assert_eq!(tagged & 1, 0, "a template is kept whole");
-        r.str_of(tagged >> 1)
+        assert_eq!(tagged & 3, FRAME_WHOLE, "a template is kept whole");
+        let frame = r.str_of(tagged >> 2);
+        let text = match r.byte() {
+            MESSAGE_DELTA | REASONING_DELTA | COMMAND_OUTPUT_DELTA => {
+                r.varint();
+                match r.text() {
+                    Text::InFrame(range) => Some(range),
+                    Text::Kept(_) => None,
+                }
+            }
+            _ => None,
+        };
+        (frame, text)
     }
 
     /// Positions of `turn`'s events, ascending.
@@ -591,30 +645,53 @@ fn find_last(raw: &[u8], text: &[u8]) -> Option<usize> {
     None
 }
 
-/// A delta's text: where it is in the raw frame when the frame holds it verbatim (a delta
-/// without escapes, the common case), so it is not kept twice; else the text itself.
-fn put_text(out: &mut Vec<u8>, text: &SharedStr, raw: &str) {
-    let place = if text.lies_in(raw.as_bytes()) {
+/// The text of a streamed delta.
+fn delta_text(kind: &EventKind) -> Option<&SharedStr> {
+    match kind {
+        EventKind::MessageDelta { text, .. }
+        | EventKind::ReasoningDelta { text, .. }
+        | EventKind::CommandOutputDelta { text, .. } => Some(text),
+        _ => None,
+    }
+}
+
+/// Where `text` is in `raw`, when the frame holds it verbatim (a delta without escapes, the
+/// common case), so it is not kept twice.
+fn text_place(text: &SharedStr, raw: &str) -> Option<std::ops::Range<usize>> {
+    let start = if text.lies_in(raw.as_bytes()) {
         // A slice of the frame, as providers make them: where is a subtraction.
-        Some(text.as_ptr() as usize - raw.as_ptr() as usize)
+        text.as_ptr() as usize - raw.as_ptr() as usize
     } else if text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
         // Written escaped in a JSON string (a decoded delta, most of those not cut from the
         // frame): not worth looking for.
-        None
+        return None;
     } else {
         // The text is near the end of a frame more often than not.
-        find_last(raw.as_bytes(), text.as_bytes())
+        find_last(raw.as_bytes(), text.as_bytes())?
     };
+    Some(start..start + text.len())
+}
+
+/// A delta's text: its `place` in the frame, or the text itself.
+fn put_text(out: &mut Vec<u8>, text: &SharedStr, place: Option<std::ops::Range<usize>>) {
     match place {
-        Some(offset) => {
+        Some(place) => {
             put_varint(out, (text.len() as u64) << 1 | 1);
-            put_varint(out, offset as u64);
+            put_varint(out, place.start as u64);
         }
         None => {
             put_varint(out, (text.len() as u64) << 1);
             out.extend_from_slice(text.as_bytes());
         }
     }
+}
+
+/// `part` as the lengths of the start and end it shares with its template's part (`shared`,
+/// from [`shared_ends`]) and the bytes between.
+fn put_part(out: &mut Vec<u8>, part: &str, (prefix, suffix): (usize, usize)) {
+    put_varint(out, prefix as u64);
+    put_varint(out, suffix as u64);
+    put_str(out, &part[prefix..part.len() - suffix]);
 }
 
 /// A delta's text as [`put_text`] wrote it.
@@ -648,6 +725,17 @@ impl<'a> Reader<'a> {
             }
             shift += 7;
         }
+    }
+
+    /// What [`put_part`] wrote against `template`, appended to `frame`.
+    fn part(&mut self, template: &str, frame: &mut String) {
+        let prefix = usize::try_from(self.varint()).expect("a length that fit in memory");
+        let suffix = usize::try_from(self.varint()).expect("a length that fit in memory");
+        let middle = self.str();
+        frame.reserve(prefix + middle.len() + suffix);
+        frame.push_str(&template[..prefix]);
+        frame.push_str(middle);
+        frame.push_str(&template[template.len() - suffix..]);
     }
 
     /// What [`put_text`] wrote.
@@ -736,6 +824,7 @@ mod tests {
         assert_eq!(log.seq_of_id(&EventId::from_string("evt_x.07")), None);
         let turn: Vec<u64> = log.turn_positions(&TurnId::from_string("turn-1")).map(|p| log.seq_at(p)).collect();
         assert_eq!(turn, [1, 3, 7, 8, 9, 10]);
+        assert_eq!(log.runs, [(0, 1), (3, 7)], "seqs 1-3 and 7-10: two runs");
     }
 
     #[test]

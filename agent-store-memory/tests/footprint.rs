@@ -52,23 +52,29 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static COUNTING: Counting = Counting;
 
-/// A Codex app-server delta line (about 250 bytes, as codex writes them) and a short Claude
-/// stream event (about 120 bytes), each with its text and a time that change from line to line;
-/// `{text}` and `{at}` mark where.
+/// A Codex app-server delta line (about 250 bytes, as codex writes them) and a Claude stream
+/// event (about 230 bytes), each with a text, a time or a line ID that change from line to
+/// line; `{text}`, `{at}` and `{uuid}` mark where.
 fn frames() -> [(&'static str, &'static str); 2] {
     [
         (
             "codex",
             r#"{"method":"item/agentMessage/delta","params":{"threadId":"0199a213-81c0-7800-8aa1-bbab2a035a53","turnId":"0199a213-81c0-7800-8aa1-bbab2a035a54","itemId":"msg_0123456789abcdef0123456789abcdef","delta":"{text}","emittedAtMs":{at}}}"#,
         ),
-        ("claude", r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"{text}"}}"#),
+        (
+            "claude",
+            r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"{text}"}},"session_id":"4f7e2a61-0c1b-4d52-9a3e-6b8f0d2c9e17","parent_tool_use_id":null,"uuid":"{uuid}"}"#,
+        ),
     ]
 }
 
-/// The `seq`th line of `frame`: a text of its own, and a time that moves every few lines.
+/// The `seq`th line of `frame`: a text of its own (a window into [`TEXT`] that moves along it),
+/// a time that moves every few lines, a line ID of its own.
 fn line(frame: &str, seq: u64) -> (String, std::ops::Range<usize>) {
-    let text = format!("{TEXT} {seq}");
-    let line = frame.replace("{at}", &(1_764_561_234_567 + seq / 3).to_string());
+    let from = (seq as usize * 7) % TEXT.len();
+    let text = format!("{}{}", &TEXT[from..], &TEXT[..from]);
+    let uuid = format!("9e3779b9-7f4a-4c15-a1a8-{:012x}", seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 16);
+    let line = frame.replace("{at}", &(1_764_561_234_567 + seq / 3).to_string()).replace("{uuid}", &uuid);
     let start = line.find("{text}").expect("a frame has a text");
     (line.replacen("{text}", &text, 1), start..start + text.len())
 }
