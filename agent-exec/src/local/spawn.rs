@@ -11,6 +11,18 @@
 //! nothing and takes no lock — then `execve`s. Everything it needs (C strings, pointer arrays,
 //! descriptors) is built before the clone. A failure before the `execve` is reported through a
 //! close-on-exec pipe as the `errno`, and the child is reaped before the error is returned.
+//!
+//! The child does not copy the host's descriptor table either. A copy costs the clone time in
+//! proportion to the host's open descriptors, and `execve` as much again closing the
+//! close-on-exec ones one by one — with a thousand sessions open (three pipes and a pidfd each)
+//! that was most of a start. Instead the spawning thread keeps four low descriptor numbers
+//! ([`Slots`]); before a clone it places the child's three stdio ends and the report pipe
+//! there, the child shares the host's table (`CLONE_FILES`) just long enough to take a private
+//! copy of the descriptors up to those slots (`close_range(…, CLOSE_RANGE_UNSHARE)`), moves its
+//! stdio into place and closes the rest. So a child starts with exactly its three stdio
+//! descriptors, however many the host holds and whether or not they are close-on-exec. Where
+//! `close_range` is missing (Linux before 5.9, or a seccomp filter), children are started with
+//! a copied table as before.
 //! Elsewhere `std::process::Command` (which uses `posix_spawn`) starts the child, without the
 //! parent-death signal.
 
@@ -53,22 +65,25 @@ impl Spawned {
     }
 }
 
-/// Starts `prepared`. On Linux the child gets SIGKILL when the *calling thread* dies, so call
-/// this from a thread that lives as long as the host (see `spawner`).
-pub(super) fn spawn(prepared: &Prepared) -> io::Result<Spawned> {
-    imp::spawn(prepared)
+/// Starts `prepared`, through `slots` when there are any. On Linux the child gets SIGKILL when
+/// the *calling thread* dies, so call this from a thread that lives as long as the host (see
+/// `spawner`), and from that one thread only: the slots are its own.
+pub(super) fn spawn(prepared: &Prepared, slots: Option<&mut Slots>) -> io::Result<Spawned> {
+    imp::spawn(prepared, slots)
 }
+
+pub(super) use imp::Slots;
 
 #[cfg(target_os = "linux")]
 mod imp {
-    use std::ffi::{CString, OsStr, c_char, c_int, c_void};
+    use std::ffi::{CString, OsStr, c_char, c_int, c_uint, c_void};
     use std::io;
     use std::mem::MaybeUninit;
     use std::os::fd::{AsRawFd, OwnedFd, RawFd};
     use std::os::unix::ffi::OsStrExt;
     use std::ptr;
 
-    use rustix::io::Errno;
+    use rustix::io::{DupFlags, Errno};
     use rustix::pipe::PipeFlags;
     use rustix::process::Pid;
 
@@ -94,8 +109,79 @@ mod imp {
         stdio: [RawFd; 3],
         /// The write end of the close-on-exec error pipe.
         report: RawFd,
+        /// Whether the child shares the host's descriptor table until it takes its own copy of
+        /// the descriptors up to `report` (the highest slot), see [`Slots`].
+        unshare: bool,
         /// The host's PID: a child whose parent is already someone else must not start.
         host: libc::pid_t,
+    }
+
+    /// Four descriptor numbers the spawning thread keeps for its children, `/dev/null` while
+    /// unused: a child's stdin, stdout and stderr ends and its report pipe are placed there
+    /// before the clone, so the child can keep them when it drops every descriptor above the
+    /// highest slot (the report's) and close every other one below it. Only the thread that
+    /// made them may use them, one spawn at a time.
+    #[derive(Debug)]
+    pub(crate) struct Slots {
+        null: OwnedFd,
+        /// Ascending; `fds[3]`, the highest, is the report's.
+        fds: [OwnedFd; 4],
+    }
+
+    impl Slots {
+        /// Reserves the slots, or `None` where the kernel cannot unshare a descriptor table
+        /// with `close_range` (then children copy the host's table, as `posix_spawn` does).
+        pub(crate) fn reserve() -> Option<Slots> {
+            // A range past any open descriptor: closes nothing, and fails only without the
+            // system call. Never with CLOSE_RANGE_UNSHARE here: that would give this thread a
+            // descriptor table of its own.
+            // SAFETY: a plain system call on integers.
+            if unsafe { libc::syscall(libc::SYS_close_range, c_uint::MAX, c_uint::MAX, 0 as c_uint) } != 0 {
+                return None;
+            }
+            let null = OwnedFd::from(std::fs::OpenOptions::new().read(true).write(true).open("/dev/null").ok()?);
+            let dup = || rustix::io::fcntl_dupfd_cloexec(&null, 3).ok();
+            let mut fds = [dup()?, dup()?, dup()?, dup()?];
+            fds.sort_by_key(AsRawFd::as_raw_fd);
+            Some(Slots { null, fds })
+        }
+
+        /// Places `fds` in the slots, in order.
+        fn fill(&mut self, fds: [&OwnedFd; 4]) -> io::Result<()> {
+            for (fd, slot) in fds.into_iter().zip(&mut self.fds) {
+                if let Err(error) = point(slot, fd) {
+                    self.clear();
+                    return Err(error.into());
+                }
+            }
+            Ok(())
+        }
+
+        /// Points every slot at `/dev/null` again, which closes this host's copies of what a
+        /// child was given (a copy left here would keep its pipe open).
+        fn clear(&mut self) {
+            for slot in &mut self.fds {
+                // Cannot fail: `slot` is open and ours and `null` is another descriptor, so
+                // neither EBADF nor EINVAL; EBUSY and EINTR are retried.
+                let _ = point(slot, &self.null);
+            }
+        }
+
+        pub(super) fn raw(&self) -> [RawFd; 4] {
+            self.fds.each_ref().map(AsRawFd::as_raw_fd)
+        }
+    }
+
+    /// `dup3(fd, slot, O_CLOEXEC)`: `slot` keeps its number and refers to what `fd` does, in
+    /// one step. Retried while Linux answers EBUSY (another thread opening a descriptor at that
+    /// moment) or a signal interrupts it.
+    fn point(slot: &mut OwnedFd, fd: &OwnedFd) -> rustix::io::Result<()> {
+        loop {
+            match rustix::io::dup3(fd, slot, DupFlags::CLOEXEC) {
+                Err(Errno::BUSY | Errno::INTR) => continue,
+                done => return done,
+            }
+        }
     }
 
     fn c_string(value: &OsStr) -> io::Result<CString> {
@@ -117,7 +203,7 @@ mod imp {
         if fd.as_raw_fd() > 2 { Ok(fd) } else { Ok(rustix::io::fcntl_dupfd_cloexec(&fd, 3)?) }
     }
 
-    pub(super) fn spawn(prepared: &Prepared) -> io::Result<Spawned> {
+    pub(super) fn spawn(prepared: &Prepared, mut slots: Option<&mut Slots>) -> io::Result<Spawned> {
         let program = c_string(prepared.program.as_os_str())?;
         let mut argv = vec![c_string(&prepared.arg0)?];
         for arg in &prepared.args {
@@ -140,17 +226,30 @@ mod imp {
         let (stderr, stderr_child) = pipe()?;
         let (report_read, report_write) = pipe()?;
         let child_ends = [above_stdio(stdin_child)?, above_stdio(stdout_child)?, above_stdio(stderr_child)?];
+        let (stdio, report) = match slots.as_deref_mut() {
+            Some(slots) => {
+                slots.fill([&child_ends[0], &child_ends[1], &child_ends[2], &report_write])?;
+                let [stdin, stdout, stderr, report] = slots.raw();
+                ([stdin, stdout, stderr], report)
+            }
+            None => (child_ends.each_ref().map(AsRawFd::as_raw_fd), report_write.as_raw_fd()),
+        };
         let setup = Setup {
             program: program.as_ptr(),
             argv: argv_pointers.as_ptr(),
             envp: env_pointers.as_ptr(),
             cwd: cwd.as_ref().map_or(ptr::null(), |cwd| cwd.as_ptr()),
-            stdio: [child_ends[0].as_raw_fd(), child_ends[1].as_raw_fd(), child_ends[2].as_raw_fd()],
-            report: report_write.as_raw_fd(),
+            stdio,
+            report,
+            unshare: slots.is_some(),
             host: rustix::process::getpid().as_raw_nonzero().get(),
         };
         let mut stack = vec![0u8; STACK];
-        let pid = clone_child(&setup, &mut stack)?;
+        let cloned = clone_child(&setup, &mut stack);
+        if let Some(slots) = slots {
+            slots.clear();
+        }
+        let pid = cloned?;
         drop(child_ends);
         drop(report_write);
 
@@ -180,7 +279,9 @@ mod imp {
             1 => "arming the parent-death signal",
             2 => "checking the host is still its parent",
             3 => "making its own process group",
+            0 => "taking its own descriptor table",
             4 => "connecting its stdio",
+            7 => "closing the host's descriptors",
             _ => "entering its working directory",
         };
         Err(io::Error::new(error.kind(), format!("the child failed before exec, {step}: {error}")))
@@ -201,10 +302,11 @@ mod imp {
             libc::sigfillset(all.as_mut_ptr());
             let mut previous = MaybeUninit::<libc::sigset_t>::uninit();
             libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), previous.as_mut_ptr());
+            let files = if setup.unshare { libc::CLONE_FILES } else { 0 };
             let pid = libc::clone(
                 child_main,
                 top.cast::<c_void>(),
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                libc::CLONE_VM | libc::CLONE_VFORK | files | libc::SIGCHLD,
                 ptr::from_ref(setup).cast_mut().cast::<c_void>(),
             );
             let clone_error = io::Error::last_os_error();
@@ -260,6 +362,19 @@ mod imp {
             libc::sigemptyset(none.as_mut_ptr());
             libc::pthread_sigmask(libc::SIG_SETMASK, none.as_ptr(), ptr::null_mut());
 
+            // Before anything else touches a descriptor: a table of its own, holding only the
+            // host's descriptors up to the report's slot (the highest slot). Until then the
+            // table is the host's, and nothing here may change it.
+            if setup.unshare
+                && libc::syscall(
+                    libc::SYS_close_range,
+                    (setup.report + 1) as c_uint,
+                    c_uint::MAX,
+                    libc::CLOSE_RANGE_UNSHARE,
+                ) != 0
+            {
+                return report(0);
+            }
             // Die with the spawning thread; if the host already died, the parent is someone
             // else now and the program must not start.
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
@@ -276,6 +391,15 @@ mod imp {
                 if libc::dup2(fd, target as c_int) < 0 {
                     return report(4);
                 }
+            }
+            // With a private table of the descriptors up to the report's slot (the highest),
+            // every one of them but stdio and the report — the host's low descriptors and the
+            // stdio slots, now copied to 0–2 — closes here.
+            if setup.unshare
+                && setup.report > 3
+                && libc::syscall(libc::SYS_close_range, 3 as c_uint, (setup.report - 1) as c_uint, 0 as c_uint) != 0
+            {
+                return report(7);
             }
             if !setup.cwd.is_null() && libc::chdir(setup.cwd) != 0 {
                 return report(5);
@@ -296,7 +420,17 @@ mod imp {
 
     use super::{Prepared, Spawned};
 
-    pub(super) fn spawn(prepared: &Prepared) -> io::Result<Spawned> {
+    /// Nothing to keep: `posix_spawn` copies the host's descriptor table here.
+    #[derive(Debug)]
+    pub(crate) struct Slots;
+
+    impl Slots {
+        pub(crate) fn reserve() -> Option<Slots> {
+            None
+        }
+    }
+
+    pub(super) fn spawn(prepared: &Prepared, _slots: Option<&mut Slots>) -> io::Result<Spawned> {
         let mut command = Command::new(&prepared.program);
         command
             .arg0(&prepared.arg0)
@@ -318,5 +452,48 @@ mod imp {
             stdout: child.stdout.take().ok_or_else(missing)?.into(),
             stderr: child.stderr.take().ok_or_else(missing)?.into(),
         })
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+
+    fn prepared(program: &str, args: &[&str]) -> Prepared {
+        Prepared {
+            program: program.into(),
+            arg0: program.into(),
+            args: args.iter().map(OsString::from).collect(),
+            env: Vec::new(),
+            cwd: None,
+        }
+    }
+
+    /// Runs `program` to its end with `slots` (or without), returning its stdout and status.
+    fn run(program: &str, args: &[&str], slots: Option<&mut Slots>) -> io::Result<(String, std::process::ExitStatus)> {
+        let spawned = spawn(&prepared(program, args), slots)?;
+        drop(spawned.stdin);
+        let mut out = String::new();
+        std::fs::File::from(spawned.stdout).read_to_string(&mut out)?;
+        Ok((out, sys::reap(spawned.pid).expect("our child")))
+    }
+
+    #[test]
+    fn children_start_and_fail_alike_with_and_without_slots() {
+        let mut slots = Slots::reserve().expect("close_range on this kernel");
+        for with_slots in [true, false] {
+            let (out, status) =
+                run("/bin/sh", &["-c", "echo started"], with_slots.then_some(&mut slots)).expect("spawn sh");
+            assert_eq!((out.as_str(), status.success()), ("started\n", true), "slots: {with_slots}");
+            let error = run("/nonexistent/program", &[], with_slots.then_some(&mut slots)).expect_err("nothing to run");
+            assert_eq!(error.raw_os_error(), Some(libc::ENOENT), "{error}");
+        }
+        // The slots hold `/dev/null` again between spawns.
+        for slot in slots.raw() {
+            let path = std::fs::read_link(format!("/proc/self/fd/{slot}")).expect("slot");
+            assert_eq!(path, std::path::Path::new("/dev/null"));
+        }
     }
 }

@@ -3,7 +3,8 @@
 //! Linux delivers the parent-death signal when the *thread* that forked the child exits, not
 //! when the process does. Forking from runtime worker or blocking-pool threads, which come and
 //! go, would kill children at random; this thread lives as long as the process, so the signal
-//! fires exactly when the host dies.
+//! fires exactly when the host dies. The thread also keeps the descriptor slots children are
+//! started through (`spawn::Slots`), which only it uses.
 
 use std::io;
 use std::sync::Mutex;
@@ -43,8 +44,9 @@ fn queue() -> io::Result<Sender<Job>> {
 }
 
 fn serve(jobs: mpsc::Receiver<Job>) {
+    let mut slots = spawn::Slots::reserve();
     for Job { prepared, reply } in jobs {
-        if let Err(Ok(child)) = reply.send(spawn::spawn(&prepared)) {
+        if let Err(Ok(child)) = reply.send(spawn::spawn(&prepared, slots.as_mut())) {
             child.discard();
         }
     }
