@@ -16,13 +16,12 @@
 use std::sync::Arc;
 
 use agent_core::exec::Exec;
-use agent_core::{EventKind, Harness, Replay, StoreChoice, TurnOptions};
+use agent_core::{Harness, StoreChoice};
 use agent_exec::LocalExec;
 use agent_provider_codex::{CodexOptions, CodexProvider};
 use agent_store_memory::MemoryStore;
-use agent_testkit::alloc::{Counting, allocations};
+use agent_testkit::alloc::{Counting, per_streamed_delta};
 use agent_testkit::fake_cli::{FakeCli, FakeCliEnv, FakeScript};
-use futures::StreamExt;
 
 /// Allocations per streamed delta, line to subscriber.
 const BUDGET: f64 = 4.0;
@@ -45,37 +44,8 @@ async fn a_streamed_delta_costs_at_most_the_budgeted_allocations() {
         .store(StoreChoice::Custom(Arc::new(MemoryStore::new())))
         .build()
         .expect("harness");
-    // A buffer that holds the whole turn: a subscriber that falls behind catches up from the
-    // store, which allocates by the batch and would make the count depend on the machine's load.
-    let options = env
-        .session_options()
-        .event_buffer_size(DELTAS as usize + 64)
-        .provider_option(CodexOptions::new().binary(env.program()));
-    let session = harness.start_session("codex", options).await.expect("session starts");
-    let mut events = harness.subscribe(&session, Replay::Latest).await.expect("subscribe");
-    let turn = harness.start_turn(&session, "stream", TurnOptions::new()).await.expect("turn");
-
-    let mut seen = 0u64;
-    let mut counted_from = 0u64;
-    let mut counted = 0u64;
-    while let Some(event) = events.next().await {
-        let event = event.expect("the subscriber keeps up");
-        match &event.kind {
-            EventKind::MessageDelta { .. } => {
-                seen += 1;
-                if seen == WARM_UP {
-                    counted_from = allocations();
-                } else if seen == DELTAS {
-                    counted = allocations() - counted_from;
-                }
-            }
-            kind if kind.is_terminal() => break,
-            _ => {}
-        }
-    }
-    assert_eq!(seen, DELTAS, "every delta arrived");
-    harness.await_turn(&turn, None).await.expect("the turn completed");
-    let per_delta = counted as f64 / (DELTAS - WARM_UP) as f64;
+    let options = env.session_options().provider_option(CodexOptions::new().binary(env.program()));
+    let per_delta = per_streamed_delta(&harness, "codex", options, DELTAS, WARM_UP).await;
     println!("{per_delta:.2} allocations per streamed delta");
     assert!(per_delta <= BUDGET, "{per_delta:.2} allocations per streamed delta; the budget is {BUDGET}");
 }

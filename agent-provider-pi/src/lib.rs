@@ -8,6 +8,7 @@ mod normalize;
 mod options;
 mod provider;
 mod session;
+mod stream;
 #[cfg(test)]
 mod transcripts;
 mod version;

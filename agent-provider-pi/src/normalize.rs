@@ -22,6 +22,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::extension::{APPROVAL_TITLES, DENIED_REASON};
+use crate::stream::{self, DeltaKind};
 
 /// The id prefix of the barrier `get_state` commands (see the module docs).
 pub(crate) const BARRIER_PREFIX: &str = "barrier-";
@@ -117,6 +118,47 @@ struct AssistantEvent {
     kind: String,
     #[serde(default)]
     delta: Option<String>,
+}
+
+/// The raw JSON of a delta: the delta alone, as `{"assistantMessageEvent":{"delta":…,
+/// "type":…},"type":"message_update"}` — pi repeats the whole partial message in every update,
+/// which the event does not keep. Written directly (not through a `Value`) into a buffer of
+/// its exact size, so it is one allocation.
+fn delta_raw(kind: DeltaKind, text: &str) -> RawJson {
+    const OPEN: &[u8] = br#"{"assistantMessageEvent":{"delta":"#;
+    const TYPE: &[u8] = br#","type":""#;
+    const CLOSE: &[u8] = br#""},"type":"message_update"}"#;
+    let mut json = Vec::with_capacity(OPEN.len() + quoted_len(text) + TYPE.len() + kind.name().len() + CLOSE.len());
+    json.extend_from_slice(OPEN);
+    // Writing a string into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut json, text);
+    json.extend_from_slice(TYPE);
+    json.extend_from_slice(kind.name().as_bytes());
+    json.extend_from_slice(CLOSE);
+    // serde_json writes UTF-8, and so do the literals around it.
+    RawJson::parsed(String::from_utf8(json).unwrap_or_default())
+}
+
+/// The length of `text` as a JSON string, quotes included, escaped as serde_json escapes it.
+fn quoted_len(text: &str) -> usize {
+    2 + text
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\x08' | b'\t' | b'\n' | b'\x0c' | b'\r' => 2,
+            0..0x20 => 6,
+            _ => 1,
+        })
+        .sum::<usize>()
+}
+
+/// Serde's reading of a delta line, as [`Frame`] takes it, for the fast path's tests: the
+/// event's type and text.
+#[cfg(test)]
+pub(crate) fn serde_delta(line: &str) -> Option<(String, String)> {
+    let frame = serde_json::from_str::<Frame<'_>>(line).ok()?;
+    let event = frame.assistant_message_event.filter(|_| frame.kind == "message_update")?;
+    DeltaKind::of(&event.kind)?;
+    Some((event.kind, event.delta?))
 }
 
 /// The parts of an agent message the normalizer reads.
@@ -303,6 +345,10 @@ impl Normalizer {
 
     /// Normalizes one line; false when it is not a pi frame (not a JSON object with `type`).
     pub(crate) fn on_line(&mut self, line: &str, actions: &mut Vec<Action>) -> bool {
+        if let Some(delta) = stream::fast_delta(line) {
+            self.on_delta(delta.kind, &delta.text, actions);
+            return true;
+        }
         let Ok(frame) = serde_json::from_str::<Frame<'_>>(line) else { return false };
         self.on_frame(frame, actions);
         true
@@ -402,21 +448,22 @@ impl Normalizer {
 
     fn on_update(&mut self, frame: &Frame<'_>, actions: &mut Vec<Action>) {
         let Some(event) = &frame.assistant_message_event else { return };
+        let (Some(kind), Some(text)) = (DeltaKind::of(&event.kind), &event.delta) else { return };
+        self.on_delta(kind, text, actions);
+    }
+
+    /// A streamed delta, from either path.
+    fn on_delta(&mut self, kind: DeltaKind, text: &str, actions: &mut Vec<Action>) {
         let Some(running) = self.turn.as_mut() else { return };
         let item_id = Some(running.message_item(running.messages + 1));
-        let kind = match (event.kind.as_str(), &event.delta) {
-            ("text_delta", Some(delta)) => EventKind::MessageDelta { item_id, text: delta.as_str().into() },
-            ("thinking_delta", Some(delta)) => EventKind::ReasoningDelta { item_id, text: delta.as_str().into() },
-            _ => return,
+        // A copy of the text, not a slice of the read it came in: pi's delta lines carry the
+        // whole reply so far, so a slice would keep a read buffer alive per few deltas.
+        let raw = Some(delta_raw(kind, text));
+        let event = match kind {
+            DeltaKind::Text => EventKind::MessageDelta { item_id, text: text.into() },
+            DeltaKind::Thinking => EventKind::ReasoningDelta { item_id, text: text.into() },
         };
-        // The raw JSON of a delta is the delta alone: pi 0.73.1 repeats the whole partial
-        // message in every update.
-        let raw = RawJson::from_string(
-            json!({"type": "message_update", "assistantMessageEvent": {"type": event.kind, "delta": event.delta}})
-                .to_string(),
-        )
-        .ok();
-        actions.push(Action::Emit { turn: self.turn_id(), kind, raw });
+        actions.push(Action::Emit { turn: self.turn_id(), kind: event, raw });
     }
 
     fn on_message_end(&mut self, frame: &Frame<'_>, actions: &mut Vec<Action>) {
@@ -718,5 +765,24 @@ fn add_usage(total: &mut Usage, add: &Usage) {
     sum(&mut total.total_tokens, add.total_tokens);
     if let Some(cost) = add.cost_usd {
         total.cost_usd = Some(total.cost_usd.unwrap_or(0.0) + cost);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deltas_raw_json_is_the_delta_alone_in_a_buffer_of_its_size() {
+        for text in ["plain", "", "naïve 😀", "quote \" back\\slash \n tab\t bell\u{7} é 😀"] {
+            let raw = delta_raw(DeltaKind::Thinking, text);
+            let value: Value = serde_json::from_str(raw.get()).expect("JSON");
+            assert_eq!(
+                value,
+                json!({"type": "message_update", "assistantMessageEvent": {"type": "thinking_delta", "delta": text}})
+            );
+            // The buffer is sized exactly: the length agrees with serde_json's escaping.
+            assert_eq!(quoted_len(text), serde_json::to_string(text).expect("string").len(), "{text:?}");
+        }
     }
 }

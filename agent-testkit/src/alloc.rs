@@ -55,3 +55,47 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
 }
+
+/// Allocations per streamed delta through `harness`: starts a `provider` session with
+/// `options` (a fake CLI whose turn streams exactly `deltas` message deltas, then completes),
+/// subscribes, runs the turn, and counts every thread's allocations from the `warm_up`-th delta
+/// to the last, divided by the deltas in between. Panics unless every delta arrives and the
+/// turn completes.
+///
+/// The session's event buffer is set to hold the whole turn: a subscriber that falls behind
+/// catches up from the store, which allocates by the batch and would make the count depend on
+/// the machine's load.
+pub async fn per_streamed_delta(
+    harness: &agent_core::Harness,
+    provider: &str,
+    options: agent_core::SessionOptions,
+    deltas: u64,
+    warm_up: u64,
+) -> f64 {
+    use agent_core::{EventKind, Replay, TurnOptions};
+    use tokio_stream::StreamExt;
+
+    let options = options.event_buffer_size(usize::try_from(deltas).unwrap_or(usize::MAX).saturating_add(64));
+    let session = harness.start_session(provider, options).await.expect("session starts");
+    let mut events = harness.subscribe(&session, Replay::Latest).await.expect("subscribe");
+    let turn = harness.start_turn(&session, "stream", TurnOptions::new()).await.expect("turn");
+    let (mut seen, mut counted_from, mut counted) = (0u64, 0u64, 0u64);
+    while let Some(event) = events.next().await {
+        let event = event.expect("the subscriber keeps up");
+        match &event.kind {
+            EventKind::MessageDelta { .. } => {
+                seen += 1;
+                if seen == warm_up {
+                    counted_from = allocations();
+                } else if seen == deltas {
+                    counted = allocations() - counted_from;
+                }
+            }
+            kind if kind.is_terminal() => break,
+            _ => {}
+        }
+    }
+    assert_eq!(seen, deltas, "every delta arrived");
+    harness.await_turn(&turn, None).await.expect("the turn completed");
+    counted as f64 / (deltas - warm_up) as f64
+}
