@@ -1,12 +1,12 @@
 //! The allocation budget of the Claude event path: a streamed `stream_event` text delta from
-//! claude's stdout to a subscriber costs at most [`BUDGET`] heap allocations, all threads
+//! claude's stdout to a subscriber costs at most `DELTA_BUDGET` (4) heap allocations, all threads
 //! counted, with the memory store.
 //!
-//! Where they go (about 2.2 per delta): the delta's text and the event's `Arc` — the line is
-//! kept as the event's raw JSON as a slice of the read it came in, the API message ID is shared
+//! Where they go (about 1.2 per delta): the event's `Arc` — the line is kept as the event's raw
+//! JSON and the delta's text as slices of the read they came in, the API message ID is shared
 //! by the message's deltas, an event ID made in sequence is written only when asked for, the
 //! reader hands a read's events over in one batch and the memory store writes at once — plus a
-//! fraction per read or batch. The target, 4, is the budget.
+//! fraction per read or batch.
 //!
 //! Its own test binary, because it installs a counting global allocator. `fake-claude` plays
 //! the CLI in its own process, so only the harness's allocations are counted. Needs
@@ -14,37 +14,21 @@
 
 use std::sync::Arc;
 
-use agent_core::exec::Exec;
-use agent_core::{Harness, StoreChoice};
 use agent_exec::LocalExec;
 use agent_provider_claude::{ClaudeOptions, ClaudeProvider};
 use agent_store_memory::MemoryStore;
-use agent_testkit::alloc::{Counting, per_streamed_delta};
-use agent_testkit::fake_cli::{FakeCli, FakeCliEnv, FakeScript};
-
-/// Allocations per streamed delta, line to subscriber.
-const BUDGET: f64 = 4.0;
-/// Deltas in the measured turn, and how many of them warm the path up before counting starts.
-const DELTAS: u64 = 20_000;
-const WARM_UP: u64 = 2_000;
+use agent_testkit::alloc::{Counting, assert_delta_budget};
+use agent_testkit::fake_cli::FakeCli;
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_delta_costs_at_most_the_budgeted_allocations() {
-    // 40-character deltas, as in the reference stream.
-    let deltas = (0..DELTAS).map(|i| format!("{i:08} the quick brown fox jumps ov"));
-    let script = FakeScript::new().handshake().turn_start().deltas(deltas).complete();
-    let env = FakeCliEnv::new(FakeCli::Claude, &script).unwrap_or_else(|e| panic!("{e}"));
-    let harness = Harness::builder()
-        .provider(ClaudeProvider::new())
-        .exec(Arc::new(LocalExec::new()) as Arc<dyn Exec>)
-        .store(StoreChoice::Custom(Arc::new(MemoryStore::new())))
-        .build()
-        .expect("harness");
-    let options = env.session_options().provider_option(ClaudeOptions::new().binary(env.program()));
-    let per_delta = per_streamed_delta(&harness, "claude", options, DELTAS, WARM_UP).await;
-    println!("{per_delta:.2} allocations per streamed delta");
-    assert!(per_delta <= BUDGET, "{per_delta:.2} allocations per streamed delta; the budget is {BUDGET}");
+    let (provider, exec, store) =
+        (Arc::new(ClaudeProvider::new()), Arc::new(LocalExec::new()), Arc::new(MemoryStore::new()));
+    assert_delta_budget(provider, exec, store, FakeCli::Claude, |env, options| {
+        options.provider_option(ClaudeOptions::new().binary(env.program()))
+    })
+    .await;
 }

@@ -56,6 +56,47 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
+/// The allocation budget of a streamed delta, line to subscriber: the target every provider's
+/// event path is held to.
+pub const DELTA_BUDGET: f64 = 4.0;
+/// Deltas in the turn [`assert_delta_budget`] measures, and how many of them warm the path up
+/// before counting starts.
+const DELTAS: u64 = 20_000;
+const WARM_UP: u64 = 2_000;
+
+/// Checks a provider's event path against [`DELTA_BUDGET`]: `provider` runs the fake `cli`
+/// (pointed at by `configure`, given the fake's environment and its session options) through
+/// `exec`, with `store`, for a turn of 20,000 40-character deltas, and every thread's
+/// allocations are counted from the 2,000th delta to the last (see [`per_streamed_delta`]).
+/// Prints the figure; panics above the budget.
+///
+/// The test binary must install [`Counting`] as its global allocator, and should hold nothing
+/// else: other tests' allocations would be counted.
+pub async fn assert_delta_budget(
+    provider: agent_core::DynProvider,
+    exec: agent_core::DynExec,
+    store: agent_core::DynStore,
+    cli: crate::fake_cli::FakeCli,
+    configure: impl FnOnce(&crate::fake_cli::FakeCliEnv, agent_core::SessionOptions) -> agent_core::SessionOptions,
+) {
+    use crate::fake_cli::{FakeCliEnv, FakeScript};
+
+    let deltas = (0..DELTAS).map(|i| format!("{i:08} the quick brown fox jumps ov"));
+    let script = FakeScript::new().handshake().turn_start().deltas(deltas).complete();
+    let env = FakeCliEnv::new(cli, &script).unwrap_or_else(|e| panic!("{e}"));
+    let name = provider.id();
+    let harness = agent_core::Harness::builder()
+        .provider(provider)
+        .exec(exec)
+        .store(agent_core::StoreChoice::Custom(store))
+        .build()
+        .expect("harness");
+    let options = configure(&env, env.session_options());
+    let per_delta = per_streamed_delta(&harness, name.as_str(), options, DELTAS, WARM_UP).await;
+    println!("{per_delta:.2} allocations per streamed delta");
+    assert!(per_delta <= DELTA_BUDGET, "{per_delta:.2} allocations per streamed delta; the budget is {DELTA_BUDGET}");
+}
+
 /// Allocations per streamed delta through `harness`: starts a `provider` session with
 /// `options` (a fake CLI whose turn streams exactly `deltas` message deltas, then completes),
 /// subscribes, runs the turn, and counts every thread's allocations from the `warm_up`-th delta
