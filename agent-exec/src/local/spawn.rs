@@ -130,8 +130,12 @@ mod imp {
 
     impl Slots {
         /// Reserves the slots, or `None` where the kernel cannot unshare a descriptor table
-        /// with `close_range` (then children copy the host's table, as `posix_spawn` does).
+        /// with `close_range`, or under Valgrind (then children copy the host's table, as
+        /// `posix_spawn` does).
         pub(crate) fn reserve() -> Option<Slots> {
+            if under_valgrind() {
+                return None;
+            }
             // A range past any open descriptor: closes nothing, and fails only without the
             // system call. Never with CLOSE_RANGE_UNSHARE here: that would give this thread a
             // descriptor table of its own.
@@ -170,6 +174,14 @@ mod imp {
         pub(super) fn raw(&self) -> [RawFd; 4] {
             self.fds.each_ref().map(AsRawFd::as_raw_fd)
         }
+    }
+
+    /// Whether this process runs under Valgrind, which runs a clone only as a new thread or as
+    /// a fork and stops the whole program at one that shares the descriptor table and not the
+    /// thread (`CLONE_VM | CLONE_VFORK | CLONE_FILES`). It maps its core library into every
+    /// program it runs.
+    fn under_valgrind() -> bool {
+        std::fs::read_to_string("/proc/self/maps").is_ok_and(|maps| maps.contains("/vgpreload_core"))
     }
 
     /// `dup3(fd, slot, O_CLOEXEC)`: `slot` keeps its number and refers to what `fd` does, in
