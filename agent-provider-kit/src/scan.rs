@@ -124,16 +124,18 @@ impl<'a> Scanner<'a> {
         debug_assert!(!key.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20), "{key:?} needs escaping");
         let Some(depth) = self.open.checked_sub(1) else { return false };
         let innermost = 1u64 << depth;
-        let rest = &self.bytes()[self.pos..];
-        let rest = if self.seen & innermost != 0 { rest.strip_prefix(b",") } else { Some(rest) };
-        let taken = rest
-            .and_then(|rest| rest.strip_prefix(b"\""))
-            .and_then(|rest| rest.strip_prefix(key.as_bytes()))
-            .and_then(|rest| rest.strip_prefix(b"\":"));
-        let Some(rest) = taken else { return false };
-        self.pos = self.text.len() - rest.len();
-        self.seen |= innermost;
-        true
+        let comma = usize::from(self.seen & innermost != 0);
+        let key = key.as_bytes();
+        // `,"key":` (the comma when a field came before), in place.
+        let Some(token) = self.bytes().get(self.pos..self.pos + comma + key.len() + 3) else { return false };
+        let (open, rest) = token.split_at(comma + 1);
+        let (name, close) = rest.split_at(key.len());
+        let taken = open[comma] == b'"' && (comma == 0 || open[0] == b',') && close == b"\":" && same_short(name, key);
+        if taken {
+            self.pos += token.len();
+            self.seen |= innermost;
+        }
+        taken
     }
 
     /// [`next_key`](Scanner::next_key), trying first (with [`key_is`](Scanner::key_is)) the key
@@ -410,9 +412,47 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// `a == b` for two slices of the same length, compared a word at a time: for the short keys a
+/// reader matches per field this is a few instructions where a `memcmp` call costs a call and
+/// its dispatch.
+#[inline]
+fn same_short(a: &[u8], b: &[u8]) -> bool {
+    fn word(bytes: &[u8], at: usize) -> u64 {
+        u64::from_le_bytes(bytes[at..at + 8].try_into().expect("eight bytes"))
+    }
+    fn half(bytes: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes(bytes[at..at + 4].try_into().expect("four bytes"))
+    }
+    let len = a.len();
+    if len != b.len() {
+        return false;
+    }
+    match len {
+        // Words from the front, and the last word (overlapping the one before it).
+        8.. => (0..len / 8).all(|i| word(a, i * 8) == word(b, i * 8)) && word(a, len - 8) == word(b, len - 8),
+        4..8 => half(a, 0) == half(b, 0) && half(a, len - 4) == half(b, len - 4),
+        _ => a == b,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_slices_compare_as_slices_do() {
+        let text = b"threadId:turnId,itemId delta method params";
+        for len in 0..=text.len() {
+            let a = &text[..len];
+            assert!(same_short(a, &a.to_vec()), "{len}");
+            for at in 0..len {
+                let mut b = a.to_vec();
+                b[at] ^= 0x20;
+                assert!(!same_short(a, &b), "{len} bytes, differing at {at}");
+            }
+            assert!(!same_short(a, &text[..len.saturating_sub(1)]) || len == 0, "{len}");
+        }
+    }
 
     /// Scans `text` as one value to its end.
     fn valid(text: &str) -> bool {
