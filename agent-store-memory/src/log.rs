@@ -1,34 +1,38 @@
-//! A session's event journal, packed: each event is encoded into large shared byte chunks, so
-//! a held event costs a few bytes and what its raw frame does not share with an earlier one —
-//! not a struct, an `Arc` and five separate heap strings. Reads decode events back (reads are replays and catch-ups, rare next
-//! to writes).
+//! A session's event journal, packed: each event is encoded into large shared byte chunks, so a
+//! held event costs a few bytes and what its raw frame does not share with an earlier one — not a
+//! struct, an `Arc` and five separate heap strings. Reads decode events back (reads are replays and
+//! catch-ups, rare next to writes).
 //!
 //! What makes it small: the session ID is the journal's own, a runtime-made event ID
-//! (`<prefix>.<seq>`, one prefix per run of the session) is rebuilt from its seq and prefix, seqs are kept as runs of consecutive numbers,
-//! timestamps as an offset from the first event's, and turn, provider and item IDs as indexes
-//! into per-journal tables. Streamed deltas (`message_delta`, `reasoning_delta`,
-//! `command_output_delta`) are encoded field by field; any other kind — a few per turn — is kept
-//! whole in a side table.
+//! (`<prefix>.<seq>`, one prefix per run of the session) is rebuilt from its seq and prefix, seqs
+//! are kept as runs of consecutive numbers, timestamps as an offset from the first event's, and
+//! turn, provider and item IDs as indexes into per-journal tables. Streamed deltas
+//! (`message_delta`, `reasoning_delta`, `command_output_delta`) are encoded field by field; any
+//! other kind — a few per turn — is kept whole in a side table.
 //!
-//! A raw frame is kept as what it does not share with its kind's *template*, the last frame of
-//! that kind kept whole: the bytes the two start and end with are named by their lengths. A
-//! delta's frame that holds its text verbatim may instead be kept in two such parts around the
-//! text (against the template's parts around its own), whichever shares more: the fields after
-//! a text (a time, a line's own ID) then share their start with the template's. Streamed frames
-//! differ mostly in their text and a few digits or an ID, so a delta's frame of ~270 bytes is
-//! kept in ~65 with its header — which is also what is written to memory per event, where
-//! first-touch page faults are the store's main cost. A frame that shares less than half of
-//! itself with its template is kept whole and becomes the template. Reading one back takes its
-//! template's bytes, one level deep: a template is always kept whole.
+//! A raw frame is kept as what it does not share with its kind's *template*, the last frame of that
+//! kind kept whole: the bytes the two start and end with are named by their lengths. A delta's
+//! frame that holds its text verbatim may instead be kept in two such parts around the text
+//! (against the template's parts around its own), whichever shares more: the fields after a text (a
+//! time, a line's own ID) then share their start with the template's. Streamed frames differ mostly
+//! in their text and a few digits or an ID, so a delta's frame of ~270 bytes is kept in ~65 with
+//! its header — which is also what is written to memory per event, where first-touch page faults
+//! are the store's main cost. A frame that shares less than half of itself with its template is
+//! kept whole and becomes the template. Reading one back takes its template's bytes, one level
+//! deep: a template is always kept whole.
+//!
+//! `codec` holds the byte encoding of a record, `frame` the frame and text comparisons.
 
 use std::collections::HashMap;
 
+mod codec;
 mod frame;
 
 use agent_core::event::{RawJson, SCHEMA_VERSION, SharedStr};
 use agent_core::{Event, EventId, EventKind, ItemId, ProviderId, SessionId, Timestamp, TurnId};
 
-use self::frame::shared_ends;
+use self::codec::{Reader, put_str, put_varint, unzigzag, zigzag};
+use self::frame::{Text, put_part, put_text, shared_ends, text_place};
 
 /// Size of a chunk of encoded events; an event larger than this gets a chunk of its own size.
 const CHUNK: usize = 64 << 10;
@@ -564,46 +568,6 @@ fn parse_seq(digits: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-fn unzigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    put_varint(out, s.len() as u64);
-    out.extend_from_slice(s.as_bytes());
-}
-
-/// How many places starting with its first byte are tried when looking for a text in a frame.
-const MAX_CANDIDATES: usize = 16;
-
-/// The last place `text` starts in `raw`, looking at no more than [`MAX_CANDIDATES`] places that
-/// start with its first byte (a general substring search costs more to set up than a short
-/// delta is worth; a text not found is simply kept).
-fn find_last(raw: &[u8], text: &[u8]) -> Option<usize> {
-    let (&first, _) = text.split_first()?;
-    let mut end = (raw.len() + 1).checked_sub(text.len())?;
-    for _ in 0..MAX_CANDIDATES {
-        let start = memchr::memrchr(first, &raw[..end])?;
-        if raw[start..].starts_with(text) {
-            return Some(start);
-        }
-        end = start;
-    }
-    None
-}
-
 /// The text of a streamed delta.
 fn delta_text(kind: &EventKind) -> Option<&SharedStr> {
     match kind {
@@ -611,116 +575,6 @@ fn delta_text(kind: &EventKind) -> Option<&SharedStr> {
         | EventKind::ReasoningDelta { text, .. }
         | EventKind::CommandOutputDelta { text, .. } => Some(text),
         _ => None,
-    }
-}
-
-/// Where `text` is in `raw`, when the frame holds it verbatim (a delta without escapes, the
-/// common case), so it is not kept twice.
-fn text_place(text: &SharedStr, raw: &str) -> Option<std::ops::Range<usize>> {
-    let start = if text.lies_in(raw.as_bytes()) {
-        // A slice of the frame, as providers make them: where is a subtraction.
-        text.as_ptr() as usize - raw.as_ptr() as usize
-    } else if text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
-        // Written escaped in a JSON string (a decoded delta, most of those not cut from the
-        // frame): not worth looking for.
-        return None;
-    } else {
-        // The text is near the end of a frame more often than not.
-        find_last(raw.as_bytes(), text.as_bytes())?
-    };
-    Some(start..start + text.len())
-}
-
-/// A delta's text: its `place` in the frame, or the text itself.
-fn put_text(out: &mut Vec<u8>, text: &SharedStr, place: Option<std::ops::Range<usize>>) {
-    match place {
-        Some(place) => {
-            put_varint(out, (text.len() as u64) << 1 | 1);
-            put_varint(out, place.start as u64);
-        }
-        None => {
-            put_varint(out, (text.len() as u64) << 1);
-            out.extend_from_slice(text.as_bytes());
-        }
-    }
-}
-
-/// `part` as the lengths of the start and end it shares with its template's part (`shared`,
-/// from [`shared_ends`]) and the bytes between.
-fn put_part(out: &mut Vec<u8>, part: &str, (prefix, suffix): (usize, usize)) {
-    put_varint(out, prefix as u64);
-    put_varint(out, suffix as u64);
-    put_str(out, &part[prefix..part.len() - suffix]);
-}
-
-/// A delta's text as [`put_text`] wrote it.
-enum Text<'a> {
-    /// Where it is in the event's frame.
-    InFrame(std::ops::Range<usize>),
-    /// The text itself.
-    Kept(&'a str),
-}
-
-/// Reads back what `EventLog::push` wrote (the journal's own bytes, so never malformed).
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn byte(&mut self) -> u8 {
-        let (&b, rest) = self.bytes.split_first().expect("an encoded event is complete");
-        self.bytes = rest;
-        b
-    }
-
-    fn varint(&mut self) -> u64 {
-        let mut v = 0u64;
-        let mut shift = 0;
-        loop {
-            let b = self.byte();
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return v;
-            }
-            shift += 7;
-        }
-    }
-
-    /// What [`put_part`] wrote against `template`, appended to `frame`.
-    fn part(&mut self, template: &str, frame: &mut String) {
-        let prefix = usize::try_from(self.varint()).expect("a length that fit in memory");
-        let suffix = usize::try_from(self.varint()).expect("a length that fit in memory");
-        let middle = self.str();
-        frame.reserve(prefix + middle.len() + suffix);
-        frame.push_str(&template[..prefix]);
-        frame.push_str(middle);
-        frame.push_str(&template[template.len() - suffix..]);
-    }
-
-    /// What [`put_text`] wrote.
-    fn text(&mut self) -> Text<'a> {
-        let tagged = self.varint();
-        let len = usize::try_from(tagged >> 1).expect("a length that fit in memory");
-        if tagged & 1 == 1 {
-            let offset = usize::try_from(self.varint()).expect("an offset that fit in memory");
-            return Text::InFrame(offset..offset + len);
-        }
-        let (s, rest) = self.bytes.split_at(len);
-        self.bytes = rest;
-        Text::Kept(std::str::from_utf8(s).expect("encoded from a str"))
-    }
-
-    fn str(&mut self) -> &'a str {
-        let len = self.varint();
-        self.str_of(len)
-    }
-
-    /// A string of `len` bytes.
-    fn str_of(&mut self, len: u64) -> &'a str {
-        let len = usize::try_from(len).expect("a length that fit in memory");
-        let (s, rest) = self.bytes.split_at(len);
-        self.bytes = rest;
-        std::str::from_utf8(s).expect("encoded from a str")
     }
 }
 
@@ -807,20 +661,6 @@ mod tests {
         assert!(start < 2 * frame.len(), "the text is not kept beside the frame ({start} bytes)");
     }
 
-    #[test]
-    fn a_text_is_found_at_its_last_place_or_kept() {
-        assert_eq!(find_last(b"{\"a\":\"xy\",\"b\":\"xy\"}", b"xy"), Some(15));
-        assert_eq!(find_last(b"xy", b"xy"), Some(0));
-        assert_eq!(find_last(b"x", b"xy"), None);
-        assert_eq!(find_last(b"abc", b""), None, "an empty text is kept, not pointed at");
-        assert_eq!(find_last(b"say \"hi\"", b"say \"hi\""), Some(0));
-        // Past MAX_CANDIDATES places that start like the text, it is kept instead.
-        let many = [b"a".repeat(100), b"ab".to_vec()].concat();
-        assert_eq!(find_last(&many, b"ab"), Some(100));
-        let trap = [b"ab".to_vec(), b"a".repeat(100)].concat();
-        assert_eq!(find_last(&trap, b"ab"), None);
-    }
-
     /// A Codex-like delta frame around `text`, as the frame and the text cut from it.
     fn delta_frame(text: &str, at_ms: u64) -> (RawJson, SharedStr) {
         let raw = RawJson::parsed(format!(
@@ -866,14 +706,5 @@ mod tests {
         }
         let kept: usize = log.chunks.iter().map(Vec::len).sum();
         assert!(kept * 2 < raw_bytes, "{kept} bytes kept for {raw_bytes} bytes of frames");
-    }
-
-    #[test]
-    fn varints_and_zigzag_round_trip_at_the_edges() {
-        for v in [0, 1, -1, i64::MAX, i64::MIN, 1 << 35] {
-            let mut out = Vec::new();
-            put_varint(&mut out, zigzag(v));
-            assert_eq!(unzigzag(Reader { bytes: &out }.varint()), v);
-        }
     }
 }
