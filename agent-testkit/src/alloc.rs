@@ -67,7 +67,7 @@ const WARM_UP: u64 = 2_000;
 /// Checks a provider's event path against [`DELTA_BUDGET`]: `provider` runs the fake `cli`
 /// (pointed at by `configure`, given the fake's environment and its session options) through
 /// `exec`, with `store`, for a turn of 20,000 40-character deltas, and every thread's
-/// allocations are counted from the 2,000th delta to the last (see [`per_streamed_delta`]).
+/// allocations are counted from the 2,000th delta to the last, divided by the deltas between.
 /// Prints the figure; panics above the budget.
 ///
 /// The test binary must install [`Counting`] as its global allocator, and should hold nothing
@@ -106,7 +106,7 @@ pub async fn assert_delta_budget(
 /// The session's event buffer is set to hold the whole turn: a subscriber that falls behind
 /// catches up from the store, which allocates by the batch and would make the count depend on
 /// the machine's load.
-pub async fn per_streamed_delta(
+async fn per_streamed_delta(
     harness: &agent_core::Harness,
     provider: &str,
     options: agent_core::SessionOptions,

@@ -408,7 +408,6 @@ mod imp {
             // every one of them but stdio and the report — the host's low descriptors and the
             // stdio slots, now copied to 0–2 — closes here.
             if setup.unshare
-                && setup.report > 3
                 && libc::syscall(libc::SYS_close_range, 3 as c_uint, (setup.report - 1) as c_uint, 0 as c_uint) != 0
             {
                 return report(7);
