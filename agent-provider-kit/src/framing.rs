@@ -306,6 +306,18 @@ pub enum TextFrame<'a> {
     },
 }
 
+/// `bytes` as text when they are UTF-8. A CLI's lines are nearly always all ASCII, which is
+/// checked for much less than the full check costs: the bytes are or-ed together (into vector
+/// registers, by the compiler) without a branch per byte or word.
+fn utf8(bytes: &[u8]) -> Option<&str> {
+    if bytes.iter().fold(0, |all, &b| all | b) < 0x80 {
+        // SAFETY: ASCII is UTF-8.
+        Some(unsafe { std::str::from_utf8_unchecked(bytes) })
+    } else {
+        std::str::from_utf8(bytes).ok()
+    }
+}
+
 impl<'a> TextFrame<'a> {
     /// Sorts one line.
     pub fn from_line(line: Line<'a>) -> TextFrame<'a> {
@@ -313,7 +325,7 @@ impl<'a> TextFrame<'a> {
             Line::Text(bytes) => bytes,
             Line::TooLong(len) => return TextFrame::TooLong { len },
         };
-        let Ok(text) = std::str::from_utf8(bytes) else {
+        let Some(text) = utf8(bytes) else {
             return TextFrame::NotUtf8 { len: bytes.len() };
         };
         match text.trim() {
@@ -513,6 +525,23 @@ mod tests {
     use tokio::io::AsyncWriteExt;
 
     use super::*;
+
+    #[test]
+    fn a_line_is_text_exactly_when_std_says_it_is_utf8() {
+        let mut lines: Vec<Vec<u8>> = vec![b"".to_vec(), b"{\"a\":1}".to_vec(), "{\"é\":\"😀\"}".as_bytes().to_vec()];
+        // Invalid: a lone continuation byte, a cut sequence, an overlong form, a surrogate, 0xff;
+        // each at the start, in the middle and at the end of an ASCII line.
+        for bad in [&[0x80u8][..], &[0xe2, 0x82], &[0xc0, 0xaf], &[0xed, 0xa0, 0x80], &[0xff]] {
+            for at in [0, 20, 40] {
+                let mut line = vec![b'x'; 40];
+                line.splice(at..at, bad.iter().copied());
+                lines.push(line);
+            }
+        }
+        for line in &lines {
+            assert_eq!(utf8(line), std::str::from_utf8(line).ok(), "{line:?}");
+        }
+    }
 
     /// A line as the tests compare it: owned.
     #[derive(Debug, PartialEq, Eq)]
