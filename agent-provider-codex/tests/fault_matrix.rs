@@ -338,7 +338,7 @@ async fn exit_before_the_thread_reply_fails_start_session() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_after_the_handshake_makes_the_session_unavailable() {
-    let case = Case::new(FakeScript::new().handshake().exit(5));
+    let case = Case::new(FakeScript::new().handshake().exit_after_the_start(5));
     let session = case.session().await;
     let down = case.session_event(&session, |e| matches!(e.kind, EventKind::TransportError { .. })).await;
     assert!(

@@ -163,7 +163,7 @@ async fn hang_before_the_get_state_reply_times_out_start_session() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_after_the_handshake_makes_the_session_unavailable() {
-    let case = Case::new(FakeScript::new().handshake().exit(5));
+    let case = Case::new(FakeScript::new().handshake().exit_after_the_start(5));
     let session = case.session().await;
     let down = case.session_event(&session, |e| matches!(e.kind, EventKind::TransportError { .. })).await;
     assert!(

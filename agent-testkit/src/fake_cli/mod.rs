@@ -43,8 +43,8 @@ use std::sync::{Mutex, OnceLock};
 
 pub use env::{Direction, FakeCliEnv, TranscriptLine};
 pub use script::{
-    ApprovalKind, DEFAULT_HUGE_LINE_BYTES, DEFAULT_STDERR_FLOOD_BYTES, EndStatus, EofAction, ExpectKind, FakeScript,
-    FakeScriptError, FakeStep, InterruptMode, NOW_NS,
+    AFTER_START_MS, ApprovalKind, DEFAULT_HUGE_LINE_BYTES, DEFAULT_STDERR_FLOOD_BYTES, EndStatus, EofAction,
+    ExpectKind, FakeScript, FakeScriptError, FakeStep, InterruptMode, NOW_NS,
 };
 
 use crate::clis::Provider;

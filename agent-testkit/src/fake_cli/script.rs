@@ -89,6 +89,10 @@ pub enum InterruptMode {
     Ignore,
 }
 
+/// How long [`FakeScript::exit_after_the_start`] waits after the handshake: far longer than a
+/// client takes to finish a start whose last reply it has read, even on a loaded machine.
+pub const AFTER_START_MS: u64 = 300;
+
 /// One step of a fake CLI script. Steps run in order; the fake reads stdin all the time.
 ///
 /// Protocol steps ([`Handshake`](FakeStep::Handshake) to [`Stall`](FakeStep::Stall)) are
@@ -701,6 +705,15 @@ impl FakeScript {
     /// Appends [`FakeStep::Exit`].
     pub fn exit(self, code: i32) -> Self {
         self.step(FakeStep::Exit { code })
+    }
+
+    /// Appends a pause of [`AFTER_START_MS`] and [`FakeStep::Exit`]: after a handshake, an
+    /// exit that comes once the client has handed out the session. Without the pause the exit
+    /// races the end of the client's start — a harness that sees the transport go down before
+    /// its start is finished fails the start instead, by design — so a test of the session's
+    /// reaction would assert one of two outcomes.
+    pub fn exit_after_the_start(self, code: i32) -> Self {
+        self.sleep(AFTER_START_MS).exit(code)
     }
 
     /// Appends [`FakeStep::Hang`].
