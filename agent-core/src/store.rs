@@ -129,6 +129,16 @@ impl WriteBatch {
         WriteBatch { session_id: Some(session_id), ..Self::default() }
     }
 
+    /// Empties the batch for the same session, keeping its vectors' capacity.
+    pub(crate) fn clear(&mut self) {
+        let WriteBatch { session_id: _, delete_first, snapshot, turns, requests, events } = self;
+        *delete_first = false;
+        *snapshot = None;
+        turns.clear();
+        requests.clear();
+        events.clear();
+    }
+
     /// True when there is nothing to write.
     pub fn is_empty(&self) -> bool {
         !self.delete_first

@@ -152,9 +152,9 @@ impl Actor {
                     }
                 }
                 FlushStart::InFlight => {}
-                FlushStart::Written(flushed) => {
+                FlushStart::Written(outcome) => {
                     // What the write's outcome added (a store failure's event) gets its round.
-                    self.on_flushed(flushed);
+                    self.after_write(outcome);
                     continue;
                 }
             }

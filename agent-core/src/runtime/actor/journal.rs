@@ -40,17 +40,18 @@ pub(super) enum AfterCommit {
 /// that waited for it, and the store's answer.
 pub(super) type Flushed = (WriteBatch, Vec<AfterCommit>, std::result::Result<(), StoreError>);
 
+/// A finished write with its events published: the actions that waited for it, or the failure.
+pub(super) type WriteOutcome = std::result::Result<Vec<AfterCommit>, StoreFailure>;
+
 /// What [`Journal::start_flush`] did.
-// Returned by value and matched at once; boxing the written batch would cost an allocation
-// per write, which is what writing at once saves.
-#[allow(clippy::large_enum_variant)]
 pub(super) enum FlushStart {
     /// Nothing to write (or no store): these actions need no commit.
     Nothing(Vec<AfterCommit>),
     /// A write is in flight; [`Journal::flushed`] waits for it.
     InFlight,
-    /// The store wrote the batch at once: hand it to [`Journal::on_flushed`].
-    Written(Flushed),
+    /// The store wrote the pending batch at once and its events are published: what
+    /// [`Journal::on_flushed`] returns for a write that finished later.
+    Written(WriteOutcome),
 }
 
 /// A store write that failed: the session now runs without a store.
@@ -344,6 +345,16 @@ impl Journal {
         self.live_pending.len()
     }
 
+    /// True when terminal events were published since the last [`Journal::take_terminals`].
+    pub(super) fn has_terminals(&self) -> bool {
+        !self.terminals.is_empty()
+    }
+
+    /// True when events, records or actions wait for the next write.
+    pub(super) fn has_pending(&self) -> bool {
+        !self.pending.is_empty() || !self.after_commit.is_empty()
+    }
+
     /// The terminal events published since the last call.
     pub(super) fn take_terminals(&mut self) -> Vec<Arc<Event>> {
         std::mem::take(&mut self.terminals)
@@ -382,7 +393,7 @@ impl Journal {
     /// flight when the store queues in order ([`Store::enqueue`](crate::store::Store::enqueue)),
     /// else in a task once no write is in flight.
     pub(super) fn start_flush(&mut self) -> FlushStart {
-        let Some(store) = self.store.clone().filter(|_| !self.pending.is_empty()) else {
+        let Some(store) = self.store.as_ref().filter(|_| !self.pending.is_empty()) else {
             if self.writing.is_empty() {
                 return FlushStart::Nothing(std::mem::take(&mut self.after_commit));
             }
@@ -395,23 +406,29 @@ impl Journal {
         {
             return FlushStart::InFlight;
         }
-        let mut next = WriteBatch::new(self.session.id.clone());
-        next.events = std::mem::take(&mut self.spare_events);
-        let batch = std::mem::replace(&mut self.pending, next);
-        let span = tracing::debug_span!(parent: &self.span, "store_write", events = batch.events.len());
+        let span = tracing::debug_span!(parent: &self.span, "store_write", events = self.pending.events.len());
         // A panicking store is a failed write, not a lost batch.
         let panicked = || StoreError::Backend("the store panicked during the write".into());
         if !follows {
-            let now = span.in_scope(|| catch_unwind(AssertUnwindSafe(|| store.write_now(&batch))));
+            // Written where it lies: a store that writes at once gets the pending batch itself,
+            // which is then emptied in place (no batch moved or made per write).
+            let now = span.in_scope(|| catch_unwind(AssertUnwindSafe(|| store.write_now(&self.pending))));
             let result = match now {
                 Ok(Some(result)) => Some(result),
                 Err(_) => Some(Err(panicked())),
                 Ok(None) => None,
             };
             if let Some(result) = result {
-                return FlushStart::Written((batch, std::mem::take(&mut self.after_commit), result));
+                let events = std::mem::take(&mut self.pending.events);
+                self.pending.clear();
+                let actions = std::mem::take(&mut self.after_commit);
+                return FlushStart::Written(self.committed(events, actions, result));
             }
         }
+        let store = Arc::clone(store);
+        let mut next = WriteBatch::new(self.session.id.clone());
+        next.events = std::mem::take(&mut self.spare_events);
+        let batch = std::mem::replace(&mut self.pending, next);
         let queued = span.in_scope(|| catch_unwind(AssertUnwindSafe(|| store.enqueue(&batch, follows))));
         let commit: QueuedWrite = match queued {
             Ok(Some(commit)) => {
@@ -491,15 +508,26 @@ impl Journal {
 
     /// Publishes a committed batch and returns the actions that waited for it; a failed write
     /// degrades the journal to live-only: the batch's and every later event are still published.
-    pub(super) fn on_flushed(&mut self, flushed: Flushed) -> std::result::Result<Vec<AfterCommit>, StoreFailure> {
+    pub(super) fn on_flushed(&mut self, flushed: Flushed) -> WriteOutcome {
         let (batch, actions, result) = flushed;
+        self.committed(batch.events, actions, result)
+    }
+
+    /// Publishes the `events` of a finished write and returns the `actions` that waited for it;
+    /// see [`Journal::on_flushed`].
+    fn committed(
+        &mut self,
+        mut events: Vec<Arc<Event>>,
+        actions: Vec<AfterCommit>,
+        result: std::result::Result<(), StoreError>,
+    ) -> WriteOutcome {
         if let Err(error) = result {
             self.store = None;
             self.durability = Durability::Degraded { reason: error.to_string(), at: Timestamp::now() };
             // The writes queued behind it fail with it (`follows`); their events, and those
             // still pending, are published in order.
             let mut actions = actions;
-            for event in batch.events {
+            for event in events {
                 self.publish(event);
             }
             for writing in std::mem::take(&mut self.writing) {
@@ -521,11 +549,16 @@ impl Journal {
             actions.append(&mut self.after_commit);
             return Err(StoreFailure { error, actions });
         }
-        let mut events = batch.events;
         for event in events.drain(..) {
             self.publish(event);
         }
-        self.spare_events = events;
+        // The emptied vector is the next batch's (see `spare_events`), unless the pending batch
+        // still has its own.
+        if self.pending.events.capacity() == 0 {
+            self.pending.events = events;
+        } else {
+            self.spare_events = events;
+        }
         Ok(actions)
     }
 

@@ -35,7 +35,7 @@ use tracing::{Instrument, Span};
 
 use self::cache::{Finished, TurnCache};
 use self::calls::{Calls, Done};
-use self::journal::{AfterCommit, FlushStart, Journal};
+use self::journal::{AfterCommit, FlushStart, Journal, WriteOutcome};
 use self::ledger::{Ledger, Origin};
 use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
@@ -217,11 +217,14 @@ impl Actor {
                         }
                     }
                     FlushStart::InFlight => {}
-                    FlushStart::Written(flushed) => {
-                        // Published now; what it woke (waiters, parked messages) is settled on
-                        // the next pass.
-                        self.on_flushed(flushed);
-                        continue;
+                    FlushStart::Written(outcome) => {
+                        // Published now; what it woke (waiters, parked messages, actions that
+                        // emitted more) is settled on the next pass. A streamed event wakes
+                        // nothing: its write goes straight on to the live send below, one pass
+                        // per wake-up.
+                        if self.after_write(outcome) || self.settles_after_publishing() {
+                            continue;
+                        }
                     }
                 }
                 // Live subscribers get what was published before the actor waits — or, while the
@@ -235,7 +238,9 @@ impl Actor {
                 }
                 tokio::select! {
                     biased;
-                    flushed = self.journal.flushed(), if self.journal.is_flushing() => self.on_flushed(flushed),
+                    flushed = self.journal.flushed(), if self.journal.is_flushing() => {
+                        self.on_flushed(flushed);
+                    }
                     done = self.calls.next(), if self.calls.is_busy() => {
                         if let Some(done) = done {
                             self.on_done(done);
@@ -538,15 +543,31 @@ impl Actor {
         }
     }
 
-    /// A write finished: run what waited for it, or, when it failed, go on live-only (`Degrade`)
-    /// or end the session (`Stop`) — the failed batch's events are delivered either way.
-    fn on_flushed(&mut self, flushed: journal::Flushed) {
-        let failure = match self.journal.on_flushed(flushed) {
+    /// Whether what was just published needs another pass of the run loop before it waits:
+    /// terminal events to settle (waiters, cache eviction), parked messages, events or actions
+    /// waiting for the next write, or the end of the session.
+    fn settles_after_publishing(&self) -> bool {
+        self.journal.has_terminals() || self.journal.has_pending() || !self.parked.is_empty() || self.exiting.is_some()
+    }
+
+    /// A write in flight finished: see [`Actor::after_write`].
+    fn on_flushed(&mut self, flushed: journal::Flushed) -> bool {
+        let outcome = self.journal.on_flushed(flushed);
+        self.after_write(outcome)
+    }
+
+    /// A write finished and its events are published: run what waited for it, or, when it
+    /// failed, go on live-only (`Degrade`) or end the session (`Stop`) — the failed batch's
+    /// events are delivered either way. Returns whether it ran any action or failed (either may
+    /// have changed anything).
+    fn after_write(&mut self, outcome: WriteOutcome) -> bool {
+        let failure = match outcome {
             Ok(actions) => {
+                let acted = !actions.is_empty();
                 for action in actions {
                     self.run_after_commit(action, None);
                 }
-                return;
+                return acted;
             }
             Err(failure) => failure,
         };
@@ -563,6 +584,7 @@ impl Actor {
             self.close(CloseReason::StoreFailed);
             self.exiting = Some(ExitReason::StoreFailed { reason });
         }
+        true
     }
 }
 
