@@ -57,6 +57,12 @@ impl Aggregate {
         }
     }
 
+    /// Whether a record of `turn` is stored. Events name the turn saved last nearly always, and
+    /// comparing with it (shared text first) costs less than hashing the ID.
+    fn knows_turn(&self, turn: &TurnId) -> bool {
+        self.turns.last().is_some_and(|last| last.id == *turn) || self.turn_index.contains_key(turn)
+    }
+
     fn save_turn(&mut self, turn: &Turn) {
         match self.turn_index.get(&turn.id) {
             Some(&i) => self.turns[i] = turn.clone(),
@@ -75,6 +81,17 @@ impl Aggregate {
                 self.requests.push(request.clone());
             }
         }
+    }
+
+    /// Applies the records of a checked write: its turns, requests and new events.
+    fn apply(&mut self, batch: &WriteBatch) {
+        for turn in &batch.turns {
+            self.save_turn(turn);
+        }
+        for request in &batch.requests {
+            self.save_request(request);
+        }
+        self.append(&batch.events);
     }
 
     /// Appends the new events of a checked write (those above the latest seq; the others are
@@ -190,48 +207,43 @@ impl MemoryStore {
     fn write_batch(&self, batch: &WriteBatch) -> Result<(), StoreError> {
         let Some(session) = &batch.session_id else { return Ok(()) };
         let mut map = self.lock();
-        // What the records land on: nothing when the batch replaces the session.
-        let stored = if batch.delete_first { None } else { map.get(session) };
-        let has_children = !(batch.turns.is_empty() && batch.requests.is_empty() && batch.events.is_empty());
-        if stored.is_none() && batch.snapshot.is_none() && has_children {
-            return Err(StoreError::UnknownSession(session.clone()));
-        }
-        check_turns(stored, session, &batch.turns, &batch.requests, &batch.events)?;
-        check_events(stored, session, &batch.events)?;
-        // The replaced or new aggregate is built aside, so a refused write leaves the map alone.
-        match (&batch.snapshot, stored.is_some()) {
-            (Some(snapshot), false) => {
-                let fresh = Aggregate::new(snapshot.clone());
-                fresh.check_ids(session, &batch.events)?;
-                // A replaced session frees its own place.
-                if !map.contains_key(session) {
-                    self.make_room(&mut map)?;
-                }
-                map.insert(session.clone(), fresh);
+        // The common case, records added to a stored session: one lookup, the same checks in the
+        // same order as below, all before anything changes.
+        if !batch.delete_first
+            && let Some(aggregate) = map.get_mut(session)
+        {
+            check_turns(Some(aggregate), session, &batch.turns, &batch.requests, &batch.events)?;
+            check_events(Some(aggregate), session, &batch.events)?;
+            aggregate.check_ids(session, &batch.events)?;
+            if let Some(snapshot) = &batch.snapshot {
+                aggregate.snapshot = snapshot.clone();
             }
-            // Nothing to write on (checked above: the batch has no records), at most a delete.
-            (None, false) => {
-                if batch.delete_first {
-                    map.remove(session);
-                }
-                return Ok(());
+            aggregate.apply(batch);
+            return Ok(());
+        }
+        // A new session, or one the batch replaces: nothing stored for the records to land on.
+        let Some(snapshot) = &batch.snapshot else {
+            let has_children = !(batch.turns.is_empty() && batch.requests.is_empty() && batch.events.is_empty());
+            if has_children {
+                return Err(StoreError::UnknownSession(session.clone()));
             }
-            (snapshot, true) => {
-                let aggregate = aggregate(&mut map, session)?;
-                aggregate.check_ids(session, &batch.events)?;
-                if let Some(snapshot) = snapshot {
-                    aggregate.snapshot = snapshot.clone();
-                }
+            // No records: at most a delete.
+            if batch.delete_first {
+                map.remove(session);
             }
+            return Ok(());
+        };
+        check_turns(None, session, &batch.turns, &batch.requests, &batch.events)?;
+        check_events(None, session, &batch.events)?;
+        // The new aggregate is built aside, so a refused write leaves the map alone.
+        let mut fresh = Aggregate::new(snapshot.clone());
+        fresh.check_ids(session, &batch.events)?;
+        // A replaced session frees its own place.
+        if !map.contains_key(session) {
+            self.make_room(&mut map)?;
         }
-        let Some(aggregate) = map.get_mut(session) else { return Ok(()) };
-        for turn in &batch.turns {
-            aggregate.save_turn(turn);
-        }
-        for request in &batch.requests {
-            aggregate.save_request(request);
-        }
-        aggregate.append(&batch.events);
+        fresh.apply(batch);
+        map.insert(session.clone(), fresh);
         Ok(())
     }
 }
@@ -245,8 +257,7 @@ fn check_turns(
     requests: &[Request],
     events: &[Arc<Event>],
 ) -> Result<(), StoreError> {
-    let known =
-        |turn: &TurnId| turns.iter().any(|t| t.id == *turn) || stored.is_some_and(|a| a.turn_index.contains_key(turn));
+    let known = |turn: &TurnId| turns.iter().any(|t| t.id == *turn) || stored.is_some_and(|a| a.knows_turn(turn));
     let named = requests.iter().map(|r| &r.turn_id).chain(events.iter().filter_map(|e| e.turn_id.as_ref()));
     // Consecutive events almost always name the same turn: look it up once.
     let mut checked: Option<&TurnId> = None;
