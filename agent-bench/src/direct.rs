@@ -68,6 +68,16 @@ impl Fake {
         Ok(())
     }
 
+    /// A second descriptor of the fake's stdout, for a reader of its own; nothing may be left
+    /// in this one's buffer.
+    pub(crate) fn stdout_fd(&self) -> Result<std::os::fd::OwnedFd, String> {
+        use std::os::fd::AsFd;
+        if !self.stdout.buffer().is_empty() {
+            return Err("output is buffered".into());
+        }
+        self.stdout.get_ref().as_fd().try_clone_to_owned().map_err(|e| format!("dup: {e}"))
+    }
+
     pub(crate) fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

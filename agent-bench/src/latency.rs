@@ -1,7 +1,8 @@
 //! Latency from a line written by the CLI to its consumer: `fake-codex` writes a stamped stream
 //! at a fixed rate (`stream_file` with `lines_per_second`), and each delta's text starts with the
 //! time its line was written. `latency-plain` reads the fake's stdout by hand (`read_line` and a
-//! typed parse); `latency-harness` is a subscriber of a `Harness` session (memory store).
+//! typed parse) on a blocking thread, `latency-tokio` the same in a task on a Tokio runtime;
+//! `latency-harness` is a subscriber of a `Harness` session (memory store).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ pub(crate) fn plain(stream: &Path, fake: &Path, work: &Path, rate: u32) -> Resul
     let script = write_script(work, "latency-plain", &script(stream, rate)?)?;
     let mut cli = Fake::start(fake, &script, work)?;
     cli.handshake(work)?;
+    let cpu = Cpu::start();
     cli.start_turn("stream")?;
     let mut latencies = Vec::new();
     let mut line = String::new();
@@ -52,9 +54,47 @@ pub(crate) fn plain(stream: &Path, fake: &Path, work: &Path, rate: u32) -> Resul
             _ => {}
         }
     }
+    let cpu = cpu.used();
     cli.stop();
     let _ = std::fs::remove_file(&script);
-    Ok(report("latency-plain", rate, latencies))
+    Ok(report("latency-plain", rate, latencies, cpu))
+}
+
+/// Reads the paced stream by hand in a task on the runtime: the fake's stdout read through
+/// Tokio's I/O driver (`read_line` and the typed parse), without the harness.
+pub(crate) async fn tokio_reader(stream: &Path, fake: &Path, work: &Path, rate: u32) -> Result<Value, String> {
+    use tokio::io::AsyncBufReadExt;
+    let script = write_script(work, "latency-tokio", &script(stream, rate)?)?;
+    let mut cli = Fake::start(fake, &script, work)?;
+    cli.handshake(work)?;
+    let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(cli.stdout_fd()?).map_err(|e| format!("pipe: {e}"))?;
+    let cpu = Cpu::start();
+    cli.start_turn("stream")?;
+    let read = async move {
+        let mut stdout = tokio::io::BufReader::new(pipe);
+        let mut latencies = Vec::new();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if stdout.read_line(&mut line).await.map_err(|e| format!("read: {e}"))? == 0 {
+                return Err("the fake closed its stdout".to_owned());
+            }
+            let parsed: AppLine = serde_json::from_str(line.trim_end()).map_err(|e| format!("{e}: {line:?}"))?;
+            match parsed.method.as_deref() {
+                Some(DELTA_METHOD) => {
+                    let text = parsed.params.and_then(|p| p.delta).unwrap_or_default();
+                    latencies.push(now_ns().saturating_sub(stamp(&text)?));
+                }
+                Some("turn/completed") => return Ok(latencies),
+                _ => {}
+            }
+        }
+    };
+    let latencies = tokio::spawn(read).await.map_err(|e| format!("reader task: {e}"))??;
+    let cpu = cpu.used();
+    cli.stop();
+    let _ = std::fs::remove_file(&script);
+    Ok(report("latency-tokio", rate, latencies, cpu))
 }
 
 /// Reads the paced stream as a subscriber of a harness session: on the caller's task, or in a
@@ -74,6 +114,7 @@ pub(crate) async fn harness(
         .await
         .map_err(|e| format!("start_session: {e}"))?;
     let mut events = harness.subscribe(&session, Replay::Latest).await.map_err(|e| format!("subscribe: {e}"))?;
+    let cpu = Cpu::start();
     let turn = harness.start_turn(&session, "stream", TurnOptions::new()).await.map_err(|e| format!("{e}"))?;
     let consume = async move {
         let mut latencies = Vec::new();
@@ -93,14 +134,45 @@ pub(crate) async fn harness(
     } else {
         consume.await?
     };
+    let cpu = cpu.used();
     harness.stop_session(&session, true).await.map_err(|e| format!("stop_session: {e}"))?;
     harness.shutdown().await;
     let _ = std::fs::remove_file(&script);
-    Ok(report(consumer, rate, latencies))
+    Ok(report(consumer, rate, latencies, cpu))
 }
 
-/// Percentiles in microseconds.
-fn report(consumer: &str, rate: u32, mut latencies: Vec<u128>) -> Value {
+/// The CPU time of this process's threads (not the fake's) over the stream.
+///
+/// How long the consumer runs per line decides more than its own share of the latency: Linux
+/// lets a woken thread preempt the CLI that wrote the line only while it has used less than its
+/// share of the CPU, otherwise it waits until the CLI sleeps (see `misses.md`).
+struct Cpu(u64);
+
+impl Cpu {
+    fn start() -> Cpu {
+        Cpu(threads_cpu_ns())
+    }
+
+    /// Nanoseconds on a CPU since `start`, summed over the threads alive now.
+    fn used(self) -> u64 {
+        threads_cpu_ns().saturating_sub(self.0)
+    }
+}
+
+/// The time every thread of this process has run, from `/proc/self/task/*/schedstat` (ns); 0
+/// where that is not available.
+fn threads_cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Percentiles in microseconds, and the consumer's CPU time per delta.
+fn report(consumer: &str, rate: u32, mut latencies: Vec<u128>, cpu_ns: u64) -> Value {
+    let cpu_us_per_line = cpu_ns as f64 / 1000.0 / latencies.len().max(1) as f64;
     latencies.sort_unstable();
     let at = |q: f64| -> f64 {
         if latencies.is_empty() {
@@ -112,5 +184,6 @@ fn report(consumer: &str, rate: u32, mut latencies: Vec<u128>) -> Value {
     json!({
         "consumer": consumer, "lines_per_second": rate, "deltas": latencies.len(),
         "p50_us": at(0.50), "p90_us": at(0.90), "p99_us": at(0.99), "p999_us": at(0.999), "max_us": at(1.0),
+        "cpu_us_per_line": cpu_us_per_line,
     })
 }

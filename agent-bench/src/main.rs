@@ -6,7 +6,7 @@
 //! agent-bench harness-disabled|harness-memory|harness-sqlite <stream> --fake <fake-codex> --work <dir>
 //! agent-bench harness-claude <claude stream> --fake <fake-claude> --work <dir>
 //! agent-bench idle-harness|idle-direct <sessions> --fake <fake-codex> --work <dir>
-//! agent-bench latency-plain|latency-harness|latency-harness-task <stamped stream> --fake <fake-codex> --work <dir> [--rate N]
+//! agent-bench latency-plain|latency-tokio|latency-harness|latency-harness-task <stamped stream> --fake <fake-codex> --work <dir> [--rate N]
 //! ```
 //!
 //! - `cat`: the stream through a pipe from a `cat` child, read in 64 KiB chunks and discarded
@@ -23,12 +23,14 @@
 //! - `idle-harness`: starts `<sessions>` Codex sessions on a fake that only does its handshake,
 //!   one after another, and reports the start time and this process's resident memory per
 //!   session. `idle-direct` does the same by hand: spawns the fake and does the handshake.
-//! - `latency-plain` / `latency-harness`: the fake writes a stamped stream (`gen-stream
-//!   codex-app N --stamped`) at `--rate` lines per second (default 10,000); the report gives
-//!   percentiles of the time from a line's write to its arrival, read by hand (`read_line` and a
-//!   typed parse) or as a harness subscriber (memory store): on the thread that drives the
-//!   runtime (`block_on`, `latency-harness`) or in a task spawned on it (`latency-harness-task`,
-//!   as a service would consume events).
+//! - `latency-plain` / `latency-tokio` / `latency-harness`: the fake writes a stamped stream
+//!   (`gen-stream codex-app N --stamped`) at `--rate` lines per second (default 10,000); the
+//!   report gives percentiles of the time from a line's write to its arrival, read by hand
+//!   (`read_line` and a typed parse) on a blocking thread (`latency-plain`) or in a task on a
+//!   Tokio runtime (`latency-tokio`: what any async reader pays for the runtime's I/O driver), or
+//!   as a harness subscriber (memory store): on the thread that drives the runtime (`block_on`,
+//!   `latency-harness`) or in a task spawned on it (`latency-harness-task`, as a service would
+//!   consume events).
 //!
 //! The reports' `self_peak_rss_kib` is this process's peak resident set (`VmHWM`).
 
@@ -47,7 +49,7 @@ const USAGE: &str = "usage: agent-bench cat|value|typed|typed-claude|typed-codex
        agent-bench harness-disabled|harness-memory|harness-sqlite <stream> --fake <fake-codex> --work <dir>
        agent-bench harness-claude <claude stream> --fake <fake-claude> --work <dir>
        agent-bench idle-harness|idle-direct <sessions> --fake <fake-codex> --work <dir>
-       agent-bench latency-plain|latency-harness|latency-harness-task <stamped stream> --fake <fake-codex> --work <dir> [--rate N]";
+       agent-bench latency-plain|latency-tokio|latency-harness|latency-harness-task <stamped stream> --fake <fake-codex> --work <dir> [--rate N]";
 
 /// The command line: a mode, its subject (a stream or a count), and the options.
 struct Args {
@@ -130,6 +132,10 @@ fn run(args: &Args) -> Result<Value, String> {
         }
         "idle-direct" => idle::direct(sessions()?, &args.fake()?, &args.work()?),
         "latency-plain" => latency::plain(&stream(), &args.fake()?, &args.work()?, args.rate),
+        "latency-tokio" => {
+            let (fake, work) = (args.fake()?, args.work()?);
+            runtime()?.block_on(latency::tokio_reader(&stream(), &fake, &work, args.rate))
+        }
         "latency-harness" => {
             let (fake, work) = (args.fake()?, args.work()?);
             runtime()?.block_on(latency::harness(&stream(), &fake, &work, args.rate, false))

@@ -240,10 +240,13 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         let idle = measure(&mut setup.idle_command("idle-harness", options.sessions), "idle-harness")?;
         let direct = measure(&mut setup.idle_command("idle-direct", options.sessions), "idle-direct")?;
         results.idle.push((idle, direct));
-        let plain = measure(&mut setup.latency_command("latency-plain", LATENCY_RATE), "latency-plain")?;
-        let through = measure(&mut setup.latency_command("latency-harness", LATENCY_RATE), "latency-harness")?;
-        let task = measure(&mut setup.latency_command("latency-harness-task", LATENCY_RATE), "latency-harness-task")?;
-        results.latency.push((plain, through, task));
+        let latency = |mode: &str| measure(&mut setup.latency_command(mode, LATENCY_RATE), mode);
+        results.latency.push(LatencyRound {
+            plain: latency("latency-plain")?,
+            tokio: latency("latency-tokio")?,
+            thread: latency("latency-harness")?,
+            task: latency("latency-harness-task")?,
+        });
         for (index, sdk) in sdks.iter().enumerate() {
             let typed = measure(&mut setup.reader(sdk.baseline, &sdk.stream), sdk.baseline)?;
             let run = measure(&mut sdk.command(), sdk.name)?;
@@ -277,10 +280,21 @@ struct Results {
     claude: Vec<(Run, Run)>,
     /// (through the harness, by hand) pairs.
     idle: Vec<(Run, Run)>,
-    /// (by hand, a harness subscriber on the `block_on` thread, one in a spawned task) triples.
-    latency: Vec<(Run, Run, Run)>,
+    latency: Vec<LatencyRound>,
     /// Per SDK: (typed parse of the same bytes, SDK) pairs.
     sdks: Vec<Vec<(Run, Run)>>,
+}
+
+/// One round of the latency runs, in the order they run.
+struct LatencyRound {
+    /// By hand: `read_line` on a blocking thread.
+    plain: Run,
+    /// By hand on the runtime: one task reading the pipe through Tokio's I/O driver.
+    tokio: Run,
+    /// A harness subscriber on the `block_on` thread.
+    thread: Run,
+    /// A harness subscriber in a spawned task.
+    task: Run,
 }
 
 /// A harness run that did not reach the terminal event, or lost deltas with a store (where a

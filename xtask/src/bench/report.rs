@@ -8,7 +8,10 @@ use xshell::{Shell, cmd};
 
 use crate::test::workspace_root;
 
-use super::{HARNESS_MODES, LATENCY_RATE, Options, Result, Results, Run, Setup, mib, sdk};
+use super::{HARNESS_MODES, LATENCY_RATE, LatencyRound, Options, Result, Results, Run, Setup, mib, sdk};
+
+/// Picks one consumer's run out of a latency round.
+type Pick = fn(&LatencyRound) -> &Run;
 
 /// Median, min and max.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -239,47 +242,57 @@ pub(super) fn render(
          on a fixed schedule of {LATENCY_RATE} lines/s; just before each write it puts the time \
          (`SystemTime`, ns) at the start of the delta's text. The consumer subtracts it from the time the \
          delta reached it. **By hand**: the driver spawns the fake, does the handshake and reads its \
-         stdout with `read_line` and the typed parse. **Harness**: a session subscriber (memory store), \
+         stdout with `read_line` and the typed parse, on a blocking thread (the plain reader, the floor \
+         of the target) or in one task on a multi-threaded Tokio runtime (the pipe read through the \
+         runtime's I/O driver: what any async reader pays). **Harness**: a session subscriber (memory store), \
          either on the thread that drives the runtime (`block_on`, as in the throughput rows: each \
          event crosses to another thread) or in a task spawned on the runtime (how a service consumes \
          events). Figures are medians over the rounds of each run's percentile (min–max over the \
-         rounds), in µs.\n",
+         rounds), in µs. The last column is the CPU time the consumer's process (not the fake) spent \
+         per line over the stream, from its threads' `schedstat`.\n",
         options.latency_deltas, options.latency_deltas
     )?;
-    writeln!(w, "| consumer | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs |")?;
-    writeln!(w, "|---|---|---|---|---|---|")?;
+    writeln!(w, "| consumer | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | consumer's CPU µs per line |")?;
+    writeln!(w, "|---|---|---|---|---|---|---|")?;
     for (name, runs) in [
-        ("by hand (`read_line` + typed parse)", results.latency.iter().map(|(p, _, _)| p).collect::<Vec<_>>()),
-        ("**Harness subscriber, in a task**", results.latency.iter().map(|(_, _, t)| t).collect()),
-        ("**Harness subscriber, on the `block_on` thread**", results.latency.iter().map(|(_, h, _)| h).collect()),
+        ("by hand (`read_line` + typed parse)", results.latency.iter().map(|r| &r.plain).collect::<Vec<_>>()),
+        (
+            "by hand in a Tokio task (the same, through the I/O driver)",
+            results.latency.iter().map(|r| &r.tokio).collect(),
+        ),
+        ("**Harness subscriber, in a task**", results.latency.iter().map(|r| &r.task).collect()),
+        ("**Harness subscriber, on the `block_on` thread**", results.latency.iter().map(|r| &r.thread).collect()),
     ] {
         let cell = |field: &str| Spread::of(runs.iter().map(|r| r.field(field))).show(1);
         writeln!(
             w,
-            "| {name} | {} | {} | {} | {} | {} |",
+            "| {name} | {} | {} | {} | {} | {} | {} |",
             cell("p50_us"),
             cell("p90_us"),
             cell("p99_us"),
             cell("p999_us"),
-            cell("max_us")
+            cell("max_us"),
+            cell("cpu_us_per_line")
         )?;
     }
-    // Paired per round: the consumer (1 on the `block_on` thread, 2 in a task) minus the plain reader.
-    let added = |consumer: usize, field: &str| {
-        let minus_plain = |(plain, thread, task): &(Run, Run, Run)| {
-            let run = if consumer == 1 { thread } else { task };
-            run.field(field) - plain.field(field)
-        };
-        Spread::of(results.latency.iter().map(minus_plain)).show(1)
+    // Paired per round: one consumer minus another.
+    let added = |run: Pick, floor: Pick, field: &str| {
+        Spread::of(results.latency.iter().map(|r| run(r).field(field) - floor(r).field(field))).show(1)
     };
+    let (plain, tokio, thread, task): (Pick, Pick, Pick, Pick) =
+        (|r| &r.plain, |r| &r.tokio, |r| &r.thread, |r| &r.task);
     writeln!(
         w,
         "\nAdded by the harness, paired per round: in a task p50 {} µs, p99 {} µs; on the `block_on` thread \
-         p50 {} µs, p99 {} µs.\n",
-        added(2, "p50_us"),
-        added(2, "p99_us"),
-        added(1, "p50_us"),
-        added(1, "p99_us")
+         p50 {} µs, p99 {} µs. Over the reader in a Tokio task, in a task: p50 {} µs, p99 {} µs (the reader in \
+         a Tokio task itself adds p50 {} µs over the plain reader).\n",
+        added(task, plain, "p50_us"),
+        added(task, plain, "p99_us"),
+        added(thread, plain, "p50_us"),
+        added(thread, plain, "p99_us"),
+        added(task, tokio, "p50_us"),
+        added(task, tokio, "p99_us"),
+        added(tokio, plain, "p50_us"),
     )?;
 
     render_claude(w, options, results)?;
@@ -304,10 +317,11 @@ fn render_targets(w: &mut String, setup: &Setup, sdks: &[sdk::Sdk], results: &Re
     // The memory store's share: the memory row's peak minus the store-less row's, per raw byte.
     let store_bytes = (rss(1) - rss(0)) * 1024.0 * 1024.0;
     let latency =
-        |field: &str| median(results.latency.iter().map(|(p, _, t)| t.field(field) - p.field(field)).collect());
+        |field: &str| median(results.latency.iter().map(|r| r.task.field(field) - r.plain.field(field)).collect());
     let latency_thread =
-        |field: &str| median(results.latency.iter().map(|(p, h, _)| h.field(field) - p.field(field)).collect());
-    let harness_p99 = median(results.latency.iter().map(|(_, _, t)| t.field("p99_us")).collect());
+        |field: &str| median(results.latency.iter().map(|r| r.thread.field(field) - r.plain.field(field)).collect());
+    let over_tokio = median(results.latency.iter().map(|r| r.task.field("p50_us") - r.tokio.field("p50_us")).collect());
+    let harness_p99 = median(results.latency.iter().map(|r| r.task.field("p99_us")).collect());
     let idle_kib = median(results.idle.iter().map(|(h, _)| h.field("rss_kib_per_session")).collect());
     let idle_ms = median(
         results.idle.iter().map(|(h, d)| h.field("start_ms_per_session") - d.field("start_ms_per_session")).collect(),
@@ -371,7 +385,7 @@ fn render_targets(w: &mut String, setup: &Setup, sdks: &[sdk::Sdk], results: &Re
     )?;
     writeln!(
         w,
-        "| latency added over a plain reader ≤ 10 µs p50 | {:.1} µs, subscriber in a task ({:.1} µs on the `block_on` thread) |",
+        "| latency added over a plain reader ≤ 10 µs p50 | {:.1} µs, subscriber in a task ({:.1} µs on the `block_on` thread; {over_tokio:.1} µs over a reader in a Tokio task) |",
         latency("p50_us"),
         latency_thread("p50_us")
     )?;
