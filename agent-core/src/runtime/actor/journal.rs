@@ -124,8 +124,9 @@ pub(super) struct Journal {
     home_store: Option<DynStore>,
     durability: Durability,
     pending: WriteBatch,
-    /// The events vector of the last committed batch, emptied, for the next batch: a long turn
-    /// reuses two vectors instead of growing a new one per write.
+    /// The events vector of the last batch that committed in flight, emptied, for the next
+    /// batch: a long turn reuses two vectors instead of growing a new one per write (a write made
+    /// at once hands its vector straight back to `pending`).
     spare_events: Vec<Arc<Event>>,
     after_commit: Vec<AfterCommit>,
     /// Writes in flight, oldest first; they finish in this order.
