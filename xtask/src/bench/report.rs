@@ -391,7 +391,7 @@ fn render_targets(w: &mut String, setup: &Setup, sdks: &[sdk::Sdk], results: &Re
     )?;
     writeln!(
         w,
-        "| p99 ≤ 100 µs at 10 k lines/s | {harness_p99:.1} µs in a task (+{:.1} µs over the plain reader; +{:.1} µs on the `block_on` thread) |",
+        "| p99 ≤ 100 µs at 10 k lines/s | {harness_p99:.1} µs in a task ({:+.1} µs over the plain reader; {:+.1} µs on the `block_on` thread) |",
         latency("p99_us"),
         latency_thread("p99_us")
     )?;
