@@ -33,6 +33,20 @@ fn script(stream: &Path, rate: u32) -> Result<FakeScript, String> {
     Ok(FakeScript::new().handshake().turn_start().stream_file_paced(stream, rate))
 }
 
+/// A line read by hand: the typed parse, and a delta's latency. True at the turn's end.
+fn on_line(line: &str, latencies: &mut Vec<u128>) -> Result<bool, String> {
+    let parsed: AppLine = serde_json::from_str(line.trim_end()).map_err(|e| format!("{e}: {line:?}"))?;
+    match parsed.method.as_deref() {
+        Some(DELTA_METHOD) => {
+            let text = parsed.params.and_then(|p| p.delta).unwrap_or_default();
+            latencies.push(now_ns().saturating_sub(stamp(&text)?));
+            Ok(false)
+        }
+        Some("turn/completed") => Ok(true),
+        _ => Ok(false),
+    }
+}
+
 /// Reads the paced stream from the fake's stdout by hand.
 pub(crate) fn plain(stream: &Path, fake: &Path, work: &Path, rate: u32) -> Result<Value, String> {
     let script = write_script(work, "latency-plain", &script(stream, rate)?)?;
@@ -44,14 +58,8 @@ pub(crate) fn plain(stream: &Path, fake: &Path, work: &Path, rate: u32) -> Resul
     let mut line = String::new();
     loop {
         cli.read_line(&mut line)?;
-        let parsed: AppLine = serde_json::from_str(line.trim_end()).map_err(|e| format!("{e}: {line:?}"))?;
-        match parsed.method.as_deref() {
-            Some(DELTA_METHOD) => {
-                let text = parsed.params.and_then(|p| p.delta).unwrap_or_default();
-                latencies.push(now_ns().saturating_sub(stamp(&text)?));
-            }
-            Some("turn/completed") => break,
-            _ => {}
+        if on_line(&line, &mut latencies)? {
+            break;
         }
     }
     let cpu = cpu.used();
@@ -79,14 +87,8 @@ pub(crate) async fn tokio_reader(stream: &Path, fake: &Path, work: &Path, rate: 
             if stdout.read_line(&mut line).await.map_err(|e| format!("read: {e}"))? == 0 {
                 return Err("the fake closed its stdout".to_owned());
             }
-            let parsed: AppLine = serde_json::from_str(line.trim_end()).map_err(|e| format!("{e}: {line:?}"))?;
-            match parsed.method.as_deref() {
-                Some(DELTA_METHOD) => {
-                    let text = parsed.params.and_then(|p| p.delta).unwrap_or_default();
-                    latencies.push(now_ns().saturating_sub(stamp(&text)?));
-                }
-                Some("turn/completed") => return Ok(latencies),
-                _ => {}
+            if on_line(&line, &mut latencies)? {
+                return Ok(latencies);
             }
         }
     };
