@@ -65,6 +65,57 @@ impl SharedStr {
     }
 }
 
+/// Where a provider keeps the texts it decoded from escapes, so that each is a slice of a shared
+/// buffer instead of an allocation of its own.
+///
+/// A delta whose text the CLI wrote with escapes cannot be a slice of the line: its decoded text
+/// is a copy. Copied into its own allocation, it is freed by whichever thread drops the event
+/// last — usually not the reader's, which makes the allocator's cross-thread path the dearest
+/// part of such a delta. [`TextArena::keep`] copies it instead into the free end of a buffer of
+/// [`TextArena::CHUNK`] bytes and hands out a slice of it; the buffer is freed with the last
+/// slice of it, and a new one started when it is full.
+///
+/// ```
+/// use agent_core::event::TextArena;
+///
+/// let mut arena = TextArena::new();
+/// let first = arena.keep("line\nbreak", None);
+/// let second = arena.keep("tab\there", None);
+/// assert_eq!((&*first, &*second), ("line\nbreak", "tab\there"));
+/// ```
+#[derive(Debug, Default)]
+pub struct TextArena {
+    spare: bytes::BytesMut,
+}
+
+impl TextArena {
+    /// The size of each buffer; a longer text gets a buffer of its own size.
+    pub const CHUNK: usize = 8 * 1024;
+
+    /// An arena without a buffer yet (no allocation until the first copy).
+    pub fn new() -> TextArena {
+        TextArena { spare: bytes::BytesMut::new() }
+    }
+
+    /// `text` as a slice of `chunk` when it lies in it (as [`SharedStr::in_chunk`]), and as a
+    /// copy in the arena's buffer otherwise.
+    pub fn keep(&mut self, text: &str, chunk: Option<&bytes::Bytes>) -> SharedStr {
+        if let Some(chunk) = chunk
+            && lies_in(text.as_bytes(), chunk)
+        {
+            return SharedStr(chunk.slice_ref(text.as_bytes()));
+        }
+        if text.is_empty() {
+            return SharedStr::new();
+        }
+        if self.spare.capacity() - self.spare.len() < text.len() {
+            self.spare = bytes::BytesMut::with_capacity(Self::CHUNK.max(text.len()));
+        }
+        self.spare.extend_from_slice(text.as_bytes());
+        SharedStr(self.spare.split().freeze())
+    }
+}
+
 /// True when `part` is (a non-empty) part of `whole`'s memory.
 pub(crate) fn lies_in(part: &[u8], whole: &[u8]) -> bool {
     let whole = whole.as_ptr_range();
@@ -223,6 +274,41 @@ mod tests {
         assert!(!SharedStr::in_chunk(&line[10..13], None).lies_in(&chunk));
         assert!(!sliced.to_owned_text().lies_in(&chunk));
         assert_eq!(sliced, copied);
+    }
+
+    #[test]
+    fn an_arena_slices_text_in_its_chunk_and_packs_copies_into_one_buffer() {
+        let chunk = bytes::Bytes::from_static(br#"{"delta":"Hel"}"#);
+        let line = std::str::from_utf8(&chunk).unwrap();
+        let mut arena = TextArena::new();
+        let sliced = arena.keep(&line[10..13], Some(&chunk));
+        assert!(sliced.lies_in(&chunk));
+
+        let first = arena.keep("a\"b", Some(&chunk));
+        let second = arena.keep("c\nd", None);
+        assert_eq!((&*first, &*second), ("a\"b", "c\nd"));
+        assert!(!first.lies_in(&chunk));
+        // Both in one buffer, one after the other.
+        assert_eq!(first.as_ptr().wrapping_add(first.len()), second.as_ptr());
+        assert!(arena.keep("", None).is_empty());
+    }
+
+    #[test]
+    fn a_full_arena_starts_a_new_buffer_and_keeps_what_it_handed_out() {
+        let mut arena = TextArena::new();
+        let piece = "x".repeat(TextArena::CHUNK / 4 + 1);
+        let kept: Vec<SharedStr> = (0..4).map(|_| arena.keep(&piece, None)).collect();
+        // Three fit in a buffer; the fourth starts the next one.
+        assert_eq!(kept[1].as_ptr(), kept[0].as_ptr().wrapping_add(piece.len()));
+        assert_ne!(kept[3].as_ptr(), kept[2].as_ptr().wrapping_add(piece.len()));
+        assert!(kept.iter().all(|text| *text == *piece));
+
+        // A text longer than a buffer gets one of its own size.
+        let long = "y".repeat(TextArena::CHUNK * 2);
+        assert_eq!(arena.keep(&long, None), long);
+        let after = arena.keep("z", None);
+        assert_eq!(after, "z");
+        assert!(kept.iter().all(|text| *text == *piece));
     }
 
     #[test]

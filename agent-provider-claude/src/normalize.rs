@@ -17,7 +17,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use agent_core::event::{RawJson, SharedStr, ToolKind, ToolStatus, Usage};
+use agent_core::event::{RawJson, TextArena, ToolKind, ToolStatus, Usage};
 use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EventKind, ItemId, TurnId, TurnResult, TurnStatus};
@@ -99,6 +99,8 @@ pub(crate) struct Normalizer {
     rules: Vec<SessionRule>,
     /// Lines of a kind the provider does not know.
     unknown: u64,
+    /// Where the texts of deltas the CLI wrote with escapes are kept.
+    decoded: TextArena,
 }
 
 impl Normalizer {
@@ -245,16 +247,12 @@ impl Normalizer {
                 let item_id = self.turn.as_ref().and_then(|t| t.message_id.clone());
                 match &*delta.kind {
                     "text_delta" => {
-                        self.emit(
-                            actions,
-                            EventKind::MessageDelta { item_id, text: SharedStr::in_chunk(&delta.text, chunk) },
-                        );
+                        let text = self.decoded.keep(&delta.text, chunk);
+                        self.emit(actions, EventKind::MessageDelta { item_id, text });
                     }
                     "thinking_delta" => {
-                        self.emit(
-                            actions,
-                            EventKind::ReasoningDelta { item_id, text: SharedStr::in_chunk(&delta.thinking, chunk) },
-                        );
+                        let text = self.decoded.keep(&delta.thinking, chunk);
+                        self.emit(actions, EventKind::ReasoningDelta { item_id, text });
                     }
                     _ => {}
                 }

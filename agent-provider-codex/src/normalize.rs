@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use agent_core::event::{FileChangeEntry, PlanStep, RawJson, SharedStr, ToolKind, ToolStatus};
+use agent_core::event::{FileChangeEntry, PlanStep, RawJson, TextArena, ToolKind, ToolStatus};
 use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EventKind, ItemId, TurnId, TurnResult, TurnStatus, Usage};
@@ -135,6 +135,8 @@ pub(crate) struct Normalizer {
     requests: HashMap<String, PendingRequest>,
     unknown_frames: u64,
     unknown_names: HashSet<String>,
+    /// Where the texts of deltas the CLI wrote with escapes are kept.
+    decoded: TextArena,
 }
 
 impl Normalizer {
@@ -408,7 +410,7 @@ impl Normalizer {
                         id
                     }
                 };
-                EventKind::MessageDelta { item_id: Some(item_id), text: SharedStr::in_chunk(&d.delta, chunk) }
+                EventKind::MessageDelta { item_id: Some(item_id), text: self.decoded.keep(&d.delta, chunk) }
             }
             Notification::ReasoningDelta(d, _) => {
                 let item_id = match turn.item_with_id(&d.item_id) {
@@ -422,13 +424,13 @@ impl Normalizer {
                         id
                     }
                 };
-                EventKind::ReasoningDelta { item_id: Some(item_id), text: SharedStr::in_chunk(&d.delta, chunk) }
+                EventKind::ReasoningDelta { item_id: Some(item_id), text: self.decoded.keep(&d.delta, chunk) }
             }
             Notification::CommandOutputDelta(d) => {
                 if let Some(OpenItem::Tool { output } | OpenItem::FileChange { output, .. }) = turn.item(&d.item_id) {
                     push_bounded(output, &d.delta);
                 }
-                let text = SharedStr::in_chunk(&d.delta, chunk);
+                let text = self.decoded.keep(&d.delta, chunk);
                 EventKind::CommandOutputDelta { item_id: turn.item_id(&d.item_id), text }
             }
             Notification::FileChangeOutputDelta(d) => {

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use agent_core::event::{FileChangeEntry, RawJson, ToolKind, ToolStatus, Usage};
+use agent_core::event::{FileChangeEntry, RawJson, TextArena, ToolKind, ToolStatus, Usage};
 use agent_core::exec::ExitStatus;
 use agent_core::request::RequestSpec;
 use agent_core::{Choice, EventKind, ItemId, Question, RequestKind, TurnEnd, TurnId, TurnResult, TurnStatus};
@@ -234,6 +234,8 @@ pub(crate) struct Normalizer {
     next_barrier: u64,
     next_stats: u64,
     unknown: u64,
+    /// Where deltas' texts are copied to, packed together.
+    texts: TextArena,
 }
 
 impl Running {
@@ -457,11 +459,13 @@ impl Normalizer {
         let Some(running) = self.turn.as_mut() else { return };
         let item_id = Some(running.message_item(running.messages + 1));
         // A copy of the text, not a slice of the read it came in: pi's delta lines carry the
-        // whole reply so far, so a slice would keep a read buffer alive per few deltas.
+        // whole reply so far, so a slice would keep a read buffer alive per few deltas. The
+        // copies are packed into the arena's buffers rather than allocated one by one.
         let raw = Some(delta_raw(kind, text));
+        let text = self.texts.keep(text, None);
         let event = match kind {
-            DeltaKind::Text => EventKind::MessageDelta { item_id, text: text.into() },
-            DeltaKind::Thinking => EventKind::ReasoningDelta { item_id, text: text.into() },
+            DeltaKind::Text => EventKind::MessageDelta { item_id, text },
+            DeltaKind::Thinking => EventKind::ReasoningDelta { item_id, text },
         };
         actions.push(Action::Emit { turn: self.turn_id(), kind: event, raw });
     }
