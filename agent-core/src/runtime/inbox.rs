@@ -13,17 +13,17 @@
 //! worker, from a slot no other worker can steal, once the waking task yields. A reader that hands
 //! over a full batch ([`SINK_BUFFER_CAPACITY`] messages: it parsed them from a read and has more
 //! of it to parse) would therefore keep its actor waiting until it next waits on the pipe, and
-//! the two would take turns on one core while another sits idle. So a full batch that finds the
-//! queue empty on a multi-threaded runtime is announced from the handoff thread instead (one
-//! thread per process, started at the first such batch): a wake-up from outside the runtime
-//! goes to its shared queue and unparks an idle worker, which runs the actor beside the reader.
+//! the two would take turns on one core while another sits idle. So when a full batch finds the
+//! queue empty on a multi-threaded runtime, the sender spawns an empty task right after waking
+//! the actor: the new task takes the slot, the actor moves to the worker's queue, and tokio
+//! unparks an idle worker, which steals the actor and runs it beside the reader.
 //! Everything else — a batch flushed because the reader is about to wait, a single message, a
 //! current-thread runtime — wakes the actor directly: it runs as soon as the reader waits, on
 //! the same core, with no hop between threads (the latency path).
 
 use std::collections::VecDeque;
 use std::pin::pin;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, mpsc};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::Notify;
@@ -105,7 +105,7 @@ impl Shared {
         // A non-empty queue has already woken the receiver, or it is reading it now.
         if was_empty {
             if full_batch && beside_is_free() {
-                self.wake_from_handoff();
+                self.wake_beside();
             } else {
                 self.readable.notify_one();
             }
@@ -113,29 +113,13 @@ impl Shared {
         Ok(true)
     }
 
-    /// Wakes the receiver from the handoff thread (see the module docs), or from here if that
-    /// thread could not be started.
-    fn wake_from_handoff(self: &Arc<Self>) {
-        static HANDOFF: OnceLock<Option<mpsc::Sender<Arc<Shared>>>> = OnceLock::new();
-        let handoff = HANDOFF.get_or_init(|| {
-            let (tx, rx) = mpsc::channel::<Arc<Shared>>();
-            let thread = std::thread::Builder::new().name("agent-inbox-handoff".into()).spawn(move || {
-                for shared in rx {
-                    shared.readable.notify_one();
-                }
-            });
-            match thread {
-                Ok(_) => Some(tx),
-                Err(error) => {
-                    tracing::debug!(%error, "no handoff thread; session actors are woken where their readers run");
-                    None
-                }
-            }
-        });
-        // The thread lives as long as the process, so a send only fails if it never started.
-        if handoff.as_ref().is_none_or(|tx| tx.send(Arc::clone(self)).is_err()) {
-            self.readable.notify_one();
-        }
+    /// Wakes the receiver so that an idle worker runs it (see the module docs): woken from this
+    /// worker it takes the worker's next-task slot, which other workers cannot steal; a task
+    /// spawned right after takes that slot instead, moving the receiver to the worker's queue
+    /// and unparking an idle worker, which steals it. The spawned task does nothing.
+    fn wake_beside(&self) {
+        self.readable.notify_one();
+        drop(tokio::spawn(async {}));
     }
 }
 
