@@ -2,9 +2,10 @@
 //! stdout to a subscriber costs at most `DELTA_BUDGET` (4) heap allocations, all threads counted, with
 //! the memory store.
 //!
-//! Where they go: the delta's text (copied: pi's delta lines carry the reply so far, so a slice
-//! would keep their reads alive), its raw JSON (the delta alone, written directly) and the
-//! event's `Arc` — the line is read by the kit's scanner without building anything, an event ID
+//! Where they go (about 2.1 per delta): its raw JSON (the delta alone, written directly) and
+//! the event's `Arc` — the delta's text is copied (pi's delta lines carry the reply so far, so a
+//! slice would keep their reads alive), but into the normalizer's `TextArena`, not a buffer of
+//! its own; the line is read by the kit's scanner without building anything, an event ID
 //! made in sequence is written only when asked for, the reader hands a read's events over in
 //! one batch and the memory store writes at once — plus a fraction per read or batch.
 //!
