@@ -72,8 +72,10 @@ impl SharedStr {
 /// is a copy. Copied into its own allocation, it is freed by whichever thread drops the event
 /// last — usually not the reader's, which makes the allocator's cross-thread path the dearest
 /// part of such a delta. [`TextArena::keep`] copies it instead into the free end of a buffer of
-/// [`TextArena::CHUNK`] bytes and hands out a slice of it; the buffer is freed with the last
-/// slice of it, and a new one started when it is full.
+/// [`TextArena::CHUNK`] bytes and hands out a slice of it. A new buffer is started when the
+/// text does not fit in what is left; a buffer is freed when the arena has moved on (or is
+/// dropped) and the last slice of it is. Like a slice of a read buffer, a text kept for long
+/// pins its whole buffer: copy it ([`SharedStr::to_owned_text`]) to keep it alone.
 ///
 /// ```
 /// use agent_core::event::TextArena;
