@@ -40,10 +40,12 @@ impl SharedStr {
     /// `text` as a slice of `chunk` when it lies in it — no copy; the chunk is freed when the last
     /// slice of it is — and as a copy otherwise (no chunk, or text decoded from escapes).
     pub fn in_chunk(text: &str, chunk: Option<&bytes::Bytes>) -> SharedStr {
-        match chunk {
-            Some(chunk) if lies_in(text.as_bytes(), chunk) => SharedStr(chunk.slice_ref(text.as_bytes())),
-            _ => SharedStr::from(text),
-        }
+        SharedStr::slice_of(text, chunk).unwrap_or_else(|| SharedStr::from(text))
+    }
+
+    /// `text` as a slice of `chunk`, if it lies in it.
+    fn slice_of(text: &str, chunk: Option<&bytes::Bytes>) -> Option<SharedStr> {
+        chunk.filter(|chunk| lies_in(text.as_bytes(), chunk)).map(|chunk| SharedStr(chunk.slice_ref(text.as_bytes())))
     }
 
     /// The text.
@@ -102,10 +104,8 @@ impl TextArena {
     /// `text` as a slice of `chunk` when it lies in it (as [`SharedStr::in_chunk`]), and as a
     /// copy in the arena's buffer otherwise.
     pub fn keep(&mut self, text: &str, chunk: Option<&bytes::Bytes>) -> SharedStr {
-        if let Some(chunk) = chunk
-            && lies_in(text.as_bytes(), chunk)
-        {
-            return SharedStr(chunk.slice_ref(text.as_bytes()));
+        if let Some(sliced) = SharedStr::slice_of(text, chunk) {
+            return sliced;
         }
         if text.is_empty() {
             return SharedStr::new();
