@@ -90,7 +90,7 @@ impl Shared {
 
     /// Appends `messages` (leaving them empty; a vector keeps its capacity) if there is room.
     /// Returns whether they went in; `Err` once the receiver is gone.
-    fn try_append(self: &Arc<Self>, messages: &mut impl Outgoing) -> Result<bool, SinkClosed> {
+    fn try_append(&self, messages: &mut impl Outgoing) -> Result<bool, SinkClosed> {
         let mut state = self.lock();
         if state.receiver_gone {
             return Err(SinkClosed);
