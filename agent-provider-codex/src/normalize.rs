@@ -11,6 +11,7 @@ use agent_core::event::{FileChangeEntry, PlanStep, RawJson, TextArena, ToolKind,
 use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EventKind, ItemId, TurnId, TurnResult, TurnStatus, Usage};
+use agent_provider_kit::clones::Clones;
 use agent_provider_kit::framing::Bytes;
 use serde_json::{Value, json};
 
@@ -89,14 +90,31 @@ enum OpenItem {
     FileChange { changes: Vec<FileChangeEntry>, output: String },
 }
 
+/// An open item: its shared ID, with clones made ahead for its deltas, and a copy of the ID's
+/// text to match incoming IDs against (see [`Clones`] for why not the shared text).
+#[derive(Debug)]
+struct Open {
+    key: Box<str>,
+    id: Clones<ItemId>,
+    item: OpenItem,
+}
+
+impl Open {
+    fn new(id: ItemId, item: OpenItem) -> Open {
+        Open { key: id.as_str().into(), id: Clones::new(id), item }
+    }
+}
+
 /// The running turn.
 #[derive(Debug)]
 struct TurnState {
     harness: TurnId,
+    /// Clones of `harness` made ahead for the streamed kinds.
+    harness_clones: Clones<TurnId>,
     codex: Option<String>,
     baseline: Tokens,
     usage: Option<Usage>,
-    items: Vec<(ItemId, OpenItem)>,
+    items: Vec<Open>,
     last_message: Option<String>,
     diff: Option<String>,
     error: Option<Value>,
@@ -105,23 +123,22 @@ struct TurnState {
 }
 
 impl TurnState {
-    fn item(&mut self, id: &str) -> Option<&mut OpenItem> {
-        self.items.iter_mut().find(|(i, _)| **i == *id).map(|(_, item)| item)
+    fn open(&mut self, id: &str) -> Option<&mut Open> {
+        self.items.iter_mut().find(|open| *open.key == *id)
     }
 
-    /// The open item `id` with its shared ID, if open.
-    fn item_with_id(&mut self, id: &str) -> Option<(&ItemId, &mut OpenItem)> {
-        self.items.iter_mut().find(|(i, _)| **i == *id).map(|(i, item)| (&*i, item))
+    fn item(&mut self, id: &str) -> Option<&mut OpenItem> {
+        self.open(id).map(|open| &mut open.item)
     }
 
     /// The shared ID of the open item `id`, or a new one for an item not open.
     fn item_id(&self, id: &str) -> ItemId {
-        self.items.iter().find(|(i, _)| **i == *id).map_or_else(|| ItemId::from(id), |(i, _)| i.clone())
+        self.items.iter().find(|open| *open.key == *id).map_or_else(|| ItemId::from(id), |open| open.id.get().clone())
     }
 
     fn take_item(&mut self, id: &str) -> Option<OpenItem> {
-        let index = self.items.iter().position(|(i, _)| **i == *id)?;
-        Some(self.items.remove(index).1)
+        let index = self.items.iter().position(|open| *open.key == *id)?;
+        Some(self.items.remove(index).item)
     }
 }
 
@@ -164,6 +181,7 @@ impl Normalizer {
             return Err(turn.harness.clone());
         }
         self.turn = Some(TurnState {
+            harness_clones: Clones::new(harness.clone()),
             harness,
             codex: None,
             baseline: self.thread_tokens,
@@ -395,32 +413,31 @@ impl Normalizer {
 
     /// Stateful notifications of the running turn.
     fn on_turn_notification(&mut self, note: Notification<'_>, chunk: Option<&Bytes>, out: &mut Vec<Action>) {
-        let route = Route::Current;
         let Some(turn) = self.turn.as_mut() else { return };
         let kind = match note {
             Notification::AgentMessageDelta(d) => {
-                let item_id = match turn.item_with_id(&d.item_id) {
-                    Some((id, OpenItem::Message { text })) => {
+                let item_id = match turn.open(&d.item_id) {
+                    Some(Open { id, item: OpenItem::Message { text }, .. }) => {
                         text.push_str(&d.delta);
-                        id.clone()
+                        id.take()
                     }
                     _ => {
                         let id = ItemId::from(&*d.item_id);
-                        turn.items.push((id.clone(), OpenItem::Message { text: d.delta.to_string() }));
+                        turn.items.push(Open::new(id.clone(), OpenItem::Message { text: d.delta.to_string() }));
                         id
                     }
                 };
                 EventKind::MessageDelta { item_id: Some(item_id), text: self.decoded.keep(&d.delta, chunk) }
             }
             Notification::ReasoningDelta(d, _) => {
-                let item_id = match turn.item_with_id(&d.item_id) {
-                    Some((id, OpenItem::Reasoning { streamed })) => {
+                let item_id = match turn.open(&d.item_id) {
+                    Some(Open { id, item: OpenItem::Reasoning { streamed }, .. }) => {
                         *streamed = true;
-                        id.clone()
+                        id.take()
                     }
                     _ => {
                         let id = ItemId::from(&*d.item_id);
-                        turn.items.push((id.clone(), OpenItem::Reasoning { streamed: true }));
+                        turn.items.push(Open::new(id.clone(), OpenItem::Reasoning { streamed: true }));
                         id
                     }
                 };
@@ -476,7 +493,8 @@ impl Normalizer {
             Notification::ItemCompleted(n) => return out.extend(self.item_completed(n.item)),
             other => EventKind::ProviderEvent { method: other.method().to_owned() },
         };
-        out.push(self.emit(&route, kind));
+        // As `emit` for the running turn would, without a clone per delta.
+        out.push(Action::Emit { turn: Some(turn.harness_clones.take()), kind, raw: None });
     }
 
     fn item_started(&mut self, item: Item) -> Vec<Action> {
@@ -519,7 +537,7 @@ impl Normalizer {
         if let Some(open) = open {
             match turn.item(&item.id) {
                 Some(existing) => *existing = open,
-                None => turn.items.push((item.id.clone(), open)),
+                None => turn.items.push(Open::new(item.id.clone(), open)),
             }
         }
         kinds.into_iter().map(|kind| self.emit(&route, kind)).collect()
@@ -624,7 +642,7 @@ impl Normalizer {
         let method = request_method(&request).to_owned();
         let turn = self.turn.as_ref();
         let changes = |item_id: &str| {
-            turn.and_then(|t| t.items.iter().find(|(i, _)| **i == *item_id)).and_then(|(_, item)| match item {
+            turn.and_then(|t| t.items.iter().find(|open| *open.key == *item_id)).and_then(|open| match &open.item {
                 OpenItem::FileChange { changes, .. } => Some(changes.clone()),
                 _ => None,
             })
@@ -679,11 +697,11 @@ fn is_declared_request(method: &str) -> bool {
 fn close_items(turn: &mut TurnState) -> Vec<Action> {
     std::mem::take(&mut turn.items)
         .into_iter()
-        .filter_map(|(item_id, item)| match item {
+        .filter_map(|Open { id, item, .. }| match item {
             OpenItem::Tool { output } | OpenItem::FileChange { output, .. } => Some(Action::Emit {
                 turn: Some(turn.harness.clone()),
                 kind: EventKind::ToolCompleted {
-                    item_id,
+                    item_id: id.into_inner(),
                     status: ToolStatus::Interrupted,
                     output: Some(output).filter(|o| !o.is_empty()),
                     exit_code: None,
@@ -928,6 +946,34 @@ mod tests {
             emitted(&actions),
             [(Some("h1"), &EventKind::ProviderEvent { method: "item/agentMessage/delta".into() })]
         );
+    }
+
+    #[test]
+    fn deltas_past_a_burst_of_clones_name_their_turn_and_item() {
+        let mut n = running();
+        let started = item("agentMessage", "m", json!({"text": ""}));
+        feed(&mut n, note("item/started", started));
+        let delta = |item: &str, text: &str| {
+            note("item/agentMessage/delta", json!({"threadId": "th", "turnId": "tu", "itemId": item, "delta": text}))
+        };
+        // Two items open at once, their deltas interleaved, past two bursts of clones.
+        let mut expected = String::new();
+        for i in 0..2 * agent_provider_kit::clones::CLONE_BURST + 1 {
+            let text = format!("{i} ");
+            expected.push_str(&text);
+            let actions = feed(&mut n, delta("m", &text));
+            let item_id = Some(ItemId::from("m"));
+            assert_eq!(emitted(&actions), [(Some("h1"), &EventKind::MessageDelta { item_id, text: text.into() })]);
+            let actions = feed(&mut n, delta("m2", "x"));
+            let item_id = Some(ItemId::from("m2"));
+            assert_eq!(emitted(&actions), [(Some("h1"), &EventKind::MessageDelta { item_id, text: "x".into() })]);
+        }
+        let done = feed(
+            &mut n,
+            note("turn/completed", json!({"threadId": "th", "turn": {"id": "tu", "status": "completed"}})),
+        );
+        let end = emitted(&done)[0].1.terminal_end().expect("the turn's terminal event");
+        assert_eq!(end.result.text.as_deref(), Some(expected.as_str()), "the first message's deltas, in order");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod auth;
+pub mod clones;
 pub mod framing;
 pub mod permission_prompt;
 pub mod probe;
