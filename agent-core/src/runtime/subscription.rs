@@ -322,9 +322,12 @@ impl State {
         }
     }
 
-    async fn next(&mut self) -> Option<Result<Arc<Event>, SubscriptionError>> {
+    /// The next item, waiting for it. `nothing_queued`: a [`State::step`] just returned
+    /// [`Step::Recv`], so the first look can go straight to the wait.
+    async fn next(&mut self, mut nothing_queued: bool) -> Option<Result<Arc<Event>, SubscriptionError>> {
         loop {
-            match self.step() {
+            let step = if std::mem::take(&mut nothing_queued) { Step::Recv } else { self.step() };
+            match step {
                 Step::Item(item) => return item,
                 Step::Read(read) => self.read_page(read).await,
                 Step::Recv => {
@@ -453,8 +456,8 @@ type Item = Option<Result<Arc<Event>, SubscriptionError>>;
 
 /// What a subscription waits on when nothing is at hand (always the same future type, so its
 /// allocation is reused).
-async fn wait_for_next(mut state: Box<State>) -> (Item, Box<State>) {
-    let item = state.next().await;
+async fn wait_for_next(mut state: Box<State>, nothing_queued: bool) -> (Item, Box<State>) {
+    let item = state.next(nothing_queued).await;
     (item, state)
 }
 
@@ -533,11 +536,15 @@ impl Stream for Subscription {
             match state.step() {
                 Step::Item(item) => return Poll::Ready(item),
                 wait => {
-                    if let Step::Read(read) = wait {
-                        // `next` takes it again.
-                        state.reading = Some(read);
-                    }
-                    let next = wait_for_next(this.state.take().expect("checked above"));
+                    let nothing_queued = match wait {
+                        Step::Read(read) => {
+                            // `next` takes it again.
+                            state.reading = Some(read);
+                            false
+                        }
+                        _ => true,
+                    };
+                    let next = wait_for_next(this.state.take().expect("checked above"), nothing_queued);
                     match this.wait.as_mut() {
                         Some(wait) => wait.set(next),
                         None => this.wait = Some(ReusableBoxFuture::new(next)),
