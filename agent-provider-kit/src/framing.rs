@@ -175,12 +175,35 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 /// ```
 pub async fn flush_before_wait<F: Future>(buffer: &mut SinkBuffer, next: F) -> Result<F::Output, SinkClosed> {
     let mut next = std::pin::pin!(next);
-    let first = std::future::poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx))).await;
-    if let Poll::Ready(output) = first {
+    if let Poll::Ready(output) = poll_once(next.as_mut()).await {
         return Ok(output);
     }
-    buffer.flush().await?;
-    Ok(next.await)
+    let mut flush = std::pin::pin!(buffer.flush());
+    match poll_once(flush.as_mut()).await {
+        Poll::Ready(flushed) => flushed?,
+        Poll::Pending => {
+            // The session's inbox is full. Whatever wakes this task meanwhile may be `next`'s
+            // wake-up too, so `next` is polled again once the flush is done.
+            flush.await?;
+            return Ok(next.await);
+        }
+    }
+    // `next` was polled with this task's waker and was not ready, and the task has not waited
+    // since: `next` wakes it when it can go on (or already has), so the next look waits for
+    // that instead of polling it again at once for nothing.
+    let mut woken = false;
+    Ok(std::future::poll_fn(|cx| {
+        if !std::mem::replace(&mut woken, true) {
+            return Poll::Pending;
+        }
+        next.as_mut().poll(cx)
+    })
+    .await)
+}
+
+/// Polls `future` once with the task's waker.
+async fn poll_once<F: Future>(mut future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+    std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await
 }
 
 /// A read buffer in front of `inner` that grows from its first size to [`READ_BUFFER`]
@@ -394,6 +417,43 @@ mod tests {
         for line in &lines {
             assert_eq!(utf8(line), std::str::from_utf8(line).ok(), "{line:?}");
         }
+    }
+
+    /// What `flush_before_wait` flushed, and how often it polled the line it waits for.
+    #[tokio::test]
+    async fn a_line_not_ready_is_looked_at_again_only_once_it_wakes_the_task() {
+        use std::pin::Pin;
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::task::{Context, Wake, Waker};
+
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let (sink, mut sent) = agent_core::testing::sink();
+        let mut buffer = sink.buffer();
+        buffer.transport_down("gathered before the wait").await.unwrap();
+        let (tx, mut rx) = tokio::sync::oneshot::channel::<u32>();
+        let polls = AtomicUsize::new(0);
+        let next = std::future::poll_fn(|cx| {
+            polls.fetch_add(1, Ordering::SeqCst);
+            Pin::new(&mut rx).poll(cx)
+        });
+        let mut waiting = std::pin::pin!(flush_before_wait(&mut buffer, next));
+        let wakes = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&wakes));
+        let mut cx = Context::from_waker(&waker);
+
+        assert!(waiting.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(polls.load(Ordering::SeqCst), 1, "not polled again right after the flush");
+        assert_eq!(sent.drain().len(), 1, "what was gathered went before the wait");
+        tx.send(7).unwrap();
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 1, "the line's readiness woke the task");
+        assert!(matches!(waiting.as_mut().poll(&mut cx), Poll::Ready(Ok(Ok(7)))));
+        assert_eq!(polls.load(Ordering::SeqCst), 2);
     }
 
     /// A line as the tests compare it: owned.
