@@ -108,9 +108,8 @@ impl Open {
 /// The running turn.
 #[derive(Debug)]
 struct TurnState {
-    harness: TurnId,
-    /// Clones of `harness` made ahead for the streamed kinds.
-    harness_clones: Clones<TurnId>,
+    /// The harness's ID of the turn, with clones made ahead for the streamed kinds.
+    harness: Clones<TurnId>,
     codex: Option<String>,
     baseline: Tokens,
     usage: Option<Usage>,
@@ -123,6 +122,15 @@ struct TurnState {
 }
 
 impl TurnState {
+    /// The harness's ID of the turn.
+    fn id(&self) -> &TurnId {
+        self.harness.get()
+    }
+
+    fn find(&self, id: &str) -> Option<&Open> {
+        self.items.iter().find(|open| *open.key == *id)
+    }
+
     fn open(&mut self, id: &str) -> Option<&mut Open> {
         self.items.iter_mut().find(|open| *open.key == *id)
     }
@@ -133,7 +141,7 @@ impl TurnState {
 
     /// The shared ID of the open item `id`, or a new one for an item not open.
     fn item_id(&self, id: &str) -> ItemId {
-        self.items.iter().find(|open| *open.key == *id).map_or_else(|| ItemId::from(id), |open| open.id.get().clone())
+        self.find(id).map_or_else(|| ItemId::from(id), |open| open.id.get().clone())
     }
 
     fn take_item(&mut self, id: &str) -> Option<OpenItem> {
@@ -178,11 +186,10 @@ impl Normalizer {
     /// Fails with the running turn when one is active.
     pub(crate) fn begin_turn(&mut self, harness: TurnId) -> Result<(), TurnId> {
         if let Some(turn) = &self.turn {
-            return Err(turn.harness.clone());
+            return Err(turn.id().clone());
         }
         self.turn = Some(TurnState {
-            harness_clones: Clones::new(harness.clone()),
-            harness,
+            harness: Clones::new(harness),
             codex: None,
             baseline: self.thread_tokens,
             usage: None,
@@ -197,28 +204,28 @@ impl Normalizer {
 
     /// Records codex's ID for the running turn.
     pub(crate) fn admitted(&mut self, harness: &TurnId, codex: &str) {
-        if let Some(turn) = self.turn.as_mut().filter(|t| &t.harness == harness) {
+        if let Some(turn) = self.turn.as_mut().filter(|t| t.id() == harness) {
             turn.codex = Some(codex.to_owned());
         }
     }
 
     /// Forgets a turn codex refused.
     pub(crate) fn abort_turn(&mut self, harness: &TurnId) {
-        if self.turn.as_ref().is_some_and(|t| &t.harness == harness) {
+        if self.turn.as_ref().is_some_and(|t| t.id() == harness) {
             self.turn = None;
         }
     }
 
     /// Codex's ID of the running turn, if `harness` is running.
     pub(crate) fn codex_turn(&self, harness: &TurnId) -> Option<String> {
-        self.turn.as_ref().filter(|t| &t.harness == harness).and_then(|t| t.codex.clone())
+        self.turn.as_ref().filter(|t| t.id() == harness).and_then(|t| t.codex.clone())
     }
 
     /// Claims the one `turn/interrupt` of the running turn: codex's turn ID the first time this
     /// is asked for `harness` once codex admitted it; `None` after that, or when `harness` is not
     /// running or not admitted yet.
     pub(crate) fn claim_interrupt(&mut self, harness: &TurnId) -> Option<String> {
-        let turn = self.turn.as_mut().filter(|t| &t.harness == harness && !t.interrupt_sent)?;
+        let turn = self.turn.as_mut().filter(|t| t.id() == harness && !t.interrupt_sent)?;
         let codex = turn.codex.clone()?;
         turn.interrupt_sent = true;
         Some(codex)
@@ -226,7 +233,7 @@ impl Normalizer {
 
     /// True while `harness` is the running turn.
     pub(crate) fn is_running(&self, harness: &TurnId) -> bool {
-        self.turn.as_ref().is_some_and(|t| &t.harness == harness)
+        self.turn.as_ref().is_some_and(|t| t.id() == harness)
     }
 
     /// Claims a pending request for answering. Claimed requests can be put back with
@@ -258,7 +265,7 @@ impl Normalizer {
         result.stderr_tail = stderr_tail;
         result.error = turn.error.take();
         actions.push(Action::Emit {
-            turn: Some(turn.harness.clone()),
+            turn: Some(turn.id().clone()),
             kind: EventKind::terminal(TurnStatus::Failed, result),
             raw: None,
         });
@@ -269,7 +276,7 @@ impl Normalizer {
     /// turn (or the session).
     pub(crate) fn garbage(&self, message: String) -> Action {
         Action::Emit {
-            turn: self.turn.as_ref().map(|t| t.harness.clone()),
+            turn: self.turn.as_ref().map(|t| t.id().clone()),
             kind: EventKind::Warning { message },
             raw: None,
         }
@@ -326,7 +333,7 @@ impl Normalizer {
 
     fn turn_of(&self, route: &Route) -> Option<TurnId> {
         match route {
-            Route::Current => self.turn.as_ref().map(|t| t.harness.clone()),
+            Route::Current => self.turn.as_ref().map(|t| t.id().clone()),
             Route::Past(id) => Some(id.clone()),
             Route::Session => None,
         }
@@ -494,7 +501,7 @@ impl Normalizer {
             other => EventKind::ProviderEvent { method: other.method().to_owned() },
         };
         // As `emit` for the running turn would, without a clone per delta.
-        out.push(Action::Emit { turn: Some(turn.harness_clones.take()), kind, raw: None });
+        out.push(Action::Emit { turn: Some(turn.harness.take()), kind, raw: None });
     }
 
     fn item_started(&mut self, item: Item) -> Vec<Action> {
@@ -592,7 +599,7 @@ impl Normalizer {
     /// `turn/completed` for the running turn: closes open items, emits the terminal event.
     fn finish(&mut self, info: wire::TurnInfo) -> Vec<Action> {
         let Some(mut turn) = self.turn.take() else { return Vec::new() };
-        let harness = turn.harness.clone();
+        let harness = turn.id().clone();
         self.requests.retain(|_, p| p.turn != harness);
         let mut actions = close_items(&mut turn);
         let summary_text = info.items.iter().rev().find(|i| i.kind == "agentMessage").and_then(|i| i.text.clone());
@@ -642,7 +649,7 @@ impl Normalizer {
         let method = request_method(&request).to_owned();
         let turn = self.turn.as_ref();
         let changes = |item_id: &str| {
-            turn.and_then(|t| t.items.iter().find(|open| *open.key == *item_id)).and_then(|open| match &open.item {
+            turn.and_then(|t| t.find(item_id)).and_then(|open| match &open.item {
                 OpenItem::FileChange { changes, .. } => Some(changes.clone()),
                 _ => None,
             })
@@ -650,7 +657,7 @@ impl Normalizer {
         let built = requests::build(&id, request, changes);
         // Requests of a subagent's thread still need the host: they go to the running turn.
         let target = match (&route, foreign) {
-            (Route::Current, _) | (_, true) => self.turn.as_ref().map(|t| t.harness.clone()),
+            (Route::Current, _) | (_, true) => self.turn.as_ref().map(|t| t.id().clone()),
             _ => None,
         };
         match (built, target) {
@@ -699,7 +706,7 @@ fn close_items(turn: &mut TurnState) -> Vec<Action> {
         .into_iter()
         .filter_map(|Open { id, item, .. }| match item {
             OpenItem::Tool { output } | OpenItem::FileChange { output, .. } => Some(Action::Emit {
-                turn: Some(turn.harness.clone()),
+                turn: Some(turn.id().clone()),
                 kind: EventKind::ToolCompleted {
                     item_id: id.into_inner(),
                     status: ToolStatus::Interrupted,
