@@ -7,14 +7,18 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use agent_core::event::{FileChangeEntry, PlanStep, RawJson, TextArena, ToolKind, ToolStatus};
+use agent_core::event::{FileChangeEntry, PlanStep, RawJson, TextArena, ToolKind};
 use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
-use agent_core::{EventKind, ItemId, TurnId, TurnResult, TurnStatus, Usage};
-use agent_provider_kit::clones::Clones;
+use agent_core::{EventKind, ItemId, TurnId, TurnStatus};
 use agent_provider_kit::framing::Bytes;
 use serde_json::{Value, json};
 
+mod convert;
+mod turn;
+
+use self::convert::{change_entry, error_code, reasoning_text, step_status, tool_of, tool_status, usage};
+use self::turn::{Open, OpenItem, TurnState, push_bounded};
 use crate::requests::{self, Built, PendingRequest};
 use crate::wire::{self, IdRef, Item, Message, Notification, RpcId, ServerRequest, Tokens};
 
@@ -22,8 +26,6 @@ use crate::wire::{self, IdRef, Item, Message, Notification, RpcId, ServerRequest
 const RECENT_TURNS: usize = 8;
 /// Distinct unknown method names remembered for logging each once.
 const MAX_UNKNOWN_NAMES: usize = 64;
-/// Output kept per open tool item, to report with a tool closed by the turn's end.
-const MAX_TOOL_OUTPUT: usize = 64 * 1024;
 
 /// Something the connection must do.
 #[derive(Debug)]
@@ -81,75 +83,6 @@ enum Route {
     Session,
 }
 
-/// An item that started and has not completed.
-#[derive(Debug)]
-enum OpenItem {
-    Message { text: String },
-    Reasoning { streamed: bool },
-    Tool { output: String },
-    FileChange { changes: Vec<FileChangeEntry>, output: String },
-}
-
-/// An open item: its shared ID, with clones made ahead for its deltas, and a copy of the ID's
-/// text to match incoming IDs against (see [`Clones`] for why not the shared text).
-#[derive(Debug)]
-struct Open {
-    key: Box<str>,
-    id: Clones<ItemId>,
-    item: OpenItem,
-}
-
-impl Open {
-    fn new(id: ItemId, item: OpenItem) -> Open {
-        Open { key: id.as_str().into(), id: Clones::new(id), item }
-    }
-}
-
-/// The running turn.
-#[derive(Debug)]
-struct TurnState {
-    /// The harness's ID of the turn, with clones made ahead for the streamed kinds.
-    harness: Clones<TurnId>,
-    codex: Option<String>,
-    baseline: Tokens,
-    usage: Option<Usage>,
-    items: Vec<Open>,
-    last_message: Option<String>,
-    diff: Option<String>,
-    error: Option<Value>,
-    /// A `turn/interrupt` was sent for it (codex gets at most one per turn).
-    interrupt_sent: bool,
-}
-
-impl TurnState {
-    /// The harness's ID of the turn.
-    fn id(&self) -> &TurnId {
-        self.harness.get()
-    }
-
-    fn find(&self, id: &str) -> Option<&Open> {
-        self.items.iter().find(|open| *open.key == *id)
-    }
-
-    fn open(&mut self, id: &str) -> Option<&mut Open> {
-        self.items.iter_mut().find(|open| *open.key == *id)
-    }
-
-    fn item(&mut self, id: &str) -> Option<&mut OpenItem> {
-        self.open(id).map(|open| &mut open.item)
-    }
-
-    /// The shared ID of the open item `id`, or a new one for an item not open.
-    fn item_id(&self, id: &str) -> ItemId {
-        self.find(id).map_or_else(|| ItemId::from(id), |open| open.id.get().clone())
-    }
-
-    fn take_item(&mut self, id: &str) -> Option<OpenItem> {
-        let index = self.items.iter().position(|open| *open.key == *id)?;
-        Some(self.items.remove(index).item)
-    }
-}
-
 /// The session's protocol state.
 #[derive(Debug, Default)]
 pub(crate) struct Normalizer {
@@ -188,17 +121,7 @@ impl Normalizer {
         if let Some(turn) = &self.turn {
             return Err(turn.id().clone());
         }
-        self.turn = Some(TurnState {
-            harness: Clones::new(harness),
-            codex: None,
-            baseline: self.thread_tokens,
-            usage: None,
-            items: Vec::new(),
-            last_message: None,
-            diff: None,
-            error: None,
-            interrupt_sent: false,
-        });
+        self.turn = Some(TurnState::new(harness, self.thread_tokens));
         Ok(())
     }
 
@@ -258,8 +181,8 @@ impl Normalizer {
     ) -> Vec<Action> {
         let Some(mut turn) = self.turn.take() else { return Vec::new() };
         self.requests.clear();
-        let mut actions = close_items(&mut turn);
-        let mut result = result_base(&turn, None);
+        let mut actions = turn.close_items();
+        let mut result = turn.result(None);
         result.reason = Some(reason.to_owned());
         result.exit_status = exit_status;
         result.stderr_tail = stderr_tail;
@@ -601,9 +524,9 @@ impl Normalizer {
         let Some(mut turn) = self.turn.take() else { return Vec::new() };
         let harness = turn.id().clone();
         self.requests.retain(|_, p| p.turn != harness);
-        let mut actions = close_items(&mut turn);
+        let mut actions = turn.close_items();
         let summary_text = info.items.iter().rev().find(|i| i.kind == "agentMessage").and_then(|i| i.text.clone());
-        let mut result = result_base(&turn, summary_text);
+        let mut result = turn.result(summary_text);
         result.provider_turn_id = Some(info.id.clone());
         let status = match info.status.as_str() {
             "completed" => TurnStatus::Completed,
@@ -700,128 +623,9 @@ fn is_declared_request(method: &str) -> bool {
     matches!(method, "account/chatgptAuthTokens/refresh" | "attestation/generate")
 }
 
-/// Closes the turn's open tool items as interrupted.
-fn close_items(turn: &mut TurnState) -> Vec<Action> {
-    std::mem::take(&mut turn.items)
-        .into_iter()
-        .filter_map(|Open { id, item, .. }| match item {
-            OpenItem::Tool { output } | OpenItem::FileChange { output, .. } => Some(Action::Emit {
-                turn: Some(turn.id().clone()),
-                kind: EventKind::ToolCompleted {
-                    item_id: id.into_inner(),
-                    status: ToolStatus::Interrupted,
-                    output: Some(output).filter(|o| !o.is_empty()),
-                    exit_code: None,
-                },
-                raw: None,
-            }),
-            OpenItem::Message { text } => {
-                if turn.last_message.is_none() && !text.is_empty() {
-                    turn.last_message = Some(text);
-                }
-                None
-            }
-            OpenItem::Reasoning { .. } => None,
-        })
-        .collect()
-}
-
-fn result_base(turn: &TurnState, summary_text: Option<String>) -> TurnResult {
-    let mut result = TurnResult::default();
-    result.text = summary_text.or_else(|| turn.last_message.clone());
-    result.usage = turn.usage;
-    result.provider_turn_id = turn.codex.clone();
-    result
-}
-
-fn push_bounded(buffer: &mut String, text: &str) {
-    if buffer.len() < MAX_TOOL_OUTPUT {
-        let room = MAX_TOOL_OUTPUT - buffer.len();
-        let mut end = text.len().min(room);
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        buffer.push_str(&text[..end]);
-    }
-}
-
-/// The tool kind, name and input of a tool item other than commands and file changes.
-fn tool_of(item: &Item) -> Option<(ToolKind, String, Value)> {
-    let named = |default: &str| item.tool.clone().unwrap_or_else(|| default.to_owned());
-    match item.kind.as_str() {
-        "mcpToolCall" => Some((
-            ToolKind::Mcp,
-            named("mcp"),
-            json!({ "server": item.server, "tool": item.tool, "arguments": item.arguments }),
-        )),
-        "dynamicToolCall" => {
-            Some((ToolKind::Other, named("dynamic_tool"), item.arguments.clone().unwrap_or(Value::Null)))
-        }
-        "collabAgentToolCall" => Some((ToolKind::Other, named("collab_agent"), Value::Null)),
-        "webSearch" => Some((ToolKind::Web, "web_search".into(), json!({ "query": item.query }))),
-        "imageView" => Some((ToolKind::Other, "view_image".into(), json!({ "path": item.path }))),
-        "imageGeneration" => Some((ToolKind::Other, "image_generation".into(), Value::Null)),
-        _ => None,
-    }
-}
-
-fn tool_status(status: Option<&str>) -> ToolStatus {
-    match status {
-        Some("failed") => ToolStatus::Failed,
-        Some("declined") => ToolStatus::Declined,
-        _ => ToolStatus::Completed,
-    }
-}
-
-fn step_status(status: &str) -> String {
-    match status {
-        "inProgress" => "in_progress".into(),
-        other => other.to_owned(),
-    }
-}
-
-fn change_entry(change: wire::Change) -> FileChangeEntry {
-    let kind = if change.kind.kind.is_empty() { "update".to_owned() } else { change.kind.kind };
-    let change_kind = match (&*kind, &change.kind.move_path) {
-        ("update", Some(_)) => "move".to_owned(),
-        _ => kind,
-    };
-    FileChangeEntry { path: change.path, change: change_kind, diff: change.diff }
-}
-
-fn reasoning_text(item: &Item) -> String {
-    let strings = |v: Option<&Value>| -> Vec<String> {
-        v.and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
-            .unwrap_or_default()
-    };
-    let summary = item.summary.as_ref().map(|s| s.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect());
-    let mut parts: Vec<String> = summary.unwrap_or_default();
-    parts.extend(strings(item.content.as_ref()));
-    parts.join("\n")
-}
-
-fn usage(tokens: Tokens) -> Usage {
-    let mut usage = Usage::default();
-    usage.input_tokens = Some(tokens.input_tokens);
-    usage.cached_input_tokens = Some(tokens.cached_input_tokens);
-    usage.output_tokens = Some(tokens.output_tokens);
-    usage.reasoning_tokens = Some(tokens.reasoning_output_tokens);
-    usage.total_tokens = Some(tokens.total_tokens);
-    usage
-}
-
-/// `codexErrorInfo` as a code: the string itself, or the single key of the object form.
-fn error_code(info: &Value) -> Option<String> {
-    match info {
-        Value::String(s) => Some(s.clone()),
-        Value::Object(map) => map.keys().next().cloned(),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use agent_core::event::ToolStatus;
     use agent_core::exec::ExitStatus;
 
     use super::*;
