@@ -12,14 +12,17 @@
 //!
 //! A raw frame is kept as what it does not share with its kind's *template*, the last frame of that
 //! kind kept whole: the bytes the two start and end with are named by their lengths. A delta's
-//! frame that holds its text verbatim may instead be kept in two such parts around the text
-//! (against the template's parts around its own), whichever shares more: the fields after a text (a
-//! time, a line's own ID) then share their start with the template's. Streamed frames differ mostly
-//! in their text and a few digits or an ID, so a delta's frame of ~270 bytes is kept in ~65 with
-//! its header — which is also what is written to memory per event, where first-touch page faults
-//! are the store's main cost. A frame that shares less than half of itself with its template is
-//! kept whole and becomes the template. Reading one back takes its template's bytes, one level
-//! deep: a template is always kept whole.
+//! frame that holds its text — verbatim, or as the JSON string it decodes from when the CLI wrote
+//! it with escapes — is instead kept in two such parts around the text (against the template's
+//! parts around its own), and the text as its place in the frame: the fields after a text (a
+//! time, a line's own ID) then share their start with the template's. Streamed frames differ
+//! mostly in their text and a few digits or an ID, so a Codex delta's frame of ~225 bytes is kept
+//! in ~65 with its header, a Claude one of ~280 (with a line ID of its own) in ~100 — which is
+//! also what is written to memory per event, where first-touch page faults are the store's main
+//! cost. A frame that shares less than half of itself with its template is kept whole and becomes
+//! the template, and so does a frame holding its text when the template does not hold its own.
+//! Reading one back takes its template's bytes, one level deep: a template is always kept whole;
+//! an escaped text is decoded again.
 //!
 //! `codec` holds the byte encoding of a record, `frame` the frame and text comparisons.
 
@@ -32,7 +35,7 @@ use agent_core::event::{RawJson, SCHEMA_VERSION, SharedStr};
 use agent_core::{Event, EventId, EventKind, ItemId, ProviderId, SessionId, Timestamp, TurnId};
 
 use self::codec::{Reader, put_str, put_varint, unzigzag, zigzag};
-use self::frame::{Text, put_part, put_text, shared_ends, text_place};
+use self::frame::{Place, Text, put_part, put_text, shared_ends, text_place, unescape};
 
 /// Size of a chunk of encoded events; an event larger than this gets a chunk of its own size.
 const CHUNK: usize = 64 << 10;
@@ -68,7 +71,8 @@ struct Template {
     /// Where its bytes are: chunk index in the high 32 bits, offset in the low 32.
     at: u64,
     len: usize,
-    /// Where its event's text is in it, as the event's record says.
+    /// Where its event's text (or the JSON string body it decodes from) is in it, as the
+    /// event's record says.
     text: Option<std::ops::Range<usize>>,
 }
 
@@ -306,16 +310,19 @@ impl EventLog {
         let raw = event.raw.as_ref().map(RawJson::get);
         let tag = kind_tag(&event.kind);
         let text = delta_text(&event.kind);
-        // Where a delta's text is in its frame, when it is there verbatim.
-        let place = text.zip(raw).and_then(|(text, raw)| text_place(text, raw));
+        // Where a delta's text is in its frame; the template's says where to look for an
+        // escaped one.
+        let hint = self.templates[usize::from(tag)].as_ref().and_then(|t| t.text.as_ref()).map(|t| t.start);
+        let place = text.zip(raw).and_then(|(text, raw)| text_place(text, raw, hint));
         // Where a frame kept whole starts in the record, to make it its kind's template.
-        let whole = raw.and_then(|raw| self.put_raw(&mut out, pos, tag, raw, place.clone()));
-        self.put_kind(&mut out, &event.kind, place.clone());
+        let range = place.as_ref().map(|place| place.range.clone());
+        let whole = raw.and_then(|raw| self.put_raw(&mut out, pos, tag, raw, range.clone()));
+        self.put_kind(&mut out, &event.kind, place.as_ref());
         self.place(&out);
         self.scratch = out;
         if let (Some(offset), Some(raw)) = (whole, raw) {
             let at = self.starts[pos] + offset as u64;
-            self.templates[usize::from(tag)] = Some(Template { pos, at, len: raw.len(), text: place });
+            self.templates[usize::from(tag)] = Some(Template { pos, at, len: raw.len(), text: range });
         }
 
         match self.runs.last() {
@@ -342,6 +349,8 @@ impl EventLog {
     /// two parts around the text (`FRAME_SPLIT`): what comes before the text against what comes
     /// before the template's, and likewise after — the fields after a text (a time, an ID of
     /// the line) share their start with the template's even where they do not share their end.
+    /// Where the two parts share at least half the frame, the single difference is not tried:
+    /// it would share more only where the two texts agree.
     fn put_raw(
         &self,
         out: &mut Vec<u8>,
@@ -350,19 +359,22 @@ impl EventLog {
         raw: &str,
         place: Option<std::ops::Range<usize>>,
     ) -> Option<usize> {
-        if let Some(template) = &self.templates[usize::from(tag)] {
+        // A frame whose text is in it does not use a template whose text is not (a delta the
+        // CLI wrote with escapes): it could only be kept as one difference running from its text
+        // to the last field that changed; kept whole, it becomes the template the next ones are
+        // split against.
+        if let Some(template) = &self.templates[usize::from(tag)]
+            && (place.is_none() || template.text.is_some())
+        {
             let (chunk, offset) = split(template.at);
             let shared = &self.chunks[chunk][offset..offset + template.len];
             let back = (pos - template.pos) as u64;
-            let ends = shared_ends(shared, raw);
-            let diff = ends.0 + ends.1;
             if let (Some(place), Some(theirs)) = (place, template.text.clone()) {
                 let (before, after) = (&raw[..place.start], &raw[place.end..]);
                 let (before_shared, after_shared) =
                     (shared_ends(&shared[..theirs.start], before), shared_ends(&shared[theirs.end..], after));
-                // Both keep what they do not share: whichever shares more is smaller.
-                let kept = before_shared.0 + before_shared.1 + after_shared.0 + after_shared.1;
-                if kept > diff && kept >= MIN_SHARED.max(raw.len() / 2) {
+                if before_shared.0 + before_shared.1 + after_shared.0 + after_shared.1 >= MIN_SHARED.max(raw.len() / 2)
+                {
                     put_varint(out, back << 2 | FRAME_SPLIT);
                     put_part(out, before, before_shared);
                     put_str(out, &raw[place]);
@@ -370,6 +382,8 @@ impl EventLog {
                     return None;
                 }
             }
+            let ends = shared_ends(shared, raw);
+            let diff = ends.0 + ends.1;
             if diff >= MIN_SHARED.max(raw.len() / 2) {
                 put_varint(out, back << 2 | FRAME_DIFF);
                 put_part(out, raw, ends);
@@ -382,7 +396,7 @@ impl EventLog {
         Some(start)
     }
 
-    fn put_kind(&mut self, out: &mut Vec<u8>, kind: &EventKind, place: Option<std::ops::Range<usize>>) {
+    fn put_kind(&mut self, out: &mut Vec<u8>, kind: &EventKind, place: Option<&Place>) {
         fn item(out: &mut Vec<u8>, items: &mut Table<ItemId>, id: Option<&ItemId>) {
             let index = id.map_or(0, |id| u64::from(items.intern(id, ItemId::clone)) + 1);
             put_varint(out, index);
@@ -448,7 +462,8 @@ impl EventLog {
         };
         // A text kept as a place in the frame becomes a slice of the rebuilt frame.
         let text = |r: &mut Reader<'_>| match (r.text(), &raw) {
-            (Text::InFrame(range), Some(raw)) => raw.share(&raw.get()[range]),
+            (Text::InFrame(Place { range, escaped: false }), Some(raw)) => raw.share(&raw.get()[range]),
+            (Text::InFrame(Place { range, escaped: true }), Some(raw)) => SharedStr::from(unescape(&raw.get()[range])),
             (Text::InFrame(_), None) => unreachable!("a text is kept as a place in a frame only with one"),
             (Text::Kept(text), _) => SharedStr::from(text),
         };
@@ -514,7 +529,7 @@ impl EventLog {
             MESSAGE_DELTA | REASONING_DELTA | COMMAND_OUTPUT_DELTA => {
                 r.varint();
                 match r.text() {
-                    Text::InFrame(range) => Some(range),
+                    Text::InFrame(place) => Some(place.range),
                     Text::Kept(_) => None,
                 }
             }
@@ -669,6 +684,90 @@ mod tests {
         let start = raw.get().find(&format!("\"{text}\"")).unwrap() + 1;
         let text = raw.share(&raw.get()[start..start + text.len()]);
         (raw, text)
+    }
+
+    #[test]
+    fn a_template_whose_text_is_not_in_it_gives_way_to_a_frame_whose_text_is() {
+        let session = SessionId::new("s").unwrap();
+        let mut log = EventLog::new(session.clone());
+        let delta = |seq: u64, raw: RawJson, text: SharedStr| {
+            let mut event =
+                event(&session, seq, &format!("evt_x.{seq}"), EventKind::MessageDelta { item_id: None, text });
+            event.raw = Some(raw);
+            event
+        };
+        // The first delta was written with an escape: its decoded text is not in its frame.
+        let (raw, _) = delta_frame(r"line\n", 1_764_561_234_000);
+        let mut written = vec![delta(1, raw, "line\n".into())];
+        let text = "forty characters of plain text, no escap";
+        for seq in 2..=200u64 {
+            // A time that changes after the text, as Codex's `emittedAtMs` does.
+            let (raw, shared) = delta_frame(text, 1_764_561_234_000 + seq * 7);
+            written.push(delta(seq, raw, shared));
+        }
+        for event in &written {
+            log.push(event);
+        }
+        for (pos, event) in written.iter().enumerate() {
+            assert_eq!(&log.get(pos), event, "event at {pos}");
+        }
+        // Kept in two parts around the text, each plain delta costs its text and a few bytes;
+        // as one difference from the first frame, it would also keep what lies between its
+        // text and the time.
+        let (start, end) = (split(log.starts[2]), split(log.starts[199]));
+        assert_eq!(start.0, end.0, "one chunk");
+        let per_delta = (end.1 - start.1) / 197;
+        assert!(per_delta < text.len() + 24, "{per_delta} bytes per delta");
+    }
+
+    #[test]
+    fn an_escaped_delta_keeps_its_text_once_as_the_string_it_was_written_as() {
+        let session = SessionId::new("s").unwrap();
+        let mut log = EventLog::new(session.clone());
+        // Claude-like frames: the text, then a line ID of its own.
+        let bodies = [(r#"say \"hi\"\n"#, "say \"hi\"\n"), ("plain words", "plain words"), (r#"caf\u00e9"#, "café")];
+        let mut written = Vec::new();
+        for seq in 1..=300u64 {
+            let (body, text) = bodies[seq as usize % bodies.len()];
+            let mut id = format!(
+                "{:016x}{:016x}",
+                seq.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                seq.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
+            );
+            if seq == 150 {
+                // An escaped frame sharing too little with its template: kept whole, with its
+                // text's place, it becomes the template the next frames are split against.
+                assert_ne!(body, text);
+                id = "x".repeat(400);
+            }
+            let raw = RawJson::parsed(format!(
+                r#"{{"type":"stream_event","event":{{"delta":{{"type":"text_delta","text":"{body}"}}}},"session_id":"00000000-0000-4000-8000-0000000c1a0d","parent_tool_use_id":null,"uuid":"{id}"}}"#
+            ));
+            // Providers cut a text without escapes from the frame and decode the others.
+            let text = match raw.get().find(body) {
+                Some(start) if body == text => raw.share(&raw.get()[start..start + body.len()]),
+                _ => SharedStr::from(text),
+            };
+            let mut event =
+                event(&session, seq, &format!("evt_x.{seq}"), EventKind::MessageDelta { item_id: None, text });
+            event.raw = Some(raw);
+            written.push(event);
+        }
+        for event in &written {
+            log.push(event);
+        }
+        for (pos, event) in written.iter().enumerate() {
+            assert_eq!(&log.get(pos), event, "event at {pos}");
+        }
+        let template = log.templates[usize::from(MESSAGE_DELTA)].as_ref().unwrap();
+        assert_eq!((template.pos, template.text.as_ref().map(|t| t.len())), (149, Some(12)));
+        // Each is its text as written, its ID and a few bytes (the first frame, kept whole,
+        // spread over all): kept beside its frame's difference, a decoded text would be there
+        // twice, and a frame that differs from its template from its text to its end would be
+        // kept whole.
+        let kept: usize = log.chunks.iter().map(Vec::len).sum();
+        let per_delta = kept / written.len();
+        assert!(per_delta < 12 + 32 + 24, "{per_delta} bytes per delta");
     }
 
     #[test]

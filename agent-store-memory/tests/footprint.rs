@@ -68,15 +68,22 @@ fn frames() -> [(&'static str, &'static str); 2] {
     ]
 }
 
-/// The `seq`th line of `frame`: a text of its own (a window into [`TEXT`] that moves along it),
-/// a time that moves every few lines, a line ID of its own.
-fn line(frame: &str, seq: u64) -> (String, std::ops::Range<usize>) {
+/// The `seq`th line of `frame`: a text of its own (a window into [`TEXT`] that moves along it,
+/// every third one with a quote and a newline the CLI escaped), a time that moves every few
+/// lines, a line ID of its own. Returns the line, where the text is written in it, and the text
+/// decoded when it differs from what is written.
+fn line(frame: &str, seq: u64) -> (String, std::ops::Range<usize>, Option<String>) {
     let from = (seq as usize * 7) % TEXT.len();
     let text = format!("{}{}", &TEXT[from..], &TEXT[..from]);
+    let (written, decoded) = if seq.is_multiple_of(3) {
+        (format!(r#"{text} \"quoted\"\n"#), Some(format!("{text} \"quoted\"\n")))
+    } else {
+        (text, None)
+    };
     let uuid = format!("9e3779b9-7f4a-4c15-a1a8-{:012x}", seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 16);
     let line = frame.replace("{at}", &(1_764_561_234_567 + seq / 3).to_string()).replace("{uuid}", &uuid);
     let start = line.find("{text}").expect("a frame has a text");
-    (line.replacen("{text}", &text, 1), start..start + text.len())
+    (line.replacen("{text}", &written, 1), start..start + written.len(), decoded)
 }
 
 /// Holds `EVENTS` deltas of `frame` the way a session writes them and returns the bytes the
@@ -93,11 +100,12 @@ async fn held_per_event(provider: &str, frame: &str) -> (f64, f64) {
     let prefix = EventId::generate();
     let mut raw_bytes = 0;
     let mut event = |seq: u64| {
-        // The text is cut from the frame, as providers cut it.
-        let (line, text) = line(frame, seq);
+        // A text without escapes is cut from the frame, as providers cut it; the others are
+        // decoded.
+        let (line, text, decoded) = line(frame, seq);
         raw_bytes += line.len();
         let raw = RawJson::parsed(line);
-        let text = raw.share(&raw.get()[text]);
+        let text = decoded.map_or_else(|| raw.share(&raw.get()[text]), Into::into);
         let kind = EventKind::MessageDelta { item_id: Some("msg_0123456789abcdef0123456789abcdef".into()), text };
         let event_id = EventId::from_string(format!("{prefix}.{seq}"));
         let session = id.clone();
@@ -138,8 +146,8 @@ async fn the_store_holds_a_streamed_event_in_less_than_its_raw_size() {
         let text_len = line(frame, EVENTS / 2).1.len() as f64;
         eprintln!("{provider}: {raw_len:.0}-byte frames held in {held:.1} bytes each");
         assert!(held <= raw_len * MAX_RATIO, "a {provider} delta of {raw_len:.0} raw bytes is held in {held:.0} bytes");
-        // Kept as what it does not share with the last frame kept whole: its text, the digits
-        // that changed, a few lengths and the header.
+        // Kept as what it does not share with the last frame kept whole: its text (once, as
+        // written, for an escaped one), the digits that changed, a few lengths and the header.
         let beyond_text = held - text_len;
         assert!(
             beyond_text <= MAX_BEYOND_TEXT,

@@ -1,6 +1,6 @@
 //! How [`EventLog`](super::EventLog) keeps a raw frame small: where a frame and its template
 //! agree (the shared start and end, kept as lengths instead of bytes), and where a delta's text
-//! lies in its frame (kept as a place instead of the text again).
+//! lies in its frame, verbatim or escaped (kept as a place instead of the text again).
 
 use agent_core::event::SharedStr;
 
@@ -73,36 +73,127 @@ pub(super) fn find_last(raw: &[u8], text: &[u8]) -> Option<usize> {
     None
 }
 
-/// Where `text` is in `raw`, when the frame holds it verbatim (a delta without escapes, the
-/// common case), so it is not kept twice.
-pub(super) fn text_place(text: &SharedStr, raw: &str) -> Option<std::ops::Range<usize>> {
-    let start = if text.lies_in(raw.as_bytes()) {
-        // A slice of the frame, as providers make them: where is a subtraction.
-        text.as_ptr() as usize - raw.as_ptr() as usize
-    } else if text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
-        // Written escaped in a JSON string (a decoded delta, most of those not cut from the
-        // frame): not worth looking for.
-        return None;
-    } else {
-        // The text is near the end of a frame more often than not.
-        find_last(raw.as_bytes(), text.as_bytes())?
-    };
-    Some(start..start + text.len())
+/// Where a delta's text is in its frame.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Place {
+    /// The bytes of the frame it is, or (`escaped`) the body of the JSON string it decodes from.
+    pub(super) range: std::ops::Range<usize>,
+    pub(super) escaped: bool,
 }
 
-/// A delta's text: its `place` in the frame, or the text itself.
-pub(super) fn put_text(out: &mut Vec<u8>, text: &SharedStr, place: Option<std::ops::Range<usize>>) {
+/// Where `text` is in `raw`, so it is not kept twice: verbatim (a delta without escapes, the
+/// common case), or as the body of a JSON string starting at `hint` (where the template's text
+/// starts: the same field in a frame of the same shape) that decodes to it.
+pub(super) fn text_place(text: &SharedStr, raw: &str, hint: Option<usize>) -> Option<Place> {
+    if text.lies_in(raw.as_bytes()) {
+        // A slice of the frame, as providers make them: where is a subtraction.
+        let start = text.as_ptr() as usize - raw.as_ptr() as usize;
+        return Some(Place { range: start..start + text.len(), escaped: false });
+    }
+    // A text the CLI had to escape is not in the frame as it is; nor is one it chose to
+    // (`\u00e9`, `\/`), which only the hint finds.
+    let plain = !text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20);
+    // The text is near the end of a frame more often than not.
+    if plain && let Some(start) = find_last(raw.as_bytes(), text.as_bytes()) {
+        return Some(Place { range: start..start + text.len(), escaped: false });
+    }
+    let start = hint.filter(|&start| raw.is_char_boundary(start))?;
+    let end = escaped_end(&raw.as_bytes()[start..], text.as_bytes())?;
+    Some(Place { range: start..start + end, escaped: true })
+}
+
+/// The length of the JSON string body at the start of `body` (up to its closing quote), if it
+/// decodes to exactly `text`.
+fn escaped_end(body: &[u8], text: &[u8]) -> Option<usize> {
+    let (mut i, mut t) = (0, 0);
+    loop {
+        // The run up to the next quote or escape is the text's next bytes as they are.
+        let run = memchr::memchr2(b'"', b'\\', &body[i..])?;
+        if text.get(t..t + run)? != &body[i..i + run] {
+            return None;
+        }
+        (i, t) = (i + run, t + run);
+        if body[i] == b'"' {
+            return (t == text.len()).then_some(i);
+        }
+        let (c, len) = unescape_at(&body[i..])?;
+        let mut utf8 = [0; 4];
+        let c = c.encode_utf8(&mut utf8).as_bytes();
+        if text.get(t..t + c.len())? != c {
+            return None;
+        }
+        (i, t) = (i + len, t + c.len());
+    }
+}
+
+/// The character an escape at the start of `s` stands for, and its length; `None` for what is
+/// not a JSON escape (a lone surrogate among them).
+fn unescape_at(s: &[u8]) -> Option<(char, usize)> {
+    let c = match *s.get(1)? {
+        b'"' => '"',
+        b'\\' => '\\',
+        b'/' => '/',
+        b'b' => '\u{8}',
+        b'f' => '\u{c}',
+        b'n' => '\n',
+        b'r' => '\r',
+        b't' => '\t',
+        b'u' => {
+            let unit = hex4(s.get(2..6)?)?;
+            if !(0xd800..0xdc00).contains(&unit) {
+                return Some((char::from_u32(unit)?, 6));
+            }
+            // A high surrogate: the low one must follow as an escape of its own.
+            let low = s.get(6..8).filter(|&e| e == b"\\u").and_then(|_| hex4(s.get(8..12)?))?;
+            if !(0xdc00..0xe000).contains(&low) {
+                return None;
+            }
+            return Some((char::from_u32(0x10000 + ((unit - 0xd800) << 10) + (low - 0xdc00))?, 12));
+        }
+        _ => return None,
+    };
+    Some((c, 2))
+}
+
+/// Four hex digits.
+fn hex4(digits: &[u8]) -> Option<u32> {
+    digits.iter().try_fold(0, |n, &d| Some(n << 4 | char::from(d).to_digit(16)?))
+}
+
+/// The text a JSON string body decodes to, one that [`text_place`] placed.
+pub(super) fn unescape(body: &str) -> String {
+    let bytes = body.as_bytes();
+    let mut text = String::with_capacity(body.len());
+    let mut i = 0;
+    while let Some(offset) = memchr::memchr(b'\\', &bytes[i..]) {
+        text.push_str(&body[i..i + offset]);
+        let (c, len) = unescape_at(&bytes[i + offset..]).expect("a body checked when it was placed");
+        text.push(c);
+        i += offset + len;
+    }
+    text.push_str(&body[i..]);
+    text
+}
+
+/// A delta's text: its place in the frame, or the text itself.
+pub(super) fn put_text(out: &mut Vec<u8>, text: &SharedStr, place: Option<&Place>) {
     match place {
-        Some(place) => {
-            put_varint(out, (text.len() as u64) << 1 | 1);
-            put_varint(out, place.start as u64);
+        Some(Place { range, escaped }) => {
+            let mode = if *escaped { TEXT_ESCAPED } else { TEXT_IN_FRAME };
+            put_varint(out, (range.len() as u64) << 2 | mode);
+            put_varint(out, range.start as u64);
         }
         None => {
-            put_varint(out, (text.len() as u64) << 1);
+            put_varint(out, (text.len() as u64) << 2 | TEXT_KEPT);
             out.extend_from_slice(text.as_bytes());
         }
     }
 }
+
+/// How [`put_text`] kept a text: the low two bits of its first varint.
+const TEXT_KEPT: u64 = 0;
+const TEXT_IN_FRAME: u64 = 1;
+const TEXT_ESCAPED: u64 = 2;
 
 /// `part` as the lengths of the start and end it shares with its template's part (`shared`,
 /// from [`shared_ends`]) and the bytes between.
@@ -115,7 +206,7 @@ pub(super) fn put_part(out: &mut Vec<u8>, part: &str, (prefix, suffix): (usize, 
 /// A delta's text as [`put_text`] wrote it.
 pub(super) enum Text<'a> {
     /// Where it is in the event's frame.
-    InFrame(std::ops::Range<usize>),
+    InFrame(Place),
     /// The text itself.
     Kept(&'a str),
 }
@@ -135,10 +226,10 @@ impl<'a> Reader<'a> {
     /// What [`put_text`] wrote.
     pub(super) fn text(&mut self) -> Text<'a> {
         let tagged = self.varint();
-        let len = usize::try_from(tagged >> 1).expect("a length that fit in memory");
-        if tagged & 1 == 1 {
+        let len = usize::try_from(tagged >> 2).expect("a length that fit in memory");
+        if tagged & 3 != TEXT_KEPT {
             let offset = usize::try_from(self.varint()).expect("an offset that fit in memory");
-            return Text::InFrame(offset..offset + len);
+            return Text::InFrame(Place { range: offset..offset + len, escaped: tagged & 3 == TEXT_ESCAPED });
         }
         let (s, rest) = self.bytes.split_at(len);
         self.bytes = rest;
@@ -200,6 +291,42 @@ mod tests {
         assert_eq!(common_prefix(b"0123456789", b"01234567"), 8);
         assert_eq!(common_suffix(b"xx0123456789", b"0123456789"), 10);
         assert_eq!(common_suffix(b"", b"abc"), 0);
+    }
+
+    #[test]
+    fn an_escaped_text_is_placed_where_its_json_string_decodes_to_it() {
+        let cases = [
+            (r#"a\"b\\c\/d\n\t\r\b\f"#, "a\"b\\c/d\n\t\r\u{8}\u{c}"),
+            // Escapes the CLI chose to write: the text itself has none of `"`, `\` or controls.
+            (r#"caf\u00e9 \uD83D\ude00 日本"#, "café \u{1f600} 日本"),
+            (r#"\u0022"#, "\""),
+        ];
+        for (body, text) in cases {
+            let raw = format!(r#"{{"delta":"{body}","n":1}}"#);
+            let place = text_place(&SharedStr::from(text), &raw, Some(10)).expect(body);
+            assert_eq!(place, Place { range: 10..10 + body.len(), escaped: true }, "{body}");
+            assert_eq!(unescape(&raw[place.range]), text);
+        }
+        let raw = r#"{"delta":"a\nb","n":"a\nb"}"#;
+        let text = SharedStr::from("a\nb");
+        assert_eq!(text_place(&text, raw, Some(10)).map(|p| p.range), Some(10..14));
+        assert_eq!(text_place(&text, raw, Some(21)).map(|p| p.range), Some(21..25), "wherever the hint says");
+        for hint in [None, Some(0), Some(9), Some(11), Some(raw.len()), Some(raw.len() + 1)] {
+            assert_eq!(text_place(&text, raw, hint), None, "{hint:?}");
+        }
+        for text in ["a\nc", "a\n", "a\nbb", "a\\nb"] {
+            assert_eq!(text_place(&SharedStr::from(text), raw, Some(10)), None, "{text:?}");
+        }
+        // Not on a character boundary, and not a string's end in the frame.
+        assert_eq!(text_place(&SharedStr::from("\u{e9}\n"), r#"["é\n"]"#, Some(3)), None);
+        assert_eq!(text_place(&SharedStr::from("x\n"), r#"["x\n"#, Some(2)), None);
+        // What is not a JSON escape decodes to nothing.
+        assert_eq!(unescape_at(br"\ud83d\ude00"), Some(('\u{1f600}', 12)));
+        for bad in
+            [&br"\ud83d"[..], br"\ud83d\u0041", br"\ude00", br"\ud83dx\ude00", br"\x", br"\u12", br"\u00G0", br"\"]
+        {
+            assert_eq!(unescape_at(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]
