@@ -22,7 +22,7 @@ use serde_json::value::RawValue;
 use crate::ids::{EventId, ItemId, ProviderId, RequestId, SessionId, TurnId};
 use crate::request::{Request, Response};
 use crate::session::CloseReason;
-pub use crate::text::{SharedStr, TextArena};
+pub use crate::text::{SharedStr, TextArena, json_escape};
 use crate::time::Timestamp;
 use crate::turn::{TurnResult, TurnStatus};
 

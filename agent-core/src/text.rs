@@ -118,6 +118,59 @@ impl TextArena {
     }
 }
 
+/// The character the JSON string escape at the start of `escape` stands for (`escape` starts
+/// with its `\`), and how many bytes the escape takes: 2, 6 (`\uXXXX`) or 12 (a surrogate
+/// pair, two `\u` escapes). `None` for what JSON does not allow, a lone surrogate among them.
+///
+/// ```
+/// use agent_core::event::json_escape;
+///
+/// assert_eq!(json_escape(br#"\n and more"#), Some(('\n', 2)));
+/// assert_eq!(json_escape(br#"\u00e9"#), Some(('é', 6)));
+/// assert_eq!(json_escape(br#"\ud83d\ude00"#), Some(('\u{1f600}', 12)));
+/// assert_eq!(json_escape(br#"\ud83d"#), None);
+/// ```
+#[inline]
+pub fn json_escape(escape: &[u8]) -> Option<(char, usize)> {
+    let c = match *escape.get(1)? {
+        b'"' => '"',
+        b'\\' => '\\',
+        b'/' => '/',
+        b'b' => '\u{8}',
+        b'f' => '\u{c}',
+        b'n' => '\n',
+        b'r' => '\r',
+        b't' => '\t',
+        b'u' => {
+            let unit = hex4(escape.get(2..6)?)?;
+            if !(0xd800..0xe000).contains(&unit) {
+                return Some((char::from_u32(unit)?, 6));
+            }
+            // A high surrogate, with its low half as the next escape.
+            let low = escape.get(6..8).filter(|&u| u == b"\\u").and_then(|_| hex4(escape.get(8..12)?))?;
+            if unit >= 0xdc00 || !(0xdc00..0xe000).contains(&low) {
+                return None;
+            }
+            return Some((char::from_u32(0x10000 + ((unit - 0xd800) << 10) + (low - 0xdc00))?, 12));
+        }
+        _ => return None,
+    };
+    Some((c, 2))
+}
+
+/// The value of four hex digits.
+fn hex4(digits: &[u8]) -> Option<u32> {
+    digits.iter().try_fold(0, |value, &d| {
+        let nibble = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            b'A'..=b'F' => d - b'A' + 10,
+            _ => return None,
+        };
+        Some(value << 4 | u32::from(nibble))
+    })
+}
+
 /// True when `part` is (a non-empty) part of `whole`'s memory.
 pub(crate) fn lies_in(part: &[u8], whole: &[u8]) -> bool {
     let whole = whole.as_ptr_range();
@@ -260,6 +313,42 @@ impl<'de> Deserialize<'de> for SharedStr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_escapes_decode_to_their_character_and_nothing_else_does() {
+        let good: [(&[u8], char, usize); 12] = [
+            (br#"\""#, '"', 2),
+            (br"\\", '\\', 2),
+            (br"\/", '/', 2),
+            (br"\b", '\u{8}', 2),
+            (br"\f", '\u{c}', 2),
+            (br"\n", '\n', 2),
+            (br"\r", '\r', 2),
+            (br"\t", '\t', 2),
+            (br"\u00E9 after", 'é', 6),
+            (br"\u0000", '\0', 6),
+            (br"\ud83d\ude00", '\u{1f600}', 12),
+            (br"\uDBFF\uDFFF", '\u{10ffff}', 12),
+        ];
+        for (escape, c, len) in good {
+            assert_eq!(json_escape(escape), Some((c, len)), "{}", String::from_utf8_lossy(escape));
+        }
+        let bad: [&[u8]; 10] = [
+            br"\ud83d",
+            br"\ud83d\u0041",
+            br"\ude00",
+            br"\ud83dx\ude00",
+            br"\ud83d\ud83d",
+            br"\x",
+            br"\u12",
+            br"\u00G0",
+            br"\",
+            b"",
+        ];
+        for escape in bad {
+            assert_eq!(json_escape(escape), None, "{}", String::from_utf8_lossy(escape));
+        }
+    }
 
     #[test]
     fn text_in_its_chunk_is_a_slice_and_elsewhere_a_copy() {

@@ -34,6 +34,8 @@
 
 use std::borrow::Cow;
 
+use agent_core::event::json_escape;
+
 /// Deepest nesting [`Scanner::skip_value`] follows (as `serde_json`'s default recursion limit).
 pub const MAX_DEPTH: usize = 128;
 
@@ -363,56 +365,9 @@ impl<'a> Scanner<'a> {
 
     /// The character an escape (after its `\`) stands for.
     fn escape(&mut self) -> Option<char> {
-        let c = match self.peek()? {
-            b'"' => '"',
-            b'\\' => '\\',
-            b'/' => '/',
-            b'b' => '\u{8}',
-            b'f' => '\u{c}',
-            b'n' => '\n',
-            b'r' => '\r',
-            b't' => '\t',
-            b'u' => {
-                self.pos += 1;
-                let unit = self.hex4()?;
-                return match unit {
-                    0xD800..=0xDBFF => {
-                        // A high surrogate: its low half must follow as another escape.
-                        if !self.bytes()[self.pos..].starts_with(b"\\u") {
-                            return None;
-                        }
-                        self.pos += 2;
-                        let low = self.hex4()?;
-                        if !(0xDC00..=0xDFFF).contains(&low) {
-                            return None;
-                        }
-                        char::from_u32(0x10000 + ((u32::from(unit) - 0xD800) << 10) + (u32::from(low) - 0xDC00))
-                    }
-                    // A lone low surrogate.
-                    0xDC00..=0xDFFF => None,
-                    unit => char::from_u32(u32::from(unit)),
-                };
-            }
-            _ => return None,
-        };
-        self.pos += 1;
+        let (c, len) = json_escape(&self.bytes()[self.pos - 1..])?;
+        self.pos += len - 1;
         Some(c)
-    }
-
-    fn hex4(&mut self) -> Option<u16> {
-        let digits = self.bytes().get(self.pos..self.pos + 4)?;
-        let mut value = 0u16;
-        for &d in digits {
-            let nibble = match d {
-                b'0'..=b'9' => d - b'0',
-                b'a'..=b'f' => d - b'a' + 10,
-                b'A'..=b'F' => d - b'A' + 10,
-                _ => return None,
-            };
-            value = value << 4 | u16::from(nibble);
-        }
-        self.pos += 4;
-        Some(value)
     }
 }
 

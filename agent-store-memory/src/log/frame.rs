@@ -2,7 +2,7 @@
 //! agree (the shared start and end, kept as lengths instead of bytes), and where a delta's text
 //! lies in its frame, verbatim or escaped (kept as a place instead of the text again).
 
-use agent_core::event::SharedStr;
+use agent_core::event::{SharedStr, json_escape};
 
 use super::codec::{Reader, put_str, put_varint};
 
@@ -116,7 +116,7 @@ fn escaped_end(body: &[u8], text: &[u8]) -> Option<usize> {
         if body[i] == b'"' {
             return (t == text.len()).then_some(i);
         }
-        let (c, len) = unescape_at(&body[i..])?;
+        let (c, len) = json_escape(&body[i..])?;
         let mut utf8 = [0; 4];
         let c = c.encode_utf8(&mut utf8).as_bytes();
         if text.get(t..t + c.len())? != c {
@@ -126,40 +126,6 @@ fn escaped_end(body: &[u8], text: &[u8]) -> Option<usize> {
     }
 }
 
-/// The character an escape at the start of `s` stands for, and its length; `None` for what is
-/// not a JSON escape (a lone surrogate among them).
-fn unescape_at(s: &[u8]) -> Option<(char, usize)> {
-    let c = match *s.get(1)? {
-        b'"' => '"',
-        b'\\' => '\\',
-        b'/' => '/',
-        b'b' => '\u{8}',
-        b'f' => '\u{c}',
-        b'n' => '\n',
-        b'r' => '\r',
-        b't' => '\t',
-        b'u' => {
-            let unit = hex4(s.get(2..6)?)?;
-            if !(0xd800..0xdc00).contains(&unit) {
-                return Some((char::from_u32(unit)?, 6));
-            }
-            // A high surrogate: the low one must follow as an escape of its own.
-            let low = s.get(6..8).filter(|&e| e == b"\\u").and_then(|_| hex4(s.get(8..12)?))?;
-            if !(0xdc00..0xe000).contains(&low) {
-                return None;
-            }
-            return Some((char::from_u32(0x10000 + ((unit - 0xd800) << 10) + (low - 0xdc00))?, 12));
-        }
-        _ => return None,
-    };
-    Some((c, 2))
-}
-
-/// Four hex digits.
-fn hex4(digits: &[u8]) -> Option<u32> {
-    digits.iter().try_fold(0, |n, &d| Some(n << 4 | char::from(d).to_digit(16)?))
-}
-
 /// The text a JSON string body decodes to, one that [`text_place`] placed.
 pub(super) fn unescape(body: &str) -> String {
     let bytes = body.as_bytes();
@@ -167,7 +133,7 @@ pub(super) fn unescape(body: &str) -> String {
     let mut i = 0;
     while let Some(offset) = memchr::memchr(b'\\', &bytes[i..]) {
         text.push_str(&body[i..i + offset]);
-        let (c, len) = unescape_at(&bytes[i + offset..]).expect("a body checked when it was placed");
+        let (c, len) = json_escape(&bytes[i + offset..]).expect("a body checked when it was placed");
         text.push(c);
         i += offset + len;
     }
@@ -320,12 +286,10 @@ mod tests {
         // Not on a character boundary, and not a string's end in the frame.
         assert_eq!(text_place(&SharedStr::from("\u{e9}\n"), r#"["é\n"]"#, Some(3)), None);
         assert_eq!(text_place(&SharedStr::from("x\n"), r#"["x\n"#, Some(2)), None);
-        // What is not a JSON escape decodes to nothing.
-        assert_eq!(unescape_at(br"\ud83d\ude00"), Some(('\u{1f600}', 12)));
-        for bad in
-            [&br"\ud83d"[..], br"\ud83d\u0041", br"\ude00", br"\ud83dx\ude00", br"\x", br"\u12", br"\u00G0", br"\"]
-        {
-            assert_eq!(unescape_at(bad), None, "{}", String::from_utf8_lossy(bad));
+        // A body with what is not a JSON escape: no place.
+        for body in [r"\ud83d", r"\x"] {
+            let raw = format!(r#"{{"delta":"{body}"}}"#);
+            assert_eq!(text_place(&SharedStr::from("?"), &raw, Some(10)), None, "{body}");
         }
     }
 
