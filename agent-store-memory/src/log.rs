@@ -460,7 +460,8 @@ impl EventLog {
             0 => None,
             i => Some(self.items.get(i - 1).clone()),
         };
-        // A text kept as a place in the frame becomes a slice of the rebuilt frame.
+        // A text kept as a place in the frame becomes a slice of the rebuilt frame, or, written
+        // there with escapes, its decoding.
         let text = |r: &mut Reader<'_>| match (r.text(), &raw) {
             (Text::InFrame(Place { range, escaped: false }), Some(raw)) => raw.share(&raw.get()[range]),
             (Text::InFrame(Place { range, escaped: true }), Some(raw)) => SharedStr::from(unescape(&raw.get()[range])),
