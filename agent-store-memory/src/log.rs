@@ -598,6 +598,16 @@ fn delta_text(kind: &EventKind) -> Option<&SharedStr> {
 mod tests {
     use super::*;
 
+    /// A xorshift generator from `state`: the same numbers on every run.
+    pub(super) fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
     fn event(session: &SessionId, seq: u64, id: &str, kind: EventKind) -> Event {
         Event::from_parts(
             EventId::from_string(id),
@@ -726,13 +736,7 @@ mod tests {
         let session = SessionId::new("s").unwrap();
         let mut log = EventLog::new(session.clone());
         let alphabet = ['a', ' ', '"', '\\', '/', '\n', '\t', '\u{1}', '\u{7f}', 'é', '日', '\u{1f600}'];
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         let (mut written, mut bodies) = (Vec::new(), 0);
         for seq in 1..=2_000u64 {
             let text: String = (0..next() % 12).map(|_| alphabet[(next() % alphabet.len() as u64) as usize]).collect();

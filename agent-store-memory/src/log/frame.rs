@@ -226,13 +226,7 @@ mod tests {
         assert_eq!(shared_ends(b"", "new"), (0, 0));
         // Pairs of strings from a small alphabet of one- to four-byte characters.
         let alphabet = ['a', 'b', 'é', 'è', '日', '朥', '\u{1f600}', '\u{1f601}'];
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::log::tests::xorshift(0x2545_f491_4f6c_dd1d);
         for _ in 0..5_000 {
             let mut word = |n: u64| (0..n).map(|_| alphabet[(next() % 8) as usize]).collect::<String>();
             let (head, tail) = (word(20), word(20));
