@@ -235,9 +235,24 @@ impl Journal {
         let seq = self.next_seq;
         self.next_seq += 1;
         let at = *self.clock.get_or_insert_with(Timestamp::now);
-        let event = Event {
+        let id = EventId::in_sequence(&self.event_prefix, seq);
+        // A streaming turn evicts an event from the ring for every one it makes: writing into
+        // the evicted one's allocation saves an allocation and a free (often on another
+        // thread) per event, and it names this session and provider already.
+        if let Some(mut spare) = self.recycled.pop()
+            && let Some(slot) = Arc::get_mut(&mut spare)
+        {
+            slot.id = id;
+            slot.seq = seq;
+            slot.turn_id = turn;
+            slot.at = at;
+            slot.kind = kind;
+            slot.raw = raw;
+            return spare;
+        }
+        Arc::new(Event {
             schema_version: SCHEMA_VERSION,
-            id: EventId::in_sequence(&self.event_prefix, seq),
+            id,
             seq,
             session_id: self.session.id.clone(),
             turn_id: turn,
@@ -245,17 +260,7 @@ impl Journal {
             at,
             kind,
             raw,
-        };
-        // A streaming turn evicts an event from the ring for every one it makes: writing into
-        // the evicted one's allocation saves an allocation and a free (often on another
-        // thread) per event.
-        if let Some(mut spare) = self.recycled.pop()
-            && let Some(slot) = Arc::get_mut(&mut spare)
-        {
-            *slot = event;
-            return spare;
-        }
-        Arc::new(event)
+        })
     }
 
     /// Keeps `evicted` for [`Journal::make`] when nothing else holds it, up to [`RECYCLED`].
@@ -265,6 +270,8 @@ impl Journal {
         {
             // The raw JSON may be a slice of a read buffer: let it go now, not when reused.
             event.raw = None;
+            // `make` keeps these two when it reuses the event.
+            debug_assert!(event.session_id == self.session.id && event.provider == self.session.provider);
             self.recycled.push(evicted);
         }
     }
