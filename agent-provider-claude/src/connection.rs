@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use agent_core::event::RawJson;
 use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::{Sink, SinkBuffer, TurnId};
@@ -174,53 +175,73 @@ impl fmt::Debug for Connection {
     }
 }
 
+/// What normalizing a line left for the reader to do after the messages it gathered are sent.
+enum Then {
+    /// Go on with the next line.
+    Next,
+    /// The line ended the turn: send everything, then wake those waiting for it.
+    TurnEnded,
+    /// The line is claude's reply to a control request of ours: send everything first, then
+    /// answer the caller.
+    Reply { key: ControlRequestId, raw: RawJson },
+}
+
+/// The most lines normalized under one lock of the protocol state before what they produced is
+/// sent: the state's other users (a turn starting, an answer) wait for no longer than that.
+const LINES_PER_LOCK: usize = 64;
+
+/// Normalizes one stdout line into `actions`, its raw JSON attached.
+fn normalize_line(
+    state: &mut Normalizer,
+    frame: TextFrame<'_>,
+    chunk: Option<&Bytes>,
+    max_line: usize,
+    actions: &mut Vec<Action>,
+) -> Then {
+    let text = match frame.into_text(CLI, max_line) {
+        Ok(Some(text)) => text,
+        Ok(None) => return Then::Next,
+        Err(warning) => {
+            actions.push(state.garbage(warning));
+            return Then::Next;
+        }
+    };
+    let Ok(line) = Envelope::parse(text) else {
+        actions.push(state.garbage(unparsed_line_warning(CLI, "a JSON message", text.len())));
+        return Then::Next;
+    };
+    if line.kind == "control_response"
+        && let Some(key) = ControlRequestId::of_reply(text)
+    {
+        return Then::Reply { key, raw: keep_line(text, chunk) };
+    }
+    let start = actions.len();
+    state.on_line(text, chunk, &line, actions);
+    let line_actions = &mut actions[start..];
+    attach(line_actions, keep_line(text, chunk));
+    if line_actions.iter().any(Action::ends_turn) { Then::TurnEnded } else { Then::Next }
+}
+
 impl Shared {
-    /// Handles one stdout line. Errs when the session runtime is gone.
-    async fn on_frame(
-        &self,
-        frame: TextFrame<'_>,
-        chunk: Option<&Bytes>,
-        max_line: usize,
-        actions: &mut Vec<Action>,
-        out: &mut SinkBuffer,
-    ) -> Result<(), SinkClosed> {
-        let text = match frame.into_text(CLI, max_line) {
-            Ok(Some(text)) => text,
-            Ok(None) => return Ok(()),
-            Err(warning) => return self.garbage(warning, out).await,
-        };
-        let Ok(line) = Envelope::parse(text) else {
-            let len = text.len();
-            return self.garbage(unparsed_line_warning(CLI, "a JSON message", len), out).await;
-        };
-        if line.kind == "control_response"
-            && let Some(key) = ControlRequestId::of_reply(text)
-        {
-            // What came before a reply reaches the session before its caller goes on.
-            out.flush().await?;
-            match self.pending.resolve(&key, keep_line(text, chunk)) {
-                Ok(()) => return Ok(()),
-                Err(_) => {
+    /// Sends what `actions` gathered, then does what the last line normalized needs.
+    async fn finish(&self, then: Then, actions: &mut Vec<Action>, out: &mut SinkBuffer) -> Result<(), SinkClosed> {
+        self.run(actions, out).await?;
+        match then {
+            Then::Next => {}
+            Then::TurnEnded => {
+                // The turn's end reaches the session before a caller waiting for it goes on.
+                out.flush().await?;
+                self.turn_ended.notify_waiters();
+            }
+            Then::Reply { key, raw } => {
+                // What came before a reply reaches the session before its caller goes on.
+                out.flush().await?;
+                if self.pending.resolve(&key, raw).is_err() {
                     tracing::debug!(request = %key.0, "a control response nobody waits for");
-                    return Ok(());
                 }
             }
         }
-        lock(&self.state).on_line(text, chunk, &line, actions);
-        attach(actions, keep_line(text, chunk));
-        let ends_turn = actions.iter().any(Action::ends_turn);
-        self.run(actions, out).await?;
-        if ends_turn {
-            // The turn's end reaches the session before a caller waiting for it goes on.
-            out.flush().await?;
-            self.turn_ended.notify_waiters();
-        }
         Ok(())
-    }
-
-    async fn garbage(&self, message: String, out: &mut SinkBuffer) -> Result<(), SinkClosed> {
-        let action = lock(&self.state).garbage(message);
-        self.run(&mut vec![action], out).await
     }
 
     /// Carries out `actions` (what they report gathered in `out`), leaving the buffer empty.
@@ -280,13 +301,25 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
     let mut out = shared.sink.buffer();
     let read_error = loop {
         let Ok(next) = flush_before_wait(&mut out, lines.next_line_in_chunk()).await else { return };
-        let handled = match next {
+        let then = match next {
             Ok(Some((line, chunk))) => {
-                shared.on_frame(TextFrame::from_line(line), chunk, max_line, &mut actions, &mut out).await
+                // The other lines this read brought are normalized under the same lock before
+                // anything is sent.
+                let mut state = lock(&shared.state);
+                let mut then = normalize_line(&mut state, TextFrame::from_line(line), chunk, max_line, &mut actions);
+                for _ in 1..LINES_PER_LOCK {
+                    if !matches!(then, Then::Next) {
+                        break;
+                    }
+                    let Some((line, chunk)) = lines.next_buffered_line() else { break };
+                    then = normalize_line(&mut state, TextFrame::from_line(line), Some(chunk), max_line, &mut actions);
+                }
+                then
             }
             Ok(None) => break None,
             Err(error) => break Some(error),
         };
+        let handled = shared.finish(then, &mut actions, &mut out).await;
         if handled.is_err() {
             // The session runtime is gone; it drops the connection, which kills the process.
             return;

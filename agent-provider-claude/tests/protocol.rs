@@ -213,6 +213,50 @@ async fn permission_answers_and_unserved_control_requests() {
     fixture.harness.stop_session(&session, false).await.unwrap();
 }
 
+/// A whole turn in one write, with a control response nobody waits for and a line that is not
+/// JSON in the middle: the reader takes them from one read, and every line after them is still
+/// read, in order.
+#[tokio::test(start_paused = true)]
+async fn lines_that_come_in_one_write_keep_their_order_around_replies_and_garbage() {
+    let mut out = init() + "\n";
+    for i in 0..150 {
+        out += &delta(&format!("{i},"));
+        out += "\n";
+        if i == 70 {
+            out += "not json\n\n";
+        }
+        if i == 100 {
+            out += &json!({"type": "control_response", "response": {"subtype": "success", "request_id": "req_999"}})
+                .to_string();
+            out += "\n";
+        }
+    }
+    out += &result(false, "done", 0.01);
+    out += "\n";
+    let claude = initialized().expect_line(user_line()).stdout_bytes(out.into_bytes()).wait_eof();
+    let fixture = Fixture::new(claude);
+    let session = fixture.session(fixture.options()).await;
+    let events = fixture.run(&session, |_| None).await;
+    let names: Vec<&str> = events.iter().map(|e| e.type_name()).collect();
+    assert_eq!(names.last(), Some(&"turn_completed"));
+    let garbage =
+        |e: &Arc<Event>| matches!(&e.kind, EventKind::Warning { message } if message.contains("not a JSON message"));
+    assert_eq!(events.iter().filter(|e| garbage(e)).count(), 1, "{names:?}");
+    let warning = events.iter().position(garbage).unwrap();
+    assert_eq!(names[warning - 1..warning + 2], ["message_delta", "warning", "message_delta"]);
+    let texts: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::MessageDelta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    let expected: Vec<String> = (0..150).map(|i| format!("{i},")).collect();
+    assert_eq!(texts, expected);
+    // Session events (the session's ID from `init`) are not the turn's.
+    assert!(events.windows(2).all(|w| w[0].seq < w[1].seq));
+}
+
 /// An acknowledged interrupt whose `result` never comes: the cancel times out at the adapter's
 /// deadline (on the paused clock), the turn fails and the session retires.
 #[tokio::test(start_paused = true)]

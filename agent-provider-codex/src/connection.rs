@@ -195,56 +195,43 @@ impl fmt::Debug for Connection {
     }
 }
 
+/// What normalizing a line left for the reader to do after the messages it gathered are sent.
+enum Then {
+    /// Go on with the next line.
+    Next,
+    /// The line ended the turn: send everything, then wake those waiting for it.
+    TurnEnded,
+    /// The line is codex's response to a request of ours: send everything first, then answer
+    /// the caller.
+    Reply { id: i64, raw: RawJson },
+}
+
+/// The most lines normalized under one lock of the protocol state before what they produced is
+/// sent: the state's other users (a turn starting, an answer) wait for no longer than that.
+const LINES_PER_LOCK: usize = 64;
+
 impl Shared {
-    /// Handles one stdout line, gathering what it produced in `out`. Errs when the session
-    /// runtime is gone.
-    async fn on_frame(
-        &self,
-        frame: TextFrame<'_>,
-        chunk: Option<&Bytes>,
-        max_line: usize,
-        actions: &mut Vec<Action>,
-        out: &mut SinkBuffer,
-    ) -> Result<(), SinkClosed> {
-        let text = match frame.into_text(CLI, max_line) {
-            Ok(Some(text)) => text,
-            Ok(None) => return Ok(()),
-            Err(warning) => return self.garbage(warning, out).await,
-        };
-        // One parse of the line: the message borrows from it until it is normalized, then the
-        // line (shared with the read it came in) becomes the raw JSON of what it produced.
-        let Ok(message) = wire::parse(text) else {
-            let len = text.len();
-            return self.garbage(unparsed_line_warning(CLI, "JSON", len), out).await;
-        };
-        let raw = if let Message::Response { id: RpcId::Num(id) } = message {
-            // What came before a reply reaches the session before its caller goes on.
-            out.flush().await?;
-            match self.pending.resolve(&JsonRpcId(id), keep_line(text, chunk)) {
-                Ok(()) => return Ok(()),
-                Err(raw) => {
+    /// Sends what `actions` gathered, then does what the last line normalized needs.
+    async fn finish(&self, then: Then, actions: &mut Vec<Action>, out: &mut SinkBuffer) -> Result<(), SinkClosed> {
+        self.run(actions, out).await?;
+        match then {
+            Then::Next => {}
+            Then::TurnEnded => {
+                // The turn's end reaches the session before a caller waiting for it goes on.
+                out.flush().await?;
+                self.turn_ended.notify_waiters();
+            }
+            Then::Reply { id, raw } => {
+                // What came before a reply reaches the session before its caller goes on.
+                out.flush().await?;
+                if let Err(raw) = self.pending.resolve(&JsonRpcId(id), raw) {
                     lock(&self.state).on_message(Message::Response { id: RpcId::Num(id) }, None, actions);
-                    raw
+                    attach(actions, raw);
+                    self.run(actions, out).await?;
                 }
             }
-        } else {
-            lock(&self.state).on_message(message, chunk, actions);
-            keep_line(text, chunk)
-        };
-        attach(actions, raw);
-        let ends_turn = actions.iter().any(Action::ends_turn);
-        self.run(actions, out).await?;
-        if ends_turn {
-            // The turn's end reaches the session before a caller waiting for it goes on.
-            out.flush().await?;
-            self.turn_ended.notify_waiters();
         }
         Ok(())
-    }
-
-    async fn garbage(&self, message: String, out: &mut SinkBuffer) -> Result<(), SinkClosed> {
-        let action = lock(&self.state).garbage(message);
-        self.run(&mut vec![action], out).await
     }
 
     /// Carries out `actions` (what they report gathered in `out`), leaving the buffer empty.
@@ -310,19 +297,63 @@ impl Shared {
     }
 }
 
+/// Normalizes one stdout line into `actions`, its raw JSON attached.
+fn normalize_line(
+    state: &mut Normalizer,
+    line: TextFrame<'_>,
+    chunk: Option<&Bytes>,
+    max_line: usize,
+    actions: &mut Vec<Action>,
+) -> Then {
+    let text = match line.into_text(CLI, max_line) {
+        Ok(Some(text)) => text,
+        Ok(None) => return Then::Next,
+        Err(warning) => {
+            actions.push(state.garbage(warning));
+            return Then::Next;
+        }
+    };
+    // One parse of the line: the message borrows from it until it is normalized, then the
+    // line (shared with the read it came in) becomes the raw JSON of what it produced.
+    let Ok(message) = wire::parse(text) else {
+        actions.push(state.garbage(unparsed_line_warning(CLI, "JSON", text.len())));
+        return Then::Next;
+    };
+    if let Message::Response { id: RpcId::Num(id) } = message {
+        return Then::Reply { id, raw: keep_line(text, chunk) };
+    }
+    let start = actions.len();
+    state.on_message(message, chunk, actions);
+    let line_actions = &mut actions[start..];
+    attach(line_actions, keep_line(text, chunk));
+    if line_actions.iter().any(Action::ends_turn) { Then::TurnEnded } else { Then::Next }
+}
+
 async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) {
     let mut lines = LineReader::new(stdout, max_line);
     let mut actions = Vec::new();
     let mut out = shared.sink.buffer();
     let read_error = loop {
         let Ok(next) = flush_before_wait(&mut out, lines.next_line_in_chunk()).await else { return };
-        let handled = match next {
+        let then = match next {
             Ok(Some((line, chunk))) => {
-                shared.on_frame(TextFrame::from_line(line), chunk, max_line, &mut actions, &mut out).await
+                // The other lines this read brought are normalized under the same lock before
+                // anything is sent.
+                let mut state = lock(&shared.state);
+                let mut then = normalize_line(&mut state, TextFrame::from_line(line), chunk, max_line, &mut actions);
+                for _ in 1..LINES_PER_LOCK {
+                    if !matches!(then, Then::Next) {
+                        break;
+                    }
+                    let Some((line, chunk)) = lines.next_buffered_line() else { break };
+                    then = normalize_line(&mut state, TextFrame::from_line(line), Some(chunk), max_line, &mut actions);
+                }
+                then
             }
             Ok(None) => break None,
             Err(error) => break Some(error),
         };
+        let handled = shared.finish(then, &mut actions, &mut out).await;
         if handled.is_err() {
             // The session runtime is gone; it drops the connection, which kills the process.
             return;

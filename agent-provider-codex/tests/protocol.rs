@@ -274,6 +274,61 @@ async fn turns_normalize_and_carry_skills_and_overrides() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn lines_that_come_in_one_write_keep_their_order_around_replies_and_garbage() {
+    // The reply to `turn/start`, the whole turn, a stray response and a line that is not JSON,
+    // in one write: the reader takes them from one read.
+    let script = handshake()
+        .expect_request("turn/start")
+        .answer(|request| {
+            let id = serde_json::from_str::<Value>(request).unwrap()["id"].clone();
+            let mut out = format!("{}\n", json!({"id": id, "result": serde_json::from_str::<Value>(TURN).unwrap()}));
+            out += &notification(
+                "turn/started",
+                json!({"threadId": "th-1", "turn": {"id": "tu-1", "status": "inProgress"}}),
+            );
+            out += "\n";
+            for i in 0..150 {
+                out += &delta(&format!("{i},"));
+                out += "\n";
+                if i == 70 {
+                    out += "not json\n\n";
+                }
+                if i == 100 {
+                    // A response nobody waits for, in the middle of the read.
+                    out += "{\"id\":999,\"result\":{}}\n";
+                }
+            }
+            out += &completed("completed");
+            out += "\n";
+            vec![Step::Stdout(out.into_bytes())]
+        })
+        .wait_eof();
+    let fixture = Fixture::with(script);
+    let session = fixture.session(options()).await;
+    let turn = fixture.harness.start_turn(&session, "hi", TurnOptions::new()).await.unwrap();
+    let stream = fixture.harness.stream(&turn, Replay::Start, Some(Duration::from_secs(60))).await.unwrap();
+    let events = stream.collect().await.expect("the turn ends");
+    let names = names(&events);
+    assert_eq!(names.first(), Some(&"turn_started"));
+    assert_eq!(names.last(), Some(&"turn_completed"));
+    assert_eq!(names.iter().filter(|n| **n == "warning").count(), 1, "{names:?}");
+    let texts: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::MessageDelta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    let expected: Vec<String> = (0..150).map(|i| format!("{i},")).collect();
+    assert_eq!(texts, expected);
+    let warning = names.iter().position(|n| *n == "warning").unwrap();
+    assert_eq!(names[warning - 1..warning + 2], ["message_delta", "warning", "message_delta"]);
+    assert_eq!(texts.concat(), end(&events).result.text.unwrap());
+    // The stray response is a session event, not one of the turn's.
+    assert!(events.windows(2).all(|w| w[0].seq < w[1].seq));
+}
+
 /// Plays one server request in a turn, answers it with `response`, and returns what the
 /// provider wrote back for it (and whether it also interrupted the turn).
 async fn answer(request: Value, response: Response) -> (Value, bool) {

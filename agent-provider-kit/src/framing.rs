@@ -153,6 +153,38 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     }
 }
 
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    /// The next line with the chunk it lies in, when the last read brought all of it; `None`
+    /// when the next line needs a read (or is over the cap: [`LineReader::next_line_in_chunk`]
+    /// reports it). Never waits: a reader that took a line with `next_line_in_chunk` takes the
+    /// rest of that read's lines with this one, without an `await` between them (a lock can
+    /// stay held), and goes back to `next_line_in_chunk` when it returns `None`.
+    ///
+    /// ```
+    /// use agent_provider_kit::framing::{Line, LineReader};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let mut lines = LineReader::new(&b"a\nb\nc"[..], 1024);
+    /// assert!(matches!(lines.next_line_in_chunk().await.unwrap(), Some((Line::Text(b"a"), Some(_)))));
+    /// assert!(matches!(lines.next_buffered_line(), Some((Line::Text(b"b"), _))));
+    /// // The last line has no newline yet: only a read can tell where it ends.
+    /// assert!(lines.next_buffered_line().is_none());
+    /// assert!(matches!(lines.next_line_in_chunk().await.unwrap(), Some((Line::Text(b"c"), None))));
+    /// # });
+    /// ```
+    pub fn next_buffered_line(&mut self) -> Option<(Line<'_>, &Bytes)> {
+        let rest = &self.inner.chunk[(self.inner.pos + self.consume).min(self.inner.chunk.len())..];
+        let newline = memchr::memchr(b'\n', rest)?;
+        let len = without_cr(&rest[..newline]).len();
+        if len > self.max {
+            return None;
+        }
+        self.inner.consume(std::mem::take(&mut self.consume));
+        self.consume = newline + 1;
+        Some((Line::Text(&self.inner.buffer()[..len]), &self.inner.chunk))
+    }
+}
+
 /// Awaits `next` (a reader's next line), first sending what `buffer` gathered if `next` cannot
 /// finish at once: a reader loop parses every line one read of the CLI's output brought, then
 /// hands their messages to the session together, just before it waits for the CLI again — one
@@ -525,6 +557,61 @@ mod tests {
         check(b"0123456789\r\n", 10, vec![text("0123456789")]);
         check(b"0123456789a", 10, vec![Owned::TooLong(11)]);
         check(b"0123456789a\r\n", 10, vec![Owned::TooLong(11)]);
+    }
+
+    /// Taking the rest of a read's lines with `next_buffered_line` hands out the same lines as
+    /// `next_line` alone, each in the chunk given with it, whatever the reads' sizes: random
+    /// streams of short, blank, `\r\n`-ended and over-long lines through pipes of several sizes.
+    #[tokio::test]
+    async fn buffered_lines_are_the_lines_next_line_hands_out() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |below: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % below
+        };
+        for round in 0..40 {
+            let mut input = Vec::new();
+            for _ in 0..200 {
+                let len = match next(10) {
+                    0 => 0,
+                    1 => 40 + next(30) as usize, // over the cap of 32
+                    _ => next(32) as usize,
+                };
+                input.extend((0..len).map(|i| b'a' + (i % 26) as u8));
+                input.extend_from_slice(if next(4) == 0 { b"\r\n" } else { b"\n" });
+            }
+            if round % 2 == 1 {
+                input.extend_from_slice(b"no newline at the end");
+            }
+            let expected = read_all(&input[..], 32).await;
+
+            let (mut writer, reader) = tokio::io::duplex(1 + next(300) as usize);
+            let written = input.clone();
+            let write = async move { writer.write_all(&written).await.expect("writes") };
+            let read = async {
+                let mut lines = LineReader::new(reader, 32);
+                let (mut out, mut buffered) = (Vec::new(), 0);
+                while let Some((line, _)) = lines.next_line_in_chunk().await.expect("reads") {
+                    out.push(match line {
+                        Line::Text(bytes) => Owned::Text(bytes.to_vec()),
+                        Line::TooLong(len) => Owned::TooLong(len),
+                    });
+                    while let Some((line, chunk)) = lines.next_buffered_line() {
+                        let Line::Text(bytes) = line else { panic!("an over-long line is left to next_line_in_chunk") };
+                        let range = chunk.as_ptr_range();
+                        assert!(range.start <= bytes.as_ptr() && bytes.as_ptr_range().end <= range.end);
+                        out.push(Owned::Text(bytes.to_vec()));
+                        buffered += 1;
+                    }
+                }
+                (out, buffered)
+            };
+            let (_, (lines, buffered)) = tokio::join!(write, read);
+            assert_eq!(lines, expected, "round {round}");
+            assert!(round < 2 || buffered > 0, "some lines came from the buffer");
+        }
     }
 
     /// A line spread over many small reads, and a 1 MiB line over a 64 KiB cap, through a pipe
