@@ -197,6 +197,7 @@ fn normalize_line(
     chunk: Option<&Bytes>,
     max_line: usize,
     actions: &mut Vec<Action>,
+    scratch: &mut String,
 ) -> Then {
     let text = match frame.into_text(CLI, max_line) {
         Ok(Some(text)) => text,
@@ -206,7 +207,7 @@ fn normalize_line(
             return Then::Next;
         }
     };
-    let Ok(line) = Envelope::parse(text) else {
+    let Ok(line) = Envelope::parse_in(text, scratch) else {
         actions.push(state.garbage(unparsed_line_warning(CLI, "a JSON message", text.len())));
         return Then::Next;
     };
@@ -299,6 +300,8 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
     let mut lines = LineReader::new(stdout, max_line);
     let mut actions = Vec::new();
     let mut out = shared.sink.buffer();
+    // Where a stream event's escaped text is decoded, line after line.
+    let mut scratch = String::new();
     let read_error = loop {
         let Ok(next) = flush_before_wait(&mut out, lines.next_line_in_chunk()).await else { return };
         let then = match next {
@@ -306,13 +309,21 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
                 // The other lines this read brought are normalized under the same lock before
                 // anything is sent.
                 let mut state = lock(&shared.state);
-                let mut then = normalize_line(&mut state, TextFrame::from_line(line), chunk, max_line, &mut actions);
+                let mut then =
+                    normalize_line(&mut state, TextFrame::from_line(line), chunk, max_line, &mut actions, &mut scratch);
                 for _ in 1..LINES_PER_LOCK {
                     if !matches!(then, Then::Next) {
                         break;
                     }
                     let Some((line, chunk)) = lines.next_buffered_line() else { break };
-                    then = normalize_line(&mut state, TextFrame::from_line(line), Some(chunk), max_line, &mut actions);
+                    then = normalize_line(
+                        &mut state,
+                        TextFrame::from_line(line),
+                        Some(chunk),
+                        max_line,
+                        &mut actions,
+                        &mut scratch,
+                    );
                 }
                 then
             }

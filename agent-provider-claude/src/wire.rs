@@ -48,8 +48,22 @@ impl<'a> Envelope<'a> {
     /// Parses one line: a `stream_event` by the kit's [`Scanner`] (see [`scan_stream_event`]),
     /// anything else — and any stream event the scanner declines — by serde. A parse has read
     /// the whole line, so an envelope means the line is JSON.
+    #[cfg(test)]
     pub(crate) fn parse(line: &'a str) -> serde_json::Result<Envelope<'a>> {
-        match scan_stream_event(line) {
+        Self::parse_with(line, None)
+    }
+
+    /// [`Envelope::parse`], decoding a stream event's text or thinking that claude wrote with
+    /// escapes into `scratch` (see
+    /// [`Scanner::string_in`](agent_provider_kit::scan::Scanner::string_in)): the reader copies
+    /// it into its arena, so one buffer serves every line where a `String` each cost an
+    /// allocation and a free.
+    pub(crate) fn parse_in(line: &'a str, scratch: &'a mut String) -> serde_json::Result<Envelope<'a>> {
+        Self::parse_with(line, Some(scratch))
+    }
+
+    fn parse_with(line: &'a str, scratch: Option<&'a mut String>) -> serde_json::Result<Envelope<'a>> {
+        match scan_stream_event(line, scratch) {
             Some(envelope) => Ok(envelope),
             None => serde_json::from_str(line),
         }
@@ -61,7 +75,7 @@ impl<'a> Envelope<'a> {
 /// Declines (`None`, and serde reads the line) what it does not read as serde would: another
 /// `type`, the fields of other kinds (`subtype`, `message`, `request`, `request_id`, `isReplay`),
 /// a `null` where serde takes one, a duplicate field, an escaped key, bad JSON.
-fn scan_stream_event(line: &str) -> Option<Envelope<'_>> {
+fn scan_stream_event<'a>(line: &'a str, mut scratch: Option<&'a mut String>) -> Option<Envelope<'a>> {
     let mut s = Scanner::new(line);
     s.begin_object()?;
     let (mut kind, mut session_id, mut event) = (None, None, None);
@@ -77,7 +91,7 @@ fn scan_stream_event(line: &str) -> Option<Envelope<'_>> {
                 once(&mut kind, name)?;
             }
             "session_id" => once(&mut session_id, s.string()?)?,
-            "event" => once(&mut event, scan_event(&mut s)?)?,
+            "event" => once(&mut event, scan_event(&mut s, &mut scratch)?)?,
             "subtype" | "message" | "request" | "request_id" | "isReplay" => return None,
             _ => s.skip_value()?,
         }
@@ -96,14 +110,14 @@ fn scan_stream_event(line: &str) -> Option<Envelope<'_>> {
 }
 
 /// [`StreamEvent`]'s fields, as its `Deserialize` takes them (`message` is left to serde).
-fn scan_event<'a>(s: &mut Scanner<'a>) -> Option<StreamEvent<'a>> {
+fn scan_event<'a>(s: &mut Scanner<'a>, scratch: &mut Option<&'a mut String>) -> Option<StreamEvent<'a>> {
     s.begin_object()?;
     let (mut kind, mut delta) = (None, None);
     let mut next = 0;
     while let Some(key) = s.next_key_in(&["type", "index", "delta"], &mut next)? {
         match key {
             "type" => once(&mut kind, s.string()?)?,
-            "delta" => once(&mut delta, scan_delta(s)?)?,
+            "delta" => once(&mut delta, scan_delta(s, scratch)?)?,
             "message" => return None,
             _ => s.skip_value()?,
         }
@@ -111,16 +125,17 @@ fn scan_event<'a>(s: &mut Scanner<'a>) -> Option<StreamEvent<'a>> {
     Some(StreamEvent { kind: kind?, delta, message: None })
 }
 
-/// [`Delta`]'s fields, as its `Deserialize` takes them.
-fn scan_delta<'a>(s: &mut Scanner<'a>) -> Option<Delta<'a>> {
+/// [`Delta`]'s fields, as its `Deserialize` takes them; the text (or thinking) decoded into
+/// `scratch` when escaped, if it is there (it serves once).
+fn scan_delta<'a>(s: &mut Scanner<'a>, scratch: &mut Option<&'a mut String>) -> Option<Delta<'a>> {
     s.begin_object()?;
     let (mut kind, mut text, mut thinking) = (None, None, None);
     let mut next = 0;
     while let Some(key) = s.next_key_in(&["type", "text"], &mut next)? {
         match key {
             "type" => once(&mut kind, s.string()?)?,
-            "text" => once(&mut text, s.string()?)?,
-            "thinking" => once(&mut thinking, s.string()?)?,
+            "text" => once(&mut text, text_in(s, scratch)?)?,
+            "thinking" => once(&mut thinking, text_in(s, scratch)?)?,
             _ => s.skip_value()?,
         }
     }
@@ -131,11 +146,24 @@ fn scan_delta<'a>(s: &mut Scanner<'a>) -> Option<Delta<'a>> {
     })
 }
 
+/// A string, decoded into `scratch` when escaped if it is still there.
+fn text_in<'a>(s: &mut Scanner<'a>, scratch: &mut Option<&'a mut String>) -> Option<Cow<'a, str>> {
+    match scratch.take() {
+        Some(scratch) => s.string_in(scratch).map(Cow::Borrowed),
+        None => s.string(),
+    }
+}
+
 /// Checks that the scanner reads `line` as serde does, if it reads it at all.
 #[cfg(test)]
 #[track_caller]
 pub(crate) fn assert_scan_agrees(line: &str) {
-    let Some(fast) = scan_stream_event(line) else { return };
+    let mut scratch = String::new();
+    let Some(fast) = scan_stream_event(line, Some(&mut scratch)) else {
+        assert!(scan_stream_event(line, None).is_none(), "{line}");
+        return;
+    };
+    let owned = scan_stream_event(line, None).expect("read with a scratch buffer or without");
     let serde: Envelope<'_> = serde_json::from_str(line).expect("serde reads what the scanner reads");
     let parts = |e: &Envelope<'_>| {
         let event = e.event.as_ref().map(|ev| {
@@ -146,6 +174,7 @@ pub(crate) fn assert_scan_agrees(line: &str) {
         (e.kind.to_string(), e.subtype.to_string(), e.session_id.to_string(), event, raw(e.message), raw(e.request))
     };
     assert_eq!(parts(&fast), parts(&serde), "{line}");
+    assert_eq!(parts(&owned), parts(&serde), "{line}");
     assert_eq!((&*fast.request_id, fast.is_replay), (&*serde.request_id, serde.is_replay), "{line}");
 }
 
@@ -345,7 +374,7 @@ mod tests {
             r#"{"type":"stream_event","event":{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}}"#,
         ];
         for line in taken {
-            assert!(scan_stream_event(line).is_some(), "the scanner declined {line}");
+            assert!(scan_stream_event(line, None).is_some(), "the scanner declined {line}");
             assert_scan_agrees(line);
         }
         let declined = [
@@ -361,7 +390,7 @@ mod tests {
             r#"{"type":"stream_event","event":{"type":"x"}} trailing"#,
         ];
         for line in declined {
-            assert!(scan_stream_event(line).is_none(), "{line}");
+            assert!(scan_stream_event(line, None).is_none(), "{line}");
         }
         // Those serde reads, it reads with their other fields.
         let start = Envelope::parse(declined[1]).unwrap();

@@ -304,6 +304,7 @@ fn normalize_line(
     chunk: Option<&Bytes>,
     max_line: usize,
     actions: &mut Vec<Action>,
+    scratch: &mut String,
 ) -> Then {
     let text = match line.into_text(CLI, max_line) {
         Ok(Some(text)) => text,
@@ -313,9 +314,10 @@ fn normalize_line(
             return Then::Next;
         }
     };
-    // One parse of the line: the message borrows from it until it is normalized, then the
-    // line (shared with the read it came in) becomes the raw JSON of what it produced.
-    let Ok(message) = wire::parse(text) else {
+    // One parse of the line: the message borrows from it (and a delta's escaped text from
+    // `scratch`) until it is normalized, then the line (shared with the read it came in)
+    // becomes the raw JSON of what it produced.
+    let Ok(message) = wire::parse_in(text, scratch) else {
         actions.push(state.garbage(unparsed_line_warning(CLI, "JSON", text.len())));
         return Then::Next;
     };
@@ -333,6 +335,8 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
     let mut lines = LineReader::new(stdout, max_line);
     let mut actions = Vec::new();
     let mut out = shared.sink.buffer();
+    // Where a delta's escaped text is decoded, line after line.
+    let mut scratch = String::new();
     let read_error = loop {
         let Ok(next) = flush_before_wait(&mut out, lines.next_line_in_chunk()).await else { return };
         let then = match next {
@@ -340,13 +344,21 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
                 // The other lines this read brought are normalized under the same lock before
                 // anything is sent.
                 let mut state = lock(&shared.state);
-                let mut then = normalize_line(&mut state, TextFrame::from_line(line), chunk, max_line, &mut actions);
+                let mut then =
+                    normalize_line(&mut state, TextFrame::from_line(line), chunk, max_line, &mut actions, &mut scratch);
                 for _ in 1..LINES_PER_LOCK {
                     if !matches!(then, Then::Next) {
                         break;
                     }
                     let Some((line, chunk)) = lines.next_buffered_line() else { break };
-                    then = normalize_line(&mut state, TextFrame::from_line(line), Some(chunk), max_line, &mut actions);
+                    then = normalize_line(
+                        &mut state,
+                        TextFrame::from_line(line),
+                        Some(chunk),
+                        max_line,
+                        &mut actions,
+                        &mut scratch,
+                    );
                 }
                 then
             }

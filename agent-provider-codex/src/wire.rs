@@ -200,11 +200,25 @@ pub(crate) enum Message<'a> {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct NotJson;
 
+/// [`parse_in`] with a `String` of its own for an escaped delta text.
+#[cfg(test)]
+pub(crate) fn parse(line: &str) -> Result<Message<'_>, NotJson> {
+    parse_with(line, None)
+}
+
 /// Parses one line into a message, borrowing from it. The envelope's parse reads the whole line
 /// (fields it does not know are skipped, which checks them), so a message means the line is
-/// JSON: the reader keeps it as the event's raw JSON without a second syntax check.
-pub(crate) fn parse(line: &str) -> Result<Message<'_>, NotJson> {
-    if let Some(note) = stream::fast_delta(line) {
+/// JSON: the reader keeps it as the event's raw JSON without a second syntax check. A streamed
+/// delta's text that codex wrote with escapes is decoded into `scratch` (see
+/// [`Scanner::string_in`](agent_provider_kit::scan::Scanner::string_in)): the reader copies it
+/// into its arena, so one buffer serves every line where a `String` each cost an allocation
+/// and a free.
+pub(crate) fn parse_in<'a>(line: &'a str, scratch: &'a mut String) -> Result<Message<'a>, NotJson> {
+    parse_with(line, Some(scratch))
+}
+
+fn parse_with<'a>(line: &'a str, scratch: Option<&'a mut String>) -> Result<Message<'a>, NotJson> {
+    if let Some(note) = stream::fast_delta(line, scratch) {
         return Ok(Message::Notification(note));
     }
     let envelope = match serde_json::from_str::<Envelope<'_>>(line) {

@@ -159,6 +159,38 @@ impl<'a> Scanner<'a> {
         self.string_body()
     }
 
+    /// A string value, as [`Scanner::string`], decoding one with escapes into `scratch` (emptied
+    /// first) instead of a new `String`: for the text a reader copies anyway (into a
+    /// [`TextArena`](agent_core::event::TextArena)), one buffer serves every line, where a `String` per
+    /// escaped text cost an allocation and a free per line.
+    ///
+    /// ```
+    /// use agent_provider_kit::scan::Scanner;
+    ///
+    /// let mut scratch = String::new();
+    /// assert_eq!(Scanner::new(r#""plain""#).string_in(&mut scratch), Some("plain"));
+    /// assert!(scratch.is_empty(), "borrowed from the text");
+    /// assert_eq!(Scanner::new(r#""line\nbreak""#).string_in(&mut scratch), Some("line\nbreak"));
+    /// assert_eq!(scratch, "line\nbreak");
+    /// ```
+    pub fn string_in<'s>(&mut self, scratch: &'s mut String) -> Option<&'s str>
+    where
+        'a: 's,
+    {
+        self.eat(b'"')?;
+        let start = self.pos;
+        let at = self.next_special()?;
+        if self.bytes()[at] == b'"' {
+            self.pos = at + 1;
+            return Some(&self.text[start..at]);
+        }
+        scratch.clear();
+        scratch.push_str(&self.text[start..at]);
+        self.pos = at;
+        self.decode_rest(scratch)?;
+        Some(scratch)
+    }
+
     /// A string or `null` (`Some(None)`).
     pub fn string_or_null(&mut self) -> Option<Option<Cow<'a, str>>> {
         self.skip_ws();
@@ -325,22 +357,29 @@ impl<'a> Scanner<'a> {
         let mut owned = String::with_capacity(at - start + 16);
         owned.push_str(&self.text[start..at]);
         self.pos = at;
+        self.decode_rest(&mut owned)?;
+        Some(Cow::Owned(owned))
+    }
+
+    /// Decodes the rest of a string, from its first escape (or control character) at `pos` to
+    /// its closing quote, onto `out`.
+    fn decode_rest(&mut self, out: &mut String) -> Option<()> {
         loop {
             match self.bytes()[self.pos] {
                 b'"' => {
                     self.pos += 1;
-                    return Some(Cow::Owned(owned));
+                    return Some(());
                 }
                 b'\\' => {
                     self.pos += 1;
-                    owned.push(self.escape()?);
+                    out.push(self.escape()?);
                 }
                 // A control character: not allowed in a JSON string.
                 _ => return None,
             }
             let from = self.pos;
             let at = self.next_special()?;
-            owned.push_str(&self.text[from..at]);
+            out.push_str(&self.text[from..at]);
             self.pos = at;
         }
     }
@@ -554,23 +593,30 @@ mod tests {
                 let mut s = Scanner::new(&escaped);
                 let expected = format!("{}\n{}", &body[..at], &body[at..]);
                 assert!(matches!(s.string(), Some(Cow::Owned(o)) if o == expected), "{escaped}");
+                let mut scratch = String::from("left from the last line");
+                assert_eq!(Scanner::new(&escaped).string_in(&mut scratch), Some(&*expected), "{escaped}");
                 let control = format!("\"{}\u{1f}{}\"", &body[..at], &body[at..]);
                 assert_eq!(Scanner::new(&control).string(), None, "{control:?}");
+                assert_eq!(Scanner::new(&control).string_in(&mut scratch), None, "{control:?}");
             }
         }
     }
 
-    /// Every string of `text` decoded in order, by the scanner (`None` where it gives up).
-    fn strings(text: &str) -> Option<Vec<String>> {
-        fn walk(s: &mut Scanner<'_>, out: &mut Vec<String>) -> Option<()> {
+    /// Every string of `text` decoded in order, by the scanner (`None` where it gives up): by
+    /// [`Scanner::string`], or with `scratch` by [`Scanner::string_in`] into it.
+    fn strings(text: &str, mut scratch: Option<&mut String>) -> Option<Vec<String>> {
+        fn walk(s: &mut Scanner<'_>, out: &mut Vec<String>, scratch: &mut Option<&mut String>) -> Option<()> {
             s.skip_ws();
             match s.peek()? {
-                b'"' => out.push(s.string()?.into_owned()),
+                b'"' => out.push(match scratch {
+                    Some(scratch) => s.string_in(scratch)?.to_owned(),
+                    None => s.string()?.into_owned(),
+                }),
                 b'{' => {
                     s.begin_object()?;
                     while let Some(key) = s.next_key()? {
                         out.push(key.to_owned());
-                        walk(s, out)?;
+                        walk(s, out, scratch)?;
                     }
                 }
                 _ => s.skip_value()?,
@@ -579,7 +625,7 @@ mod tests {
         }
         let mut s = Scanner::new(text);
         let mut out = Vec::new();
-        walk(&mut s, &mut out)?;
+        walk(&mut s, &mut out, &mut scratch)?;
         s.end().map(|()| out)
     }
 
@@ -629,7 +675,9 @@ mod tests {
             let Ok(text) = std::str::from_utf8(&bytes) else { continue };
             // Whether it is JSON, as serde checks a line it skips (no number range check).
             let by_serde = serde_json::from_str::<serde::de::IgnoredAny>(text);
-            match (strings(text), by_serde) {
+            let mut scratch = String::new();
+            assert_eq!(strings(text, None), strings(text, Some(&mut scratch)), "{text}");
+            match (strings(text, None), by_serde) {
                 (Some(ours), Ok(_)) => {
                     accepted += 1;
                     let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else { continue };

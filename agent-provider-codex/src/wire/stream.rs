@@ -23,10 +23,11 @@ fn delta_method(method: &str) -> Option<fn(Delta<'_>) -> Notification<'_>> {
 /// The envelope read in one pass, for the lines that stream: when `method` comes before
 /// `params` (as codex writes them) and names a delta, the params are decoded where they stand
 /// by the kit's [`Scanner`] — the line is read once, strings are borrowed from it, and nothing
-/// is allocated but an escaped delta's text. Any other line, or a delta this does not take
+/// is allocated (an escaped delta text is decoded into `scratch` when there is one; an escaped
+/// ID, which codex never writes, into a `String`). Any other line, or a delta this does not take
 /// (its params of another shape, an escaped key, a duplicate field), goes through the parent's
 /// [`Envelope`](super::Envelope) and serde, which decode the same deltas (or say why not).
-pub(super) fn fast_delta(line: &str) -> Option<Notification<'_>> {
+pub(super) fn fast_delta<'a>(line: &'a str, mut scratch: Option<&'a mut String>) -> Option<Notification<'a>> {
     let mut s = Scanner::new(line);
     s.begin_object()?;
     let (mut wrap, mut note) = (None, None);
@@ -44,7 +45,7 @@ pub(super) fn fast_delta(line: &str) -> Option<Notification<'_>> {
         };
         match key {
             "method" if wrap.is_none() => wrap = Some(delta_method(&s.string()?)?),
-            "params" if note.is_none() => note = Some(wrap?(scan_delta(&mut s)?)),
+            "params" if note.is_none() => note = Some(wrap?(scan_delta(&mut s, &mut scratch)?)),
             // A duplicate field, which serde refuses; or a request or a response.
             "method" | "params" | "id" => return None,
             _ => s.skip_value()?,
@@ -55,7 +56,7 @@ pub(super) fn fast_delta(line: &str) -> Option<Notification<'_>> {
 }
 
 /// [`Delta`]'s fields, as its `Deserialize` takes them.
-fn scan_delta<'a>(s: &mut Scanner<'a>) -> Option<Delta<'a>> {
+fn scan_delta<'a>(s: &mut Scanner<'a>, scratch: &mut Option<&'a mut String>) -> Option<Delta<'a>> {
     /// The fields in the order codex writes them: while they come so, each is found with one
     /// comparison.
     const ORDER: [&str; 4] = ["threadId", "turnId", "itemId", "delta"];
@@ -80,7 +81,16 @@ fn scan_delta<'a>(s: &mut Scanner<'a>) -> Option<Delta<'a>> {
             },
         };
         // `threadId` and `turnId` may be null.
-        let value = if field < 2 { s.string_or_null()? } else { Some(s.string()?) };
+        let value = if field < 2 {
+            s.string_or_null()?
+        } else if field == 3
+            && let Some(scratch) = scratch.take()
+        {
+            // The text, decoded into the scratch buffer when escaped (it serves once per line).
+            Some(Cow::Borrowed(s.string_in(scratch)?))
+        } else {
+            Some(s.string()?)
+        };
         // A duplicate field, which serde refuses.
         if fields[field].replace(value).is_some() {
             return None;
@@ -125,7 +135,8 @@ mod tests {
             r#"{"method":"item/agentMessage/delta","params":{"threadId":"th", "turnId" :"t","itemId":"m","delta":"Hi"}}"#,
         ];
         for line in taken {
-            let Some(fast) = fast_delta(line) else { panic!("the fast path declined {line}") };
+            let mut scratch = String::new();
+            let Some(fast) = fast_delta(line, Some(&mut scratch)) else { panic!("the fast path declined {line}") };
             let (Notification::AgentMessageDelta(d)
             | Notification::ReasoningDelta(d, _)
             | Notification::CommandOutputDelta(d)
@@ -155,7 +166,7 @@ mod tests {
             r#"{"method":"item/agentMessage/delta","params":{"itemId":"m","delta":"Hi"},"params":{"itemId":"m","delta":"Hi"}}"#,
         ];
         for line in declined {
-            assert!(fast_delta(line).is_none(), "{line}");
+            assert!(fast_delta(line, None).is_none(), "{line}");
         }
         // The one among them serde takes as a delta, it reads in full.
         let reordered = by_serde(declined[1]).expect("serde reads params before method");
