@@ -16,7 +16,7 @@ use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::{Sink, SinkBuffer, TurnId};
 use agent_provider_kit::framing::{
-    Bytes, LineReader, TextFrame, flush_before_wait, keep_line, stderr_note, unparsed_line_warning,
+    AfterLines, Bytes, LineReader, TextFrame, flush_before_wait, keep_line, stderr_note, unparsed_line_warning,
 };
 use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ControlRequestId, ExitReport, Pending, ReplyError, ReplyKey};
@@ -175,20 +175,9 @@ impl fmt::Debug for Connection {
     }
 }
 
-/// What normalizing a line left for the reader to do after the messages it gathered are sent.
-enum Then {
-    /// Go on with the next line.
-    Next,
-    /// The line ended the turn: send everything, then wake those waiting for it.
-    TurnEnded,
-    /// The line is claude's reply to a control request of ours: send everything first, then
-    /// answer the caller.
-    Reply { key: ControlRequestId, raw: RawJson },
-}
-
-/// The most lines normalized under one lock of the protocol state before what they produced is
-/// sent: the state's other users (a turn starting, an answer) wait for no longer than that.
-const LINES_PER_LOCK: usize = 64;
+/// What a line left to do once the messages gathered are sent: a reply carries the control
+/// request's ID and its raw JSON.
+type Then = AfterLines<(ControlRequestId, RawJson)>;
 
 /// Normalizes one stdout line into `actions`, its raw JSON attached.
 fn normalize_line(
@@ -199,28 +188,23 @@ fn normalize_line(
     actions: &mut Vec<Action>,
     scratch: &mut String,
 ) -> Then {
-    let text = match frame.into_text(CLI, max_line) {
-        Ok(Some(text)) => text,
-        Ok(None) => return Then::Next,
-        Err(warning) => {
-            actions.push(state.garbage(warning));
-            return Then::Next;
-        }
+    let Some(text) = frame.text(CLI, max_line, |warning| actions.push(state.garbage(warning))) else {
+        return AfterLines::Next;
     };
     let Ok(line) = Envelope::parse_in(text, scratch) else {
         actions.push(state.garbage(unparsed_line_warning(CLI, "a JSON message", text.len())));
-        return Then::Next;
+        return AfterLines::Next;
     };
     if line.kind == "control_response"
         && let Some(key) = ControlRequestId::of_reply(text)
     {
-        return Then::Reply { key, raw: keep_line(text, chunk) };
+        return AfterLines::Reply((key, keep_line(text, chunk)));
     }
     let start = actions.len();
     state.on_line(text, chunk, &line, actions);
     let line_actions = &mut actions[start..];
     attach(line_actions, keep_line(text, chunk));
-    if line_actions.iter().any(Action::ends_turn) { Then::TurnEnded } else { Then::Next }
+    if line_actions.iter().any(Action::ends_turn) { AfterLines::TurnEnded } else { AfterLines::Next }
 }
 
 impl Shared {
@@ -228,13 +212,13 @@ impl Shared {
     async fn finish(&self, then: Then, actions: &mut Vec<Action>, out: &mut SinkBuffer) -> Result<(), SinkClosed> {
         self.run(actions, out).await?;
         match then {
-            Then::Next => {}
-            Then::TurnEnded => {
+            AfterLines::Next => {}
+            AfterLines::TurnEnded => {
                 // The turn's end reaches the session before a caller waiting for it goes on.
                 out.flush().await?;
                 self.turn_ended.notify_waiters();
             }
-            Then::Reply { key, raw } => {
+            AfterLines::Reply((key, raw)) => {
                 // What came before a reply reaches the session before its caller goes on.
                 out.flush().await?;
                 if self.pending.resolve(&key, raw).is_err() {
@@ -309,23 +293,11 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
                 // The other lines this read brought are normalized under the same lock before
                 // anything is sent.
                 let mut state = lock(&shared.state);
-                let mut then =
-                    normalize_line(&mut state, TextFrame::from_line(line), chunk, max_line, &mut actions, &mut scratch);
-                for _ in 1..LINES_PER_LOCK {
-                    if !matches!(then, Then::Next) {
-                        break;
-                    }
-                    let Some((line, chunk)) = lines.next_buffered_line() else { break };
-                    then = normalize_line(
-                        &mut state,
-                        TextFrame::from_line(line),
-                        Some(chunk),
-                        max_line,
-                        &mut actions,
-                        &mut scratch,
-                    );
-                }
-                then
+                let mut normalize = |line: TextFrame<'_>, chunk: Option<&Bytes>| {
+                    normalize_line(&mut state, line, chunk, max_line, &mut actions, &mut scratch)
+                };
+                let first = normalize(TextFrame::from_line(line), chunk);
+                lines.normalize_buffered(first, normalize)
             }
             Ok(None) => break None,
             Err(error) => break Some(error),

@@ -15,7 +15,9 @@ use agent_core::event::RawJson;
 use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::{Sink, SinkBuffer, TurnId};
-use agent_provider_kit::framing::{Bytes, LineReader, TextFrame, flush_before_wait, keep_line, unparsed_line_warning};
+use agent_provider_kit::framing::{
+    AfterLines, Bytes, LineReader, TextFrame, flush_before_wait, keep_line, unparsed_line_warning,
+};
 use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ExitReport, JsonRpcId, Pending, ReplyError};
 use serde::Serialize;
@@ -195,33 +197,22 @@ impl fmt::Debug for Connection {
     }
 }
 
-/// What normalizing a line left for the reader to do after the messages it gathered are sent.
-enum Then {
-    /// Go on with the next line.
-    Next,
-    /// The line ended the turn: send everything, then wake those waiting for it.
-    TurnEnded,
-    /// The line is codex's response to a request of ours: send everything first, then answer
-    /// the caller.
-    Reply { id: i64, raw: RawJson },
-}
-
-/// The most lines normalized under one lock of the protocol state before what they produced is
-/// sent: the state's other users (a turn starting, an answer) wait for no longer than that.
-const LINES_PER_LOCK: usize = 64;
+/// What a line left to do once the messages gathered are sent: a reply carries the request's
+/// ID and its raw JSON.
+type Then = AfterLines<(i64, RawJson)>;
 
 impl Shared {
     /// Sends what `actions` gathered, then does what the last line normalized needs.
     async fn finish(&self, then: Then, actions: &mut Vec<Action>, out: &mut SinkBuffer) -> Result<(), SinkClosed> {
         self.run(actions, out).await?;
         match then {
-            Then::Next => {}
-            Then::TurnEnded => {
+            AfterLines::Next => {}
+            AfterLines::TurnEnded => {
                 // The turn's end reaches the session before a caller waiting for it goes on.
                 out.flush().await?;
                 self.turn_ended.notify_waiters();
             }
-            Then::Reply { id, raw } => {
+            AfterLines::Reply((id, raw)) => {
                 // What came before a reply reaches the session before its caller goes on.
                 out.flush().await?;
                 if let Err(raw) = self.pending.resolve(&JsonRpcId(id), raw) {
@@ -306,29 +297,24 @@ fn normalize_line(
     actions: &mut Vec<Action>,
     scratch: &mut String,
 ) -> Then {
-    let text = match line.into_text(CLI, max_line) {
-        Ok(Some(text)) => text,
-        Ok(None) => return Then::Next,
-        Err(warning) => {
-            actions.push(state.garbage(warning));
-            return Then::Next;
-        }
+    let Some(text) = line.text(CLI, max_line, |warning| actions.push(state.garbage(warning))) else {
+        return AfterLines::Next;
     };
     // One parse of the line: the message borrows from it (and a delta's escaped text from
     // `scratch`) until it is normalized, then the line (shared with the read it came in)
     // becomes the raw JSON of what it produced.
     let Ok(message) = wire::parse_in(text, scratch) else {
         actions.push(state.garbage(unparsed_line_warning(CLI, "JSON", text.len())));
-        return Then::Next;
+        return AfterLines::Next;
     };
     if let Message::Response { id: RpcId::Num(id) } = message {
-        return Then::Reply { id, raw: keep_line(text, chunk) };
+        return AfterLines::Reply((id, keep_line(text, chunk)));
     }
     let start = actions.len();
     state.on_message(message, chunk, actions);
     let line_actions = &mut actions[start..];
     attach(line_actions, keep_line(text, chunk));
-    if line_actions.iter().any(Action::ends_turn) { Then::TurnEnded } else { Then::Next }
+    if line_actions.iter().any(Action::ends_turn) { AfterLines::TurnEnded } else { AfterLines::Next }
 }
 
 async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) {
@@ -344,23 +330,11 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
                 // The other lines this read brought are normalized under the same lock before
                 // anything is sent.
                 let mut state = lock(&shared.state);
-                let mut then =
-                    normalize_line(&mut state, TextFrame::from_line(line), chunk, max_line, &mut actions, &mut scratch);
-                for _ in 1..LINES_PER_LOCK {
-                    if !matches!(then, Then::Next) {
-                        break;
-                    }
-                    let Some((line, chunk)) = lines.next_buffered_line() else { break };
-                    then = normalize_line(
-                        &mut state,
-                        TextFrame::from_line(line),
-                        Some(chunk),
-                        max_line,
-                        &mut actions,
-                        &mut scratch,
-                    );
-                }
-                then
+                let mut normalize = |line: TextFrame<'_>, chunk: Option<&Bytes>| {
+                    normalize_line(&mut state, line, chunk, max_line, &mut actions, &mut scratch)
+                };
+                let first = normalize(TextFrame::from_line(line), chunk);
+                lines.normalize_buffered(first, normalize)
             }
             Ok(None) => break None,
             Err(error) => break Some(error),

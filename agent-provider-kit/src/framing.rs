@@ -185,6 +185,67 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     }
 }
 
+/// What a reader does once the messages of the lines it normalized are sent (see
+/// [`LineReader::normalize_buffered`]).
+#[derive(Debug)]
+pub enum AfterLines<R> {
+    /// Go on with the next line.
+    Next,
+    /// The last line ended the turn: send everything, then wake those waiting for it.
+    TurnEnded,
+    /// The last line is the CLI's reply to a request of ours: send everything first, then
+    /// answer its caller.
+    Reply(R),
+}
+
+/// The most lines of one read [`LineReader::normalize_buffered`] takes: a reader holds its
+/// protocol state's lock while it normalizes them, so the state's other users (a turn starting,
+/// an answer) wait for no longer than that.
+pub const LINES_PER_LOCK: usize = 64;
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    /// After a line taken with [`LineReader::next_line_in_chunk`] and normalized (to `then`),
+    /// normalizes the other complete lines the same read brought with `normalize`, while it
+    /// returns [`AfterLines::Next`] and up to [`LINES_PER_LOCK`] lines in all, without waiting
+    /// (see [`LineReader::next_buffered_line`]): a reader takes its protocol state's lock once
+    /// per read instead of once per line, and sends what the lines produced together. Returns
+    /// the last line's outcome.
+    ///
+    /// ```
+    /// use agent_provider_kit::framing::{AfterLines, LineReader, TextFrame};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let mut lines = LineReader::new(&b"a\nreply\nb\n"[..], 1024);
+    /// let mut seen = Vec::new();
+    /// let mut normalize = |line: TextFrame<'_>, _chunk: Option<&_>| {
+    ///     let text = line.into_text("cli", 1024).unwrap().unwrap().to_owned();
+    ///     let then = if text == "reply" { AfterLines::Reply(()) } else { AfterLines::Next };
+    ///     seen.push(text);
+    ///     then
+    /// };
+    /// let (line, chunk) = lines.next_line_in_chunk().await.unwrap().unwrap();
+    /// let first = normalize(TextFrame::from_line(line), chunk);
+    /// // `b` waits for the next call: the reply goes to its caller first.
+    /// assert!(matches!(lines.normalize_buffered(first, &mut normalize), AfterLines::Reply(())));
+    /// assert_eq!(seen, ["a", "reply"]);
+    /// # });
+    /// ```
+    pub fn normalize_buffered<T>(
+        &mut self,
+        mut then: AfterLines<T>,
+        mut normalize: impl FnMut(TextFrame<'_>, Option<&Bytes>) -> AfterLines<T>,
+    ) -> AfterLines<T> {
+        for _ in 1..LINES_PER_LOCK {
+            if !matches!(then, AfterLines::Next) {
+                break;
+            }
+            let Some((line, chunk)) = self.next_buffered_line() else { break };
+            then = normalize(TextFrame::from_line(line), Some(chunk));
+        }
+        then
+    }
+}
+
 /// Awaits `next` (a reader's next line), first sending what `buffer` gathered if `next` cannot
 /// finish at once: a reader loop parses every line one read of the CLI's output brought, then
 /// hands their messages to the session together, just before it waits for the CLI again — one
@@ -404,6 +465,15 @@ impl<'a> TextFrame<'a> {
                 Err(format!("{cli} wrote a stdout line of {len} bytes, over the {max_line}-byte limit; dropped"))
             }
         }
+    }
+
+    /// The text of the line; `None` for a blank line, and for one that could not be read,
+    /// whose warning (see [`TextFrame::into_text`]) goes to `unreadable`.
+    pub fn text(self, cli: &str, max_line: usize, unreadable: impl FnOnce(String)) -> Option<&'a str> {
+        self.into_text(cli, max_line).unwrap_or_else(|warning| {
+            unreadable(warning);
+            None
+        })
     }
 }
 
