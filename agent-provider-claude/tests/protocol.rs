@@ -244,13 +244,7 @@ async fn lines_that_come_in_one_write_keep_their_order_around_replies_and_garbag
     assert_eq!(events.iter().filter(|e| garbage(e)).count(), 1, "{names:?}");
     let warning = events.iter().position(garbage).unwrap();
     assert_eq!(names[warning - 1..warning + 2], ["message_delta", "warning", "message_delta"]);
-    let texts: Vec<&str> = events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::MessageDelta { text, .. } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
+    let texts = agent_testkit::events::delta_texts(&events);
     let expected: Vec<String> = (0..150).map(|i| format!("{i},")).collect();
     assert_eq!(texts, expected);
     // Session events (the session's ID from `init`) are not the turn's.

@@ -253,13 +253,7 @@ fn warnings(events: &[Arc<Event>]) -> Vec<&str> {
 }
 
 fn deltas(events: &[Arc<Event>]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::MessageDelta { text, .. } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
+    agent_testkit::events::delta_texts(events).concat()
 }
 
 /// The `initialize` result, for scripts that answer it by hand.

@@ -313,13 +313,7 @@ async fn lines_that_come_in_one_write_keep_their_order_around_replies_and_garbag
     assert_eq!(names.first(), Some(&"turn_started"));
     assert_eq!(names.last(), Some(&"turn_completed"));
     assert_eq!(names.iter().filter(|n| **n == "warning").count(), 1, "{names:?}");
-    let texts: Vec<&str> = events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::MessageDelta { text, .. } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
+    let texts = agent_testkit::events::delta_texts(&events);
     let expected: Vec<String> = (0..150).map(|i| format!("{i},")).collect();
     assert_eq!(texts, expected);
     let warning = names.iter().position(|n| *n == "warning").unwrap();

@@ -143,13 +143,7 @@ async fn text_turn_streams_deltas_and_usage() {
     let session = codex.session(codex.options().system_prompt("Answer briefly.")).await;
     let (_, events) = codex.run(&session, "Say hello", |_| None).await;
 
-    let deltas: String = events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::MessageDelta { text, .. } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
+    let deltas = agent_testkit::events::delta_texts(&events).concat();
     assert_eq!(deltas, "Hello world");
     assert_eq!(count(&events, "assistant_message"), 1);
     assert!(count(&events, "usage_updated") >= 1, "{}", names(&events));

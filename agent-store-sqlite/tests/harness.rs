@@ -50,13 +50,7 @@ async fn next_matching(events: &mut Subscription, matches: impl Fn(&Event) -> bo
 }
 
 fn delta_text(events: &[Arc<Event>]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::MessageDelta { text, .. } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
+    agent_testkit::events::delta_texts(events).concat()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

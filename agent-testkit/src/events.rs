@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::{Event, Subscription, Turn, TurnEnd};
+use agent_core::{Event, EventKind, Subscription, Turn, TurnEnd};
 use tokio_stream::StreamExt;
 
 /// A turn and a subscription to its session taken before the turn started: none of its events
@@ -82,4 +82,15 @@ pub fn sole_terminal(events: &[Arc<Event>]) -> &TurnEnd {
 /// How many of the events are of the type named `name` (see `Event::type_name`).
 pub fn count(events: &[Arc<Event>], name: &str) -> usize {
     events.iter().filter(|e| e.type_name() == name).count()
+}
+
+/// The texts of the `message_delta` events, in order.
+pub fn delta_texts(events: &[Arc<Event>]) -> Vec<&str> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::MessageDelta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
 }

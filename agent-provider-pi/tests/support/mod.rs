@@ -116,13 +116,7 @@ impl Pi {
 }
 
 pub fn deltas(events: &[Arc<Event>]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::MessageDelta { text, .. } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
+    agent_testkit::events::delta_texts(events).concat()
 }
 
 pub fn requests(events: &[Arc<Event>]) -> Vec<Request> {

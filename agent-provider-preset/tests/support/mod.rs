@@ -171,13 +171,7 @@ pub fn requests(events: &[Arc<Event>]) -> Vec<Request> {
 
 /// The streamed text of a turn.
 pub fn deltas(events: &[Arc<Event>]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::MessageDelta { text, .. } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
+    agent_testkit::events::delta_texts(events).concat()
 }
 
 /// The JSON text of the conversation the model request at `index` carried.

@@ -471,13 +471,7 @@ fn terminal_status(events: &[Arc<Event>]) -> TurnStatus {
 
 /// The streamed text deltas, joined.
 fn deltas(events: &[Arc<Event>]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::MessageDelta { text, .. } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
+    crate::events::delta_texts(events).concat()
 }
 
 /// The turn's final text: the terminal result's text, else the last assistant message, else
