@@ -153,6 +153,24 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     }
 }
 
+/// What a reader does once the messages of the lines it normalized are sent (see
+/// [`LineReader::normalize_buffered`]).
+#[derive(Debug)]
+pub enum AfterLines<R> {
+    /// Go on with the next line.
+    Next,
+    /// The last line ended the turn: send everything, then wake those waiting for it.
+    TurnEnded,
+    /// The last line is the CLI's reply to a request of ours: send everything first, then
+    /// answer its caller.
+    Reply(R),
+}
+
+/// The most lines of one read [`LineReader::normalize_buffered`] takes: a reader holds its
+/// protocol state's lock while it normalizes them, so the state's other users (a turn starting,
+/// an answer) wait for no longer than that.
+pub const LINES_PER_LOCK: usize = 64;
+
 impl<R: AsyncRead + Unpin> LineReader<R> {
     /// The next line with the chunk it lies in, when the last read brought all of it; `None`
     /// when the next line needs a read (or is over the cap: [`LineReader::next_line_in_chunk`]
@@ -183,27 +201,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         self.consume = newline + 1;
         Some((Line::Text(&self.inner.buffer()[..len]), &self.inner.chunk))
     }
-}
 
-/// What a reader does once the messages of the lines it normalized are sent (see
-/// [`LineReader::normalize_buffered`]).
-#[derive(Debug)]
-pub enum AfterLines<R> {
-    /// Go on with the next line.
-    Next,
-    /// The last line ended the turn: send everything, then wake those waiting for it.
-    TurnEnded,
-    /// The last line is the CLI's reply to a request of ours: send everything first, then
-    /// answer its caller.
-    Reply(R),
-}
-
-/// The most lines of one read [`LineReader::normalize_buffered`] takes: a reader holds its
-/// protocol state's lock while it normalizes them, so the state's other users (a turn starting,
-/// an answer) wait for no longer than that.
-pub const LINES_PER_LOCK: usize = 64;
-
-impl<R: AsyncRead + Unpin> LineReader<R> {
     /// After a line taken with [`LineReader::next_line_in_chunk`] and normalized (to `then`),
     /// normalizes the other complete lines the same read brought with `normalize`, while it
     /// returns [`AfterLines::Next`] and up to [`LINES_PER_LOCK`] lines in all, without waiting
