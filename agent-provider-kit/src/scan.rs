@@ -178,17 +178,15 @@ impl<'a> Scanner<'a> {
         'a: 's,
     {
         self.eat(b'"')?;
-        let start = self.pos;
-        let at = self.next_special()?;
-        if self.bytes()[at] == b'"' {
-            self.pos = at + 1;
-            return Some(&self.text[start..at]);
+        match self.plain_body()? {
+            Ok(body) => Some(body),
+            Err(plain) => {
+                scratch.clear();
+                scratch.push_str(plain);
+                self.decode_rest(scratch)?;
+                Some(scratch)
+            }
         }
-        scratch.clear();
-        scratch.push_str(&self.text[start..at]);
-        self.pos = at;
-        self.decode_rest(scratch)?;
-        Some(scratch)
     }
 
     /// A string or `null` (`Some(None)`).
@@ -347,18 +345,30 @@ impl<'a> Scanner<'a> {
 
     /// The rest of a string whose opening quote was consumed.
     fn string_body(&mut self) -> Option<Cow<'a, str>> {
+        match self.plain_body()? {
+            Ok(body) => Some(Cow::Borrowed(body)),
+            Err(plain) => {
+                let mut owned = String::with_capacity(plain.len() + 16);
+                owned.push_str(plain);
+                self.decode_rest(&mut owned)?;
+                Some(Cow::Owned(owned))
+            }
+        }
+    }
+
+    /// The rest of a string whose opening quote was consumed, when it has no escape: `Ok` with
+    /// its body (the closing quote consumed). Otherwise `Err` with the part before its first
+    /// escape (or control character), where the scanner stops for [`Scanner::decode_rest`].
+    #[inline]
+    fn plain_body(&mut self) -> Option<Result<&'a str, &'a str>> {
         let start = self.pos;
         let at = self.next_special()?;
-        let bytes = self.bytes();
-        if bytes[at] == b'"' {
+        if self.bytes()[at] == b'"' {
             self.pos = at + 1;
-            return Some(Cow::Borrowed(&self.text[start..at]));
+            return Some(Ok(&self.text[start..at]));
         }
-        let mut owned = String::with_capacity(at - start + 16);
-        owned.push_str(&self.text[start..at]);
         self.pos = at;
-        self.decode_rest(&mut owned)?;
-        Some(Cow::Owned(owned))
+        Some(Err(&self.text[start..at]))
     }
 
     /// Decodes the rest of a string, from its first escape (or control character) at `pos` to
