@@ -21,6 +21,7 @@ use agent_core::event::{RawJson, TextArena, ToolKind, ToolStatus, Usage};
 use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EventKind, ItemId, TurnId, TurnResult, TurnStatus};
+use agent_provider_kit::clones::Clones;
 use agent_provider_kit::framing::Bytes;
 use agent_provider_kit::permission_prompt::ToolUseRequest;
 use serde_json::{Value, json};
@@ -76,11 +77,11 @@ pub(crate) fn attach(actions: &mut [Action], raw: RawJson) {
 /// The running turn.
 #[derive(Debug)]
 struct Turn {
-    harness: TurnId,
+    harness: Clones<TurnId>,
     /// An interrupt was sent: an error result ends the turn `interrupted`.
     interrupted: bool,
     /// The API message being streamed (`message_start.message.id`).
-    message_id: Option<ItemId>,
+    message_id: Option<Clones<ItemId>>,
     /// Tool uses the host denied.
     declined: HashSet<String>,
 }
@@ -123,22 +124,23 @@ impl Normalizer {
     /// Starts `turn`; refuses while another runs.
     pub(crate) fn begin_turn(&mut self, turn: TurnId) -> Result<(), TurnId> {
         if let Some(running) = &self.turn {
-            return Err(running.harness.clone());
+            return Err(running.harness.get().clone());
         }
-        self.turn = Some(Turn { harness: turn, interrupted: false, message_id: None, declined: HashSet::new() });
+        self.turn =
+            Some(Turn { harness: Clones::new(turn), interrupted: false, message_id: None, declined: HashSet::new() });
         Ok(())
     }
 
     /// Forgets `turn` when its prompt could not be written.
     pub(crate) fn abort_turn(&mut self, turn: &TurnId) {
-        if self.turn.as_ref().is_some_and(|t| &t.harness == turn) {
+        if self.turn.as_ref().is_some_and(|t| t.harness.get() == turn) {
             self.turn = None;
         }
     }
 
     /// True while `turn` runs.
     pub(crate) fn is_running(&self, turn: &TurnId) -> bool {
-        self.turn.as_ref().is_some_and(|t| &t.harness == turn)
+        self.turn.as_ref().is_some_and(|t| t.harness.get() == turn)
     }
 
     /// True while any turn runs.
@@ -149,7 +151,7 @@ impl Normalizer {
     /// Marks `turn` interrupted; false when it is not running.
     pub(crate) fn mark_interrupted(&mut self, turn: &TurnId) -> bool {
         match self.turn.as_mut() {
-            Some(t) if &t.harness == turn => {
+            Some(t) if t.harness.get() == turn => {
                 t.interrupted = true;
                 true
             }
@@ -180,7 +182,7 @@ impl Normalizer {
     }
 
     fn current(&self) -> Option<TurnId> {
-        self.turn.as_ref().map(|t| t.harness.clone())
+        self.turn.as_ref().map(|t| t.harness.get().clone())
     }
 
     fn emit(&self, actions: &mut Vec<Action>, kind: EventKind) {
@@ -238,24 +240,29 @@ impl Normalizer {
         match &*event.kind {
             "message_start" => {
                 if let Some(turn) = self.turn.as_mut() {
-                    turn.message_id =
-                        event.message.as_ref().map(|m| &*m.id).filter(|id| !id.is_empty()).map(ItemId::from);
+                    turn.message_id = event
+                        .message
+                        .as_ref()
+                        .map(|m| &*m.id)
+                        .filter(|id| !id.is_empty())
+                        .map(|id| Clones::new(ItemId::from(id)));
                 }
             }
             "content_block_delta" => {
                 let Some(delta) = &event.delta else { return };
-                let item_id = self.turn.as_ref().and_then(|t| t.message_id.clone());
-                match &*delta.kind {
-                    "text_delta" => {
-                        let text = self.decoded.keep(&delta.text, chunk);
-                        self.emit(actions, EventKind::MessageDelta { item_id, text });
-                    }
+                // Clones made a burst at a time (see `Clones`): every delta carries both IDs.
+                let (turn, item_id) = match self.turn.as_mut() {
+                    Some(t) => (Some(t.harness.take()), t.message_id.as_mut().map(Clones::take)),
+                    None => (None, None),
+                };
+                let kind = match &*delta.kind {
+                    "text_delta" => EventKind::MessageDelta { item_id, text: self.decoded.keep(&delta.text, chunk) },
                     "thinking_delta" => {
-                        let text = self.decoded.keep(&delta.thinking, chunk);
-                        self.emit(actions, EventKind::ReasoningDelta { item_id, text });
+                        EventKind::ReasoningDelta { item_id, text: self.decoded.keep(&delta.thinking, chunk) }
                     }
-                    _ => {}
-                }
+                    _ => return,
+                };
+                actions.push(Action::Emit { turn, kind, raw: None });
             }
             _ => {}
         }
@@ -392,7 +399,7 @@ impl Normalizer {
             usage.cost_usd = result.total_cost_usd.map(|_| cost);
             usage
         });
-        let harness = Some(turn.harness.clone());
+        let harness = Some(turn.harness.get().clone());
         if let Some(usage) = usage {
             actions.push(Action::Emit {
                 turn: harness.clone(),
@@ -493,7 +500,7 @@ impl Normalizer {
         result.exit_status = exit_status;
         result.stderr_tail = stderr_tail;
         vec![Action::Emit {
-            turn: Some(turn.harness),
+            turn: Some(turn.harness.into_inner()),
             kind: EventKind::terminal(TurnStatus::Failed, result),
             raw: None,
         }]
