@@ -323,6 +323,30 @@ impl EventId {
         EventId(EventIdRepr::InSequence { seq, prefix: prefix.len() as u8, len: len as u8, bytes })
     }
 
+    /// Makes `self` the ID of `seq` in `prefix`'s sequence, as [`EventId::in_sequence`] would:
+    /// in place when it is an ID of that sequence already (only the digits change, without
+    /// copying the prefix or the whole value), and by replacing it otherwise. The session runtime
+    /// writes each new event into the allocation of one the replay ring let go, whose ID is of
+    /// its own sequence.
+    pub(crate) fn set_in_sequence(&mut self, prefix: &str, seq: u64) {
+        let end = prefix.len() + 1 + seq.checked_ilog10().map_or(1, |log| log as usize + 1);
+        if let EventIdRepr::InSequence { seq: held, prefix: at, len, bytes } = &mut self.0
+            && end <= INLINE_ID
+            && usize::from(*at) == prefix.len()
+            && &bytes[..prefix.len()] == prefix.as_bytes()
+        {
+            let mut rest = seq;
+            for slot in bytes[prefix.len() + 1..end].iter_mut().rev() {
+                *slot = b'0' + (rest % 10) as u8;
+                rest /= 10;
+            }
+            // Fits in a byte: `end <= INLINE_ID`.
+            (*held, *len) = (seq, end as u8);
+            return;
+        }
+        *self = EventId::in_sequence(prefix, seq);
+    }
+
     /// The prefix and seq of an ID the session runtime made in sequence (`<prefix>.<seq>`);
     /// `None` for any other ID (even one whose text has that shape: parse [`EventId::as_str`]
     /// for those).
@@ -657,6 +681,25 @@ mod tests {
         assert_eq!(seq_id(&long, 7).sequence(), None, "kept as text");
         assert_eq!(seq_id("ev_01ABC", 42).sequence(), Some(("ev_01ABC", 42)));
         assert_eq!(EventId::from_string("ev_01ABC.42").sequence(), None, "only the runtime's own IDs have parts");
+    }
+
+    #[test]
+    fn an_id_set_in_sequence_is_the_one_in_sequence_makes() {
+        let long = "x".repeat(40);
+        for prefix in ["evt_01JABCDEFGHJKMNPQRSTVWXYZ0", "p", long.as_str()] {
+            for (from, to) in [(0, 1), (9, 10), (12_345, 7), (7, u64::MAX), (u64::MAX, 0), (99, 100)] {
+                let mut id = seq_id(prefix, from);
+                id.set_in_sequence(prefix, to);
+                let made = seq_id(prefix, to);
+                assert_eq!((id.as_str(), id.sequence()), (made.as_str(), made.sequence()), "{prefix} {from} -> {to}");
+            }
+        }
+        // An ID of another sequence, or not made in one, is replaced.
+        for mut id in [seq_id("evt_A", 5), seq_id("evt_AB", 5), EventId::from_string("evt_01AB.5"), EventId::generate()]
+        {
+            id.set_in_sequence("evt_01AB", 6);
+            assert_eq!((id.as_str(), id.sequence()), ("evt_01AB.6", Some(("evt_01AB", 6))));
+        }
     }
 
     #[test]

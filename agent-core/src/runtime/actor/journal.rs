@@ -235,14 +235,14 @@ impl Journal {
         let seq = self.next_seq;
         self.next_seq += 1;
         let at = *self.clock.get_or_insert_with(Timestamp::now);
-        let id = EventId::in_sequence(&self.event_prefix, seq);
         // A streaming turn evicts an event from the ring for every one it makes: writing into
         // the evicted one's allocation saves an allocation and a free (often on another
-        // thread) per event, and it names this session and provider already.
+        // thread) per event, and it names this session and provider already, and has an ID of
+        // this session's sequence, whose digits are all that change.
         if let Some(mut spare) = self.recycled.pop()
             && let Some(slot) = Arc::get_mut(&mut spare)
         {
-            slot.id = id;
+            slot.id.set_in_sequence(&self.event_prefix, seq);
             slot.seq = seq;
             slot.turn_id = turn;
             slot.at = at;
@@ -252,7 +252,7 @@ impl Journal {
         }
         Arc::new(Event {
             schema_version: SCHEMA_VERSION,
-            id,
+            id: EventId::in_sequence(&self.event_prefix, seq),
             seq,
             session_id: self.session.id.clone(),
             turn_id: turn,
