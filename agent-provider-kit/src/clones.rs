@@ -54,8 +54,9 @@ impl<T: CloneMany> Clones<T> {
         if let Some(clone) = self.spare.pop() {
             return clone;
         }
-        self.value.clone_many(CLONE_BURST - 1, &mut self.spare);
-        self.value.clone()
+        // The whole burst for one change of the count, this take's clone among it.
+        self.value.clone_many(CLONE_BURST, &mut self.spare);
+        self.spare.pop().expect("a burst of clones")
     }
 
     /// The value, dropping the clones made ahead.
