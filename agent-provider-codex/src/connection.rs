@@ -109,7 +109,7 @@ impl Connection {
         let shared = Arc::new(Shared {
             sink,
             process,
-            state: Mutex::new(Normalizer::new()),
+            state: Mutex::new(Normalizer::with_text_limit(max_line)),
             pending: Pending::new(),
             next_id: AtomicI64::new(1),
             turn_ended: Notify::new(),

@@ -18,7 +18,7 @@ mod convert;
 mod turn;
 
 use self::convert::{change_entry, error_code, reasoning_text, step_status, tool_of, tool_status, usage};
-use self::turn::{Open, OpenItem, TurnState, push_bounded};
+use self::turn::{Open, OpenItem, TurnState, push_bounded, push_within};
 use crate::requests::{self, Built, PendingRequest};
 use crate::wire::{self, IdRef, Item, Message, Notification, RpcId, ServerRequest, Tokens};
 
@@ -95,12 +95,25 @@ pub(crate) struct Normalizer {
     unknown_names: HashSet<String>,
     /// Where the texts of deltas the CLI wrote with escapes are kept.
     decoded: TextArena,
+    /// The most bytes of an open message's text kept for the turn's result (see
+    /// [`Normalizer::with_text_limit`]).
+    text_limit: usize,
 }
 
 impl Normalizer {
-    /// A normalizer before the thread is known.
+    /// A normalizer before the thread is known, with the default text limit.
+    #[cfg(test)]
     pub(crate) fn new() -> Self {
-        Self::default()
+        Self::with_text_limit(crate::options::DEFAULT_MAX_LINE_BYTES)
+    }
+
+    /// A normalizer before the thread is known that keeps at most `max` bytes of an open
+    /// message's text. The text is kept only for a turn that ends before the message completes
+    /// (`item/completed` carries the whole text, in one line of at most the same
+    /// `max_line_bytes`); the bound keeps a message that never ends from growing the session's
+    /// memory without limit.
+    pub(crate) fn with_text_limit(max: usize) -> Self {
+        Normalizer { text_limit: max, ..Self::default() }
     }
 
     /// Sets the session's codex thread; frames of other threads are kept unnormalized.
@@ -347,13 +360,17 @@ impl Normalizer {
         let kind = match note {
             Notification::AgentMessageDelta(d) => {
                 let item_id = match turn.open(&d.item_id) {
-                    Some(Open { id, item: OpenItem::Message { text }, .. }) => {
-                        text.push_str(&d.delta);
+                    Some(Open { id, item: OpenItem::Message { text, cut }, .. }) => {
+                        if !*cut {
+                            *cut = !push_within(text, &d.delta, self.text_limit);
+                        }
                         id.take()
                     }
                     _ => {
                         let id = ItemId::from(&*d.item_id);
-                        turn.items.push(Open::new(id.clone(), OpenItem::Message { text: d.delta.to_string() }));
+                        let mut text = String::new();
+                        let cut = !push_within(&mut text, &d.delta, self.text_limit);
+                        turn.items.push(Open::new(id.clone(), OpenItem::Message { text, cut }));
                         id
                     }
                 };
@@ -438,7 +455,7 @@ impl Normalizer {
         };
         let (open, kinds) = match item.kind.as_str() {
             "agentMessage" => (
-                Some(OpenItem::Message { text: item.text.clone().unwrap_or_default() }),
+                Some(OpenItem::Message { text: item.text.clone().unwrap_or_default(), cut: false }),
                 vec![EventKind::ProviderEvent { method: "item/started".into() }],
             ),
             "reasoning" => (
@@ -666,6 +683,49 @@ mod tests {
         let mut item = json!({ "type": kind, "id": id });
         item.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
         json!({ "threadId": "th", "turnId": "tu", "item": item })
+    }
+
+    #[test]
+    fn an_unfinished_message_keeps_its_text_up_to_the_limit_and_says_so() {
+        let delta = |text: &str| {
+            note("item/agentMessage/delta", json!({"threadId": "th", "turnId": "tu", "itemId": "m1", "delta": text}))
+        };
+        let end = |actions: &[Action]| {
+            let (last, rest) = emitted(actions).split_last().map(|(l, r)| (l.1.clone(), r.len())).unwrap();
+            (last.terminal_end().unwrap().result.text.clone(), rest, actions.len())
+        };
+
+        // Within the limit: the whole text, no warning.
+        let mut n = running();
+        n.text_limit = 12;
+        feed(&mut n, delta("hello "));
+        feed(&mut n, delta("world!"));
+        let actions = n.on_exit("gone", None, None);
+        assert_eq!(end(&actions), (Some("hello world!".to_owned()), 0, 1));
+
+        // Past it: the text is cut at a character boundary, later deltas are not kept, and the
+        // turn's end says what was kept.
+        let mut n = running();
+        n.text_limit = 8;
+        feed(&mut n, delta("héllo "));
+        feed(&mut n, delta("örld"));
+        feed(&mut n, delta("!"));
+        let actions = n.on_exit("gone", None, None);
+        assert_eq!(end(&actions), (Some("héllo ".to_owned()), 1, 2), "one byte is left, and 'ö' takes two");
+        let [(Some("h1"), EventKind::Warning { message }), _] = emitted(&actions)[..] else { panic!("{actions:?}") };
+        assert!(message.contains("`m1`") && message.contains("first 7 bytes"), "{message}");
+
+        // The deltas go out whole either way, and a completed message's text is the item's.
+        let mut n = running();
+        n.text_limit = 4;
+        let actions = feed(&mut n, delta("too long"));
+        assert_eq!(
+            emitted(&actions),
+            [(Some("h1"), &EventKind::MessageDelta { item_id: Some("m1".into()), text: "too long".into() })]
+        );
+        feed(&mut n, note("item/completed", item("agentMessage", "m1", json!({"text": "too long"}))));
+        let actions = n.on_exit("gone", None, None);
+        assert_eq!(end(&actions), (Some("too long".to_owned()), 0, 1));
     }
 
     #[test]

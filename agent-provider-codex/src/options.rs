@@ -80,7 +80,10 @@ pub struct CodexOptions {
     /// `-c suppress_unstable_features_warning=true` (codex's warning about it says nothing a
     /// caller can act on).
     pub questions: bool,
-    /// Longest stdout line accepted; default [`DEFAULT_MAX_LINE_BYTES`].
+    /// Longest stdout line accepted; default [`DEFAULT_MAX_LINE_BYTES`]. Also the most bytes of
+    /// a streamed message's text the provider keeps for the turn's result in case the turn ends
+    /// before the message completes (`item/completed` brings the whole text otherwise, in one
+    /// line within this bound); a longer one is cut, with a `warning` event.
     pub max_line_bytes: usize,
 }
 
@@ -141,7 +144,8 @@ impl CodexOptions {
         self
     }
 
-    /// Sets the longest accepted stdout line.
+    /// Sets the longest accepted stdout line, and the most text kept of an unfinished message
+    /// (see [`CodexOptions::max_line_bytes`](#structfield.max_line_bytes)).
     pub fn max_line_bytes(mut self, bytes: usize) -> Self {
         self.max_line_bytes = bytes;
         self

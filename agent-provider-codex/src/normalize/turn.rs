@@ -11,10 +11,12 @@ use crate::wire::Tokens;
 /// Output kept per open tool item, to report with a tool closed by the turn's end.
 const MAX_TOOL_OUTPUT: usize = 64 * 1024;
 
-/// An item that started and has not completed.
+/// An item that started and has not completed. A message keeps its text so far for a turn that
+/// ends before the message does, up to the normalizer's text limit (`cut` once a delta did not
+/// fit).
 #[derive(Debug)]
 pub(super) enum OpenItem {
-    Message { text: String },
+    Message { text: String, cut: bool },
     Reasoning { streamed: bool },
     Tool { output: String },
     FileChange { changes: Vec<FileChangeEntry>, output: String },
@@ -94,7 +96,8 @@ impl TurnState {
         Some(self.items.remove(index).item)
     }
 
-    /// Closes the turn's open tool items as interrupted.
+    /// Closes the turn's open tool items as interrupted; an open message's text becomes the
+    /// turn's last message if none completed, with a warning if it was cut.
     pub(super) fn close_items(&mut self) -> Vec<Action> {
         std::mem::take(&mut self.items)
             .into_iter()
@@ -109,11 +112,23 @@ impl TurnState {
                     },
                     raw: None,
                 }),
-                OpenItem::Message { text } => {
-                    if self.last_message.is_none() && !text.is_empty() {
-                        self.last_message = Some(text);
+                OpenItem::Message { text, cut } => {
+                    if self.last_message.is_some() || text.is_empty() {
+                        return None;
                     }
-                    None
+                    let kept = text.len();
+                    self.last_message = Some(text);
+                    cut.then(|| Action::Emit {
+                        turn: Some(self.id().clone()),
+                        kind: EventKind::Warning {
+                            message: format!(
+                                "codex's message `{id}` did not complete; the turn's result keeps the first \
+                                 {kept} bytes of its text (the text limit is the provider's max_line_bytes)",
+                                id = id.get()
+                            ),
+                        },
+                        raw: None,
+                    })
                 }
                 OpenItem::Reasoning { .. } => None,
             })
@@ -133,12 +148,21 @@ impl TurnState {
 /// Appends `text` to a tool's kept output, up to [`MAX_TOOL_OUTPUT`] bytes (cut at a character
 /// boundary).
 pub(super) fn push_bounded(buffer: &mut String, text: &str) {
-    if buffer.len() < MAX_TOOL_OUTPUT {
-        let room = MAX_TOOL_OUTPUT - buffer.len();
-        let mut end = text.len().min(room);
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        buffer.push_str(&text[..end]);
+    push_within(buffer, text, MAX_TOOL_OUTPUT);
+}
+
+/// Appends as much of `text` as keeps `buffer` within `max` bytes (cut at a character
+/// boundary); whether all of it fit.
+pub(super) fn push_within(buffer: &mut String, text: &str, max: usize) -> bool {
+    let room = max.saturating_sub(buffer.len());
+    if text.len() <= room {
+        buffer.push_str(text);
+        return true;
     }
+    let mut end = room;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    buffer.push_str(&text[..end]);
+    false
 }
