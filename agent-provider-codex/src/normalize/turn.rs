@@ -122,8 +122,8 @@ impl TurnState {
                         turn: Some(self.id().clone()),
                         kind: EventKind::Warning {
                             message: format!(
-                                "codex's message `{id}` did not complete; the turn's result keeps the first \
-                                 {kept} bytes of its text (the text limit is the provider's max_line_bytes)",
+                                "codex's message `{id}` did not complete, and only the first {kept} bytes of \
+                                 its text were kept for the turn's result (the provider's max_line_bytes)",
                                 id = id.get()
                             ),
                         },
