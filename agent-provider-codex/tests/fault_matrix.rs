@@ -11,7 +11,7 @@
 //! | exit before the `initialize` / `thread/start` reply | `start_session`: `ProviderUnavailable` with exit status and stderr |
 //! | exit after the handshake | session-level `transport_error`; the session is `unavailable` |
 //! | exit before the `turn/start` reply | `turn_failed` (admission uncertain, with exit status and stderr); session retired |
-//! | exit mid-turn, or exit 0 without a terminal event | `turn_failed` with `exit_status`, `stderr_tail`, partial text; `transport_error` |
+//! | exit mid-turn, or exit 0 without a terminal event | `turn_failed` with `exit_status`, `stderr_tail`, partial text (at most `max_line_bytes` of it, else a `warning`); `transport_error` |
 //! | exit after the terminal event | the turn stays `turn_completed`; session-level `transport_error` |
 //! | hang before the `initialize` / `thread/start` reply | `start_session`: `Timeout` at 90 % of `startup_timeout` |
 //! | hang mid-turn, then cancel | `turn_failed` ("cancellation failed"); session retired |
@@ -388,6 +388,28 @@ async fn exit_mid_turn_fails_the_turn_with_exit_status_and_stderr() {
     case.assert_no_process_left().await;
     let next = case.harness.start_turn(&session, "again", TurnOptions::new()).await;
     assert!(matches!(next, Err(Error::SessionUnavailable { .. })), "{next:?}");
+    case.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_mid_turn_keeps_at_most_max_line_bytes_of_the_partial_text() {
+    const LIMIT: usize = 4096;
+    // 100 deltas of 64 bytes, each its own, so a cut at the limit shows which were kept. The
+    // fake's `item/completed` brings the whole text, in a line over the limit: dropped, it
+    // leaves the message open, as a crash before it would.
+    let deltas: Vec<String> = (0..100).map(|i| format!("{i:03}{}", "x".repeat(61))).collect();
+    let script = gate(FakeScript::new().handshake().turn_start()).deltas(deltas.iter().map(String::as_str)).exit(1);
+    let case = Case::new(script);
+    let session = case.session_with(case.options_with(CodexOptions::new().max_line_bytes(LIMIT))).await;
+    let events = case.run_gated(&session, "hello").await;
+    let streamed = events.iter().filter(|e| matches!(e.kind, EventKind::MessageDelta { .. })).count();
+    assert_eq!(streamed, 100, "every delta is delivered, whatever is kept of the text");
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Failed);
+    assert_eq!(end.result.text.as_deref(), Some(&deltas.concat()[..LIMIT]), "the first 64 deltas, whole");
+    let [dropped, cut] = warnings(&events)[..] else { panic!("{:?}", warnings(&events)) };
+    assert!(dropped.starts_with("codex wrote a stdout line of ") && dropped.ends_with("dropped"), "{dropped}");
+    assert!(cut.contains("only the first 4096 bytes of its text were kept"), "{cut}");
     case.finish().await;
 }
 
