@@ -21,6 +21,9 @@ use crate::store::{DynStore, Store};
 
 /// Default `event_buffer_size`.
 pub const DEFAULT_EVENT_BUFFER_SIZE: usize = 1000;
+/// Largest `event_buffer_size`: the live channel of a session's subscribers is allocated at
+/// that size when the first one subscribes.
+pub const MAX_EVENT_BUFFER_SIZE: usize = 1 << 20;
 /// Default `startup_timeout`.
 pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default `startup_finalization_timeout`.
@@ -443,7 +446,8 @@ pub struct SessionOptions {
     pub provider_options: ProviderOptions,
     /// Caller-owned metadata, stored in the snapshot (no secrets).
     pub metadata: serde_json::Map<String, Value>,
-    /// In-memory replay buffer size (events); default 1000, must be positive.
+    /// In-memory replay buffer size (events); default 1000, from 1 to
+    /// [`MAX_EVENT_BUFFER_SIZE`].
     pub event_buffer_size: usize,
     /// Completed-turn cache size; defaults to the event buffer size.
     pub completed_turn_cache_size: Option<CacheSize>,
@@ -633,6 +637,12 @@ impl SessionOptions {
         }
         if self.event_buffer_size == 0 {
             return Err(Error::invalid("event_buffer_size", "must be positive"));
+        }
+        if self.event_buffer_size > MAX_EVENT_BUFFER_SIZE {
+            return Err(Error::invalid(
+                "event_buffer_size",
+                format!("must be at most {MAX_EVENT_BUFFER_SIZE}, got {}", self.event_buffer_size),
+            ));
         }
         for (name, value) in [
             ("startup_timeout", self.startup_timeout),

@@ -1,4 +1,4 @@
-//! Wall-clock timestamps with a stable RFC 3339 JSON form.
+//! Wall-clock timestamps with a stable RFC 3339 JSON form, and deadlines that never overflow.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -9,6 +9,23 @@ use jiff::civil::DateTime;
 use jiff::fmt::temporal::Pieces;
 use jiff::tz::Offset;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// `start + after`, or a deadline no running program reaches (some thirty years on) when that
+/// sum does not fit in an instant: a timeout of [`Duration::MAX`] means "no limit", never a panic.
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_core::time::deadline_after;
+///
+/// let now = tokio::time::Instant::now();
+/// assert_eq!(deadline_after(now, Duration::from_secs(5)), now + Duration::from_secs(5));
+/// assert!(deadline_after(now, Duration::MAX) > now + Duration::from_secs(86_400 * 365 * 29));
+/// ```
+pub fn deadline_after(start: tokio::time::Instant, after: Duration) -> tokio::time::Instant {
+    /// What Tokio itself takes for "never" when a sleep's deadline overflows.
+    const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
+    start.checked_add(after).unwrap_or_else(|| start + FAR)
+}
 
 /// A UTC instant with microsecond precision.
 ///

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_harness::execs::local::LocalExec;
+use agent_harness::time::deadline_after;
 use agent_harness::{
     Conversation, ConversationSource, EventKind, Harness, Replay, Request, RequestStatus, SessionOptions, SessionRef,
     Subscription, Turn, TurnOptions, TurnStatus,
@@ -66,7 +67,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
         builder = builder.request_handler(Arc::clone(&policy).handler());
     }
     let harness = builder.build().map_err(|error| Failure::harness("cannot build the harness", &error))?;
-    let deadline = timeout.map(|timeout| Instant::now() + timeout);
+    let deadline = timeout.map(|timeout| deadline_after(Instant::now(), timeout));
     let mut run = Run {
         harness: harness.clone(),
         renderer: Renderer::new(args.json, io::stdout().is_terminal()),

@@ -14,6 +14,7 @@ use std::time::Duration;
 use agent_core::event::RawJson;
 use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
+use agent_core::time::deadline_after;
 use agent_core::{Sink, SinkBuffer, TurnId};
 use agent_provider_kit::framing::{
     AfterLines, Bytes, LineReader, TextFrame, flush_before_wait, keep_line, stderr_note, unparsed_line_warning,
@@ -119,7 +120,7 @@ impl Connection {
     /// Sends a control request and waits up to `timeout` for its response; returns the
     /// response's payload (`None` when it has none). The deadline covers the write too.
     pub(crate) async fn control(&self, request: Value, timeout: Duration) -> Result<Option<Value>, CallError> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = deadline_after(tokio::time::Instant::now(), timeout);
         let subtype = request["subtype"].as_str().unwrap_or_default().to_owned();
         let id = format!("req_{}", self.shared.next_id.fetch_add(1, Ordering::Relaxed));
         let ticket = self.shared.pending.register(ControlRequestId(id.clone()), ())?;

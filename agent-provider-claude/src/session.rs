@@ -4,6 +4,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use agent_core::provider::{Admission, ProviderSession, TurnStart};
+use agent_core::time::deadline_after;
 use agent_core::{Error, InputItem, ProviderId, Request, Response, Result, TurnId, TurnInput};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -207,7 +208,7 @@ impl ProviderSession for ClaudeSession {
         if !self.conn.state().mark_interrupted(turn) {
             return Ok(());
         }
-        let deadline = tokio::time::Instant::now() + self.command_timeout;
+        let deadline = deadline_after(tokio::time::Instant::now(), self.command_timeout);
         match self.conn.control(json!({"subtype": "interrupt"}), self.command_timeout).await {
             Ok(_) => {}
             Err(_) if !self.conn.state().is_running(turn) => return Ok(()),

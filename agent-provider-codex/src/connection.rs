@@ -14,6 +14,7 @@ use std::time::Duration;
 use agent_core::event::RawJson;
 use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
+use agent_core::time::deadline_after;
 use agent_core::{Sink, SinkBuffer, TurnId};
 use agent_provider_kit::framing::{
     AfterLines, Bytes, LineReader, TextFrame, flush_before_wait, keep_line, unparsed_line_warning,
@@ -131,7 +132,7 @@ impl Connection {
         params: P,
         timeout: Duration,
     ) -> Result<RawJson, CallError> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = deadline_after(tokio::time::Instant::now(), timeout);
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let ticket = self.shared.pending.register(JsonRpcId(id), method == TURN_START)?;
         let line = encode(&Outgoing { id: Some(id), method, params: Some(params) });

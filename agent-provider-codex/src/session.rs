@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use agent_core::provider::{Admission, ProviderSession, TurnStart};
+use agent_core::time::deadline_after;
 use agent_core::{Error, ProviderId, Request, Response, Result, Skill, TurnId, TurnInput};
 use agent_provider_kit::framing::stderr_note;
 use async_trait::async_trait;
@@ -182,7 +183,7 @@ impl ProviderSession for CodexSession {
             }
             state.claim_interrupt(turn)
         };
-        let deadline = tokio::time::Instant::now() + self.command_timeout;
+        let deadline = deadline_after(tokio::time::Instant::now(), self.command_timeout);
         let sent = match claimed {
             Some(codex_turn) => self.interrupt(&codex_turn).await,
             None => Ok(()),

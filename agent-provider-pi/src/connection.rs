@@ -14,6 +14,7 @@ use std::time::Duration;
 use agent_core::event::RawJson;
 use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
+use agent_core::time::deadline_after;
 use agent_core::{Sink, SinkBuffer, TurnId};
 use agent_provider_kit::framing::{Bytes, LineReader, TextFrame, flush_before_wait, keep_line, unparsed_line_warning};
 use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
@@ -134,7 +135,7 @@ impl Connection {
     /// Sends `command` (an object with `type`; the `id` is added) and waits up to `timeout` for
     /// its successful reply's `data`. The deadline covers the write too.
     pub(crate) async fn call(&self, mut command: Value, timeout: Duration) -> Result<Option<Value>, CallError> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = deadline_after(tokio::time::Instant::now(), timeout);
         let kind = command["type"].as_str().unwrap_or_default().to_owned();
         let id = format!("h{}", self.shared.next_id.fetch_add(1, Ordering::Relaxed));
         command["id"] = Value::String(id.clone());

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use agent_core::provider::{Admission, ProviderSession, TurnStart};
+use agent_core::time::deadline_after;
 use agent_core::{Answer, Error, ProviderId, Request, Response, Result, TurnId, TurnInput};
 use agent_provider_kit::framing::stderr_note;
 use async_trait::async_trait;
@@ -148,7 +149,7 @@ impl ProviderSession for PiSession {
         if !self.conn.state().aborting(turn) {
             return Ok(());
         }
-        let deadline = tokio::time::Instant::now() + self.command_timeout;
+        let deadline = deadline_after(tokio::time::Instant::now(), self.command_timeout);
         match self.conn.call(json!({"type": "abort"}), self.command_timeout).await {
             Ok(_) => {}
             Err(CallError::Refused { .. }) if !self.conn.state().is_running(turn) => return Ok(()),

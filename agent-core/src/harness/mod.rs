@@ -28,7 +28,7 @@ use crate::runtime::registry::Registry;
 use crate::runtime::startup::Startup;
 use crate::runtime::{AwaitGrant, Command, Lookup, Replay, SessionHandle, Subscription, Target, TurnStream};
 use crate::runtime::{StartTurn, exit_reason};
-use crate::session::{ExitReason, SessionRef, SessionSnapshot, SessionStatus, StoredSession};
+use crate::session::{ExitReason, SessionRef, SessionStatus, StoredSession};
 use crate::store::{DynStore, Store};
 use crate::time::Timestamp;
 use crate::turn::{Turn, TurnInput, TurnOutcome, TurnStatus};
@@ -57,28 +57,58 @@ struct Inner {
     process_limit: Option<(Arc<tokio::sync::Semaphore>, usize)>,
     /// Answers the requests of sessions that have no handler of their own.
     request_handler: Option<DynRequestHandler>,
-    /// The stores of sessions started with their own store, so their history stays reachable
-    /// after they stop. Weak: a store the caller dropped is not kept alive for this.
-    session_stores: Mutex<HashMap<SessionId, Weak<dyn Store>>>,
+    /// Where the last run of each session started with a store choice of its own (a custom
+    /// store, or none) wrote its history, so it stays reachable after the run stops. Sessions
+    /// not here ran with the default store.
+    session_stores: Mutex<HashMap<SessionId, RunStore>>,
+}
+
+/// Where a session's last run kept its history, when not in the default store.
+#[derive(Clone)]
+enum RunStore {
+    /// A custom store. Weak: a store the caller dropped is not kept alive for this.
+    Custom(Weak<dyn Store>),
+    /// No store: the run kept nothing.
+    Disabled,
+}
+
+impl RunStore {
+    /// How a run with `choice` is remembered; `None` for the default store.
+    fn of(choice: &StoreChoice) -> Option<RunStore> {
+        match choice {
+            StoreChoice::Default => None,
+            StoreChoice::Disabled => Some(RunStore::Disabled),
+            StoreChoice::Custom(store) => Some(RunStore::Custom(Arc::downgrade(store))),
+        }
+    }
 }
 
 impl Inner {
-    fn session_stores(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Weak<dyn Store>>> {
+    fn session_stores(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, RunStore>> {
         // Every critical section is a single map operation.
         self.session_stores.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn remember_store(&self, id: &SessionId, store: &DynStore) {
+    /// Records where a run that started keeps its history; the run before it is forgotten.
+    fn remember_store(&self, id: &SessionId, run: Option<RunStore>) {
         let mut stores = self.session_stores();
-        stores.retain(|_, store| store.strong_count() > 0);
-        stores.insert(id.clone(), Arc::downgrade(store));
+        match run {
+            Some(run) => {
+                stores.retain(|_, run| !matches!(run, RunStore::Custom(store) if store.strong_count() == 0));
+                stores.insert(id.clone(), run);
+            }
+            None => {
+                stores.remove(id);
+            }
+        }
     }
 
-    /// The store holding a session's history: the custom store it ran with in this harness, or
-    /// the default store.
+    /// The store holding a session's history: the one its last run in this harness wrote to
+    /// (a custom store, or none), or the default store.
     fn store_of(&self, id: &SessionId) -> Option<DynStore> {
         match self.session_stores().get(id) {
-            Some(store) => store.upgrade(),
+            Some(RunStore::Custom(store)) => store.upgrade(),
+            Some(RunStore::Disabled) => None,
             None => self.store.clone(),
         }
     }
@@ -323,9 +353,7 @@ impl Harness {
         // The session outlives this call: its span is a root that follows from the command.
         let span = tracing::info_span!(parent: None, "session", session_id = %id, provider = %provider_id);
         span.follows_from(command);
-        if let StoreChoice::Custom(custom) = &options.store {
-            self.inner.remember_store(&id, custom);
-        }
+        let run_store = RunStore::of(&options.store);
         let (tx, rx) = oneshot::channel();
         let startup = Startup {
             session: SessionRef { provider: provider_id, id: id.clone() },
@@ -338,10 +366,15 @@ impl Harness {
             span: span.clone(),
         };
         tokio::spawn(startup.run(tx).instrument(span));
-        rx.await.map_err(|_| Error::SessionDown {
-            id,
+        let started = rx.await.map_err(|_| Error::SessionDown {
+            id: id.clone(),
             reason: ExitReason::Crashed { reason: "session startup ended unexpectedly".into() },
-        })?
+        })?;
+        // A start that failed leaves the previous run's history where it was.
+        if started.is_ok() {
+            self.inner.remember_store(&id, run_store);
+        }
+        started
     }
 
     /// A live session's status. A session that ended gives [`Error::SessionClosed`] with how it
@@ -387,21 +420,35 @@ impl Harness {
     }
 
     /// Deletes a stopped session's stored history from its store (the default store, or the
-    /// custom store it ran with in this harness). Refuses a live ID.
+    /// custom store its last run in this harness used). Refuses a live ID, and one its store
+    /// holds nothing of ([`Error::SessionNotFound`]).
     pub async fn purge_session(&self, session: &SessionRef) -> Result<()> {
         match self.inner.store_of(&session.id) {
             Some(store) => self.purge_session_in(&store, session).await,
-            None => self.refuse_live(&session.id),
+            None => {
+                // Nothing stored: all there is to forget is how the session ended.
+                self.refuse_live(&session.id)?;
+                if self.inner.registry.exit_reason(&session.id).is_none() {
+                    return Err(Error::SessionNotFound { id: session.id.clone() });
+                }
+                self.inner.forget(&session.id);
+                Ok(())
+            }
         }
     }
 
-    /// Deletes a stopped session's stored history from `store`. Refuses a live ID. A stale
-    /// snapshot (abandoned by a killed host) is first recorded as abandoned, so the store lets it
-    /// go.
+    /// Deletes a stopped session's stored history from `store`. Refuses a live ID, and an ID
+    /// the store holds nothing of ([`Error::SessionNotFound`]). A stale snapshot (abandoned by a
+    /// killed host) is first recorded as abandoned, so the store lets it go.
     pub async fn purge_session_in(&self, store: &DynStore, session: &SessionRef) -> Result<()> {
         self.refuse_live(&session.id)?;
-        if let Some(stale) = store.fetch_session(&session.id).await?.filter(SessionSnapshot::is_open) {
-            store.save_session(&self.read_back(stale)).await?;
+        match store.fetch_session(&session.id).await? {
+            Some(stale) if stale.is_open() => store.save_session(&self.read_back(stale)).await?,
+            Some(_) => {}
+            None if store.latest_seq(&session.id).await?.is_none() => {
+                return Err(Error::SessionNotFound { id: session.id.clone() });
+            }
+            None => {}
         }
         store.delete_session(&session.id).await?;
         self.inner.forget(&session.id);

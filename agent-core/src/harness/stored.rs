@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::ids::{SessionId, TurnId};
 use crate::request::{Request, RequestStatus};
-use crate::runtime::subscription::{Grant, REPLAY_PAGE};
+use crate::runtime::subscription::{Grant, REPLAY_PAGE, past_latest};
 use crate::runtime::{Replay, SessionHandle, Subscription};
 use crate::session::{ExitReason, SessionSnapshot, SessionState};
 use crate::store::{DynStore, EventQuery};
@@ -67,6 +67,12 @@ impl Harness {
         };
         if store.fetch_session(&session_id).await?.is_none() {
             return Err(self.not_live(&session_id).await);
+        }
+        if let Replay::After(after) = replay {
+            let latest = store.latest_seq(&session_id).await?.unwrap_or(0);
+            if after > latest {
+                return Err(past_latest(after, latest));
+            }
         }
         if let Some(turn) = &turn
             && store.fetch_turn(&session_id, turn).await?.is_none()

@@ -6,9 +6,11 @@
 //! the initial commit (bounded by `startup_finalization_timeout`) → the hand-off to the caller →
 //! the session actor.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tracing::Span;
@@ -21,11 +23,11 @@ use crate::options::{Conversation, ConversationMode, ConversationSource, Reuse, 
 use crate::provider::{DynProvider, OpenContext, OpenConversation, Opened, ProviderMessage, ProviderSession, Sink};
 use crate::runtime::actor::{Actor, ActorParts};
 use crate::runtime::inbox::Inbox;
-use crate::runtime::registry::Reservation;
+use crate::runtime::registry::{Registry, Reservation};
 use crate::runtime::{COMMAND_CAPACITY, SessionHandle, write_batch};
 use crate::session::{CloseReason, Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, StartupMarker};
 use crate::store::{DynStore, WriteBatch};
-use crate::time::Timestamp;
+use crate::time::{Timestamp, deadline_after};
 use crate::turn::{TurnResult, TurnStatus};
 
 /// Everything one attempt needs.
@@ -81,7 +83,7 @@ impl Startup {
         let finalize_timeout = options.startup_finalization_timeout;
 
         // Phase 1: plan and open, bounded by `startup_timeout`, abandoned with the caller.
-        let deadline = Instant::now() + options.startup_timeout;
+        let deadline = deadline_after(Instant::now(), options.startup_timeout);
         let (sink, mut sink_rx) = Sink::channel();
         let opening = async {
             let plan = tokio::select! {
@@ -343,6 +345,7 @@ impl Opening {
             let _ = exit_tx.send(Some(reason));
             return;
         }
+        let crash = registry.clone();
         let actor = Actor::new(ActorParts {
             session,
             options,
@@ -363,7 +366,22 @@ impl Opening {
             attempt,
             span,
         });
-        actor.run().await;
+        run_guarded(actor.run(), &crash, &id, attempt).await;
+    }
+}
+
+/// Runs a session's actor. A bug that panics it must not keep the session's ID and its
+/// `max_sessions` slot: the session ends as crashed. Unwinding dropped the provider session
+/// (killing its processes) and the exit sender (ending subscriptions and monitors); a stored
+/// snapshot left open reads back as ended with this reason. What the panic said went to the
+/// panic hook: it may quote anything, so it goes no further.
+async fn run_guarded(actor: impl Future<Output = ()>, registry: &Weak<Registry>, id: &SessionId, attempt: u64) {
+    if std::panic::AssertUnwindSafe(actor).catch_unwind().await.is_err() {
+        let reason = ExitReason::Crashed { reason: "the session's task panicked".into() };
+        tracing::error!(%reason, "session ended");
+        if let Some(registry) = registry.upgrade() {
+            registry.finish(id, attempt, reason);
+        }
     }
 }
 
@@ -549,5 +567,51 @@ async fn undo_initial_commit(store: &DynStore, id: &SessionId, resumed: Option<&
 pub(crate) async fn close_bounded(runtime: &dyn ProviderSession, timeout: Duration) {
     if tokio::time::timeout(timeout, runtime.close()).await.is_err() {
         tracing::warn!(?timeout, "provider did not close in time; dropping it");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::ProviderId;
+
+    #[tokio::test]
+    async fn a_panicked_actor_gives_back_its_id_and_slot_and_ends_as_crashed() {
+        let registry = Arc::new(Registry::new(Some(1)));
+        let id = SessionId::new("s").unwrap();
+        let reservation = registry.reserve(&id).unwrap();
+        let attempt = reservation.attempt();
+        let (tx, _commands) = mpsc::channel(1);
+        let (_exit, exit) = watch::channel(None);
+        let session = SessionRef { provider: ProviderId::new("p"), id: id.clone() };
+        reservation.promote(SessionHandle { session, tx, exit, store: None });
+        assert!(matches!(registry.reserve(&SessionId::new("t").unwrap()), Err(Error::CapacityReached { limit: 1 })));
+
+        run_guarded(async { panic!("a bug in the actor") }, &Arc::downgrade(&registry), &id, attempt).await;
+
+        assert!(!registry.contains(&id));
+        assert!(
+            matches!(registry.exit_reason(&id), Some(ExitReason::Crashed { ref reason }) if reason == "the session's task panicked"),
+            "{:?}",
+            registry.exit_reason(&id)
+        );
+        registry.reserve(&SessionId::new("t").unwrap()).expect("the slot is free again");
+    }
+
+    #[tokio::test]
+    async fn an_actor_that_ends_normally_is_left_to_deregister_itself() {
+        let registry = Arc::new(Registry::new(None));
+        let id = SessionId::new("s").unwrap();
+        let reservation = registry.reserve(&id).unwrap();
+        let attempt = reservation.attempt();
+        let (tx, _commands) = mpsc::channel(1);
+        let (_exit, exit) = watch::channel(None);
+        let session = SessionRef { provider: ProviderId::new("p"), id: id.clone() };
+        reservation.promote(SessionHandle { session, tx, exit, store: None });
+
+        run_guarded(async {}, &Arc::downgrade(&registry), &id, attempt).await;
+
+        assert!(registry.contains(&id), "only the actor's own shutdown removes it");
+        assert_eq!(registry.exit_reason(&id), None);
     }
 }

@@ -26,7 +26,7 @@ pub(crate) const REPLAY_PAGE: usize = 1024;
 /// `Start` replays what is retained: everything when the session has a store, otherwise what
 /// its bounded buffer still holds. `After(seq)` is exact: it replays every event after `seq` or
 /// fails with [`Error::ReplayUnavailable`](crate::Error::ReplayUnavailable) — a gap is never
-/// silent.
+/// silent, and neither is a `seq` past the session's latest event.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Replay {
     /// Only events published after subscribing (the default for `subscribe`).
@@ -46,6 +46,12 @@ impl Replay {
             Replay::After(seq) => Some(seq),
         }
     }
+}
+
+/// The error for `Replay::After(after)` past a session's latest event: the live events up to
+/// it would be skipped without a word.
+pub(crate) fn past_latest(after: u64, latest: u64) -> crate::Error {
+    crate::Error::ReplayUnavailable { reason: format!("seq {after} is past the session's latest event (seq {latest})") }
 }
 
 /// What to subscribe to: a whole session or one turn.

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
+use crate::time::deadline_after;
+
 /// What a fired watchdog asks the actor to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fired {
@@ -43,7 +45,7 @@ impl Watchdog {
     pub(crate) fn watch(&mut self, timeout: Duration) {
         let now = Instant::now();
         self.last_activity = Some(now);
-        self.arm(Phase::Inactive { timeout }, now + timeout);
+        self.arm(Phase::Inactive { timeout }, deadline_after(now, timeout));
     }
 
     /// Watches a turn that waits on the host (a pending request) again from now.
@@ -53,7 +55,7 @@ impl Watchdog {
 
     /// Gives the provider until `deadline` from now to end a turn cancelled as stalled.
     pub(crate) fn stall(&mut self, deadline: Duration) {
-        self.arm(Phase::Stalled, Instant::now() + deadline);
+        self.arm(Phase::Stalled, deadline_after(Instant::now(), deadline));
     }
 
     pub(crate) fn disarm(&mut self) {
@@ -84,7 +86,7 @@ impl Watchdog {
             Phase::Inactive { timeout } => {
                 let silent_since = self.last_activity.unwrap_or_else(Instant::now);
                 if silent_since.elapsed() < timeout {
-                    self.arm(Phase::Inactive { timeout }, silent_since + timeout);
+                    self.arm(Phase::Inactive { timeout }, deadline_after(silent_since, timeout));
                     return None;
                 }
                 self.phase = None;

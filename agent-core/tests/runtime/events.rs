@@ -254,3 +254,36 @@ async fn an_event_a_subscriber_holds_is_never_rewritten() {
     assert_eq!((held.seq, held.type_name()), (2, "turn_started"));
     assert_eq!(held.turn_id.as_ref(), Some(&first_turn));
 }
+
+#[tokio::test]
+async fn a_cursor_past_the_latest_event_is_refused_not_followed() {
+    for store in [true, false] {
+        let f = Fixture::new();
+        let options = if store { opts() } else { opts().store(StoreChoice::Disabled) };
+        let (session, remote) = f.session(options).await;
+        let latest = f.harness.status(&session).await.unwrap().last_seq;
+        for after in [latest + 1, latest + 1000, u64::MAX] {
+            let err = f.harness.subscribe(&session, Replay::After(after)).await.unwrap_err();
+            let expected = format!("seq {after} is past the session's latest event (seq {latest})");
+            assert!(matches!(err, Error::ReplayUnavailable { ref reason } if *reason == expected), "{err:?}");
+        }
+        // The latest event itself is a valid cursor, and what follows it arrives.
+        let mut events = f.harness.subscribe(&session, Replay::After(latest)).await.unwrap();
+        let turn = f.admitted_turn(&session, "after the cursor").await;
+        assert_eq!(next(&mut events).await.seq, latest + 1);
+        remote.complete(&turn.id, "done").await;
+        f.harness.await_turn(&turn, None).await.unwrap();
+        let turn_err = f.harness.subscribe(&turn, Replay::After(u64::MAX)).await.unwrap_err();
+        assert!(matches!(turn_err, Error::ReplayUnavailable { .. }), "{turn_err:?}");
+        if store {
+            // Stopped: the stored history is checked the same way.
+            f.harness.stop_session(&session, false).await.unwrap();
+            let last = f.store.latest_seq(&session.id).await.unwrap().unwrap();
+            let err = f.harness.subscribe(&session, Replay::After(last + 1)).await.unwrap_err();
+            assert!(matches!(err, Error::ReplayUnavailable { .. }), "{err:?}");
+            let replayed: Vec<_> =
+                f.harness.subscribe(&session, Replay::After(last - 1)).await.unwrap().collect().await;
+            assert_eq!(replayed.len(), 1);
+        }
+    }
+}

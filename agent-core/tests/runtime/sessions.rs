@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use agent_core::testing::{OpenBehavior, Recorded};
 use agent_core::*;
+use futures::StreamExt;
 
 use crate::common::*;
 
@@ -528,4 +529,106 @@ async fn shutdown_stops_every_session_and_waits_for_them() {
     assert_eq!(reason, ExitReason::Closed { reason: CloseReason::HarnessShutdown });
     // The harness itself goes on.
     f.session(opts()).await;
+}
+
+#[tokio::test]
+async fn a_failed_start_leaves_the_last_runs_history_where_it_was() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts().id("kept")).await;
+    let turn = f.admitted_turn(&session, "first run").await;
+    remote.complete(&turn.id, "done").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    f.harness.stop_session(&session, false).await.unwrap();
+
+    // The same ID again, with a store of its own, but the provider cannot open.
+    let other: DynStore = std::sync::Arc::new(agent_store_memory::MemoryStore::new());
+    f.control.set_open(OpenBehavior::Fail("cannot open".into()));
+    let err = f.harness.start_session(PROVIDER, opts().id("kept").store(StoreChoice::Custom(other))).await.unwrap_err();
+    assert!(matches!(err, Error::ProviderOpenFailed { .. } | Error::ProviderUnavailable { .. }), "{err:?}");
+
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap();
+    assert_eq!(outcome.result.text.as_deref(), Some("done"));
+    let replayed: Vec<_> = f.harness.subscribe(&session, Replay::Start).await.unwrap().collect().await;
+    assert!(replayed.len() >= 4, "the first run's events, from the default store: {replayed:?}");
+    f.harness.purge_session(&session).await.unwrap();
+    assert!(f.store.fetch_session(&session.id).await.unwrap().is_none(), "purged where it was written");
+}
+
+#[tokio::test]
+async fn each_run_of_an_id_is_found_in_the_store_it_wrote_to() {
+    let f = Fixture::new();
+    let custom: DynStore = std::sync::Arc::new(agent_store_memory::MemoryStore::new());
+    let (first, _) = f.session(opts().id("twice").store(StoreChoice::Custom(custom.clone()))).await;
+    f.harness.stop_session(&first, false).await.unwrap();
+
+    // The second run uses the default store.
+    let (second, remote) = f.session(opts().id("twice")).await;
+    let turn = f.admitted_turn(&second, "second run").await;
+    remote.complete(&turn.id, "second").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    f.harness.stop_session(&second, false).await.unwrap();
+
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap();
+    assert_eq!(outcome.result.text.as_deref(), Some("second"));
+    let replayed: Vec<_> =
+        f.harness.subscribe(&second, Replay::Start).await.unwrap().map(|e| e.unwrap().turn_id.clone()).collect().await;
+    assert!(replayed.contains(&Some(turn.id.clone())), "the second run's history: {replayed:?}");
+    f.harness.purge_session(&second).await.unwrap();
+    assert!(f.store.fetch_session(&second.id).await.unwrap().is_none(), "the second run is purged");
+    assert!(custom.fetch_session(&first.id).await.unwrap().is_some(), "the first run is left alone");
+
+    // A third run without a store: nothing of it is stored, and nothing older is offered as its.
+    let (third, _) = f.session(opts().id("twice").store(StoreChoice::Disabled)).await;
+    f.harness.stop_session(&third, false).await.unwrap();
+    let err = f.harness.subscribe(&third, Replay::Start).await.unwrap_err();
+    assert!(matches!(err, Error::SessionClosed { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn purging_an_id_that_holds_nothing_is_not_found() {
+    let f = Fixture::new();
+    let never = SessionRef { provider: ProviderId::new(PROVIDER), id: SessionId::new("never-started").unwrap() };
+    let err = f.harness.purge_session(&never).await.unwrap_err();
+    assert!(matches!(err, Error::SessionNotFound { ref id } if id == &never.id), "{err:?}");
+    let err = f.harness.purge_session_in(&f.dyn_store(), &never).await.unwrap_err();
+    assert!(matches!(err, Error::SessionNotFound { .. }), "{err:?}");
+
+    // Without a store, a session that ran here is forgotten; a second purge finds nothing.
+    let (session, _) = f.session(opts().id("no-store").store(StoreChoice::Disabled)).await;
+    f.harness.stop_session(&session, false).await.unwrap();
+    f.harness.purge_session(&session).await.unwrap();
+    let err = f.harness.purge_session(&session).await.unwrap_err();
+    assert!(matches!(err, Error::SessionNotFound { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn an_event_buffer_beyond_the_maximum_is_refused() {
+    let f = Fixture::new();
+    for size in [options::MAX_EVENT_BUFFER_SIZE + 1, usize::MAX] {
+        let err = f.harness.start_session(PROVIDER, opts().id("big").event_buffer_size(size)).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidOption { option, .. } if option == "event_buffer_size"), "{err:?}");
+    }
+    assert!(f.harness.list_sessions().is_empty());
+    let (session, _) = f.session(opts().id("big").event_buffer_size(options::MAX_EVENT_BUFFER_SIZE)).await;
+    f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeouts_of_duration_max_mean_no_limit() {
+    let f = Fixture::new();
+    let options = opts()
+        .startup_timeout(Duration::MAX)
+        .turn_start_timeout(Duration::MAX)
+        .provider_command_timeout(Duration::MAX)
+        .turn_inactivity_timeout(Duration::MAX);
+    let (session, remote) = f.session(options).await;
+    let turn = f.admitted_turn(&session, "no limits").await;
+    tokio::time::sleep(Duration::from_secs(86_400 * 365)).await;
+    assert_eq!(f.harness.status(&session).await.unwrap().current_turn.map(|t| t.id), Some(turn.id.clone()));
+    remote.complete(&turn.id, "still here").await;
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap();
+    assert_eq!(outcome.result.text.as_deref(), Some("still here"));
+    let turn =
+        f.harness.start_turn(&session, "per turn", TurnOptions::new().inactivity_timeout(Duration::MAX)).await.unwrap();
+    assert_eq!(f.harness.status(&session).await.unwrap().current_turn.map(|t| t.id), Some(turn.id));
 }

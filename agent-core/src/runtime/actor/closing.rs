@@ -1,5 +1,6 @@
 //! Ending the session: stop and close, transport loss, retirement, and the final shutdown.
 
+use futures::FutureExt;
 use tokio::sync::oneshot;
 
 use super::Actor;
@@ -166,8 +167,11 @@ impl Actor {
         self.journal.send_live();
         let finalize = self.options.startup_finalization_timeout;
         self.journal.offer_final_snapshot(&self.snapshot, finalize).await;
-        if tokio::time::timeout(finalize, self.calls.provider().close()).await.is_err() {
-            tracing::warn!(close_timeout = ?finalize, "provider did not close in time; dropping it");
+        let close = std::panic::AssertUnwindSafe(tokio::time::timeout(finalize, self.calls.provider().close()));
+        match close.catch_unwind().await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => tracing::warn!(close_timeout = ?finalize, "provider did not close in time; dropping it"),
+            Err(_) => tracing::error!("the provider panicked while closing; dropping it"),
         }
         if self.stale_frames > 0 {
             tracing::debug!(stale_frames = self.stale_frames, "frames for finished turns were dropped");

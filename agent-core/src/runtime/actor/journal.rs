@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::event::{Event, EventKind, RawJson, SCHEMA_VERSION};
 use crate::ids::{EventId, TurnId};
 use crate::request::Request;
-use crate::runtime::subscription::{Grant, LiveBatch};
+use crate::runtime::subscription::{Grant, LiveBatch, past_latest};
 use crate::runtime::write_batch;
 use crate::session::{Durability, ExitReason, SessionRef, SessionSnapshot};
 use crate::store::{DynStore, QueuedWrite, StoreError, WriteBatch};
@@ -660,6 +660,16 @@ impl Journal {
         let rx = self.live.get_or_insert_with(|| broadcast::channel(capacity).0).subscribe();
         let store = self.store.clone();
         Ok(Grant { rx: Some(rx), live_from: self.published_seq, store_replay, buffered, store, exit })
+    }
+
+    /// An exact cursor names an event the session has made: one past its latest event would
+    /// skip the live events up to it without a word.
+    pub(super) fn check_cursor(&self, after: u64) -> Result<()> {
+        let latest = self.next_seq - 1;
+        if after > latest {
+            return Err(past_latest(after, latest));
+        }
+        Ok(())
     }
 
     /// With no store to replay from, an exact cursor must find every event it asks for in the

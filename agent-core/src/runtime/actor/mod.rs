@@ -346,6 +346,9 @@ impl Actor {
         let after = replay.after();
         // `After(seq)` promises every event after `seq`; `Start` serves what is retained.
         let exact = matches!(replay, Replay::After(_));
+        if let Replay::After(seq) = replay {
+            self.journal.check_cursor(seq)?;
+        }
         let exit = self.exit.subscribe();
         let finished_at = match &turn {
             Some(t) if self.current.as_ref().is_none_or(|c| &c.turn.id != t) => {
