@@ -9,32 +9,48 @@ use agent_core::{AuthMode, Result, SessionOptions};
 use agent_provider_kit::auth::{AuthGuard, AuthReport, EnvRules, LoginState, effective_env};
 use serde_json::Value;
 
-/// Claude Code's own environment names that select an API key, an endpoint or a cloud.
+/// Claude Code's own environment names that select an API key, a token, an endpoint or a
+/// cloud: every `ANTHROPIC_*` name (keys, endpoints, custom headers, a Unix socket, identity
+/// tokens), and the `CLAUDE_CODE_*` names of Claude Code 2.1 that pass a credential or pick a
+/// cloud or gateway. A token in the environment is not the CLI's saved login: passing one on is
+/// proxying a credential, which `AuthMode::Inherit` opts into.
 const CLAUDE_ENV: EnvRules = EnvRules {
     names: &[
-        "ANTHROPIC_API_KEY",
-        "ANTHROPIC_AUTH_TOKEN",
-        "ANTHROPIC_BASE_URL",
-        "ANTHROPIC_CUSTOM_HEADERS",
-        "ANTHROPIC_BEDROCK_BASE_URL",
-        "ANTHROPIC_VERTEX_BASE_URL",
-        "ANTHROPIC_VERTEX_PROJECT_ID",
-        "ANTHROPIC_FOUNDRY_BASE_URL",
-        "ANTHROPIC_FOUNDRY_RESOURCE",
+        "CLAUDE_CODE_OAUTH_TOKEN",
+        "CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR",
+        "CLAUDE_CODE_OAUTH_REFRESH_TOKEN",
+        "CLAUDE_CODE_SESSION_ACCESS_TOKEN",
+        "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR",
+        "CLAUDE_CODE_WEBSOCKET_AUTH_FILE_DESCRIPTOR",
+        "CLAUDE_CODE_API_KEY_HELPER_TTL_MS",
+        "CLAUDE_CODE_CUSTOM_OAUTH_URL",
+        "CLAUDE_CODE_HOST_AUTH_ENV_VAR",
+        "CLAUDE_CODE_PROVIDER_MANAGED_BY_HOST",
         "CLAUDE_CODE_USE_BEDROCK",
         "CLAUDE_CODE_USE_VERTEX",
         "CLAUDE_CODE_USE_FOUNDRY",
+        "CLAUDE_CODE_USE_MANTLE",
+        "CLAUDE_CODE_USE_GATEWAY",
+        "CLAUDE_CODE_USE_ANTHROPIC_AWS",
         "CLAUDE_CODE_SKIP_BEDROCK_AUTH",
         "CLAUDE_CODE_SKIP_VERTEX_AUTH",
-        "CLAUDE_CODE_API_KEY_HELPER_TTL_MS",
+        "CLAUDE_CODE_SKIP_FOUNDRY_AUTH",
+        "CLAUDE_CODE_SKIP_MANTLE_AUTH",
+        "CLAUDE_CODE_SKIP_ANTHROPIC_AWS_AUTH",
     ],
-    prefixes: &[],
+    prefixes: &["ANTHROPIC_"],
     suffixes: &[],
 };
 
-/// The guard of the Claude provider. Claude Code takes no configuration overrides from the
-/// harness, so no config key is refused.
-pub(crate) const GUARD: AuthGuard = AuthGuard::new("claude", &[EnvRules::COMMON, CLAUDE_ENV], &[]);
+/// The guard of the Claude provider. Its one refused flag, `--settings`, can carry an `env`
+/// with any of the names above, or an `apiKeyHelper`.
+pub(crate) const GUARD: AuthGuard = AuthGuard::new("claude", &[EnvRules::COMMON, CLAUDE_ENV], &["settings"]);
+
+/// The flags of `ClaudeOptions::extra_args` the guard checks, as config keys
+/// (`--settings=…` → `settings`).
+pub(crate) fn flag_keys(claude: &crate::ClaudeOptions) -> impl Iterator<Item = &str> {
+    claude.extra_args.iter().filter_map(|a| a.strip_prefix("--")).map(|a| a.split('=').next().unwrap_or(a))
+}
 
 /// Names always removed from the environment claude inherits under `Subscription`, whether or
 /// not the host sets them (the host's other matching names are found by the same rules).
@@ -78,7 +94,8 @@ fn config_dir(options: &SessionOptions) -> Option<PathBuf> {
 /// Names only, never values.
 pub fn auth_report(options: &SessionOptions) -> AuthReport {
     let options = options.clone().auth(AuthMode::Subscription);
-    let verdict = GUARD.check(&options, None, std::iter::empty()).and_then(|()| check_local_state(&options));
+    let claude = options.provider_options.get::<crate::ClaudeOptions>().cloned().unwrap_or_default();
+    let verdict = GUARD.check(&options, None, flag_keys(&claude)).and_then(|()| check_local_state(&options));
     let login = match config_dir(&options) {
         Some(dir) => LoginState::from_json_file(dir.join(".credentials.json"), |credentials| {
             credentials.get("claudeAiOauth").is_some_and(|o| o.is_object()).then(|| "claude.ai".to_owned())
@@ -124,6 +141,37 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn tokens_gateways_and_the_settings_flag_are_refused_under_subscription() {
+        let subscription = || SessionOptions::new("/work").auth(AuthMode::Subscription);
+        for name in [
+            "CLAUDE_CODE_OAUTH_TOKEN",
+            "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR",
+            "CLAUDE_CODE_USE_MANTLE",
+            "CLAUDE_CODE_USE_GATEWAY",
+            "CLAUDE_CODE_USE_ANTHROPIC_AWS",
+            "ANTHROPIC_UNIX_SOCKET",
+            "anthropic_identity_token",
+        ] {
+            let options = subscription().env(name, "sk-SENTINEL");
+            let error = GUARD.check(&options, None, std::iter::empty()).unwrap_err().to_string();
+            assert!(error.contains(name) && !error.contains("sk-SENTINEL"), "{error}");
+            assert!(GUARD.check(&options.auth(AuthMode::Inherit), None, std::iter::empty()).is_ok());
+        }
+        let allowed = subscription().env("CLAUDE_CODE_MAX_OUTPUT_TOKENS", "1000");
+        assert!(GUARD.check(&allowed, None, std::iter::empty()).is_ok());
+
+        for args in [&["--settings", r#"{"env":{"ANTHROPIC_API_KEY":"sk-SENTINEL"}}"#][..], &["--settings=/tmp/s.json"]]
+        {
+            let claude = args.iter().fold(crate::ClaudeOptions::new(), |claude, arg| claude.extra_arg(*arg));
+            let error = GUARD.check(&subscription(), None, flag_keys(&claude)).unwrap_err().to_string();
+            assert!(error.contains("`settings`") && !error.contains("sk-SENTINEL"), "{error}");
+            assert!(GUARD.check(&subscription().auth(AuthMode::Inherit), None, flag_keys(&claude)).is_ok());
+        }
+        let claude = crate::ClaudeOptions::new().extra_arg("--add-dir").extra_arg("/tmp");
+        assert!(GUARD.check(&subscription(), None, flag_keys(&claude)).is_ok());
+    }
 
     #[test]
     fn settings_that_route_elsewhere_are_named() {

@@ -252,7 +252,7 @@ impl Provider for ClaudeProvider {
         let claude = options.provider_options.get::<ClaudeOptions>().cloned().unwrap_or_default();
         validate::validate(&options, &claude)?;
         // The guard again with the exec it will run on.
-        crate::auth::GUARD.check(&options, Some(ctx.exec.as_ref()), std::iter::empty())?;
+        crate::auth::GUARD.check(&options, Some(ctx.exec.as_ref()), crate::auth::flag_keys(&claude))?;
         crate::auth::check_local_state(&options)?;
         let mode = validate::permission_mode(&options, &claude)?;
         let deadline = adapter_deadline(options.startup_timeout);

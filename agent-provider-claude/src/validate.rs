@@ -44,7 +44,7 @@ pub(crate) fn validate(options: &SessionOptions, claude: &ClaudeOptions) -> Resu
     validate_mcp_servers(options)?;
     skill_roots(options)?;
     validate_claude_options(claude)?;
-    crate::auth::GUARD.check(options, None, std::iter::empty())
+    crate::auth::GUARD.check(options, None, crate::auth::flag_keys(claude))
 }
 
 fn invalid(option: &'static str, reason: impl Into<String>) -> Error {

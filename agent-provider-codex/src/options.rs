@@ -363,7 +363,10 @@ mod tests {
     #[test]
     fn bad_json_options_are_refused_by_path_and_change_nothing() {
         refused(serde_json::json!({ "binaryy": "/x" }), "provider_options.binaryy: unknown field `binaryy`");
-        refused(serde_json::json!({ "questions": "no" }), "provider_options.questions: invalid type: string");
+        refused(
+            serde_json::json!({ "questions": "no" }),
+            "provider_options.questions: invalid type: a string, expected a boolean",
+        );
         refused(serde_json::json!({ "config": { "a": 1 } }), "provider_options.config.a: invalid type: integer");
         // A Claude option in a Codex config.
         refused(serde_json::json!({ "max_turns": 3 }), "provider_options.max_turns: unknown field `max_turns`");

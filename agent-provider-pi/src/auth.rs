@@ -1,11 +1,14 @@
 //! Pi's auth guard under [`AuthMode::Subscription`](agent_core::AuthMode): the kit's rules for
 //! the names and flags that route pi to another provider, endpoint or key.
 
+use std::borrow::Cow;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
 use agent_core::{AuthMode, SessionOptions};
 use agent_provider_kit::auth::{AuthGuard, AuthReport, EnvRules, LoginState, effective_env};
+
+use crate::PiOptions;
 
 /// Pi's own environment names that move its configuration (models, keys) elsewhere.
 const PI_ENV: EnvRules = EnvRules { names: &["PI_CODING_AGENT_DIR"], prefixes: &[], suffixes: &[] };
@@ -13,9 +16,14 @@ const PI_ENV: EnvRules = EnvRules { names: &["PI_CODING_AGENT_DIR"], prefixes: &
 /// The guard of the pi provider. Pi's "config keys" are its command-line flags.
 pub(crate) const GUARD: AuthGuard = AuthGuard::new("pi", &[EnvRules::COMMON, PI_ENV], &["provider", "api-key"]);
 
-/// The flags in `args` the guard checks, as config keys (`--provider` → `provider`).
-pub(crate) fn flag_keys(args: &[String]) -> impl Iterator<Item = &str> {
-    args.iter().filter_map(|a| a.strip_prefix("--")).map(|a| a.split('=').next().unwrap_or(a))
+/// The flags the guard checks, as config keys (`--provider` → `provider`): pi's `args` and the
+/// `binary_args` placed before them, which pi reads as its command line too.
+pub(crate) fn flag_keys(pi: &PiOptions) -> Vec<String> {
+    let binary_args = pi.binary_args.iter().map(|a| a.to_string_lossy());
+    binary_args
+        .chain(pi.args.iter().map(|a| Cow::Borrowed(a.as_str())))
+        .filter_map(|a| a.strip_prefix("--").map(|flag| flag.split('=').next().unwrap_or(flag).to_owned()))
+        .collect()
 }
 
 /// The names to remove from the environment pi inherits, under `Subscription`.
@@ -30,7 +38,7 @@ pub(crate) fn scrubbed(options: &SessionOptions) -> Vec<OsString> {
 pub fn auth_report(options: &SessionOptions) -> AuthReport {
     let options = options.clone().auth(AuthMode::Subscription);
     let pi = options.provider_options.get::<crate::PiOptions>().cloned().unwrap_or_default();
-    let verdict = GUARD.check(&options, None, flag_keys(&pi.args));
+    let verdict = GUARD.check(&options, None, flag_keys(&pi).iter().map(String::as_str));
     let login = match effective_env(&options, "HOME") {
         Some(home) => LoginState::from_json_file(PathBuf::from(home).join(".pi/agent/auth.json"), |logins| {
             let entries: Vec<String> = logins
@@ -60,8 +68,18 @@ mod tests {
         let error = GUARD.check(&options, None, std::iter::empty()).unwrap_err().to_string();
         assert!(error.contains("OPENAI_API_KEY") && !error.contains("sk-secret"), "{error}");
         let options = SessionOptions::new("/work").auth(AuthMode::Subscription);
-        let args = ["--provider=openai".to_owned()];
-        assert!(GUARD.check(&options, None, flag_keys(&args)).is_err());
-        assert!(GUARD.check(&options.auth(AuthMode::Inherit), None, flag_keys(&args)).is_ok());
+        let check = |options: &SessionOptions, pi: &PiOptions| {
+            GUARD.check(options, None, flag_keys(pi).iter().map(String::as_str)).map_err(|e| e.to_string())
+        };
+        for pi in [
+            PiOptions::new().arg("--provider=openai"),
+            PiOptions::new().binary_arg("--api-key").binary_arg("sk-secret"),
+            PiOptions::new().binary_arg("/opt/pi/cli.js").binary_arg("--provider").binary_arg("openai"),
+        ] {
+            let error = check(&options, &pi).unwrap_err();
+            assert!(!error.contains("sk-secret"), "{error}");
+            assert!(check(&options.clone().auth(AuthMode::Inherit), &pi).is_ok());
+        }
+        assert!(check(&options, &PiOptions::new().binary_arg("/opt/pi/cli.js").arg("--no-skills")).is_ok());
     }
 }

@@ -141,7 +141,7 @@ impl fmt::Debug for PiOptions {
         let PiOptions { binary, binary_args, args, session_dir, max_line_bytes, steer_as_follow_up } = self;
         f.debug_struct("PiOptions")
             .field("binary", binary)
-            .field("binary_args", binary_args)
+            .field("binary_args", &binary_args.len())
             .field("args", &args.len())
             .field("session_dir", session_dir)
             .field("max_line_bytes", max_line_bytes)

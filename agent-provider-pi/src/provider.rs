@@ -300,7 +300,7 @@ impl Provider for PiProvider {
     fn validate(&self, options: &SessionOptions) -> Result<()> {
         require_capabilities(&self.id, &self.capabilities(options), options)?;
         let pi = options.provider_options.get::<PiOptions>().cloned().unwrap_or_default();
-        auth::GUARD.check(options, None, auth::flag_keys(&pi.args))?;
+        auth::GUARD.check(options, None, auth::flag_keys(&pi).iter().map(String::as_str))?;
         validate(options, &pi)
     }
 
@@ -309,7 +309,7 @@ impl Provider for PiProvider {
         let options = Arc::clone(&ctx.options);
         let pi = options.provider_options.get::<PiOptions>().cloned().unwrap_or_default();
         validate(&options, &pi)?;
-        auth::GUARD.check(&options, Some(ctx.exec.as_ref()), auth::flag_keys(&pi.args))?;
+        auth::GUARD.check(&options, Some(ctx.exec.as_ref()), auth::flag_keys(&pi).iter().map(String::as_str))?;
         // A resume or fork target that does not exist fails here, before anything runs.
         let session_args = conversation_args(&options, &pi, &ctx.conversation)?;
         let deadline = adapter_deadline(options.startup_timeout);

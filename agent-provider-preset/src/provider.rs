@@ -147,7 +147,9 @@ impl PresetProvider {
                     || (!name.starts_with("--") && !arg.starts_with("--") && arg.starts_with(name.as_str()))
             })
         };
-        if let Some(arg) = preset_options.args.iter().find(|arg| refused_arg(arg)) {
+        // The CLI reads the binary's arguments as its command line too.
+        let mut every_arg = preset_options.binary_args.iter().chain(&preset_options.args);
+        if let Some(arg) = every_arg.find(|arg| refused_arg(arg)) {
             return Err(GUARD.refusal(format!(
                 "the extra argument `{}` (preset `{}` lists it in `auth_args`: it can select another model provider, \
                  endpoint or login)",
@@ -360,5 +362,45 @@ impl Provider for PresetProvider {
             Some(id) => opened.provider_session_id(id),
             None => opened,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_core::{AuthMode, Provider, SessionOptions};
+
+    use crate::{AllowList, PresetCatalog, PresetOptions};
+
+    fn provider(id: &str) -> super::PresetProvider {
+        let catalog = PresetCatalog::builder(AllowList::shipped()).load();
+        catalog.provider(id).expect(id)
+    }
+
+    fn subscription(preset: PresetOptions) -> SessionOptions {
+        SessionOptions::new(std::env::temp_dir()).auth(AuthMode::Subscription).provider_option(preset)
+    }
+
+    #[test]
+    fn auth_args_are_refused_among_the_binary_args_too() {
+        let codex = provider("codex-exec");
+        for preset in [
+            PresetOptions::new().args(["-c", "model_provider=\"evil\""]),
+            PresetOptions::new().binary_arg("-c").binary_arg("model_providers.evil.base_url=\"http://127.0.0.1:9\""),
+            PresetOptions::new().binary_arg("--profile=other"),
+        ] {
+            let error = codex.validate(&subscription(preset.clone())).unwrap_err().to_string();
+            assert!(error.contains("auth_args") && !error.contains("127.0.0.1"), "{error}");
+            assert!(codex.validate(&subscription(preset).auth(AuthMode::Inherit)).is_ok());
+        }
+        assert!(codex.validate(&subscription(PresetOptions::new().binary_arg("--skip-git-repo-check"))).is_ok());
+    }
+
+    #[test]
+    fn pi_print_refuses_another_agent_directory_as_pi_does() {
+        let pi = provider("pi-print");
+        let options = subscription(PresetOptions::new()).env("PI_CODING_AGENT_DIR", "/tmp/other");
+        let error = pi.validate(&options).unwrap_err().to_string();
+        assert!(error.contains("PI_CODING_AGENT_DIR"), "{error}");
+        assert!(pi.validate(&options.auth(AuthMode::Inherit)).is_ok());
     }
 }

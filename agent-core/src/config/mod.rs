@@ -503,11 +503,32 @@ fn at_path(root: &str, error: serde_path_to_error::Error<serde_json::Error>) -> 
         (root, path) if path.starts_with('[') => format!("{root}{path}"),
         (root, path) => format!("{root}.{path}"),
     };
-    if path.is_empty() {
-        Error::InvalidConfig(inner.to_string())
-    } else {
-        Error::InvalidConfig(format!("{path}: {inner}"))
+    let message = without_values(&inner.to_string());
+    if path.is_empty() { Error::InvalidConfig(message) } else { Error::InvalidConfig(format!("{path}: {message}")) }
+}
+
+/// A serde message without the string value it quotes, which may be a secret (a key in the
+/// wrong place): `invalid type: string "sk-…", expected …` becomes `invalid type: a string,
+/// expected …`. What was expected, field names and variant names stay.
+fn without_values(message: &str) -> String {
+    const STRING: &str = "string \"";
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(STRING) {
+        out.push_str(&rest[..at]);
+        out.push_str("a string");
+        // A `Debug`-escaped string: the first `"` not escaped closes it.
+        let quoted = &rest[at + STRING.len()..];
+        let mut escaped = false;
+        let end = quoted.char_indices().find(|&(_, c)| {
+            let closes = c == '"' && !escaped;
+            escaped = c == '\\' && !escaped;
+            closes
+        });
+        rest = end.map_or("", |(i, _)| &quoted[i + 1..]);
     }
+    out.push_str(rest);
+    out
 }
 
 mod forms;
@@ -525,6 +546,35 @@ mod tests {
     use super::*;
     use crate::ErrorKind;
     use crate::testing::ScriptedProvider;
+
+    #[test]
+    fn parse_errors_say_where_and_what_was_expected_but_not_the_value() {
+        let cases = [
+            (
+                json!({"provider": "scripted", "env": "OPENAI_API_KEY=sk-SENTINEL-1"}),
+                "env: invalid type: a string, expected",
+            ),
+            (
+                json!({"provider": "scripted", "mcp_servers": {"x": {"type": "http", "url": "http://h", "headers": "Bearer sk-SENTINEL-2"}}}),
+                "mcp_servers.x",
+            ),
+            (
+                json!({"provider": "scripted", "approval_policy": ["sk-SENTINEL-3"]}),
+                "approval_policy: invalid type: sequence",
+            ),
+            (json!({"provider": "scripted", "model": ["sk-SENTINEL-4"]}), "model: invalid type: sequence, expected"),
+        ];
+        for (config, says) in cases {
+            let error = SessionConfig::from_json_value(config.clone()).unwrap_err().to_string();
+            assert!(error.contains(says) && !error.contains("SENTINEL"), "{error}");
+            let error = SessionConfig::from_json_str(&config.to_string()).unwrap_err().to_string();
+            assert!(!error.contains("SENTINEL"), "{error}");
+        }
+        assert_eq!(
+            without_values(r#"invalid type: string "a\"b\\", expected x; invalid value: string "日", expected y"#),
+            "invalid type: a string, expected x; invalid value: a string, expected y"
+        );
+    }
 
     /// Every field set, in the form `Serialize` writes.
     fn full() -> Value {
@@ -746,7 +796,7 @@ mod tests {
         }
         let provider = ProviderId::new("extras");
         let message = invalid(provider_options_from_json::<Extras>(&provider, &json!({ "flags": [1, "x"] })));
-        assert!(message.starts_with("provider_options.flags[1]: invalid type: string"), "{message}");
+        assert!(message.starts_with("provider_options.flags[1]: invalid type: a string, expected u32"), "{message}");
         assert!(message.ends_with("(provider `extras`)"), "{message}");
         let message = invalid(provider_options_from_json::<Extras>(&provider, &json!({ "flag": [] })));
         assert!(message.starts_with("provider_options.flag: unknown field `flag`"), "{message}");
