@@ -67,6 +67,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
         builder = builder.request_handler(Arc::clone(&policy).handler());
     }
     let harness = builder.build().map_err(|error| Failure::harness("cannot build the harness", &error))?;
+    // What an earlier run killed with SIGKILL left behind (its CLIs' own children outlive it):
+    // the processes stamped by a host that is gone. A failed scan of /proc only skips this.
+    let _ = harness.reap_orphans().await;
     let deadline = timeout.map(|timeout| deadline_after(Instant::now(), timeout));
     let mut run = Run {
         harness: harness.clone(),
@@ -96,22 +99,30 @@ fn timeout(secs: f64) -> Result<Duration, Failure> {
         .ok_or_else(|| Failure::usage(format!("--timeout {secs}: expected a positive number of seconds")))
 }
 
-/// SIGINT and SIGTERM, merged.
+/// SIGINT, SIGTERM and SIGHUP (a closed terminal or a lost ssh session), merged: each is
+/// handled, so none ends the process before the harness shut its CLIs down.
 struct Signals {
     interrupt: Signal,
     terminate: Signal,
+    hangup: Signal,
 }
 
 impl Signals {
     fn new() -> Result<Signals, Failure> {
         let listen = |kind| signal(kind).map_err(|e| Failure::failed(format!("cannot listen for signals: {e}")));
-        Ok(Signals { interrupt: listen(SignalKind::interrupt())?, terminate: listen(SignalKind::terminate())? })
+        Ok(Signals {
+            interrupt: listen(SignalKind::interrupt())?,
+            terminate: listen(SignalKind::terminate())?,
+            hangup: listen(SignalKind::hangup())?,
+        })
     }
 
-    async fn recv(&mut self) {
+    /// The next signal's name.
+    async fn recv(&mut self) -> &'static str {
         tokio::select! {
-            _ = self.interrupt.recv() => {}
-            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => "SIGINT",
+            _ = self.terminate.recv() => "SIGTERM",
+            _ = self.hangup.recv() => "SIGHUP",
         }
     }
 }
@@ -162,7 +173,7 @@ impl Run<'_> {
             started = self.harness.start_session(provider, options) => {
                 started.map_err(|error| Failure::harness("the session did not start", &error))?
             }
-            () = self.signals.recv() => return Ok(Exit::Cancelled),
+            _ = self.signals.recv() => return Ok(Exit::Cancelled),
             () = until(self.deadline) => return Ok(Exit::TimedOut),
         };
         self.started = true;
@@ -247,9 +258,9 @@ impl Run<'_> {
                     Some(Err(error)) => return Ended::Lost(Failure::failed(format!("lost the session's events: {error}"))),
                     None => return Ended::Lost(Failure::failed(format!("session {} ended during the turn", session.id))),
                 },
-                () = self.signals.recv() => match cancelled {
+                signal = self.signals.recv() => match cancelled {
                     None => {
-                        let _ = self.harness.cancel_with_reason(turn, Some("interrupted (SIGINT)".into())).await;
+                        let _ = self.harness.cancel_with_reason(turn, Some(format!("interrupted ({signal})"))).await;
                         cancelled = Some((Ended::Interrupted { forced: false }, Instant::now() + CANCEL_GRACE));
                     }
                     // A second signal: stop now.

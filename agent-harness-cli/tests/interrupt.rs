@@ -1,5 +1,6 @@
-//! The second Ctrl-C: `agent-harness run` against the testkit's fake codex scripted to ignore
-//! `turn/interrupt`, so the first SIGINT cannot end the turn and only the second can.
+//! Signals to `agent-harness run` against the testkit's fake codex. The second Ctrl-C: the fake
+//! is scripted to ignore `turn/interrupt`, so the first SIGINT cannot end the turn and only the
+//! second can. SIGHUP (the terminal went away) is handled like the first.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -12,19 +13,20 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 /// fake would honour, and well short of the run's own 10 s grace.
 const BETWEEN: Duration = Duration::from_millis(1500);
 
-fn sigint(child: &tokio::process::Child) {
+fn send(child: &tokio::process::Child, signal: libc::c_int) {
     let pid = child.id().expect("running") as libc::pid_t;
     // SAFETY: sending a signal to the child this test spawned and still holds.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_sigint_stops_a_turn_whose_cli_ignores_the_interrupt() {
-    let script =
-        FakeScript::new().handshake().interrupts(InterruptMode::Ignore).turn_start().deltas(["working"]).stall();
-    let env = FakeCliEnv::new(FakeCli::Codex, &script).unwrap_or_else(|e| panic!("{e}"));
+fn sigint(child: &tokio::process::Child) {
+    send(child, libc::SIGINT);
+}
+
+/// `agent-harness run --json` of one turn on the fake codex running `script`.
+fn run(env: &FakeCliEnv) -> tokio::process::Child {
     let program = env.program().display().to_string();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"))
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"))
         .args(["run", "--json", "--auth", "inherit", "--provider", "codex", "--cli-path", &program, "go"])
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -35,7 +37,15 @@ async fn a_second_sigint_stops_a_turn_whose_cli_ignores_the_interrupt() {
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .expect("spawn");
+        .expect("spawn")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigint_stops_a_turn_whose_cli_ignores_the_interrupt() {
+    let script =
+        FakeScript::new().handshake().interrupts(InterruptMode::Ignore).turn_start().deltas(["working"]).stall();
+    let env = FakeCliEnv::new(FakeCli::Codex, &script).unwrap_or_else(|e| panic!("{e}"));
+    let mut child = run(&env);
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let mut seen: Vec<Value> = Vec::new();
     let next = |line: Option<String>| line.map(|l| serde_json::from_str::<Value>(&l).expect("a JSON event"));
@@ -75,5 +85,33 @@ async fn a_second_sigint_stops_a_turn_whose_cli_ignores_the_interrupt() {
     assert!(took < Duration::from_secs(5), "the second SIGINT stopped the run at once, not the grace: {took:?}");
     let ends: Vec<&str> = seen.iter().filter_map(|e| e["type"].as_str()).filter(|t| t.starts_with("turn_")).collect();
     assert_eq!(ends, ["turn_started", "turn_interrupted"], "a forced stop interrupts the turn: {seen:?}");
+    assert!(seen.iter().any(|e| e["type"] == "session_closed"), "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sighup_cancels_the_turn_and_shuts_the_harness_down() {
+    let script = FakeScript::new().handshake().turn_start().deltas(["working"]).stall();
+    let env = FakeCliEnv::new(FakeCli::Codex, &script).unwrap_or_else(|e| panic!("{e}"));
+    let mut child = run(&env);
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut seen: Vec<Value> = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.expect("read") {
+            let event: Value = serde_json::from_str(&line).expect("a JSON event");
+            let delta = event["type"] == "message_delta";
+            seen.push(event);
+            if delta {
+                send(&child, libc::SIGHUP);
+            }
+        }
+    })
+    .await
+    .expect("the run ends");
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.expect("exits").expect("status");
+    assert_eq!(status.code(), Some(2), "cancelled, not killed by the signal: {seen:?}");
+    let cancel = seen.iter().find(|e| e["type"] == "cancel_requested").expect("a cancel");
+    assert!(cancel.to_string().contains("SIGHUP"), "{cancel}");
+    let ends: Vec<&str> = seen.iter().filter_map(|e| e["type"].as_str()).filter(|t| t.starts_with("turn_")).collect();
+    assert_eq!(ends, ["turn_started", "turn_interrupted"], "{seen:?}");
     assert!(seen.iter().any(|e| e["type"] == "session_closed"), "{seen:?}");
 }
