@@ -414,6 +414,48 @@ async fn exit_mid_turn_keeps_at_most_max_line_bytes_of_the_partial_text() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_while_an_escaped_process_holds_stdout_fails_the_turn() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let case = Case::new(gate(FakeScript::new().handshake().turn_start()).deltas(["half"]).exit(3));
+    // codex, wrapped: it leaves a process in a session of its own, out of reach of the group's
+    // kill, holding its stdout (the version probe runs the fake alone).
+    let dir = case.env.workspace().join("escaping");
+    std::fs::create_dir_all(&dir).expect("a directory for the wrapper");
+    let (wrapper, pid_file) = (dir.join("codex"), dir.join("sleeper.pid"));
+    let script = format!(
+        "#!/bin/sh\ncase \"$1\" in --version) exec '{real}' \"$@\";; esac\n\
+         setsid sleep 60 2>/dev/null </dev/null &\necho $! > '{pid}'\nexec '{real}' \"$@\"\n",
+        real = case.env.program().display(),
+        pid = pid_file.display(),
+    );
+    std::fs::write(&wrapper, script).expect("the wrapper");
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("executable");
+    /// Ends the process the wrapper started, by the PID it wrote, however the test ends; says
+    /// whether it was still there to end.
+    struct Sleeper(std::path::PathBuf);
+    impl Sleeper {
+        fn end(&self) -> bool {
+            let Ok(pid) = std::fs::read_to_string(&self.0) else { return false };
+            let killed = std::process::Command::new("kill").args(["-9", pid.trim()]).status();
+            killed.is_ok_and(|status| status.success())
+        }
+    }
+    impl Drop for Sleeper {
+        fn drop(&mut self) {
+            self.end();
+        }
+    }
+    let sleeper = Sleeper(pid_file);
+    let session = case.session_with(case.options().provider_option(CodexOptions::new().binary(&wrapper))).await;
+    let events = case.run_gated(&session, "hello").await;
+    assert!(sleeper.end(), "the sleeper held stdout to the end");
+    assert_exited(end(&events), ExitStatus::code(3));
+    assert_eq!(end(&events).result.text.as_deref(), Some("half"));
+    case.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_terminal_event_then_exit_0_fails_the_turn() {
     let case = Case::new(gate(FakeScript::new().handshake().turn_start()).deltas(["half"]).exit(0));
     let session = case.session().await;

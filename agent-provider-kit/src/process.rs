@@ -14,13 +14,16 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use agent_core::exec::{Child, ChildHandle, ChildOutput, ChildStdin};
+use futures::task::AtomicWaker;
 use serde::Serialize;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::sync::Notify;
 
 use crate::framing::{STDERR_TAIL_LINES, StderrCollector};
@@ -36,6 +39,8 @@ pub struct CliProcess {
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
     stderr: StderrCollector,
     closing: AtomicBool,
+    /// The task that ends stdout after the exit (see [`EndsAfterExit`]).
+    exit_watch: tokio::task::AbortHandle,
 }
 
 impl CliProcess {
@@ -48,14 +53,16 @@ impl CliProcess {
             let _ = child.handle.kill();
             return None;
         };
+        let (stdout, exit_watch) = EndsAfterExit::new(stdout, Arc::clone(&child.handle));
         let process = CliProcess {
             cli: cli.into(),
             child: child.handle,
+            exit_watch,
             stdin: tokio::sync::Mutex::new(Some(stdin)),
             stderr: StderrCollector::spawn(stderr, STDERR_TAIL_LINES),
             closing: AtomicBool::new(false),
         };
-        Some((process, stdout))
+        Some((process, Box::new(stdout)))
     }
 
     /// The CLI's name, as given to [`CliProcess::start`].
@@ -120,6 +127,7 @@ impl CliProcess {
     /// connection calls it when it is dropped, while its reader task may still hold the process.
     pub fn kill(&self) {
         self.stderr.abort();
+        self.exit_watch.abort();
         let _ = self.child.kill();
     }
 }
@@ -127,6 +135,73 @@ impl CliProcess {
 impl Drop for CliProcess {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// How long a CLI's stdout is still read after the CLI exited, before it counts as closed.
+pub const STDOUT_AFTER_EXIT: Duration = Duration::from_millis(500);
+
+/// A CLI's stdout, which ends at the end of file or once the CLI has exited and the pipe stayed
+/// empty for [`STDOUT_AFTER_EXIT`]. The end of file alone is not enough: a process the CLI
+/// started in a session or group of its own (`setsid`) escapes the group's kill and holds the
+/// pipe open for as long as it runs, and the turn must end all the same. What the pipe still
+/// holds is read first: a read that finds data never looks at the exit.
+struct EndsAfterExit {
+    inner: ChildOutput,
+    exit: Arc<ExitSeen>,
+}
+
+/// Set by a watcher task [`STDOUT_AFTER_EXIT`] after the CLI's exit. A flag and a waker, so
+/// that a read that waits costs a load and a waker registration, not a poll of the exit.
+#[derive(Default)]
+struct ExitSeen {
+    passed: AtomicBool,
+    reader: AtomicWaker,
+}
+
+impl ExitSeen {
+    fn set(&self) {
+        self.passed.store(true, Ordering::Release);
+        self.reader.wake();
+    }
+
+    fn is_set(&self) -> bool {
+        self.passed.load(Ordering::Acquire)
+    }
+}
+
+impl EndsAfterExit {
+    /// `inner`, and the task that watches `child` for it.
+    fn new(inner: ChildOutput, child: Arc<dyn ChildHandle>) -> (Self, tokio::task::AbortHandle) {
+        let exit = Arc::new(ExitSeen::default());
+        let seen = Arc::clone(&exit);
+        let watcher = tokio::spawn(async move {
+            let _ = child.wait().await;
+            tokio::time::sleep(STDOUT_AFTER_EXIT).await;
+            seen.set();
+        });
+        (EndsAfterExit { inner, exit }, watcher.abort_handle())
+    }
+}
+
+impl AsyncRead for EndsAfterExit {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Pending => {}
+            ready => return ready,
+        }
+        if !this.exit.is_set() {
+            this.exit.reader.register(cx.waker());
+            if !this.exit.is_set() {
+                return Poll::Pending;
+            }
+        }
+        tracing::warn!(
+            after_exit = ?STDOUT_AFTER_EXIT,
+            "the CLI exited but its stdout is still open (held by a process it left behind); treating it as closed"
+        );
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -272,6 +347,62 @@ mod tests {
         let handle = Arc::clone(&child.handle);
         assert!(CliProcess::start("cli", child).is_none());
         assert!(exec.last_run().is_some_and(|run| !run.signals().is_empty()), "killed: {handle:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stdout_held_open_after_the_exit_ends_once_it_stays_empty() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let (mut writer, reader) = tokio::io::duplex(64);
+        let exit = Arc::new(ExitSeen::default());
+        let mut stdout = EndsAfterExit { inner: Box::new(reader), exit: Arc::clone(&exit) };
+        let mut buf = [0u8; 16];
+        writer.write_all(b"one\n").await.unwrap();
+        assert_eq!(stdout.read(&mut buf).await.unwrap(), 4);
+        // Nothing to read and the CLI still runs: the read waits, and the exit wakes it.
+        let waiting = tokio::spawn(async move {
+            let mut buf = [0u8; 16];
+            let first = stdout.read(&mut buf).await.unwrap();
+            (stdout, first)
+        });
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!waiting.is_finished());
+        exit.set();
+        let (mut stdout, first) = waiting.await.unwrap();
+        assert_eq!(first, 0, "the end of file, though the pipe is open");
+        // Written before a read: still read; then the end of file again.
+        writer.write_all(b"two\n").await.unwrap();
+        assert_eq!(stdout.read(&mut buf).await.unwrap(), 4);
+        assert_eq!(&buf[..4], b"two\n");
+        assert_eq!(stdout.read(&mut buf).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_process_that_escaped_the_group_does_not_keep_stdout_open() {
+        use agent_exec::LocalExec;
+        use tokio::io::AsyncReadExt;
+
+        // The escaped `sleep` keeps stdout; its PID goes to stderr so the test can end it. The
+        // shell waits until it left the group (else the group's kill at the exit ends it).
+        let script = "setsid sleep 60 2>/dev/null & echo \"sleeper $!\" >&2; \
+                      while [ \"$(cut -d' ' -f6 /proc/$!/stat)\" = \"$(cut -d' ' -f6 /proc/$$/stat)\" ]; do sleep 0.01; done; \
+                      echo one; exit 3";
+        let child = LocalExec::new().spawn(Command::new("sh").arg("-c").arg(script)).await.expect("spawns");
+        let (process, mut stdout) = CliProcess::start("cli", child).expect("all three pipes");
+        let started = std::time::Instant::now();
+        let mut out = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(20), stdout.read_to_end(&mut out)).await;
+        let report = process.exit_report(Duration::from_secs(2), Duration::from_millis(500)).await;
+        let sleeper = report.stderr_tail.as_deref().and_then(|tail| tail.strip_prefix("sleeper "));
+        let sleeper: u32 = sleeper.and_then(|pid| pid.trim().parse().ok()).expect("the sleeper's PID");
+        // The process this test's shell started, by the PID it reported.
+        let killed = std::process::Command::new("kill").args(["-9", &sleeper.to_string()]).status();
+        assert!(killed.is_ok_and(|status| status.success()), "the sleeper was still there to end");
+        read.expect("stdout ends though the sleeper holds it").expect("read");
+        assert_eq!(out, b"one\n");
+        let took = started.elapsed();
+        assert!(took >= STDOUT_AFTER_EXIT && took < Duration::from_secs(20), "{took:?}");
+        assert_eq!(report.status, Some(ExitStatus::code(3)));
     }
 
     #[test]
