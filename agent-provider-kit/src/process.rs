@@ -396,8 +396,9 @@ mod tests {
         let sleeper = report.stderr_tail.as_deref().and_then(|tail| tail.strip_prefix("sleeper "));
         let sleeper: u32 = sleeper.and_then(|pid| pid.trim().parse().ok()).expect("the sleeper's PID");
         // The process this test's shell started, by the PID it reported.
-        let killed = std::process::Command::new("kill").args(["-9", &sleeper.to_string()]).status();
-        assert!(killed.is_ok_and(|status| status.success()), "the sleeper was still there to end");
+        let kill = Command::new("kill").arg("-9").arg(sleeper.to_string());
+        let killed = LocalExec::new().spawn(kill).await.expect("kill runs").handle.wait().await;
+        assert_eq!(killed.ok(), Some(ExitStatus::code(0)), "the sleeper was still there to end");
         read.expect("stdout ends though the sleeper holds it").expect("read");
         assert_eq!(out, b"one\n");
         let took = started.elapsed();
