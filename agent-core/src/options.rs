@@ -71,7 +71,8 @@ pub enum McpServer {
     Stdio {
         /// Program.
         command: String,
-        /// Arguments.
+        /// Arguments (a provider keeps them off its CLI's command line where it can: they
+        /// often carry a token).
         #[serde(default)]
         args: Vec<String>,
         /// Environment (values are secrets: never logged or stored).
@@ -80,7 +81,7 @@ pub enum McpServer {
     },
     /// A server reached over streamable HTTP.
     Http {
-        /// URL.
+        /// URL (put credentials in `headers`, not in the URL: it may be on a command line).
         url: String,
         /// Headers (values are secrets: never logged or stored).
         #[serde(default)]

@@ -219,9 +219,11 @@ fn validate_claude_options(claude: &ClaudeOptions) -> Result<()> {
     Ok(())
 }
 
-/// The `--mcp-config` JSON of the session's servers. Secret values (variables, headers) do not
-/// appear in it: each is a `${AGENT_HARNESS_MCP_SECRET_<n>}` reference that Claude Code expands
-/// from its environment, and the returned pairs set those variables.
+/// The `--mcp-config` JSON of the session's servers. Secret values (variables, headers) and a
+/// stdio server's arguments (a token flag is common) do not appear in it: each is a
+/// `${AGENT_HARNESS_MCP_SECRET_<n>}` reference that Claude Code expands from its environment,
+/// and the returned pairs set those variables. An HTTP server's URL stays in it: credentials go
+/// in its headers.
 pub(crate) fn mcp_config(options: &SessionOptions) -> (Value, Vec<(String, String)>) {
     let mut secrets = Vec::new();
     let mut secret = |value: &String| {
@@ -234,6 +236,7 @@ pub(crate) fn mcp_config(options: &SessionOptions) -> (Value, Vec<(String, Strin
     for (name, server) in &options.mcp_servers {
         let config = match server {
             McpServer::Stdio { command, args, env } => {
+                let args: Vec<Value> = args.iter().map(|arg| json!(secret(arg))).collect();
                 let env: Map<String, Value> = env.iter().map(|(k, v)| (k.clone(), json!(secret(v)))).collect();
                 json!({"type": "stdio", "command": command, "args": args, "env": env})
             }
@@ -372,16 +375,21 @@ mod tests {
 
     #[test]
     fn mcp_secrets_travel_in_the_environment() {
-        let mut server = McpServer::stdio("python3", ["/srv/echo.py"]);
+        let mut server = McpServer::stdio("python3", ["/srv/echo.py", "--token=arg-sekrit"]);
         if let McpServer::Stdio { env, .. } = &mut server {
             env.insert("TOKEN".into(), "sekrit".into());
         }
         let o = options().mcp_server("echo", server);
         let (config, secrets) = mcp_config(&o);
         assert!(!config.to_string().contains("sekrit"), "{config}");
-        assert_eq!(config["mcpServers"]["echo"]["env"]["TOKEN"], "${AGENT_HARNESS_MCP_SECRET_0}");
-        assert_eq!(config["mcpServers"]["echo"]["args"], json!(["/srv/echo.py"]));
-        assert_eq!(secrets, [("AGENT_HARNESS_MCP_SECRET_0".to_owned(), "sekrit".to_owned())]);
+        assert_eq!(config["mcpServers"]["echo"]["command"], "python3");
+        assert_eq!(
+            config["mcpServers"]["echo"]["args"],
+            json!(["${AGENT_HARNESS_MCP_SECRET_0}", "${AGENT_HARNESS_MCP_SECRET_1}"])
+        );
+        assert_eq!(config["mcpServers"]["echo"]["env"]["TOKEN"], "${AGENT_HARNESS_MCP_SECRET_2}");
+        let values: Vec<&str> = secrets.iter().map(|(_, value)| value.as_str()).collect();
+        assert_eq!(values, ["/srv/echo.py", "--token=arg-sekrit", "sekrit"]);
         let spec = env_spec(&o, secrets);
         assert!(format!("{spec:?}").contains("AGENT_HARNESS_MCP_SECRET_0") && !format!("{spec:?}").contains("sekrit"));
     }

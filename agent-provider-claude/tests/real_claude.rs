@@ -478,11 +478,12 @@ fn mcp_echo() -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_mcp_server_is_connected_and_its_tool_callable() {
     const PLANTED: &str = "planted-mcp-secret-0451: ";
+    const PLANTED_ARG: &str = " planted-mcp-arg-0452";
     let scenario = Scenario::new()
         .tool_call("mcp__echo__echo", serde_json::json!({"text": "ping"}))
         .quote_tool_result("MCP said: ");
     let claude = Claude::start(scenario).await;
-    let mut server = agent_core::McpServer::stdio(mcp_echo().display().to_string(), Vec::<String>::new());
+    let mut server = agent_core::McpServer::stdio(mcp_echo().display().to_string(), ["--suffix", PLANTED_ARG]);
     if let agent_core::McpServer::Stdio { env, .. } = &mut server {
         env.insert("MCP_ECHO_PREFIX".into(), PLANTED.into());
     }
@@ -490,12 +491,16 @@ async fn a_session_mcp_server_is_connected_and_its_tool_callable() {
     let pid = claude.exec.children().last().expect("claude runs").id().expect("a pid");
     let cmdline = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap()).into_owned();
     assert!(cmdline.contains("--strict-mcp-config") && !cmdline.contains(PLANTED), "{cmdline}");
+    assert!(
+        !cmdline.contains(PLANTED_ARG.trim()),
+        "the server's arguments are not on claude's command line: {cmdline}"
+    );
     let (_, events) = claude.run(&session, "use the tool", |_| Some(Response::approve())).await;
     let end = terminal(&events);
     assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
     assert_eq!(requests(&events)[0].kind, RequestKind::Permission);
-    // The secret reached the server through claude's environment.
-    assert_eq!(end.result.text.as_deref(), Some(format!("MCP said: {PLANTED}ping").as_str()));
+    // The secret and the argument reached the server through claude's environment.
+    assert_eq!(end.result.text.as_deref(), Some(format!("MCP said: {PLANTED}ping{PLANTED_ARG}").as_str()));
     let tools: String = claude.server.model_requests()[0].body.as_ref().unwrap()["tools"].to_string();
     assert!(tools.contains("mcp__echo__echo"), "the tool was advertised to the model");
     // Nor in the recorded commands' Debug output (the variable's value is never printed).

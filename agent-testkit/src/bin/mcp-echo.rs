@@ -2,8 +2,9 @@
 //! that answers `echo: <text>`. Provider tests configure it as a session's MCP server to check
 //! that the CLI connected it and that its tool is callable.
 //!
-//! With `MCP_ECHO_PREFIX` set, answers start with that text instead of `echo: `, so a test can
-//! see that a variable reached the server.
+//! With `MCP_ECHO_PREFIX` set, answers start with that text instead of `echo: `, and with the
+//! arguments `--suffix TEXT` they end with `TEXT`, so a test can see that a variable and an
+//! argument reached the server.
 
 use std::io::{BufRead, Write};
 
@@ -11,6 +12,11 @@ use serde_json::{Value, json};
 
 fn main() {
     let prefix = std::env::var("MCP_ECHO_PREFIX").unwrap_or_else(|_| "echo: ".to_owned());
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let suffix = match args.as_slice() {
+        [flag, suffix] if flag == "--suffix" => suffix.clone(),
+        _ => String::new(),
+    };
     let stdin = std::io::stdin();
     let mut stdout = std::io::stdout().lock();
     for line in stdin.lock().lines() {
@@ -30,7 +36,7 @@ fn main() {
             }]}),
             Some("tools/call") => {
                 let text = message["params"]["arguments"]["text"].as_str().unwrap_or_default();
-                json!({"content": [{"type": "text", "text": format!("{prefix}{text}")}]})
+                json!({"content": [{"type": "text", "text": format!("{prefix}{text}{suffix}")}]})
             }
             other => {
                 let error = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": format!("no method {other:?}")}});
