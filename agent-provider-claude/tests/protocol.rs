@@ -166,10 +166,14 @@ async fn the_command_line_environment_and_lines_written() {
     assert_eq!(status.provider_session_id.as_deref(), Some(SESSION), "system/init's ID is reported");
     assert_eq!(session_id.len(), 36);
     let env = fixture.claude().env().clone();
-    assert_eq!(
-        env.get(std::ffi::OsStr::new("AGENT_HARNESS_MCP_SECRET_0")).map(|v| v.to_string_lossy().into_owned()),
-        Some("sekrit".into())
-    );
+    let mcp: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
+        .filter(|(k, _)| k.starts_with("AGENT_HARNESS_MCP_SECRET_"))
+        .collect();
+    assert!(mcp.iter().any(|(_, v)| v == "sekrit"), "the server's variable travels in claude's environment: {mcp:?}");
+    assert!(mcp.iter().any(|(_, v)| v == "--root"), "and so do its arguments: {mcp:?}");
+    assert!(!line.contains("--root"), "no MCP argument on the command line: {line}");
 
     let sent = fixture.sent();
     assert_eq!(sent[0]["request"]["subtype"], "initialize");

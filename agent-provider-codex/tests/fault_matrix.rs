@@ -602,6 +602,25 @@ async fn no_terminal_event_then_silence_runs_until_the_caller_stops_it() {
     case.assert_no_process_left().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_of_duration_max_mean_no_limit() {
+    let script = FakeScript::new().handshake().turn_start().deltas(["no ", "limits"]).complete();
+    let case = Case::new(script);
+    let options = case
+        .options()
+        .startup_timeout(Duration::MAX)
+        .turn_start_timeout(Duration::MAX)
+        .provider_command_timeout(Duration::MAX)
+        .turn_inactivity_timeout(Duration::MAX);
+    let session = case.session_with(options).await;
+    let events = case.run(&session, "hello").await;
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(end.result.text.as_deref(), Some("no limits"));
+    case.harness.stop_session(&session, false).await.expect("a clean stop within no limit");
+    case.finish().await;
+}
+
 // ----- bad output --------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
