@@ -397,8 +397,8 @@ impl Harness {
     ///
     /// A snapshot that says a runtime holds the session while none does in this harness (its host
     /// was killed, or its store failed before the final write) reads back as
-    /// [`SessionState::Abandoned`](crate::SessionState::Abandoned), with [`SessionSnapshot::ended`] saying what
-    /// is known.
+    /// [`SessionState::Abandoned`](crate::SessionState::Abandoned), with
+    /// [`SessionSnapshot::ended`](crate::session::SessionSnapshot::ended) saying what is known.
     pub async fn list_stored_sessions(&self) -> Result<Vec<StoredSession>> {
         match &self.inner.store {
             Some(store) => self.list_stored_sessions_in(store).await,
