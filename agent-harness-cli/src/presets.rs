@@ -16,10 +16,11 @@ pub(crate) const PREFIX: &str = "preset:";
 /// `--allow-executable`, and `cli_path` (a program the user named on the command line).
 pub(crate) fn catalog(source: &PresetSourceArgs, cli_path: Option<&Path>) -> Result<PresetCatalog, Failure> {
     let mut allow = AllowList::shipped();
-    for program in source.allow_executables.iter().map(|p| p.as_path()).chain(cli_path) {
+    let named = source.allow_executables.iter().map(|p| ("--allow-executable", p.as_path()));
+    for (flag, program) in named.chain(cli_path.map(|p| ("--cli-path", p))) {
         if !program.is_absolute() && program.components().count() != 1 {
             return Err(Failure::usage(format!(
-                "--allow-executable {}: expected a bare program name or an absolute path",
+                "{flag} {}: expected a bare program name or an absolute path",
                 program.display()
             )));
         }
@@ -42,8 +43,10 @@ pub(crate) fn preset<'c>(catalog: &'c PresetCatalog, id: &str) -> Result<&'c Pre
         return Ok(preset);
     }
     let failed = catalog.errors().iter().find(|e| {
-        // A file that did not load is named after its preset, or says its ID.
-        Path::new(&e.origin).file_stem().is_some_and(|stem| stem == id) || e.origin.ends_with(&format!(":{id}.json"))
+        // A file that did not load says its ID, or is named after its preset.
+        e.id.as_deref() == Some(id)
+            || Path::new(&e.origin).file_stem().is_some_and(|stem| stem == id)
+            || e.origin.ends_with(&format!(":{id}.json"))
     });
     if let Some(error) = failed {
         return Err(Failure::usage(one_line(&format!("preset `{id}` did not load: {error}"))));

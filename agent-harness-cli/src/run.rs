@@ -14,7 +14,7 @@ use agent_harness::execs::local::LocalExec;
 use agent_harness::time::deadline_after;
 use agent_harness::{
     Conversation, ConversationSource, EventKind, Harness, Replay, Request, RequestStatus, SessionOptions, SessionRef,
-    Subscription, Turn, TurnOptions, TurnStatus,
+    Subscription, Turn, TurnInput, TurnOptions, TurnStatus,
 };
 use futures::StreamExt;
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -26,7 +26,7 @@ use crate::exit::{Exit, Failure};
 use crate::policy::{Decision, Policy};
 use crate::prompt::Prompt;
 use crate::render::Renderer;
-use crate::store::{StoreSpec, remove_sqlite};
+use crate::store::StoreSpec;
 
 /// How long a cancelled turn (Ctrl-C, `--timeout`) gets to reach its terminal event before the
 /// session is stopped by force.
@@ -41,6 +41,10 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// Runs `agent-harness run`.
 pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
     let config = config::session_config(&args)?;
+    // Checked with the other input, before anything is opened or spawned.
+    if let Some(n) = args.prompts.iter().position(|prompt| TurnInput::from(prompt.as_str()).is_empty()) {
+        return Err(Failure::usage(format!("PROMPT {}: must not be empty", n + 1)));
+    }
     let store = StoreSpec::parse(&args.store)?;
     let timeout = args.timeout.map(timeout).transpose()?;
     let provider_id = config.provider.clone();
@@ -86,8 +90,8 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
     harness.shutdown().await;
     drop(harness);
     // The store is closed now; a file made for a session that never started goes again.
-    if let (false, Some(path)) = (started, new_file) {
-        remove_sqlite(&path);
+    if let (false, Some(file)) = (started, new_file) {
+        file.undo();
     }
     outcome
 }

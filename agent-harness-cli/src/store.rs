@@ -27,27 +27,47 @@ impl StoreSpec {
             _ => match text.strip_prefix("sqlite:") {
                 Some("") => Err(Failure::usage("--store sqlite: needs a path (sqlite:PATH)")),
                 Some(path) => Ok(StoreSpec::Sqlite(PathBuf::from(path))),
-                None => Err(Failure::usage(format!("--store `{text}`: expected `memory` or `sqlite:PATH`"))),
+                // The value may be a URL with a password in it: it is not repeated.
+                None => Err(Failure::usage("--store: expected `memory` or `sqlite:PATH`")),
             },
         }
     }
 
-    /// Parses a store that must be a SQLite file that exists (for reading a history).
+    /// Parses a store that must be a SQLite database that exists (for reading a history): an
+    /// empty file or another kind of file is refused before it is opened, which would make it
+    /// a database.
     pub(crate) fn existing_sqlite(text: &str) -> Result<PathBuf, Failure> {
-        match StoreSpec::parse(text)? {
-            StoreSpec::Sqlite(path) if path.is_file() => Ok(path),
-            StoreSpec::Sqlite(path) => {
-                Err(Failure::usage(format!("--store: cannot open {}: no such file", path.display())))
+        let path = match StoreSpec::parse(text)? {
+            StoreSpec::Sqlite(path) => path,
+            StoreSpec::Memory => {
+                return Err(Failure::usage("--store memory holds nothing after a run ends: use sqlite:PATH"));
             }
-            StoreSpec::Memory => Err(Failure::usage("--store memory holds nothing after a run ends: use sqlite:PATH")),
+        };
+        let cannot = |why: &str| Failure::usage(format!("--store: cannot open {}: {why}", path.display()));
+        if path.is_dir() {
+            return Err(cannot("a directory, not a SQLite database"));
+        }
+        let mut header = [0u8; SQLITE_HEADER.len()];
+        match std::fs::File::open(&path).and_then(|mut file| std::io::Read::read_exact(&mut file, &mut header)) {
+            Ok(()) if header == *SQLITE_HEADER => Ok(path),
+            Ok(()) => Err(cannot("not a SQLite database")),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Err(cannot("no such file")),
+            Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Err(cannot("not a SQLite database (too short, or empty)"))
+            }
+            Err(error) => Err(cannot(&one_line(&error.to_string()))),
         }
     }
 
-    /// The SQLite file opening will create, if it does not exist yet: a run whose session never
-    /// starts removes it again, so bad input leaves nothing behind.
-    pub(crate) fn new_file(&self) -> Option<PathBuf> {
+    /// The SQLite file opening will create, if it is not a database yet (missing, or empty): a
+    /// run whose session never starts puts it back as it was, so bad input leaves nothing
+    /// behind.
+    pub(crate) fn new_file(&self) -> Option<NewFile> {
         match self {
-            StoreSpec::Sqlite(path) if !path.exists() => Some(path.clone()),
+            StoreSpec::Sqlite(path) if !path.exists() => Some(NewFile { path: path.clone(), was_empty: false }),
+            StoreSpec::Sqlite(path) if path.metadata().is_ok_and(|m| m.is_file() && m.len() == 0) => {
+                Some(NewFile { path: path.clone(), was_empty: true })
+            }
             _ => None,
         }
     }
@@ -66,6 +86,27 @@ pub(crate) fn open_sqlite(path: &std::path::Path) -> Result<DynStore, Failure> {
     match SqliteStore::open(path) {
         Ok(store) => Ok(Arc::new(store)),
         Err(error) => Err(Failure::usage(one_line(&format!("--store: cannot open {}: {error}", path.display())))),
+    }
+}
+
+/// The first 16 bytes of every SQLite database file.
+const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+/// A SQLite file a run made a database of: missing before, or empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct NewFile {
+    path: PathBuf,
+    was_empty: bool,
+}
+
+impl NewFile {
+    /// Puts the file back as it was (the store must be closed): removed, or empty again, and
+    /// its WAL companions removed.
+    pub(crate) fn undo(&self) {
+        remove_sqlite(&self.path);
+        if self.was_empty {
+            let _ = std::fs::File::create(&self.path);
+        }
     }
 }
 

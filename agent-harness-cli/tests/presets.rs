@@ -185,6 +185,26 @@ async fn presets_lists_what_each_preset_takes_and_reports_the_files_that_do_not_
         "{}",
         output.stderr
     );
+
+    // A file meant to replace a shipped preset that does not load leaves no preset of that ID:
+    // running it is the file's error, never the shipped CLI.
+    let mut replacement = mini_preset(&mini.script);
+    replacement["id"] = json!("codex-exec");
+    std::fs::remove_file(mini.presets.join("broken.json")).expect("removed");
+    std::fs::write(mini.presets.join("override.json"), replacement.to_string()).expect("written");
+    let output = agent_harness(dir, [], &["presets", "--json", "--presets-dir", &presets]).await;
+    let ids: Vec<String> =
+        output.json_lines().iter().map(|p| p["provider"].as_str().unwrap_or_default().to_owned()).collect();
+    assert!(!ids.contains(&"preset:codex-exec".to_owned()), "{ids:?}");
+    let output =
+        agent_harness(dir, [], &["run", "--provider", "preset:codex-exec", "--presets-dir", &presets, "hi"]).await;
+    assert_eq!(output.code(), Some(64), "{output:?}");
+    assert!(
+        output.stderr.contains("preset `codex-exec` did not load: ")
+            && output.stderr.contains("override.json: program: "),
+        "{}",
+        output.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

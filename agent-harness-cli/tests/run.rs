@@ -420,6 +420,24 @@ async fn bad_input_is_one_line_exit_64_or_69_and_writes_nothing() {
             "/no/such/dir/x.db",
         ),
         (strings(&["run", "--provider", "codex", "--approvals", "maybe", "hi"]), 64, "maybe"),
+        // Empty prompts are refused with the other input: no store, no turn before them.
+        (strings(&["run", "--provider", "codex", "--cli-path", &program, "--store", &store, ""]), 64, "PROMPT 1"),
+        (
+            strings(&["run", "--provider", "codex", "--cli-path", &program, "--store", &store, "hi", " "]),
+            64,
+            "PROMPT 2",
+        ),
+        // A store URL is not repeated: it may hold a password.
+        (
+            strings(&["run", "--provider", "codex", "--store", "postgres://u:s3cret@h/db", "hi"]),
+            64,
+            "--store: expected",
+        ),
+        (
+            strings(&["run", "--provider", "preset:codex-exec", "--cli-path", "bin/codex", "--store", &store, "hi"]),
+            64,
+            "--cli-path bin/codex",
+        ),
         (strings(&["sessions", "--store", &store]), 64, "never.db"),
         (
             strings(&[
@@ -444,9 +462,43 @@ async fn bad_input_is_one_line_exit_64_or_69_and_writes_nothing() {
         assert_eq!(output.stdout, "", "{args:?}");
         assert_eq!(output.stderr.trim_end().lines().count(), 1, "{args:?}: one line: {}", output.stderr);
         assert!(output.stderr.contains(names), "{args:?}: names {names:?}: {}", output.stderr);
+        assert!(!output.stderr.contains("s3cret"), "{args:?}: {}", output.stderr);
         assert!(!db.exists(), "{args:?} wrote the store");
     }
     world.assert_no_process_left().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_file_is_no_store_to_read_and_stays_empty_after_a_failed_run() {
+    let world = World::start(Provider::Codex, Scenario::new().text("unused")).await;
+    let dir = world.env.dir();
+    let (empty, text) = (dir.join("empty.db"), dir.join("notes.db"));
+    std::fs::write(&empty, "").expect("written");
+    std::fs::write(&text, "not a database, but long enough to have a header").expect("written");
+    for file in [&empty, &text] {
+        let store = format!("sqlite:{}", file.display());
+        let before = std::fs::read(file).expect("readable");
+        for command in [
+            &["sessions", "--store", &store][..],
+            &["events", "--store", &store, "s"],
+            &["purge", "--store", &store, "s"],
+        ] {
+            let output = world.output(command).await;
+            assert_eq!(output.code(), Some(64), "{command:?}: {output:?}");
+            assert!(output.stderr.contains("not a SQLite database"), "{command:?}: {}", output.stderr);
+            assert_eq!(std::fs::read(file).expect("readable"), before, "{command:?} changed {}", file.display());
+        }
+    }
+    // A run that cannot start its CLI leaves the empty file empty, not a database.
+    let store = format!("sqlite:{}", empty.display());
+    let missing = dir.join("no-such-codex").display().to_string();
+    let output = world
+        .output(&["run", "--provider", "codex", "--auth", "inherit", "--cli-path", &missing, "--store", &store, "hi"])
+        .await;
+    assert_eq!(output.code(), Some(69), "{output:?}");
+    assert_eq!(std::fs::metadata(&empty).expect("still there").len(), 0);
+    let companions = ["-wal", "-shm"].map(|suffix| dir.join(format!("empty.db{suffix}")));
+    assert!(companions.iter().all(|c| !c.exists()), "{companions:?}");
 }
 
 fn strings(args: &[&str]) -> Vec<String> {

@@ -20,7 +20,9 @@ pub const SHIPPED: &[(&str, &str)] = &[
 /// The presets a harness can run: the shipped ones and those of a presets directory (a file
 /// there replaces a shipped preset with the same ID), each checked against an
 /// [`AllowList`]. A preset that does not load is left out and reported in
-/// [`PresetCatalog::errors`]; the others still load.
+/// [`PresetCatalog::errors`]; the others still load. A file that does not load still replaces
+/// the preset it names (its `id`, else its file name): no preset of that ID is offered, so a
+/// broken override never runs the CLI it meant to replace.
 ///
 /// ```
 /// use agent_provider_preset::{AllowList, PresetCatalog};
@@ -119,9 +121,24 @@ fn load_dir(dir: &Path, allow: &AllowList, presets: &mut BTreeMap<String, Arc<Pr
                 here.insert(preset.id.clone(), origin);
                 presets.insert(preset.id.clone(), Arc::new(preset));
             }
-            Err(error) => errors.push(error),
+            Err(mut error) => {
+                // A file meant to replace a preset (shipped, or from an earlier directory) must
+                // not leave it in place when it does not load: that ID is then unavailable, and
+                // asking for it gives this error.
+                error.id = claimed_id(&text).or_else(|| file.file_stem().and_then(|s| s.to_str()).map(str::to_owned));
+                if let Some(id) = error.id.as_ref().filter(|id| !here.contains_key(*id)) {
+                    presets.remove(id);
+                }
+                errors.push(error);
+            }
         }
     }
+}
+
+/// The `id` a preset file says it defines, if it is JSON with a string `id`.
+fn claimed_id(text: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    value.get("id")?.as_str().map(str::to_owned)
 }
 
 impl PresetCatalog {

@@ -17,11 +17,14 @@ pub struct PresetError {
     pub field: String,
     /// What is wrong.
     pub message: String,
+    /// The ID of the preset that did not load, when its file says it (or is named after it):
+    /// the catalog offers no preset of that ID, not even a shipped one.
+    pub id: Option<String>,
 }
 
 impl PresetError {
     pub(crate) fn new(origin: impl Into<String>, problem: Problem) -> Self {
-        PresetError { origin: origin.into(), field: problem.path, message: problem.message }
+        PresetError { origin: origin.into(), field: problem.path, message: problem.message, id: None }
     }
 }
 
