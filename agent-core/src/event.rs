@@ -416,7 +416,7 @@ pub enum EventKind {
         /// Tool name (`exec_command`, `Bash`, an MCP tool, …).
         name: String,
         /// The tool's input (command line, arguments).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::json_null::deserialize")]
         input: Option<Value>,
     },
     /// A tool reported progress.

@@ -9,6 +9,7 @@ pub mod exec;
 pub mod handler;
 mod harness;
 pub mod ids;
+mod json_null;
 pub mod options;
 pub mod provider;
 pub mod request;

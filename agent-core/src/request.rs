@@ -174,7 +174,7 @@ pub struct Request {
     #[serde(default)]
     pub questions: Vec<Question>,
     /// JSON schema of the expected answer (MCP elicitation).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::json_null::deserialize")]
     pub schema: Option<Value>,
     /// Approval scopes the provider accepts; empty means approvals are not offered.
     #[serde(default)]

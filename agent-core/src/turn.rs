@@ -198,7 +198,7 @@ pub struct TurnResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Provider error details (e.g. Codex `codexErrorInfo`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::json_null::deserialize")]
     pub error: Option<Value>,
     /// The CLI process's exit status, when the turn failed because it exited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -207,7 +207,7 @@ pub struct TurnResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_tail: Option<String>,
     /// Provider-specific result fields (duration, stop reason, …).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::json_null::deserialize")]
     pub details: Option<Value>,
     /// Who or what ended the turn, set by the runtime on every terminal event it records.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -23,6 +23,7 @@ pub async fn run_all(store: DynStore) {
     children_need_a_session(&store).await;
     turns_and_requests_upsert(&store).await;
     append_is_idempotent_and_ordered(&store).await;
+    explicit_nulls_round_trip(&store).await;
     gaps_are_allowed(&store).await;
     reads_filter_by_seq_turn_and_limit(&store).await;
     batch_write_is_atomic(&store).await;
@@ -251,6 +252,46 @@ pub async fn append_is_idempotent_and_ordered(store: &DynStore) {
     assert_eq!(seqs(&all), vec![1, 2]);
     assert_eq!(*all[0], *e1, "events must round-trip exactly, raw included");
     assert_eq!(all[0].raw.as_ref().map(|r| r.get()), e1.raw.as_ref().map(|r| r.get()));
+    remove_session(store, &id).await;
+}
+
+/// A `null` where a value may be absent reads back as `null`, not as absent, so an identical
+/// event appended again is still identical.
+pub async fn explicit_nulls_round_trip(store: &DynStore) {
+    let id = sid("conf-nulls");
+    store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
+    store.save_turn(&turn(&id, "t1", TurnStatus::Failed)).await.unwrap();
+    let make = |seq: u64, ty: &str, data: serde_json::Value| -> Arc<Event> {
+        let json = serde_json::json!({
+            "schema_version": SCHEMA_VERSION, "id": EventId::generate(), "seq": seq, "session_id": id,
+            "turn_id": "t1", "provider": ProviderId::new("scripted"), "at": Timestamp::now(),
+            "type": ty, "data": data,
+        });
+        Arc::new(serde_json::from_value(json).expect("event json"))
+    };
+    // Made in code: read from JSON, the nulls would not be there to begin with.
+    let mut with_nulls = [
+        make(1, "tool_started", serde_json::json!({"item_id": "tool1", "tool": "other", "name": "x"})),
+        make(2, "tool_started", serde_json::json!({"item_id": "tool2", "tool": "other", "name": "y"})),
+        make(3, "turn_failed", serde_json::json!({"status": "failed", "result": {"reason": "r"}})),
+    ];
+    match &mut Arc::make_mut(&mut with_nulls[0]).kind {
+        EventKind::ToolStarted { input, .. } => *input = Some(serde_json::Value::Null),
+        other => panic!("{other:?}"),
+    }
+    match &mut Arc::make_mut(&mut with_nulls[2]).kind {
+        EventKind::TurnFailed(end) => {
+            (end.result.error, end.result.details) = (Some(serde_json::Value::Null), Some(serde_json::Value::Null))
+        }
+        other => panic!("{other:?}"),
+    }
+    store.append_events(&id, &with_nulls).await.expect("appended");
+    let read = store.read_events(&id, &EventQuery::all()).await.unwrap();
+    for (read, written) in read.iter().zip(&with_nulls) {
+        assert_eq!(**read, **written, "an explicit null reads back as one");
+        assert_eq!(serde_json::to_value(&**read).unwrap(), serde_json::to_value(&**written).unwrap());
+    }
+    store.append_events(&id, &with_nulls).await.expect("the identical events again are Ok");
     remove_session(store, &id).await;
 }
 
