@@ -79,6 +79,7 @@ pub(crate) fn spawn(
 fn run(mut conn: Connection, path: &Path, options: &SqliteOptions, mut rx: mpsc::Receiver<Job>, max_group: usize) {
     let checkpointer = Checkpointer::start(&mut conn, path, options);
     let syncer = sync_apart(&conn, options);
+    let mut file = FileIdentity::of(path);
     let mut group: Vec<(Box<Prepared>, Reply)> = Vec::with_capacity(max_group);
     let mut failed = Failed::default();
     let mut next = rx.blocking_recv();
@@ -101,7 +102,7 @@ fn run(mut conn: Connection, path: &Path, options: &SqliteOptions, mut rx: mpsc:
                         Err(_) => break,
                     }
                 }
-                commit_group(&conn, &mut group, &mut failed, syncer.as_ref());
+                commit_group(&conn, &mut group, &mut failed, syncer.as_ref(), &mut file);
             }
         }
         if next.is_none() {
@@ -160,6 +161,40 @@ impl Failed {
     }
 }
 
+/// The database file the writer opened, checked before every group: SQLite in WAL mode goes on
+/// committing to a file that was deleted (or renamed, or replaced by another) while open, and
+/// those writes are gone once the connection closes. From the first time the path no longer
+/// names that file, every write is refused.
+struct FileIdentity {
+    path: std::path::PathBuf,
+    /// Device and inode at open; `None` when they could not be read then (nothing is checked).
+    opened: Option<(u64, u64)>,
+    gone: bool,
+}
+
+impl FileIdentity {
+    fn of(path: &Path) -> Self {
+        FileIdentity { path: path.to_owned(), opened: Self::identity(path), gone: false }
+    }
+
+    fn identity(path: &Path) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    }
+
+    /// Why no write may be committed any more, if the file is gone.
+    fn refusal(&mut self) -> Option<StoreError> {
+        let opened = self.opened?;
+        self.gone = self.gone || Self::identity(&self.path) != Some(opened);
+        self.gone.then(|| {
+            StoreError::WriteRefused(format!(
+                "the database file {} was deleted or replaced while open: nothing more is written to it",
+                self.path.display()
+            ))
+        })
+    }
+}
+
 /// Commits a group and answers every write in it: at once, or with a `syncer` once the WAL is
 /// synced.
 fn commit_group(
@@ -167,8 +202,9 @@ fn commit_group(
     group: &mut Vec<(Box<Prepared>, Reply)>,
     failed: &mut Failed,
     syncer: Option<&Syncer>,
+    file: &mut FileIdentity,
 ) {
-    let results = match syncer.and_then(Syncer::refusal) {
+    let results = match file.refusal().or_else(|| syncer.and_then(Syncer::refusal)) {
         Some(refused) => group.iter().map(|_| Err(refused.replicate())).collect(),
         None => run_group(conn, group, failed),
     };
@@ -441,8 +477,37 @@ mod tests {
             group.push((write, reply));
             answers.push(answer);
         }
-        commit_group(conn, &mut group, failed, None);
+        let path = Path::new(conn.path().expect("a file"));
+        commit_group(conn, &mut group, failed, None, &mut FileIdentity::of(path));
         answers.into_iter().map(|mut a| a.try_recv().expect("every write is answered")).collect()
+    }
+
+    #[test]
+    fn writes_are_refused_once_the_file_was_deleted_or_replaced() {
+        for replace in [false, true] {
+            let scratch = Scratch::new(if replace { "replaced" } else { "deleted" });
+            let path = scratch.dir.join("store.db");
+            let mut file = FileIdentity::of(&path);
+            let answer = |write: Box<Prepared>, file: &mut FileIdentity| {
+                let (reply, mut answer) = oneshot::channel();
+                commit_group(scratch.conn(), &mut vec![(write, reply)], &mut Failed::default(), None, file);
+                answer.try_recv().expect("answered")
+            };
+            let a = sid("a");
+            answer(new_session(&a, 1..=2), &mut file).expect("written while the file is there");
+            std::fs::remove_file(&path).unwrap();
+            if replace {
+                std::fs::write(&path, b"another file").unwrap();
+            }
+            for seqs in [3..=4, 5..=6] {
+                let refused = answer(events_write(&a, seqs, true), &mut file);
+                assert!(
+                    matches!(&refused, Err(StoreError::WriteRefused(why)) if why.contains("was deleted or replaced while open")),
+                    "{refused:?}"
+                );
+            }
+            assert_eq!(stored_seqs(scratch.conn(), &a), [1, 2], "nothing after the deletion was applied");
+        }
     }
 
     fn stored_seqs(conn: &Connection, session: &SessionId) -> Vec<i64> {

@@ -196,6 +196,12 @@ impl Actor {
         let span = self.span.clone();
         async move {
             tracing::debug!("session runtime started");
+            // The caller holds the handle: the startup is acknowledged at once, so that another
+            // harness sharing the store no longer takes this live session for a startup that
+            // was left unfinished (and replaces it).
+            if self.snapshot.startup.is_some() {
+                self.record_snapshot();
+            }
             for message in std::mem::take(&mut self.early_messages) {
                 self.on_provider(message);
             }
