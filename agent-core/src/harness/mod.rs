@@ -576,7 +576,15 @@ impl Harness {
         let Some(handle) = self.inner.registry.get(&turn.session_id) else {
             return self.stored_outcome(turn).await;
         };
-        let lookup = handle.call(|reply| Command::Await { turn: turn.id.clone(), reply }).await?;
+        let lookup = match handle.call(|reply| Command::Await { turn: turn.id.clone(), reply }).await {
+            Ok(lookup) => lookup,
+            // The session ended between the lookup and the call: what it stored decides.
+            Err(Error::SessionNotFound { .. } | Error::SessionDown { .. }) => {
+                handle.exit_reason().await;
+                return self.stored_outcome(turn).await;
+            }
+            Err(error) => return Err(error.into()),
+        };
         let exit = handle.exit.clone();
         drop(handle);
         let event = match lookup {
@@ -589,8 +597,13 @@ impl Harness {
                 match waited {
                     Err(_) => return Err(AwaitError::Timeout(timeout.unwrap_or_default())),
                     Ok(Err(_)) => {
+                        // The session ended first: its store may hold the turn's end all the same.
                         let reason = exit_reason(exit).await;
-                        return Err(Error::SessionDown { id: turn.session_id.clone(), reason }.into());
+                        return match self.stored_outcome(turn).await {
+                            Ok(outcome) => Ok(outcome),
+                            Err(AwaitError::Ended(outcome)) => Err(AwaitError::Ended(outcome)),
+                            Err(_) => Err(Error::SessionDown { id: turn.session_id.clone(), reason }.into()),
+                        };
                     }
                     Ok(Ok(event)) => event,
                 }

@@ -180,3 +180,24 @@ async fn a_session_with_its_own_store_keeps_its_history_reachable_after_it_stops
     let err = f.harness.status(&session).await.unwrap_err();
     assert!(matches!(err, Error::SessionClosed { .. }), "{err:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn await_racing_a_stop_gets_the_stored_outcome_not_session_down() {
+    for i in 0..50 {
+        let f = Fixture::new();
+        let (session, remote) = f.session(opts().id(format!("race-{i}"))).await;
+        let turn = f.admitted_turn(&session, "go").await;
+        remote.complete(&turn.id, "done").await;
+        f.harness.await_turn(&turn, None).await.unwrap();
+        // Queued behind the stop, the await's command finds the session gone.
+        let harness = f.harness.clone();
+        let stop = tokio::spawn({
+            let session = session.clone();
+            async move { harness.stop_session(&session, false).await }
+        });
+        let awaited = f.harness.await_turn(&turn, Some(Duration::from_secs(5))).await;
+        stop.await.unwrap().unwrap();
+        let outcome = awaited.unwrap_or_else(|e| panic!("run {i}: {e:?}"));
+        assert_eq!(outcome.result.text.as_deref(), Some("done"), "run {i}");
+    }
+}

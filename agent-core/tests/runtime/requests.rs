@@ -272,3 +272,65 @@ async fn an_answer_the_agent_acts_on_before_its_delivery_is_acknowledged_still_r
     assert_eq!(stored.status, RequestStatus::Resolved);
     assert!(f.harness.await_turn(&turn, None).await.is_ok());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_that_passes_during_a_refused_answer_still_denies_the_request() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts().request_timeout(Duration::from_secs(10))).await;
+    let (turn, request) = pending(&f, &session, &remote, approval("a20")).await;
+    let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    // The provider takes 15 s to refuse the answer; the 10 s deadline passes meanwhile.
+    f.control.push_respond(CallBehavior::After(Duration::from_secs(15), Box::new(CallBehavior::Reject("no".into()))));
+    let err = f.harness.respond(&request, Response::approve()).await.unwrap_err();
+    assert!(matches!(err, Error::ProviderRejected { .. }), "{err:?}");
+    let expired = next_of(&mut events, "request_expired").await;
+    assert!(matches!(&expired.kind, EventKind::RequestExpired { reason: ExpiryReason::Timeout, .. }), "{expired:?}");
+    assert_eq!(remote.responses(), [Response::deny("the request timed out")], "no answer means deny");
+    assert!(f.harness.status(&session).await.unwrap().pending_requests.is_empty());
+    let stored = f.dyn_store().fetch_request(&session.id, &request.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, RequestStatus::Expired);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_being_delivered_when_its_turn_is_cancelled_is_recorded_as_delivered() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let (turn, request) = pending(&f, &session, &remote, approval("a21")).await;
+    let events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    f.control.push_respond(CallBehavior::Delay(Duration::from_millis(100)));
+    let answering = tokio::spawn({
+        let (harness, request) = (f.harness.clone(), request.clone());
+        async move { harness.respond(&request, Response::approve()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    f.harness.cancel(&turn).await.unwrap();
+    answering.await.unwrap().expect("the answer reached the provider");
+    assert_eq!(remote.responses(), [Response::approve()]);
+    let types = drain_types(events).await;
+    assert!(types.contains(&"request_resolved") && !types.contains(&"request_expired"), "{types:?}");
+    let stored = f.dyn_store().fetch_request(&session.id, &request.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, RequestStatus::Resolved);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_refused_after_its_turn_was_cancelled_expires_the_request() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let (turn, request) = pending(&f, &session, &remote, approval("a22")).await;
+    let events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    f.control
+        .push_respond(CallBehavior::After(Duration::from_millis(100), Box::new(CallBehavior::Reject("no".into()))));
+    let answering = tokio::spawn({
+        let (harness, request) = (f.harness.clone(), request.clone());
+        async move { harness.respond(&request, Response::approve()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    f.harness.cancel(&turn).await.unwrap();
+    let err = answering.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::ProviderRejected { .. }), "{err:?}");
+    let types = drain_types(events).await;
+    assert!(types.contains(&"request_expired") && !types.contains(&"request_resolved"), "{types:?}");
+    let stored = f.dyn_store().fetch_request(&session.id, &request.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, RequestStatus::Expired);
+    assert_eq!(stored.metadata.get("expiration_reason"), Some(&serde_json::json!("cancelled")));
+}

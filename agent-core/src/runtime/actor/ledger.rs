@@ -32,6 +32,9 @@ struct Entry {
     request: Request,
     claim: Option<Claim>,
     deadline: Option<AbortHandle>,
+    /// The deadline passed while a response was being delivered: if the provider refuses that
+    /// response, the deadline's denial is due at once.
+    deadline_missed: bool,
     /// Open from creation until the request is resolved or expires.
     span: Option<Span>,
 }
@@ -60,7 +63,7 @@ pub(super) struct Ledger {
 impl Ledger {
     pub(super) fn insert(&mut self, request: Request, deadline: Option<AbortHandle>, span: Span) {
         self.by_ref.insert(request.provider_ref.clone(), request.id.clone());
-        let entry = Entry { request, claim: None, deadline, span: Some(span) };
+        let entry = Entry { request, claim: None, deadline, deadline_missed: false, span: Some(span) };
         self.entries.insert(entry.request.id.clone(), entry);
     }
 
@@ -79,6 +82,12 @@ impl Ledger {
     /// The IDs of `turn`'s pending requests, oldest first.
     pub(super) fn pending_of(&self, turn: &TurnId) -> Vec<RequestId> {
         self.pending().into_iter().filter(|r| &r.turn_id == turn).map(|r| r.id).collect()
+    }
+
+    /// The IDs of `turn`'s pending requests nobody is answering, oldest first: a request whose
+    /// answer is being delivered is settled by that delivery.
+    pub(super) fn open_of(&self, turn: &TurnId) -> Vec<RequestId> {
+        self.pending_of(turn).into_iter().filter(|id| self.is_open(id)).collect()
     }
 
     /// True while an answer to one of `turn`'s requests is being delivered.
@@ -123,11 +132,19 @@ impl Ledger {
         self.entries.get(request_id).map(|e| &e.request)
     }
 
-    /// A deadline passed: nothing more to abort for it.
+    /// A deadline passed: nothing more to abort for it. While a response is being delivered,
+    /// the deadline is noted as missed instead (see [`Ledger::take_missed_deadline`]).
     pub(super) fn deadline_passed(&mut self, request_id: &RequestId) {
         if let Some(entry) = self.entries.get_mut(request_id) {
             entry.deadline = None;
+            entry.deadline_missed = entry.claim.is_some();
         }
+    }
+
+    /// True, once, when `request_id` is open again after its deadline passed during a delivery.
+    pub(super) fn take_missed_deadline(&mut self, request_id: &RequestId) -> bool {
+        let open = self.is_open(request_id);
+        self.entries.get_mut(request_id).is_some_and(|entry| open && std::mem::take(&mut entry.deadline_missed))
     }
 
     /// What the provider's answer to a claimed response means; `turn_live` says whether the

@@ -43,6 +43,7 @@ impl Actor {
                     tracing::warn!(%error, "the provider refused the request handler's answer; left to the caller");
                 }
                 reply_to(origin, Err(error));
+                self.after_refusal(&request_id);
             }
             Settled::Uncertain { error, origin } => {
                 let reason = format!("response delivery is uncertain: {error}");
@@ -152,6 +153,32 @@ impl Actor {
     }
 
     /// Expires every pending request of `turn`, oldest first.
+    /// A refused answer left `request_id` open again: what happened while it was delivered
+    /// now applies. A deadline that passed meanwhile denies it; a cancel of its turn expires it.
+    fn after_refusal(&mut self, request_id: &RequestId) {
+        if self.ledger.take_missed_deadline(request_id) {
+            if let Some(request) = self.ledger.request(request_id).cloned() {
+                self.deliver(request, Response::deny("the request timed out"), Origin::Deadline);
+            }
+            return;
+        }
+        let cancelling = |turn: &TurnId| {
+            self.current.as_ref().is_some_and(|c| &c.turn.id == turn && !matches!(c.cancel, CancelState::None))
+        };
+        let open = self.ledger.request(request_id).filter(|_| self.ledger.is_open(request_id));
+        if open.is_some_and(|request| cancelling(&request.turn_id)) {
+            self.expire_request(request_id, ExpiryReason::Cancelled, None);
+        }
+    }
+
+    /// Expires `turn`'s pending requests that nobody is answering; one being answered is
+    /// settled by its delivery (and expired after it only if the provider refuses the answer).
+    pub(super) fn expire_open(&mut self, turn: &TurnId, reason: ExpiryReason) {
+        for id in self.ledger.open_of(turn) {
+            self.expire_request(&id, reason, None);
+        }
+    }
+
     pub(super) fn expire_pending(&mut self, turn: &TurnId, reason: ExpiryReason) {
         for id in self.ledger.pending_of(turn) {
             self.expire_request(&id, reason, None);

@@ -138,7 +138,7 @@ impl Actor {
         self.journal.record_turn(&snapshot);
         self.record_snapshot();
         self.journal.emit(Some(turn.clone()), EventKind::CancelRequested { reason }, None);
-        self.expire_pending(&turn, ExpiryReason::Cancelled);
+        self.expire_open(&turn, ExpiryReason::Cancelled);
     }
 
     pub(super) fn steer(&mut self, turn: TurnId, input: TurnInput, reply: oneshot::Sender<Result<()>>) {
