@@ -150,7 +150,7 @@ impl Human {
     }
 
     fn text(&mut self, out: &mut impl Write, text: &str) -> io::Result<()> {
-        out.write_all(text.as_bytes())?;
+        out.write_all(visible(text).as_bytes())?;
         if !text.is_empty() {
             self.line_start = text.ends_with('\n');
         }
@@ -164,10 +164,32 @@ impl Human {
             self.line_start = true;
         }
         if !text.is_empty() {
-            writeln!(out, "{text}")?;
+            writeln!(out, "{}", visible(text))?;
         }
         Ok(())
     }
+}
+
+/// `text` as the terminal should show it: what the agent or its CLI wrote may hold control
+/// characters (an escape sequence that clears the screen, retitles the window or moves the
+/// cursor over what was printed), which are shown as symbols instead of acted on. Newlines and
+/// tabs pass.
+fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+    let control = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.contains(control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let shown = text
+        .chars()
+        .map(|c| match c {
+            // The Unicode control pictures: ␛ for escape, ␍ for a carriage return, ␡ for delete.
+            '\u{0}'..='\u{1f}' if control(c) => char::from_u32(0x2400 + c as u32).unwrap_or('\u{fffd}'),
+            '\u{7f}' => '\u{2421}',
+            c if control(c) => '\u{fffd}',
+            c => c,
+        })
+        .collect();
+    std::borrow::Cow::Owned(shown)
 }
 
 /// A tool's input in a few words: its command line when it has one, else compact JSON.
@@ -201,5 +223,19 @@ mod tests {
         assert_eq!(summary(Some(&serde_json::json!({"command": ["bash", "-lc", "ls"]}))), "bash -lc ls");
         assert_eq!(summary(Some(&serde_json::json!({"path": "a"}))), r#"{"path":"a"}"#);
         assert_eq!(truncate("abcdef", 3), "abc…");
+    }
+
+    #[test]
+    fn control_characters_are_shown_not_acted_on() {
+        assert_eq!(visible("plain\ttext\n"), "plain\ttext\n");
+        assert!(matches!(visible("plain"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(visible("\u{1b}[2Jgone\r\u{7}"), "␛[2Jgone␍␇");
+        assert_eq!(visible("\u{1b}]0;title\u{9c}x\u{7f}"), "␛]0;title\u{fffd}x␡");
+        let mut out = Vec::new();
+        let mut human = Human::default();
+        human.text(&mut out, "\u{1b}[2J").unwrap();
+        human.line(&mut out, "! \u{1b}]0;owned\u{7}").unwrap();
+        let shown = String::from_utf8(out).unwrap();
+        assert!(!shown.contains('\u{1b}') && shown.contains("␛[2J"), "{shown:?}");
     }
 }
