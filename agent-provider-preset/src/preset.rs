@@ -402,6 +402,13 @@ fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, Problem>
     }
     for name in file.env.set.keys() {
         check_env_name(name, &format!("env.set.{name}"))?;
+        if chooses_code(name) {
+            return Err(Problem::new(
+                format!("env.set.{name}"),
+                "a preset may not set this variable: it decides which program or code runs, which the executable \
+                 allow-list decides (set it in the session's environment if it is meant)",
+            ));
+        }
     }
     for (i, name) in file.env.unset.iter().enumerate() {
         check_env_name(name, &format!("env.unset[{i}]"))?;
@@ -503,6 +510,13 @@ fn check_id(id: &str) -> Result<(), Problem> {
 
 fn check_program(program: &str, allow: &AllowList) -> Result<(), Problem> {
     allow.allows(Path::new(program)).map_err(|why| Problem::new("program", why.to_string()))
+}
+
+/// Whether setting `name` decides which program or code a spawn runs: `PATH` (where a bare
+/// program name is found) and the dynamic loader's variables (code loaded into any program).
+fn chooses_code(name: &str) -> bool {
+    let name = name.to_ascii_uppercase();
+    name == "PATH" || name.starts_with("LD_") || name.starts_with("DYLD_")
 }
 
 fn check_env_name(name: &str, path: &str) -> Result<(), Problem> {
@@ -741,6 +755,10 @@ pub(crate) mod tests {
         refused(with(minimal(), "/events", json!([{"when": "x", "emit": "nope"}])), "events[0].emit", "unknown event");
         refused(with(minimal(), "/version", json!({"args": ["-V"], "min": "one"})), "version.min", "not a version");
         refused(with(minimal(), "/env", json!({"set": {"A=B": "x"}})), "env.set.A=B", "not an environment variable");
+        for name in ["PATH", "LD_PRELOAD", "ld_library_path", "DYLD_INSERT_LIBRARIES"] {
+            let path = format!("env.set.{name}");
+            refused(with(minimal(), "/env", json!({"set": {name: "/tmp/x"}})), &path, "may not set this variable");
+        }
         let mut jsonl = with(minimal(), "/framing", json!("jsonl"));
         jsonl["matchers"] = json!({"result": [{"when": {"/type": "end", "$stop": "ok"}}]});
         refused(jsonl, "matchers.result[0].when.$stop", "no `matchers.keep.stop`");
