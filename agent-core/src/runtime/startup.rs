@@ -575,16 +575,22 @@ mod tests {
     use super::*;
     use crate::ids::ProviderId;
 
-    #[tokio::test]
-    async fn a_panicked_actor_gives_back_its_id_and_slot_and_ends_as_crashed() {
-        let registry = Arc::new(Registry::new(Some(1)));
+    /// A registry holding session `s` live, and the attempt it is live under.
+    fn live_session(max_sessions: Option<usize>) -> (Arc<Registry>, SessionId, u64) {
+        let registry = Arc::new(Registry::new(max_sessions));
         let id = SessionId::new("s").unwrap();
         let reservation = registry.reserve(&id).unwrap();
         let attempt = reservation.attempt();
-        let (tx, _commands) = mpsc::channel(1);
-        let (_exit, exit) = watch::channel(None);
+        let (tx, _) = mpsc::channel(1);
+        let (_, exit) = watch::channel(None);
         let session = SessionRef { provider: ProviderId::new("p"), id: id.clone() };
         reservation.promote(SessionHandle { session, tx, exit, store: None });
+        (registry, id, attempt)
+    }
+
+    #[tokio::test]
+    async fn a_panicked_actor_gives_back_its_id_and_slot_and_ends_as_crashed() {
+        let (registry, id, attempt) = live_session(Some(1));
         assert!(matches!(registry.reserve(&SessionId::new("t").unwrap()), Err(Error::CapacityReached { limit: 1 })));
 
         run_guarded(async { panic!("a bug in the actor") }, &Arc::downgrade(&registry), &id, attempt).await;
@@ -600,14 +606,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_actor_that_ends_normally_is_left_to_deregister_itself() {
-        let registry = Arc::new(Registry::new(None));
-        let id = SessionId::new("s").unwrap();
-        let reservation = registry.reserve(&id).unwrap();
-        let attempt = reservation.attempt();
-        let (tx, _commands) = mpsc::channel(1);
-        let (_exit, exit) = watch::channel(None);
-        let session = SessionRef { provider: ProviderId::new("p"), id: id.clone() };
-        reservation.promote(SessionHandle { session, tx, exit, store: None });
+        let (registry, id, attempt) = live_session(None);
 
         run_guarded(async {}, &Arc::downgrade(&registry), &id, attempt).await;
 

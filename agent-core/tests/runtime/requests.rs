@@ -291,46 +291,44 @@ async fn a_deadline_that_passes_during_a_refused_answer_still_denies_the_request
     assert_eq!(stored.status, RequestStatus::Expired);
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_answer_being_delivered_when_its_turn_is_cancelled_is_recorded_as_delivered() {
+/// Answers a pending approval while the provider takes `delivery` over it and cancels the
+/// turn meanwhile: the answer's result, the turn's event types, the stored request and what
+/// the provider received.
+async fn answer_during_a_cancel(delivery: CallBehavior) -> (Result<()>, Vec<&'static str>, Request, Vec<Response>) {
     let f = Fixture::new();
     let (session, remote) = f.session(opts()).await;
     let (turn, request) = pending(&f, &session, &remote, approval("a21")).await;
     let events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
-    f.control.push_respond(CallBehavior::Delay(Duration::from_millis(100)));
+    f.control.push_respond(delivery);
     let answering = tokio::spawn({
         let (harness, request) = (f.harness.clone(), request.clone());
         async move { harness.respond(&request, Response::approve()).await }
     });
     tokio::time::sleep(Duration::from_millis(10)).await;
     f.harness.cancel(&turn).await.unwrap();
-    answering.await.unwrap().expect("the answer reached the provider");
-    assert_eq!(remote.responses(), [Response::approve()]);
+    let answered = answering.await.unwrap();
     let types = drain_types(events).await;
-    assert!(types.contains(&"request_resolved") && !types.contains(&"request_expired"), "{types:?}");
     let stored = f.dyn_store().fetch_request(&session.id, &request.id).await.unwrap().unwrap();
+    (answered, types, stored, remote.responses())
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_being_delivered_when_its_turn_is_cancelled_is_recorded_as_delivered() {
+    let (answered, types, stored, received) =
+        answer_during_a_cancel(CallBehavior::Delay(Duration::from_millis(100))).await;
+    answered.expect("the answer reached the provider");
+    assert_eq!(received, [Response::approve()]);
+    assert!(types.contains(&"request_resolved") && !types.contains(&"request_expired"), "{types:?}");
     assert_eq!(stored.status, RequestStatus::Resolved);
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_answer_refused_after_its_turn_was_cancelled_expires_the_request() {
-    let f = Fixture::new();
-    let (session, remote) = f.session(opts()).await;
-    let (turn, request) = pending(&f, &session, &remote, approval("a22")).await;
-    let events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
-    f.control
-        .push_respond(CallBehavior::After(Duration::from_millis(100), Box::new(CallBehavior::Reject("no".into()))));
-    let answering = tokio::spawn({
-        let (harness, request) = (f.harness.clone(), request.clone());
-        async move { harness.respond(&request, Response::approve()).await }
-    });
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    f.harness.cancel(&turn).await.unwrap();
-    let err = answering.await.unwrap().unwrap_err();
-    assert!(matches!(err, Error::ProviderRejected { .. }), "{err:?}");
-    let types = drain_types(events).await;
+    let refused = CallBehavior::After(Duration::from_millis(100), Box::new(CallBehavior::Reject("no".into())));
+    let (answered, types, stored, received) = answer_during_a_cancel(refused).await;
+    assert!(matches!(answered, Err(Error::ProviderRejected { .. })), "{answered:?}");
+    assert!(received.is_empty());
     assert!(types.contains(&"request_expired") && !types.contains(&"request_resolved"), "{types:?}");
-    let stored = f.dyn_store().fetch_request(&session.id, &request.id).await.unwrap().unwrap();
     assert_eq!(stored.status, RequestStatus::Expired);
     assert_eq!(stored.metadata.get("expiration_reason"), Some(&serde_json::json!("cancelled")));
 }
