@@ -152,7 +152,6 @@ impl Actor {
         self.journal.emit(Some(request.turn_id.clone()), expired, raw);
     }
 
-    /// Expires every pending request of `turn`, oldest first.
     /// A refused answer left `request_id` open again: what happened while it was delivered
     /// now applies. A deadline that passed meanwhile denies it; a cancel of its turn expires it.
     fn after_refusal(&mut self, request_id: &RequestId) {
@@ -179,6 +178,7 @@ impl Actor {
         }
     }
 
+    /// Expires every pending request of `turn`, oldest first.
     pub(super) fn expire_pending(&mut self, turn: &TurnId, reason: ExpiryReason) {
         for id in self.ledger.pending_of(turn) {
             self.expire_request(&id, reason, None);
