@@ -100,19 +100,26 @@ pub(crate) struct NewFile {
 }
 
 impl NewFile {
-    /// Puts the file back as it was (the store must be closed): removed, or empty again, and
-    /// its WAL companions removed.
+    /// Puts the file back as it was (the store must be closed): removed, or emptied (keeping
+    /// its permissions), and its WAL companions removed.
     pub(crate) fn undo(&self) {
-        remove_sqlite(&self.path);
         if self.was_empty {
-            let _ = std::fs::File::create(&self.path);
+            let _ = std::fs::OpenOptions::new().write(true).truncate(true).open(&self.path);
+            remove_companions(&self.path);
+        } else {
+            remove_sqlite(&self.path);
         }
     }
 }
 
 /// Removes the SQLite file at `path` and its WAL companions (the store must be closed).
-pub(crate) fn remove_sqlite(path: &std::path::Path) {
+fn remove_sqlite(path: &std::path::Path) {
     let _ = std::fs::remove_file(path);
+    remove_companions(path);
+}
+
+/// Removes the WAL, shared-memory and journal files beside the SQLite file at `path`.
+fn remove_companions(path: &std::path::Path) {
     for suffix in ["-wal", "-shm", "-journal"] {
         let mut companion = path.as_os_str().to_owned();
         companion.push(suffix);
