@@ -238,6 +238,12 @@ impl Shared {
                 Action::Request { turn, spec, raw } => out.request(turn, *spec, raw).await?,
                 Action::Resolved { provider_ref, raw } => out.request_resolved(provider_ref, raw).await?,
                 Action::SessionUpdated { session_id, raw } => out.session_updated(Some(session_id), raw).await?,
+                Action::Retire { reason } => {
+                    // Nothing claude does in that conversation is the session's: it is ended,
+                    // and the session becomes unavailable (stop and resume it).
+                    out.transport_down(reason).await?;
+                    self.process.kill();
+                }
                 Action::Write(message) => {
                     // Nothing gathered waits on the write.
                     out.flush().await?;

@@ -42,6 +42,9 @@ pub(crate) enum Action {
     SessionUpdated { session_id: String, raw: Option<RawJson> },
     /// Write this line to the CLI (an answer to its control request).
     Write(Value),
+    /// The CLI is not in the conversation the session holds: the transport is reported down
+    /// and the CLI ended.
+    Retire { reason: String },
 }
 
 impl Action {
@@ -56,7 +59,7 @@ impl Action {
             | Action::Request { raw, .. }
             | Action::Resolved { raw, .. }
             | Action::SessionUpdated { raw, .. } => Some(raw),
-            Action::Write(_) => None,
+            Action::Write(_) | Action::Retire { .. } => None,
         }
     }
 }
@@ -102,6 +105,9 @@ pub(crate) struct Normalizer {
     unknown: u64,
     /// Where the texts of deltas the CLI wrote with escapes are kept.
     decoded: TextArena,
+    /// Why the CLI is not in the conversation it was started on (it reported another session
+    /// ID): the running turn fails with this reason and the session retires.
+    foreign: Option<String>,
 }
 
 impl Normalizer {
@@ -330,16 +336,7 @@ impl Normalizer {
             "init" => {
                 let id = &*line.session_id;
                 if !id.is_empty() && self.session_id.as_deref() != Some(id) {
-                    // The provider chose (or resumed) the ID claude was started with: another
-                    // one means claude is not in the conversation the session was opened on.
-                    if let Some(expected) = self.session_id.replace(id.to_owned()) {
-                        let message = format!(
-                            "claude reports session `{id}`, not `{expected}` it was started with; the session now \
-                             follows `{id}`"
-                        );
-                        self.emit(actions, EventKind::Warning { message });
-                    }
-                    actions.push(Action::SessionUpdated { session_id: id.to_owned(), raw: None });
+                    self.reported(id, actions);
                     return;
                 }
                 self.other(actions, "system/init".into());
@@ -365,17 +362,40 @@ impl Normalizer {
         self.emit(actions, EventKind::ProviderError { message, code: status, will_retry: Some(true) });
     }
 
+    /// Claude reports session `id`, not the one it was expected in. The provider chose (or
+    /// resumed) the ID claude was started with, so another one means claude is not in the
+    /// conversation the session holds — on a resume, a fresh one without its history. Nothing
+    /// it does there may pass for the session's: the turn fails, claude is ended (the session
+    /// becomes unavailable), and the session keeps the ID it holds, for a resume to try again. Without an expected ID, the
+    /// reported one is the session's.
+    fn reported(&mut self, id: &str, actions: &mut Vec<Action>) {
+        match &self.session_id {
+            Some(expected) => {
+                if self.foreign.is_none() {
+                    let reason = format!(
+                        "claude reports session `{id}`, not `{expected}` it was started on: it is not in the \
+                         session's conversation (its history is not there), so the turn fails and claude is \
+                         ended; stop the session and resume it to try again"
+                    );
+                    self.emit(
+                        actions,
+                        EventKind::ProviderError { message: reason.clone(), code: None, will_retry: None },
+                    );
+                    self.foreign = Some(reason);
+                }
+            }
+            None => {
+                self.session_id = Some(id.to_owned());
+                actions.push(Action::SessionUpdated { session_id: id.to_owned(), raw: None });
+            }
+        }
+    }
+
     fn on_result(&mut self, result: wire::ResultMessage, actions: &mut Vec<Action>) {
         if let Some(id) = &result.session_id
-            && self.session_id.as_deref() != Some(id)
+            && self.session_id.as_deref() != Some(id.as_str())
         {
-            if let Some(expected) = self.session_id.replace(id.clone()) {
-                let message = format!(
-                    "claude reports session `{id}`, not `{expected}` it was started with; the session now follows `{id}`"
-                );
-                self.emit(actions, EventKind::Warning { message });
-            }
-            actions.push(Action::SessionUpdated { session_id: id.clone(), raw: None });
+            self.reported(id, actions);
         }
         let Some(turn) = self.turn.take() else {
             // A result outside a turn (the CLI finished something after the turn ended).
@@ -447,7 +467,18 @@ impl Normalizer {
                 }));
             }
         }
+        let (status, end) = match &self.foreign {
+            Some(reason) => {
+                let mut failed = TurnResult::default();
+                (failed.usage, failed.details, failed.reason) = (end.usage, end.details, Some(reason.clone()));
+                (TurnStatus::Failed, failed)
+            }
+            None => (status, end),
+        };
         actions.push(Action::Emit { turn: harness, kind: EventKind::terminal(status, end), raw: None });
+        if let Some(reason) = &self.foreign {
+            actions.push(Action::Retire { reason: reason.clone() });
+        }
     }
 
     fn on_control_request(&mut self, line: &Envelope<'_>, actions: &mut Vec<Action>) {

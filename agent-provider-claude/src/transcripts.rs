@@ -64,9 +64,14 @@ fn path(name: &str) -> PathBuf {
 }
 
 fn play(name: &str) -> Played {
+    play_expecting(name, None)
+}
+
+/// [`play`] with claude expected in session `expected`.
+fn play_expecting(name: &str, expected: Option<&str>) -> Played {
     let text = std::fs::read_to_string(path(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let mut played =
-        Played { actions: Vec::new(), turns: Vec::new(), answered: Vec::new(), normalizer: Normalizer::new(None) };
+    let normalizer = Normalizer::new(expected.map(str::to_owned));
+    let mut played = Played { actions: Vec::new(), turns: Vec::new(), answered: Vec::new(), normalizer };
     for line in text.lines() {
         let line: Line<'_> = serde_json::from_str(line).unwrap_or_else(|e| panic!("{name}: {e}"));
         let Some(msg) = line.msg else { continue };
@@ -357,29 +362,32 @@ fn model_errors_fail_the_turn_with_the_cli_reason() {
 }
 
 #[test]
-fn another_session_id_than_the_one_claude_was_started_with_is_a_warning() {
-    let mut normalizer = Normalizer::new(Some("55c31236-6680-414c-8f78-31951bf0b319".into()));
-    let text = std::fs::read_to_string(path("f_resume")).unwrap();
-    let init = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|l| l["msg"]["subtype"] == "init")
-        .map(|l| l["msg"].to_string())
-        .unwrap();
-    let mut actions = Vec::new();
-    let envelope: Envelope<'_> = serde_json::from_str(&init).unwrap();
-    normalizer.on_line(&init, None, &envelope, &mut actions);
-    assert!(!actions.iter().any(|a| matches!(a, Action::SessionUpdated { .. })), "the expected ID: {actions:?}");
+fn another_session_id_than_the_one_claude_was_started_with_fails_the_turn_and_ends_claude() {
+    // The ID claude was started with: nothing to report.
+    let played = play_expecting("f_resume", Some("55c31236-6680-414c-8f78-31951bf0b319"));
+    assert!(!played.actions.iter().any(|a| matches!(a, Action::SessionUpdated { .. } | Action::Retire { .. })));
+    assert_eq!(json!(played.end(0).0), json!("completed"));
 
-    let mut normalizer = Normalizer::new(Some("0b1e5e55-0000-4000-8000-000000000000".into()));
-    let mut actions = Vec::new();
-    normalizer.on_line(&init, None, &envelope, &mut actions);
-    assert!(
-        matches!(&actions[0], Action::Emit { kind: EventKind::Warning { message }, .. } if message.contains("not `0b1e5e55"))
-    );
-    assert!(
-        matches!(&actions[1], Action::SessionUpdated { session_id, .. } if session_id == "55c31236-6680-414c-8f78-31951bf0b319")
-    );
+    // Another one: claude is not in the session's conversation (a resume that started fresh).
+    let played = play_expecting("f_resume", Some("0b1e5e55-0000-4000-8000-000000000000"));
+    let errors: Vec<&str> = played
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Emit { kind: EventKind::ProviderError { message, .. }, .. } => Some(message.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errors.len(), 1, "said once: {errors:?}");
+    assert!(errors[0].contains("not `0b1e5e55") && errors[0].contains("resume it"), "{}", errors[0]);
+    assert!(!played.actions.iter().any(|a| matches!(a, Action::SessionUpdated { .. })), "the session keeps its ID");
+    assert_eq!(played.normalizer.session_id(), Some("0b1e5e55-0000-4000-8000-000000000000"));
+    let (status, result) = played.end(0);
+    assert_eq!(json!(status), json!("failed"));
+    assert!(result.reason.as_deref().is_some_and(|r| r.contains("not in the session's conversation")), "{result:?}");
+    assert!(result.text.is_none(), "what claude answered elsewhere is not the turn's result");
+    let last = played.actions.last().expect("actions");
+    assert!(matches!(last, Action::Retire { reason } if reason.contains("not `0b1e5e55")), "claude is ended");
 }
 
 #[test]

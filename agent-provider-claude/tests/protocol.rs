@@ -86,11 +86,14 @@ impl Fixture {
         self.claude().stdin_lines().iter().map(|l| serde_json::from_str(l).expect("JSON line")).collect()
     }
 
+    /// A session on claude's conversation `SESSION`, the one the scripted claude reports: a
+    /// claude in another conversation than it was started on fails the turn.
     fn options(&self) -> SessionOptions {
         // A scripted exec is not local: the subscription guard would refuse it.
         SessionOptions::new(std::env::temp_dir())
             .auth(agent_core::AuthMode::Inherit)
             .provider_command_timeout(Duration::from_secs(10))
+            .resume_provider_session(SESSION)
     }
 
     async fn session(&self, options: SessionOptions) -> SessionRef {
@@ -161,10 +164,10 @@ async fn the_command_line_environment_and_lines_written() {
     assert!(line.contains("--model claude-x") && line.contains("--system-prompt Be brief."), "{line}");
     assert!(line.contains("--strict-mcp-config") && line.contains("--allowedTools Read"), "{line}");
     assert!(!line.contains("sekrit"), "no secret on the command line: {line}");
-    let session_id = &args[args.iter().position(|a| a == "--session-id").expect("--session-id") + 1];
+    let resumed = &args[args.iter().position(|a| a == "--resume").expect("--resume") + 1];
+    assert_eq!(resumed, SESSION);
     let status = fixture.harness.status(&session).await.unwrap();
-    assert_eq!(status.provider_session_id.as_deref(), Some(SESSION), "system/init's ID is reported");
-    assert_eq!(session_id.len(), 36);
+    assert_eq!(status.provider_session_id.as_deref(), Some(SESSION), "the conversation claude reports");
     let env = fixture.claude().env().clone();
     let mcp: Vec<(String, String)> = env
         .iter()
@@ -312,4 +315,38 @@ async fn the_version_is_checked_before_spawning() {
         }
         assert_eq!(exec.runs().len(), 1, "only the version probe ran");
     }
+}
+
+/// A claude that reports another session than it was started on is in another conversation
+/// (after a resume, a fresh one): the turn fails without its answer, claude is ended and the
+/// session, unavailable until stopped, keeps the conversation it holds.
+#[tokio::test(start_paused = true)]
+async fn a_claude_in_another_conversation_fails_the_turn_and_is_ended() {
+    let claude = initialized()
+        .expect_line(user_line())
+        .stdout(init())
+        .stdout(delta("fresh"))
+        .stdout(result(false, "an answer without the history", 0.1))
+        .wait_eof()
+        .exit(0);
+    let fixture = Fixture::new(claude);
+    let wanted = "0b1e5e55-0000-4000-8000-000000000002";
+    let session = fixture.session(fixture.options().resume_provider_session(wanted)).await;
+    let monitor = fixture.harness.monitor(&session).await.unwrap();
+    let events = fixture.run(&session, |_| None).await;
+    let end = events.last().and_then(|e| e.kind.terminal_end()).unwrap();
+    assert_eq!(end.status, TurnStatus::Failed);
+    assert!(end.result.text.is_none(), "{:?}", end.result);
+    let reason = end.result.reason.as_deref().unwrap_or_default();
+    assert!(reason.contains(SESSION) && reason.contains(wanted), "{reason}");
+    assert!(events.iter().any(|e| matches!(&e.kind, EventKind::ProviderError { message, .. } if message == reason)));
+    // Claude is ended; the session takes no turn until it is stopped and resumed.
+    let status = fixture.harness.status(&session).await.unwrap();
+    assert_eq!(status.status, agent_core::SessionState::Unavailable);
+    assert_eq!(status.provider_session_id.as_deref(), Some(wanted), "the session keeps its conversation");
+    let refused = fixture.harness.start_turn(&session, "again", TurnOptions::new()).await.unwrap_err();
+    assert!(matches!(refused, agent_core::Error::SessionUnavailable { .. }), "{refused:?}");
+    assert!(!fixture.claude().signals().is_empty(), "claude was ended");
+    fixture.harness.stop_session(&session, false).await.unwrap();
+    assert!(matches!(monitor.await, agent_core::ExitReason::Closed { .. }));
 }
