@@ -328,7 +328,17 @@ impl Normalizer {
                 vec![self.unnormalized(&method, route)]
             }
             Notification::Error(n) => self.on_error(&route, foreign, n),
-            Notification::TurnCompleted(n) if route == Route::Current && !foreign => self.finish(n.turn),
+            Notification::TurnCompleted(n) if route == Route::Current && !foreign => {
+                let warning = n.lenient.then(|| {
+                    let message = format!(
+                        "codex's `turn/completed` has fields of types this provider does not expect; the turn \
+                         ends with what could be read (status `{}`)",
+                        n.turn.status
+                    );
+                    self.emit(&route, EventKind::Warning { message })
+                });
+                warning.into_iter().chain(self.finish(n.turn)).collect()
+            }
             note if route != Route::Current || foreign => {
                 if let Notification::TokenUsage(n) = &note {
                     self.thread_tokens = n.token_usage.total;

@@ -505,6 +505,28 @@ pub(crate) struct TurnNote {
     #[serde(default)]
     pub(crate) thread_id: Option<String>,
     pub(crate) turn: TurnInfo,
+    /// Read by [`TurnNote::lenient`]: some fields had types other than expected.
+    #[serde(skip)]
+    pub(crate) lenient: bool,
+}
+
+impl TurnNote {
+    /// A `turn/completed` whose fields do not all have the types expected (a codex newer than
+    /// this schema, say): the turn's ID, status and error as far as they read, so that the turn
+    /// still ends. `None` without a string `turn.id`.
+    fn lenient(raw: Option<&RawValue>) -> Option<TurnNote> {
+        let value: Value = serde_json::from_str(raw?.get()).ok()?;
+        let turn = value.get("turn")?;
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+        let info = TurnInfo {
+            id: text(turn.get("id"))?,
+            status: text(turn.get("status")).unwrap_or_default(),
+            error: turn.get("error").filter(|e| !e.is_null()).cloned(),
+            items: Vec::new(),
+            duration_ms: None,
+        };
+        Some(TurnNote { thread_id: text(value.get("threadId")), turn: info, lenient: true })
+    }
 }
 
 /// A codex turn.
@@ -584,7 +606,9 @@ impl<'a> Notification<'a> {
             "warning" | "configWarning" | "deprecationNotice" => params(raw).map(Notification::Warning),
             "error" => params(raw).map(Notification::Error),
             "turn/started" => params(raw).map(|n| Notification::TurnStarted(Box::new(n))),
-            "turn/completed" => params(raw).map(|n| Notification::TurnCompleted(Box::new(n))),
+            "turn/completed" => {
+                params(raw).or_else(|| TurnNote::lenient(raw)).map(|n| Notification::TurnCompleted(Box::new(n)))
+            }
             "serverRequest/resolved" => params(raw).map(Notification::Resolved),
             _ => None,
         };

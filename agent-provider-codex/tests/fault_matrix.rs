@@ -624,6 +624,29 @@ async fn timeouts_of_duration_max_mean_no_limit() {
 // ----- bad output --------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_completed_with_fields_of_other_types_still_ends_the_turn() {
+    // A codex newer than the schema: `durationMs` a float, an item of a kind with a text object.
+    let item = json!({"type": "richNote", "id": "n1", "text": {"parts": ["a"]}});
+    let completed = |status: Value| {
+        json!({"method": "turn/completed", "params": {"threadId": "${session_id}",
+            "turn": {"id": "${turn_id}", "status": status, "items": [item.clone()], "durationMs": 12.5}}})
+    };
+    for (status, expected) in [(json!("completed"), TurnStatus::Completed), (json!(2), TurnStatus::Failed)] {
+        let script = FakeScript::new().handshake().turn_start().deltas(["done"]).send(completed(status)).stall();
+        let case = Case::new(script);
+        let session = case.session().await;
+        let events = case.run(&session, "hello").await;
+        let end = end(&events);
+        assert_eq!(end.status, expected, "{}", names(&events));
+        let warned = warnings(&events);
+        assert!(warned.iter().any(|w| w.contains("`turn/completed` has fields of types")), "{warned:?}");
+        let raw = events.iter().find(|e| e.is_terminal()).and_then(|e| e.raw.as_ref()).map(|r| r.get().to_owned());
+        assert!(raw.is_some_and(|r| r.contains("richNote")), "the line is kept");
+        case.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_line_is_a_warning_and_the_turn_completes() {
     let script = FakeScript::new().handshake().turn_start().garbage().deltas(["still ", "fine"]).complete();
     let case = Case::new(script);
