@@ -221,7 +221,18 @@ impl Normalizer {
             "system" => self.on_system(text, line, actions),
             "result" => match serde_json::from_str::<wire::ResultMessage>(text) {
                 Ok(result) => self.on_result(result, actions),
-                Err(_) => self.other(actions, "result".into()),
+                Err(error) => match wire::ResultMessage::lenient(text) {
+                    // The turn must end: what reads, with a word on what did not.
+                    Some(result) => {
+                        let message = format!(
+                            "claude's `result` has fields of types this provider does not expect ({error}); the \
+                             turn ends with what could be read"
+                        );
+                        self.emit(actions, EventKind::Warning { message });
+                        self.on_result(result, actions);
+                    }
+                    None => self.other(actions, "result".into()),
+                },
             },
             "control_request" => self.on_control_request(line, actions),
             "control_cancel_request" => {

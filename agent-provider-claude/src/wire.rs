@@ -265,6 +265,34 @@ pub(crate) struct ResultMessage {
     pub(crate) duration_api_ms: Option<u64>,
 }
 
+impl ResultMessage {
+    /// A `result` whose fields do not all have the types expected (a Claude Code newer than
+    /// this provider, say): every field that reads with its type, so that the turn still ends.
+    /// An `is_error` that is there but not a boolean counts as an error.
+    pub(crate) fn lenient(text: &str) -> Option<ResultMessage> {
+        let value: Value = serde_json::from_str(text).ok()?;
+        let string = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_owned);
+        let number = |key: &str| value.get(key).and_then(Value::as_u64);
+        let list = |key: &str| value.get(key).and_then(Value::as_array).cloned().unwrap_or_default();
+        Some(ResultMessage {
+            subtype: string("subtype"),
+            is_error: value.get("is_error").is_some_and(|e| e.as_bool() != Some(false)),
+            result: string("result"),
+            session_id: string("session_id"),
+            total_cost_usd: value.get("total_cost_usd").and_then(Value::as_f64),
+            usage: value.get("usage").and_then(|u| serde_json::from_value(u.clone()).ok()),
+            permission_denials: list("permission_denials"),
+            terminal_reason: string("terminal_reason"),
+            stop_reason: string("stop_reason"),
+            api_error_status: value.get("api_error_status").cloned(),
+            errors: list("errors"),
+            num_turns: number("num_turns"),
+            duration_ms: number("duration_ms"),
+            duration_api_ms: number("duration_api_ms"),
+        })
+    }
+}
+
 /// `result.usage` (per turn).
 #[derive(Deserialize, Default, Clone, Copy)]
 pub(crate) struct ResultUsage {

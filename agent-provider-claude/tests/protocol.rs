@@ -350,3 +350,30 @@ async fn a_claude_in_another_conversation_fails_the_turn_and_is_ended() {
     fixture.harness.stop_session(&session, false).await.unwrap();
     assert!(matches!(monitor.await, agent_core::ExitReason::Closed { .. }));
 }
+
+/// A `result` with fields of other types than expected (a newer Claude Code) still ends the
+/// turn, by what reads, with a warning.
+#[tokio::test(start_paused = true)]
+async fn a_result_with_fields_of_other_types_still_ends_the_turn() {
+    let mut odd: Value = serde_json::from_str(&result(false, "Hello", 0.25)).unwrap();
+    odd["duration_ms"] = json!(1234.5);
+    odd["errors"] = Value::Null;
+    let claude = initialized()
+        .expect_line(user_line())
+        .stdout(init())
+        .stdout(delta("Hello"))
+        .stdout(odd.to_string())
+        .wait_eof()
+        .exit(0);
+    let fixture = Fixture::new(claude);
+    let session = fixture.session(fixture.options()).await;
+    let events = fixture.run(&session, |_| None).await;
+    let end = events.last().and_then(|e| e.kind.terminal_end()).unwrap();
+    assert_eq!(end.status, TurnStatus::Completed);
+    assert_eq!(end.result.text.as_deref(), Some("Hello"));
+    let warned = events
+        .iter()
+        .any(|e| matches!(&e.kind, EventKind::Warning { message } if message.contains("`result` has fields")));
+    assert!(warned, "{:?}", events.iter().map(|e| e.type_name()).collect::<Vec<_>>());
+    fixture.harness.stop_session(&session, false).await.unwrap();
+}
