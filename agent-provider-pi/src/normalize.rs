@@ -351,7 +351,34 @@ impl Normalizer {
             self.on_delta(delta.kind, &delta.text, actions);
             return true;
         }
-        let Ok(frame) = serde_json::from_str::<Frame<'_>>(line) else { return false };
+        match serde_json::from_str::<Frame<'_>>(line) {
+            Ok(frame) => self.on_frame(frame, actions),
+            Err(_) => return self.on_odd_frame(line, actions),
+        }
+        true
+    }
+
+    /// A JSON object with a `type` whose other fields do not all have the types expected (a
+    /// pi newer than this provider, say): the frame without those fields, with a warning
+    /// naming them, so that an `agent_settled` still ends the turn and a dialog is still
+    /// answered. False when the line is not a JSON object with a string `type`.
+    fn on_odd_frame(&mut self, line: &str, actions: &mut Vec<Action>) -> bool {
+        let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(line) else { return false };
+        let Some(kind) = fields.get("type").and_then(Value::as_str).map(str::to_owned) else { return false };
+        let reads = |key: &str, value: &Value| {
+            let alone = serde_json::json!({ "type": kind, key: value }).to_string();
+            key == "type" || serde_json::from_str::<Frame<'_>>(&alone).is_ok()
+        };
+        let (kept, left_out): (serde_json::Map<String, Value>, serde_json::Map<String, Value>) =
+            fields.into_iter().partition(|(key, value)| reads(key, value));
+        let text = Value::Object(kept).to_string();
+        let Ok(frame) = serde_json::from_str::<Frame<'_>>(&text) else { return false };
+        let names: Vec<&str> = left_out.keys().map(String::as_str).collect();
+        let message = format!(
+            "pi's `{kind}` frame has fields of types this provider does not expect ({}); they were left out",
+            names.join(", ")
+        );
+        actions.push(self.emit(EventKind::Warning { message }));
         self.on_frame(frame, actions);
         true
     }

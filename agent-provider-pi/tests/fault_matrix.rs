@@ -267,6 +267,34 @@ async fn garbage_and_over_long_lines_are_warnings_and_the_turn_completes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_with_fields_of_other_types_keeps_the_rest_and_still_ends_the_turn() {
+    let script = FakeScript::new()
+        .handshake()
+        .turn_start()
+        .deltas(["done"])
+        .send(json!({"type": "agent_end", "messages": [], "willRetry": false}))
+        // A newer pi: `error` an object where a string was expected.
+        .send(json!({"type": "agent_settled", "aborted": false, "error": {"message": "x"}}))
+        .stall();
+    let case = Case::new(script);
+    let session = case.session().await;
+    let events = case.run(&session, "hello").await;
+    assert_eq!(end(&events).status, TurnStatus::Completed, "{}", names(&events));
+    let warnings: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Warning { message } => Some(message.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        warnings.iter().any(|w| w.contains("`agent_settled` frame has fields of types") && w.contains("(error)")),
+        "{warnings:?}"
+    );
+    case.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_and_out_of_order_frames_end_each_turn_once() {
     let script = FakeScript::new()
         .handshake()
