@@ -86,9 +86,27 @@ fn ensure_installed(sh: &Shell, manifest: &Manifest, install: &Install, dir: &Pa
     let prefix = install.prefix(dir);
     let spec = format!("{}@{}", install.package, install.version);
     println!("{spec}: installing into {}", prefix.display());
-    // Optional dependencies carry the native binaries, so they must not be omitted.
-    cmd!(sh, "npm install --prefix {prefix} --no-audit --no-fund --no-update-notifier {spec}").run()?;
+    npm_install(sh, &prefix, &spec)?;
     install.launch(manifest, dir).map_err(|missing| format!("{spec} after npm install: {missing}").into())
+}
+
+/// `npm install` of `spec` into `prefix`, tried again after a pause when it fails: the pinned
+/// CLIs' own dependencies are not pinned, and a registry part-way through publishing a set of
+/// them answers `ETARGET` for a version it lists a minute later (seen here).
+fn npm_install(sh: &Shell, prefix: &Path, spec: &str) -> Result<()> {
+    const PAUSES: [std::time::Duration; 2] = [std::time::Duration::from_secs(15), std::time::Duration::from_secs(45)];
+    // Optional dependencies carry the native binaries, so they must not be omitted.
+    let install = || cmd!(sh, "npm install --prefix {prefix} --no-audit --no-fund --no-update-notifier {spec}").run();
+    for pause in PAUSES {
+        match install() {
+            Ok(()) => return Ok(()),
+            Err(error) => {
+                eprintln!("{spec}: npm install failed ({error}); trying again in {} s", pause.as_secs());
+                std::thread::sleep(pause);
+            }
+        }
+    }
+    Ok(install()?)
 }
 
 /// A directory used as HOME for the CLIs run here, so they write nothing into the real HOME.
