@@ -171,10 +171,22 @@ struct Message {
     content: Value,
     #[serde(default)]
     stop_reason: Option<String>,
-    #[serde(default)]
+    /// A string; a newer pi's object (`{"message": …}`) or any other value is read as text.
+    #[serde(default, deserialize_with = "text_or_json")]
     error_message: Option<String>,
     #[serde(default)]
     usage: Option<Value>,
+}
+
+/// A string as it is, an object's `message` string, any other value as its JSON text: an
+/// error's text must not make the message it is in unreadable (and the turn it failed
+/// completed).
+fn text_or_json<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    Ok(match Value::deserialize(deserializer)? {
+        Value::Null => None,
+        Value::String(text) => Some(text),
+        other => Some(other.get("message").and_then(Value::as_str).map_or_else(|| other.to_string(), str::to_owned)),
+    })
 }
 
 /// How pi marks the end of an agent run.
@@ -498,7 +510,15 @@ impl Normalizer {
     }
 
     fn on_message_end(&mut self, frame: &Frame<'_>, actions: &mut Vec<Action>) {
-        let Some(message) = frame.message.and_then(|m| serde_json::from_str::<Message>(m.get()).ok()) else { return };
+        let Some(raw) = frame.message else { return };
+        let message = match serde_json::from_str::<Message>(raw.get()) {
+            Ok(message) => message,
+            Err(error) => {
+                let message = format!("pi's `message_end` has a message this provider cannot read ({error})");
+                actions.push(self.emit(EventKind::Warning { message }));
+                return;
+            }
+        };
         if message.role != "assistant" {
             return;
         }

@@ -295,6 +295,26 @@ async fn a_frame_with_fields_of_other_types_keeps_the_rest_and_still_ends_the_tu
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_model_call_whose_error_is_an_object_fails_the_turn() {
+    let message = json!({"role": "assistant", "content": [], "stopReason": "error",
+        "errorMessage": {"status": 529, "message": "overloaded"}});
+    let script = FakeScript::new()
+        .handshake()
+        .turn_start()
+        .send(json!({"type": "message_end", "message": message}))
+        .send(json!({"type": "agent_end", "messages": [], "willRetry": false}))
+        .send(json!({"type": "agent_settled", "aborted": false}))
+        .stall();
+    let case = Case::new(script);
+    let session = case.session().await;
+    let events = case.run(&session, "hello").await;
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    assert!(end.result.reason.as_deref().is_some_and(|r| r.contains("overloaded")), "{:?}", end.result);
+    case.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_and_out_of_order_frames_end_each_turn_once() {
     let script = FakeScript::new()
         .handshake()
