@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use agent_core::{AuthMode, Result, SessionOptions};
-use agent_provider_kit::auth::{AuthGuard, AuthReport, EnvRules, LoginState, effective_env};
+use agent_provider_kit::auth::{AuthGuard, AuthReport, EnvRules, LoginState, effective_env, flag_key};
 use serde_json::Value;
 
 /// Claude Code's own environment names that select an API key, a token, an endpoint or a
@@ -49,7 +49,7 @@ pub(crate) const GUARD: AuthGuard = AuthGuard::new("claude", &[EnvRules::COMMON,
 /// The flags of `ClaudeOptions::extra_args` the guard checks, as config keys
 /// (`--settings=…` → `settings`).
 pub(crate) fn flag_keys(claude: &crate::ClaudeOptions) -> impl Iterator<Item = &str> {
-    claude.extra_args.iter().filter_map(|a| a.strip_prefix("--")).map(|a| a.split('=').next().unwrap_or(a))
+    claude.extra_args.iter().filter_map(|arg| flag_key(arg))
 }
 
 /// Names always removed from the environment claude inherits under `Subscription`, whether or

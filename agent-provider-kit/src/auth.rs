@@ -59,6 +59,21 @@ pub fn effective_env(options: &SessionOptions, name: &str) -> Option<OsString> {
     std::env::var_os(name).filter(|v| !v.is_empty())
 }
 
+/// A command-line argument as a config key for [`AuthGuard::check`], when it is a long flag:
+/// `--provider` and `--provider=x` → `provider`; anything else → `None`.
+///
+/// ```
+/// use agent_provider_kit::auth::flag_key;
+///
+/// assert_eq!(flag_key("--api-key=sk"), Some("api-key"));
+/// assert_eq!(flag_key("--settings"), Some("settings"));
+/// assert_eq!(flag_key("-p"), None);
+/// ```
+pub fn flag_key(arg: &str) -> Option<&str> {
+    let flag = arg.strip_prefix("--")?;
+    Some(flag.split('=').next().unwrap_or(flag))
+}
+
 /// An environment name as the guard compares it: trimmed and in ASCII upper case.
 pub fn normalize_env_name(name: &str) -> String {
     name.trim().to_ascii_uppercase()

@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use agent_core::{AuthMode, SessionOptions};
-use agent_provider_kit::auth::{AuthGuard, AuthReport, EnvRules, LoginState, effective_env};
+use agent_provider_kit::auth::{AuthGuard, AuthReport, EnvRules, LoginState, effective_env, flag_key};
 
 use crate::PiOptions;
 
@@ -22,7 +22,7 @@ pub(crate) fn flag_keys(pi: &PiOptions) -> Vec<String> {
     let binary_args = pi.binary_args.iter().map(|a| a.to_string_lossy());
     binary_args
         .chain(pi.args.iter().map(|a| Cow::Borrowed(a.as_str())))
-        .filter_map(|a| a.strip_prefix("--").map(|flag| flag.split('=').next().unwrap_or(flag).to_owned()))
+        .filter_map(|arg| flag_key(&arg).map(str::to_owned))
         .collect()
 }
 
