@@ -17,12 +17,14 @@ use agent_core::event::{FileChangeEntry, RawJson, TextArena, ToolKind, ToolStatu
 use agent_core::exec::ExitStatus;
 use agent_core::request::RequestSpec;
 use agent_core::{Choice, EventKind, ItemId, Question, RequestKind, TurnEnd, TurnId, TurnResult, TurnStatus};
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::extension::{APPROVAL_TITLES, DENIED_REASON};
 use crate::stream::{self, DeltaKind};
+
+mod wire;
+
+use wire::{Frame, Message};
 
 /// The id prefix of the barrier `get_state` commands (see the module docs).
 pub(crate) const BARRIER_PREFIX: &str = "barrier-";
@@ -59,65 +61,6 @@ pub(crate) fn attach(actions: &mut [Action], raw: RawJson) {
     for (i, slot) in slots.into_iter().enumerate() {
         *slot = if i + 1 == last { raw.take() } else { raw.clone() };
     }
-}
-
-/// One stdout line, with the fields the normalizer reads; big nested values stay raw.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Frame<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: &'a str,
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    success: Option<bool>,
-    #[serde(default, borrow)]
-    message: Option<&'a RawValue>,
-    #[serde(default)]
-    assistant_message_event: Option<AssistantEvent>,
-    #[serde(default)]
-    tool_call_id: Option<String>,
-    #[serde(default)]
-    tool_name: Option<String>,
-    #[serde(default)]
-    args: Option<Value>,
-    #[serde(default)]
-    result: Option<Value>,
-    #[serde(default)]
-    is_error: Option<bool>,
-    #[serde(default)]
-    will_retry: Option<bool>,
-    #[serde(default)]
-    method: Option<String>,
-    #[serde(default)]
-    title: Option<String>,
-    #[serde(default)]
-    options: Option<Vec<Value>>,
-    #[serde(default)]
-    placeholder: Option<String>,
-    #[serde(default)]
-    timeout: Option<u64>,
-    #[serde(default)]
-    notify_type: Option<String>,
-    #[serde(default)]
-    error_message: Option<String>,
-    #[serde(default)]
-    final_error: Option<String>,
-    #[serde(default)]
-    command: Option<String>,
-    #[serde(default)]
-    error: Option<String>,
-    #[serde(default)]
-    data: Option<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct AssistantEvent {
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    delta: Option<String>,
 }
 
 /// The raw JSON of a delta: the delta alone, as `{"assistantMessageEvent":{"delta":…,
@@ -159,34 +102,6 @@ pub(crate) fn serde_delta(line: &str) -> Option<(String, String)> {
     let event = frame.assistant_message_event.filter(|_| frame.kind == "message_update")?;
     DeltaKind::of(&event.kind)?;
     Some((event.kind, event.delta?))
-}
-
-/// The parts of an agent message the normalizer reads.
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct Message {
-    #[serde(default)]
-    role: String,
-    #[serde(default)]
-    content: Value,
-    #[serde(default)]
-    stop_reason: Option<String>,
-    /// A string; a newer pi's object (`{"message": …}`) or any other value is read as text.
-    #[serde(default, deserialize_with = "text_or_json")]
-    error_message: Option<String>,
-    #[serde(default)]
-    usage: Option<Value>,
-}
-
-/// A string as it is, an object's `message` string, any other value as its JSON text: an
-/// error's text must not make the message it is in unreadable (and the turn it failed
-/// completed).
-fn text_or_json<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
-    Ok(match Value::deserialize(deserializer)? {
-        Value::Null => None,
-        Value::String(text) => Some(text),
-        other => Some(other.get("message").and_then(Value::as_str).map_or_else(|| other.to_string(), str::to_owned)),
-    })
 }
 
 /// How pi marks the end of an agent run.
