@@ -366,7 +366,7 @@ impl Opening {
             attempt,
             span,
         });
-        run_guarded(actor.run(), &crash, &id, attempt).await;
+        run_guarded(actor.run(), crash, id, attempt).await;
     }
 }
 
@@ -375,14 +375,24 @@ impl Opening {
 /// (killing its processes) and the exit sender (ending subscriptions and monitors); a stored
 /// snapshot left open reads back as ended with this reason. What the panic said went to the
 /// panic hook: it may quote anything, so it goes no further.
-async fn run_guarded(actor: impl Future<Output = ()>, registry: &Weak<Registry>, id: &SessionId, attempt: u64) {
-    if std::panic::AssertUnwindSafe(actor).catch_unwind().await.is_err() {
-        let reason = ExitReason::Crashed { reason: "the session's task panicked".into() };
-        tracing::error!(%reason, "session ended");
-        if let Some(registry) = registry.upgrade() {
-            registry.finish(id, attempt, reason);
+///
+/// A combinator, not an `async fn`: the actor's future is most of a session's memory, and an
+/// `async fn` taking it would keep room for it twice (its argument and the awaited copy).
+fn run_guarded(
+    actor: impl Future<Output = ()>,
+    registry: Weak<Registry>,
+    id: SessionId,
+    attempt: u64,
+) -> impl Future<Output = ()> {
+    std::panic::AssertUnwindSafe(actor).catch_unwind().map(move |ended| {
+        if ended.is_err() {
+            let reason = ExitReason::Crashed { reason: "the session's task panicked".into() };
+            tracing::error!(%reason, "session ended");
+            if let Some(registry) = registry.upgrade() {
+                registry.finish(&id, attempt, reason);
+            }
         }
-    }
+    })
 }
 
 /// The events a startup sequences before the actor takes over.
@@ -593,7 +603,7 @@ mod tests {
         let (registry, id, attempt) = live_session(Some(1));
         assert!(matches!(registry.reserve(&SessionId::new("t").unwrap()), Err(Error::CapacityReached { limit: 1 })));
 
-        run_guarded(async { panic!("a bug in the actor") }, &Arc::downgrade(&registry), &id, attempt).await;
+        run_guarded(async { panic!("a bug in the actor") }, Arc::downgrade(&registry), id.clone(), attempt).await;
 
         assert!(!registry.contains(&id));
         assert!(
@@ -608,7 +618,7 @@ mod tests {
     async fn an_actor_that_ends_normally_is_left_to_deregister_itself() {
         let (registry, id, attempt) = live_session(None);
 
-        run_guarded(async {}, &Arc::downgrade(&registry), &id, attempt).await;
+        run_guarded(async {}, Arc::downgrade(&registry), id.clone(), attempt).await;
 
         assert!(registry.contains(&id), "only the actor's own shutdown removes it");
         assert_eq!(registry.exit_reason(&id), None);
