@@ -191,3 +191,13 @@ fn ci_runs_exactly_the_readme_test_command() {
     let readme = fs::read_to_string(root.join("README.md")).expect("README.md exists");
     assert!(readme.contains(command), "README.md must give the test command .ci/run runs: {command}");
 }
+
+#[test]
+fn every_cli_install_has_a_lockfile_that_pins_its_version() {
+    let problems = crate::clis::lock_problems().expect("clis.toml and xtask/clis/ are readable");
+    assert!(
+        problems.is_empty(),
+        "the committed CLI lockfiles disagree with clis.toml:\n  {}\nregenerate them with: cargo xtask clis --lock",
+        problems.join("\n  ")
+    );
+}
