@@ -101,6 +101,18 @@ pub enum Error {
         /// The ID.
         id: SessionId,
     },
+    /// Another harness sharing the store holds the session live: one in another process of this
+    /// host, or another `Harness` in this process. Starting, resuming or purging it here would
+    /// run two CLIs on one history; stop it there, or wait until that process ends (a host that
+    /// died leaves the session abandoned, and it can be resumed). See
+    /// [`SessionOwner`](crate::SessionOwner).
+    #[error("session `{id}` is live in another harness (process {pid}); stop it there first")]
+    SessionLiveElsewhere {
+        /// The ID.
+        id: SessionId,
+        /// The process that holds it (this process's own PID for another harness in it).
+        pid: u32,
+    },
     /// The harness is at its `max_sessions` limit.
     #[error("session capacity reached ({limit} live sessions)")]
     CapacityReached {
@@ -386,6 +398,7 @@ impl Error {
             Error::SessionNotFound { .. } => ErrorKind::SessionNotFound,
             Error::SessionClosed { .. } => ErrorKind::SessionClosed,
             Error::SessionLive { .. } => ErrorKind::SessionLive,
+            Error::SessionLiveElsewhere { .. } => ErrorKind::SessionLiveElsewhere,
             Error::CapacityReached { .. } => ErrorKind::CapacityReached,
             Error::StartupTimeout { .. } => ErrorKind::StartupTimeout,
             Error::ProviderOpenFailed { .. } => ErrorKind::ProviderOpenFailed,
@@ -460,6 +473,8 @@ pub enum ErrorKind {
     SessionClosed,
     /// [`Error::SessionLive`].
     SessionLive,
+    /// [`Error::SessionLiveElsewhere`].
+    SessionLiveElsewhere,
     /// [`Error::CapacityReached`].
     CapacityReached,
     /// [`Error::StartupTimeout`].
@@ -549,6 +564,7 @@ impl ErrorKind {
             ErrorKind::SessionNotFound => "session_not_found",
             ErrorKind::SessionClosed => "session_closed",
             ErrorKind::SessionLive => "session_live",
+            ErrorKind::SessionLiveElsewhere => "session_live_elsewhere",
             ErrorKind::CapacityReached => "capacity_reached",
             ErrorKind::StartupTimeout => "startup_timeout",
             ErrorKind::ProviderOpenFailed => "provider_open_failed",

@@ -38,7 +38,8 @@ pub use provider::{DynProvider, Provider, ProviderSession, Sink, SinkBuffer};
 pub use request::{Answer, Choice, Question, Request, RequestKind, RequestStatus, Response, Scope};
 pub use runtime::{Lagged, Replay, StreamError, Subscription, SubscriptionError, Target, TurnStream};
 pub use session::{
-    CloseReason, Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, SessionStatus, StoredSession,
+    CloseReason, Durability, ExitReason, SessionOwner, SessionRef, SessionSnapshot, SessionState, SessionStatus,
+    StoredSession,
 };
 pub use store::{DynStore, RequestQuery, Store, StoreError};
 pub use text::SharedStr;

@@ -217,6 +217,24 @@ pub struct StartupMarker {
     pub acknowledged: bool,
 }
 
+/// The harness that holds (or last held) a session: a process of one host, and a `Harness` in
+/// that process. A second harness sharing the store reads it to tell a session that is live
+/// elsewhere from one whose host died without recording its end (see
+/// [`Error::SessionLiveElsewhere`](crate::Error::SessionLiveElsewhere)).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SessionOwner {
+    /// The harness process's PID.
+    pub pid: u32,
+    /// When that process started, in clock ticks since boot (`/proc/<pid>/stat`), so a PID used
+    /// again by a later process is not mistaken for it.
+    pub started: u64,
+    /// The boot it ran in (`/proc/sys/kernel/random/boot_id`).
+    pub boot_id: String,
+    /// Which harness of that process: a number unique within it.
+    pub harness: u64,
+}
+
 /// The persisted summary of a session. Holds no environment values, MCP configuration or
 /// provider options; `config_fingerprint` detects configuration drift without storing them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -247,6 +265,10 @@ pub struct SessionSnapshot {
     /// Present while the startup hand-off is unacknowledged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup: Option<StartupMarker>,
+    /// The harness that ran the session last, written with each run's initial commit; `None`
+    /// where the host cannot be identified (outside Linux) and in stores written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<SessionOwner>,
     /// How the session ended, once it has (written with the final `closed` snapshot).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended: Option<ExitReason>,

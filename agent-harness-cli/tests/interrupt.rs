@@ -115,3 +115,74 @@ async fn a_sighup_cancels_the_turn_and_shuts_the_harness_down() {
     assert_eq!(ends, ["turn_started", "turn_interrupted"], "{seen:?}");
     assert!(seen.iter().any(|e| e["type"] == "session_closed"), "{seen:?}");
 }
+
+/// `agent-harness run --json` on the fake codex with a SQLite store, with `args` before the prompt.
+fn run_stored(env: &FakeCliEnv, db: &std::path::Path, args: &[&str]) -> tokio::process::Child {
+    let program = env.program().display().to_string();
+    let store = format!("sqlite:{}", db.display());
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"))
+        .args(["run", "--json", "--auth", "inherit", "--provider", "codex", "--cli-path", &program])
+        .args(["--store", &store])
+        .args(args)
+        .arg("go")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.vars())
+        .current_dir(env.workspace())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn")
+}
+
+/// Reads `child`'s JSON events until one of type `kind`; returns what it read.
+async fn events_until(child: &mut tokio::process::Child, kind: &str) -> Vec<Value> {
+    let mut lines = BufReader::new(child.stdout.as_mut().expect("stdout")).lines();
+    let mut seen = Vec::new();
+    let found = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.expect("read") {
+            let event: Value = serde_json::from_str(&line).expect("a JSON event");
+            let done = event["type"] == kind;
+            seen.push(event);
+            if done {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(found, Ok(true), "no {kind}: {seen:?}");
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_running_in_another_process_is_not_resumed_until_that_process_is_gone() {
+    let script = FakeScript::new().handshake().turn_start().deltas(["working"]).stall();
+    let env = FakeCliEnv::new(FakeCli::Codex, &script).unwrap_or_else(|e| panic!("{e}"));
+    let db = env.workspace().join("shared.db");
+    let mut first = run_stored(&env, &db, &["--session-id", "held"]);
+    events_until(&mut first, "message_delta").await;
+
+    // A second process sharing the file: refused, with the holder's PID, and nothing spawned.
+    let second = run_stored(&env, &db, &["--resume", "held"]);
+    let output =
+        tokio::time::timeout(Duration::from_secs(30), second.wait_with_output()).await.expect("exits").unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let holder = first.id().expect("running");
+    assert!(stderr.contains(&format!("is live in another harness (process {holder})")), "{stderr}");
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(output.stdout.is_empty(), "no event: {}", String::from_utf8_lossy(&output.stdout));
+
+    // The holder killed outright: its session is abandoned, and resuming it works.
+    send(&first, libc::SIGKILL);
+    tokio::time::timeout(Duration::from_secs(30), first.wait()).await.expect("exits").expect("status");
+    let mut third = run_stored(&env, &db, &["--resume", "held"]);
+    let seen = events_until(&mut third, "message_delta").await;
+    assert!(seen.iter().any(|e| e["type"] == "conversation_resumed"), "{seen:?}");
+    assert!(
+        seen.iter().any(|e| e["type"] == "turn_interrupted"),
+        "the turn the killed run left open is closed: {seen:?}"
+    );
+}

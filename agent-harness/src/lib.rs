@@ -13,8 +13,8 @@ pub use agent_core::{
     DynStore, EndCause, Env, Error, ErrorKind, Event, EventId, EventKind, Exec, ExitReason, ExpiryReason, Harness,
     HarnessBuilder, InputItem, IntoExec, ItemId, Lagged, McpServer, Provider, ProviderId, ProviderOptions,
     ProviderSession, Question, Replay, Request, RequestId, RequestKind, RequestQuery, RequestStatus, Response, Result,
-    Reuse, SandboxMode, Scope, SessionConfig, SessionId, SessionMonitor, SessionOptions, SessionRef, SessionSnapshot,
-    SessionState, SessionStatus, SharedStr, Sink, SinkBuffer, Skill, Store, StoreChoice, StoreError,
+    Reuse, SandboxMode, Scope, SessionConfig, SessionId, SessionMonitor, SessionOptions, SessionOwner, SessionRef,
+    SessionSnapshot, SessionState, SessionStatus, SharedStr, Sink, SinkBuffer, Skill, Store, StoreChoice, StoreError,
     StoreFailurePolicy, StoredSession, StreamError, Subscription, SubscriptionError, Support, Target, Timestamp, Turn,
     TurnEnd, TurnId, TurnInput, TurnOptions, TurnOutcome, TurnRef, TurnResult, TurnStatus, TurnStream, Usage,
 };

@@ -217,7 +217,7 @@ impl HarnessBuilder {
                 providers,
                 store,
                 exec: self.exec.unwrap_or_else(|| Arc::new(NoExec)),
-                registry: Arc::new(Registry::new(self.max_sessions)),
+                registry: Registry::new(self.max_sessions),
                 call_timeout: self.call_timeout.unwrap_or(DEFAULT_CALL_TIMEOUT),
                 process_limit: self
                     .max_provider_processes
@@ -437,12 +437,16 @@ impl Harness {
         }
     }
 
-    /// Deletes a stopped session's stored history from `store`. Refuses a live ID, and an ID
-    /// the store holds nothing of ([`Error::SessionNotFound`]). A stale snapshot (abandoned by a
+    /// Deletes a stopped session's stored history from `store`. Refuses a live ID, one another
+    /// harness sharing the store holds live ([`Error::SessionLiveElsewhere`]), and an ID the
+    /// store holds nothing of ([`Error::SessionNotFound`]). A stale snapshot (abandoned by a
     /// killed host) is first recorded as abandoned, so the store lets it go.
     pub async fn purge_session_in(&self, store: &DynStore, session: &SessionRef) -> Result<()> {
         self.refuse_live(&session.id)?;
         match store.fetch_session(&session.id).await? {
+            Some(held) if let Some(pid) = self.inner.registry.holder(&held) => {
+                return Err(Error::SessionLiveElsewhere { id: session.id.clone(), pid });
+            }
             Some(stale) if stale.is_open() => store.save_session(&self.read_back(stale)).await?,
             Some(_) => {}
             None if store.latest_seq(&session.id).await?.is_none() => {

@@ -27,6 +27,9 @@ impl Harness {
         }
         let Some(store) = self.inner.store_of(id) else { return not_found() };
         match store.fetch_session(id).await {
+            Ok(Some(snapshot)) if let Some(pid) = self.inner.registry.holder(&snapshot) => {
+                Error::SessionLiveElsewhere { id: id.clone(), pid }
+            }
             Ok(Some(snapshot)) => match self.read_back(snapshot).ended {
                 Some(reason) => Error::SessionClosed { id: id.clone(), reason },
                 None => not_found(),
@@ -38,9 +41,10 @@ impl Harness {
 
     /// A stored snapshot as it reads back while its session is not live here: a snapshot that
     /// says a runtime holds it is stale — its end was never recorded — so it reads as abandoned,
-    /// with what this harness knows of its end if anything.
+    /// with what this harness knows of its end if anything; unless another harness sharing the
+    /// store holds it live, when it reads as written.
     pub(super) fn read_back(&self, mut snapshot: SessionSnapshot) -> SessionSnapshot {
-        if snapshot.is_open() {
+        if snapshot.is_open() && self.inner.registry.holder(&snapshot).is_none() {
             let last_status = snapshot.status;
             snapshot.status = SessionState::Abandoned;
             snapshot.ended =

@@ -3,6 +3,7 @@
 pub(crate) mod actor;
 pub(crate) mod inbox;
 pub(crate) mod limited;
+pub(crate) mod owner;
 pub(crate) mod registry;
 pub(crate) mod startup;
 pub(crate) mod subscription;

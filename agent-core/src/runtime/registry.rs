@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::error::{Error, Result};
 use crate::ids::SessionId;
 use crate::runtime::SessionHandle;
-use crate::session::{ExitReason, SessionRef};
+use crate::runtime::owner::Enrolled;
+use crate::session::{ExitReason, SessionOwner, SessionRef, SessionSnapshot};
 
 enum Slot {
     /// A `start_session` holds the ID while it opens the provider.
@@ -46,16 +47,30 @@ pub(crate) struct Registry {
     ended: Mutex<Ended>,
     max_sessions: Option<usize>,
     attempts: AtomicU64,
+    /// This harness in the process-wide table of harnesses (see [`owner`](super::owner)).
+    enrolled: Enrolled,
 }
 
 impl Registry {
-    pub(crate) fn new(max_sessions: Option<usize>) -> Self {
-        Registry {
+    /// A new harness's registry, enrolled as a possible owner of sessions.
+    pub(crate) fn new(max_sessions: Option<usize>) -> Arc<Self> {
+        Arc::new_cyclic(|registry| Registry {
             slots: Mutex::new(HashMap::new()),
             ended: Mutex::default(),
             max_sessions,
             attempts: AtomicU64::new(1),
-        }
+            enrolled: Enrolled::new(registry.clone()),
+        })
+    }
+
+    /// The owner this harness writes into the snapshots of the sessions it runs.
+    pub(crate) fn owner(&self) -> Option<SessionOwner> {
+        self.enrolled.owner()
+    }
+
+    /// The PID of another harness that holds `snapshot`'s session live, if one does.
+    pub(crate) fn holder(&self, snapshot: &SessionSnapshot) -> Option<u32> {
+        self.enrolled.holder(snapshot)
     }
 
     fn ended(&self) -> MutexGuard<'_, Ended> {

@@ -89,7 +89,7 @@ impl Startup {
             let plan = tokio::select! {
                 biased;
                 () = caller.closed() => return Err(Abort::CallerGone),
-                planned = tokio::time::timeout_at(deadline, plan(store.as_ref(), &session, &options)) => {
+                planned = tokio::time::timeout_at(deadline, plan(store.as_ref(), &session, &options, reservation.registry())) => {
                     planned.map_err(|_| timed_out(&session, &options))??
                 }
             };
@@ -248,13 +248,16 @@ impl Opening {
                 metadata: options.metadata.clone(),
                 config_fingerprint: options.fingerprint(session.provider.as_str()),
                 startup: Some(StartupMarker { attempt_id: EventId::generate().to_string(), acknowledged: false }),
+                owner: None,
                 ended: None,
                 durability: Durability::Durable,
                 created_at: now,
                 updated_at: now,
             },
         };
-        let snapshot = SessionSnapshot { provider_session_id: provider_session_id.clone(), ..snapshot };
+        // Written with every run, so a harness sharing the store leaves the session alone.
+        let owner = reservation.registry().owner();
+        let snapshot = SessionSnapshot { provider_session_id: provider_session_id.clone(), owner, ..snapshot };
         let mut journal = Journal::new(&session, plan.resumed.as_ref().map_or(0, |r| r.latest_seq));
         let mut batch = WriteBatch::new(id.clone());
         if let Some(mut stale) = plan.resumed.as_ref().and_then(|r| r.stale_turn.clone()) {
@@ -431,11 +434,16 @@ impl Journal {
 }
 
 /// Resolves the conversation to open and applies the ID reuse rules.
-async fn plan(store: Option<&DynStore>, session: &SessionRef, options: &SessionOptions) -> Result<Plan> {
+async fn plan(
+    store: Option<&DynStore>,
+    session: &SessionRef,
+    options: &SessionOptions,
+    registry: &Registry,
+) -> Result<Plan> {
     let id = &session.id;
     let reuse = || async {
         match store {
-            Some(store) => check_reuse(store, id, options.reuse).await,
+            Some(store) => check_reuse(store, id, options.reuse, registry).await,
             None => Ok(false),
         }
     };
@@ -455,6 +463,9 @@ async fn plan(store: Option<&DynStore>, session: &SessionRef, options: &SessionO
             let store = needs_store(store, ConversationMode::Resume)?;
             let (snapshot, provider_session_id) =
                 stored_source(store, session, source, ConversationMode::Resume).await?;
+            if let Some(pid) = registry.holder(&snapshot) {
+                return Err(Error::SessionLiveElsewhere { id: id.clone(), pid });
+            }
             let latest_seq = store.latest_seq(id).await?.unwrap_or(0);
             let stale_turn = match &snapshot.current_turn_id {
                 Some(turn) => store.fetch_turn(id, turn).await?.filter(|t| !t.status.is_terminal()),
@@ -512,11 +523,15 @@ async fn stored_source(
 /// aggregate is replaced (deleted in the same commit as the new snapshot).
 ///
 /// The caller holds the ID's reservation, so a snapshot that says a runtime holds it is stale
-/// (its host died): it reads back as abandoned.
-pub(crate) async fn check_reuse(store: &DynStore, id: &SessionId, reuse: Reuse) -> Result<bool> {
+/// (its host died) and reads back as abandoned — unless another harness sharing the store
+/// holds it live ([`Error::SessionLiveElsewhere`], whatever `reuse` says).
+pub(crate) async fn check_reuse(store: &DynStore, id: &SessionId, reuse: Reuse, registry: &Registry) -> Result<bool> {
     let Some(snapshot) = store.fetch_session(id).await? else {
         return Ok(false);
     };
+    if let Some(pid) = registry.holder(&snapshot) {
+        return Err(Error::SessionLiveElsewhere { id: id.clone(), pid });
+    }
     let unacknowledged =
         snapshot.startup.is_some() || matches!(snapshot.status, SessionState::Opening | SessionState::Finalizing);
     let status = if snapshot.is_open() { SessionState::Abandoned } else { snapshot.status };
@@ -587,7 +602,7 @@ mod tests {
 
     /// A registry holding session `s` live, and the attempt it is live under.
     fn live_session(max_sessions: Option<usize>) -> (Arc<Registry>, SessionId, u64) {
-        let registry = Arc::new(Registry::new(max_sessions));
+        let registry = Registry::new(max_sessions);
         let id = SessionId::new("s").unwrap();
         let reservation = registry.reserve(&id).unwrap();
         let attempt = reservation.attempt();

@@ -182,6 +182,8 @@ async fn resuming_a_session_its_host_abandoned_closes_the_turn_it_left_running()
     batch.turns = vec![running];
     batch.events = events;
     f2.dyn_store().write(&batch).await.unwrap();
+    // The snapshot names its harness, which must be gone for the session to be abandoned.
+    drop((remote, f));
 
     let resumed = f2.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
     let outcome = f2.harness.await_turn(&turn, None).await.unwrap_err();

@@ -648,8 +648,23 @@ async fn a_live_session_is_not_taken_over_by_another_harness_sharing_the_store()
 
     let (provider, _control) = agent_core::testing::ScriptedProvider::new(PROVIDER);
     let other = Harness::builder().provider(provider).store(StoreChoice::Custom(f.dyn_store())).build().unwrap();
-    let err = other.start_session(PROVIDER, opts().id("shared")).await.unwrap_err();
-    assert!(matches!(err, Error::SessionIdAlreadyUsed { .. }), "{err:?}");
+    let pid = std::process::id();
+    let elsewhere = |err: Error| {
+        assert!(
+            matches!(err, Error::SessionLiveElsewhere { ref id, pid: p } if *id == session.id && p == pid),
+            "{err:?}"
+        );
+        assert_eq!(err.kind().as_str(), "session_live_elsewhere");
+    };
+    elsewhere(other.start_session(PROVIDER, opts().id("shared")).await.unwrap_err());
+    elsewhere(other.start_session(PROVIDER, opts().id("shared").reuse(Reuse::Replace)).await.unwrap_err());
+    elsewhere(other.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap_err());
+    elsewhere(other.purge_session(&session).await.unwrap_err());
+    elsewhere(other.start_turn(&session, "here?", TurnOptions::new()).await.unwrap_err());
+    let listed = other.list_stored_sessions().await.unwrap();
+    let [stored] = &listed[..] else { panic!("{listed:?}") };
+    assert_eq!((stored.snapshot.status, stored.live), (SessionState::Idle, false), "live, but not in this harness");
+    assert_eq!(stored.snapshot.ended, None);
     assert_eq!(
         f.harness.status(&session).await.unwrap().status,
         SessionState::Idle,
@@ -657,4 +672,40 @@ async fn a_live_session_is_not_taken_over_by_another_harness_sharing_the_store()
     );
     let events = f.store.read_events(&session.id, &agent_core::store::EventQuery::all()).await.unwrap();
     assert_eq!(events.first().map(|e| e.type_name()), Some("session_ready"), "its history is untouched");
+    assert_eq!(events.len(), 1, "nothing was recorded by the refused attempts");
+
+    // Stopped there, it is the other harness's to resume.
+    f.harness.stop_session(&session, false).await.unwrap();
+    let resumed = other.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
+    assert_eq!(resumed, session);
+    elsewhere(f.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap_err());
+}
+
+#[tokio::test]
+async fn a_session_whose_recorded_owner_is_gone_reads_as_abandoned_and_resumes() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts().id("orphan")).await;
+    assert!(acknowledged(&f, &session).await);
+    let mut snapshot = f.store.fetch_session(&session.id).await.unwrap().unwrap();
+    let owner = snapshot.owner.clone().expect("Linux: the run recorded its harness");
+    assert_eq!(owner.pid, std::process::id());
+    f.harness.shutdown().await;
+
+    // The record a killed host leaves: the session open, its owner a process that is gone.
+    let gone: SessionOwner = serde_json::from_value(serde_json::json!({"pid": owner.pid, "started": owner.started + 1,
+            "boot_id": owner.boot_id, "harness": owner.harness}))
+    .unwrap();
+    snapshot.status = SessionState::Running;
+    snapshot.ended = None;
+    snapshot.owner = Some(gone);
+    f.store.save_session(&snapshot).await.unwrap();
+
+    let (provider, _control) = agent_core::testing::ScriptedProvider::new(PROVIDER);
+    let other = Harness::builder().provider(provider).store(StoreChoice::Custom(f.dyn_store())).build().unwrap();
+    let listed = other.list_stored_sessions().await.unwrap();
+    assert_eq!(listed[0].snapshot.status, SessionState::Abandoned);
+    let resumed = other.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
+    assert_eq!(resumed, session);
+    let stored = f.store.fetch_session(&session.id).await.unwrap().unwrap();
+    assert_ne!(stored.owner.as_ref().map(|o| o.harness), Some(owner.harness), "the new run records its own harness");
 }

@@ -49,6 +49,7 @@ pub fn snapshot(id: &SessionId, status: SessionState) -> SessionSnapshot {
         "id": id, "provider": "scripted", "status": status, "cwd": "/tmp",
         "config_fingerprint": "f", "created_at": Timestamp::now(), "updated_at": Timestamp::now(),
         "metadata": {"project": "conformance"},
+        "owner": {"pid": 4242, "started": 987654, "boot_id": "b00t", "harness": 3},
     });
     serde_json::from_value(json).expect("snapshot json")
 }
