@@ -22,7 +22,6 @@ use agent_provider_kit::framing::{
 use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ExitReport, JsonRpcId, Pending, ReplyError};
 use serde::Serialize;
-use serde_json::value::RawValue;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
@@ -137,9 +136,9 @@ impl Connection {
         let ticket = self.shared.pending.register(JsonRpcId(id), method == TURN_START)?;
         let line = encode(&Outgoing { id: Some(id), method, params: Some(params) });
         let raw = ticket.send_and_wait(self.shared.process.write_line(&line), deadline).await?;
-        match serde_json::from_str::<wire::Reply<&RawValue>>(raw.get()) {
-            Ok(wire::Reply { error: Some(error), .. }) => Err(error.into()),
-            Ok(wire::Reply { result: Some(_), .. }) => Ok(raw),
+        match serde_json::from_str::<wire::Outcome<'_>>(raw.get()) {
+            Ok(wire::Outcome { error: Some(error), .. }) => Err(RpcError::lenient(error).into()),
+            Ok(wire::Outcome { result: Some(_), .. }) => Ok(raw),
             _ => Err(CallError::Unexpected { method: method.to_owned() }),
         }
     }

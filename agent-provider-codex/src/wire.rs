@@ -142,6 +142,36 @@ pub(crate) struct RpcError {
     pub(crate) message: String,
 }
 
+impl RpcError {
+    /// An `error` member of any shape. An `error` says codex did not act whatever it holds, so
+    /// one that is not the JSON-RPC object is kept as its message (a string as its text,
+    /// anything else as its JSON) with code 0, rather than read as a broken connection.
+    pub(crate) fn lenient(raw: &RawValue) -> RpcError {
+        // Only an object: serde would read a struct from an array too.
+        let object = raw.get().starts_with('{').then(|| serde_json::from_str(raw.get()).ok()).flatten();
+        object.unwrap_or_else(|| RpcError {
+            code: 0,
+            message: serde_json::from_str::<String>(raw.get()).unwrap_or_else(|_| raw.get().to_owned()),
+        })
+    }
+}
+
+/// A response line as a caller first reads it: whether codex answered with a result (`null`
+/// included: a method with nothing to return) or with an error (of any shape).
+#[derive(Deserialize)]
+pub(crate) struct Outcome<'a> {
+    /// `Some` whenever the member is there, `null` too.
+    #[serde(default, borrow, deserialize_with = "present")]
+    pub(crate) result: Option<&'a RawValue>,
+    /// `None` when absent or `null`.
+    #[serde(default, borrow)]
+    pub(crate) error: Option<&'a RawValue>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
 #[derive(Deserialize)]
 struct Envelope<'a> {
     #[serde(default, borrow)]
@@ -644,13 +674,11 @@ impl<'a> Notification<'a> {
     }
 }
 
-/// A response line as received, for the caller that sent the request.
+/// The result of a response line that [`Outcome`] found to be a success, read as `T`.
 #[derive(Debug, Deserialize)]
 pub(crate) struct Reply<T> {
     #[serde(default = "Option::default")]
     pub(crate) result: Option<T>,
-    #[serde(default)]
-    pub(crate) error: Option<RpcError>,
 }
 
 /// A request or notification we send.
@@ -730,6 +758,23 @@ mod tests {
             panic!("expected an unnormalized frame");
         };
         assert!(!known);
+    }
+
+    #[test]
+    fn a_reply_is_a_result_even_when_null_and_an_error_of_any_shape() {
+        let outcome = |line: &'static str| {
+            let Outcome { result, error } = serde_json::from_str(line).unwrap();
+            (result.map(RawValue::get), error.map(RpcError::lenient).map(|e| (e.code, e.message)))
+        };
+        assert_eq!(outcome(r#"{"id":1,"result":null}"#), (Some("null"), None));
+        assert_eq!(outcome(r#"{"id":1,"result":{},"error":null}"#), (Some("{}"), None));
+        assert_eq!(outcome(r#"{"id":1}"#), (None, None));
+        assert_eq!(
+            outcome(r#"{"id":1,"error":{"code":-32600,"message":"busy"}}"#),
+            (None, Some((-32600, "busy".into())))
+        );
+        assert_eq!(outcome(r#"{"id":1,"error":"busy\n"}"#), (None, Some((0, "busy\n".into()))));
+        assert_eq!(outcome(r#"{"id":1,"error":[7]}"#), (None, Some((0, "[7]".into()))));
     }
 
     #[test]

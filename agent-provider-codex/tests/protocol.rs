@@ -761,6 +761,49 @@ async fn cancel_interrupts_the_codex_turn() {
     assert_eq!(fixture.sent_method("turn/interrupt")["params"], json!({"threadId": "th-1", "turnId": "tu-1"}));
 }
 
+/// Answers outside the JSON-RPC shapes: a `null` result is a success with nothing to return, an
+/// `error` that is not an object is still a refusal. Neither is a broken connection, so neither
+/// retires the session.
+#[tokio::test(start_paused = true)]
+async fn a_null_result_and_a_string_error_are_read_as_success_and_refusal() {
+    let script = handshake()
+        .expect_request("turn/start")
+        .respond_error(json!("thread is busy"))
+        .expect_request("turn/start")
+        .respond(TURN)
+        .stdout(delta("working"))
+        .wait_request("turn/interrupt")
+        .respond(json!(null))
+        .stdout(completed("interrupted"))
+        .expect_request("turn/start")
+        .respond(TURN.replace("tu-1", "tu-2"))
+        .stdout(completed("completed").replace("tu-1", "tu-2"))
+        .wait_eof();
+    let fixture = Fixture::with(script);
+    let session = fixture.session(options()).await;
+    let refused = fixture.run(&session, |_| None).await;
+    let first = end(&refused);
+    assert_eq!(first.status, TurnStatus::Failed);
+    assert!(first.result.reason.as_deref().unwrap().contains("codex refused turn/start: thread is busy"), "{first:?}");
+
+    let turn = fixture.harness.start_turn(&session, "hi", TurnOptions::new()).await.unwrap();
+    let mut stream = fixture.harness.stream(&turn, Replay::Start, None).await.unwrap();
+    let mut status = None;
+    while let Some(event) = stream.next().await {
+        let event = event.unwrap();
+        if event.type_name() == "message_delta" {
+            fixture.harness.cancel(&turn).await.expect("a null result acknowledges the interrupt");
+        }
+        if let Some(end) = event.kind.terminal_end() {
+            status = Some(end.status);
+            break;
+        }
+    }
+    assert_eq!(status, Some(TurnStatus::Interrupted));
+    let again = fixture.run(&session, |_| None).await;
+    assert_eq!(end(&again).status, TurnStatus::Completed, "the session stays usable");
+}
+
 #[tokio::test(start_paused = true)]
 async fn turn_completed_closes_open_items_and_a_repeat_is_dropped() {
     let script = admitted()
