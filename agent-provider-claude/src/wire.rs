@@ -329,7 +329,8 @@ pub(crate) struct ControlResponseLine {
 #[derive(Deserialize)]
 pub(crate) struct ControlResponseBody {
     pub(crate) subtype: String,
-    #[serde(default)]
+    /// A string; an object's `message`, or any other value, is read as text.
+    #[serde(default, deserialize_with = "agent_provider_kit::rpc::error_text")]
     pub(crate) error: Option<String>,
     #[serde(default)]
     pub(crate) response: Option<Value>,

@@ -377,3 +377,19 @@ async fn a_result_with_fields_of_other_types_still_ends_the_turn() {
     assert!(warned, "{:?}", events.iter().map(|e| e.type_name()).collect::<Vec<_>>());
     fixture.harness.stop_session(&session, false).await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_control_error_given_as_an_object_is_read_as_a_refusal_with_its_message() {
+    let claude = Script::new()
+        .expect_line(control("initialize"))
+        .answer(|line| {
+            let request: Value = serde_json::from_str(line).expect("a JSON line");
+            let body = json!({"subtype": "error", "request_id": request["request_id"],
+                "error": {"message": "hooks are not supported", "code": "unsupported"}});
+            vec![Step::stdout(json!({"type": "control_response", "response": body}).to_string())]
+        })
+        .wait_eof();
+    let fixture = Fixture::new(claude);
+    let error = fixture.harness.start_session("claude", fixture.options()).await.unwrap_err();
+    assert!(error.to_string().contains("claude refused initialize: hooks are not supported"), "{error}");
+}

@@ -41,6 +41,34 @@ use tokio::time::Instant;
 
 use crate::framing::{StderrCollector, stderr_note};
 
+/// Reads an error member of any shape as its text, for `#[serde(deserialize_with)]` on an
+/// `Option<String>` field (with `#[serde(default)]`): a string as it is, an object's `message`
+/// string, any other value as its JSON text, `null` as none. A CLI that starts sending its
+/// errors as objects (or numbers) must not make the reply or message that carries them
+/// unreadable, which would lose the failure and leave its caller waiting.
+///
+/// ```
+/// #[derive(serde::Deserialize)]
+/// struct Reply {
+///     #[serde(default, deserialize_with = "agent_provider_kit::rpc::error_text")]
+///     error: Option<String>,
+/// }
+/// let text = |json| serde_json::from_str::<Reply>(json).unwrap().error;
+/// assert_eq!(text(r#"{"error":"busy"}"#).as_deref(), Some("busy"));
+/// assert_eq!(text(r#"{"error":{"message":"busy","code":3}}"#).as_deref(), Some("busy"));
+/// assert_eq!(text(r#"{"error":{"code":3}}"#).as_deref(), Some(r#"{"code":3}"#));
+/// assert_eq!(text(r#"{"error":null}"#), None);
+/// assert_eq!(text("{}"), None);
+/// ```
+pub fn error_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    use serde_json::Value;
+    Ok(match Value::deserialize(deserializer)? {
+        Value::Null => None,
+        Value::String(text) => Some(text),
+        other => Some(other.get("message").and_then(Value::as_str).map_or_else(|| other.to_string(), str::to_owned)),
+    })
+}
+
 /// The key a reply is matched to its request by.
 pub trait ReplyKey: Clone + Eq + Hash + fmt::Debug + Send + 'static {
     /// The key of `message` (one JSON value) when it is a reply; `None` for anything else.

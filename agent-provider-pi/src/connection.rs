@@ -73,7 +73,8 @@ pub(crate) struct Reply {
     pub(crate) success: bool,
     #[serde(default)]
     pub(crate) data: Option<Value>,
-    #[serde(default)]
+    /// A string; any other value is read as text ([`error_text`](agent_provider_kit::rpc::error_text)).
+    #[serde(default, deserialize_with = "agent_provider_kit::rpc::error_text")]
     pub(crate) error: Option<String>,
 }
 

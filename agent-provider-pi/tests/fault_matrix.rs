@@ -273,8 +273,8 @@ async fn a_frame_with_fields_of_other_types_keeps_the_rest_and_still_ends_the_tu
         .turn_start()
         .deltas(["done"])
         .send(json!({"type": "agent_end", "messages": [], "willRetry": false}))
-        // A newer pi: `error` an object where a string was expected.
-        .send(json!({"type": "agent_settled", "aborted": false, "error": {"message": "x"}}))
+        // A newer pi: `willRetry` a string where a boolean was expected.
+        .send(json!({"type": "agent_settled", "aborted": false, "willRetry": "later"}))
         .stall();
     let case = Case::new(script);
     let session = case.session().await;
@@ -288,7 +288,7 @@ async fn a_frame_with_fields_of_other_types_keeps_the_rest_and_still_ends_the_tu
         })
         .collect();
     assert!(
-        warnings.iter().any(|w| w.contains("`agent_settled` frame has fields of types") && w.contains("(error)")),
+        warnings.iter().any(|w| w.contains("`agent_settled` frame has fields of types") && w.contains("(willRetry)")),
         "{warnings:?}"
     );
     case.finish().await;

@@ -43,13 +43,13 @@ pub(super) struct Frame<'a> {
     pub(super) timeout: Option<u64>,
     #[serde(default)]
     pub(super) notify_type: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "agent_provider_kit::rpc::error_text")]
     pub(super) error_message: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "agent_provider_kit::rpc::error_text")]
     pub(super) final_error: Option<String>,
     #[serde(default)]
     pub(super) command: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "agent_provider_kit::rpc::error_text")]
     pub(super) error: Option<String>,
     #[serde(default)]
     pub(super) data: Option<Value>,
@@ -75,19 +75,8 @@ pub(super) struct Message {
     #[serde(default)]
     pub(super) stop_reason: Option<String>,
     /// A string; a newer pi's object (`{"message": …}`) or any other value is read as text.
-    #[serde(default, deserialize_with = "text_or_json")]
+    #[serde(default, deserialize_with = "agent_provider_kit::rpc::error_text")]
     pub(super) error_message: Option<String>,
     #[serde(default)]
     pub(super) usage: Option<Value>,
-}
-
-/// A string as it is, an object's `message` string, any other value as its JSON text: an
-/// error's text must not make the message it is in unreadable (and the turn it failed
-/// completed).
-fn text_or_json<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
-    Ok(match Value::deserialize(deserializer)? {
-        Value::Null => None,
-        Value::String(text) => Some(text),
-        other => Some(other.get("message").and_then(Value::as_str).map_or_else(|| other.to_string(), str::to_owned)),
-    })
 }
