@@ -285,6 +285,11 @@ impl Shared {
                 process.kill();
                 return;
             }
+            if reader.foreign().is_some() {
+                // Not the conversation asked for: nothing more of this turn may run.
+                process.kill();
+                break None;
+            }
         };
         let mut report = process.exit_report(EXIT_WAIT, STDERR_DRAIN).await;
         if let Some(error) = read_error {

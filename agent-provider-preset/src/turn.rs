@@ -32,6 +32,7 @@ use serde_json::Value;
 use crate::events::{Emit, OtherLines, other_method};
 use crate::matcher::{Framing, OutputLine};
 use crate::preset::{Matcher, Preset};
+use crate::template::Condition;
 
 /// What the reader task does with a line.
 #[derive(Debug)]
@@ -64,6 +65,11 @@ pub(crate) struct TurnReader<'p> {
     approvals: Option<ApprovalMeta>,
     kept: HashMap<String, String>,
     session_id: Option<String>,
+    /// The conversation this turn asked the CLI to continue (passed with the preset's `resume`
+    /// arguments), if it did.
+    continuing: Option<String>,
+    /// A session ID the CLI reported other than the one it was asked to continue.
+    foreign: Option<String>,
     /// `Some` once a result line was seen, with its text.
     result: Option<Option<String>>,
     /// `Some` once a failure line was seen, with its text.
@@ -84,11 +90,14 @@ pub(crate) struct Outcome {
 impl<'p> TurnReader<'p> {
     /// A turn of `preset` continuing `session_id` (if known), asking approvals with `approvals`.
     pub(crate) fn new(preset: &'p Preset, session_id: Option<String>, approvals: Option<ApprovalMeta>) -> Self {
+        let continuing = session_id.clone().filter(|_| preset.template.tests(Condition::Resume));
         TurnReader {
             preset,
             approvals,
             kept: HashMap::new(),
             session_id,
+            continuing,
+            foreign: None,
             result: None,
             failure: None,
             usage: None,
@@ -99,6 +108,13 @@ impl<'p> TurnReader<'p> {
     /// The CLI's session ID as far as this turn knows.
     pub(crate) fn session_id(&self) -> Option<&str> {
         self.session_id.as_deref()
+    }
+
+    /// The session ID the CLI reported when it was asked to continue another one: it did not
+    /// resume that conversation (it started a fresh one, or opened another), and the turn must
+    /// end rather than go on in it.
+    pub(crate) fn foreign(&self) -> Option<&str> {
+        self.foreign.as_deref()
     }
 
     /// True once the CLI said how the turn ended (a result or a failure line): only then has it
@@ -150,7 +166,12 @@ impl<'p> TurnReader<'p> {
         let line = OutputLine { text, json: parsed.as_ref(), kept: &self.kept };
         let matchers = &preset.matchers;
         if let Some(Some(id)) = first(&matchers.session_id, line) {
-            self.session_id = Some(id);
+            match &self.continuing {
+                Some(asked) if *asked != id => {
+                    self.foreign.get_or_insert(id);
+                }
+                _ => self.session_id = Some(id),
+            }
         }
         if let Some(text) = first(&matchers.result, line) {
             self.result = Some(text);
@@ -200,7 +221,13 @@ impl<'p> TurnReader<'p> {
         let clean = exit.read_error.is_none()
             && exit.status.and_then(|s| s.code).is_some_and(|code| self.preset.success_exit_codes.contains(&code));
         let text = self.result.clone().flatten();
-        let (status, reason) = if let Some(why) = cancelled {
+        let (status, reason) = if let (Some(found), Some(asked)) = (&self.foreign, &self.continuing) {
+            let reason = format!(
+                "{cli} was asked to continue conversation `{asked}` but reported `{found}`: it did not resume \
+                 it, so the turn was stopped (a fresh conversation is never taken in its place)"
+            );
+            (TurnStatus::Failed, Some(reason))
+        } else if let Some(why) = cancelled {
             (TurnStatus::Interrupted, Some(why.to_owned()))
         } else if let Some(failure) = &self.failure {
             let reason = failure.clone().unwrap_or_else(|| format!("{cli} reported a failure ({how})"));
@@ -385,6 +412,34 @@ mod tests {
         let mut cut = TurnReader::new(&preset, None, None);
         feed(&mut cut, &["SESSION s-2", "SAY working"]);
         assert_eq!((cut.session_id(), cut.finished()), (Some("s-2"), false));
+    }
+
+    #[test]
+    fn a_continued_conversation_reported_as_another_fails_the_turn_without_taking_it() {
+        let resuming = preset(json!({
+            "schema_version": 1, "id": "lines", "program": "cli", "framing": "lines",
+            "args": [{"if": "resume", "then": ["--resume", "{session_id}"]}, "{prompt}"],
+            "matchers": {
+                "session_id": [{"when": "^SESSION (?P<id>\\S+)$", "value": "id"}],
+                "result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]
+            },
+            "other_lines": "drop"
+        }));
+        let mut reader = TurnReader::new(&resuming, Some("s-1".into()), None);
+        feed(&mut reader, &["SESSION s-1"]);
+        assert_eq!(reader.foreign(), None, "the conversation asked for");
+        feed(&mut reader, &["SESSION s-2", "RESULT done"]);
+        assert_eq!((reader.foreign(), reader.session_id()), (Some("s-2"), Some("s-1")));
+        let outcome = reader.outcome(&exit(0), None);
+        assert_eq!(outcome.status, TurnStatus::Failed);
+        let reason = outcome.reason.unwrap_or_default();
+        assert!(reason.contains("asked to continue conversation `s-1` but reported `s-2`"), "{reason}");
+
+        // A preset that never continues a conversation starts a fresh one each turn, by design.
+        let lines = lines_preset();
+        let mut fresh = TurnReader::new(&lines, Some("s-1".into()), None);
+        feed(&mut fresh, &["SESSION s-2"]);
+        assert_eq!((fresh.foreign(), fresh.session_id()), (None, Some("s-2")));
     }
 
     fn shipped(name: &str) -> Preset {

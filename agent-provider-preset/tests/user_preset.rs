@@ -23,7 +23,7 @@ use support::payload;
 
 /// The made-up CLI: `mini-agent [--resume ID] [--model M] [EXTRA…] -- PROMPT`. It prints its
 /// session, one line per turn it has seen in that session, and a result (or a failure) chosen
-/// by the prompt's first word.
+/// by the prompt's first word; `forget…` starts a new session whatever `--resume` says.
 const MINI_AGENT: &str = r#"
 if [ "$1" = "--version" ]; then echo "mini-agent 1.2.0"; exit 0; fi
 session=""; model=""
@@ -37,6 +37,7 @@ while [ $# -gt 0 ]; do
 done
 prompt="$1"
 [ -n "$session" ] || session="s-$$"
+case "$prompt" in forget*) session="s-$$";; esac
 echo "SESSION $session"
 echo "$prompt" >> "history-$session"
 turns=$(wc -l < "history-$session" | tr -d ' ')
@@ -292,6 +293,33 @@ async fn a_first_turn_cut_short_leaves_no_conversation_to_continue() {
     let id = payload(&next).session_id.expect("this turn's session ID is taken");
     assert_eq!(said(&next), [format!("turn 1 of {id}")]);
     assert_eq!(mini.harness.status(&session).await.expect("status").provider_session_id, Some(id));
+    mini.finish().await;
+}
+
+/// A CLI asked to continue a conversation that reports another did not resume it: the turn fails
+/// as soon as it says so, its process is stopped, and the key keeps its conversation — a fresh
+/// conversation is never taken silently in its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_that_does_not_resume_the_conversation_fails_the_turn_and_the_key_keeps_it() {
+    let mini = Mini::start();
+    let session = mini.session(mini.options(PresetOptions::new())).await;
+    let (_, first) = support::run(&mini.harness, &session, "hello", |_| None).await;
+    let id = payload(&first).session_id.expect("session id");
+
+    let (_, forgot) = support::run(&mini.harness, &session, "forget it all", |_| None).await;
+    let end = terminal(&forgot);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&forgot));
+    let reason = end.result.reason.clone().unwrap_or_default();
+    assert!(reason.contains(&format!("asked to continue conversation `{id}` but reported `s-")), "{reason}");
+    assert!(said(&forgot).is_empty(), "nothing of the other conversation ran on: {:?}", said(&forgot));
+    assert_eq!(payload(&forgot).session_id.as_deref(), Some(id.as_str()));
+    assert_eq!(mini.argv(2)[..2], ["--resume".to_owned(), id.clone()]);
+    let status = mini.harness.status(&session).await.expect("status");
+    assert_eq!(status.provider_session_id.as_deref(), Some(id.as_str()), "not replaced");
+
+    let (_, next) = support::run(&mini.harness, &session, "still there?", |_| None).await;
+    assert_eq!(terminal(&next).status, TurnStatus::Completed, "{}", names(&next));
+    assert_eq!(said(&next), [format!("turn 2 of {id}")], "the conversation goes on");
     mini.finish().await;
 }
 
