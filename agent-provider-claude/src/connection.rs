@@ -21,6 +21,7 @@ use agent_provider_kit::framing::{
 };
 use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ControlRequestId, ExitReport, Pending, ReplyError, ReplyKey};
+use agent_provider_kit::secrets::Secrets;
 use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
@@ -98,8 +99,9 @@ impl Connection {
         sink: Sink,
         max_line: usize,
         normalizer: Normalizer,
+        secrets: Secrets,
     ) -> Result<Connection, CallError> {
-        let (process, stdout) = CliProcess::start(CLI, child).ok_or(CallError::Closed)?;
+        let (process, stdout) = CliProcess::start(CLI, child, secrets).ok_or(CallError::Closed)?;
         let shared = Arc::new(Shared {
             sink,
             process,
@@ -352,7 +354,7 @@ mod tests {
         );
         let child = exec.spawn(Command::new("claude")).await.unwrap();
         let (sink, mut sent) = sink();
-        let conn = Connection::start(child, sink, 1 << 20, Normalizer::new(None)).unwrap();
+        let conn = Connection::start(child, sink, 1 << 20, Normalizer::new(None), Secrets::default()).unwrap();
         let reply = conn.control(json!({"subtype": "initialize"}), Duration::from_secs(5)).await.unwrap();
         assert_eq!(reply, Some(json!({"pid": 1})));
         let turn = TurnId::from_string("turn-1".to_owned());

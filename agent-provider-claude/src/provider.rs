@@ -12,6 +12,7 @@ use agent_core::{
     SessionOptions, Support,
 };
 use agent_provider_kit::probe::ProbeCache;
+use agent_provider_kit::secrets::Secrets;
 use agent_provider_kit::version::{CliProbe, Version};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -279,7 +280,8 @@ impl Provider for ClaudeProvider {
         command.cwd.clone_from(&options.cwd);
         let child = ctx.exec.spawn(command).await.map_err(|e| self.spawn_error(e, &program))?;
         let normalizer = Normalizer::new(Some(session_id.clone()));
-        let conn = Connection::start(child, ctx.sink.clone(), claude.max_line_bytes, normalizer)
+        let secrets = Secrets::of_session(&options, |name| crate::auth::GUARD.refuses_env(name));
+        let conn = Connection::start(child, ctx.sink.clone(), claude.max_line_bytes, normalizer, secrets)
             .map_err(|_| self.unavailable("the exec backend did not provide the child's stdin, stdout and stderr"))?;
         // `initialize` proves the process is up and speaks the protocol; a resume of a
         // conversation claude cannot find ends the process here ("No conversation found").

@@ -21,6 +21,7 @@ use agent_provider_kit::framing::{
 };
 use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ExitReport, JsonRpcId, Pending, ReplyError};
+use agent_provider_kit::secrets::Secrets;
 use serde::Serialize;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
@@ -104,8 +105,8 @@ pub(crate) struct Connection {
 
 impl Connection {
     /// Takes over a spawned process and starts reading its output.
-    pub(crate) fn start(child: Child, sink: Sink, max_line: usize) -> Result<Connection, CallError> {
-        let (process, stdout) = CliProcess::start(CLI, child).ok_or(CallError::Closed)?;
+    pub(crate) fn start(child: Child, sink: Sink, max_line: usize, secrets: Secrets) -> Result<Connection, CallError> {
+        let (process, stdout) = CliProcess::start(CLI, child, secrets).ok_or(CallError::Closed)?;
         let shared = Arc::new(Shared {
             sink,
             process,

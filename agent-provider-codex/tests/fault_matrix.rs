@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use agent_core::exec::{Exec, ExitStatus};
 use agent_core::{
-    Error, Event, EventKind, ExitReason, ExpiryReason, Harness, Replay, Response, SessionMonitor, SessionOptions,
-    SessionRef, SessionState, StoreChoice, StreamError, TurnEnd, TurnOptions, TurnStatus,
+    AuthMode, Error, Event, EventKind, ExitReason, ExpiryReason, Harness, Replay, Response, SessionMonitor,
+    SessionOptions, SessionRef, SessionState, StoreChoice, StreamError, TurnEnd, TurnOptions, TurnStatus,
 };
 use agent_exec::LocalExec;
 use agent_provider_codex::{CodexOptions, CodexProvider};
@@ -388,6 +388,31 @@ async fn exit_mid_turn_fails_the_turn_with_exit_status_and_stderr() {
     case.assert_no_process_left().await;
     let next = case.harness.start_turn(&session, "again", TurnOptions::new()).await;
     assert!(matches!(next, Err(Error::SessionUnavailable { .. })), "{next:?}");
+    case.finish().await;
+}
+
+/// A CLI that prints a credential the session gave it: what reaches the turn's result, the
+/// events and the store has it redacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_the_cli_prints_on_stderr_is_redacted_from_what_is_kept() {
+    const KEY: &str = "sk-test-0123456789abcdef";
+    let script = gate(FakeScript::new().handshake().turn_start())
+        .stderr(format!("401 Unauthorized: Incorrect API key provided: {KEY}"))
+        .exit(1);
+    let case = Case::new(script);
+    let options = case.options().auth(AuthMode::Inherit).env("OPENAI_API_KEY", KEY);
+    let session = case.session_with(options).await;
+    let events = case.run_gated(&session, "hello").await;
+    let end = end(&events);
+    assert_eq!(end.result.stderr_tail.as_deref(), Some("401 Unauthorized: Incorrect API key provided: [redacted]"));
+    let down = case.session_event(&session, |e| matches!(e.kind, EventKind::TransportError { .. })).await;
+    let last = down.seq as usize;
+    let stored: Vec<_> = case.harness.subscribe(&session, Replay::Start).await.unwrap().take(last).collect().await;
+    assert_eq!(stored.len(), last);
+    for event in stored {
+        let json = serde_json::to_string(&*event.unwrap()).unwrap();
+        assert!(!json.contains(KEY), "{json}");
+    }
     case.finish().await;
 }
 

@@ -9,6 +9,7 @@ pub mod probe;
 pub mod process;
 pub mod rpc;
 pub mod scan;
+pub mod secrets;
 pub mod version;
 
 /// Test support (feature `testing`): a [`Sink`](agent_core::Sink) attached to no session and

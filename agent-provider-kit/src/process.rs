@@ -28,6 +28,7 @@ use tokio::sync::Notify;
 
 use crate::framing::{STDERR_TAIL_LINES, StderrCollector};
 use crate::rpc::ExitReport;
+use crate::secrets::Secrets;
 
 /// A running CLI: its handle, its stdin, the tail of its stderr and whether the harness is
 /// closing it. Dropping it stops the stderr task and kills the process.
@@ -45,10 +46,14 @@ pub struct CliProcess {
 
 impl CliProcess {
     /// Takes over a spawned child: keeps its handle and stdin, starts collecting the last
-    /// [`STDERR_TAIL_LINES`] lines of its stderr, and returns its stdout for the reader task.
-    /// `None` (the child killed) when one of the three pipes is missing. `cli` names the CLI in
-    /// error texts.
-    pub fn start(cli: impl Into<Cow<'static, str>>, child: Child) -> Option<(CliProcess, ChildOutput)> {
+    /// [`STDERR_TAIL_LINES`] lines of its stderr with `secrets` redacted (the session's, see
+    /// [`Secrets::of_session`]), and returns its stdout for the reader task. `None` (the child
+    /// killed) when one of the three pipes is missing. `cli` names the CLI in error texts.
+    pub fn start(
+        cli: impl Into<Cow<'static, str>>,
+        child: Child,
+        secrets: Secrets,
+    ) -> Option<(CliProcess, ChildOutput)> {
         let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin, child.stdout, child.stderr) else {
             let _ = child.handle.kill();
             return None;
@@ -59,7 +64,7 @@ impl CliProcess {
             child: child.handle,
             exit_watch,
             stdin: tokio::sync::Mutex::new(Some(stdin)),
-            stderr: StderrCollector::spawn(stderr, STDERR_TAIL_LINES),
+            stderr: StderrCollector::spawn_redacting(stderr, STDERR_TAIL_LINES, secrets),
             closing: AtomicBool::new(false),
         };
         Some((process, Box::new(stdout)))
@@ -267,7 +272,7 @@ mod tests {
         let exec = ScriptedExec::new();
         exec.script("cli", script);
         let child = exec.spawn(Command::new("cli")).await.expect("spawns");
-        let (process, stdout) = CliProcess::start("cli", child).expect("all three pipes");
+        let (process, stdout) = CliProcess::start("cli", child, Secrets::default()).expect("all three pipes");
         (exec, process, stdout)
     }
 
@@ -345,7 +350,7 @@ mod tests {
         let mut child = exec.spawn(Command::new("cli")).await.expect("spawns");
         child.stdin = None;
         let handle = Arc::clone(&child.handle);
-        assert!(CliProcess::start("cli", child).is_none());
+        assert!(CliProcess::start("cli", child, Secrets::default()).is_none());
         assert!(exec.last_run().is_some_and(|run| !run.signals().is_empty()), "killed: {handle:?}");
     }
 
@@ -388,7 +393,7 @@ mod tests {
                       while [ \"$(cut -d' ' -f6 /proc/$!/stat)\" = \"$(cut -d' ' -f6 /proc/$$/stat)\" ]; do sleep 0.01; done; \
                       echo one; exit 3";
         let child = LocalExec::new().spawn(Command::new("sh").arg("-c").arg(script)).await.expect("spawns");
-        let (process, mut stdout) = CliProcess::start("cli", child).expect("all three pipes");
+        let (process, mut stdout) = CliProcess::start("cli", child, Secrets::default()).expect("all three pipes");
         let started = std::time::Instant::now();
         let mut out = Vec::new();
         let read = tokio::time::timeout(Duration::from_secs(20), stdout.read_to_end(&mut out)).await;

@@ -19,6 +19,7 @@ use agent_core::{Sink, SinkBuffer, TurnId};
 use agent_provider_kit::framing::{Bytes, LineReader, TextFrame, flush_before_wait, keep_line, unparsed_line_warning};
 use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ExitReport, Pending, ReplyError, ResponseId};
+use agent_provider_kit::secrets::Secrets;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -112,8 +113,8 @@ pub(crate) struct Connection {
 
 impl Connection {
     /// Takes over a spawned process and starts reading its output.
-    pub(crate) fn start(child: Child, sink: Sink, max_line: usize) -> Result<Connection, CallError> {
-        let (process, stdout) = CliProcess::start(CLI, child).ok_or(CallError::Closed)?;
+    pub(crate) fn start(child: Child, sink: Sink, max_line: usize, secrets: Secrets) -> Result<Connection, CallError> {
+        let (process, stdout) = CliProcess::start(CLI, child, secrets).ok_or(CallError::Closed)?;
         let shared = Arc::new(Shared {
             sink,
             process,

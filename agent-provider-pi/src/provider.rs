@@ -14,6 +14,7 @@ use agent_core::{
 };
 use agent_provider_kit::framing::stderr_note;
 use agent_provider_kit::probe::ProbeCache;
+use agent_provider_kit::secrets::Secrets;
 use agent_provider_kit::version::{CliProbe, Version};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -323,7 +324,8 @@ impl Provider for PiProvider {
         let command = rpc_command(&ctx, &pi, extension.file(), session_args, env);
         let program = command.program.clone();
         let child = ctx.exec.spawn(command).await.map_err(|e| self.spawn_error(e, &program))?;
-        let conn = Connection::start(child, ctx.sink.clone(), pi.max_line_bytes)
+        let secrets = Secrets::of_session(&options, |name| auth::GUARD.refuses_env(name));
+        let conn = Connection::start(child, ctx.sink.clone(), pi.max_line_bytes, secrets)
             .map_err(|_| self.unavailable("the exec backend did not provide the child's stdin, stdout and stderr"))?;
 
         // No ready event: `get_state` answers once pi reads its stdin.

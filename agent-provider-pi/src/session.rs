@@ -239,7 +239,8 @@ mod scripted {
         exec.script("pi", script);
         let child = exec.spawn(Command::new("pi")).await.expect("spawned");
         let (sink, recorder) = sink();
-        let conn = Connection::start(child, sink, 1 << 20).expect("pipes");
+        let conn =
+            Connection::start(child, sink, 1 << 20, agent_provider_kit::secrets::Secrets::default()).expect("pipes");
         let session = PiSession {
             provider: ProviderId::new("pi"),
             conn,

@@ -195,6 +195,13 @@ impl Preset {
         parse(text, origin, allow).map_err(|problem| crate::PresetError::new(origin, problem))
     }
 
+    /// True when the preset's `auth_env` lists the environment name `name` (compared as the
+    /// kit's guard compares names).
+    pub(crate) fn lists_auth_env(&self, name: &str) -> bool {
+        let name = agent_provider_kit::auth::normalize_env_name(name);
+        self.auth_env.iter().any(|listed| agent_provider_kit::auth::normalize_env_name(listed) == name)
+    }
+
     /// The preset's ID (`claude-print`); its provider is registered as `preset:<id>`.
     pub fn id(&self) -> &str {
         &self.id

@@ -13,9 +13,10 @@ use agent_core::{
     Capabilities, Capability, DynProvider, Error, Provider, ProviderId, ProviderOptions, Result, SessionOptions,
     Support,
 };
-use agent_provider_kit::auth::{AuthGuard, EnvRules, normalize_env_name};
+use agent_provider_kit::auth::{AuthGuard, EnvRules};
 use agent_provider_kit::framing::stderr_note;
 use agent_provider_kit::probe::{self, FileStamp, ProbeCache, ProbeError, ProbeLimits};
+use agent_provider_kit::secrets::Secrets;
 use agent_provider_kit::version::Version;
 use async_trait::async_trait;
 use serde_json::Value;
@@ -131,7 +132,7 @@ impl PresetProvider {
             return Ok(());
         }
         GUARD.check(options, exec, std::iter::empty())?;
-        let own = |name: &str| self.preset.auth_env.iter().any(|n| normalize_env_name(n) == normalize_env_name(name));
+        let own = |name: &str| self.preset.lists_auth_env(name);
         if let Some(name) = options.env.set.keys().find(|name| own(name)) {
             return Err(GUARD.refusal(format!(
                 "the session environment variable `{}` (preset `{}` lists it in `auth_env`)",
@@ -335,6 +336,7 @@ impl Provider for PresetProvider {
                 timeout: preset_options.approval_timeout,
             }),
             on_busy: preset_options.on_busy,
+            secrets: Secrets::of_session(&options, |name| GUARD.refuses_env(name) || self.preset.lists_auth_env(name)),
         };
         self.check_version(&ctx, &run, options.startup_timeout.saturating_sub(options.startup_timeout / 10)).await?;
         let key = preset_options.key.clone().unwrap_or_else(|| ctx.session_id.to_string());

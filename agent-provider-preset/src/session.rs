@@ -19,6 +19,7 @@ use agent_provider_kit::framing::{Line, LineReader, unparsed_line_warning};
 use agent_provider_kit::permission_prompt::{self, PendingTool, control_response};
 use agent_provider_kit::process::{CliProcess, encode_line, wait_until};
 use agent_provider_kit::rpc::ExitReport;
+use agent_provider_kit::secrets::Secrets;
 use async_trait::async_trait;
 use serde_json::json;
 use tokio::sync::{Notify, OwnedMutexGuard};
@@ -56,6 +57,8 @@ pub(crate) struct RunConfig {
     /// `Some` when approvals are asked through the preset's conversation.
     pub(crate) approvals: Option<ApprovalMeta>,
     pub(crate) on_busy: OnBusy,
+    /// Redacted from each turn's stderr tail.
+    pub(crate) secrets: Secrets,
 }
 
 impl fmt::Debug for RunConfig {
@@ -196,9 +199,11 @@ impl Shared {
             .await
             .map_err(|e| crate::provider::spawn_error(&self.provider, &self.preset.id, &e, &self.run.program))?;
         let (process, stdout) =
-            CliProcess::start(self.preset.id.clone(), child).ok_or_else(|| Error::ProviderUnavailable {
-                provider: self.provider.clone(),
-                reason: "the exec backend did not provide the child's stdin, stdout and stderr".into(),
+            CliProcess::start(self.preset.id.clone(), child, self.run.secrets.clone()).ok_or_else(|| {
+                Error::ProviderUnavailable {
+                    provider: self.provider.clone(),
+                    reason: "the exec backend did not provide the child's stdin, stdout and stderr".into(),
+                }
             })?;
         Ok((Arc::new(process), stdout))
     }

@@ -8,6 +8,7 @@ use tokio::io::AsyncRead;
 use tokio::task::{AbortHandle, JoinHandle};
 
 use super::{FIRST_STDERR_BUFFER, Line, LineReader};
+use crate::secrets::Secrets;
 
 /// `; stderr:` and the tail on the lines after it, or nothing without a tail: the end of an
 /// error text that carries a CLI's stderr tail.
@@ -29,6 +30,8 @@ pub const STDERR_MAX_LINE: usize = 64 * 1024;
 pub struct StderrTail {
     lines: VecDeque<String>,
     max_lines: usize,
+    /// Replaced in each line before it is kept.
+    secrets: Secrets,
 }
 
 impl Default for StderrTail {
@@ -41,12 +44,20 @@ impl Default for StderrTail {
 impl StderrTail {
     /// Keeps the last `max_lines` lines (at least one).
     pub fn new(max_lines: usize) -> Self {
-        StderrTail { lines: VecDeque::new(), max_lines: max_lines.max(1) }
+        StderrTail { lines: VecDeque::new(), max_lines: max_lines.max(1), secrets: Secrets::default() }
+    }
+
+    /// Redacts `secrets` from every line before it is kept (see [`Secrets::redact`]).
+    pub fn redacting(mut self, secrets: Secrets) -> Self {
+        self.secrets = secrets;
+        self
     }
 
     /// Adds one line (without its newline); invalid UTF-8 is replaced.
     pub fn push(&mut self, line: &[u8]) {
         let text = strip_ansi(&String::from_utf8_lossy(line));
+        // Before the cut: a secret cut in two would no longer be found.
+        let text = self.secrets.redact(&text);
         let text = text.trim_end();
         if text.is_empty() {
             return;
@@ -91,7 +102,16 @@ impl StderrCollector {
     /// Starts reading `output` on the current Tokio runtime, keeping its last `max_lines`
     /// lines.
     pub fn spawn(output: impl AsyncRead + Unpin + Send + 'static, max_lines: usize) -> Self {
-        let tail = Arc::new(Mutex::new(StderrTail::new(max_lines)));
+        Self::spawn_redacting(output, max_lines, Secrets::default())
+    }
+
+    /// [`StderrCollector::spawn`], redacting `secrets` from every line kept.
+    pub fn spawn_redacting(
+        output: impl AsyncRead + Unpin + Send + 'static,
+        max_lines: usize,
+        secrets: Secrets,
+    ) -> Self {
+        let tail = Arc::new(Mutex::new(StderrTail::new(max_lines).redacting(secrets)));
         let kept = Arc::clone(&tail);
         let task = tokio::spawn(async move {
             let mut lines = LineReader::with_first_buffer(output, STDERR_MAX_LINE, FIRST_STDERR_BUFFER);
