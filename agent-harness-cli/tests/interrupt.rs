@@ -25,9 +25,16 @@ fn sigint(child: &tokio::process::Child) {
 
 /// `agent-harness run --json` of one turn on the fake codex running `script`.
 fn run(env: &FakeCliEnv) -> tokio::process::Child {
+    run_with(env, &[])
+}
+
+/// [`run`] with `args` before the prompt.
+fn run_with(env: &FakeCliEnv, args: &[&str]) -> tokio::process::Child {
     let program = env.program().display().to_string();
     tokio::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"))
-        .args(["run", "--json", "--auth", "inherit", "--provider", "codex", "--cli-path", &program, "go"])
+        .args(["run", "--json", "--auth", "inherit", "--provider", "codex", "--cli-path", &program])
+        .args(args)
+        .arg("go")
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .envs(env.vars())
@@ -118,23 +125,8 @@ async fn a_sighup_cancels_the_turn_and_shuts_the_harness_down() {
 
 /// `agent-harness run --json` on the fake codex with a SQLite store, with `args` before the prompt.
 fn run_stored(env: &FakeCliEnv, db: &std::path::Path, args: &[&str]) -> tokio::process::Child {
-    let program = env.program().display().to_string();
     let store = format!("sqlite:{}", db.display());
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"))
-        .args(["run", "--json", "--auth", "inherit", "--provider", "codex", "--cli-path", &program])
-        .args(["--store", &store])
-        .args(args)
-        .arg("go")
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .envs(env.vars())
-        .current_dir(env.workspace())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn")
+    run_with(env, &[&["--store", store.as_str()], args].concat())
 }
 
 /// Reads `child`'s JSON events until one of type `kind`; returns what it read.

@@ -96,6 +96,23 @@ impl Fixture {
         self.harness.start_session("codex", options).await.expect("session opens")
     }
 
+    /// Starts a turn, cancels it at its first delta (the cancel must succeed) and returns how
+    /// it ended.
+    async fn cancel_at_first_delta(&self, session: &SessionRef) -> Option<TurnStatus> {
+        let turn = self.harness.start_turn(session, "hi", TurnOptions::new()).await.unwrap();
+        let mut stream = self.harness.stream(&turn, Replay::Start, None).await.unwrap();
+        while let Some(event) = stream.next().await {
+            let event = event.unwrap();
+            if event.type_name() == "message_delta" {
+                self.harness.cancel(&turn).await.expect("the cancel succeeds");
+            }
+            if let Some(end) = event.kind.terminal_end() {
+                return Some(end.status);
+            }
+        }
+        None
+    }
+
     /// Runs a turn to its terminal event, answering requests with `answer`.
     async fn run(&self, session: &SessionRef, answer: impl Fn(&Request) -> Option<Response>) -> Vec<Arc<Event>> {
         let turn = self.harness.start_turn(session, "hi", TurnOptions::new()).await.unwrap();
@@ -744,20 +761,7 @@ async fn cancel_interrupts_the_codex_turn() {
         .wait_eof();
     let fixture = Fixture::with(script);
     let session = fixture.session(options()).await;
-    let turn = fixture.harness.start_turn(&session, "hi", TurnOptions::new()).await.unwrap();
-    let mut stream = fixture.harness.stream(&turn, Replay::Start, None).await.unwrap();
-    let mut status = None;
-    while let Some(event) = stream.next().await {
-        let event = event.unwrap();
-        if event.type_name() == "message_delta" {
-            fixture.harness.cancel(&turn).await.unwrap();
-        }
-        if let Some(end) = event.kind.terminal_end() {
-            status = Some(end.status);
-            break;
-        }
-    }
-    assert_eq!(status, Some(TurnStatus::Interrupted));
+    assert_eq!(fixture.cancel_at_first_delta(&session).await, Some(TurnStatus::Interrupted));
     assert_eq!(fixture.sent_method("turn/interrupt")["params"], json!({"threadId": "th-1", "turnId": "tu-1"}));
 }
 
@@ -786,20 +790,8 @@ async fn a_null_result_and_a_string_error_are_read_as_success_and_refusal() {
     assert_eq!(first.status, TurnStatus::Failed);
     assert!(first.result.reason.as_deref().unwrap().contains("codex refused turn/start: thread is busy"), "{first:?}");
 
-    let turn = fixture.harness.start_turn(&session, "hi", TurnOptions::new()).await.unwrap();
-    let mut stream = fixture.harness.stream(&turn, Replay::Start, None).await.unwrap();
-    let mut status = None;
-    while let Some(event) = stream.next().await {
-        let event = event.unwrap();
-        if event.type_name() == "message_delta" {
-            fixture.harness.cancel(&turn).await.expect("a null result acknowledges the interrupt");
-        }
-        if let Some(end) = event.kind.terminal_end() {
-            status = Some(end.status);
-            break;
-        }
-    }
-    assert_eq!(status, Some(TurnStatus::Interrupted));
+    // `cancel` returns Ok only once the interrupt was acknowledged (here by a null result).
+    assert_eq!(fixture.cancel_at_first_delta(&session).await, Some(TurnStatus::Interrupted));
     let again = fixture.run(&session, |_| None).await;
     assert_eq!(end(&again).status, TurnStatus::Completed, "the session stays usable");
 }
