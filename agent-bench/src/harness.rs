@@ -41,6 +41,19 @@ pub(crate) fn write_script(work: &Path, name: &str, script: &FakeScript) -> Resu
     Ok(path)
 }
 
+/// The `session_id` of the first line of a Claude stream (its `system/init`).
+fn stream_session_id(stream: &Path) -> Result<String, String> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(stream).map_err(|e| format!("{}: {e}", stream.display()))?;
+    let mut first = String::new();
+    std::io::BufReader::new(file).read_line(&mut first).map_err(|e| format!("{}: {e}", stream.display()))?;
+    let line: Value = serde_json::from_str(&first).map_err(|e| format!("{}: first line: {e}", stream.display()))?;
+    line["session_id"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("{}: the first line names no session_id", stream.display()))
+}
+
 /// The provider a harness row runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Row {
@@ -79,9 +92,12 @@ pub(crate) async fn run_row(row: Row, store: &str, stream: &Path, fake: &Path, w
                 .store(choice)
                 .build()
                 .map_err(|e| format!("harness: {e}"))?;
+            // The stream names its conversation: the session resumes that one, since a claude
+            // that reports another conversation than it was started on fails the turn.
             let options = SessionOptions::new(work)
                 .env(SCRIPT_ENV, script.display().to_string())
-                .provider_option(ClaudeOptions::new().binary(fake));
+                .provider_option(ClaudeOptions::new().binary(fake))
+                .resume_provider_session(stream_session_id(&stream)?);
             (harness, "claude", options)
         }
     };

@@ -71,7 +71,9 @@ pub(super) fn render(
     writeln!(
         w,
         "Written by `cargo xtask bench` (reproduce with that command; `--deltas N` for a quick run). Benchmarks \
-         are not part of CI: `cargo xtask test` only builds the driver (`agent-bench`).\n"
+         are not part of CI: `cargo xtask test` only builds the driver (`agent-bench`) and runs each of its \
+         harness modes on a small stream (`agent-bench/tests/modes.rs`), so a row that no longer runs fails \
+         there.\n"
     )?;
     writeln!(w, "- commit: `{commit}`{}", if dirty { " (with uncommitted changes)" } else { "" })?;
     writeln!(w, "- date: {date}")?;
