@@ -267,8 +267,10 @@ pub struct SessionSnapshot {
     pub startup: Option<StartupMarker>,
     /// The harness that ran the session last, written with each run's initial commit; `None`
     /// where the host cannot be identified (outside Linux) and in stores written before it.
+    /// Boxed: a session's task holds its snapshot in several places, and this keeps each one
+    /// pointer-sized.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<SessionOwner>,
+    pub owner: Option<Box<SessionOwner>>,
     /// How the session ended, once it has (written with the final `closed` snapshot).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended: Option<ExitReason>,

@@ -21,7 +21,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
-use agent_core::{McpServer, SessionOptions};
+use agent_core::{AuthMode, McpServer, SessionOptions};
 
 /// What replaces a secret value.
 pub const REDACTED: &str = "[redacted]";
@@ -46,9 +46,9 @@ impl Secrets {
     }
 
     /// The secrets a session gives its CLI: its environment values, its MCP servers'
-    /// environment values and headers, and this process's values of the environment names
-    /// `credential` accepts (a provider passes its guard's `refuses_env`) that the session does
-    /// not remove.
+    /// environment values and headers, and, under `AuthMode::Inherit`, this process's values of
+    /// the environment names `credential` accepts (a provider passes its guard's `refuses_env`)
+    /// that the session does not remove (under `Subscription` the guard scrubs them).
     pub fn of_session(options: &SessionOptions, credential: impl Fn(&str) -> bool) -> Secrets {
         let session = options.env.set.values().cloned();
         let mcp = options.mcp_servers.values().flat_map(|server| match server {
@@ -56,11 +56,17 @@ impl Secrets {
             McpServer::Http { headers, .. } => headers.values().cloned().collect(),
             _ => Vec::new(),
         });
-        let host = std::env::vars_os().filter_map(|(name, value)| {
-            let name = name.to_str()?;
-            let inherited = !options.env.set.contains_key(name) && !options.env.unset.iter().any(|n| n == name);
-            (inherited && credential(name)).then(|| value.into_string().ok()).flatten()
-        });
+        // Under `AuthMode::Subscription` the guard scrubs those names from the CLI's environment.
+        let host: Vec<String> = match options.auth {
+            AuthMode::Inherit => std::env::vars_os()
+                .filter_map(|(name, value)| {
+                    let name = name.to_str()?;
+                    let inherited = !options.env.set.contains_key(name) && !options.env.unset.iter().any(|n| n == name);
+                    (inherited && credential(name)).then(|| value.into_string().ok()).flatten()
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         Secrets::new(session.chain(mcp).chain(host))
     }
 

@@ -50,9 +50,14 @@ impl Enrolled {
     }
 
     /// The owner a run of this harness writes; `None` where this process cannot be identified.
-    pub(crate) fn owner(&self) -> Option<SessionOwner> {
+    pub(crate) fn owner(&self) -> Option<Box<SessionOwner>> {
         let me = this_process()?;
-        Some(SessionOwner { pid: me.pid, started: me.started, boot_id: me.boot_id.clone(), harness: self.harness })
+        Some(Box::new(SessionOwner {
+            pid: me.pid,
+            started: me.started,
+            boot_id: me.boot_id.clone(),
+            harness: self.harness,
+        }))
     }
 
     /// The PID of another harness that holds `snapshot`'s session live, if one does.
@@ -136,7 +141,7 @@ mod tests {
     use crate::ids::ProviderId;
     use crate::session::SessionState;
 
-    fn snapshot(id: &SessionId, owner: Option<SessionOwner>) -> SessionSnapshot {
+    fn snapshot(id: &SessionId, owner: Option<Box<SessionOwner>>) -> SessionSnapshot {
         let mut snapshot: SessionSnapshot = serde_json::from_value(serde_json::json!({
             "id": id.as_str(), "provider": "p", "status": "idle", "cwd": "/", "config_fingerprint": "f",
             "created_at": "2026-01-01T00:00:00.000000Z", "updated_at": "2026-01-01T00:00:00.000000Z",

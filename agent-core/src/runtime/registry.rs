@@ -64,7 +64,7 @@ impl Registry {
     }
 
     /// The owner this harness writes into the snapshots of the sessions it runs.
-    pub(crate) fn owner(&self) -> Option<SessionOwner> {
+    pub(crate) fn owner(&self) -> Option<Box<SessionOwner>> {
         self.enrolled.owner()
     }
 

@@ -697,7 +697,7 @@ async fn a_session_whose_recorded_owner_is_gone_reads_as_abandoned_and_resumes()
     .unwrap();
     snapshot.status = SessionState::Running;
     snapshot.ended = None;
-    snapshot.owner = Some(gone);
+    snapshot.owner = Some(Box::new(gone));
     f.store.save_session(&snapshot).await.unwrap();
 
     let (provider, _control) = agent_core::testing::ScriptedProvider::new(PROVIDER);
