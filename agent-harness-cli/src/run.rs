@@ -91,7 +91,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
     drop(harness);
     // The store is closed now; a file made for a session that never started goes again.
     if let (false, Some(file)) = (started, new_file) {
-        file.undo();
+        file.undo().await;
     }
     outcome
 }

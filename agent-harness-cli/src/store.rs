@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agent_harness::DynStore;
 use agent_harness::stores::memory::MemoryStore;
 use agent_harness::stores::sqlite::SqliteStore;
+use agent_harness::{DynStore, Store};
 
 use crate::exit::{Failure, one_line};
 
@@ -101,13 +101,25 @@ pub(crate) struct NewFile {
 
 impl NewFile {
     /// Puts the file back as it was (the store must be closed): removed, or emptied (keeping
-    /// its permissions), and its WAL companions removed.
-    pub(crate) fn undo(&self) {
+    /// its permissions), and its WAL companions removed — unless it holds a session by now:
+    /// another run, started on the same path after this one made the file, is using it.
+    pub(crate) async fn undo(&self) {
+        if self.holds_sessions().await {
+            return;
+        }
         if self.was_empty {
             let _ = std::fs::OpenOptions::new().write(true).truncate(true).open(&self.path);
             remove_companions(&self.path);
         } else {
             remove_sqlite(&self.path);
+        }
+    }
+
+    /// Whether the database holds any session (or cannot be read, which leaves it alone too).
+    async fn holds_sessions(&self) -> bool {
+        match SqliteStore::open(&self.path) {
+            Ok(store) => store.list_sessions().await.map_or(true, |sessions| !sessions.is_empty()),
+            Err(_) => true,
         }
     }
 }

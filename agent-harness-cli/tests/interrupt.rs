@@ -178,3 +178,34 @@ async fn a_session_running_in_another_process_is_not_resumed_until_that_process_
         "the turn the killed run left open is closed: {seen:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_leaves_the_database_it_made_when_another_run_wrote_to_it() {
+    use agent_harness::stores::sqlite::SqliteStore;
+    use agent_harness::{SessionId, SessionState, Store};
+
+    // The fake dies during the handshake, after a while: the run fails having made the file.
+    let script = FakeScript::new().sleep(1500).exit(3);
+    let env = FakeCliEnv::new(FakeCli::Codex, &script).unwrap_or_else(|e| panic!("{e}"));
+    let db = env.workspace().join("new.db");
+    let failing = run_stored(&env, &db, &["--session-id", "b"]);
+    let made = tokio::time::timeout(Duration::from_secs(30), async {
+        while !db.exists() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(made.is_ok(), "the run made {}", db.display());
+    // Meanwhile another run keeps a session in it, and the file open.
+    let other = SqliteStore::open(&db).expect("the new database opens");
+    let held = SessionId::new("a").unwrap();
+    other.save_session(&agent_testkit::conformance::store::snapshot(&held, SessionState::Idle)).await.unwrap();
+
+    let output =
+        tokio::time::timeout(Duration::from_secs(30), failing.wait_with_output()).await.expect("exits").unwrap();
+    assert_ne!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(db.exists(), "the failed run removed a database another run uses");
+    drop(other);
+    let reopened = SqliteStore::open(&db).expect("still a store");
+    assert!(reopened.fetch_session(&held).await.unwrap().is_some(), "the other run's session is kept");
+}
