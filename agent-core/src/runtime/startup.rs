@@ -26,7 +26,7 @@ use crate::runtime::inbox::Inbox;
 use crate::runtime::registry::{Registry, Reservation};
 use crate::runtime::{COMMAND_CAPACITY, SessionHandle, write_batch};
 use crate::session::{CloseReason, Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, StartupMarker};
-use crate::store::{DynStore, WriteBatch};
+use crate::store::{DynStore, StoreError, WriteBatch};
 use crate::time::{Timestamp, deadline_after};
 use crate::turn::{TurnResult, TurnStatus};
 
@@ -43,11 +43,10 @@ pub(crate) struct Startup {
     pub(crate) span: Span,
 }
 
-/// What the store says about the session before anything is opened.
+/// What the store says about the session before anything is opened. (Whether the initial
+/// commit replaces a stored aggregate is decided again just before it: see [`recheck`].)
 struct Plan {
     conversation: OpenConversation,
-    /// Replace the stored aggregate with this ID (reuse rules), in the initial commit.
-    replace: bool,
     /// Resuming a stored session under its own ID: its history continues.
     resumed: Option<Resumed>,
     /// The stored session a fork branches from, when named by session.
@@ -286,7 +285,17 @@ impl Opening {
         let (store, durability) = match store {
             None => (None, Durability::Disabled),
             Some(store) => {
-                batch.delete_first = plan.replace;
+                // The open took time: what the plan saw of the stored session may be stale.
+                let replace = match recheck(&store, &session, &plan, &options, reservation.registry()).await {
+                    Ok(replace) => replace,
+                    Err(error) => {
+                        close_bounded(runtime.as_ref(), finalize_timeout).await;
+                        drop(reservation);
+                        let _ = caller.send(Err(error));
+                        return;
+                    }
+                };
+                batch.delete_first = replace;
                 batch.snapshot = Some(snapshot.clone());
                 batch.events = journal.events.clone();
                 match tokio::time::timeout(finalize_timeout, write_batch(&store, &batch)).await {
@@ -297,11 +306,15 @@ impl Opening {
                             undo_initial_commit(&store, &id, plan.resumed.as_ref(), finalize_timeout).await;
                         }
                         let error = match outcome {
+                            // Another harness wrote this session meanwhile: never run beside it.
+                            Ok(Err(StoreError::Conflict(reason))) => {
+                                conflicted(&store, &id, reservation.registry(), reason).await
+                            }
                             Ok(Err(error)) => Error::Store(error),
                             _ => Error::StartupFinalizationTimeout { timeout: finalize_timeout },
                         };
-                        let degrade =
-                            options.store_failure == StoreFailurePolicy::Degrade && matches!(error, Error::Store(_));
+                        let degrade = options.store_failure == StoreFailurePolicy::Degrade
+                            && matches!(error, Error::Store(ref e) if !matches!(e, StoreError::Conflict(_)));
                         if !degrade {
                             close_bounded(runtime.as_ref(), finalize_timeout).await;
                             drop(reservation);
@@ -441,22 +454,26 @@ async fn plan(
     registry: &Registry,
 ) -> Result<Plan> {
     let id = &session.id;
+    // The reuse rules refuse an ID before anything is spawned; `recheck` applies them again.
     let reuse = || async {
         match store {
-            Some(store) => check_reuse(store, id, options.reuse, registry).await,
-            None => Ok(false),
+            Some(store) => check_reuse(store, id, options.reuse, registry).await.map(drop),
+            None => Ok(()),
         }
     };
-    let plan = |conversation, replace| Plan { conversation, replace, resumed: None, forked_from: None };
+    let plan = |conversation| Plan { conversation, resumed: None, forked_from: None };
     match &options.conversation {
-        Conversation::New => Ok(plan(OpenConversation::New, reuse().await?)),
+        Conversation::New => {
+            reuse().await?;
+            Ok(plan(OpenConversation::New))
+        }
         Conversation::Resume(ConversationSource::Provider(provider_session_id)) => {
-            let conversation = OpenConversation::Resume { provider_session_id: provider_session_id.clone() };
-            Ok(plan(conversation, reuse().await?))
+            reuse().await?;
+            Ok(plan(OpenConversation::Resume { provider_session_id: provider_session_id.clone() }))
         }
         Conversation::Fork(ConversationSource::Provider(provider_session_id)) => {
-            let conversation = OpenConversation::Fork { provider_session_id: provider_session_id.clone() };
-            Ok(plan(conversation, reuse().await?))
+            reuse().await?;
+            Ok(plan(OpenConversation::Fork { provider_session_id: provider_session_id.clone() }))
         }
         Conversation::Resume(ConversationSource::Session(source)) => {
             // `SessionOptions::validate` made sure `source` is this session's own ID.
@@ -473,7 +490,6 @@ async fn plan(
             };
             Ok(Plan {
                 conversation: OpenConversation::Resume { provider_session_id },
-                replace: false,
                 resumed: Some(Resumed { snapshot, latest_seq, stale_turn }),
                 forked_from: None,
             })
@@ -481,10 +497,9 @@ async fn plan(
         Conversation::Fork(ConversationSource::Session(source)) => {
             let store = needs_store(store, ConversationMode::Fork)?;
             let (_, provider_session_id) = stored_source(store, session, source, ConversationMode::Fork).await?;
-            let replace = reuse().await?;
+            reuse().await?;
             Ok(Plan {
                 conversation: OpenConversation::Fork { provider_session_id },
-                replace,
                 resumed: None,
                 forked_from: Some(source.clone()),
             })
@@ -542,6 +557,50 @@ pub(crate) async fn check_reuse(store: &DynStore, id: &SessionId, reuse: Reuse, 
         Ok(true)
     } else {
         Err(Error::SessionIdAlreadyUsed { id: id.clone(), status })
+    }
+}
+
+/// Checks the stored session again just before the initial commit, against another harness
+/// sharing the store that started, resumed or purged it while the provider opened: one that
+/// holds it live → [`Error::SessionLiveElsewhere`]; a resumed session that changed (purged,
+/// or resumed and written elsewhere) → [`Error::ResumeFailed`]; otherwise the reuse rules
+/// again, against what is stored now. Returns whether the commit replaces the stored aggregate.
+async fn recheck(
+    store: &DynStore,
+    session: &SessionRef,
+    plan: &Plan,
+    options: &SessionOptions,
+    registry: &Registry,
+) -> Result<bool> {
+    let id = &session.id;
+    let Some(resumed) = &plan.resumed else {
+        return check_reuse(store, id, options.reuse, registry).await;
+    };
+    let stored = store.fetch_session(id).await?;
+    if let Some(pid) = stored.as_ref().and_then(|snapshot| registry.holder(snapshot)) {
+        return Err(Error::SessionLiveElsewhere { id: id.clone(), pid });
+    }
+    let unchanged = stored.as_ref().is_some_and(|snapshot| {
+        snapshot.updated_at == resumed.snapshot.updated_at && snapshot.owner == resumed.snapshot.owner
+    });
+    if !unchanged {
+        let what = if stored.is_none() { "purged" } else { "written by another harness" };
+        return Err(Error::ResumeFailed {
+            mode: ConversationMode::Resume,
+            reason: format!("session `{id}` was {what} while it was being resumed; nothing was committed"),
+        });
+    }
+    Ok(false)
+}
+
+/// The error for an initial commit the store refused as a conflict: another harness wrote the
+/// session meanwhile; [`Error::SessionLiveElsewhere`] when it holds it live.
+async fn conflicted(store: &DynStore, id: &SessionId, registry: &Registry, reason: String) -> Error {
+    match store.fetch_session(id).await {
+        Ok(Some(snapshot)) if let Some(pid) = registry.holder(&snapshot) => {
+            Error::SessionLiveElsewhere { id: id.clone(), pid }
+        }
+        _ => Error::Store(StoreError::Conflict(reason)),
     }
 }
 

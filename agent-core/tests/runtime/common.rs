@@ -96,6 +96,8 @@ pub(crate) fn request_of(event: &Arc<Event>) -> Request {
 pub(crate) enum WriteMode {
     Normal,
     Fail,
+    /// Refuses writes as conflicting with what another writer stored.
+    Conflict,
     Hang,
     Panic,
     /// Writes after a short (paused-clock) delay.
@@ -233,6 +235,7 @@ impl Store for ControlledStore {
         match mode {
             WriteMode::Normal => self.inner.write_now(batch),
             WriteMode::Fail => Some(Err(StoreError::WriteRefused("disk is read-only".into()))),
+            WriteMode::Conflict => Some(Err(StoreError::Conflict("seq 1 holds a different event".into()))),
             WriteMode::Panic => panic!("store bug"),
             WriteMode::Hang | WriteMode::Slow | WriteMode::Queued => None,
         }
@@ -256,6 +259,7 @@ impl Store for ControlledStore {
         match mode {
             WriteMode::Normal | WriteMode::Queued => self.inner.write(batch).await,
             WriteMode::Fail => Err(StoreError::WriteRefused("disk is read-only".into())),
+            WriteMode::Conflict => Err(StoreError::Conflict("seq 1 holds a different event".into())),
             WriteMode::Hang => futures::future::pending().await,
             WriteMode::Panic => panic!("store bug"),
             WriteMode::Slow => {

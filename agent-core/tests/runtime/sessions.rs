@@ -709,3 +709,90 @@ async fn a_session_whose_recorded_owner_is_gone_reads_as_abandoned_and_resumes()
     let stored = f.store.fetch_session(&session.id).await.unwrap().unwrap();
     assert_ne!(stored.owner.as_ref().map(|o| o.harness), Some(owner.harness), "the new run records its own harness");
 }
+
+/// A second harness on the store, its provider opening for `open` (paused clock).
+fn slow_harness(f: &Fixture, open: Duration) -> Harness {
+    let (provider, control) = agent_core::testing::ScriptedProvider::new(PROVIDER);
+    control.set_open(agent_core::testing::OpenBehavior::Delay(open));
+    Harness::builder().provider(provider).store(StoreChoice::Custom(f.dyn_store())).build().unwrap()
+}
+
+/// Starts `options` on `harness` in a task, and lets it get as far as its provider's open.
+async fn opening(harness: &Harness, options: SessionOptions) -> tokio::task::JoinHandle<Result<SessionRef>> {
+    let harness = harness.clone();
+    let start = tokio::spawn(async move { harness.start_session(PROVIDER, options).await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    start
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_start_that_another_harness_overtook_while_it_opened_commits_nothing() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts().id("raced")).await;
+    f.harness.stop_session(&session, false).await.unwrap();
+    let slow = slow_harness(&f, Duration::from_secs(5));
+
+    // Both replace the closed session; the first harness opens at once and runs a turn.
+    let late = opening(&slow, opts().id("raced").reuse(Reuse::Closed)).await;
+    let fast = f.harness.start_session(PROVIDER, opts().id("raced").reuse(Reuse::Closed)).await.unwrap();
+    f.control.push_script([agent_core::testing::Frame::complete("mine")]);
+    let turn = f.harness.start_turn(&fast, "1", TurnOptions::new()).await.unwrap();
+    f.harness.await_turn(&turn, None).await.unwrap();
+
+    let err = late.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::SessionLiveElsewhere { pid, .. } if pid == std::process::id()), "{err:?}");
+    let events = f.store.read_events(&session.id, &agent_core::store::EventQuery::all()).await.unwrap();
+    let names: Vec<_> = events.iter().map(|e| e.type_name()).collect();
+    assert_eq!(names, ["session_ready", "turn_started", "turn_completed"], "the live run's history is whole");
+    assert_eq!(f.harness.status(&fast).await.unwrap().status, SessionState::Idle);
+}
+
+#[tokio::test(start_paused = true)]
+async fn of_two_resumes_at_once_the_second_to_commit_fails_and_runs_nothing() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts().id("twice")).await;
+    f.harness.stop_session(&session, false).await.unwrap();
+    let slow = slow_harness(&f, Duration::from_secs(5));
+
+    let late = opening(&slow, opts().resume_session(session.id.clone())).await;
+    f.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
+    let err = late.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::SessionLiveElsewhere { .. }), "{err:?}");
+    assert!(slow.list_sessions().is_empty(), "nothing runs beside the first");
+
+    // A winner that has already stopped again: its newer history is what the late resume
+    // would have overwritten.
+    f.harness.stop_session(&session, false).await.unwrap();
+    let late = opening(&slow, opts().resume_session(session.id.clone())).await;
+    f.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
+    f.harness.stop_session(&session, false).await.unwrap();
+    let err = late.await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, Error::ResumeFailed { ref reason, .. } if reason.contains("written by another harness")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_purged_while_it_was_being_resumed_is_not_resumed_empty() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts().id("purged")).await;
+    f.harness.stop_session(&session, false).await.unwrap();
+    let slow = slow_harness(&f, Duration::from_secs(5));
+
+    let late = opening(&slow, opts().resume_session(session.id.clone())).await;
+    f.harness.purge_session(&session).await.unwrap();
+    let err = late.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::ResumeFailed { ref reason, .. } if reason.contains("purged")), "{err:?}");
+    assert!(f.store.fetch_session(&session.id).await.unwrap().is_none(), "nothing was committed");
+    assert_eq!(f.store.latest_seq(&session.id).await.unwrap(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_initial_commit_refused_as_a_conflict_fails_the_start_under_any_policy() {
+    let (f, store) = Fixture::controlled();
+    store.set(WriteMode::Conflict);
+    let err = f.harness.start_session(PROVIDER, opts().id("conflicted")).await.unwrap_err();
+    assert!(matches!(err, Error::Store(StoreError::Conflict(_))), "degraded into a running session: {err:?}");
+    assert!(f.harness.list_sessions().is_empty());
+}
