@@ -392,6 +392,32 @@ pub enum ConversationSource {
     Provider(String),
 }
 
+/// Why `id` cannot be a provider conversation ID, if it cannot: blank, starting with `-` (a CLI
+/// given `--resume <id>` would read it as an option of its own — `--help`, or a flag the auth
+/// guard refuses in `extra_args`), or holding a control character. Checked for the IDs callers
+/// pass ([`SessionOptions::validate`]), the IDs a stored session records when it is resumed,
+/// and the IDs a preset reads from its CLI's output.
+///
+/// ```
+/// use agent_core::options::provider_conversation_problem;
+///
+/// assert_eq!(provider_conversation_problem("5e55105e-0000-4000-8000-000000000001"), None);
+/// assert!(provider_conversation_problem("--settings={}").is_some());
+/// assert!(provider_conversation_problem(" ").is_some());
+/// assert!(provider_conversation_problem("a\nb").is_some());
+/// ```
+pub fn provider_conversation_problem(id: &str) -> Option<&'static str> {
+    if id.trim().is_empty() {
+        Some("must not be empty")
+    } else if id.starts_with('-') {
+        Some("must not start with `-` (the CLI would read it as an option)")
+    } else if id.chars().any(char::is_control) {
+        Some("must not hold control characters")
+    } else {
+        None
+    }
+}
+
 /// Resume or fork, for errors and events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -675,10 +701,10 @@ impl SessionOptions {
                 ));
             }
             Conversation::Resume(ConversationSource::Provider(p))
-            | Conversation::Fork(ConversationSource::Provider(p))
-                if p.trim().is_empty() =>
-            {
-                return Err(Error::invalid("conversation", "the provider conversation ID must not be empty"));
+            | Conversation::Fork(ConversationSource::Provider(p)) => {
+                if let Some(problem) = provider_conversation_problem(p) {
+                    return Err(Error::invalid("conversation", format!("the provider conversation ID {problem}")));
+                }
             }
             _ => {}
         }
@@ -965,6 +991,11 @@ mod tests {
         invalid(SessionOptions::new(tmp()).skill(Skill::new("s", "rel/SKILL.md")), "skills");
         invalid(SessionOptions::new(tmp()).env("A=B", "x"), "env");
         invalid(SessionOptions::new(tmp()).mcp_server("m", McpServer::http("ftp://x")), "mcp_servers");
+        // A conversation ID becomes an argument after `--resume`: it may not pass as an option.
+        for id in [" ", "--settings={\"hooks\":{}}", "-x", "a\nb"] {
+            invalid(SessionOptions::new(tmp()).resume_provider_session(id), "conversation");
+            invalid(SessionOptions::new(tmp()).fork_provider_session(id), "conversation");
+        }
         assert!(matches!(SessionOptions::new(tmp()).id("bad id").validate(), Err(Error::InvalidSessionId { .. })));
     }
 

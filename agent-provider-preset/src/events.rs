@@ -308,7 +308,7 @@ fn usage(hit: &Hit<'_>, counts: [&Option<Source>; 4], cost: &Option<Source>) -> 
     usage.input_tokens = count(counts[0]);
     usage.output_tokens = count(counts[1]);
     usage.cached_input_tokens = count(counts[2]);
-    usage.total_tokens = count(counts[3]).or_else(|| Some(usage.input_tokens? + usage.output_tokens?));
+    usage.total_tokens = count(counts[3]).or_else(|| Some(usage.input_tokens?.saturating_add(usage.output_tokens?)));
     usage.cost_usd = cost.as_ref().and_then(|s| s.json(hit)).and_then(|v| v.as_f64());
     usage
 }

@@ -403,6 +403,11 @@ fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, Problem>
     if template.tests(Condition::Approvals) && file.approvals.is_none() {
         return Err(Problem::new("args", "an `approvals` group needs an `approvals` conversation"));
     }
+    if file.approvals.is_some() && framing != Framing::Jsonl {
+        // Its requests are JSON lines; under `lines` none would be read, and every turn that
+        // asks would wait for good.
+        return Err(Problem::new("approvals", "an approval conversation needs `\"framing\": \"jsonl\"`"));
+    }
     let max_line_bytes = file.max_line_bytes.unwrap_or(DEFAULT_MAX_LINE_BYTES);
     if max_line_bytes == 0 {
         return Err(Problem::new("max_line_bytes", "must be at least 1"));
@@ -752,6 +757,12 @@ pub(crate) mod tests {
         let resume =
             with(minimal(), "/args", json!([{"if": "resume", "then": ["--resume", "{session_id}"]}, "{prompt}"]));
         refused(resume.clone(), "matchers.session_id", "needs a rule");
+        let asking = with(
+            with(minimal(), "/args", json!([{"if": "!approvals", "then": ["--", "{prompt}"]}])),
+            "/approvals",
+            json!({"conversation": "claude_control"}),
+        );
+        refused(asking, "approvals", "needs `\"framing\": \"jsonl\"`");
         refused(with(minimal(), "/capabilities", json!({"images": "native"})), "capabilities.images", "cannot provide");
         refused(with(minimal(), "/capabilities", json!({"resume": "native"})), "capabilities.resume", "claimed, but");
         refused(

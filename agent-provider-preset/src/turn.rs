@@ -166,11 +166,18 @@ impl<'p> TurnReader<'p> {
         let line = OutputLine { text, json: parsed.as_ref(), kept: &self.kept };
         let matchers = &preset.matchers;
         if let Some(Some(id)) = first(&matchers.session_id, line) {
-            match &self.continuing {
-                Some(asked) if *asked != id => {
-                    self.foreign.get_or_insert(id);
-                }
-                _ => self.session_id = Some(id),
+            if self.continuing.as_ref().is_some_and(|asked| *asked != id) {
+                self.foreign.get_or_insert(id);
+            } else if let Some(problem) = agent_core::options::provider_conversation_problem(&id) {
+                // Passed with the next turn's `resume` arguments, it would be read as an option.
+                let message = format!(
+                    "{} reported a session ID that {problem}; it is not taken (the next turn starts a new \
+                     conversation)",
+                    preset.id
+                );
+                actions.push(Action::Emit { kind: EventKind::Warning { message }, raw: None });
+            } else {
+                self.session_id = Some(id);
             }
         }
         if let Some(text) = first(&matchers.result, line) {
@@ -291,7 +298,8 @@ fn add_usage(total: &mut Option<Usage>, usage: &Usage) {
     };
     let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
         (None, None) => None,
-        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        // A CLI's counts are its own: absurd ones must not panic (or wrap) the turn.
+        (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
     };
     sum.input_tokens = add(sum.input_tokens, usage.input_tokens);
     sum.cached_input_tokens = add(sum.cached_input_tokens, usage.cached_input_tokens);
@@ -434,6 +442,22 @@ mod tests {
         assert_eq!(outcome.status, TurnStatus::Failed);
         let reason = outcome.reason.unwrap_or_default();
         assert!(reason.contains("asked to continue conversation `s-1` but reported `s-2`"), "{reason}");
+
+        // An ID that would pass as an option of the CLI's is not taken, whatever the CLI says.
+        let mut fresh = TurnReader::new(&resuming, None, None);
+        let actions = feed(&mut fresh, &["SESSION --version", "RESULT done"]);
+        assert_eq!(fresh.session_id(), None);
+        assert!(
+            matches!(&actions[..], [Action::Emit { kind: EventKind::Warning { message }, .. }]
+                if message.contains("must not start with `-`")),
+            "{actions:?}"
+        );
+        let mut total = None;
+        let mut huge = Usage::default();
+        huge.input_tokens = Some(u64::MAX);
+        add_usage(&mut total, &huge);
+        add_usage(&mut total, &huge);
+        assert_eq!(total.and_then(|u| u.input_tokens), Some(u64::MAX), "saturates");
 
         // A preset that never continues a conversation starts a fresh one each turn, by design.
         let lines = lines_preset();

@@ -531,6 +531,9 @@ async fn stored_source(
     let Some(provider_session_id) = snapshot.provider_session_id.clone() else {
         return Err(failed(format!("session `{source}` has no provider conversation recorded")));
     };
+    if let Some(problem) = crate::options::provider_conversation_problem(&provider_session_id) {
+        return Err(failed(format!("session `{source}` records a provider conversation ID that {problem}")));
+    }
     Ok((snapshot, provider_session_id))
 }
 

@@ -193,3 +193,20 @@ async fn resuming_a_session_its_host_abandoned_closes_the_turn_it_left_running()
     }
     assert_eq!(f2.harness.status(&resumed).await.unwrap().status, SessionState::Idle);
 }
+
+#[tokio::test]
+async fn a_stored_conversation_id_that_would_pass_as_an_option_is_not_resumed() {
+    let f = Fixture::new();
+    let (session, _) = stopped_session(&f, "odd-id").await;
+    let mut snapshot = f.dyn_store().fetch_session(&session.id).await.unwrap().unwrap();
+    snapshot.provider_session_id = Some("--help".into());
+    f.dyn_store().save_session(&snapshot).await.unwrap();
+    let opened = f.control.conversations().len();
+
+    let err = f.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap_err();
+    assert!(
+        matches!(err, Error::ResumeFailed { ref reason, .. } if reason.contains("must not start with `-`")),
+        "{err:?}"
+    );
+    assert_eq!(f.control.conversations().len(), opened, "nothing was opened");
+}
