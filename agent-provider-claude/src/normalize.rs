@@ -523,6 +523,15 @@ impl Normalizer {
                 return self.other(actions, "control_request/can_use_tool (allowed for the session)".into());
             }
         }
+        if self.requests.remove(&id).is_some() {
+            // Two waiting requests under one ID: an answer could reach the other tool use than
+            // the one it was given for. Neither is approved.
+            let message = format!("claude reused control request ID `{id}` while a request under it waited");
+            let deny = json!({"behavior": "deny", "message": format!("{message}; both were denied")});
+            actions.push(Action::Write(wire::control_response(&id, Ok(Some(deny)))));
+            actions.push(Action::Resolved { provider_ref: ProviderRef(id), raw: None });
+            return self.emit(actions, EventKind::Warning { message: format!("{message}: both were denied") });
+        }
         let (spec, pending) = requests::request_spec(&id, request);
         self.requests.insert(id, pending);
         actions.push(Action::Request { turn, spec: Box::new(spec), raw: None });

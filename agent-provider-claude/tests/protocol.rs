@@ -393,3 +393,36 @@ async fn a_control_error_given_as_an_object_is_read_as_a_refusal_with_its_messag
     let error = fixture.harness.start_session("claude", fixture.options()).await.unwrap_err();
     assert!(error.to_string().contains("claude refused initialize: hooks are not supported"), "{error}");
 }
+
+/// A control request ID reused while a request under it waits: an answer given for one tool use
+/// could reach the other, so neither is approved — one deny for the ID, the waiting request
+/// ended (`request_expired`), a warning.
+#[tokio::test(start_paused = true)]
+async fn a_reused_control_request_id_denies_both_requests_and_approves_nothing() {
+    let ask = |tool_use: &str, command: &str| {
+        json!({"type": "control_request", "request_id": "cli-1", "request": {
+            "subtype": "can_use_tool", "tool_name": "Bash", "input": {"command": command}, "tool_use_id": tool_use}})
+        .to_string()
+    };
+    let claude = initialized()
+        .expect_line(user_line())
+        .stdout(ask("toolu_1", "ls"))
+        .stdout(ask("toolu_2", "rm -rf /"))
+        .expect_line(LineMatch::contains("\"cli-1\""))
+        .stdout(result(false, "done", 0.1))
+        .wait_eof()
+        .exit(0);
+    let fixture = Fixture::new(claude);
+    let session = fixture.session(fixture.options()).await;
+    let events = fixture.run(&session, |_| None).await;
+    assert_eq!(events.last().and_then(|e| e.kind.terminal_end()).unwrap().status, TurnStatus::Completed);
+    let created = events.iter().filter(|e| matches!(e.kind, EventKind::RequestCreated(_))).count();
+    let expired = events.iter().filter(|e| e.type_name() == "request_expired").count();
+    let names: Vec<_> = events.iter().map(|e| e.type_name()).collect();
+    assert_eq!((created, expired), (1, 1), "the first shown and ended, the second never shown: {names:?}");
+    assert!(events.iter().any(|e| matches!(&e.kind, EventKind::Warning { message } if message.contains("reused"))));
+    let answers: Vec<Value> = fixture.sent().into_iter().filter(|m| m["response"]["request_id"] == "cli-1").collect();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(answers[0]["response"]["response"]["behavior"], "deny", "{answers:?}");
+    fixture.harness.stop_session(&session, false).await.unwrap();
+}

@@ -344,8 +344,30 @@ impl Shared {
             match action {
                 Action::Emit { kind, raw } => self.sink.emit(turn, kind, raw).await?,
                 Action::Request { spec, pending, raw } => {
-                    lock(&handle.pending).insert(pending.request_id.clone(), pending);
-                    self.sink.request(&handle.turn, *spec, raw).await?;
+                    let id = pending.request_id.clone();
+                    let reused = {
+                        let mut waiting = lock(&handle.pending);
+                        let earlier = waiting.remove(&id);
+                        if earlier.is_none() {
+                            waiting.insert(id.clone(), pending);
+                        }
+                        earlier.is_some()
+                    };
+                    if !reused {
+                        self.sink.request(&handle.turn, *spec, raw).await?;
+                        continue;
+                    }
+                    // Two waiting requests under one ID: an answer could reach the other tool
+                    // use than the one it was given for. Neither is approved.
+                    let message =
+                        format!("{} reused control request ID `{id}` while a request under it waited", self.preset.id);
+                    let deny = json!({"behavior": "deny", "message": format!("{message}; both were denied")});
+                    if let Err(error) = process.write_line(&encode_line(&control_response(&id, Ok(Some(deny))))).await {
+                        tracing::debug!(%error, preset = %self.preset.id, "could not deny a reused request ID");
+                    }
+                    self.sink.request_resolved(agent_core::request::ProviderRef(id), None).await?;
+                    let warning = EventKind::Warning { message: format!("{message}: both were denied") };
+                    self.sink.emit(turn, warning, None).await?;
                 }
                 Action::Resolved(provider_ref) => {
                     if lock(&handle.pending).remove(&provider_ref.0).is_some() {

@@ -457,3 +457,57 @@ fn bad_presets_are_reported_by_file_and_field_and_the_others_still_load() {
     assert_eq!(nothing_allowed.presets().count(), 0);
     assert!(nothing_allowed.errors().iter().all(|e| e.field == "program"), "{:?}", nothing_allowed.errors());
 }
+
+/// A CLI on Claude's permission prompt that asks twice under one request ID, then writes what it
+/// was answered to `answers` in its working directory.
+const TWICE_ASKED: &str = r#"
+if [ "$1" = "--version" ]; then echo "asker 1.0.0"; exit 0; fi
+read -r prompt
+ask() {
+  echo "{\"type\":\"control_request\",\"request_id\":\"r1\",\"request\":{\"subtype\":\"can_use_tool\",\"tool_name\":\"Bash\",\"input\":{\"command\":\"$2\"},\"tool_use_id\":\"$1\"}}"
+}
+ask t1 ls
+ask t2 "rm -rf /"
+read -r answer
+echo "$answer" > answers
+echo '{"type":"result","is_error":false,"result":"done"}'
+"#;
+
+/// A request ID reused while a request under it waits: an answer given for one tool use could
+/// reach the other, so neither is approved — one deny for the ID, the waiting request ended, a
+/// warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_request_id_denies_both_requests_and_approves_nothing() {
+    let programs = ProgramDir::new("preset-asker");
+    let script = programs.script("asker", TWICE_ASKED);
+    let preset = json!({
+        "schema_version": 1, "id": "asker", "program": script, "framing": "jsonl",
+        "args": [{"if": "!approvals", "then": ["--", "{prompt}"]}],
+        "version": {"args": ["--version"], "contains": "asker", "min": "1.0.0"},
+        "matchers": {"result": [{"when": {"/type": "result"}, "value": "/result"}]},
+        "approvals": {"conversation": "claude_control"}
+    });
+    let presets = programs.dir("presets");
+    std::fs::write(presets.join("asker.json"), preset.to_string()).expect("preset written");
+    let workspace = programs.dir("work");
+    let catalog = PresetCatalog::builder(AllowList::shipped().allow(&script)).dir(&presets).load();
+    assert!(catalog.errors().is_empty(), "{:?}", catalog.errors());
+    let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
+    let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));
+    let options = SessionOptions::new(&workspace)
+        .provider_option(PresetOptions::new().approvals(agent_provider_preset::Approvals::Ask));
+    let session = harness.start_session("preset:asker", options).await.expect("session starts");
+
+    let (_, events) = support::run(&harness, &session, "go", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    let created = events.iter().filter(|e| matches!(e.kind, EventKind::RequestCreated(_))).count();
+    let expired = events.iter().filter(|e| e.type_name() == "request_expired").count();
+    assert_eq!((created, expired), (1, 1), "the first shown and ended, the second never: {}", names(&events));
+    assert!(events.iter().any(|e| matches!(&e.kind, EventKind::Warning { message } if message.contains("reused"))));
+    let answer: Value = serde_json::from_str(&std::fs::read_to_string(workspace.join("answers")).expect("answered"))
+        .expect("a JSON answer");
+    assert_eq!(answer["response"]["request_id"], "r1", "{answer}");
+    assert_eq!(answer["response"]["response"]["behavior"], "deny", "{answer}");
+    support::finish(&harness, &exec).await;
+    harness.shutdown().await;
+}
