@@ -261,8 +261,9 @@ async fn a_request_handler_answers_approvals() {
         .quote_tool_result("Tool said: ")
         .shell("touch refused.txt && echo refused")
         .quote_tool_result("Tool said: ");
+    // The whole command: a prefix never approves what follows a `&&`.
     let policy = agent_core::handler::RequestPolicy::new()
-        .approve_commands(["touch handled.txt"])
+        .approve_commands(["touch handled.txt && echo handled"])
         .deny_kind(RequestKind::CommandApproval, "only handled.txt may be made");
     let claude = Claude::start_with(scenario, |builder| builder.request_handler(policy)).await;
     let session = claude.session(claude.options()).await;
