@@ -8,8 +8,9 @@
 //! `AlreadyResolved` (or is dropped, for the handler). A handler that returns `None` leaves the
 //! request to the caller: it still reaches subscribers and `respond`. A handler that panics,
 //! takes longer than its deadline (the session's `request_timeout`, else
-//! `provider_command_timeout`) or answers with a response that does not fit the request denies
-//! it — the agent sees the denial, the session goes on.
+//! `provider_command_timeout`), answers with a response that does not fit the request, or whose
+//! answer the provider refuses (a decision its CLI does not offer) denies it — the agent sees the
+//! denial, the session goes on.
 //!
 //! ```
 //! use agent_core::handler::{self, RequestPolicy};

@@ -459,6 +459,14 @@ impl Harness {
         Ok(())
     }
 
+    /// The PID of another harness sharing this session's store that holds it live, if one does
+    /// (a store that cannot be read says nothing).
+    async fn held_elsewhere(&self, id: &SessionId) -> Option<u32> {
+        let store = self.inner.store_of(id)?;
+        let snapshot = store.fetch_session(id).await.ok()??;
+        self.inner.registry.holder(&snapshot)
+    }
+
     fn refuse_live(&self, id: &SessionId) -> Result<()> {
         if self.inner.registry.contains(id) {
             return Err(Error::SessionLive { id: id.clone() });
@@ -695,13 +703,19 @@ impl Harness {
     /// Stops a session. An active turn gives [`Error::TurnInProgress`] unless `force`, which
     /// interrupts it (`turn_interrupted`), expires its requests and kills the provider without
     /// waiting for the provider to acknowledge. Returns after the session has fully ended;
-    /// stopping a session that is not live is `Ok`. History stays in the store.
+    /// stopping a session that is not live is `Ok`, unless another harness sharing the store
+    /// runs it ([`Error::SessionLiveElsewhere`]: it is not stopped). History stays in the store.
     pub async fn stop_session(&self, session: &SessionRef, force: bool) -> Result<()> {
         let command = telemetry::command_span(Cmd::StopSession, &session.provider, Some(&session.id));
         command.record("force", force);
         let stop = async {
             let Some(handle) = self.inner.registry.get(&session.id) else {
-                return Ok(());
+                // Not live here: stopped already (stopping is idempotent), or another harness
+                // sharing the store runs it, which this one cannot stop.
+                return match self.held_elsewhere(&session.id).await {
+                    Some(pid) => Err(Error::SessionLiveElsewhere { id: session.id.clone(), pid }),
+                    None => Ok(()),
+                };
             };
             match handle.call(|reply| Command::Stop { force, reply }).await {
                 Ok(Ok(())) | Err(_) => {}

@@ -127,12 +127,16 @@ fn start_time(pid: u32) -> Option<u64> {
     parse_start_time(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
-/// Field 22 of `/proc/<pid>/stat`. The command name (field 2) is in parentheses and may hold
-/// spaces and parentheses itself, so fields are counted after its last `)`.
+/// Field 22 of `/proc/<pid>/stat`, unless field 3 says the process has exited (`Z`, a zombie
+/// its parent has not reaped; `X`, dead). The command name (field 2) is in parentheses and may
+/// hold spaces and parentheses itself, so fields are counted after its last `)`.
 fn parse_start_time(stat: &str) -> Option<u64> {
     let (_, rest) = stat.rsplit_once(')')?;
-    // `rest` starts with field 3 (the state).
-    rest.split_ascii_whitespace().nth(22 - 3)?.parse().ok()
+    let mut fields = rest.split_ascii_whitespace();
+    if matches!(fields.next()?, "Z" | "X") {
+        return None;
+    }
+    fields.nth(22 - 4)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -157,6 +161,8 @@ mod tests {
         let stat = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
         assert_eq!(parse_start_time(stat), Some(987654));
         assert_eq!(parse_start_time("4242 (x) S 1 2"), None);
+        let zombie = stat.replacen(") S ", ") Z ", 1);
+        assert_eq!(parse_start_time(&zombie), None, "exited, not yet reaped: not running");
         assert_eq!(parse_start_time("no parenthesis"), None);
     }
 

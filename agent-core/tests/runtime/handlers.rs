@@ -121,3 +121,46 @@ async fn a_handler_that_panics_times_out_or_answers_wrongly_denies_and_the_sessi
     remote.complete(&turn.id, "done").await;
     f.harness.await_turn(&turn, None).await.expect("the session keeps running");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_answer_the_provider_refuses_becomes_a_denial_not_a_wait() {
+    let f = Fixture::with(|b| b.request_handler(handler::from_fn(|_| async { Some(Response::approve()) })));
+    f.control.push_respond(CallBehavior::Reject("that decision is not offered".into()));
+    let (remote, turn, _) = ask(&f, opts(), approval("a1", "ls")).await;
+    let resolved = settled(&f, &turn).await;
+    match &resolved.kind {
+        EventKind::RequestResolved { response, .. } => assert!(
+            matches!(**response, Response::Deny { reason: Some(ref r) } if r.contains("refused the request handler's answer")),
+            "{response:?}"
+        ),
+        other => panic!("expected a denial, got {other:?}"),
+    }
+    assert!(matches!(remote.responses()[..], [Response::Deny { .. }]), "{:?}", remote.responses());
+}
+
+/// A handler whose `handle` panics before it returns its future (a hand-written impl).
+#[derive(Debug)]
+struct PanicsAtOnce;
+
+impl agent_core::handler::RequestHandler for PanicsAtOnce {
+    fn handle<'a, 'b, 'c>(
+        &'a self,
+        _: &'b Request,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Response>> + Send + 'c>>
+    where
+        'a: 'c,
+        'b: 'c,
+        Self: 'c,
+    {
+        panic!("a bug before any await")
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_that_panics_before_its_future_denies_too() {
+    let f = Fixture::new();
+    let panics: handler::DynRequestHandler = std::sync::Arc::new(PanicsAtOnce);
+    let (remote, turn, _) = ask(&f, opts().request_handler(panics), approval("a1", "ls")).await;
+    settled(&f, &turn).await;
+    assert!(matches!(remote.responses()[..], [Response::Deny { .. }]), "{:?}", remote.responses());
+}

@@ -661,6 +661,7 @@ async fn a_live_session_is_not_taken_over_by_another_harness_sharing_the_store()
     elsewhere(other.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap_err());
     elsewhere(other.purge_session(&session).await.unwrap_err());
     elsewhere(other.start_turn(&session, "here?", TurnOptions::new()).await.unwrap_err());
+    elsewhere(other.stop_session(&session, true).await.unwrap_err());
     let listed = other.list_stored_sessions().await.unwrap();
     let [stored] = &listed[..] else { panic!("{listed:?}") };
     assert_eq!((stored.snapshot.status, stored.live), (SessionState::Idle, false), "live, but not in this harness");

@@ -161,7 +161,11 @@ impl Calls {
         let span = tracing::info_span!(parent: parent, "request_handler", request_id = %request.id);
         self.tasks.spawn(
             async move {
-                let call = std::panic::AssertUnwindSafe(tokio::time::timeout(timeout, handler.handle(&request)));
+                // In a block, so that a `handle` that panics before returning its future is caught
+                // as well.
+                let call = std::panic::AssertUnwindSafe(async {
+                    tokio::time::timeout(timeout, handler.handle(&request)).await
+                });
                 let result = match call.catch_unwind().await {
                     Ok(Ok(answer)) => Ok(answer),
                     Ok(Err(_)) => Err(format!("the request handler did not answer within {timeout:?}")),

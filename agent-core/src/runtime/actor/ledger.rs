@@ -21,6 +21,8 @@ pub(super) enum Origin {
     Handler,
     /// The runtime's own deny after the request's deadline.
     Deadline,
+    /// The runtime's own deny after the provider refused the request handler's answer.
+    Fallback,
 }
 
 struct Claim {

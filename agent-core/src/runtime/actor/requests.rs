@@ -39,11 +39,22 @@ impl Actor {
                 }
             }
             Settled::Refused { error, origin } => {
-                if matches!(origin, Origin::Handler) {
-                    tracing::warn!(%error, "the provider refused the request handler's answer; left to the caller");
+                let handler = matches!(origin, Origin::Handler);
+                if matches!(origin, Origin::Fallback) {
+                    tracing::warn!(%error, "the provider refused the denial of a refused handler answer; left to the caller");
                 }
+                let reason = format!("the provider refused the request handler's answer: {error}");
                 reply_to(origin, Err(error));
                 self.after_refusal(&request_id);
+                // Nobody else answers a handled request: the agent gets a denial rather than a
+                // wait for good.
+                if handler
+                    && self.ledger.is_open(&request_id)
+                    && let Some(request) = self.ledger.request(&request_id).cloned()
+                {
+                    tracing::warn!(%reason, "denying the request instead");
+                    self.deliver(request, Response::deny(reason), Origin::Fallback);
+                }
             }
             Settled::Uncertain { error, origin } => {
                 let reason = format!("response delivery is uncertain: {error}");
