@@ -50,10 +50,18 @@ pub(crate) async fn sessions(args: SessionsArgs) -> Result<Exit, Failure> {
 /// another process stores them, until the session ends.
 pub(crate) async fn events(args: EventsArgs) -> Result<Exit, Failure> {
     let id = session_id("SESSION", &args.session)?;
-    let (store, _harness) = open(&args.store)?;
+    let (store, harness) = open(&args.store)?;
     let mut renderer = Renderer::new(args.json, false);
     let mut after = args.after;
-    let mut live = snapshot(&store, &id).await?.status.is_live();
+    // As the harness reads it back: a session whose process is gone is abandoned, not running.
+    let running = async || -> Result<bool, Failure> {
+        match harness.stored_session_in(&store, &id).await {
+            Ok(Some(stored)) => Ok(stored.snapshot.status.is_live()),
+            Ok(None) => Err(Failure::failed(format!("no session `{id}` in the store"))),
+            Err(e) => Err(Failure::failed(format!("cannot read the store: {e}"))),
+        }
+    };
+    let mut live = running().await?;
     loop {
         let query = after.map_or_else(EventQuery::all, EventQuery::after);
         let events =
@@ -70,7 +78,7 @@ pub(crate) async fn events(args: EventsArgs) -> Result<Exit, Failure> {
             () = tokio::time::sleep(FOLLOW_POLL) => {}
             _ = tokio::signal::ctrl_c() => return Ok(Exit::Completed),
         }
-        live = snapshot(&store, &id).await?.status.is_live();
+        live = running().await?;
     }
 }
 

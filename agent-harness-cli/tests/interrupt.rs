@@ -170,6 +170,17 @@ async fn a_session_running_in_another_process_is_not_resumed_until_that_process_
     // The holder killed outright: its session is abandoned, and resuming it works.
     send(&first, libc::SIGKILL);
     tokio::time::timeout(Duration::from_secs(30), first.wait()).await.expect("exits").expect("status");
+    // Its events end where it was killed: following them does not wait for a session nobody runs.
+    let follow = tokio::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"))
+        .args(["events", "--json", "--follow", "--store", &format!("sqlite:{}", db.display()), "held"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let followed = tokio::time::timeout(Duration::from_secs(10), follow).await.expect("follow ends").unwrap();
+    assert_eq!(followed.status.code(), Some(0), "{}", String::from_utf8_lossy(&followed.stderr));
+    assert!(String::from_utf8_lossy(&followed.stdout).contains("message_delta"));
     let mut third = run_stored(&env, &db, &["--resume", "held"]);
     let seen = events_until(&mut third, "message_delta").await;
     assert!(seen.iter().any(|e| e["type"] == "conversation_resumed"), "{seen:?}");

@@ -205,6 +205,17 @@ async fn presets_lists_what_each_preset_takes_and_reports_the_files_that_do_not_
         "{}",
         output.stderr
     );
+
+    // So does a file that cannot even be read: it replaces the preset its file name names.
+    std::fs::write(mini.presets.join("claude-print.json"), b"{\"id\": \"\xff\"}").expect("written");
+    let output = agent_harness(dir, [], &["presets", "--json", "--presets-dir", &presets]).await;
+    let ids: Vec<String> =
+        output.json_lines().iter().map(|p| p["provider"].as_str().unwrap_or_default().to_owned()).collect();
+    assert!(!ids.contains(&"preset:claude-print".to_owned()), "{ids:?}");
+    let output =
+        agent_harness(dir, [], &["run", "--provider", "preset:claude-print", "--presets-dir", &presets, "hi"]).await;
+    assert_eq!(output.code(), Some(64), "{output:?}");
+    assert!(output.stderr.contains("preset `claude-print` did not load: "), "{}", output.stderr);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -70,6 +70,12 @@ impl Secrets {
         Secrets::new(session.chain(mcp).chain(host))
     }
 
+    /// These secrets and `values` (those of at least [`MIN_SECRET_LEN`] bytes): what a provider
+    /// adds to its CLI's environment itself, for one.
+    pub fn and(self, values: impl IntoIterator<Item = String>) -> Secrets {
+        Secrets::new(self.values.iter().cloned().chain(values))
+    }
+
     /// True when there is nothing to redact.
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()
@@ -105,6 +111,8 @@ mod tests {
         assert_eq!(secrets.redact("token-abcdef, token-abc, short"), "[redacted], [redacted], short");
         assert!(matches!(secrets.redact("nothing here"), Cow::Borrowed(_)));
         assert!(Secrets::default().is_empty());
+        let more = secrets.and(["token-xyz-123".to_owned(), "token-abc".to_owned()]);
+        assert_eq!(format!("{more:?}"), "Secrets(3)");
     }
 
     #[test]

@@ -107,7 +107,14 @@ fn load_dir(dir: &Path, allow: &AllowList, presets: &mut BTreeMap<String, Arc<Pr
         let text = match std::fs::read_to_string(&file) {
             Ok(text) => text,
             Err(error) => {
-                errors.push(PresetError::new(origin, Problem::new("", format!("cannot read: {error}"))));
+                // Unreadable (not UTF-8, no permission), it still replaces the preset its file
+                // name names: a broken override never runs the CLI it meant to replace.
+                let mut error = PresetError::new(origin, Problem::new("", format!("cannot read: {error}")));
+                error.id = file.file_stem().and_then(|s| s.to_str()).map(str::to_owned);
+                if let Some(id) = error.id.as_ref().filter(|id| !here.contains_key(*id)) {
+                    presets.remove(id);
+                }
+                errors.push(error);
                 continue;
             }
         };

@@ -44,7 +44,7 @@ turns=$(wc -l < "history-$session" | tr -d ' ')
 echo "SAY turn $turns of $session${model:+ with $model}"
 case "$prompt" in
   fail-zero*) echo "RESULT partial"; echo "FAILED out of credits"; exit 0;;
-  result-one*) echo "RESULT all done"; echo "mini-agent: lost the connection" >&2; exit 1;;
+  result-one*) echo "RESULT all done"; echo "mini-agent: lost the connection (token $MINI_TOKEN)" >&2; exit 1;;
   block*) while [ ! -e release ]; do sleep 0.05; done; echo "RESULT released";;
   *) echo "RESULT echo: $prompt";;
 esac
@@ -63,6 +63,7 @@ fn mini_preset(program: &Path) -> Value {
             "--", "{prompt}"
         ],
         "framing": "lines",
+        "env": {"set": {"MINI_TOKEN": "preset-token-0123456789"}},
         "version": {"args": ["--version"], "contains": "mini-agent", "min": "1.0.0"},
         "matchers": {
             "session_id": [{"when": "^SESSION (?P<id>\\S+)$", "value": "id"}],
@@ -178,7 +179,7 @@ async fn exit_status_and_matchers_disagreeing_fail_the_turn() {
     assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
     let reason = end.result.reason.clone().unwrap_or_default();
     assert!(reason.starts_with("mini-agent exited (exit code 1) after its result line"), "{reason}");
-    assert!(reason.contains("lost the connection"), "{reason}");
+    assert!(reason.contains("lost the connection (token [redacted])"), "the preset's env value is secret: {reason}");
     assert_eq!(end.result.text.as_deref(), Some("all done"));
     assert_eq!(end.result.exit_status.and_then(|s| s.code), Some(1));
     assert_eq!((payload(&events).exit_code, payload(&events).text.as_deref()), (Some(1), Some("all done")));

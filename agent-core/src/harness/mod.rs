@@ -419,6 +419,16 @@ impl Harness {
             .collect())
     }
 
+    /// Session `id` in `store`, marked live or not and read back as [`Harness::list_stored_sessions`]
+    /// reads it (a snapshot whose runtime is gone is abandoned; one another harness sharing the
+    /// store runs is as written); `None` when the store holds no snapshot of it.
+    pub async fn stored_session_in(&self, store: &DynStore, id: &SessionId) -> Result<Option<StoredSession>> {
+        let Some(snapshot) = store.fetch_session(id).await? else { return Ok(None) };
+        let live = self.inner.registry.get(id).is_some();
+        let snapshot = if live { snapshot } else { self.read_back(snapshot) };
+        Ok(Some(StoredSession { live, session_id: id.clone(), snapshot }))
+    }
+
     /// Deletes a stopped session's stored history from its store (the default store, or the
     /// custom store its last run in this harness used). Refuses a live ID, and one its store
     /// holds nothing of ([`Error::SessionNotFound`]).
