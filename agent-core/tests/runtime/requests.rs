@@ -291,6 +291,31 @@ async fn a_deadline_that_passes_during_a_refused_answer_still_denies_the_request
     assert_eq!(stored.status, RequestStatus::Expired);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_request_the_provider_resolved_during_a_refused_answer_is_not_left_pending() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let (turn, request) = pending(&f, &session, &remote, approval("a22")).await;
+    let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    // The CLI resolves the request itself while our answer is on its way, then refuses it.
+    f.control.push_respond(CallBehavior::After(Duration::from_secs(1), Box::new(CallBehavior::Reject("gone".into()))));
+    let answering = tokio::spawn({
+        let (harness, request) = (f.harness.clone(), request.clone());
+        async move { harness.respond(&request, Response::approve()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    remote.request_resolved("a22").await;
+    assert!(answering.await.unwrap().is_err(), "the answer was refused");
+    let expired = next_of(&mut events, "request_expired").await;
+    assert!(
+        matches!(&expired.kind, EventKind::RequestExpired { reason: ExpiryReason::ProviderResolved, .. }),
+        "{expired:?}"
+    );
+    assert!(f.harness.status(&session).await.unwrap().pending_requests.is_empty());
+    let stored = f.dyn_store().fetch_request(&session.id, &request.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, RequestStatus::Expired);
+}
+
 /// Answers a pending approval while the provider takes `delivery` over it and cancels the
 /// turn meanwhile: the answer's result, the turn's event types, the stored request and what
 /// the provider received.

@@ -37,6 +37,8 @@ struct Entry {
     /// The deadline passed while a response was being delivered: if the provider refuses that
     /// response, the deadline's denial is due at once.
     deadline_missed: bool,
+    /// The provider resolved the request by itself while a response was being delivered.
+    provider_resolved: bool,
     /// Open from creation until the request is resolved or expires.
     span: Option<Span>,
 }
@@ -65,7 +67,14 @@ pub(super) struct Ledger {
 impl Ledger {
     pub(super) fn insert(&mut self, request: Request, deadline: Option<AbortHandle>, span: Span) {
         self.by_ref.insert(request.provider_ref.clone(), request.id.clone());
-        let entry = Entry { request, claim: None, deadline, deadline_missed: false, span: Some(span) };
+        let entry = Entry {
+            request,
+            claim: None,
+            deadline,
+            deadline_missed: false,
+            provider_resolved: false,
+            span: Some(span),
+        };
         self.entries.insert(entry.request.id.clone(), entry);
     }
 
@@ -201,10 +210,26 @@ impl Ledger {
     }
 
     /// The pending request the provider resolved by itself, unless a response of ours is in
-    /// flight (its acknowledgement decides the outcome then).
-    pub(super) fn resolved_by_provider(&self, provider_ref: &ProviderRef) -> Option<RequestId> {
-        let id = self.by_ref.get(provider_ref)?;
-        self.is_open(id).then(|| id.clone())
+    /// flight: its acknowledgement decides the outcome then, and a refusal leaves the
+    /// resolution to [`Ledger::take_provider_resolved`].
+    pub(super) fn resolved_by_provider(&mut self, provider_ref: &ProviderRef) -> Option<RequestId> {
+        let id = self.by_ref.get(provider_ref)?.clone();
+        let entry = self.entries.get_mut(&id)?;
+        if entry.request.status != RequestStatus::Pending {
+            return None;
+        }
+        if entry.claim.is_some() {
+            entry.provider_resolved = true;
+            return None;
+        }
+        Some(id)
+    }
+
+    /// True, once, when `request_id` is open again after the provider resolved it during a
+    /// delivery it then refused.
+    pub(super) fn take_provider_resolved(&mut self, request_id: &RequestId) -> bool {
+        let open = self.is_open(request_id);
+        self.entries.get_mut(request_id).is_some_and(|entry| open && std::mem::take(&mut entry.provider_resolved))
     }
 
     /// Drops every claim and deadline (the provider can no longer be reached); the callers

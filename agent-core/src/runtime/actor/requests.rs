@@ -164,8 +164,14 @@ impl Actor {
     }
 
     /// A refused answer left `request_id` open again: what happened while it was delivered
-    /// now applies. A deadline that passed meanwhile denies it; a cancel of its turn expires it.
+    /// now applies. The provider resolving it expires it; a deadline that passed meanwhile
+    /// denies it; a cancel of its turn expires it.
     fn after_refusal(&mut self, request_id: &RequestId) {
+        if self.ledger.take_provider_resolved(request_id) {
+            // The provider let go of it meanwhile (its refusal said as much).
+            self.expire_request(request_id, ExpiryReason::ProviderResolved, None);
+            return;
+        }
         if self.ledger.take_missed_deadline(request_id) {
             if let Some(request) = self.ledger.request(request_id).cloned() {
                 self.deliver(request, Response::deny("the request timed out"), Origin::Deadline);
