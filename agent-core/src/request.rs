@@ -517,7 +517,11 @@ fn validate_answer(request: &Request, answer: &Answer) -> Result<()> {
             {
                 return Err(Error::InvalidResponse(format!("question `{}` takes one answer", q.id)));
             }
-            Ok(())
+            match (answer, request.questions.first()) {
+                (Answer::Text(text), Some(q)) => check_values(q, std::slice::from_ref(text)),
+                (Answer::Many(values), Some(q)) => check_values(q, values),
+                _ => Ok(()),
+            }
         }
         Answer::ByQuestion(map) => {
             if let Some(unknown) = map.keys().find(|k| !request.questions.iter().any(|q| &q.id == *k)) {
@@ -531,12 +535,33 @@ fn validate_answer(request: &Request, answer: &Answer) -> Result<()> {
             {
                 return Err(Error::InvalidResponse(format!("question `{}` takes one answer", q.id)));
             }
-            Ok(())
+            request.questions.iter().try_for_each(|q| check_values(q, map.get(&q.id).map_or(&[][..], Vec::as_slice)))
         }
         Answer::Content(_) => Err(Error::InvalidResponse(
             "questions are answered with text (Response::answer or Response::answers)".into(),
         )),
     }
+}
+
+/// Checks the answer `values` of question `q`: at least one, and each one of its choices (by
+/// value or label) unless it takes other answers. Values are never quoted: they may be secret.
+fn check_values(q: &Question, values: &[String]) -> Result<()> {
+    if values.is_empty() {
+        return Err(Error::MissingAnswer { question_id: q.id.clone() });
+    }
+    if q.choices.is_empty() || q.allow_other {
+        return Ok(());
+    }
+    let offered = |value: &String| q.choices.iter().any(|c| c.value == *value || c.label == *value);
+    if values.iter().all(offered) {
+        return Ok(());
+    }
+    let choices: Vec<&str> = q.choices.iter().map(|c| c.value.as_str()).collect();
+    Err(Error::InvalidResponse(format!(
+        "question `{}` takes one of its choices ({}) and no other answer",
+        q.id,
+        choices.join(", ")
+    )))
 }
 
 /// The action of a [`Response`], for errors and events.
@@ -656,6 +681,22 @@ mod tests {
         ));
         assert!(matches!(Response::answer("Postgres").validate_for(&r), Err(Error::InvalidResponse(_))));
         assert!(Response::answers([("database", "Postgres"), ("region", "eu")]).validate_for(&r).is_ok());
+    }
+
+    #[test]
+    fn a_question_with_choices_takes_one_of_them_unless_it_allows_others() {
+        let mut question = Question::new("db", "Which?").with_choices([Choice::new("Postgres"), Choice::new("MySQL")]);
+        let r = request(RequestKind::Question, vec![question.clone()], vec![]);
+        assert!(Response::answer("MySQL").validate_for(&r).is_ok());
+        let err = Response::answer("Oracle").validate_for(&r).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidResponse(ref m) if m.contains("(Postgres, MySQL)") && !m.contains("Oracle"))
+        );
+        let none = Response::Answer { answer: Answer::ByQuestion([("db".to_owned(), Vec::new())].into()) };
+        assert!(matches!(none.validate_for(&r), Err(Error::MissingAnswer { question_id }) if question_id == "db"));
+        question.allow_other = true;
+        let open = request(RequestKind::Question, vec![question], vec![]);
+        assert!(Response::answer("Oracle").validate_for(&open).is_ok());
     }
 
     #[test]
