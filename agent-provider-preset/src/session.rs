@@ -89,6 +89,8 @@ struct Shared {
     sink: Sink,
     session_id: SessionId,
     conversation: Arc<Conversation>,
+    /// The CLI session ID this session last reported as its provider session ID.
+    reported: Mutex<Option<String>>,
     /// The turn in flight.
     running: Mutex<Option<Arc<TurnHandle>>>,
     /// Deadline of `cancel` (the turn's end after its process was stopped).
@@ -151,6 +153,7 @@ impl PresetSession {
         conversation: Arc<Conversation>,
         command_timeout: Duration,
     ) -> Self {
+        let reported = Mutex::new(conversation.state().session_id.clone());
         let shared = Shared {
             provider,
             preset,
@@ -159,6 +162,7 @@ impl PresetSession {
             sink,
             session_id,
             conversation,
+            reported,
             running: Mutex::new(None),
             command_timeout,
         };
@@ -392,20 +396,29 @@ impl Shared {
     /// (and so kept in the store). A turn whose process never started (cancelled or failed while
     /// waiting for its key) reports the number it would have had without taking it.
     async fn finish(&self, handle: &TurnHandle, found: Option<String>, outcome: Outcome, report: ExitReport) {
-        let (turn_number, changed, session_id) = {
+        let (turn_number, session_id) = {
             let mut state = self.conversation.state();
-            let changed = found.filter(|id| state.session_id.as_ref() != Some(id));
-            if let Some(id) = &changed {
-                state.session_id = Some(id.clone());
+            if let Some(id) = found {
+                state.session_id = Some(id);
             }
             let number = match handle.number.load(Ordering::SeqCst) {
                 0 => state.turns + 1,
                 number => number,
             };
-            (number, changed, state.session_id.clone())
+            (number, state.session_id.clone())
         };
-        if let Some(id) = changed {
-            let _ = self.sink.session_updated(Some(id), None).await;
+        // The key's conversation is this session's, whichever session of the key set it: a
+        // session that only continued it must record it too, to be resumed after a restart.
+        let changed = {
+            let mut reported = lock(&self.reported);
+            let changed = session_id.is_some() && *reported != session_id;
+            if changed {
+                reported.clone_from(&session_id);
+            }
+            changed
+        };
+        if changed {
+            let _ = self.sink.session_updated(session_id.clone(), None).await;
         }
         let payload = PresetResult {
             status: outcome.status,

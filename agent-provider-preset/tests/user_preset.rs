@@ -236,6 +236,8 @@ async fn one_turn_at_a_time_per_key_waits_or_fails() {
     let queued_events = queued.into_events().await;
     assert_eq!(terminal(&queued_events).status, TurnStatus::Completed, "{}", names(&queued_events));
     assert_eq!(said(&queued_events), [format!("turn 2 of {id}")], "one conversation for the key");
+    let status = mini.harness.status(&waiting).await.expect("status");
+    assert_eq!(status.provider_session_id.as_deref(), Some(id.as_str()), "recorded by each session that continued it");
     assert_eq!(payload(&queued_events).turn, 2, "turns that started a process count");
     assert_eq!(mini.argv(2)[..2], ["--resume".to_owned(), id]);
     mini.finish().await;
