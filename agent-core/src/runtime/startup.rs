@@ -286,7 +286,11 @@ impl Opening {
             None => (None, Durability::Disabled),
             Some(store) => {
                 // The open took time: what the plan saw of the stored session may be stale.
-                let replace = match recheck(&store, &session, &plan, &options, reservation.registry()).await {
+                let recheck = recheck(&store, &session, &plan, &options, reservation.registry());
+                let checked = tokio::time::timeout(finalize_timeout, recheck)
+                    .await
+                    .unwrap_or(Err(Error::StartupFinalizationTimeout { timeout: finalize_timeout }));
+                let replace = match checked {
                     Ok(replace) => replace,
                     Err(error) => {
                         close_bounded(runtime.as_ref(), finalize_timeout).await;

@@ -121,6 +121,8 @@ pub(crate) struct ControlledStore {
     pub(crate) inner: MemoryStore,
     mode: std::sync::Mutex<WriteMode>,
     fail_reads: std::sync::atomic::AtomicBool,
+    /// `fetch_session` never answers.
+    hang_session_reads: std::sync::atomic::AtomicBool,
     queued: std::sync::Mutex<(std::collections::VecDeque<QueuedBatch>, bool)>,
     /// The next `enqueue` panics (in [`WriteMode::Queued`]).
     panic_next_enqueue: std::sync::atomic::AtomicBool,
@@ -133,10 +135,16 @@ impl ControlledStore {
             inner: MemoryStore::new(),
             mode: std::sync::Mutex::new(WriteMode::Normal),
             fail_reads: Default::default(),
+            hang_session_reads: Default::default(),
             queued: Default::default(),
             panic_next_enqueue: Default::default(),
             enqueue_calls: Default::default(),
         })
+    }
+
+    /// Makes `fetch_session` hang from now on.
+    pub(crate) fn hang_session_reads(&self) {
+        self.hang_session_reads.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub(crate) fn set(&self, mode: WriteMode) {
@@ -188,6 +196,9 @@ impl Store for ControlledStore {
         self.inner.save_session(s).await
     }
     async fn fetch_session(&self, id: &SessionId) -> Result<Option<SessionSnapshot>, StoreError> {
+        if self.hang_session_reads.load(std::sync::atomic::Ordering::SeqCst) {
+            futures::future::pending::<()>().await;
+        }
         self.inner.fetch_session(id).await
     }
     async fn list_sessions(&self) -> Result<Vec<SessionSnapshot>, StoreError> {

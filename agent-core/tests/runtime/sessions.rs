@@ -797,3 +797,16 @@ async fn an_initial_commit_refused_as_a_conflict_fails_the_start_under_any_polic
     assert!(matches!(err, Error::Store(StoreError::Conflict(_))), "degraded into a running session: {err:?}");
     assert!(f.harness.list_sessions().is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_recheck_before_the_initial_commit_is_bounded_like_the_commit() {
+    let (f, store) = Fixture::controlled();
+    f.control.set_open(agent_core::testing::OpenBehavior::Delay(Duration::from_secs(5)));
+    let options = opts().id("stuck").startup_finalization_timeout(Duration::from_secs(3));
+    let start = opening(&f.harness, options).await;
+    // The store stops answering reads while the provider opens.
+    store.hang_session_reads();
+    let err = start.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::StartupFinalizationTimeout { .. }), "{err:?}");
+    assert!(f.harness.list_sessions().is_empty());
+}
