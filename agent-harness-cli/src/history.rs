@@ -99,8 +99,10 @@ pub(crate) async fn purge(args: PurgeArgs) -> Result<Exit, Failure> {
     let id = session_id("SESSION", &args.session)?;
     let (store, harness) = open(&args.store)?;
     let stored = snapshot(&store, &id).await?;
-    // Another process may be running it: the store cannot tell that from a killed host.
-    if stored.status.is_live() && !args.force {
+    // A snapshot that says a runtime holds the session names that runtime's process: the harness
+    // tells a live one (refused, --force or not) from a killed host (purged). One written
+    // without an owner (an older build) cannot be told apart, so it takes --force.
+    if stored.status.is_live() && stored.owner.is_none() && !args.force {
         return Err(Failure::failed(format!(
             "session `{id}` is running in another process, or its host was killed: pass --force to purge it anyway"
         )));

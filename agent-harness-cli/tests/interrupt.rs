@@ -167,18 +167,21 @@ async fn a_session_running_in_another_process_is_not_resumed_until_that_process_
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(output.stdout.is_empty(), "no event: {}", String::from_utf8_lossy(&output.stdout));
 
+    // Nor is it purged, --force or not: the store names its running process.
+    for force in [&[][..], &["--force"][..]] {
+        let output =
+            harness_cli(&[&["purge", "--store", &format!("sqlite:{}", db.display()), "held"], force].concat()).await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(&format!("is live in another harness (process {holder})")), "{stderr}");
+    }
+
     // The holder killed outright: its session is abandoned, and resuming it works.
     send(&first, libc::SIGKILL);
     tokio::time::timeout(Duration::from_secs(30), first.wait()).await.expect("exits").expect("status");
     // Its events end where it was killed: following them does not wait for a session nobody runs.
-    let follow = tokio::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"))
-        .args(["events", "--json", "--follow", "--store", &format!("sqlite:{}", db.display()), "held"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output();
-    let followed = tokio::time::timeout(Duration::from_secs(10), follow).await.expect("follow ends").unwrap();
+    let store = format!("sqlite:{}", db.display());
+    let followed = harness_cli(&["events", "--json", "--follow", "--store", &store, "held"]).await;
     assert_eq!(followed.status.code(), Some(0), "{}", String::from_utf8_lossy(&followed.stderr));
     assert!(String::from_utf8_lossy(&followed.stdout).contains("message_delta"));
     let mut third = run_stored(&env, &db, &["--resume", "held"]);
@@ -188,6 +191,24 @@ async fn a_session_running_in_another_process_is_not_resumed_until_that_process_
         seen.iter().any(|e| e["type"] == "turn_interrupted"),
         "the turn the killed run left open is closed: {seen:?}"
     );
+
+    // Killed in turn, the session is abandoned again: purged without --force.
+    send(&third, libc::SIGKILL);
+    tokio::time::timeout(Duration::from_secs(30), third.wait()).await.expect("exits").expect("status");
+    let output = harness_cli(&["purge", "--store", &format!("sqlite:{}", db.display()), "held"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+}
+
+/// `agent-harness ARGS`, to its end.
+async fn harness_cli(args: &[&str]) -> std::process::Output {
+    let command = tokio::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(Duration::from_secs(30), command).await.expect("ends").expect("runs")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
