@@ -345,7 +345,20 @@ impl Provider for PresetProvider {
         let conversation = self.conversations.get(&key);
         match &ctx.conversation {
             OpenConversation::Resume { provider_session_id } => {
-                conversation.state().session_id = Some(provider_session_id.clone());
+                let mut state = conversation.state();
+                // The map and this open hold two references; any more are live sessions of the
+                // key, whose next turns would silently continue the conversation named here.
+                let shared = Arc::strong_count(&conversation) > 2;
+                if let Some(current) = state.session_id.as_ref().filter(|c| shared && *c != provider_session_id) {
+                    return Err(Error::InvalidOption {
+                        option: "conversation",
+                        reason: format!(
+                            "key `{key}` continues conversation `{current}` for its other live sessions; resume \
+                             `{provider_session_id}` under another key"
+                        ),
+                    });
+                }
+                state.session_id = Some(provider_session_id.clone());
             }
             OpenConversation::New => {}
             _ => return Err(Error::Unsupported { provider: self.id.clone(), capability: Capability::Fork }),

@@ -514,3 +514,26 @@ async fn a_reused_request_id_denies_both_requests_and_approves_nothing() {
     support::finish(&harness, &exec).await;
     harness.shutdown().await;
 }
+
+/// A key is one conversation: resuming another one on a key other live sessions hold would
+/// move their next turns into it without a word, so it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_another_conversation_on_a_key_other_sessions_hold_is_refused() {
+    let mini = Mini::start();
+    let keyed = || mini.options(PresetOptions::new().key("shared"));
+    let first = mini.session(keyed().id("first")).await;
+    let (_, events) = support::run(&mini.harness, &first, "hello", |_| None).await;
+    let id = payload(&events).session_id.expect("session id");
+
+    let other = keyed().id("second").resume_provider_session("s-other");
+    let err = mini.harness.start_session("preset:mini-agent", other).await.unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidOption { option: "conversation", ref reason } if reason.contains(&id)),
+        "{err:?}"
+    );
+    // The key's own conversation may be resumed, and the first session's turns go on in it.
+    let _same = mini.session(keyed().id("third").resume_provider_session(id.clone())).await;
+    let (_, next) = support::run(&mini.harness, &first, "again", |_| None).await;
+    assert_eq!(said(&next), [format!("turn 2 of {id}")]);
+    mini.finish().await;
+}
