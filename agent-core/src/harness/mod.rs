@@ -28,7 +28,7 @@ use crate::runtime::registry::Registry;
 use crate::runtime::startup::Startup;
 use crate::runtime::{AwaitGrant, Command, Lookup, Replay, SessionHandle, Subscription, Target, TurnStream};
 use crate::runtime::{StartTurn, exit_reason};
-use crate::session::{ExitReason, SessionRef, SessionStatus, StoredSession};
+use crate::session::{ExitReason, SessionRef, SessionStatus};
 use crate::store::{DynStore, Store};
 use crate::time::Timestamp;
 use crate::turn::{Turn, TurnInput, TurnOutcome, TurnStatus};
@@ -391,97 +391,6 @@ impl Harness {
     /// Live sessions, by ID.
     pub fn list_sessions(&self) -> Vec<SessionRef> {
         self.inner.registry.live()
-    }
-
-    /// Sessions in the default store, each marked live or not (restart reconciliation).
-    ///
-    /// A snapshot that says a runtime holds the session while none does in this harness (its host
-    /// was killed, or its store failed before the final write) reads back as
-    /// [`SessionState::Abandoned`](crate::SessionState::Abandoned), with
-    /// [`SessionSnapshot::ended`](crate::session::SessionSnapshot::ended) saying what is known.
-    pub async fn list_stored_sessions(&self) -> Result<Vec<StoredSession>> {
-        match &self.inner.store {
-            Some(store) => self.list_stored_sessions_in(store).await,
-            None => Ok(Vec::new()),
-        }
-    }
-
-    /// Sessions in `store`, each marked live or not (see [`Harness::list_stored_sessions`]).
-    pub async fn list_stored_sessions_in(&self, store: &DynStore) -> Result<Vec<StoredSession>> {
-        let snapshots = store.list_sessions().await?;
-        Ok(snapshots
-            .into_iter()
-            .map(|snapshot| {
-                let live = self.inner.registry.get(&snapshot.id).is_some();
-                let snapshot = if live { snapshot } else { self.read_back(snapshot) };
-                StoredSession { live, session_id: snapshot.id.clone(), snapshot }
-            })
-            .collect())
-    }
-
-    /// Session `id` in `store`, marked live or not and read back as [`Harness::list_stored_sessions`]
-    /// reads it (a snapshot whose runtime is gone is abandoned; one another harness sharing the
-    /// store runs is as written); `None` when the store holds no snapshot of it.
-    pub async fn stored_session_in(&self, store: &DynStore, id: &SessionId) -> Result<Option<StoredSession>> {
-        let Some(snapshot) = store.fetch_session(id).await? else { return Ok(None) };
-        let live = self.inner.registry.get(id).is_some();
-        let snapshot = if live { snapshot } else { self.read_back(snapshot) };
-        Ok(Some(StoredSession { live, session_id: id.clone(), snapshot }))
-    }
-
-    /// Deletes a stopped session's stored history from its store (the default store, or the
-    /// custom store its last run in this harness used). Refuses a live ID, and one its store
-    /// holds nothing of ([`Error::SessionNotFound`]).
-    pub async fn purge_session(&self, session: &SessionRef) -> Result<()> {
-        match self.inner.store_of(&session.id) {
-            Some(store) => self.purge_session_in(&store, session).await,
-            None => {
-                // Nothing stored: all there is to forget is how the session ended.
-                self.refuse_live(&session.id)?;
-                if self.inner.registry.exit_reason(&session.id).is_none() {
-                    return Err(Error::SessionNotFound { id: session.id.clone() });
-                }
-                self.inner.forget(&session.id);
-                Ok(())
-            }
-        }
-    }
-
-    /// Deletes a stopped session's stored history from `store`. Refuses a live ID, one another
-    /// harness sharing the store holds live ([`Error::SessionLiveElsewhere`]), and an ID the
-    /// store holds nothing of ([`Error::SessionNotFound`]). A stale snapshot (abandoned by a
-    /// killed host) is first recorded as abandoned, so the store lets it go.
-    pub async fn purge_session_in(&self, store: &DynStore, session: &SessionRef) -> Result<()> {
-        self.refuse_live(&session.id)?;
-        match store.fetch_session(&session.id).await? {
-            Some(held) if let Some(pid) = self.inner.registry.holder(&held) => {
-                return Err(Error::SessionLiveElsewhere { id: session.id.clone(), pid });
-            }
-            Some(stale) if stale.is_open() => store.save_session(&self.read_back(stale)).await?,
-            Some(_) => {}
-            None if store.latest_seq(&session.id).await?.is_none() => {
-                return Err(Error::SessionNotFound { id: session.id.clone() });
-            }
-            None => {}
-        }
-        store.delete_session(&session.id).await?;
-        self.inner.forget(&session.id);
-        Ok(())
-    }
-
-    /// The PID of another harness sharing this session's store that holds it live, if one does
-    /// (a store that cannot be read says nothing).
-    async fn held_elsewhere(&self, id: &SessionId) -> Option<u32> {
-        let store = self.inner.store_of(id)?;
-        let snapshot = store.fetch_session(id).await.ok()??;
-        self.inner.registry.holder(&snapshot)
-    }
-
-    fn refuse_live(&self, id: &SessionId) -> Result<()> {
-        if self.inner.registry.contains(id) {
-            return Err(Error::SessionLive { id: id.clone() });
-        }
-        Ok(())
     }
 
     /// Records a turn and schedules its admission; returns once it is recorded (and committed

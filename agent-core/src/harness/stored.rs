@@ -1,5 +1,6 @@
 //! What the harness knows of sessions and turns that are not in a live session's memory: ended
-//! sessions (this harness's records, then the session's store), and the stored history of turns.
+//! sessions (this harness's records, then the session's store), stored sessions (listed, read
+//! back, purged), and the stored history of turns.
 
 use std::sync::Arc;
 
@@ -12,11 +13,102 @@ use crate::ids::{SessionId, TurnId};
 use crate::request::{Request, RequestStatus};
 use crate::runtime::subscription::{Grant, REPLAY_PAGE, past_latest};
 use crate::runtime::{Replay, SessionHandle, Subscription};
-use crate::session::{ExitReason, SessionSnapshot, SessionState};
+use crate::session::{ExitReason, SessionRef, SessionSnapshot, SessionState, StoredSession};
 use crate::store::{DynStore, EventQuery};
 use crate::turn::{Turn, TurnOutcome, TurnStatus};
 
 impl Harness {
+    /// Sessions in the default store, each marked live or not (restart reconciliation).
+    ///
+    /// A snapshot that says a runtime holds the session while none does in this harness (its host
+    /// was killed, or its store failed before the final write) reads back as
+    /// [`SessionState::Abandoned`](crate::SessionState::Abandoned), with
+    /// [`SessionSnapshot::ended`](crate::session::SessionSnapshot::ended) saying what is known.
+    pub async fn list_stored_sessions(&self) -> Result<Vec<StoredSession>> {
+        match &self.inner.store {
+            Some(store) => self.list_stored_sessions_in(store).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Sessions in `store`, each marked live or not (see [`Harness::list_stored_sessions`]).
+    pub async fn list_stored_sessions_in(&self, store: &DynStore) -> Result<Vec<StoredSession>> {
+        let snapshots = store.list_sessions().await?;
+        Ok(snapshots
+            .into_iter()
+            .map(|snapshot| {
+                let live = self.inner.registry.get(&snapshot.id).is_some();
+                let snapshot = if live { snapshot } else { self.read_back(snapshot) };
+                StoredSession { live, session_id: snapshot.id.clone(), snapshot }
+            })
+            .collect())
+    }
+
+    /// Session `id` in `store`, marked live or not and read back as [`Harness::list_stored_sessions`]
+    /// reads it (a snapshot whose runtime is gone is abandoned; one another harness sharing the
+    /// store runs is as written); `None` when the store holds no snapshot of it.
+    pub async fn stored_session_in(&self, store: &DynStore, id: &SessionId) -> Result<Option<StoredSession>> {
+        let Some(snapshot) = store.fetch_session(id).await? else { return Ok(None) };
+        let live = self.inner.registry.get(id).is_some();
+        let snapshot = if live { snapshot } else { self.read_back(snapshot) };
+        Ok(Some(StoredSession { live, session_id: id.clone(), snapshot }))
+    }
+
+    /// Deletes a stopped session's stored history from its store (the default store, or the
+    /// custom store its last run in this harness used). Refuses a live ID, and one its store
+    /// holds nothing of ([`Error::SessionNotFound`]).
+    pub async fn purge_session(&self, session: &SessionRef) -> Result<()> {
+        match self.inner.store_of(&session.id) {
+            Some(store) => self.purge_session_in(&store, session).await,
+            None => {
+                // Nothing stored: all there is to forget is how the session ended.
+                self.refuse_live(&session.id)?;
+                if self.inner.registry.exit_reason(&session.id).is_none() {
+                    return Err(Error::SessionNotFound { id: session.id.clone() });
+                }
+                self.inner.forget(&session.id);
+                Ok(())
+            }
+        }
+    }
+
+    /// Deletes a stopped session's stored history from `store`. Refuses a live ID, one another
+    /// harness sharing the store holds live ([`Error::SessionLiveElsewhere`]), and an ID the
+    /// store holds nothing of ([`Error::SessionNotFound`]). A stale snapshot (abandoned by a
+    /// killed host) is first recorded as abandoned, so the store lets it go.
+    pub async fn purge_session_in(&self, store: &DynStore, session: &SessionRef) -> Result<()> {
+        self.refuse_live(&session.id)?;
+        match store.fetch_session(&session.id).await? {
+            Some(held) if let Some(pid) = self.inner.registry.holder(&held) => {
+                return Err(Error::SessionLiveElsewhere { id: session.id.clone(), pid });
+            }
+            Some(stale) if stale.is_open() => store.save_session(&self.read_back(stale)).await?,
+            Some(_) => {}
+            None if store.latest_seq(&session.id).await?.is_none() => {
+                return Err(Error::SessionNotFound { id: session.id.clone() });
+            }
+            None => {}
+        }
+        store.delete_session(&session.id).await?;
+        self.inner.forget(&session.id);
+        Ok(())
+    }
+
+    /// The PID of another harness sharing this session's store that holds it live, if one does
+    /// (a store that cannot be read says nothing).
+    pub(super) async fn held_elsewhere(&self, id: &SessionId) -> Option<u32> {
+        let store = self.inner.store_of(id)?;
+        let snapshot = store.fetch_session(id).await.ok()??;
+        self.inner.registry.holder(&snapshot)
+    }
+
+    fn refuse_live(&self, id: &SessionId) -> Result<()> {
+        if self.inner.registry.contains(id) {
+            return Err(Error::SessionLive { id: id.clone() });
+        }
+        Ok(())
+    }
+
     /// The error for a call on a session that is not live: [`Error::SessionClosed`] with how it
     /// ended when this harness or the session's store knows, [`Error::SessionNotFound`]
     /// otherwise (never started, purged, or only an unfinished startup attempt is stored).
