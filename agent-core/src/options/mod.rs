@@ -19,6 +19,10 @@ use crate::exec::DynExec;
 use crate::ids::{SessionId, TurnId};
 use crate::store::{DynStore, Store};
 
+mod conversation;
+
+pub use conversation::{Conversation, ConversationMode, ConversationSource, provider_conversation_problem};
+
 /// Default `event_buffer_size`.
 pub const DEFAULT_EVENT_BUFFER_SIZE: usize = 1000;
 /// Largest `event_buffer_size`: the live channel of a session's subscribers is allocated at
@@ -341,101 +345,6 @@ pub enum AuthMode {
     Subscription,
     /// Pass the environment through as given (API keys, custom endpoints, remote exec).
     Inherit,
-}
-
-/// Which provider conversation a session opens: a new one (the default), or an earlier one
-/// resumed or forked. A session never falls back to a fresh conversation when the one asked for
-/// cannot be continued: the start fails with [`Error::ResumeFailed`].
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "mode", content = "from")]
-#[non_exhaustive]
-pub enum Conversation {
-    /// A new provider conversation.
-    #[default]
-    New,
-    /// Continue an earlier conversation (needs the `resume` capability).
-    Resume(ConversationSource),
-    /// Branch an earlier conversation into a new one (needs the `fork` capability).
-    Fork(ConversationSource),
-}
-
-impl Conversation {
-    /// Resume or fork; `None` for a new conversation.
-    pub fn mode(&self) -> Option<ConversationMode> {
-        match self {
-            Conversation::New => None,
-            Conversation::Resume(_) => Some(ConversationMode::Resume),
-            Conversation::Fork(_) => Some(ConversationMode::Fork),
-        }
-    }
-
-    /// Where a resumed or forked conversation comes from.
-    pub fn source(&self) -> Option<&ConversationSource> {
-        match self {
-            Conversation::New => None,
-            Conversation::Resume(source) | Conversation::Fork(source) => Some(source),
-        }
-    }
-}
-
-/// Where a resumed or forked conversation comes from.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum ConversationSource {
-    /// A stopped session of the session's store: its provider conversation is the one recorded in
-    /// its snapshot. Resuming it continues the session under its own ID and its stored history
-    /// (`seq` goes on where it stopped); forking it starts a new session.
-    Session(SessionId),
-    /// A provider conversation by the provider's own ID (a Codex thread ID, a Claude session ID).
-    /// The session starts with an empty history.
-    Provider(String),
-}
-
-/// Why `id` cannot be a provider conversation ID, if it cannot: blank, starting with `-` (a CLI
-/// given `--resume <id>` would read it as an option of its own — `--help`, or a flag the auth
-/// guard refuses in `extra_args`), or holding a control character. Checked for the IDs callers
-/// pass ([`SessionOptions::validate`]), the IDs a stored session records when it is resumed,
-/// and the IDs a preset reads from its CLI's output.
-///
-/// ```
-/// use agent_core::options::provider_conversation_problem;
-///
-/// assert_eq!(provider_conversation_problem("5e55105e-0000-4000-8000-000000000001"), None);
-/// assert!(provider_conversation_problem("--settings={}").is_some());
-/// assert!(provider_conversation_problem(" ").is_some());
-/// assert!(provider_conversation_problem("a\nb").is_some());
-/// ```
-pub fn provider_conversation_problem(id: &str) -> Option<&'static str> {
-    if id.trim().is_empty() {
-        Some("must not be empty")
-    } else if id.starts_with('-') {
-        Some("must not start with `-` (the CLI would read it as an option)")
-    } else if id.chars().any(char::is_control) {
-        Some("must not hold control characters")
-    } else {
-        None
-    }
-}
-
-/// Resume or fork, for errors and events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum ConversationMode {
-    /// Continue the conversation.
-    Resume,
-    /// Branch the conversation.
-    Fork,
-}
-
-impl fmt::Display for ConversationMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ConversationMode::Resume => "resume",
-            ConversationMode::Fork => "fork",
-        })
-    }
 }
 
 /// How many completed turns a live session keeps for `await_turn`.
@@ -945,108 +854,4 @@ impl Fnv128 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tmp() -> PathBuf {
-        std::env::temp_dir()
-    }
-
-    #[track_caller]
-    fn invalid(options: SessionOptions, option: &str) {
-        match options.validate() {
-            Err(Error::InvalidOption { option: got, .. }) => assert_eq!(got, option),
-            other => panic!("expected invalid `{option}`, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn defaults_follow_the_seed() {
-        let o = SessionOptions::new(tmp());
-        assert_eq!(o.event_buffer_size, 1000);
-        assert_eq!(o.effective_cache_size(), CacheSize::Bounded(1000));
-        assert_eq!(o.startup_timeout, Duration::from_secs(30));
-        assert_eq!(o.startup_finalization_timeout, Duration::from_secs(5));
-        assert_eq!(o.turn_start_timeout, Duration::from_secs(30));
-        assert_eq!(o.provider_command_timeout, Duration::from_secs(30));
-        assert_eq!(o.store_failure, StoreFailurePolicy::Degrade);
-        assert_eq!(o.reuse, Reuse::Never);
-        assert_eq!(o.auth, AuthMode::Subscription);
-        assert!(o.validate().unwrap().is_none());
-    }
-
-    #[test]
-    fn cwd_rules() {
-        invalid(SessionOptions::default(), "cwd");
-        invalid(SessionOptions::new("relative/dir"), "cwd");
-        invalid(SessionOptions::new("/definitely/not/here/agent-harness"), "cwd");
-    }
-
-    #[test]
-    fn sizes_timeouts_and_shapes() {
-        invalid(SessionOptions::new(tmp()).event_buffer_size(0), "event_buffer_size");
-        invalid(SessionOptions::new(tmp()).startup_timeout(Duration::ZERO), "startup_timeout");
-        invalid(SessionOptions::new(tmp()).turn_start_timeout(Duration::ZERO), "turn_start_timeout");
-        invalid(SessionOptions::new(tmp()).model(" "), "model");
-        invalid(SessionOptions::new(tmp()).skill(Skill::new("s", "rel/SKILL.md")), "skills");
-        invalid(SessionOptions::new(tmp()).env("A=B", "x"), "env");
-        invalid(SessionOptions::new(tmp()).mcp_server("m", McpServer::http("ftp://x")), "mcp_servers");
-        // A conversation ID becomes an argument after `--resume`: it may not pass as an option.
-        for id in [" ", "--settings={\"hooks\":{}}", "-x", "a\nb"] {
-            invalid(SessionOptions::new(tmp()).resume_provider_session(id), "conversation");
-            invalid(SessionOptions::new(tmp()).fork_provider_session(id), "conversation");
-        }
-        assert!(matches!(SessionOptions::new(tmp()).id("bad id").validate(), Err(Error::InvalidSessionId { .. })));
-    }
-
-    #[test]
-    fn debug_never_shows_secret_values() {
-        // Every field that can hold a secret carries one; the Debug impls name every field, so a
-        // new field cannot be printed without a decision.
-        let mut http = McpServer::http("https://user:sekrit-userinfo@mcp.example/v1?token=sekrit-query");
-        if let McpServer::Http { headers, .. } = &mut http {
-            headers.insert("Authorization".into(), "Bearer sekrit-header".into());
-        }
-        let mut stdio = McpServer::stdio("tool-server", ["--token", "sekrit-arg"]);
-        if let McpServer::Stdio { env, .. } = &mut stdio {
-            env.insert("TOOL_TOKEN".into(), "sekrit-mcp-env".into());
-        }
-        let o = SessionOptions::new(tmp())
-            .env("OPENAI_API_KEY", "sk-sekrit-value")
-            .mcp_server("web", http)
-            .mcp_server("tools", stdio)
-            .metadata("note", "sekrit-metadata")
-            .provider_option(String::from("sekrit-provider-option"))
-            .system_prompt("sekrit-prompt-text");
-        let text = format!("{o:?}");
-        assert!(!text.contains("sekrit"), "{text}");
-        for name in ["OPENAI_API_KEY", "TOOL_TOKEN", "Authorization", "note", "mcp.example/v1", "tool-server"] {
-            assert!(text.contains(name), "{name} stays visible: {text}");
-        }
-        let turn = TurnOptions::new().metadata("note", "sekrit-turn-metadata");
-        let text = format!("{turn:?}");
-        assert!(!text.contains("sekrit") && text.contains("note"), "{text}");
-    }
-
-    #[test]
-    fn fingerprint_tracks_configuration_but_not_secret_values() {
-        let a = SessionOptions::new(tmp()).model("m1").env("TOKEN", "one");
-        let b = SessionOptions::new(tmp()).model("m1").env("TOKEN", "two");
-        let c = SessionOptions::new(tmp()).model("m2").env("TOKEN", "one");
-        assert_eq!(a.fingerprint("codex"), b.fingerprint("codex"));
-        assert_ne!(a.fingerprint("codex"), c.fingerprint("codex"));
-        assert_ne!(a.fingerprint("codex"), a.fingerprint("claude"));
-        assert_eq!(a.fingerprint("codex").len(), 32);
-    }
-
-    #[test]
-    fn provider_options_are_typed() {
-        #[derive(Debug, PartialEq)]
-        struct CodexExtras {
-            profile: &'static str,
-        }
-        let o = SessionOptions::new(tmp()).provider_option(CodexExtras { profile: "p" });
-        assert_eq!(o.provider_options.get::<CodexExtras>(), Some(&CodexExtras { profile: "p" }));
-        assert_eq!(o.provider_options.get::<String>(), None);
-    }
-}
+mod tests;

@@ -1,0 +1,105 @@
+//! The option types' checks, defaults and `Debug` output.
+
+use super::*;
+
+fn tmp() -> PathBuf {
+    std::env::temp_dir()
+}
+
+#[track_caller]
+fn invalid(options: SessionOptions, option: &str) {
+    match options.validate() {
+        Err(Error::InvalidOption { option: got, .. }) => assert_eq!(got, option),
+        other => panic!("expected invalid `{option}`, got {other:?}"),
+    }
+}
+
+#[test]
+fn defaults_follow_the_seed() {
+    let o = SessionOptions::new(tmp());
+    assert_eq!(o.event_buffer_size, 1000);
+    assert_eq!(o.effective_cache_size(), CacheSize::Bounded(1000));
+    assert_eq!(o.startup_timeout, Duration::from_secs(30));
+    assert_eq!(o.startup_finalization_timeout, Duration::from_secs(5));
+    assert_eq!(o.turn_start_timeout, Duration::from_secs(30));
+    assert_eq!(o.provider_command_timeout, Duration::from_secs(30));
+    assert_eq!(o.store_failure, StoreFailurePolicy::Degrade);
+    assert_eq!(o.reuse, Reuse::Never);
+    assert_eq!(o.auth, AuthMode::Subscription);
+    assert!(o.validate().unwrap().is_none());
+}
+
+#[test]
+fn cwd_rules() {
+    invalid(SessionOptions::default(), "cwd");
+    invalid(SessionOptions::new("relative/dir"), "cwd");
+    invalid(SessionOptions::new("/definitely/not/here/agent-harness"), "cwd");
+}
+
+#[test]
+fn sizes_timeouts_and_shapes() {
+    invalid(SessionOptions::new(tmp()).event_buffer_size(0), "event_buffer_size");
+    invalid(SessionOptions::new(tmp()).startup_timeout(Duration::ZERO), "startup_timeout");
+    invalid(SessionOptions::new(tmp()).turn_start_timeout(Duration::ZERO), "turn_start_timeout");
+    invalid(SessionOptions::new(tmp()).model(" "), "model");
+    invalid(SessionOptions::new(tmp()).skill(Skill::new("s", "rel/SKILL.md")), "skills");
+    invalid(SessionOptions::new(tmp()).env("A=B", "x"), "env");
+    invalid(SessionOptions::new(tmp()).mcp_server("m", McpServer::http("ftp://x")), "mcp_servers");
+    // A conversation ID becomes an argument after `--resume`: it may not pass as an option.
+    for id in [" ", "--settings={\"hooks\":{}}", "-x", "a\nb"] {
+        invalid(SessionOptions::new(tmp()).resume_provider_session(id), "conversation");
+        invalid(SessionOptions::new(tmp()).fork_provider_session(id), "conversation");
+    }
+    assert!(matches!(SessionOptions::new(tmp()).id("bad id").validate(), Err(Error::InvalidSessionId { .. })));
+}
+
+#[test]
+fn debug_never_shows_secret_values() {
+    // Every field that can hold a secret carries one; the Debug impls name every field, so a
+    // new field cannot be printed without a decision.
+    let mut http = McpServer::http("https://user:sekrit-userinfo@mcp.example/v1?token=sekrit-query");
+    if let McpServer::Http { headers, .. } = &mut http {
+        headers.insert("Authorization".into(), "Bearer sekrit-header".into());
+    }
+    let mut stdio = McpServer::stdio("tool-server", ["--token", "sekrit-arg"]);
+    if let McpServer::Stdio { env, .. } = &mut stdio {
+        env.insert("TOOL_TOKEN".into(), "sekrit-mcp-env".into());
+    }
+    let o = SessionOptions::new(tmp())
+        .env("OPENAI_API_KEY", "sk-sekrit-value")
+        .mcp_server("web", http)
+        .mcp_server("tools", stdio)
+        .metadata("note", "sekrit-metadata")
+        .provider_option(String::from("sekrit-provider-option"))
+        .system_prompt("sekrit-prompt-text");
+    let text = format!("{o:?}");
+    assert!(!text.contains("sekrit"), "{text}");
+    for name in ["OPENAI_API_KEY", "TOOL_TOKEN", "Authorization", "note", "mcp.example/v1", "tool-server"] {
+        assert!(text.contains(name), "{name} stays visible: {text}");
+    }
+    let turn = TurnOptions::new().metadata("note", "sekrit-turn-metadata");
+    let text = format!("{turn:?}");
+    assert!(!text.contains("sekrit") && text.contains("note"), "{text}");
+}
+
+#[test]
+fn fingerprint_tracks_configuration_but_not_secret_values() {
+    let a = SessionOptions::new(tmp()).model("m1").env("TOKEN", "one");
+    let b = SessionOptions::new(tmp()).model("m1").env("TOKEN", "two");
+    let c = SessionOptions::new(tmp()).model("m2").env("TOKEN", "one");
+    assert_eq!(a.fingerprint("codex"), b.fingerprint("codex"));
+    assert_ne!(a.fingerprint("codex"), c.fingerprint("codex"));
+    assert_ne!(a.fingerprint("codex"), a.fingerprint("claude"));
+    assert_eq!(a.fingerprint("codex").len(), 32);
+}
+
+#[test]
+fn provider_options_are_typed() {
+    #[derive(Debug, PartialEq)]
+    struct CodexExtras {
+        profile: &'static str,
+    }
+    let o = SessionOptions::new(tmp()).provider_option(CodexExtras { profile: "p" });
+    assert_eq!(o.provider_options.get::<CodexExtras>(), Some(&CodexExtras { profile: "p" }));
+    assert_eq!(o.provider_options.get::<String>(), None);
+}
