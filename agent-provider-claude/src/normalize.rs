@@ -23,7 +23,7 @@ use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EventKind, ItemId, TurnId, TurnResult, TurnStatus};
 use agent_provider_kit::clones::Clones;
 use agent_provider_kit::framing::Bytes;
-use agent_provider_kit::permission_prompt::ToolUseRequest;
+use agent_provider_kit::permission_prompt::{ToolUseRequest, reused_request_id};
 use serde_json::{Value, json};
 
 use crate::requests::{self, PendingTool, SessionRule};
@@ -524,13 +524,10 @@ impl Normalizer {
             }
         }
         if self.requests.remove(&id).is_some() {
-            // Two waiting requests under one ID: an answer could reach the other tool use than
-            // the one it was given for. Neither is approved.
-            let message = format!("claude reused control request ID `{id}` while a request under it waited");
-            let deny = json!({"behavior": "deny", "message": format!("{message}; both were denied")});
-            actions.push(Action::Write(wire::control_response(&id, Ok(Some(deny)))));
+            let (deny, message) = reused_request_id("claude", &id);
+            actions.push(Action::Write(deny));
             actions.push(Action::Resolved { provider_ref: ProviderRef(id), raw: None });
-            return self.emit(actions, EventKind::Warning { message: format!("{message}: both were denied") });
+            return self.emit(actions, EventKind::Warning { message });
         }
         let (spec, pending) = requests::request_spec(&id, request);
         self.requests.insert(id, pending);

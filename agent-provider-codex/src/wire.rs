@@ -144,14 +144,15 @@ pub(crate) struct RpcError {
 
 impl RpcError {
     /// An `error` member of any shape. An `error` says codex did not act whatever it holds, so
-    /// one that is not the JSON-RPC object is kept as its message (a string as its text,
-    /// anything else as its JSON) with code 0, rather than read as a broken connection.
+    /// one that is not the JSON-RPC object is kept as its message (the kit's
+    /// [`error_text`](agent_provider_kit::rpc::error_text)) with code 0, rather than read as a
+    /// broken connection.
     pub(crate) fn lenient(raw: &RawValue) -> RpcError {
         // Only an object: serde would read a struct from an array too.
         let object = raw.get().starts_with('{').then(|| serde_json::from_str(raw.get()).ok()).flatten();
-        object.unwrap_or_else(|| RpcError {
-            code: 0,
-            message: serde_json::from_str::<String>(raw.get()).unwrap_or_else(|_| raw.get().to_owned()),
+        object.unwrap_or_else(|| {
+            let text = agent_provider_kit::rpc::error_text(&mut serde_json::Deserializer::from_str(raw.get()));
+            RpcError { code: 0, message: text.ok().flatten().unwrap_or_default() }
         })
     }
 }

@@ -332,6 +332,16 @@ pub fn control_response(request_id: &str, outcome: Result<Option<Value>, String>
     }
 }
 
+/// What answers a `can_use_tool` request whose `request_id` the CLI reused while a request under
+/// it waited: an answer given for one tool use could reach the other, so neither is approved.
+/// Returns the control response denying the ID (once: it settles the CLI's waiter) and the
+/// warning to show; the provider ends the waiting request itself.
+pub fn reused_request_id(cli: &str, request_id: &str) -> (Value, String) {
+    let message = format!("{cli} reused control request ID `{request_id}` while a request under it waited");
+    let deny = json!({"behavior": "deny", "message": format!("{message}; both were denied")});
+    (control_response(request_id, Ok(Some(deny))), format!("{message}: both were denied"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

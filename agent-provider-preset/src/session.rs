@@ -361,17 +361,12 @@ impl Shared {
                         self.sink.request(&handle.turn, *spec, raw).await?;
                         continue;
                     }
-                    // Two waiting requests under one ID: an answer could reach the other tool
-                    // use than the one it was given for. Neither is approved.
-                    let message =
-                        format!("{} reused control request ID `{id}` while a request under it waited", self.preset.id);
-                    let deny = json!({"behavior": "deny", "message": format!("{message}; both were denied")});
-                    if let Err(error) = process.write_line(&encode_line(&control_response(&id, Ok(Some(deny))))).await {
+                    let (deny, message) = permission_prompt::reused_request_id(&self.preset.id, &id);
+                    if let Err(error) = process.write_line(&encode_line(&deny)).await {
                         tracing::debug!(%error, preset = %self.preset.id, "could not deny a reused request ID");
                     }
                     self.sink.request_resolved(agent_core::request::ProviderRef(id), None).await?;
-                    let warning = EventKind::Warning { message: format!("{message}: both were denied") };
-                    self.sink.emit(turn, warning, None).await?;
+                    self.sink.emit(turn, EventKind::Warning { message }, None).await?;
                 }
                 Action::Resolved(provider_ref) => {
                     if lock(&handle.pending).remove(&provider_ref.0).is_some() {

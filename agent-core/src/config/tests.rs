@@ -1,7 +1,6 @@
 //! Tests of `SessionConfig`: parsing, errors by path, applying, and the schema.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use serde_json::json;
 
@@ -281,14 +280,16 @@ fn debug_shows_no_secret_values() {
     assert!(text.contains("token") && text.contains("ticket"), "{text}");
 }
 
+/// A harness with the scripted provider and no store.
+fn scripted_harness() -> (Harness, crate::testing::ScriptedControl) {
+    let (provider, control) = ScriptedProvider::new("scripted");
+    let harness = Harness::builder().provider(provider).store(crate::StoreChoice::Disabled).build().expect("harness");
+    (harness, control)
+}
+
 #[tokio::test]
 async fn the_harness_starts_a_session_from_a_config() {
-    let (provider, _) = ScriptedProvider::new("scripted");
-    let harness = Harness::builder()
-        .provider(Arc::clone(&provider))
-        .store(crate::StoreChoice::Disabled)
-        .build()
-        .expect("harness");
+    let (harness, _) = scripted_harness();
     let cwd = std::env::temp_dir();
     let config = SessionConfig::from_json_value(json!({
         "provider": "scripted",
@@ -304,12 +305,7 @@ async fn the_harness_starts_a_session_from_a_config() {
 
 #[tokio::test]
 async fn a_bad_config_starts_nothing() {
-    let (provider, control) = ScriptedProvider::new("scripted");
-    let harness = Harness::builder()
-        .provider(Arc::clone(&provider))
-        .store(crate::StoreChoice::Disabled)
-        .build()
-        .expect("harness");
+    let (harness, control) = scripted_harness();
     let cwd = std::env::temp_dir();
     let mut options = SessionConfig::new("scripted");
     options.cwd = Some(cwd.clone());
