@@ -41,6 +41,15 @@ const STDIN_CLOSE: Duration = Duration::from_secs(2);
 /// The reason of a turn `cancel` stopped.
 const STOPPED: &str = "cancelled: the turn's process was stopped";
 
+/// Aborts a task when dropped.
+struct AbortsOnDrop(AbortHandle);
+
+impl Drop for AbortsOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// What every turn of the session runs with.
 #[derive(Clone)]
 pub(crate) struct RunConfig {
@@ -263,7 +272,9 @@ impl Shared {
         }
         let session_id = self.conversation.state().session_id.clone();
         let mut reader = TurnReader::new(&self.preset, session_id, self.run.approvals.clone());
-        self.deliver_prompt(&process, &prompt).await;
+        // Written beside the reading of stdout: a CLI may write more than a pipe holds before it
+        // reads a prompt larger than one, and each side would wait on the other.
+        let _delivery = self.deliver_prompt(&process, prompt).await;
         let mut lines = LineReader::new(stdout, self.preset.max_line_bytes);
         let mut actions = Vec::new();
         let read_error = loop {
@@ -311,28 +322,35 @@ impl Shared {
         self.finish(&handle, session_id, outcome, report).await;
     }
 
-    /// Sends the prompt the way the preset takes it.
-    async fn deliver_prompt(&self, process: &CliProcess, prompt: &str) {
-        let written = if self.run.approvals.is_some() {
+    /// Sends the prompt the way the preset takes it: on the command line (stdin closes at once),
+    /// or on stdin from a task of its own, ended when the returned guard drops.
+    async fn deliver_prompt(&self, process: &Arc<CliProcess>, prompt: String) -> Option<AbortsOnDrop> {
+        let (input, close) = if self.run.approvals.is_some() {
             let line = json!({
                 "type": "user",
                 "message": {"role": "user", "content": prompt},
                 "parent_tool_use_id": null,
                 "session_id": "",
             });
-            process.write_line(&encode_line(&line)).await
+            (encode_line(&line), false)
         } else if self.preset.prompt == PromptDelivery::Stdin {
-            let written = process.write_line(prompt.as_bytes()).await;
-            process.close_stdin(STDIN_CLOSE).await;
-            written
+            (prompt.into_bytes(), true)
         } else {
             process.close_stdin(STDIN_CLOSE).await;
-            Ok(())
+            return None;
         };
-        if let Err(error) = written {
-            // The process is gone already; its exit ends the turn.
-            tracing::debug!(%error, preset = %self.preset.id, "could not write the prompt");
-        }
+        let process = Arc::clone(process);
+        let preset = self.preset.id.clone();
+        let task = tokio::spawn(async move {
+            if let Err(error) = process.write_line(&input).await {
+                // The process is gone already; its exit ends the turn.
+                tracing::debug!(%error, %preset, "could not write the prompt");
+            }
+            if close {
+                process.close_stdin(STDIN_CLOSE).await;
+            }
+        });
+        Some(AbortsOnDrop(task.abort_handle()))
     }
 
     /// Carries out what the reader asked for, leaving `actions` empty. Errs when the session

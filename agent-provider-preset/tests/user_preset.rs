@@ -537,3 +537,45 @@ async fn resuming_another_conversation_on_a_key_other_sessions_hold_is_refused()
     assert_eq!(said(&next), [format!("turn 2 of {id}")]);
     mini.finish().await;
 }
+
+/// Writes 300 KB to stdout, more than a pipe holds, before it reads its prompt from stdin.
+const CHATTY: &str = r#"
+if [ "$1" = "--version" ]; then echo "chatty 1.0.0"; exit 0; fi
+line=$(printf '%0999d' 0)
+i=0
+while [ $i -lt 300 ]; do echo "$line"; i=$((i + 1)); done
+echo "RESULT read $(wc -c | tr -d ' ') bytes"
+"#;
+
+/// A prompt on stdin goes beside the reading of stdout: a CLI that writes more than a pipe
+/// holds before reading a prompt larger than one would wait on us while we waited on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_stdin_prompt_to_a_cli_that_writes_first_does_not_deadlock() {
+    let programs = ProgramDir::new("preset-chatty");
+    let script = programs.script("chatty", CHATTY);
+    let preset = json!({
+        "schema_version": 1, "id": "chatty", "program": script, "framing": "lines",
+        "args": [], "prompt": "stdin",
+        "version": {"args": ["--version"], "contains": "chatty", "min": "1.0.0"},
+        "matchers": {"result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]},
+        "events": [{"when": "^0+$", "emit": "drop"}, {"when": "^RESULT ", "emit": "drop"}]
+    });
+    let presets = programs.dir("presets");
+    std::fs::write(presets.join("chatty.json"), preset.to_string()).expect("preset written");
+    let workspace = programs.dir("work");
+    let catalog = PresetCatalog::builder(AllowList::shipped().allow(&script)).dir(&presets).load();
+    assert!(catalog.errors().is_empty(), "{:?}", catalog.errors());
+    let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
+    let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));
+    let session =
+        harness.start_session("preset:chatty", SessionOptions::new(&workspace)).await.expect("session starts");
+
+    let prompt = "p".repeat(1 << 20);
+    let run = support::run(&harness, &session, &prompt, |_| None);
+    let (_, events) = tokio::time::timeout(Duration::from_secs(30), run).await.expect("the turn ends");
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(payload(&events).text.as_deref(), Some("read 1048576 bytes"), "{}", names(&events));
+    support::finish(&harness, &exec).await;
+    harness.shutdown().await;
+}
