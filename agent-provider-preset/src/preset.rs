@@ -524,11 +524,36 @@ fn check_program(program: &str, allow: &AllowList) -> Result<(), Problem> {
     allow.allows(Path::new(program)).map_err(|why| Problem::new("program", why.to_string()))
 }
 
+/// Variables through which an interpreter or the C library loads code of the variable's
+/// choosing into the program: Node's options (`--require`) and module path, the shells' startup
+/// files, Python's, Perl's and Ruby's paths and options, the JVM's agents, glibc's charset
+/// modules.
+const LOADS_CODE: &[&str] = &[
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "BASH_ENV",
+    "ENV",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "PYTHONUSERBASE",
+    "PERL5OPT",
+    "PERL5LIB",
+    "PERLLIB",
+    "RUBYOPT",
+    "RUBYLIB",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+    "GCONV_PATH",
+];
+
 /// Whether setting `name` decides which program or code a spawn runs: `PATH` (where a bare
-/// program name is found) and the dynamic loader's variables (code loaded into any program).
+/// program name is found), the dynamic loader's variables (code loaded into any program) and
+/// [`LOADS_CODE`].
 fn chooses_code(name: &str) -> bool {
     let name = name.to_ascii_uppercase();
-    name == "PATH" || name.starts_with("LD_") || name.starts_with("DYLD_")
+    name == "PATH" || name.starts_with("LD_") || name.starts_with("DYLD_") || LOADS_CODE.contains(&name.as_str())
 }
 
 fn check_env_name(name: &str, path: &str) -> Result<(), Problem> {
@@ -773,7 +798,9 @@ pub(crate) mod tests {
         refused(with(minimal(), "/events", json!([{"when": "x", "emit": "nope"}])), "events[0].emit", "unknown event");
         refused(with(minimal(), "/version", json!({"args": ["-V"], "min": "one"})), "version.min", "not a version");
         refused(with(minimal(), "/env", json!({"set": {"A=B": "x"}})), "env.set.A=B", "not an environment variable");
-        for name in ["PATH", "LD_PRELOAD", "ld_library_path", "DYLD_INSERT_LIBRARIES"] {
+        for name in
+            ["PATH", "LD_PRELOAD", "ld_library_path", "DYLD_INSERT_LIBRARIES", "NODE_OPTIONS", "BASH_ENV", "PYTHONPATH"]
+        {
             let path = format!("env.set.{name}");
             refused(with(minimal(), "/env", json!({"set": {name: "/tmp/x"}})), &path, "may not set this variable");
         }
