@@ -14,6 +14,7 @@ mod result;
 mod session;
 mod template;
 mod turn;
+mod unique;
 
 pub use allow::{AllowList, NotAllowed};
 pub use catalog::{CatalogBuilder, PresetCatalog, SHIPPED};

@@ -352,6 +352,9 @@ pub struct PresetInfo {
 fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, Problem> {
     let value: Value = serde_json::from_str(text).map_err(|e| Problem::new("", format!("not JSON: {e}")))?;
     let Value::Object(map) = &value else { return Err(Problem::new("", "expected a JSON object")) };
+    if let Some(problem) = crate::unique::first_duplicate(text) {
+        return Err(problem);
+    }
     match map.get("schema_version") {
         None => {
             return Err(Problem::new("schema_version", format!("missing field (this version reads {SCHEMA_VERSION})")));
@@ -811,6 +814,9 @@ pub(crate) mod tests {
         let mut unknown = minimal();
         unknown["colour"] = json!("blue");
         refused(unknown, "colour", "unknown field `colour`");
+        let twice = minimal().to_string().replacen('{', r#"{"program": "/bin/sh", "#, 1);
+        let error = Preset::from_json(&twice, "dir/x.json", &allow()).unwrap_err();
+        assert!(error.to_string().contains("the key `program` is given twice"), "{error}");
         let error = Preset::from_json("{not json", "dir/x.json", &allow()).unwrap_err();
         assert!(error.to_string().starts_with("dir/x.json: not JSON"), "{error}");
     }
