@@ -466,7 +466,7 @@ impl Harness {
         let session_id = target.session_id().clone();
         let turn = target.turn_id().cloned();
         let Some(handle) = self.inner.registry.get(&session_id) else {
-            return self.stored_subscription(session_id, turn, replay).await;
+            return self.stored_subscription(session_id, turn, replay, for_stream).await;
         };
         let answer = handle.call(|reply| Command::Subscribe { turn: turn.clone(), replay, for_stream, reply }).await;
         let lookup = match answer {
@@ -474,7 +474,7 @@ impl Harness {
             // The session ended between the lookup and the call: replay what it stored.
             Err(Error::SessionNotFound { .. } | Error::SessionDown { .. }) => {
                 handle.exit_reason().await;
-                return self.stored_subscription(session_id, turn, replay).await;
+                return self.stored_subscription(session_id, turn, replay, for_stream).await;
             }
             Err(error) => return Err(error),
         };
@@ -491,9 +491,9 @@ impl Harness {
     /// The events of one turn up to and including its terminal event.
     ///
     /// With `Replay::Start` it works after the turn already finished, as long as the terminal
-    /// event is still in the store or buffer; `Replay::Latest` on a finished turn is
-    /// [`Error::ReplayUnavailable`]. `idle_timeout` bounds the wait for each event. A reader
-    /// that falls behind live events catches up from the store by itself.
+    /// event is still in the store or buffer; `Replay::Latest` on a finished turn, or a cursor at
+    /// or past its terminal event, is [`Error::ReplayUnavailable`]. `idle_timeout` bounds the wait
+    /// for each event. A reader that falls behind live events catches up from the store by itself.
     pub async fn stream(&self, turn: &Turn, replay: Replay, idle_timeout: Option<Duration>) -> Result<TurnStream> {
         let subscription = self.subscribe_inner(Target::Turn(turn.turn_ref()), replay, true).await?;
         Ok(TurnStream::new(subscription, idle_timeout))
@@ -502,7 +502,9 @@ impl Harness {
     /// Waits for a turn's terminal event, without racing it: the terminal state is read and the
     /// wait registered in one step inside the session. Finished turns come from the session's
     /// completed-turn cache, its event buffer, then its store. `timeout` bounds the wait (not the
-    /// turn).
+    /// turn). A turn the store holds no end for, of a session that is not live here, is
+    /// [`Error::SessionLiveElsewhere`] while another harness runs it, and [`Error::SessionClosed`]
+    /// when this harness saw the session end.
     pub async fn await_turn(&self, turn: &Turn, timeout: Option<Duration>) -> Result<TurnOutcome, AwaitError> {
         let Some(handle) = self.inner.registry.get(&turn.session_id) else {
             return self.stored_outcome(turn).await;

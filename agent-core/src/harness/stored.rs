@@ -156,6 +156,7 @@ impl Harness {
         session_id: SessionId,
         turn: Option<TurnId>,
         replay: Replay,
+        for_stream: bool,
     ) -> Result<Subscription> {
         let store = self.inner.store_of(&session_id);
         let (Some(store), Some(_)) = (store, replay.after()) else {
@@ -170,10 +171,13 @@ impl Harness {
                 return Err(past_latest(after, latest));
             }
         }
-        if let Some(turn) = &turn
-            && store.fetch_turn(&session_id, turn).await?.is_none()
-        {
-            return Err(Error::TurnNotFound { session_id: session_id.clone(), turn_id: turn.clone() });
+        if let Some(turn) = &turn {
+            let Some(stored) = store.fetch_turn(&session_id, turn).await? else {
+                return Err(Error::TurnNotFound { session_id: session_id.clone(), turn_id: turn.clone() });
+            };
+            if for_stream && stored.status.is_terminal() {
+                ends_after(&store, &session_id, turn, replay.after().unwrap_or(0)).await?;
+            }
         }
         let (_, exit) = watch::channel(Some(ExitReason::NotLive));
         let grant = Grant::stored(Arc::clone(&store), exit);
@@ -208,19 +212,52 @@ impl Harness {
                 reason: "the turn already finished; `Replay::Latest` cannot include its terminal event".into(),
             }),
             None => Ok(Grant::empty(0, exit)),
-            Some(_) => Ok(Grant::stored(store, exit)),
+            Some(after) => {
+                if for_stream {
+                    ends_after(&store, session_id, turn, after).await?;
+                }
+                Ok(Grant::stored(store, exit))
+            }
         }
     }
 
     /// The outcome of a turn of a session that is not live, from its store.
+    ///
+    /// A turn the store holds no end for is as unfinished as the session left it: running in
+    /// another harness ([`Error::SessionLiveElsewhere`]), or cut short by the session's end
+    /// ([`Error::SessionClosed`] when this harness knows it, as `status` does).
     pub(super) async fn stored_outcome(&self, turn: &Turn) -> Result<TurnOutcome, AwaitError> {
-        match self.inner.store_of(&turn.session_id) {
-            Some(store) if store.fetch_session(&turn.session_id).await.map_err(Error::from)?.is_some() => {
-                outcome_in(&store, &turn.session_id, &turn.id).await
+        let id = &turn.session_id;
+        let Some(store) = self.inner.store_of(id) else { return Err(self.not_live(id).await.into()) };
+        let Some(snapshot) = store.fetch_session(id).await.map_err(Error::from)? else {
+            return Err(self.not_live(id).await.into());
+        };
+        match outcome_in(&store, id, &turn.id).await {
+            Err(AwaitError::Failed(Error::ReplayUnavailable { reason })) => {
+                if let Some(pid) = self.inner.registry.holder(&snapshot) {
+                    return Err(Error::SessionLiveElsewhere { id: id.clone(), pid }.into());
+                }
+                match self.inner.registry.exit_reason(id) {
+                    Some(reason) => Err(Error::SessionClosed { id: id.clone(), reason }.into()),
+                    None => Err(Error::ReplayUnavailable { reason }.into()),
+                }
             }
-            _ => Err(self.not_live(&turn.session_id).await.into()),
+            other => other,
         }
     }
+}
+
+/// For a stream of a finished turn from `after`: the turn's last event (its terminal event) lies
+/// after the cursor, or there is nothing to stream up to it — [`Error::ReplayUnavailable`], as
+/// for a finished turn the session still holds.
+async fn ends_after(store: &DynStore, session: &SessionId, turn: &TurnId, after: u64) -> Result<()> {
+    let next = store.read_events(session, &EventQuery::after(after).turn(turn.clone()).limit(1)).await?;
+    if next.is_empty() {
+        return Err(Error::ReplayUnavailable {
+            reason: format!("the turn already finished; its terminal event is not after the cursor (seq {after})"),
+        });
+    }
+    Ok(())
 }
 
 /// A turn the live session no longer holds and that has no store to look in.

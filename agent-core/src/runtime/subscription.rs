@@ -456,6 +456,8 @@ pub struct Subscription {
     wait: Option<ReusableBoxFuture<'static, (Item, Box<State>)>>,
     /// Whether `wait` is in progress.
     waiting: bool,
+    /// Whether the grant replays without following live events (a finished turn's).
+    replay_only: bool,
 }
 
 type Item = Option<Result<Arc<Event>, SubscriptionError>>;
@@ -469,6 +471,7 @@ async fn wait_for_next(mut state: Box<State>, nothing_queued: bool) -> (Item, Bo
 
 impl Subscription {
     pub(crate) fn new(session_id: SessionId, turn: Option<TurnId>, after: Option<u64>, grant: Grant) -> Self {
+        let replay_only = grant.rx.is_none();
         let mut state = State {
             session_id: session_id.clone(),
             turn: turn.clone(),
@@ -488,7 +491,8 @@ impl Subscription {
         } else {
             state.replay = grant.buffered.into();
         }
-        Subscription { session_id, turn, exit: grant.exit, state: Some(Box::new(state)), wait: None, waiting: false }
+        let state = Some(Box::new(state));
+        Subscription { session_id, turn, exit: grant.exit, state, wait: None, waiting: false, replay_only }
     }
 
     /// The session this subscription belongs to.
@@ -509,6 +513,18 @@ impl Subscription {
     /// The next item (an inherent name, so `TurnStream` does not need `StreamExt`).
     async fn next_item(&mut self) -> Option<Result<Arc<Event>, SubscriptionError>> {
         futures::StreamExt::next(self).await
+    }
+
+    /// A replay of a finished turn that ended without its terminal event while the session still
+    /// runs (its store lacks the end): the error to end a turn stream with, where waiting for the
+    /// session's exit would wait for good.
+    fn replay_short(&self) -> Option<StreamError> {
+        if !self.replay_only || self.exit.borrow().is_some() {
+            return None;
+        }
+        let resume_after = self.state.as_ref().map_or(0, |state| state.last_seen);
+        let reason = "the turn's stored events end without its terminal event".to_owned();
+        Some(StreamError::ReplayFailed { resume_after, reason })
     }
 
     /// Waits (briefly) for the exit reason after the stream ended because the session went down.
@@ -632,6 +648,7 @@ impl TurnStream {
                     Some((Ok(event), more.then_some(subscription)))
                 }
                 Some(Err(error)) => Some((Err(error.into()), None)),
+                None if let Some(error) = subscription.replay_short() => Some((Err(error), None)),
                 None => {
                     let reason = subscription.wait_exit().await;
                     Some((Err(StreamError::SessionDown(reason)), None))

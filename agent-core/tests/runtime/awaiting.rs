@@ -201,3 +201,59 @@ async fn await_racing_a_stop_gets_the_stored_outcome_not_session_down() {
         assert_eq!(outcome.result.text.as_deref(), Some("done"), "run {i}");
     }
 }
+
+/// A finished turn the session no longer holds (evicted from the completed-turn cache and the
+/// event buffer): two turns, the first's terminal event at seq `terminal`.
+async fn evicted_first_turn(f: &Fixture) -> (SessionRef, Turn, u64) {
+    let options = opts().event_buffer_size(4).completed_turn_cache_size(CacheSize::Bounded(0));
+    let (session, _) = f.session(options).await;
+    f.control.push_script([Frame::delta("a"), Frame::delta("b"), Frame::complete("one")]);
+    let first = f.harness.start_turn(&session, "1", TurnOptions::new()).await.unwrap();
+    let terminal = f.harness.await_turn(&first, None).await.unwrap().event.seq;
+    f.control.push_script([Frame::delta("c"), Frame::delta("d"), Frame::delta("e"), Frame::complete("two")]);
+    let second = f.harness.start_turn(&session, "2", TurnOptions::new()).await.unwrap();
+    f.harness.await_turn(&second, None).await.unwrap();
+    (session, first, terminal)
+}
+
+/// Streaming a finished turn from at or past its terminal event has nothing to end with,
+/// whether the session still holds the turn, keeps it only in its store, or has stopped: the
+/// same `ReplayUnavailable` at once, never a wait on the session.
+#[tokio::test]
+async fn a_stream_past_a_finished_turns_end_is_replay_unavailable_wherever_the_turn_is() {
+    let f = Fixture::new();
+    let (session, first, terminal) = evicted_first_turn(&f).await;
+    let events = f.harness.stream(&first, Replay::After(terminal - 1), Some(Duration::from_secs(5))).await.unwrap();
+    let events = tokio::time::timeout(Duration::from_secs(5), events.collect()).await.expect("the stream ends");
+    assert_eq!(events.unwrap().last().map(|e| e.seq), Some(terminal), "the terminal event comes from the store");
+    for after in [terminal, terminal + 2] {
+        let stream = tokio::time::timeout(Duration::from_secs(5), f.harness.stream(&first, Replay::After(after), None));
+        let err = stream.await.expect("answered at once").expect_err("nothing to stream");
+        assert!(matches!(err, Error::ReplayUnavailable { .. }), "after {after}: {err:?}");
+    }
+    f.harness.stop_session(&session, false).await.unwrap();
+    let err = f.harness.stream(&first, Replay::After(terminal), None).await.expect_err("nothing to stream");
+    assert!(matches!(err, Error::ReplayUnavailable { .. }), "stopped: {err:?}");
+    let events = f.harness.stream(&first, Replay::Start, None).await.unwrap().collect().await.unwrap();
+    assert_eq!(events.last().map(|e| e.seq), Some(terminal), "a stopped session's turn streams from its store");
+}
+
+/// A store that says a turn finished but lacks its terminal event ends the turn's stream with
+/// `ReplayFailed` while the session runs, instead of waiting for the session to end.
+#[tokio::test]
+async fn a_stored_turn_without_its_terminal_event_ends_its_stream_instead_of_waiting() {
+    let f = Fixture::new();
+    let (session, first, terminal) = evicted_first_turn(&f).await;
+    let store = f.dyn_store();
+    let mut rewrite = store::WriteBatch::new(session.id.clone());
+    rewrite.delete_first = true;
+    rewrite.snapshot = store.fetch_session(&session.id).await.unwrap();
+    rewrite.turns = store.list_turns(&session.id).await.unwrap();
+    let all = store.read_events(&session.id, &store::EventQuery::all()).await.unwrap();
+    rewrite.events = all.into_iter().filter(|e| e.seq != terminal).collect();
+    store.write(&rewrite).await.unwrap();
+
+    let stream = f.harness.stream(&first, Replay::Start, None).await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(5), stream.collect()).await.expect("the stream ends");
+    assert!(matches!(ended, Err(StreamError::ReplayFailed { .. })), "{ended:?}");
+}

@@ -643,7 +643,7 @@ async fn timeouts_of_duration_max_mean_no_limit() {
 #[tokio::test]
 async fn a_live_session_is_not_taken_over_by_another_harness_sharing_the_store() {
     let f = Fixture::new();
-    let (session, _) = f.session(opts().id("shared")).await;
+    let (session, remote) = f.session(opts().id("shared")).await;
     assert!(acknowledged(&f, &session).await);
 
     let (provider, _control) = agent_core::testing::ScriptedProvider::new(PROVIDER);
@@ -674,6 +674,14 @@ async fn a_live_session_is_not_taken_over_by_another_harness_sharing_the_store()
     let events = f.store.read_events(&session.id, &agent_core::store::EventQuery::all()).await.unwrap();
     assert_eq!(events.first().map(|e| e.type_name()), Some("session_ready"), "its history is untouched");
     assert_eq!(events.len(), 1, "nothing was recorded by the refused attempts");
+    // A turn running there ends there: this harness cannot await it.
+    let turn = f.admitted_turn(&session, "work").await;
+    match other.await_turn(&turn, Some(Duration::from_secs(5))).await.unwrap_err() {
+        AwaitError::Failed(err) => elsewhere(err),
+        err => panic!("{err:?}"),
+    }
+    remote.complete(&turn.id, "done").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
 
     // Stopped there, it is the other harness's to resume.
     f.harness.stop_session(&session, false).await.unwrap();

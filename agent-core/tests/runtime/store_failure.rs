@@ -47,6 +47,13 @@ async fn stop_ends_the_session_cleanly() {
     assert!(matches!(monitor.await, ExitReason::StoreFailed { ref reason } if reason.contains("read-only")));
     assert!(remote.is_closed());
     assert!(f.harness.list_sessions().is_empty());
+    // Asked afterwards, the turn the store never saw end is the closed session's, as `status` says.
+    store.set(WriteMode::Normal);
+    let err = f.harness.await_turn(&turn, None).await.unwrap_err();
+    assert!(
+        matches!(err, AwaitError::Failed(Error::SessionClosed { reason: ExitReason::StoreFailed { .. }, .. })),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
