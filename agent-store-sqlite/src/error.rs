@@ -32,7 +32,7 @@ pub enum OpenError {
         path: PathBuf,
     },
     /// The file is a SQLite database that holds other tables but no agent-harness store.
-    #[error("{} is a SQLite database of another application (it has no `schema_version` table)", path.display())]
+    #[error("{} is a SQLite database of another application (it holds no agent-harness store)", path.display())]
     NotAStore {
         /// The database path.
         path: PathBuf,

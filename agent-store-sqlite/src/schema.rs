@@ -177,19 +177,47 @@ pub(crate) enum Found {
     Foreign,
 }
 
-/// Reads what the file holds without writing to it.
+/// The tables of a store at versions 1 and 2, and those version 3 adds; a newer version is
+/// expected to keep [`LASTING_TABLES`] at least.
+const V1_TABLES: &[&str] = &["schema_version", "sessions", "turns", "requests", "events"];
+const V3_ADDED_TABLES: &[&str] = &["event_prefixes"];
+const LASTING_TABLES: &[&str] = &["schema_version", "sessions", "events"];
+
+/// Reads what the file holds without writing to it. A `schema_version` table alone does not
+/// make a store (another application may have one): the store's tables for the version it
+/// names must be there too, else the file is [`Found::Foreign`].
 pub(crate) fn inspect(conn: &Connection) -> rusqlite::Result<Found> {
-    let has_version: bool = conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version')",
-        [],
-        |row| row.get(0),
-    )?;
-    if has_version {
-        let version: Option<i64> = conn.query_row("SELECT MAX(version) FROM schema_version", [], |row| row.get(0))?;
-        return Ok(Found::Version(version.map_or(0, |v| u32::try_from(v).unwrap_or(u32::MAX))));
+    if !has_tables(conn, &["schema_version"])? {
+        let objects: i64 = conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |row| row.get(0))?;
+        return Ok(if objects == 0 { Found::Empty } else { Found::Foreign });
     }
-    let objects: i64 = conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |row| row.get(0))?;
-    Ok(if objects == 0 { Found::Empty } else { Found::Foreign })
+    let version: Option<i64> = conn
+        .query_row("SELECT MAX(version) FROM schema_version", [], |row| row.get(0))
+        .or_else(|error| match error {
+            // Not the store's table: its `version` column is missing or holds no integer.
+            rusqlite::Error::SqlInputError { .. } | rusqlite::Error::InvalidColumnType(..) => Ok(Some(0)),
+            other => Err(other),
+        })?;
+    let version = version.map_or(0, |v| u32::try_from(v).unwrap_or(u32::MAX));
+    let tables_there = match version {
+        0 => false,
+        1 | 2 => has_tables(conn, V1_TABLES)?,
+        3 => has_tables(conn, V1_TABLES)? && has_tables(conn, V3_ADDED_TABLES)?,
+        _ => has_tables(conn, LASTING_TABLES)?,
+    };
+    Ok(if tables_there { Found::Version(version) } else { Found::Foreign })
+}
+
+/// Whether every table of `names` exists.
+fn has_tables(conn: &Connection, names: &[&str]) -> rusqlite::Result<bool> {
+    let mut statement =
+        conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)")?;
+    for name in names {
+        if !statement.query_row([name], |row| row.get::<_, bool>(0))? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Refuses files this build must not write to.

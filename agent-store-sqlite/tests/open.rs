@@ -94,6 +94,39 @@ fn another_applications_sqlite_database_is_refused_untouched() {
     assert_eq!(state(&path), before);
 }
 
+/// A `schema_version` table of its own does not make another application's database a store,
+/// whatever version it names: refused as foreign, its journal mode and bytes as they were.
+#[test]
+fn another_applications_database_with_a_schema_version_table_is_refused_untouched() {
+    let dir = TempDir::new("open-foreign-versioned");
+    for version in [0, 1, 2, 3, SCHEMA_VERSION + 6] {
+        let path = dir.path().join(format!("app-{version}.db"));
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE schema_version (version INTEGER, applied_at TEXT); CREATE TABLE users (name TEXT);",
+            )
+            .unwrap();
+            conn.execute("INSERT INTO schema_version VALUES (?1, 'x')", [version]).unwrap();
+        }
+        let before = state(&path);
+        let error = refused(&path);
+        assert!(matches!(error, OpenError::NotAStore { .. }), "version {version}: {error:?}");
+        assert_eq!(state(&path), before, "version {version}: the file must be left untouched");
+    }
+    // Nor does a table of that name with columns of its own.
+    let path = dir.path().join("app-text.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE schema_version (name TEXT); INSERT INTO schema_version VALUES ('v1');")
+            .unwrap();
+    }
+    let before = state(&path);
+    let error = refused(&path);
+    assert!(matches!(error, OpenError::NotAStore { .. }), "{error:?}");
+    assert_eq!(state(&path), before);
+}
+
 #[test]
 fn a_store_with_a_newer_schema_version_is_refused_untouched() {
     let dir = TempDir::new("open-newer");
