@@ -1,5 +1,7 @@
 //! The store failure policy: `Degrade` keeps the session live, `Stop` ends it.
 
+use std::time::Duration;
+
 use agent_core::*;
 
 use crate::common::*;
@@ -168,4 +170,31 @@ async fn a_degraded_session_whose_store_stays_down_reads_back_as_abandoned() {
     let stored = listed.iter().find(|s| s.session_id == session.id).expect("listed");
     assert_eq!(stored.snapshot.status, SessionState::Abandoned, "not `running`: {stored:?}");
     assert_eq!(stored.snapshot.ended, Some(ExitReason::Closed { reason: CloseReason::Stopped }), "what is known");
+}
+
+/// A store that stops answering mid-turn keeps neither a forced stop nor the harness's shutdown
+/// waiting, nor the provider running: the provider closes beside the last writes, each bounded
+/// by `startup_finalization_timeout`.
+#[tokio::test(start_paused = true)]
+async fn a_store_that_stops_answering_keeps_no_stop_waiting_and_no_provider_running() {
+    let finalize = Duration::from_secs(2);
+    for forced in [true, false] {
+        let (f, store) = Fixture::controlled();
+        let (session, remote) = f.session(opts().startup_finalization_timeout(finalize)).await;
+        let turn = f.admitted_turn(&session, "work").await;
+        store.set(WriteMode::Hang);
+        remote.delta(&turn.id, "x").await;
+        let began = tokio::time::Instant::now();
+        let stop = async {
+            if forced {
+                f.harness.stop_session(&session, true).await.unwrap();
+            } else {
+                f.harness.shutdown().await;
+            }
+        };
+        tokio::time::timeout(finalize * 10, stop).await.unwrap_or_else(|_| panic!("forced {forced}: still stopping"));
+        assert!(began.elapsed() <= finalize * 2, "forced {forced}: ended after {:?}", began.elapsed());
+        assert!(remote.is_closed(), "forced {forced}: the provider was closed");
+        assert!(f.harness.list_sessions().is_empty(), "forced {forced}");
+    }
 }

@@ -132,14 +132,50 @@ impl Actor {
     }
 
     /// Final flush, provider close, deregistration. Waits on I/O: nothing else runs any more.
+    ///
+    /// The provider closes beside the final flush, and each is bounded by
+    /// `startup_finalization_timeout`: a store that stopped answering neither keeps the CLI
+    /// running nor keeps the session from ending.
     pub(super) async fn shutdown(mut self, reason: ExitReason) {
         drop((self.calls.abort_all(), self.ledger.abandon_claims()));
         self.calls.abort_admission();
+        let finalize = self.options.startup_finalization_timeout;
+        let provider = std::sync::Arc::clone(self.calls.provider());
+        let close = tokio::spawn(async move {
+            std::panic::AssertUnwindSafe(tokio::time::timeout(finalize, provider.close())).catch_unwind().await
+        });
         // The final snapshot records how the session ended.
         self.state = SessionState::Closed;
         self.snapshot.ended = Some(reason.clone());
         self.snapshot.durability = self.journal.durability().clone();
         self.record_snapshot();
+        if tokio::time::timeout(finalize, self.final_flush()).await.is_err() {
+            tracing::warn!(timeout = ?finalize, "the store did not finish the session's last writes in time; not waiting");
+        }
+        self.settle_deliveries();
+        self.journal.send_live();
+        self.journal.offer_final_snapshot(&self.snapshot, finalize).await;
+        match close.await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(_))) => tracing::warn!(close_timeout = ?finalize, "provider did not close in time; dropping it"),
+            Ok(Err(_)) => tracing::error!("the provider panicked while closing; dropping it"),
+            Err(_) => tracing::warn!("the provider's close was cancelled (the runtime is shutting down)"),
+        }
+        if self.stale_frames > 0 {
+            tracing::debug!(stale_frames = self.stale_frames, "frames for finished turns were dropped");
+        }
+        tracing::info!(reason = %reason, "session ended");
+        if let Some(registry) = self.registry.upgrade() {
+            registry.finish(&self.session.id, self.attempt, reason.clone());
+        }
+        let _ = self.exit.send(Some(reason));
+        // Dropping the actor drops the provider session (killing its processes) and the live
+        // sender (ending subscriptions).
+    }
+
+    /// Writes and publishes what is left, in up to three rounds (a write's outcome, such as a
+    /// store failure's event, gets a round of its own).
+    async fn final_flush(&mut self) {
         for _ in 0..3 {
             self.journal.send_live();
             while self.journal.is_flushing() {
@@ -163,25 +199,5 @@ impl Actor {
                 break;
             }
         }
-        self.settle_deliveries();
-        self.journal.send_live();
-        let finalize = self.options.startup_finalization_timeout;
-        self.journal.offer_final_snapshot(&self.snapshot, finalize).await;
-        let close = std::panic::AssertUnwindSafe(tokio::time::timeout(finalize, self.calls.provider().close()));
-        match close.catch_unwind().await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => tracing::warn!(close_timeout = ?finalize, "provider did not close in time; dropping it"),
-            Err(_) => tracing::error!("the provider panicked while closing; dropping it"),
-        }
-        if self.stale_frames > 0 {
-            tracing::debug!(stale_frames = self.stale_frames, "frames for finished turns were dropped");
-        }
-        tracing::info!(reason = %reason, "session ended");
-        if let Some(registry) = self.registry.upgrade() {
-            registry.finish(&self.session.id, self.attempt, reason.clone());
-        }
-        let _ = self.exit.send(Some(reason));
-        // Dropping the actor drops the provider session (killing its processes) and the live
-        // sender (ending subscriptions).
     }
 }
