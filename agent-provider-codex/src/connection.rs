@@ -42,6 +42,8 @@ const STDERR_DRAIN: Duration = Duration::from_millis(500);
 pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// Longest error message from codex kept in an error (some list every method, several KB).
 const MAX_ERROR_MESSAGE: usize = 500;
+/// How often an interrupt refused before codex announced its turn looks for the announcement.
+const ANNOUNCE_POLL: Duration = Duration::from_millis(5);
 
 /// Why a request to codex did not produce a result.
 #[derive(Debug, thiserror::Error)]
@@ -161,6 +163,19 @@ impl Connection {
     /// Answers a server request.
     pub(crate) async fn answer(&self, id: &RpcId, result: serde_json::Value) -> std::io::Result<()> {
         self.shared.process.write_line(&encode(&wire::Answer { id, result: Some(result), error: None })).await
+    }
+
+    /// Returns once codex announced `turn` (`turn/started`), `turn` ended, stdout closed, or
+    /// `deadline` passed. A rare wait (an interrupt refused in the moment before the
+    /// announcement), so it looks every few milliseconds rather than making every line wake it.
+    pub(crate) async fn turn_announced(&self, turn: &TurnId, deadline: tokio::time::Instant) {
+        while self.state().is_unannounced(turn) && !self.shared.pending.is_closed() {
+            if tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep(ANNOUNCE_POLL.min(deadline.saturating_duration_since(tokio::time::Instant::now())))
+                .await;
+        }
     }
 
     /// Returns once `turn` is no longer running in codex, or stdout closed (the turn's end is

@@ -167,6 +167,12 @@ impl Normalizer {
         Some(codex)
     }
 
+    /// True while `harness` is the running turn and codex has not announced it yet
+    /// (`turn/started`): it answers `turn/start` first, and refuses an interrupt in between.
+    pub(crate) fn is_unannounced(&self, harness: &TurnId) -> bool {
+        self.turn.as_ref().is_some_and(|t| t.id() == harness && !t.announced)
+    }
+
     /// True while `harness` is the running turn.
     pub(crate) fn is_running(&self, harness: &TurnId) -> bool {
         self.turn.as_ref().is_some_and(|t| t.id() == harness)
@@ -444,6 +450,7 @@ impl Normalizer {
             }
             Notification::TurnStarted(n) => {
                 turn.codex.get_or_insert(n.turn.id);
+                turn.announced = true;
                 EventKind::ProviderEvent { method: "turn/started".into() }
             }
             Notification::ItemStarted(n) => return out.extend(self.item_started(n.item)),

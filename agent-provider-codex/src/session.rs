@@ -185,7 +185,19 @@ impl ProviderSession for CodexSession {
         };
         let deadline = deadline_after(tokio::time::Instant::now(), self.command_timeout);
         let sent = match claimed {
-            Some(codex_turn) => self.interrupt(&codex_turn).await,
+            Some(codex_turn) => {
+                let mut sent = self.interrupt(&codex_turn).await;
+                // Codex answers `turn/start` before it holds the turn as active, and refuses an
+                // interrupt in between ("no active turn to interrupt"): sent again once it
+                // announced the turn.
+                if matches!(sent, Err(CallError::Rpc { .. })) && self.conn.state().is_unannounced(turn) {
+                    self.conn.turn_announced(turn, deadline).await;
+                    if self.conn.state().is_running(turn) {
+                        sent = self.interrupt(&codex_turn).await;
+                    }
+                }
+                sent
+            }
             None => Ok(()),
         };
         match sent {

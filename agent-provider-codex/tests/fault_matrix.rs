@@ -14,6 +14,7 @@
 //! | exit mid-turn, or exit 0 without a terminal event | `turn_failed` with `exit_status`, `stderr_tail`, partial text (at most `max_line_bytes` of it, else a `warning`); `transport_error` |
 //! | exit after the terminal event | the turn stays `turn_completed`; session-level `transport_error` |
 //! | hang before the `initialize` / `thread/start` reply | `start_session`: `Timeout` at 90 % of `startup_timeout` |
+//! | `turn/interrupt` refused before `turn/started` (codex's window after answering `turn/start`) | sent again after `turn/started`: `turn_interrupted`; the session stays usable |
 //! | hang mid-turn, then cancel | `turn_failed` ("cancellation failed"); session retired |
 //! | interrupt acknowledged, no terminal event | `turn_failed` ("cancellation failed"); session retired |
 //! | no terminal event, then silence | nothing ends it by itself: the stream's idle timeout fires and the turn keeps running until the caller cancels (as above) or force-stops (`turn_interrupted`) |
@@ -578,6 +579,26 @@ async fn hang_mid_turn_then_cancel_retires_the_session() {
     assert_eq!(reason(end), format!("cancellation failed: {}", timed_out("turn/interrupt", COMMAND)));
     assert_eq!(count(&events, "cancel_requested"), 1);
     assert_retired(monitor, "cancellation failed").await;
+    case.assert_no_process_left().await;
+}
+
+/// Codex answers `turn/start` before it holds the turn as active and refuses an interrupt sent in
+/// between; a cancel right after the start is sent again once codex announced the turn, and the
+/// turn ends interrupted with the session usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_before_codex_announced_the_turn_interrupts_it() {
+    let script = FakeScript::new().handshake().turn_start_announced_after(200).deltas(["never"]).stall().turn("next");
+    let case = Case::new(script);
+    let session = case.session().await;
+    let watched = case.watch(&session, "work").await;
+    case.harness.cancel(watched.turn()).await.expect("cancel accepted");
+    let events = watched.into_events().await;
+    assert_eq!(end(&events).status, TurnStatus::Interrupted, "{}", names(&events));
+    let interrupts = case.env.received().unwrap().iter().filter(|m| m["method"] == "turn/interrupt").count();
+    assert_eq!(interrupts, 2, "refused before the announcement, then taken");
+    let next = case.run(&session, "again").await;
+    assert_eq!(end(&next).status, TurnStatus::Completed, "{}", names(&next));
+    case.harness.stop_session(&session, false).await.expect("stopped");
     case.assert_no_process_left().await;
 }
 

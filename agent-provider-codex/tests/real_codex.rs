@@ -455,6 +455,26 @@ async fn cancel_mid_stream_ends_within_a_second_and_the_session_stays_usable() {
     codex.finish().await;
 }
 
+/// A cancel right after `start_turn` reaches codex in the moment after it answered `turn/start`
+/// and before it holds the turn as active, when it refuses `turn/interrupt`: the interrupt is
+/// sent again once codex announced the turn, which ends interrupted, the session usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_right_after_the_start_interrupts_the_turn_and_the_session_stays_usable() {
+    // Interrupted that early, codex asks the model nothing; a turn it asked anyway completes.
+    let codex = Codex::start(Scenario::new().text("back again").text("back again")).await;
+    let session = codex.session(codex.options()).await;
+    let turn = codex.harness.start_turn(&session, "take your time", TurnOptions::new()).await.unwrap();
+    codex.harness.cancel(&turn).await.unwrap();
+    let events = codex.harness.stream(&turn, Replay::Start, Some(IDLE)).await.unwrap().collect().await.unwrap();
+    let end = terminal(&events);
+    let ended = [TurnStatus::Interrupted, TurnStatus::Cancelled, TurnStatus::Completed];
+    assert!(ended.contains(&end.status), "{}", names(&events));
+
+    let (_, events) = codex.run(&session, "still there?", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    codex.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_while_an_approval_is_pending_expires_it_and_ends_the_turn() {
     let codex = Codex::start(Scenario::new().shell("touch never.txt").text("unused")).await;

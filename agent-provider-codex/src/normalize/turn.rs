@@ -49,8 +49,11 @@ pub(super) struct TurnState {
     pub(super) last_message: Option<String>,
     pub(super) diff: Option<String>,
     pub(super) error: Option<Value>,
-    /// A `turn/interrupt` was sent for it (codex gets at most one per turn).
+    /// A `turn/interrupt` was sent for it (codex gets at most one per turn, but for one it
+    /// refused before announcing the turn).
     pub(super) interrupt_sent: bool,
+    /// Codex announced it (`turn/started`): from then on it takes an interrupt.
+    pub(super) announced: bool,
 }
 
 impl TurnState {
@@ -66,6 +69,7 @@ impl TurnState {
             diff: None,
             error: None,
             interrupt_sent: false,
+            announced: false,
         }
     }
 

@@ -116,7 +116,13 @@ pub enum FakeStep {
     Handshake {},
     /// Waits for the client to start a turn and accepts it (Codex `turn/start` answered and
     /// `turn/started`, Claude `system/init`, Pi the `prompt` response and `agent_start`).
-    TurnStart {},
+    TurnStart {
+        /// Codex only: how long after answering `turn/start` the fake announces the turn
+        /// (`turn/started`), in milliseconds. Until then it refuses `turn/interrupt` with "no
+        /// active turn to interrupt", as codex does between the two.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        announce_after_ms: u64,
+    },
     /// Streams an assistant message, one delta per entry, `delay_ms` before each.
     Deltas {
         /// The text pieces.
@@ -368,7 +374,7 @@ impl FakeStep {
     pub fn name(&self) -> &'static str {
         match self {
             FakeStep::Handshake {} => "handshake",
-            FakeStep::TurnStart {} => "turn_start",
+            FakeStep::TurnStart { .. } => "turn_start",
             FakeStep::Deltas { .. } => "deltas",
             FakeStep::Complete { .. } => "complete",
             FakeStep::Approval { .. } => "approval",
@@ -499,6 +505,12 @@ impl jsonl::ScriptStep for FakeStep {
     fn check(&self) -> Result<(), String> {
         FakeStep::check(self)
     }
+}
+
+/// Whether a millisecond count is zero (left out of a serialized script).
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
+fn is_zero(ms: &u64) -> bool {
+    *ms == 0
 }
 
 #[cfg(test)]

@@ -99,7 +99,7 @@ pub(super) async fn handshake(e: &Engine) {
     e.send(notification("thread/started", json!({"thread": thread}))).await;
 }
 
-pub(super) async fn turn_start(e: &Engine) {
+pub(super) async fn turn_start(e: &Engine, announce_after: Duration) {
     let msg = e.expect(|m| is_turn_start(m) && m.get("id").is_some()).await;
     let input = msg["params"]["input"].as_array().cloned().unwrap_or_default();
     let prompt: Vec<&str> = input.iter().filter_map(|item| item.get("text").and_then(Value::as_str)).collect();
@@ -107,8 +107,14 @@ pub(super) async fn turn_start(e: &Engine) {
     let turn_id = e.begin_turn(crate::fake_cli::codex_turn_id, prompt.clone());
     let thread_id = e.state().session.clone();
     let turn = json!({"id": turn_id, "items": [], "itemsView": "notLoaded", "status": "inProgress", "error": null});
+    let delayed = !announce_after.is_zero();
+    e.state().unannounced = delayed;
     e.send(json!({"id": msg["id"], "result": {"turn": turn}})).await;
+    if delayed {
+        tokio::time::sleep(announce_after).await;
+    }
     e.send(status(&thread_id, json!({"type": "active", "activeFlags": []}))).await;
+    e.state().unannounced = false;
     e.send(notification("turn/started", json!({"threadId": thread_id, "turn": turn}))).await;
     let item = json!({
         "type": "userMessage", "id": format!("fake-user-{}", e.next_id()),

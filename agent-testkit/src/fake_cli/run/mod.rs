@@ -227,6 +227,8 @@ pub(super) struct State {
     exit_when_idle: Option<i32>,
     rules: Vec<Rule>,
     pub(super) turn: Option<Turn>,
+    /// The turn is answered but not announced yet: interrupts are refused.
+    pub(super) unannounced: bool,
     /// How many turns started.
     pub(super) turns: u64,
     /// The last turn's ID, for frames written after it ended.
@@ -265,6 +267,7 @@ impl State {
             exit_when_idle: None,
             rules: Vec::new(),
             turn: None,
+            unannounced: false,
             turns: 0,
             last_turn: None,
             vars: BTreeMap::new(),
@@ -487,7 +490,7 @@ impl Engine {
         if self.proto.is_interrupt(&msg) {
             let (mode, active) = {
                 let state = self.state();
-                (state.interrupts, state.turn.is_some())
+                (state.interrupts, state.turn.is_some() && !state.unannounced)
             };
             match mode {
                 InterruptMode::Honor if active => {
@@ -602,7 +605,7 @@ impl Engine {
     async fn play(&self, steps: &[FakeStep], mut interrupts: mpsc::Receiver<Value>) -> ExitCode {
         let mut skipping = false;
         for step in steps {
-            if skipping && !matches!(step, FakeStep::TurnStart {}) {
+            if skipping && !matches!(step, FakeStep::TurnStart { .. }) {
                 continue;
             }
             let run = self.step(step);
@@ -637,8 +640,8 @@ impl Engine {
                 }
                 self.state().handshake_done = true;
             }
-            FakeStep::TurnStart {} => match self.proto {
-                Proto::Codex => codex::turn_start(self).await,
+            FakeStep::TurnStart { announce_after_ms } => match self.proto {
+                Proto::Codex => codex::turn_start(self, Duration::from_millis(*announce_after_ms)).await,
                 Proto::Claude { .. } => claude::turn_start(self).await,
                 Proto::Pi => pi::turn_start(self).await,
             },

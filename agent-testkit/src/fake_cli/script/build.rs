@@ -114,7 +114,13 @@ impl FakeScript {
 
     /// Appends [`FakeStep::TurnStart`].
     pub fn turn_start(self) -> Self {
-        self.step(FakeStep::TurnStart {})
+        self.step(FakeStep::TurnStart { announce_after_ms: 0 })
+    }
+
+    /// Appends [`FakeStep::TurnStart`] announcing the turn (Codex `turn/started`) `ms`
+    /// milliseconds after answering its start; interrupts in between are refused.
+    pub fn turn_start_announced_after(self, ms: u64) -> Self {
+        self.step(FakeStep::TurnStart { announce_after_ms: ms })
     }
 
     /// Appends [`FakeStep::Deltas`] without delay.
