@@ -70,6 +70,16 @@ pub trait Exec: Send + Sync + fmt::Debug + 'static {
         Ok(0)
     }
 
+    /// Ends the processes this backend stamped for `session` that still run once the session
+    /// ended and its provider closed — those its CLI started outside its process group (a
+    /// shell command run with `setsid`, say), which ending the group missed — returning how
+    /// many were ended. The runtime calls it once per ended session. Backends without the means
+    /// to find such processes return `Ok(0)`; wrappers forward it.
+    async fn end_session_processes(&self, session: &str) -> Result<usize, ExecError> {
+        let _ = session;
+        Ok(0)
+    }
+
     /// True when processes run on this host, with its environment and filesystem. Providers
     /// check a CLI's local configuration and scrub the host environment only for such an exec;
     /// under `AuthMode::Subscription` they refuse one that is not (they cannot verify what it

@@ -347,6 +347,34 @@ async fn the_reaper_ends_stamped_children_of_sessions_that_are_not_live() {
     assert!(alive(kept.handle.id().expect("pid")));
 }
 
+/// A process a session's CLI started outside its process group (`setsid`) survives the group's
+/// kill; once the session ended, `end_session_processes` finds it by its stamp and ends it,
+/// sparing the processes of other sessions.
+#[tokio::test]
+async fn the_processes_a_session_left_outside_its_group_end_with_it() {
+    let exec = LocalExec::new();
+    let ended_session = SessionId::new(format!("end-ended-{}", std::process::id())).expect("id");
+    let other = SessionId::new(format!("end-other-{}", std::process::id())).expect("id");
+    let escaping = "setsid sleep 30 </dev/null >/dev/null 2>&1 & echo $!; wait";
+    let mut cli = exec.spawn(sh(escaping).session(ended_session.clone())).await.expect("spawn");
+    let escaped = pids(&read_line(cli.stdout.as_mut().expect("stdout")).await);
+    let kept = exec.spawn(Command::new("sleep").arg("30").session(other.clone())).await.expect("spawn");
+    cli.handle.kill().expect("kill");
+    cli.handle.wait().await.expect("wait");
+    for &pid in &escaped {
+        assert!(alive(pid), "outside the group, {pid} outlives the group's kill");
+    }
+
+    let ended = exec.end_session_processes(ended_session.as_str()).await.expect("end");
+    assert_eq!(ended, escaped.len(), "the escaped process, and nothing else, is ended");
+    for pid in escaped {
+        assert_gone_within(pid, GONE_WITHIN).await;
+    }
+    assert!(kept.handle.try_status().is_none(), "another session's child is spared");
+    assert!(alive(kept.handle.id().expect("pid")));
+    assert_eq!(exec.end_session_processes(ended_session.as_str()).await.expect("end"), 0, "nothing is left");
+}
+
 /// A fresh directory under the system temp dir.
 fn scratch_dir(label: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("agent-exec-test-{}-{label}", std::process::id()));

@@ -28,6 +28,10 @@ impl Exec for Logged {
         self.0.reap_orphans(is_live).await
     }
 
+    async fn end_session_processes(&self, session: &str) -> Result<usize, ExecError> {
+        self.0.end_session_processes(session).await
+    }
+
     fn is_local(&self) -> bool {
         self.0.is_local()
     }

@@ -579,3 +579,56 @@ async fn a_large_stdin_prompt_to_a_cli_that_writes_first_does_not_deadlock() {
     support::finish(&harness, &exec).await;
     harness.shutdown().await;
 }
+
+/// Starts a sleeper outside its process group, as a CLI's shell command may, and finishes.
+const ESCAPER: &str = r#"
+if [ "$1" = "--version" ]; then echo "escaper 1.0.0"; exit 0; fi
+setsid sh -c 'echo $$ > escaped.pid.new && mv escaped.pid.new escaped.pid && exec sleep 300' </dev/null >/dev/null 2>&1 &
+while [ ! -s escaped.pid ]; do sleep 0.01; done
+echo "RESULT left one behind"
+"#;
+
+/// What a session's CLI left running outside its process group, which ending the group misses,
+/// ends with the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_cli_left_outside_its_process_group_ends_with_the_session() {
+    let programs = ProgramDir::new("preset-escaper");
+    let script = programs.script("escaper", ESCAPER);
+    let preset = json!({
+        "schema_version": 1, "id": "escaper", "program": script, "framing": "lines",
+        "args": ["--", "{prompt}"],
+        "version": {"args": ["--version"], "contains": "escaper", "min": "1.0.0"},
+        "matchers": {"result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]},
+        "events": [{"when": "^RESULT ", "emit": "drop"}]
+    });
+    let presets = programs.dir("presets");
+    std::fs::write(presets.join("escaper.json"), preset.to_string()).expect("preset written");
+    let workspace = programs.dir("work");
+    let catalog = PresetCatalog::builder(AllowList::shipped().allow(&script)).dir(&presets).load();
+    assert!(catalog.errors().is_empty(), "{:?}", catalog.errors());
+    let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
+    let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));
+    let session =
+        harness.start_session("preset:escaper", SessionOptions::new(&workspace)).await.expect("session starts");
+    let (_, events) = support::run(&harness, &session, "go", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    let pid: u32 = std::fs::read_to_string(workspace.join("escaped.pid")).expect("pid").trim().parse().expect("a pid");
+    let running = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+    };
+    assert!(
+        running(pid),
+        "the sleeper runs on after its turn: {:?}",
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+    );
+
+    harness.stop_session(&session, false).await.expect("stopped");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while running(pid) {
+        assert!(std::time::Instant::now() < deadline, "{pid} outlived its session");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    support::finish(&harness, &exec).await;
+    harness.shutdown().await;
+}

@@ -52,6 +52,10 @@ impl Exec for LimitedExec {
         self.inner.reap_orphans(is_live).await
     }
 
+    async fn end_session_processes(&self, session: &str) -> Result<usize, ExecError> {
+        self.inner.end_session_processes(session).await
+    }
+
     fn is_local(&self) -> bool {
         self.inner.is_local()
     }

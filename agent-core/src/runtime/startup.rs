@@ -80,6 +80,7 @@ impl Startup {
         let request_handler = options.request_handler.clone().or(request_handler);
         let id = session.id.clone();
         let finalize_timeout = options.startup_finalization_timeout;
+        let processes = Arc::clone(&exec);
 
         // Phase 1: plan and open, bounded by `startup_timeout`, abandoned with the caller.
         let deadline = deadline_after(Instant::now(), options.startup_timeout);
@@ -147,6 +148,7 @@ impl Startup {
                         early,
                         sink_rx,
                         request_handler,
+                        exec: processes,
                     };
                     return startup.finish(opened, caller).await;
                 }
@@ -208,12 +210,24 @@ struct Opening {
     early: Vec<ProviderMessage>,
     sink_rx: Inbox,
     request_handler: Option<crate::handler::DynRequestHandler>,
+    exec: crate::exec::DynExec,
 }
 
 impl Opening {
     async fn finish(self, opened: Opened, caller: oneshot::Sender<Result<SessionRef>>) {
-        let Opening { session, options, provider, store, reservation, span, plan, early, sink_rx, request_handler } =
-            self;
+        let Opening {
+            session,
+            options,
+            provider,
+            store,
+            reservation,
+            span,
+            plan,
+            early,
+            sink_rx,
+            request_handler,
+            exec: processes,
+        } = self;
         let id = session.id.clone();
         let Opened { session: runtime, provider_session_id, capabilities, .. } = opened;
         let capabilities = capabilities.unwrap_or_else(|| provider.capabilities(&options));
@@ -385,6 +399,7 @@ impl Opening {
             registry,
             attempt,
             span,
+            exec: processes,
         });
         run_guarded(actor.run(), crash, id, attempt).await;
     }

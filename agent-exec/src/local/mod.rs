@@ -114,6 +114,14 @@ impl Exec for LocalExec {
             stamped.into_iter().filter(|process| process.is_orphan(|session| is_live(session))).collect();
         Ok(orphans::end(&orphans))
     }
+
+    /// Scans `/proc` for processes this harness process stamped for `session` and SIGKILLs the
+    /// process group of each. Sessions that end together share one scan. Other Unix systems
+    /// return `Ok(0)`.
+    #[cfg(target_os = "linux")]
+    async fn end_session_processes(&self, session: &str) -> Result<usize, ExecError> {
+        orphans::end_session(session).await
+    }
 }
 
 /// Registers the child's pipes with the runtime and starts watching for its exit.

@@ -21,6 +21,67 @@ pub(super) async fn scan() -> Result<Vec<Stamped>, ExecError> {
 
 pub(super) use self::linux::end;
 
+/// The sessions whose processes wait for the next scan, and who waits for the answers.
+#[derive(Default)]
+struct Ending {
+    sessions: Vec<(String, tokio::sync::oneshot::Sender<Result<usize, String>>)>,
+    /// A task is scanning: what is queued now goes with its next scan.
+    scanning: bool,
+}
+
+static ENDING: std::sync::Mutex<Ending> = std::sync::Mutex::new(Ending { sessions: Vec::new(), scanning: false });
+
+/// Ends the processes this process stamped for `session` (see
+/// [`Exec::end_session_processes`](agent_core::exec::Exec::end_session_processes)). One task
+/// scans for every session queued while the scan before it ran, so a harness ending a
+/// thousand sessions at once reads `/proc` a few times, not a thousand.
+pub(super) async fn end_session(session: &str) -> Result<usize, ExecError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let start = {
+        let mut ending = ENDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        ending.sessions.push((session.to_owned(), tx));
+        !std::mem::replace(&mut ending.scanning, true)
+    };
+    if start {
+        tokio::spawn(end_queued());
+    }
+    match rx.await {
+        Ok(result) => result.map_err(ExecError::Backend),
+        Err(_) => Err(ExecError::Backend("the session process scan was cancelled".into())),
+    }
+}
+
+/// Scans for the queued sessions until none is left.
+async fn end_queued() {
+    loop {
+        let queued = {
+            let mut ending = ENDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if ending.sessions.is_empty() {
+                ending.scanning = false;
+                return;
+            }
+            std::mem::take(&mut ending.sessions)
+        };
+        match scan().await {
+            Ok(stamped) => {
+                let mut stamped = stamped;
+                for (session, reply) in queued {
+                    let (its, rest): (Vec<_>, Vec<_>) =
+                        stamped.into_iter().partition(|process| process.is_of_session(&session));
+                    stamped = rest;
+                    let _ = reply.send(Ok(end(&its)));
+                }
+            }
+            Err(error) => {
+                let error = error.to_string();
+                for (_, reply) in queued {
+                    let _ = reply.send(Err(error.clone()));
+                }
+            }
+        }
+    }
+}
+
 mod linux {
     use std::collections::HashSet;
     use std::fs;
@@ -51,6 +112,11 @@ mod linux {
     }
 
     impl Stamped {
+        /// Whether this process is one this process stamped for `session`.
+        pub(crate) fn is_of_session(&self, session: &str) -> bool {
+            self.owner == Owner::Me && self.session.as_deref() == Some(session)
+        }
+
         /// Whether this process must end: its owner is gone, or it is ours and its session
         /// is not live. Our own processes without a session belong to live handles.
         pub(crate) fn is_orphan(&self, is_live: impl FnOnce(&str) -> bool) -> bool {

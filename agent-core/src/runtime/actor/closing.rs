@@ -161,6 +161,15 @@ impl Actor {
             Ok(Err(_)) => tracing::error!("the provider panicked while closing; dropping it"),
             Err(_) => tracing::warn!("the provider's close was cancelled (the runtime is shutting down)"),
         }
+        // What the CLI started outside its process group (which its close ended) ends too.
+        match tokio::time::timeout(finalize, self.exec.end_session_processes(self.session.id.as_str())).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(ended)) => tracing::info!(ended, "ended processes the session's CLI left outside its process group"),
+            Ok(Err(error)) => tracing::warn!(%error, "could not look for processes the session's CLI left"),
+            Err(_) => {
+                tracing::warn!(timeout = ?finalize, "the look for processes the session's CLI left took too long")
+            }
+        }
         if self.stale_frames > 0 {
             tracing::debug!(stale_frames = self.stale_frames, "frames for finished turns were dropped");
         }

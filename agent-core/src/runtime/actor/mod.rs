@@ -40,6 +40,7 @@ use self::ledger::{Ledger, Origin};
 use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventKind, ExpiryReason, RawJson};
+use crate::exec::DynExec;
 use crate::handler::DynRequestHandler;
 use crate::ids::TurnId;
 use crate::options::{SessionOptions, StoreFailurePolicy, TurnOptions};
@@ -89,6 +90,8 @@ pub(crate) struct ActorParts {
     pub(crate) registry: Weak<Registry>,
     pub(crate) attempt: u64,
     pub(crate) span: Span,
+    /// The exec the provider spawns through: asked for the processes left once the session ended.
+    pub(crate) exec: DynExec,
 }
 
 enum CancelState {
@@ -147,6 +150,8 @@ pub(crate) struct Actor {
     exiting: Option<ExitReason>,
     stale_frames: u64,
     span: Span,
+    /// What the provider spawns through (see [`ActorParts::exec`]).
+    exec: DynExec,
 }
 
 impl Actor {
@@ -188,6 +193,7 @@ impl Actor {
             exiting: None,
             stale_frames: 0,
             span: parts.span,
+            exec: parts.exec,
         }
     }
 
