@@ -649,18 +649,29 @@ impl Harness {
     }
 
     /// Stops every live session — an active turn is interrupted (`ended_by: harness_shutdown`),
-    /// its requests expire, its provider is closed — and waits until all of them have ended.
-    /// Sessions started afterwards run normally. Dropping the last `Harness` clone does the same
-    /// without waiting.
+    /// its requests expire, its provider is closed — and waits until all of them have ended. A
+    /// session whose start was under way when `shutdown` was called is stopped too, once it is
+    /// live (its `start_session` may still return it). Sessions started afterwards run normally.
+    /// Dropping the last `Harness` clone stops the live sessions without waiting.
     pub async fn shutdown(&self) {
-        let live: Vec<SessionHandle> =
-            self.inner.registry.live().iter().filter_map(|s| self.inner.registry.get(&s.id)).collect();
-        for handle in &live {
-            let envelope = crate::runtime::Envelope { command: Command::Shutdown, span: tracing::Span::current() };
-            let _ = handle.tx.send(envelope).await;
-        }
-        for handle in live {
-            handle.exit_reason().await;
+        let registry = &self.inner.registry;
+        let cutoff = registry.next_attempt();
+        loop {
+            let changed = registry.changed().notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let (live, starting) = registry.before(cutoff);
+            for handle in &live {
+                let envelope = crate::runtime::Envelope { command: Command::Shutdown, span: tracing::Span::current() };
+                let _ = handle.tx.send(envelope).await;
+            }
+            for handle in live {
+                handle.exit_reason().await;
+            }
+            if !starting {
+                return;
+            }
+            changed.await;
         }
     }
 

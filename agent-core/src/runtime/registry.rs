@@ -47,6 +47,8 @@ pub(crate) struct Registry {
     ended: Mutex<Ended>,
     max_sessions: Option<usize>,
     attempts: AtomicU64,
+    /// Woken when a session becomes live or leaves the registry (see [`Registry::before`]).
+    changed: tokio::sync::Notify,
     /// This harness in the process-wide table of harnesses (see [`owner`](super::owner)).
     enrolled: Enrolled,
 }
@@ -59,6 +61,7 @@ impl Registry {
             ended: Mutex::default(),
             max_sessions,
             attempts: AtomicU64::new(1),
+            changed: tokio::sync::Notify::new(),
             enrolled: Enrolled::new(registry.clone()),
         })
     }
@@ -155,7 +158,34 @@ impl Registry {
         let mut slots = self.slots();
         if slots.get(id).is_some_and(|slot| slot.attempt() == attempt) {
             slots.remove(id);
+            self.changed.notify_waiters();
         }
+    }
+
+    /// The attempt number the next start will get: the starts begun so far have lower ones.
+    pub(crate) fn next_attempt(&self) -> u64 {
+        self.attempts.load(Ordering::Relaxed)
+    }
+
+    /// The live sessions whose starts began before attempt `cutoff`, and whether any such start
+    /// is still under way (enable a [`Registry::changed`] wait before looking, so that no change
+    /// in between is missed).
+    pub(crate) fn before(&self, cutoff: u64) -> (Vec<SessionHandle>, bool) {
+        let slots = self.slots();
+        let mut starting = false;
+        let mut live = Vec::new();
+        for slot in slots.values().filter(|slot| slot.attempt() < cutoff) {
+            match slot {
+                Slot::Starting { .. } => starting = true,
+                Slot::Live { handle, .. } => live.push(handle.clone()),
+            }
+        }
+        (live, starting)
+    }
+
+    /// Woken when a session becomes live or leaves the registry.
+    pub(crate) fn changed(&self) -> &tokio::sync::Notify {
+        &self.changed
     }
 }
 
@@ -181,6 +211,7 @@ impl Reservation {
         let mut slots = self.registry.slots();
         slots.insert(self.id.clone(), Slot::Live { attempt: self.attempt, handle });
         self.promoted = true;
+        self.registry.changed.notify_waiters();
     }
 }
 

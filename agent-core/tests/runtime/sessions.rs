@@ -818,3 +818,27 @@ async fn the_recheck_before_the_initial_commit_is_bounded_like_the_commit() {
     assert!(matches!(err, Error::StartupFinalizationTimeout { .. }), "{err:?}");
     assert!(f.harness.list_sessions().is_empty());
 }
+
+/// A start under way when `shutdown` is called is stopped once live, and `shutdown` waits for
+/// it; a start after `shutdown` runs normally.
+#[tokio::test(start_paused = true)]
+async fn shutdown_also_stops_a_session_whose_start_was_under_way() {
+    let f = Fixture::new();
+    f.control.set_open(OpenBehavior::Delay(Duration::from_secs(1)));
+    let harness = f.harness.clone();
+    let starting = tokio::spawn(async move { harness.start_session(PROVIDER, opts().id("late")).await });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    f.harness.shutdown().await;
+    assert!(f.harness.list_sessions().is_empty(), "shutdown returned with a session live");
+    let started = starting.await.unwrap();
+    assert!(f.harness.list_sessions().is_empty(), "the start under way ended live: {started:?}");
+    if let Ok(session) = started {
+        let monitor = f.harness.monitor(&session).await.unwrap();
+        let reason = monitor.await;
+        assert!(matches!(reason, ExitReason::Closed { reason: CloseReason::HarnessShutdown }), "{reason:?}");
+    }
+
+    f.control.set_open(OpenBehavior::Succeed);
+    let after = f.harness.start_session(PROVIDER, opts().id("after")).await.unwrap();
+    assert_eq!(f.harness.list_sessions(), [after]);
+}
