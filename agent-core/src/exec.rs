@@ -51,6 +51,10 @@ pub const SESSION_MARKER_ENV: &str = "AGENT_HARNESS_SESSION";
 /// The environment variable that stamps every child with the PID of the harness process that
 /// started it, so an orphan reaper can tell whose children are left behind.
 pub const OWNER_MARKER_ENV: &str = "AGENT_HARNESS_OWNER_PID";
+/// The environment variable that stamps a child with the harness (within its process) whose
+/// session it belongs to ([`Command::harness`]): two harnesses of one process may each run a
+/// session of the same ID.
+pub const HARNESS_MARKER_ENV: &str = "AGENT_HARNESS_INSTANCE";
 
 /// Starts processes.
 #[async_trait]
@@ -70,13 +74,14 @@ pub trait Exec: Send + Sync + fmt::Debug + 'static {
         Ok(0)
     }
 
-    /// Ends the processes this backend stamped for `session` that still run once the session
-    /// ended and its provider closed — those its CLI started outside its process group (a
-    /// shell command run with `setsid`, say), which ending the group missed — returning how
-    /// many were ended. The runtime calls it once per ended session. Backends without the means
-    /// to find such processes return `Ok(0)`; wrappers forward it.
-    async fn end_session_processes(&self, session: &str) -> Result<usize, ExecError> {
-        let _ = session;
+    /// Ends the processes this backend stamped for `session` of `harness` (see
+    /// [`Command::harness`]) that still run once the session ended and its provider closed —
+    /// those its CLI started outside its process group (a shell command run with `setsid`, say),
+    /// which ending the group missed — returning how many were ended. The runtime calls it once
+    /// per ended session. Backends without the means to find such processes return `Ok(0)`;
+    /// wrappers forward it.
+    async fn end_session_processes(&self, session: &str, harness: u64) -> Result<usize, ExecError> {
+        let _ = (session, harness);
         Ok(0)
     }
 
@@ -162,6 +167,9 @@ pub struct Command {
     pub cwd: Option<PathBuf>,
     /// The session the process belongs to; stamped into its environment.
     pub session: Option<SessionId>,
+    /// The harness within this process whose session it is, stamped beside the session; the
+    /// session runtime sets it on every spawn of its provider.
+    pub harness: Option<u64>,
     /// Limits.
     pub limits: Limits,
     /// Stop escalation.
@@ -177,9 +185,17 @@ impl Command {
             env: EnvSpec::default(),
             cwd: None,
             session: None,
+            harness: None,
             limits: Limits::default(),
             kill_policy: KillPolicy::default(),
         }
+    }
+
+    /// Stamps the process for the harness number `harness` of this process (see
+    /// [`Command::harness`]).
+    pub fn harness(mut self, harness: u64) -> Self {
+        self.harness = Some(harness);
+        self
     }
 
     /// Adds one argument.

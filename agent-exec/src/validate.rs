@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 
 use agent_core::SessionId;
-use agent_core::exec::{Command, EnvSpec, ExecError, OWNER_MARKER_ENV, SESSION_MARKER_ENV};
+use agent_core::exec::{Command, EnvSpec, ExecError, HARNESS_MARKER_ENV, OWNER_MARKER_ENV, SESSION_MARKER_ENV};
 
 /// A child's environment, sorted by name.
 pub(crate) type Env = BTreeMap<OsString, OsString>;
@@ -60,6 +60,7 @@ fn has_nul(value: &OsStr) -> bool {
 pub(crate) fn child_env(
     spec: &EnvSpec,
     session: Option<&SessionId>,
+    harness: Option<u64>,
     host: impl Iterator<Item = (OsString, OsString)>,
 ) -> Env {
     let mut env: Env =
@@ -71,6 +72,10 @@ pub(crate) fn child_env(
     match session {
         Some(session) => env.insert(SESSION_MARKER_ENV.into(), session.as_str().into()),
         None => env.remove(OsStr::new(SESSION_MARKER_ENV)),
+    };
+    match harness {
+        Some(harness) => env.insert(HARNESS_MARKER_ENV.into(), harness.to_string().into()),
+        None => env.remove(OsStr::new(HARNESS_MARKER_ENV)),
     };
     env.insert(OWNER_MARKER_ENV.into(), std::process::id().to_string().into());
     env
@@ -116,18 +121,28 @@ mod tests {
     fn env_applies_clear_allow_set_unset_then_markers() {
         let spec = Command::new("x").env_clear(["PATH"]).env("A", "1").env("B", "2").env_remove("B").env;
         let session = SessionId::new("s-1").expect("valid");
-        let env = child_env(&spec, Some(&session), host());
+        let env = child_env(&spec, Some(&session), Some(7), host());
         let owner = std::process::id().to_string();
-        let expected: Vec<(&str, &str)> =
-            vec![("A", "1"), (SESSION_MARKER_ENV, "s-1"), (OWNER_MARKER_ENV, &owner), ("PATH", "/bin")];
+        let expected: Vec<(&str, &str)> = vec![
+            ("A", "1"),
+            (SESSION_MARKER_ENV, "s-1"),
+            (HARNESS_MARKER_ENV, "7"),
+            (OWNER_MARKER_ENV, &owner),
+            ("PATH", "/bin"),
+        ];
         let expected: Env = expected.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
         assert_eq!(env, expected);
     }
 
     #[test]
     fn markers_cannot_be_forged_and_stale_session_is_dropped() {
-        let spec = Command::new("x").env(OWNER_MARKER_ENV, "1").env(SESSION_MARKER_ENV, "forged").env;
-        let env = child_env(&spec, None, host());
+        let spec = Command::new("x")
+            .env(OWNER_MARKER_ENV, "1")
+            .env(SESSION_MARKER_ENV, "forged")
+            .env(HARNESS_MARKER_ENV, "9")
+            .env;
+        let env = child_env(&spec, None, None, host());
+        assert_eq!(env.get(OsStr::new(HARNESS_MARKER_ENV)), None);
         assert_eq!(env.get(OsStr::new(OWNER_MARKER_ENV)), Some(&OsString::from(std::process::id().to_string())));
         assert_eq!(env.get(OsStr::new(SESSION_MARKER_ENV)), None);
         assert_eq!(env.get(OsStr::new("HOME")), Some(&OsString::from("/home/u")));

@@ -349,30 +349,34 @@ async fn the_reaper_ends_stamped_children_of_sessions_that_are_not_live() {
 
 /// A process a session's CLI started outside its process group (`setsid`) survives the group's
 /// kill; once the session ended, `end_session_processes` finds it by its stamp and ends it,
-/// sparing the processes of other sessions.
+/// sparing the processes of other sessions, and of another harness's session of the same ID.
 #[tokio::test]
 async fn the_processes_a_session_left_outside_its_group_end_with_it() {
     let exec = LocalExec::new();
     let ended_session = SessionId::new(format!("end-ended-{}", std::process::id())).expect("id");
     let other = SessionId::new(format!("end-other-{}", std::process::id())).expect("id");
-    let escaping = "setsid sleep 30 </dev/null >/dev/null 2>&1 & echo $!; wait";
-    let mut cli = exec.spawn(sh(escaping).session(ended_session.clone())).await.expect("spawn");
+    let escaping = "setsid sh -c 'echo $$; exec sleep 30' </dev/null 2>/dev/null & wait";
+    let mut cli = exec.spawn(sh(escaping).session(ended_session.clone()).harness(7)).await.expect("spawn");
     let escaped = pids(&read_line(cli.stdout.as_mut().expect("stdout")).await);
-    let kept = exec.spawn(Command::new("sleep").arg("30").session(other.clone())).await.expect("spawn");
+    let kept = exec.spawn(Command::new("sleep").arg("30").session(other.clone()).harness(7)).await.expect("spawn");
+    let namesake = exec.spawn(Command::new("sleep").arg("30").session(ended_session.clone()).harness(8));
+    let namesake = namesake.await.expect("spawn");
     cli.handle.kill().expect("kill");
     cli.handle.wait().await.expect("wait");
     for &pid in &escaped {
         assert!(alive(pid), "outside the group, {pid} outlives the group's kill");
     }
 
-    let ended = exec.end_session_processes(ended_session.as_str()).await.expect("end");
+    let ended = exec.end_session_processes(ended_session.as_str(), 7).await.expect("end");
     assert_eq!(ended, escaped.len(), "the escaped process, and nothing else, is ended");
     for pid in escaped {
         assert_gone_within(pid, GONE_WITHIN).await;
     }
-    assert!(kept.handle.try_status().is_none(), "another session's child is spared");
-    assert!(alive(kept.handle.id().expect("pid")));
-    assert_eq!(exec.end_session_processes(ended_session.as_str()).await.expect("end"), 0, "nothing is left");
+    for (spared, whose) in [(&kept, "another session's"), (&namesake, "another harness's same-named session's")] {
+        assert!(spared.handle.try_status().is_none(), "{whose} child is spared");
+        assert!(alive(spared.handle.id().expect("pid")), "{whose} child is spared");
+    }
+    assert_eq!(exec.end_session_processes(ended_session.as_str(), 7).await.expect("end"), 0, "nothing is left");
 }
 
 /// A fresh directory under the system temp dir.

@@ -28,8 +28,8 @@ impl Exec for Logged {
         self.0.reap_orphans(is_live).await
     }
 
-    async fn end_session_processes(&self, session: &str) -> Result<usize, ExecError> {
-        self.0.end_session_processes(session).await
+    async fn end_session_processes(&self, session: &str, harness: u64) -> Result<usize, ExecError> {
+        self.0.end_session_processes(session, harness).await
     }
 
     fn is_local(&self) -> bool {

@@ -589,7 +589,8 @@ echo "RESULT left one behind"
 "#;
 
 /// What a session's CLI left running outside its process group, which ending the group misses,
-/// ends with the session.
+/// ends with the session — and only that session's: another harness of this process running a
+/// session of the same ID keeps its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_a_cli_left_outside_its_process_group_ends_with_the_session() {
     let programs = ProgramDir::new("preset-escaper");
@@ -603,32 +604,39 @@ async fn what_a_cli_left_outside_its_process_group_ends_with_the_session() {
     });
     let presets = programs.dir("presets");
     std::fs::write(presets.join("escaper.json"), preset.to_string()).expect("preset written");
-    let workspace = programs.dir("work");
     let catalog = PresetCatalog::builder(AllowList::shipped().allow(&script)).dir(&presets).load();
     assert!(catalog.errors().is_empty(), "{:?}", catalog.errors());
-    let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
-    let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));
-    let session =
-        harness.start_session("preset:escaper", SessionOptions::new(&workspace)).await.expect("session starts");
-    let (_, events) = support::run(&harness, &session, "go", |_| None).await;
-    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
-    let pid: u32 = std::fs::read_to_string(workspace.join("escaped.pid")).expect("pid").trim().parse().expect("a pid");
     let running = |pid: u32| {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
     };
-    assert!(
-        running(pid),
-        "the sleeper runs on after its turn: {:?}",
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-    );
-
-    harness.stop_session(&session, false).await.expect("stopped");
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while running(pid) {
-        assert!(std::time::Instant::now() < deadline, "{pid} outlived its session");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    // Two harnesses, each running a session `twin` whose CLI leaves a sleeper behind.
+    let mut twins = Vec::new();
+    for name in ["one", "two"] {
+        let workspace = programs.dir(name);
+        let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
+        let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));
+        let options = SessionOptions::new(&workspace).id("twin");
+        let session = harness.start_session("preset:escaper", options).await.expect("session starts");
+        let (_, events) = support::run(&harness, &session, "go", |_| None).await;
+        assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+        let pid: u32 =
+            std::fs::read_to_string(workspace.join("escaped.pid")).expect("pid").trim().parse().expect("a pid");
+        assert!(running(pid), "the sleeper runs on after its turn");
+        twins.push((harness, exec, session, pid));
     }
-    support::finish(&harness, &exec).await;
-    harness.shutdown().await;
+
+    for (i, (harness, exec, session, pid)) in twins.iter().enumerate() {
+        harness.stop_session(session, false).await.expect("stopped");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while running(*pid) {
+            assert!(std::time::Instant::now() < deadline, "{pid} outlived its session");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if let Some((_, _, _, other)) = twins.get(i + 1) {
+            assert!(running(*other), "the other harness's `twin` keeps its sleeper");
+        }
+        support::finish(harness, exec).await;
+        harness.shutdown().await;
+    }
 }

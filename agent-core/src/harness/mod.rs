@@ -25,6 +25,7 @@ use crate::provider::{DynProvider, require_capabilities};
 use crate::request::{Request, Response};
 use crate::runtime::limited::LimitedExec;
 use crate::runtime::registry::Registry;
+use crate::runtime::stamped::StampedExec;
 use crate::runtime::startup::Startup;
 use crate::runtime::{AwaitGrant, Command, Lookup, Replay, SessionHandle, Subscription, Target, TurnStream};
 use crate::runtime::{StartTurn, exit_reason};
@@ -51,6 +52,10 @@ struct Inner {
     providers: BTreeMap<ProviderId, DynProvider>,
     store: Option<DynStore>,
     exec: DynExec,
+    /// `exec` as sessions spawn through it: limited (`max_provider_processes`) and stamped with
+    /// this harness. Made once, so a session's exec stays the same value from one start to the
+    /// next (the CLIs' version probes are cached per exec).
+    session_exec: DynExec,
     registry: Arc<Registry>,
     call_timeout: Duration,
     /// Shared by every session's exec when `max_provider_processes` is set.
@@ -212,21 +217,39 @@ impl HarnessBuilder {
                 return Err(Error::InvalidConfig(format!("provider `{id}` registered twice")));
             }
         }
+        let exec = self.exec.unwrap_or_else(|| Arc::new(NoExec));
+        let registry = Registry::new(self.max_sessions);
+        let process_limit =
+            self.max_provider_processes.map(|limit| (Arc::new(tokio::sync::Semaphore::new(limit)), limit));
+        let session_exec = session_exec(Arc::clone(&exec), process_limit.as_ref(), &registry);
         Ok(Harness {
             inner: Arc::new(Inner {
                 providers,
                 store,
-                exec: self.exec.unwrap_or_else(|| Arc::new(NoExec)),
-                registry: Registry::new(self.max_sessions),
+                exec,
+                session_exec,
+                registry,
                 call_timeout: self.call_timeout.unwrap_or(DEFAULT_CALL_TIMEOUT),
-                process_limit: self
-                    .max_provider_processes
-                    .map(|limit| (Arc::new(tokio::sync::Semaphore::new(limit)), limit)),
+                process_limit,
                 session_stores: Mutex::default(),
                 request_handler: self.request_handler,
             }),
         })
     }
+}
+
+/// `exec` as a session of the harness with `registry` spawns through it: limited to
+/// `process_limit` processes among all of the harness's sessions, and stamped with the harness.
+fn session_exec(
+    exec: DynExec,
+    process_limit: Option<&(Arc<tokio::sync::Semaphore>, usize)>,
+    registry: &Registry,
+) -> DynExec {
+    let exec = match process_limit {
+        Some((permits, limit)) => LimitedExec::wrap(exec, Arc::clone(permits), *limit),
+        None => exec,
+    };
+    StampedExec::wrap(exec, registry.harness_number())
 }
 
 impl fmt::Debug for HarnessBuilder {
@@ -345,10 +368,10 @@ impl Harness {
             StoreChoice::Disabled => None,
             StoreChoice::Custom(store) => Some(Arc::clone(store)),
         };
-        let mut exec = options.exec.clone().unwrap_or_else(|| Arc::clone(&self.inner.exec));
-        if let Some((permits, limit)) = &self.inner.process_limit {
-            exec = LimitedExec::wrap(exec, Arc::clone(permits), *limit);
-        }
+        let exec = match &options.exec {
+            Some(exec) => session_exec(Arc::clone(exec), self.inner.process_limit.as_ref(), &self.inner.registry),
+            None => Arc::clone(&self.inner.session_exec),
+        };
         let reservation = self.inner.registry.reserve(&id)?;
         // The session outlives this call: its span is a root that follows from the command.
         let span = tracing::info_span!(parent: None, "session", session_id = %id, provider = %provider_id);

@@ -49,6 +49,11 @@ impl Enrolled {
         Enrolled { harness }
     }
 
+    /// This harness's number within the process.
+    pub(crate) fn number(&self) -> u64 {
+        self.harness
+    }
+
     /// The owner a run of this harness writes; `None` where this process cannot be identified.
     pub(crate) fn owner(&self) -> Option<Box<SessionOwner>> {
         let me = this_process()?;

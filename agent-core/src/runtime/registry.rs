@@ -66,6 +66,11 @@ impl Registry {
         })
     }
 
+    /// This harness's number within the process (stamped on its sessions' processes).
+    pub(crate) fn harness_number(&self) -> u64 {
+        self.enrolled.number()
+    }
+
     /// The owner this harness writes into the snapshots of the sessions it runs.
     pub(crate) fn owner(&self) -> Option<Box<SessionOwner>> {
         self.enrolled.owner()

@@ -47,7 +47,7 @@ impl LocalExec {
     /// Resolves, checks and prepares `command` without spawning it.
     fn prepare(&self, command: &Command) -> Result<Prepared, ExecError> {
         check_command(command)?;
-        let env = child_env(&command.env, command.session.as_ref(), std::env::vars_os());
+        let env = child_env(&command.env, command.session.as_ref(), command.harness, std::env::vars_os());
         let cwd = command.cwd.as_deref().map(resolve::check_cwd).transpose()?;
         let resolved = resolve::resolve_program(&command.program, &env, cwd.as_deref())?;
         let program = self.check_allowed(resolved)?;
@@ -119,8 +119,8 @@ impl Exec for LocalExec {
     /// process group of each. Sessions that end together share one scan. Other Unix systems
     /// return `Ok(0)`.
     #[cfg(target_os = "linux")]
-    async fn end_session_processes(&self, session: &str) -> Result<usize, ExecError> {
-        orphans::end_session(session).await
+    async fn end_session_processes(&self, session: &str, harness: u64) -> Result<usize, ExecError> {
+        orphans::end_session(session, harness).await
     }
 }
 

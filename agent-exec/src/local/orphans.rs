@@ -21,10 +21,13 @@ pub(super) async fn scan() -> Result<Vec<Stamped>, ExecError> {
 
 pub(super) use self::linux::end;
 
+/// A session (and its harness) whose processes wait for the next scan, and where to answer.
+type Queued = (String, u64, tokio::sync::oneshot::Sender<Result<usize, String>>);
+
 /// The sessions whose processes wait for the next scan, and who waits for the answers.
 #[derive(Default)]
 struct Ending {
-    sessions: Vec<(String, tokio::sync::oneshot::Sender<Result<usize, String>>)>,
+    sessions: Vec<Queued>,
     /// A task is scanning: what is queued now goes with its next scan.
     scanning: bool,
 }
@@ -35,11 +38,11 @@ static ENDING: std::sync::Mutex<Ending> = std::sync::Mutex::new(Ending { session
 /// [`Exec::end_session_processes`](agent_core::exec::Exec::end_session_processes)). One task
 /// scans for every session queued while the scan before it ran, so a harness ending a
 /// thousand sessions at once reads `/proc` a few times, not a thousand.
-pub(super) async fn end_session(session: &str) -> Result<usize, ExecError> {
+pub(super) async fn end_session(session: &str, harness: u64) -> Result<usize, ExecError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let start = {
         let mut ending = ENDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        ending.sessions.push((session.to_owned(), tx));
+        ending.sessions.push((session.to_owned(), harness, tx));
         !std::mem::replace(&mut ending.scanning, true)
     };
     if start {
@@ -65,16 +68,16 @@ async fn end_queued() {
         match scan().await {
             Ok(stamped) => {
                 let mut stamped = stamped;
-                for (session, reply) in queued {
+                for (session, harness, reply) in queued {
                     let (its, rest): (Vec<_>, Vec<_>) =
-                        stamped.into_iter().partition(|process| process.is_of_session(&session));
+                        stamped.into_iter().partition(|process| process.is_of_session(&session, harness));
                     stamped = rest;
                     let _ = reply.send(Ok(end(&its)));
                 }
             }
             Err(error) => {
                 let error = error.to_string();
-                for (_, reply) in queued {
+                for (_, _, reply) in queued {
                     let _ = reply.send(Err(error.clone()));
                 }
             }
@@ -87,7 +90,7 @@ mod linux {
     use std::fs;
     use std::io;
 
-    use agent_core::exec::{OWNER_MARKER_ENV, SESSION_MARKER_ENV};
+    use agent_core::exec::{HARNESS_MARKER_ENV, OWNER_MARKER_ENV, SESSION_MARKER_ENV};
     use rustix::process::{Pid, RawPid, Signal};
 
     use super::super::sys;
@@ -109,12 +112,14 @@ mod linux {
         pgid: RawPid,
         owner: Owner,
         session: Option<String>,
+        /// The harness of this process that stamped it, if it named one.
+        harness: Option<u64>,
     }
 
     impl Stamped {
-        /// Whether this process is one this process stamped for `session`.
-        pub(crate) fn is_of_session(&self, session: &str) -> bool {
-            self.owner == Owner::Me && self.session.as_deref() == Some(session)
+        /// Whether this process is one this process stamped for `session` of `harness`.
+        pub(crate) fn is_of_session(&self, session: &str, harness: u64) -> bool {
+            self.owner == Owner::Me && self.session.as_deref() == Some(session) && self.harness == Some(harness)
         }
 
         /// Whether this process must end: its owner is gone, or it is ours and its session
@@ -151,7 +156,7 @@ mod linux {
                 continue;
             }
             // Processes that exit or that we may not inspect drop out here.
-            let Some((owner, session)) = read_stamp(raw) else { continue };
+            let Some(Stamp { owner, session, harness }) = read_stamp(raw) else { continue };
             let Some(stat) = read_stat(raw) else { continue };
             let owner = if owner == me {
                 Owner::Me
@@ -160,7 +165,7 @@ mod linux {
             } else {
                 continue;
             };
-            found.push(Stamped { pid, pgid: stat.pgid, owner, session });
+            found.push(Stamped { pid, pgid: stat.pgid, owner, session, harness });
         }
         Ok(found)
     }
@@ -205,23 +210,37 @@ mod linux {
     }
 
     /// The owner PID and session stamped into `pid`'s environment.
-    fn read_stamp(pid: RawPid) -> Option<(RawPid, Option<String>)> {
+    /// A process's markers: who started it, for which session of which harness.
+    #[derive(Debug, PartialEq, Eq)]
+    struct Stamp {
+        owner: RawPid,
+        session: Option<String>,
+        harness: Option<u64>,
+    }
+
+    fn read_stamp(pid: RawPid) -> Option<Stamp> {
         let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
         parse_stamp(&environ)
     }
 
-    fn parse_stamp(environ: &[u8]) -> Option<(RawPid, Option<String>)> {
+    fn parse_stamp(environ: &[u8]) -> Option<Stamp> {
         let mut owner = None;
         let mut session = None;
+        let mut harness = None;
+        let value = |text: &'_ str, name: &str| {
+            text.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')).map(str::to_owned)
+        };
         for entry in environ.split(|&b| b == 0) {
             let text = std::str::from_utf8(entry).unwrap_or_default();
-            if let Some(value) = text.strip_prefix(OWNER_MARKER_ENV).and_then(|rest| rest.strip_prefix('=')) {
-                owner = value.parse::<RawPid>().ok();
-            } else if let Some(value) = text.strip_prefix(SESSION_MARKER_ENV).and_then(|rest| rest.strip_prefix('=')) {
-                session = Some(value.to_owned());
+            if let Some(found) = value(text, OWNER_MARKER_ENV) {
+                owner = found.parse::<RawPid>().ok();
+            } else if let Some(found) = value(text, SESSION_MARKER_ENV) {
+                session = Some(found);
+            } else if let Some(found) = value(text, HARNESS_MARKER_ENV) {
+                harness = found.parse::<u64>().ok();
             }
         }
-        owner.map(|owner| (owner, session))
+        owner.map(|owner| Stamp { owner, session, harness })
     }
 
     /// Whether `owner` is dead, or its PID was reused by a process younger than the child.
@@ -260,10 +279,11 @@ mod linux {
 
         #[test]
         fn stamps_need_an_owner() {
-            let environ = format!("A=1\0{OWNER_MARKER_ENV}=77\0{SESSION_MARKER_ENV}=s-1\0");
-            assert_eq!(parse_stamp(environ.as_bytes()), Some((77, Some("s-1".into()))));
+            let environ = format!("A=1\0{OWNER_MARKER_ENV}=77\0{SESSION_MARKER_ENV}=s-1\0{HARNESS_MARKER_ENV}=3\0");
+            let stamp = Stamp { owner: 77, session: Some("s-1".into()), harness: Some(3) };
+            assert_eq!(parse_stamp(environ.as_bytes()), Some(stamp));
             let sessionless = format!("{OWNER_MARKER_ENV}=77\0{OWNER_MARKER_ENV}X=1");
-            assert_eq!(parse_stamp(sessionless.as_bytes()), Some((77, None)));
+            assert_eq!(parse_stamp(sessionless.as_bytes()), Some(Stamp { owner: 77, session: None, harness: None }));
             assert_eq!(parse_stamp(format!("{SESSION_MARKER_ENV}=s-1").as_bytes()), None);
         }
 

@@ -179,7 +179,7 @@ impl Exec for ScriptedExec {
             let searched_path = !command.program.as_encoded_bytes().contains(&b'/');
             return Err(ExecError::ProgramNotFound { program: command.program, searched_path });
         };
-        let env = child_env(&command.env, command.session.as_ref(), std::env::vars_os());
+        let env = child_env(&command.env, command.session.as_ref(), command.harness, std::env::vars_os());
         let (limits, policy) = (command.limits.clone(), command.kill_policy);
         let run = ScriptedRun { shared: RunShared::new(command, env) };
         self.lock().runs.push(run.clone());

@@ -162,7 +162,13 @@ impl Actor {
             Err(_) => tracing::warn!("the provider's close was cancelled (the runtime is shutting down)"),
         }
         // What the CLI started outside its process group (which its close ended) ends too.
-        match tokio::time::timeout(finalize, self.exec.end_session_processes(self.session.id.as_str())).await {
+        let ending = async {
+            match self.harness {
+                Some(harness) => self.exec.end_session_processes(self.session.id.as_str(), harness).await,
+                None => Ok(0),
+            }
+        };
+        match tokio::time::timeout(finalize, ending).await {
             Ok(Ok(0)) => {}
             Ok(Ok(ended)) => tracing::info!(ended, "ended processes the session's CLI left outside its process group"),
             Ok(Err(error)) => tracing::warn!(%error, "could not look for processes the session's CLI left"),

@@ -152,6 +152,9 @@ pub(crate) struct Actor {
     span: Span,
     /// What the provider spawns through (see [`ActorParts::exec`]).
     exec: DynExec,
+    /// The harness's number in this process, which stamped the provider's processes (kept: the
+    /// harness may be gone when the session ends).
+    harness: Option<u64>,
 }
 
 impl Actor {
@@ -166,6 +169,7 @@ impl Actor {
             parts.span.clone(),
         );
         journal.restore(parts.initial_events);
+        let harness = parts.registry.upgrade().map(|registry| registry.harness_number());
         Actor {
             cache: TurnCache::new(parts.options.effective_cache_size()),
             session: parts.session,
@@ -194,6 +198,7 @@ impl Actor {
             stale_frames: 0,
             span: parts.span,
             exec: parts.exec,
+            harness,
         }
     }
 

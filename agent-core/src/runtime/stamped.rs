@@ -1,0 +1,52 @@
+//! The exec a session's provider spawns through: every command it starts is stamped with the
+//! harness that runs the session, so that the processes a session leaves behind are found by
+//! its harness and session (two harnesses of one process may each run a session of one ID).
+
+use std::fmt;
+
+use async_trait::async_trait;
+
+use crate::exec::{Child, Command, DynExec, Exec, ExecError};
+
+/// Sets [`Command::harness`] on every spawn through `inner`.
+pub(crate) struct StampedExec {
+    inner: DynExec,
+    harness: u64,
+}
+
+impl StampedExec {
+    /// Wraps `inner` for the sessions of harness number `harness`.
+    pub(crate) fn wrap(inner: DynExec, harness: u64) -> DynExec {
+        std::sync::Arc::new(StampedExec { inner, harness })
+    }
+}
+
+impl fmt::Debug for StampedExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StampedExec").field("inner", &self.inner).field("harness", &self.harness).finish()
+    }
+}
+
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl Exec for StampedExec {
+    async fn spawn(&self, mut command: Command) -> Result<Child, ExecError> {
+        command.harness = Some(self.harness);
+        self.inner.spawn(command).await
+    }
+
+    async fn reap_orphans(
+        &self,
+        is_live: &(dyn for<'s> Fn(&'s str) -> bool + Send + Sync),
+    ) -> Result<usize, ExecError> {
+        self.inner.reap_orphans(is_live).await
+    }
+
+    async fn end_session_processes(&self, session: &str, harness: u64) -> Result<usize, ExecError> {
+        self.inner.end_session_processes(session, harness).await
+    }
+
+    fn is_local(&self) -> bool {
+        self.inner.is_local()
+    }
+}
