@@ -272,8 +272,8 @@ impl fmt::Debug for ClaudeOptions {
 #[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct ClaudeTurnOptions {
-    /// Switches the permission mode before the turn (`set_permission_mode`); it stays for the
-    /// following turns.
+    /// The permission mode of this turn (`set_permission_mode` before it); the next turn
+    /// without one runs with the session's mode again.
     pub permission_mode: Option<PermissionMode>,
 }
 
@@ -283,7 +283,7 @@ impl ClaudeTurnOptions {
         Self::default()
     }
 
-    /// Switches the permission mode.
+    /// Sets this turn's permission mode.
     pub fn permission_mode(mut self, mode: PermissionMode) -> Self {
         self.permission_mode = Some(mode);
         self

@@ -322,7 +322,7 @@ impl Provider for ClaudeProvider {
             provider: self.id.clone(),
             skills: options.skills.iter().map(|s| s.name.clone()).collect(),
             conn,
-            settings: Mutex::new(Settings { model: options.model.clone(), permission_mode: mode }),
+            settings: Mutex::new(Settings::new(options.model.clone(), mode)),
             turn_timeout: adapter_deadline(options.turn_start_timeout),
             command_timeout: adapter_deadline(options.provider_command_timeout),
         };

@@ -21,10 +21,24 @@ pub(crate) fn adapter_deadline(runtime: Duration) -> Duration {
 }
 
 /// The model and permission mode the process runs with now.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Settings {
+    /// The session's model (`None`: claude's default), which a turn without its own runs with.
+    pub(crate) session_model: Option<String>,
+    /// The session's permission mode, which a turn without its own runs with.
+    pub(crate) session_mode: PermissionMode,
+    /// The model claude runs with now.
     pub(crate) model: Option<String>,
-    pub(crate) permission_mode: Option<PermissionMode>,
+    /// The permission mode claude runs with now.
+    pub(crate) permission_mode: PermissionMode,
+}
+
+impl Settings {
+    /// A session opened with `model` and `mode` (`None`: claude's default mode).
+    pub(crate) fn new(model: Option<String>, mode: Option<PermissionMode>) -> Settings {
+        let mode = mode.unwrap_or(PermissionMode::Default);
+        Settings { session_model: model.clone(), session_mode: mode, model, permission_mode: mode }
+    }
 }
 
 /// An open `claude -p` process.
@@ -139,21 +153,23 @@ impl ProviderSession for ClaudeSession {
         if self.conn.state().has_turn() {
             return Err(self.rejected("a turn is still running in claude"));
         }
-        let model = turn.options.model.clone().filter(|m| self.settings().model.as_ref() != Some(m));
+        // A turn's model and permission mode are its own: a turn without them runs with the
+        // session's again (`null` is claude's default model).
+        let turn_mode = turn.options.provider_options.get::<ClaudeTurnOptions>().and_then(|o| o.permission_mode);
+        let (model, mode) = {
+            let settings = self.settings();
+            let model = turn.options.model.clone().or_else(|| settings.session_model.clone());
+            let mode = turn_mode.unwrap_or(settings.session_mode);
+            ((model != settings.model).then_some(model), (mode != settings.permission_mode).then_some(mode))
+        };
         if let Some(model) = model {
             self.setting("set_model", json!({"subtype": "set_model", "model": model})).await?;
-            self.settings().model = Some(model);
+            self.settings().model = model;
         }
-        let mode = turn
-            .options
-            .provider_options
-            .get::<ClaudeTurnOptions>()
-            .and_then(|o| o.permission_mode)
-            .filter(|m| self.settings().permission_mode != Some(*m));
         if let Some(mode) = mode {
             let request = json!({"subtype": "set_permission_mode", "mode": mode.as_str()});
             self.setting("set_permission_mode", request).await?;
-            self.settings().permission_mode = Some(mode);
+            self.settings().permission_mode = mode;
         }
         let id = turn.id().clone();
         if let Err(running) = self.conn.state().begin_turn(id.clone()) {

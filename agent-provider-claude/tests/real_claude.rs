@@ -361,15 +361,18 @@ async fn cancel_during_a_pending_permission_expires_the_request() {
     claude.finish().await;
 }
 
-/// The model and the permission mode change between turns through the control channel.
+/// A turn's model and permission mode reach claude through the control channel, for that turn
+/// only: the next turn runs with the session's again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn model_and_permission_mode_change_between_turns() {
+async fn model_and_permission_mode_change_for_one_turn() {
     let claude = Claude::start(Scenario::new().echo("one: ")).await;
     let target = claude.workspace().join("accepted.txt");
-    claude
-        .server
-        .push(agent_testkit::Step::WriteFile { path: target.display().to_string(), content: "accepted\n".into() });
-    claude.server.push(agent_testkit::Step::Text { text: "written".into() });
+    let asked = claude.workspace().join("asked.txt");
+    for (path, content) in [(&target, "accepted\n"), (&asked, "asked\n")] {
+        let step = agent_testkit::Step::WriteFile { path: path.display().to_string(), content: content.into() };
+        claude.server.push(step);
+        claude.server.push(agent_testkit::Step::Text { text: "written".into() });
+    }
     let session = claude.session(claude.options()).await;
     let (_, events) = claude.run(&session, "first", |_| None).await;
     assert_eq!(terminal(&events).status, TurnStatus::Completed);
@@ -379,9 +382,17 @@ async fn model_and_permission_mode_change_between_turns() {
     let (_, events) = claude.run_with(&session, "write it", options, |_| panic!("acceptEdits does not ask")).await;
     assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "accepted\n");
-    let requests = claude.server.model_requests();
-    assert_ne!(requests[0].body.as_ref().unwrap()["model"], "claude-sonnet-4-5");
-    assert_eq!(requests[1].body.as_ref().unwrap()["model"], "claude-sonnet-4-5");
+
+    // The next turn, without options, asks before writing and runs on the session's model.
+    let (_, events) = claude.run(&session, "write again", |_| Some(Response::approve())).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(count(&events, "request_created"), 1, "the session's mode asks: {}", names(&events));
+    assert_eq!(std::fs::read_to_string(&asked).unwrap(), "asked\n");
+    let models: Vec<Value> =
+        claude.server.model_requests().iter().map(|r| r.body.as_ref().unwrap()["model"].clone()).collect();
+    assert_ne!(models[0], "claude-sonnet-4-5");
+    assert_eq!(models[1], "claude-sonnet-4-5");
+    assert_eq!(models.last(), models.first(), "the session's model again: {models:?}");
     claude.finish().await;
 }
 
