@@ -23,7 +23,7 @@ use crate::auth;
 use crate::connection::{CallError, Connection};
 use crate::extension::ExtensionDir;
 use crate::options::PiOptions;
-use crate::session::{PiSession, adapter_deadline};
+use crate::session::{PiModel, PiSession, adapter_deadline};
 use crate::version::{CHECK, MIN_SUPPORTED};
 
 /// The ID sessions name this provider by.
@@ -372,6 +372,10 @@ impl Provider for PiProvider {
             agent_core::event::RawJson::from_string(json!({"type": "get_state", "data": opened}).to_string()).ok();
         let _ = ctx.sink.emit(None, EventKind::ProviderEvent { method: "get_state".into() }, raw).await;
 
+        let opened_model = PiModel {
+            provider: state["model"]["provider"].as_str().unwrap_or_default().to_owned(),
+            id: state["model"]["id"].as_str().unwrap_or_default().to_owned(),
+        };
         let session = PiSession {
             provider: self.id.clone(),
             conn,
@@ -379,6 +383,8 @@ impl Provider for PiProvider {
             command_timeout: adapter_deadline(options.provider_command_timeout),
             follow_up: pi.steer_as_follow_up,
             _extension: extension,
+            model: std::sync::Mutex::new(opened_model.clone()),
+            session_model: opened_model,
         };
         Ok(Opened::new(Arc::new(session))
             .provider_session_id(session_id)

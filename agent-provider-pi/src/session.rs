@@ -31,6 +31,32 @@ pub(crate) struct PiSession {
     pub(crate) follow_up: bool,
     /// The approval extension; removed when the session goes.
     pub(crate) _extension: ExtensionDir,
+    /// The model the session opened with, which a turn without its own runs with.
+    pub(crate) session_model: PiModel,
+    /// The model pi runs with now.
+    pub(crate) model: std::sync::Mutex<PiModel>,
+}
+
+/// A pi model: its provider (in `models.json`) and ID.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PiModel {
+    pub(crate) provider: String,
+    pub(crate) id: String,
+}
+
+impl PiModel {
+    /// A turn's model `pattern` (`provider/id`, or an `id` of the provider pi runs now).
+    fn of_turn(pattern: &str, now: &PiModel) -> Result<PiModel> {
+        if pattern.trim().is_empty() || pattern.chars().any(char::is_whitespace) || pattern.contains(':') {
+            let reason =
+                format!("`{pattern}` is not a model for one pi turn: `provider/id` or `id`, without a thinking level");
+            return Err(Error::InvalidOption { option: "model", reason });
+        }
+        Ok(match pattern.split_once('/') {
+            Some((provider, id)) => PiModel { provider: provider.to_owned(), id: id.to_owned() },
+            None => PiModel { provider: now.provider.clone(), id: pattern.to_owned() },
+        })
+    }
 }
 
 impl PiSession {
@@ -89,6 +115,25 @@ pub(crate) fn encode(dialog: &Dialog, response: &Response) -> Result<(Value, boo
 impl ProviderSession for PiSession {
     async fn start_turn(&self, turn: TurnStart) -> Result<Admission> {
         let message = self.text(turn.input())?;
+        // A turn's model is its own: a turn without one runs with the session's again.
+        let (wanted, now) = {
+            let now = self.model.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+            let wanted = match &turn.options.model {
+                Some(pattern) => PiModel::of_turn(pattern, &now)?,
+                None => self.session_model.clone(),
+            };
+            (wanted, now)
+        };
+        if wanted != now {
+            let request = json!({"type": "set_model", "provider": wanted.provider, "modelId": wanted.id});
+            match self.conn.call(request, self.command_timeout).await {
+                Ok(_) => *self.model.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = wanted,
+                Err(CallError::Refused { message, .. }) => {
+                    return Err(self.rejected(format!("pi refused set_model: {message}")));
+                }
+                Err(other) => return Err(self.uncertain("set_model", self.command_timeout, other)),
+            }
+        }
         let id = turn.id().clone();
         if let Err(running) = self.conn.state().begin_turn(id.clone()) {
             return Err(self.rejected(format!("turn `{running}` is still running in pi")));
@@ -241,6 +286,7 @@ mod scripted {
         let (sink, recorder) = sink();
         let conn =
             Connection::start(child, sink, 1 << 20, agent_provider_kit::secrets::Secrets::default()).expect("pipes");
+        let model = PiModel { provider: "fake".into(), id: "fake-model".into() };
         let session = PiSession {
             provider: ProviderId::new("pi"),
             conn,
@@ -248,6 +294,8 @@ mod scripted {
             command_timeout: Duration::from_secs(2),
             follow_up: false,
             _extension: ExtensionDir::create(&std::env::temp_dir(), true).expect("extension"),
+            session_model: model.clone(),
+            model: std::sync::Mutex::new(model),
         };
         (session, recorder)
     }

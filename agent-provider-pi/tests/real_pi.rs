@@ -540,3 +540,36 @@ async fn cancel_while_pi_waits_to_retry_ends_the_turn_within_a_second() {
         pi.finish().await;
     }
 }
+
+/// A turn's model is set for that turn (`set_model`) and the next turn without one runs with
+/// the session's again; a model pi does not know fails the turn with pi's refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turns_model_is_that_turns_only() {
+    for cli in clis() {
+        let scenario = Scenario::new().text("one").text("two").text("three");
+        let pi = Pi::start(cli, scenario).await;
+        let session = pi.session(pi.options()).await;
+        let (_, first) = pi.run(&session, "first", |_| None).await;
+        let options = agent_core::TurnOptions::new().model("fake-resp/fake-model");
+        let turn = pi.harness.start_turn(&session, "second", options).await.expect("turn recorded");
+        let second = pi.collect(&turn, |_| None).await;
+        let (_, third) = pi.run(&session, "third", |_| None).await;
+        for events in [&first, &second, &third] {
+            assert_eq!(terminal(events).status, TurnStatus::Completed, "pi {}: {}", pi.version(), names(events));
+        }
+        let paths: Vec<String> = pi.server.model_requests().iter().map(|r| r.path.clone()).collect();
+        assert_eq!(paths.len(), 3, "pi {}: {paths:?}", pi.version());
+        assert!(paths[1].ends_with("/responses"), "pi {}: the turn's provider: {paths:?}", pi.version());
+        assert_eq!(paths[0], paths[2], "pi {}: the session's provider again: {paths:?}", pi.version());
+        assert!(paths[0].ends_with("/chat/completions"), "pi {}: {paths:?}", pi.version());
+
+        let options = agent_core::TurnOptions::new().model("fake/no-such-model");
+        let turn = pi.harness.start_turn(&session, "fourth", options).await.expect("turn recorded");
+        let refused = pi.collect(&turn, |_| None).await;
+        let end = terminal(&refused);
+        assert_eq!(end.status, TurnStatus::Failed, "pi {}: {}", pi.version(), names(&refused));
+        let reason = end.result.reason.clone().unwrap_or_default();
+        assert!(reason.contains("no-such-model"), "pi {}: {reason}", pi.version());
+        pi.finish().await;
+    }
+}
