@@ -1,50 +1,101 @@
 //! Asks the person at the terminal about a request the flags left open: `y` approves, anything
 //! else denies; a question takes one line per question.
 //!
-//! Lines are read on a plain thread, not a Tokio blocking task: a read that never returns (the
-//! turn ended while the prompt waited) must not hold up the runtime's shutdown.
+//! One plain thread reads the terminal's lines for the whole run (not a Tokio blocking task: a
+//! read that never returns must not hold up the runtime's shutdown), and a prompt takes lines
+//! only while it is shown: a prompt whose request expired or whose turn ended is dropped and
+//! reads nothing more, and lines typed while no prompt was shown are discarded when the next
+//! one shows, so an answer never goes to a request it was not typed for.
 
 use std::io::{self, BufRead, Write};
+use std::sync::OnceLock;
 
 use agent_harness::{Request, RequestKind, Response};
-use tokio::sync::oneshot;
+use tokio::sync::{Mutex, mpsc, oneshot};
 
-/// A prompt on the terminal; resolves to the response once the person answered.
+use crate::render::visible;
+
+/// The lines typed at the terminal (`None` once it closed), read by one thread.
+fn typed_lines() -> &'static Mutex<mpsc::UnboundedReceiver<Option<String>>> {
+    static LINES: OnceLock<Mutex<mpsc::UnboundedReceiver<Option<String>>>> = OnceLock::new();
+    LINES.get_or_init(|| {
+        let (tx, rx) = mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            let stdin = io::stdin();
+            loop {
+                let mut line = String::new();
+                if stdin.lock().read_line(&mut line).unwrap_or(0) == 0 {
+                    let _ = tx.send(None);
+                    return;
+                }
+                if tx.send(Some(line.trim_end_matches(['\r', '\n']).to_owned())).is_err() {
+                    return;
+                }
+            }
+        });
+        Mutex::new(rx)
+    })
+}
+
+/// A prompt on the terminal; resolves to the response once the person answered. Dropping it
+/// stops it from reading the terminal.
 #[derive(Debug)]
 pub(crate) struct Prompt {
     /// The request asked about.
     pub(crate) request: Request,
     /// The lines typed, one per question (one for an approval).
     pub(crate) lines: oneshot::Receiver<Vec<String>>,
+    /// The task asking.
+    asking: tokio::task::AbortHandle,
+}
+
+impl Drop for Prompt {
+    fn drop(&mut self) {
+        self.asking.abort();
+    }
+}
+
+/// What a prompt writes before each line it reads: one per question, with the question's text
+/// as the terminal should show it (what the agent wrote may hold escape sequences).
+fn labels(request: &Request) -> Vec<String> {
+    match request.kind {
+        RequestKind::Question if request.questions.len() > 1 => {
+            request.questions.iter().map(|q| format!("  {} > ", visible(&crate::exit::one_line(&q.prompt)))).collect()
+        }
+        RequestKind::Question => vec!["  answer > ".to_owned()],
+        _ => vec!["  allow? [y/N] ".to_owned()],
+    }
 }
 
 impl Prompt {
     /// Writes the question(s) for `request` and starts reading the answers.
     pub(crate) fn ask(request: Request) -> Prompt {
-        let labels: Vec<String> = match request.kind {
-            RequestKind::Question if request.questions.len() > 1 => {
-                request.questions.iter().map(|q| format!("  {} > ", q.prompt)).collect()
-            }
-            RequestKind::Question => vec!["  answer > ".to_owned()],
-            _ => vec!["  allow? [y/N] ".to_owned()],
-        };
+        let labels = labels(&request);
         let (tx, lines) = oneshot::channel();
-        std::thread::spawn(move || {
-            let stdin = io::stdin();
+        let asking = tokio::spawn(async move {
+            let mut typed_lines = typed_lines().lock().await;
+            // Typed before this prompt showed: not an answer to it.
+            let mut closed = false;
+            while let Ok(line) = typed_lines.try_recv() {
+                closed |= line.is_none();
+            }
             let mut typed = Vec::new();
             for label in labels {
-                let mut out = io::stdout().lock();
-                let _ = out.write_all(label.as_bytes()).and_then(|()| out.flush());
-                drop(out);
-                let mut line = String::new();
-                if stdin.lock().read_line(&mut line).unwrap_or(0) == 0 {
+                if closed {
                     break;
                 }
-                typed.push(line.trim_end_matches(['\r', '\n']).to_owned());
+                {
+                    let mut out = io::stdout().lock();
+                    let _ = out.write_all(label.as_bytes()).and_then(|()| out.flush());
+                }
+                match typed_lines.recv().await.flatten() {
+                    Some(line) => typed.push(line),
+                    None => break,
+                }
             }
             let _ = tx.send(typed);
         });
-        Prompt { request, lines }
+        Prompt { request, lines, asking: asking.abort_handle() }
     }
 
     /// The response `typed` gives.
@@ -63,5 +114,26 @@ impl Prompt {
             _ if typed.first().is_some_and(|line| matches!(line.trim(), "y" | "Y" | "yes")) => Response::approve(),
             _ => Response::deny("denied at the terminal"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_harness::request::Question;
+
+    use super::*;
+
+    #[test]
+    fn a_questions_label_shows_no_escape_sequence() {
+        let questions = vec![Question::new("a", "Title?\x1b]0;PWNED\x07\x1b[2J"), Question::new("b", "Second\nline?")];
+        let request: Request = serde_json::from_value(serde_json::json!({
+            "id": "req_1", "session_id": "s", "turn_id": "turn_1", "kind": "question", "prompt": "Pick",
+            "questions": questions, "status": "pending", "provider_ref": "r1",
+            "created_at": "2026-01-01T00:00:00Z"
+        }))
+        .expect("a request");
+        let labels = labels(&request);
+        assert!(labels.iter().all(|label| !label.contains(['\x1b', '\x07', '\n'])), "{labels:?}");
+        assert!(labels[0].starts_with("  Title?"), "{labels:?}");
     }
 }

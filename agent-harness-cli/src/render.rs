@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::io::{self, Write};
 use std::time::Duration;
 
-use agent_harness::event::ToolStatus;
+use agent_harness::event::{ExpiryReason, ToolStatus};
 use agent_harness::{Event, EventKind, ItemId, Response};
 use serde_json::Value;
 
@@ -53,6 +53,14 @@ impl Renderer {
         human.spinning = true;
         let mut out = io::stdout().lock();
         write!(out, "\r\x1b[2K{frame} working {:.0}s", elapsed.as_secs_f64())?;
+        out.flush()
+    }
+
+    /// Ends the line a prompt that was given up left open.
+    pub(crate) fn line_break(&mut self) -> io::Result<()> {
+        let Renderer::Human(_) = self else { return Ok(()) };
+        let mut out = io::stdout().lock();
+        out.write_all(b"\n")?;
         out.flush()
     }
 
@@ -122,7 +130,20 @@ impl Human {
                 self.line(out, &format!("  ↳ {status}{code}"))?;
             }
             EventKind::RequestCreated(request) => {
-                self.line(out, &format!("? {}: {}", request.kind, truncate(&request.prompt, 200)))?;
+                // Whole: what is approved must be what is shown (a command cut short could hide
+                // the `| sh` at its end).
+                self.line(out, &format!("? {}: {}", request.kind, request.prompt))?;
+            }
+            EventKind::RequestExpired { reason, .. } => {
+                let why = match reason {
+                    ExpiryReason::Timeout => "timed out",
+                    ExpiryReason::Cancelled => "the turn was cancelled",
+                    ExpiryReason::TurnEnded => "the turn ended",
+                    ExpiryReason::ProviderResolved => "settled by the agent",
+                    ExpiryReason::SessionClosed => "the session closed",
+                    _ => "expired",
+                };
+                self.line(out, &format!("  ↳ no longer asked: {why}"))?;
             }
             EventKind::RequestResolved { response, .. } => {
                 let answer = match &**response {
@@ -174,7 +195,7 @@ impl Human {
 /// characters (an escape sequence that clears the screen, retitles the window or moves the
 /// cursor over what was printed), which are shown as symbols instead of acted on. Newlines and
 /// tabs pass.
-fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn visible(text: &str) -> std::borrow::Cow<'_, str> {
     let control = |c: char| c.is_control() && c != '\n' && c != '\t';
     if !text.contains(control) {
         return std::borrow::Cow::Borrowed(text);

@@ -242,6 +242,16 @@ impl Run<'_> {
                             let _ = self.harness.cancel(turn).await;
                             return Ended::Lost(Failure::failed(format!("cannot write events: {error}")));
                         }
+                        // A request that ended meanwhile is asked about no more.
+                        if let EventKind::RequestExpired { request_id, .. } | EventKind::RequestResolved { request_id, .. } =
+                            &event.kind
+                        {
+                            prompts.retain(|queued| queued.id != *request_id);
+                            if asking.as_ref().is_some_and(|prompt| prompt.request.id == *request_id) {
+                                asking = None;
+                                let _ = self.renderer.line_break();
+                            }
+                        }
                         if let (Some(policy), EventKind::RequestCreated(request)) = (&self.interactive, &event.kind)
                             && request.status == RequestStatus::Pending
                         {

@@ -323,6 +323,52 @@ async fn on_a_terminal_text_streams_and_typing_y_approves_the_tool_call() {
     world.assert_no_process_left().await;
 }
 
+/// A prompt whose request expired stops reading the terminal: the `y` typed at the next turn's
+/// prompt approves that turn's command (it went to the expired prompt's reader, and was lost),
+/// and an approval shows its whole command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_prompt_leaves_the_next_answer_to_the_next_prompt() {
+    let long = format!("echo {} && touch second.txt", "a".repeat(300));
+    let scenario = Scenario::new().shell("touch first.txt").text("first done").shell(&long).text("second done");
+    let world = World::start(Provider::Codex, scenario).await;
+    let config = world.env.dir().join("timeout.json");
+    std::fs::write(&config, serde_json::json!({"provider": "codex", "request_timeout_ms": 1000}).to_string())
+        .expect("config written");
+    let config = config.display().to_string();
+    let extra = ["--approval-policy", "untrusted", "--sandbox", "workspace-write", "--config", config.as_str()];
+    let mut args = world.run_args(&extra, &["first", "second"]);
+    args.retain(|arg| arg != "--json");
+    let (master, slave) = pty();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"));
+    command.env_clear().envs(world.env.vars()).current_dir(world.env.workspace()).args(&args);
+    command.stdin(slave.try_clone().expect("pty")).stdout(slave.try_clone().expect("pty")).stderr(slave);
+    let mut child = command.spawn().expect("spawn");
+    drop(command);
+    let mut reader = std::fs::File::from(master.try_clone().expect("pty"));
+    let mut writer = std::fs::File::from(master);
+    let screen = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let (mut screen, mut buf, mut typed) = (String::new(), [0u8; 4096], false);
+        while let Ok(n @ 1..) = reader.read(&mut buf) {
+            screen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            // The first prompt is left to expire; the second is answered once.
+            if !typed && screen.matches("allow? [y/N]").count() == 2 {
+                writer.write_all(b"y\n").expect("typed");
+                typed = true;
+            }
+        }
+        screen
+    });
+    let screen = tokio::time::timeout(LIMIT, screen).await.expect("the command ends").expect("screen");
+    let status = child.wait().expect("status");
+    assert_eq!(status.code(), Some(0), "{screen}");
+    assert!(!world.env.workspace().join("first.txt").exists(), "the expired request ran nothing:\n{screen}");
+    assert!(world.env.workspace().join("second.txt").exists(), "the one `y` approved the second:\n{screen}");
+    assert!(screen.contains("no longer asked: timed out"), "the expiry is shown:\n{screen}");
+    assert!(screen.contains(&long), "the whole command is shown:\n{screen}");
+    world.assert_no_process_left().await;
+}
+
 /// A pseudo-terminal: (master, slave).
 fn pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
     use std::os::fd::FromRawFd;
