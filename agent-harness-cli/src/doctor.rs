@@ -80,9 +80,9 @@ pub(crate) async fn doctor(args: DoctorArgs) -> Result<Exit, Failure> {
     let findings = futures::future::join_all(selected.iter().map(|id| check(id, &exec, &options))).await;
     for finding in &findings {
         if args.json {
-            println!("{}", to_json(finding));
+            crate::exit::print(&format!("{}\n", to_json(finding)))?;
         } else {
-            print!("{}", to_text(finding));
+            crate::exit::print(&to_text(finding))?;
         }
     }
     Ok(findings.iter().map(Finding::verdict).max().unwrap_or(Verdict::Ready).exit())

@@ -76,6 +76,16 @@ pub(crate) struct Failure {
     pub(crate) message: String,
 }
 
+/// Writes `text` to stdout: a closed pipe (`… | head -1`) is a failure with one line, not a
+/// panic.
+pub(crate) fn print(text: &str) -> Result<(), Failure> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|error| Failure::failed(format!("cannot write to stdout: {error}")))
+}
+
 impl Failure {
     /// A usage error (64).
     pub(crate) fn usage(message: impl Into<String>) -> Failure {

@@ -30,17 +30,15 @@ pub(crate) async fn sessions(args: SessionsArgs) -> Result<Exit, Failure> {
         if args.json {
             let line = serde_json::to_string(snapshot)
                 .map_err(|error| Failure::failed(format!("cannot serialize session {}: {error}", snapshot.id)))?;
-            println!("{line}");
+            crate::exit::print(&format!("{line}\n"))?;
         } else {
             let status = serde_json::to_value(snapshot.status).ok();
             let status = status.as_ref().and_then(|s| s.as_str()).unwrap_or("?");
-            println!(
-                "{}\t{}\t{status}\t{}\t{}",
-                snapshot.id,
-                snapshot.provider,
-                snapshot.updated_at,
-                snapshot.cwd.display()
-            );
+            // A working directory may hold any byte but `/` and NUL: one row, nothing acted on.
+            let cwd = snapshot.cwd.display().to_string();
+            let cwd = crate::render::visible_field(&cwd);
+            let row = format!("{}\t{}\t{status}\t{}\t{cwd}\n", snapshot.id, snapshot.provider, snapshot.updated_at);
+            crate::exit::print(&row)?;
         }
     }
     Ok(Exit::Completed)

@@ -58,7 +58,7 @@ fn main() -> ExitCode {
     match outcome {
         Ok(exit) => exit.into(),
         Err(failure) => {
-            eprintln!("agent-harness: {failure}");
+            eprintln!("agent-harness: {}", render::visible(&failure.to_string()));
             failure.exit.into()
         }
     }

@@ -63,9 +63,9 @@ pub(crate) fn list(args: PresetsArgs) -> Result<Exit, Failure> {
         if args.json {
             let line = serde_json::to_string(&info)
                 .map_err(|error| Failure::failed(format!("cannot serialize preset {}: {error}", info.id)))?;
-            println!("{line}");
+            crate::exit::print(&format!("{line}\n"))?;
         } else {
-            print!("{}", human(&info));
+            crate::exit::print(&human(&info))?;
         }
     }
     for error in catalog.errors() {
@@ -77,7 +77,8 @@ pub(crate) fn list(args: PresetsArgs) -> Result<Exit, Failure> {
 /// A preset for people: its provider name and description, what it runs, what it can do, and
 /// the options it takes with their defaults.
 fn human(info: &PresetInfo) -> String {
-    let mut out = format!("{}\t{}\n", info.provider, info.description.as_deref().unwrap_or(""));
+    let description = crate::render::visible_field(info.description.as_deref().unwrap_or(""));
+    let mut out = format!("{}\t{description}\n", info.provider);
     out += &format!("  program: {}  ({})\n", info.program, info.origin);
     let available: Vec<String> = Capability::ALL
         .iter()

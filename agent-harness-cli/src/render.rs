@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use agent_harness::event::{ExpiryReason, ToolStatus};
-use agent_harness::{Event, EventKind, ItemId, Response};
+use agent_harness::{Event, EventKind, ItemId, Response, StoreFailurePolicy};
 use serde_json::Value;
 
 /// Writes events to stdout, flushing after each so a reader sees them as they happen.
@@ -157,6 +157,13 @@ impl Human {
                 };
                 self.line(out, &format!("  ↳ {answer}"))?;
             }
+            EventKind::StoreFailed { reason, policy } => {
+                let then = match policy {
+                    StoreFailurePolicy::Stop => "the session stops",
+                    _ => "the session goes on without storing",
+                };
+                self.line(out, &format!("! the store failed, {then}: {}", truncate(reason, 300)))?;
+            }
             EventKind::Warning { message } | EventKind::ProviderError { message, .. } => {
                 self.line(out, &format!("! {}", truncate(message, 300)))?;
             }
@@ -196,7 +203,17 @@ impl Human {
 /// cursor over what was printed), which are shown as symbols instead of acted on. Newlines and
 /// tabs pass.
 pub(crate) fn visible(text: &str) -> std::borrow::Cow<'_, str> {
-    let control = |c: char| c.is_control() && c != '\n' && c != '\t';
+    visible_but(text, |c| c == '\n' || c == '\t')
+}
+
+/// [`visible`] for one field of a row: newlines and tabs are shown as symbols too.
+pub(crate) fn visible_field(text: &str) -> std::borrow::Cow<'_, str> {
+    visible_but(text, |_| false)
+}
+
+/// `text` with every control character that `kept` does not keep shown as a symbol.
+fn visible_but(text: &str, kept: impl Fn(char) -> bool) -> std::borrow::Cow<'_, str> {
+    let control = |c: char| c.is_control() && !kept(c);
     if !text.contains(control) {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -237,6 +254,12 @@ fn truncate(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_row_field_shows_line_breaks_and_escapes_as_symbols() {
+        assert_eq!(visible_field("/tmp/a\nb\tc\x1b]0;x\x07\u{9b}2J"), "/tmp/a␊b␉c␛]0;x␇\u{fffd}2J");
+        assert_eq!(visible("one\ntwo\u{8}"), "one\ntwo␈");
+    }
 
     #[test]
     fn tool_inputs_show_their_command() {

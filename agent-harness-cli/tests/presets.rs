@@ -389,3 +389,27 @@ async fn sigint_mid_turn_of_a_preset_exits_2_and_leaves_no_process() {
     }
     assert_eq!(processes_in(&mini.work), Vec::<u32>::new(), "a preset process outlived agent-harness");
 }
+
+/// A listing written to a closed pipe (`… | head -1` once `head` exited) ends with exit 1 and
+/// one line on stderr, not a panic; so does `doctor`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_to_a_closed_pipe_fail_with_one_line() {
+    use std::os::fd::FromRawFd;
+    let dir = ProgramDir::new("cli-closed-pipe");
+    for args in [&["presets"][..], &["doctor", "--provider", "codex"]] {
+        let mut fds = [-1; 2];
+        // SAFETY: `pipe` writes two new descriptors, owned below.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+        // SAFETY: both were just opened and are owned by nothing else; the read end closes here.
+        let (read, write) =
+            unsafe { (std::os::fd::OwnedFd::from_raw_fd(fds[0]), std::os::fd::OwnedFd::from_raw_fd(fds[1])) };
+        drop(read);
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agent-harness"));
+        command.args(args).current_dir(dir.path()).stdin(Stdio::null()).stdout(write).stderr(Stdio::piped());
+        let output = command.spawn().expect("spawned").wait_with_output().await.expect("ran");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains("cannot write to stdout"), "{args:?}: {stderr}");
+    }
+}
