@@ -12,7 +12,8 @@ use crate::store::{StoreSpec, open_sqlite};
 /// Opens the existing SQLite store `spec` names and a harness with nothing registered to read it.
 fn open(spec: &str) -> Result<(DynStore, Harness), Failure> {
     let path = StoreSpec::existing_sqlite(spec)?;
-    let store = open_sqlite(&path)?;
+    // Read as it is: a database without a store is refused, not made one.
+    let store = open_sqlite(&path, false)?;
     let harness = Harness::builder()
         .store(store.clone())
         .build()

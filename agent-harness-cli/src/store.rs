@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use agent_harness::stores::memory::MemoryStore;
-use agent_harness::stores::sqlite::SqliteStore;
+use agent_harness::stores::sqlite::{SqliteOptions, SqliteStore};
 use agent_harness::{DynStore, Store};
 
 use crate::exit::{Failure, one_line};
@@ -76,14 +76,14 @@ impl StoreSpec {
     pub(crate) fn open(&self) -> Result<DynStore, Failure> {
         match self {
             StoreSpec::Memory => Ok(Arc::new(MemoryStore::new())),
-            StoreSpec::Sqlite(path) => open_sqlite(path),
+            StoreSpec::Sqlite(path) => open_sqlite(path, true),
         }
     }
 }
 
-/// Opens the SQLite store at `path`.
-pub(crate) fn open_sqlite(path: &std::path::Path) -> Result<DynStore, Failure> {
-    match SqliteStore::open(path) {
+/// Opens the SQLite store at `path`; without `create`, only a file that holds a store opens.
+pub(crate) fn open_sqlite(path: &std::path::Path, create: bool) -> Result<DynStore, Failure> {
+    match SqliteStore::open_with(path, SqliteOptions::new().create(create)) {
         Ok(store) => Ok(Arc::new(store)),
         Err(error) => Err(Failure::usage(one_line(&format!("--store: cannot open {}: {error}", path.display())))),
     }

@@ -413,3 +413,20 @@ async fn listings_to_a_closed_pipe_fail_with_one_line() {
         assert!(stderr.contains("cannot write to stdout"), "{args:?}: {stderr}");
     }
 }
+
+/// `sessions` and `events` read a store that exists: a SQLite database without one is refused
+/// with 64 and left as it was, not made a store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_a_database_without_a_store_refuses_it_and_changes_nothing() {
+    let dir = ProgramDir::new("cli-no-store");
+    let path = dir.path().join("empty.db");
+    rusqlite::Connection::open(&path).expect("a database").execute_batch("VACUUM").expect("vacuumed");
+    let before = std::fs::read(&path).expect("read");
+    let store = format!("sqlite:{}", path.display());
+    for args in [&["sessions", "--store", &store][..], &["events", "--store", &store, "some-session"]] {
+        let output = agent_harness(dir.path(), [], args).await;
+        assert_eq!(output.status.code(), Some(64), "{args:?}: {}", output.stderr);
+        assert!(output.stderr.contains("holds no agent-harness store"), "{args:?}: {}", output.stderr);
+        assert_eq!(std::fs::read(&path).expect("read"), before, "{args:?}: the file is as it was");
+    }
+}

@@ -31,6 +31,13 @@ pub enum OpenError {
         /// The database path.
         path: PathBuf,
     },
+    /// Opened with [`SqliteOptions::create`](crate::SqliteOptions::create) `false`, the path
+    /// holds no store yet: no file, an empty one, or a SQLite database without tables.
+    #[error("{} holds no agent-harness store (and this open may not make one)", path.display())]
+    NoStore {
+        /// The database path.
+        path: PathBuf,
+    },
     /// The file is a SQLite database that holds other tables but no agent-harness store.
     #[error("{} is a SQLite database of another application (it holds no agent-harness store)", path.display())]
     NotAStore {

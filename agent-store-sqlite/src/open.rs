@@ -42,14 +42,17 @@ const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 /// Opens the write connection: creates the file if needed, refuses what is not a store of a
 /// known version, switches to WAL and migrates. Nothing is written to a refused file.
 pub(crate) fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection, OpenError> {
-    prepare_file(path)?;
+    prepare_file(path, options.create)?;
     let wal_existed = side_file(path, "-wal").exists();
     let mut conn = connect(path, options).map_err(|e| classify(path, e))?;
     let sqlite = |source: rusqlite::Error| OpenError::Sqlite { path: path.to_owned(), source: Box::new(source) };
     // Until the file is known to be a store of a known version, closing this connection must
     // not checkpoint a WAL left by another writer into it.
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).map_err(sqlite)?;
-    let checked = schema::inspect(&conn).map_err(|e| classify(path, e)).and_then(|found| schema::check(path, found));
+    let checked = schema::inspect(&conn).map_err(|e| classify(path, e)).and_then(|found| match found {
+        schema::Found::Empty if !options.create => Err(OpenError::NoStore { path: path.to_owned() }),
+        found => schema::check(path, found),
+    });
     if let Err(error) = checked {
         if !wal_existed {
             // The WAL is this connection's own and empty: a normal close removes it and the
@@ -101,7 +104,7 @@ fn classify(path: &Path, error: rusqlite::Error) -> OpenError {
 
 /// Creates the file with [`FILE_MODE`] if it does not exist; otherwise checks, by reading its
 /// header, that it is a SQLite database (an empty file counts as a new one).
-fn prepare_file(path: &Path) -> Result<(), OpenError> {
+fn prepare_file(path: &Path, create: bool) -> Result<(), OpenError> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -110,17 +113,23 @@ fn prepare_file(path: &Path) -> Result<(), OpenError> {
         return Err(OpenError::MissingDirectory { path: path.to_owned(), dir: dir.to_owned() });
     }
     let io_error = |source: io::Error| OpenError::Io { path: path.to_owned(), source };
-    match OpenOptions::new().read(true).write(true).create_new(true).mode(FILE_MODE).open(path) {
-        Ok(_) => return Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(io_error(e)),
+    if create {
+        match OpenOptions::new().read(true).write(true).create_new(true).mode(FILE_MODE).open(path) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_error(e)),
+        }
     }
-    let metadata = fs::metadata(path).map_err(io_error)?;
+    let metadata = match fs::metadata(path) {
+        Ok(metadata) => metadata,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(OpenError::NoStore { path: path.to_owned() }),
+        Err(e) => return Err(io_error(e)),
+    };
     if !metadata.is_file() {
         return Err(OpenError::NotAFile { path: path.to_owned() });
     }
     if metadata.len() == 0 {
-        return Ok(());
+        return if create { Ok(()) } else { Err(OpenError::NoStore { path: path.to_owned() }) };
     }
     let mut header = [0u8; SQLITE_HEADER.len()];
     match fs::File::open(path).and_then(|mut file| file.read_exact(&mut header)) {

@@ -48,11 +48,23 @@ pub struct SqliteOptions {
     /// Commit the writes queued by many sessions in one transaction (one `fsync` for all of
     /// them); default `true`. With `false` every write commits in a transaction of its own.
     pub group_commit: bool,
+    /// Whether opening may make a store: create a missing file, or the store's tables in an
+    /// empty one; default `true`. With `false` only a file that holds a store opens (a reader
+    /// of what another process stored); anything else is [`OpenError::NoStore`] and left as
+    /// it was.
+    ///
+    /// [`OpenError::NoStore`]: crate::OpenError::NoStore
+    pub create: bool,
 }
 
 impl Default for SqliteOptions {
     fn default() -> Self {
-        SqliteOptions { synchronous: Synchronous::Full, busy_timeout: DEFAULT_BUSY_TIMEOUT, group_commit: true }
+        SqliteOptions {
+            synchronous: Synchronous::Full,
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            group_commit: true,
+            create: true,
+        }
     }
 }
 
@@ -77,6 +89,12 @@ impl SqliteOptions {
     /// Turns group commit on or off.
     pub fn group_commit(mut self, enabled: bool) -> Self {
         self.group_commit = enabled;
+        self
+    }
+
+    /// Whether opening may make a store (see [`SqliteOptions::create`]).
+    pub fn create(mut self, create: bool) -> Self {
+        self.create = create;
         self
     }
 }

@@ -7,7 +7,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use agent_store_sqlite::{OpenError, SCHEMA_VERSION, SqliteStore};
+use agent_store_sqlite::{OpenError, SCHEMA_VERSION, SqliteOptions, SqliteStore};
 use common::TempDir;
 
 /// What must not change: the file's length and a digest of its bytes, and which SQLite side
@@ -125,6 +125,31 @@ fn another_applications_database_with_a_schema_version_table_is_refused_untouche
     let error = refused(&path);
     assert!(matches!(error, OpenError::NotAStore { .. }), "{error:?}");
     assert_eq!(state(&path), before);
+}
+
+/// With `create(false)`, only a file that holds a store opens: no file, an empty file and a
+/// SQLite database without tables are refused and left as they were; a store opens.
+#[test]
+fn without_create_only_a_store_opens() {
+    let dir = TempDir::new("open-no-create");
+    let reader = || SqliteOptions::new().create(false);
+    let missing = dir.path().join("missing.db");
+    let error = SqliteStore::open_with(&missing, reader()).expect_err("refused");
+    assert!(matches!(error, OpenError::NoStore { .. }), "{error:?}");
+    assert!(!missing.exists(), "nothing was created");
+    let empty = dir.path().join("empty.db");
+    fs::write(&empty, b"").unwrap();
+    let vacuumed = dir.path().join("vacuumed.db");
+    rusqlite::Connection::open(&vacuumed).unwrap().execute_batch("VACUUM").unwrap();
+    for path in [&empty, &vacuumed] {
+        let before = state(path);
+        let error = SqliteStore::open_with(path, reader()).expect_err("refused");
+        assert!(matches!(error, OpenError::NoStore { .. }), "{}: {error:?}", path.display());
+        assert_eq!(state(path), before, "{} is left as it was", path.display());
+    }
+    let store = dir.path().join("store.db");
+    drop(SqliteStore::open(&store).expect("made"));
+    drop(SqliteStore::open_with(&store, reader()).expect("a store opens"));
 }
 
 #[test]
