@@ -692,3 +692,23 @@ async fn allowed_and_disallowed_tools_reach_claude() {
     assert!(offered.contains("\"Bash\"") && !offered.contains("\"WebFetch\""), "{offered}");
     claude.finish().await;
 }
+
+/// A reply whose `result` line is over `max_line_bytes` still ends its turn: failed, saying
+/// why, at once; claude waits for the next prompt, and the next turn runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_line_over_the_limit_ends_the_turn_and_the_session_goes_on() {
+    let big: String = (0..200_000).map(|i| if i % 80 == 79 { '\n' } else { 'x' }).collect();
+    let claude = Claude::start(Scenario::new().text(big).text("small again")).await;
+    let session = claude.session(claude.options_with(ClaudeOptions::new().max_line_bytes(64 * 1024))).await;
+    let (_, events) = claude.run(&session, "long please", |_| None).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    let reason = end.result.reason.clone().unwrap_or_default();
+    assert!(reason.contains("result line") && reason.contains("65536-byte limit"), "{reason}");
+    assert!(count(&events, "warning") >= 1, "the dropped lines are warned of: {}", names(&events));
+
+    let (_, events) = claude.run(&session, "short now", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("small again"));
+    claude.finish().await;
+}

@@ -71,7 +71,13 @@ pub struct LineReader<R> {
     line: Vec<u8>,
     /// Bytes of the read buffer the last line was handed out from, consumed on the next call.
     consume: usize,
+    /// The first [`TOO_LONG_HEAD`] bytes of the last line handed out as [`Line::TooLong`].
+    head: Vec<u8>,
 }
+
+/// How much of a line over the cap [`LineReader::too_long_head`] keeps: enough for a provider
+/// to tell what kind of message was dropped (claude's `{"type":"result",…`).
+pub const TOO_LONG_HEAD: usize = 256;
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
     /// Reads lines from `inner`, each at most `max` bytes (without its line end).
@@ -81,7 +87,14 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 
     /// Like [`LineReader::new`], starting with a read buffer of `first` bytes.
     fn with_first_buffer(inner: R, max: usize, first: usize) -> Self {
-        LineReader { inner: ReadBuffer::new(inner, first.max(1)), max, line: Vec::new(), consume: 0 }
+        LineReader { inner: ReadBuffer::new(inner, first.max(1)), max, line: Vec::new(), consume: 0, head: Vec::new() }
+    }
+
+    /// The first bytes (up to [`TOO_LONG_HEAD`]) of the last line handed out as
+    /// [`Line::TooLong`]: the line was dropped, but a provider may need to know what it was (a
+    /// turn's end must still end the turn).
+    pub fn too_long_head(&self) -> &[u8] {
+        &self.head
     }
 
     /// The longest line handed out.
@@ -120,6 +133,8 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 // The whole line is in the read buffer: hand it out from there.
                 let len = without_cr(&available[..chunk_len]).len();
                 if len > self.max {
+                    self.head.clear();
+                    self.head.extend_from_slice(&available[..len.min(TOO_LONG_HEAD)]);
                     self.inner.consume(consumed);
                     return Ok(Some((Line::TooLong(len), None)));
                 }
@@ -130,10 +145,18 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                     cr = available[chunk_len - 1] == b'\r';
                 }
                 match skipped.as_mut() {
-                    Some(len) => *len += chunk_len,
+                    Some(len) => {
+                        *len += chunk_len;
+                        let rest = TOO_LONG_HEAD.saturating_sub(self.head.len());
+                        self.head.extend_from_slice(&available[..chunk_len.min(rest)]);
+                    }
                     // One byte of slack: a `\r` that ends a line of exactly `max` bytes.
                     None if self.line.len() + chunk_len > self.max + 1 => {
                         skipped = Some(self.line.len() + chunk_len);
+                        self.head.clear();
+                        self.head.extend_from_slice(&self.line[..self.line.len().min(TOO_LONG_HEAD)]);
+                        let rest = TOO_LONG_HEAD - self.head.len();
+                        self.head.extend_from_slice(&available[..chunk_len.min(rest)]);
                         self.line.clear();
                     }
                     None => self.line.extend_from_slice(&available[..chunk_len]),
@@ -147,8 +170,14 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 Some(len) => Line::TooLong(len - usize::from(cr)),
                 None if available_was_empty(newline, &self.line) => return Ok(None),
                 None => {
-                    let line = without_cr(&self.line);
-                    if line.len() > self.max { Line::TooLong(line.len()) } else { Line::Text(line) }
+                    let len = without_cr(&self.line).len();
+                    if len > self.max {
+                        self.head.clear();
+                        self.head.extend_from_slice(&self.line[..len.min(TOO_LONG_HEAD)]);
+                        Line::TooLong(len)
+                    } else {
+                        Line::Text(without_cr(&self.line))
+                    }
                 }
             };
             return Ok(Some((line, None)));
@@ -533,6 +562,34 @@ mod tests {
             lines,
             vec![text("{\"a\":1}"), text("partial"), Owned::TooLong(1024 * 1024), text("after"), text("last")]
         );
+    }
+
+    /// A line over the cap keeps its first bytes for the provider to tell what was dropped,
+    /// whether one read brought it, several did, or it was gathered before it went over.
+    #[tokio::test]
+    async fn an_over_long_line_keeps_its_head() {
+        let long = |n: usize| {
+            let mut line = br#"{"type":"result","result":""#.to_vec();
+            line.resize(n, b'x');
+            line
+        };
+        for (pipe, first, size) in [(1 << 16, 4096, 5000), (7, 16, 100_000), (7, 4096, 33)] {
+            let (mut writer, reader) = tokio::io::duplex(pipe);
+            let line = long(size);
+            let written = line.clone();
+            let write = async move {
+                writer.write_all(&written).await.expect("writes");
+                writer.write_all(b"\nnext\n").await.expect("writes");
+            };
+            let read = async {
+                let mut lines = LineReader::with_first_buffer(reader, 32, first);
+                let Some(Line::TooLong(len)) = lines.next_line().await.expect("reads") else { panic!("too long") };
+                assert_eq!(len, size);
+                assert_eq!(lines.too_long_head(), &line[..size.min(TOO_LONG_HEAD)], "pipe {pipe}, first {first}");
+                assert_eq!(lines.next_line().await.expect("reads"), Some(Line::Text(b"next")));
+            };
+            tokio::join!(write, read);
+        }
     }
 
     /// An over-long line is dropped as it is read: the gathering buffer never holds more than
