@@ -101,6 +101,11 @@ pub(crate) fn encode(dialog: &Dialog, response: &Response) -> Result<(Value, boo
             };
             line["value"] = json!(value);
         }
+        ("confirm", Response::ApproveEdited { .. }) => {
+            return Err(Error::InvalidResponse(
+                "a pi `confirm` dialog is a yes or no: approve without edits, or deny".into(),
+            ));
+        }
         (method, other) => {
             return Err(Error::InvalidResponse(format!(
                 "a pi `{method}` dialog cannot take a `{}` response",
@@ -255,6 +260,8 @@ mod tests {
         let (line, _) = encode(&dialog("select"), &Response::deny("skip")).unwrap();
         assert_eq!(line["cancelled"], true);
         assert!(encode(&dialog("confirm"), &Response::answer("yes")).is_err());
+        let edited = encode(&dialog("confirm"), &Response::approve_edited(json!({"command": "ls"}))).unwrap_err();
+        assert!(edited.to_string().contains("yes or no"), "{edited}");
     }
 }
 
