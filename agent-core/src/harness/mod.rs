@@ -714,10 +714,11 @@ impl Harness {
     }
 
     /// Ends processes stamped for sessions that are no longer live (see
-    /// [`Exec::reap_orphans`]); call it once at start-up to clean up after a crashed host.
+    /// [`Exec::reap_orphans`]); call it once at start-up to clean up after a crashed host. A
+    /// session live in any harness of this process counts as live: another harness's sessions
+    /// keep their processes.
     pub async fn reap_orphans(&self) -> Result<usize> {
-        let registry = Arc::clone(&self.inner.registry);
-        let is_live = move |id: &str| registry.get(&SessionId::from_stored(id)).is_some();
+        let is_live = |id: &str| crate::runtime::owner::any_harness_holds(&SessionId::from_stored(id));
         Ok(self.inner.exec.reap_orphans(&is_live).await?)
     }
 

@@ -23,7 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::ids::SessionId;
 use crate::runtime::registry::Registry;
@@ -98,6 +98,12 @@ fn harnesses() -> std::sync::MutexGuard<'static, BTreeMap<u64, Weak<Registry>>> 
 fn harness_holds(harness: u64, id: &SessionId) -> bool {
     let registry = harnesses().get(&harness).and_then(Weak::upgrade);
     registry.is_some_and(|registry| registry.contains(id))
+}
+
+/// Whether any harness of this process holds session `id` (live or starting).
+pub(crate) fn any_harness_holds(id: &SessionId) -> bool {
+    let registries: Vec<Arc<Registry>> = harnesses().values().filter_map(Weak::upgrade).collect();
+    registries.iter().any(|registry| registry.contains(id))
 }
 
 /// Whether the process `owner` names runs: the same boot, and a process with its PID that
