@@ -71,6 +71,41 @@ impl World {
         args
     }
 
+    /// `run` (human mode) on a pseudo-terminal, typing `y` once when `answer` says the screen
+    /// so far asks; its exit status and everything it showed.
+    async fn on_a_terminal(
+        &self,
+        extra: &[&str],
+        prompts: &[&str],
+        answer: impl Fn(&str) -> bool + Send + 'static,
+    ) -> (std::process::ExitStatus, String) {
+        let mut args = self.run_args(extra, prompts);
+        args.retain(|arg| arg != "--json");
+        let (master, slave) = pty();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"));
+        command.env_clear().envs(self.env.vars()).current_dir(self.env.workspace()).args(&args);
+        command.stdin(slave.try_clone().expect("pty")).stdout(slave.try_clone().expect("pty")).stderr(slave);
+        let mut child = command.spawn().expect("spawn");
+        drop(command); // closes this process's copies of the terminal's slave side
+        let mut reader = std::fs::File::from(master.try_clone().expect("pty"));
+        let mut writer = std::fs::File::from(master);
+        let screen = tokio::task::spawn_blocking(move || {
+            use std::io::{Read, Write};
+            let (mut screen, mut buf, mut typed) = (String::new(), [0u8; 4096], false);
+            // The read fails (EIO) once the command exited and the slave side closed.
+            while let Ok(n @ 1..) = reader.read(&mut buf) {
+                screen.push_str(&String::from_utf8_lossy(&buf[..n]));
+                if !typed && answer(&screen) {
+                    writer.write_all(b"y\n").expect("typed");
+                    typed = true;
+                }
+            }
+            screen
+        });
+        let screen = tokio::time::timeout(LIMIT, screen).await.expect("the command ends").expect("screen");
+        (child.wait().expect("status"), screen)
+    }
+
     async fn run(&self, extra: &[&str], prompts: &[&str]) -> Output {
         let args = self.run_args(extra, prompts);
         self.output(&args.iter().map(String::as_str).collect::<Vec<_>>()).await
@@ -289,31 +324,8 @@ async fn resume_continues_a_stored_session_under_its_id() {
 async fn on_a_terminal_text_streams_and_typing_y_approves_the_tool_call() {
     let scenario = Scenario::new().shell("touch approved.txt && echo approved-ran").quote_tool_result("Tool said: ");
     let world = World::start(Provider::Codex, scenario).await;
-    let mut args = world.run_args(&["--approval-policy", "untrusted", "--sandbox", "workspace-write"], &["run it"]);
-    args.retain(|arg| arg != "--json");
-    let (master, slave) = pty();
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"));
-    command.env_clear().envs(world.env.vars()).current_dir(world.env.workspace()).args(&args);
-    command.stdin(slave.try_clone().expect("pty")).stdout(slave.try_clone().expect("pty")).stderr(slave);
-    let mut child = command.spawn().expect("spawn");
-    drop(command); // closes this process's copies of the terminal's slave side
-    let mut reader = std::fs::File::from(master.try_clone().expect("pty"));
-    let mut writer = std::fs::File::from(master);
-    let screen = tokio::task::spawn_blocking(move || {
-        use std::io::{Read, Write};
-        let (mut screen, mut buf, mut typed) = (String::new(), [0u8; 4096], false);
-        // The read fails (EIO) once the command exited and the slave side closed.
-        while let Ok(n @ 1..) = reader.read(&mut buf) {
-            screen.push_str(&String::from_utf8_lossy(&buf[..n]));
-            if !typed && screen.contains("allow? [y/N]") {
-                writer.write_all(b"y\n").expect("typed");
-                typed = true;
-            }
-        }
-        screen
-    });
-    let screen = tokio::time::timeout(LIMIT, screen).await.expect("the command ends").expect("screen");
-    let status = child.wait().expect("status");
+    let extra = ["--approval-policy", "untrusted", "--sandbox", "workspace-write"];
+    let (status, screen) = world.on_a_terminal(&extra, &["run it"], |screen| screen.contains("allow? [y/N]")).await;
     assert_eq!(status.code(), Some(0), "{screen}");
     assert!(world.env.workspace().join("approved.txt").exists(), "the approved command ran:\n{screen}");
     let shown = ["⠋ working 0s", "? command_approval", "allow? [y/N]", "approved", "▸ ", "Tool said: ", "approved-ran"];
@@ -336,31 +348,9 @@ async fn an_expired_prompt_leaves_the_next_answer_to_the_next_prompt() {
         .expect("config written");
     let config = config.display().to_string();
     let extra = ["--approval-policy", "untrusted", "--sandbox", "workspace-write", "--config", config.as_str()];
-    let mut args = world.run_args(&extra, &["first", "second"]);
-    args.retain(|arg| arg != "--json");
-    let (master, slave) = pty();
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"));
-    command.env_clear().envs(world.env.vars()).current_dir(world.env.workspace()).args(&args);
-    command.stdin(slave.try_clone().expect("pty")).stdout(slave.try_clone().expect("pty")).stderr(slave);
-    let mut child = command.spawn().expect("spawn");
-    drop(command);
-    let mut reader = std::fs::File::from(master.try_clone().expect("pty"));
-    let mut writer = std::fs::File::from(master);
-    let screen = tokio::task::spawn_blocking(move || {
-        use std::io::{Read, Write};
-        let (mut screen, mut buf, mut typed) = (String::new(), [0u8; 4096], false);
-        while let Ok(n @ 1..) = reader.read(&mut buf) {
-            screen.push_str(&String::from_utf8_lossy(&buf[..n]));
-            // The first prompt is left to expire; the second is answered once.
-            if !typed && screen.matches("allow? [y/N]").count() == 2 {
-                writer.write_all(b"y\n").expect("typed");
-                typed = true;
-            }
-        }
-        screen
-    });
-    let screen = tokio::time::timeout(LIMIT, screen).await.expect("the command ends").expect("screen");
-    let status = child.wait().expect("status");
+    // The first prompt is left to expire; the second is answered once.
+    let answer = |screen: &str| screen.matches("allow? [y/N]").count() == 2;
+    let (status, screen) = world.on_a_terminal(&extra, &["first", "second"], answer).await;
     assert_eq!(status.code(), Some(0), "{screen}");
     assert!(!world.env.workspace().join("first.txt").exists(), "the expired request ran nothing:\n{screen}");
     assert!(world.env.workspace().join("second.txt").exists(), "the one `y` approved the second:\n{screen}");

@@ -121,6 +121,24 @@ impl Mini {
     }
 }
 
+/// A catalog of `preset` (its `id` names its file) from a presets directory in `programs`,
+/// allowed to run `script`; it must load.
+fn catalog_of(programs: &ProgramDir, script: &Path, preset: &Value) -> PresetCatalog {
+    let presets = programs.dir("presets");
+    let file = presets.join(format!("{}.json", preset["id"].as_str().expect("an id")));
+    std::fs::write(file, preset.to_string()).expect("preset written");
+    let catalog = PresetCatalog::builder(AllowList::shipped().allow(script)).dir(&presets).load();
+    assert!(catalog.errors().is_empty(), "{:?}", catalog.errors());
+    catalog
+}
+
+/// A harness running `catalog`'s presets through a recording local exec, on a memory store.
+fn harness_of(catalog: &PresetCatalog) -> (Arc<RecordingExec>, Harness) {
+    let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
+    let harness = support::harness(catalog, &exec, Arc::new(MemoryStore::new()));
+    (exec, harness)
+}
+
 fn said(events: &[Arc<agent_core::Event>]) -> Vec<String> {
     events
         .iter()
@@ -490,13 +508,9 @@ async fn a_reused_request_id_denies_both_requests_and_approves_nothing() {
         "matchers": {"result": [{"when": {"/type": "result"}, "value": "/result"}]},
         "approvals": {"conversation": "claude_control"}
     });
-    let presets = programs.dir("presets");
-    std::fs::write(presets.join("asker.json"), preset.to_string()).expect("preset written");
+    let catalog = catalog_of(&programs, &script, &preset);
     let workspace = programs.dir("work");
-    let catalog = PresetCatalog::builder(AllowList::shipped().allow(&script)).dir(&presets).load();
-    assert!(catalog.errors().is_empty(), "{:?}", catalog.errors());
-    let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
-    let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));
+    let (exec, harness) = harness_of(&catalog);
     let options = SessionOptions::new(&workspace)
         .provider_option(PresetOptions::new().approvals(agent_provider_preset::Approvals::Ask));
     let session = harness.start_session("preset:asker", options).await.expect("session starts");
@@ -560,13 +574,9 @@ async fn a_large_stdin_prompt_to_a_cli_that_writes_first_does_not_deadlock() {
         "matchers": {"result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]},
         "events": [{"when": "^0+$", "emit": "drop"}, {"when": "^RESULT ", "emit": "drop"}]
     });
-    let presets = programs.dir("presets");
-    std::fs::write(presets.join("chatty.json"), preset.to_string()).expect("preset written");
+    let catalog = catalog_of(&programs, &script, &preset);
     let workspace = programs.dir("work");
-    let catalog = PresetCatalog::builder(AllowList::shipped().allow(&script)).dir(&presets).load();
-    assert!(catalog.errors().is_empty(), "{:?}", catalog.errors());
-    let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
-    let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));
+    let (exec, harness) = harness_of(&catalog);
     let session =
         harness.start_session("preset:chatty", SessionOptions::new(&workspace)).await.expect("session starts");
 
@@ -602,10 +612,7 @@ async fn what_a_cli_left_outside_its_process_group_ends_with_the_session() {
         "matchers": {"result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]},
         "events": [{"when": "^RESULT ", "emit": "drop"}]
     });
-    let presets = programs.dir("presets");
-    std::fs::write(presets.join("escaper.json"), preset.to_string()).expect("preset written");
-    let catalog = PresetCatalog::builder(AllowList::shipped().allow(&script)).dir(&presets).load();
-    assert!(catalog.errors().is_empty(), "{:?}", catalog.errors());
+    let catalog = catalog_of(&programs, &script, &preset);
     let running = |pid: u32| {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
@@ -614,8 +621,7 @@ async fn what_a_cli_left_outside_its_process_group_ends_with_the_session() {
     let mut twins = Vec::new();
     for name in ["one", "two"] {
         let workspace = programs.dir(name);
-        let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
-        let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));
+        let (exec, harness) = harness_of(&catalog);
         let options = SessionOptions::new(&workspace).id("twin");
         let session = harness.start_session("preset:escaper", options).await.expect("session starts");
         let (_, events) = support::run(&harness, &session, "go", |_| None).await;
