@@ -13,8 +13,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub(crate) const APPROVAL_TITLES: &[(&str, &str)] =
     &[("Allow bash?", "bash"), ("Allow edit?", "edit"), ("Allow write?", "write")];
 
-/// The tool result the model sees when an approval is denied.
+/// The tool result the model sees when an approval is denied (followed by `: <reason>` when
+/// the denial gave one).
 pub(crate) const DENIED_REASON: &str = "Blocked by RPC client";
+
+/// The title of the `input` dialog the gate opens after a denial, which the provider answers at
+/// once with the denial's reason (or dismisses): a `confirm` dialog's answer is a yes or no.
+pub(crate) const REASON_TITLE: &str = "agent-harness: why was this denied?";
 
 /// The extension's source. `__GATE__` becomes `true` or `false`.
 const SOURCE: &str = r#"// Written by agent-harness for one pi session; removed when the session ends.
@@ -31,7 +36,10 @@ export default function (pi) {
         ? String(input.command ?? "")
         : String(input.path ?? input.file_path ?? "");
       const ok = await ctx.ui.confirm(`Allow ${event.toolName}?`, subject);
-      if (!ok) return { block: true, reason: "__DENIED__" };
+      if (!ok) {
+        const why = await ctx.ui.input("__REASON__", "");
+        return { block: true, reason: why ? `__DENIED__: ${why}` : "__DENIED__" };
+      }
       return undefined;
     });
   }
@@ -61,7 +69,10 @@ export default function (pi) {
 
 /// The extension's source, with or without the approval gate.
 pub(crate) fn source(gate: bool) -> String {
-    SOURCE.replace("__GATE__", if gate { "true" } else { "false" }).replace("__DENIED__", DENIED_REASON)
+    SOURCE
+        .replace("__GATE__", if gate { "true" } else { "false" })
+        .replace("__DENIED__", DENIED_REASON)
+        .replace("__REASON__", REASON_TITLE)
 }
 
 /// A private directory holding the extension; removed on drop.

@@ -19,7 +19,7 @@ use agent_core::request::RequestSpec;
 use agent_core::{Choice, EventKind, ItemId, Question, RequestKind, TurnEnd, TurnId, TurnResult, TurnStatus};
 use serde_json::{Value, json};
 
-use crate::extension::{APPROVAL_TITLES, DENIED_REASON};
+use crate::extension::{APPROVAL_TITLES, DENIED_REASON, REASON_TITLE};
 use crate::stream::{self, DeltaKind};
 
 mod wire;
@@ -158,6 +158,8 @@ pub(crate) struct Dialog {
 pub(crate) struct Normalizer {
     turn: Option<Running>,
     dialogs: HashMap<String, Dialog>,
+    /// The reason of the last denied approval, until the gate asks for it.
+    deny_reason: Option<String>,
     next_barrier: u64,
     next_stats: u64,
     unknown: u64,
@@ -255,11 +257,13 @@ impl Normalizer {
         self.dialogs.insert(dialog.id.clone(), dialog);
     }
 
-    /// An approval of `tool_call` was denied: its failed result is a decline.
-    pub(crate) fn denied(&mut self, tool_call: &str) {
+    /// An approval of `tool_call` was denied, for `reason`: its failed result is a decline, and
+    /// the gate's question for the reason that follows is answered with it.
+    pub(crate) fn denied(&mut self, tool_call: &str, reason: Option<String>) {
         if let Some(running) = self.turn.as_mut() {
             running.denied.push(tool_call.to_owned());
         }
+        self.deny_reason = reason;
     }
 
     /// Frames of types the normalizer does not know.
@@ -524,6 +528,16 @@ impl Normalizer {
         let (Some(id), Some(method)) = (frame.id.clone(), frame.method.clone()) else { return };
         let title = frame.title.clone().unwrap_or_default();
         let text = frame.message.and_then(|m| serde_json::from_str::<String>(m.get()).ok());
+        if method == "input" && title == REASON_TITLE {
+            // The gate asks why its last approval was denied: the answer was given with the
+            // denial, and asks nobody.
+            let answer = match self.deny_reason.take().filter(|reason| !reason.trim().is_empty()) {
+                Some(reason) => json!({"type": "extension_ui_response", "id": id, "value": reason}),
+                None => json!({"type": "extension_ui_response", "id": id, "cancelled": true}),
+            };
+            actions.push(Action::Write(answer));
+            return;
+        }
         let spec = match method.as_str() {
             "confirm" => {
                 let approval = APPROVAL_TITLES.iter().find(|(t, _)| *t == title).map(|(_, tool)| *tool);

@@ -176,7 +176,11 @@ impl ProviderSession for PiSession {
         if line.get("confirmed") == Some(&json!(false))
             && let Some(call) = &dialog.tool_call
         {
-            self.conn.state().denied(call);
+            let reason = match response {
+                Response::Deny { reason } | Response::Cancel { reason } => reason.clone(),
+                _ => None,
+            };
+            self.conn.state().denied(call, reason);
         }
         // A cancel aborts the run before the dialog is answered: answered first, a refused tool
         // lets pi go on to its next model request before the abort is read (measured under

@@ -88,7 +88,7 @@ fn play(name: &str) -> Played {
                         if let (Some(dialog), Some(false)) = (dialog, value["confirmed"].as_bool())
                             && let Some(call) = dialog.tool_call
                         {
-                            normalizer.denied(&call);
+                            normalizer.denied(&call, None);
                         }
                     }
                     _ => {}

@@ -105,8 +105,8 @@ async fn bash_approval_approve_runs_and_deny_reaches_the_model() {
         assert_eq!(terminal(&approved).status, TurnStatus::Completed);
         assert!(terminal(&approved).result.text.as_deref().unwrap_or_default().contains("approved-ran"));
 
-        let (_, denied) =
-            pi.run(&session, "run the other", |r| r.kind.is_approval().then(|| Response::deny("no"))).await;
+        let deny = |r: &agent_core::Request| r.kind.is_approval().then(|| Response::deny("no shell today, use python"));
+        let (_, denied) = pi.run(&session, "run the other", deny).await;
         assert!(!pi.env.workspace().join("denied.txt").exists(), "the denied command did not run");
         let statuses: Vec<ToolStatus> = denied
             .iter()
@@ -119,6 +119,8 @@ async fn bash_approval_approve_runs_and_deny_reaches_the_model() {
         assert_eq!(terminal(&denied).status, TurnStatus::Completed);
         let text = terminal(&denied).result.text.clone().unwrap_or_default();
         assert!(text.contains("Blocked"), "the model saw the denial: {text:?}");
+        assert!(text.contains("no shell today, use python"), "pi {}: and its reason: {text:?}", pi.version());
+        assert_eq!(requests(&denied).len(), 1, "the reason was asked of nobody: {}", names(&denied));
         pi.finish().await;
     }
 }
