@@ -646,3 +646,24 @@ async fn what_a_cli_left_outside_its_process_group_ends_with_the_session() {
         harness.shutdown().await;
     }
 }
+
+/// Sessions given the same exec of their own share one value of it while they run, so the CLI's
+/// version is probed once, as for the harness's exec.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_with_the_same_exec_of_their_own_probe_the_cli_once() {
+    let mini = Mini::start();
+    let own = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
+    let options = |id: &str| {
+        mini.options(PresetOptions::new()).id(id).exec(Arc::clone(&own) as Arc<dyn agent_core::exec::Exec>)
+    };
+    let first = mini.session(options("first")).await;
+    let second = mini.session(options("second")).await;
+    let probes = own.commands().iter().filter(|c| c.args.iter().any(|a| a == "--version")).count();
+    assert_eq!(probes, 1, "{:?}", own.commands().iter().map(|c| &c.args).collect::<Vec<_>>());
+    let (_, events) = support::run(&mini.harness, &second, "hello", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(own.commands().len(), 2, "the probe and the turn ran through the session's own exec");
+    drop(first);
+    support::finish(&mini.harness, &own).await;
+    mini.finish().await;
+}

@@ -66,6 +66,9 @@ struct Inner {
     /// store, or none) wrote its history, so it stays reachable after the run stops. Sessions
     /// not here ran with the default store.
     session_stores: Mutex<HashMap<SessionId, RunStore>>,
+    /// The session execs made for `SessionOptions::exec` overrides, by override: one value
+    /// while any session spawns through it, as for `session_exec`.
+    override_execs: Mutex<Vec<MadeExec>>,
 }
 
 /// Where a session's last run kept its history, when not in the default store.
@@ -88,7 +91,23 @@ impl RunStore {
     }
 }
 
+/// A session exec made for an override exec: (the override, what sessions spawn through).
+type MadeExec = (std::sync::Weak<dyn Exec>, std::sync::Weak<dyn Exec>);
+
 impl Inner {
+    /// The session exec for an override `exec` (see `override_execs`).
+    fn override_exec(&self, exec: &DynExec) -> DynExec {
+        let mut made = self.override_execs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        made.retain(|(_, wrapper)| wrapper.strong_count() > 0);
+        let key = Arc::downgrade(exec);
+        if let Some(wrapper) = made.iter().find(|(of, _)| of.ptr_eq(&key)).and_then(|(_, wrapper)| wrapper.upgrade()) {
+            return wrapper;
+        }
+        let wrapper = session_exec(Arc::clone(exec), self.process_limit.as_ref(), &self.registry);
+        made.push((key, Arc::downgrade(&wrapper)));
+        wrapper
+    }
+
     fn session_stores(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, RunStore>> {
         // Every critical section is a single map operation.
         self.session_stores.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -232,6 +251,7 @@ impl HarnessBuilder {
                 call_timeout: self.call_timeout.unwrap_or(DEFAULT_CALL_TIMEOUT),
                 process_limit,
                 session_stores: Mutex::default(),
+                override_execs: Mutex::default(),
                 request_handler: self.request_handler,
             }),
         })
@@ -369,7 +389,7 @@ impl Harness {
             StoreChoice::Custom(store) => Some(Arc::clone(store)),
         };
         let exec = match &options.exec {
-            Some(exec) => session_exec(Arc::clone(exec), self.inner.process_limit.as_ref(), &self.inner.registry),
+            Some(exec) => self.inner.override_exec(exec),
             None => Arc::clone(&self.inner.session_exec),
         };
         let reservation = self.inner.registry.reserve(&id)?;
