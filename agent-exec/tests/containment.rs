@@ -379,6 +379,37 @@ async fn the_processes_a_session_left_outside_its_group_end_with_it() {
     assert_eq!(exec.end_session_processes(ended_session.as_str(), 7).await.expect("end"), 0, "nothing is left");
 }
 
+/// The scan for an ended session's processes does not belong to the runtime of the session that
+/// asked for it first: with that runtime gone mid-scan, a session of another runtime is still
+/// answered (tests and applications run several runtimes).
+#[test]
+fn the_session_end_scan_outlives_the_runtime_that_asked_first() {
+    let runtime = || tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+    // Asked once, then given up on along with its runtime before anything else ran there.
+    let first = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+    first.block_on(async {
+        let exec = LocalExec::new();
+        let mut asked = std::pin::pin!(exec.end_session_processes("outlives-first", 1));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(asked.as_mut().poll(&mut cx).is_pending());
+    });
+    drop(first);
+
+    runtime().block_on(async {
+        let exec = LocalExec::new();
+        let session = SessionId::new(format!("outlives-second-{}", std::process::id())).expect("id");
+        let escaping = "setsid sh -c 'echo $$; exec sleep 30' </dev/null 2>/dev/null & wait";
+        let mut cli = exec.spawn(sh(escaping).session(session.clone()).harness(2)).await.expect("spawn");
+        let escaped = pids(&read_line(cli.stdout.as_mut().expect("stdout")).await);
+        cli.handle.kill().expect("kill");
+        let ended = tokio::time::timeout(BOUND, exec.end_session_processes(session.as_str(), 2)).await;
+        assert_eq!(ended.expect("answered").expect("ended"), escaped.len());
+        for pid in escaped {
+            assert_gone_within(pid, GONE_WITHIN).await;
+        }
+    });
+}
+
 /// A fresh directory under the system temp dir.
 fn scratch_dir(label: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("agent-exec-test-{}-{label}", std::process::id()));

@@ -653,9 +653,8 @@ async fn what_a_cli_left_outside_its_process_group_ends_with_the_session() {
 async fn sessions_with_the_same_exec_of_their_own_probe_the_cli_once() {
     let mini = Mini::start();
     let own = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
-    let options = |id: &str| {
-        mini.options(PresetOptions::new()).id(id).exec(Arc::clone(&own) as Arc<dyn agent_core::exec::Exec>)
-    };
+    let options =
+        |id: &str| mini.options(PresetOptions::new()).id(id).exec(Arc::clone(&own) as Arc<dyn agent_core::exec::Exec>);
     let first = mini.session(options("first")).await;
     let second = mini.session(options("second")).await;
     let probes = own.commands().iter().filter(|c| c.args.iter().any(|a| a == "--version")).count();

@@ -24,29 +24,31 @@ pub(super) use self::linux::end;
 /// A session (and its harness) whose processes wait for the next scan, and where to answer.
 type Queued = (String, u64, tokio::sync::oneshot::Sender<Result<usize, String>>);
 
-/// The sessions whose processes wait for the next scan, and who waits for the answers.
-#[derive(Default)]
-struct Ending {
-    sessions: Vec<Queued>,
-    /// A task is scanning: what is queued now goes with its next scan.
-    scanning: bool,
+/// Where sessions wait for the scanning thread.
+fn ending() -> &'static std::sync::Mutex<std::sync::mpsc::Sender<Queued>> {
+    static ENDING: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<Queued>>> = std::sync::OnceLock::new();
+    ENDING.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        // A thread of its own, not a task: a task would belong to the runtime of the session
+        // that started it, and end with it.
+        std::thread::Builder::new()
+            .name("agent-exec-session-ends".into())
+            .spawn(move || end_queued(&rx))
+            .expect("the session-end scanning thread starts");
+        std::sync::Mutex::new(tx)
+    })
 }
 
-static ENDING: std::sync::Mutex<Ending> = std::sync::Mutex::new(Ending { sessions: Vec::new(), scanning: false });
-
 /// Ends the processes this process stamped for `session` (see
-/// [`Exec::end_session_processes`](agent_core::exec::Exec::end_session_processes)). One task
+/// [`Exec::end_session_processes`](agent_core::exec::Exec::end_session_processes)). One thread
 /// scans for every session queued while the scan before it ran, so a harness ending a
 /// thousand sessions at once reads `/proc` a few times, not a thousand.
 pub(super) async fn end_session(session: &str, harness: u64) -> Result<usize, ExecError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let start = {
-        let mut ending = ENDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        ending.sessions.push((session.to_owned(), harness, tx));
-        !std::mem::replace(&mut ending.scanning, true)
-    };
-    if start {
-        tokio::spawn(end_queued());
+    let queued =
+        ending().lock().unwrap_or_else(std::sync::PoisonError::into_inner).send((session.to_owned(), harness, tx));
+    if queued.is_err() {
+        return Err(ExecError::Backend("the session process scan is gone".into()));
     }
     match rx.await {
         Ok(result) => result.map_err(ExecError::Backend),
@@ -54,20 +56,12 @@ pub(super) async fn end_session(session: &str, harness: u64) -> Result<usize, Ex
     }
 }
 
-/// Scans for the queued sessions until none is left.
-async fn end_queued() {
-    loop {
-        let queued = {
-            let mut ending = ENDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if ending.sessions.is_empty() {
-                ending.scanning = false;
-                return;
-            }
-            std::mem::take(&mut ending.sessions)
-        };
-        match scan().await {
-            Ok(stamped) => {
-                let mut stamped = stamped;
+/// Scans for the sessions queued, all those waiting at once, for as long as the process runs.
+fn end_queued(queue: &std::sync::mpsc::Receiver<Queued>) {
+    while let Ok(first) = queue.recv() {
+        let queued: Vec<Queued> = std::iter::once(first).chain(queue.try_iter()).collect();
+        match linux::scan() {
+            Ok(mut stamped) => {
                 for (session, harness, reply) in queued {
                     let (its, rest): (Vec<_>, Vec<_>) =
                         stamped.into_iter().partition(|process| process.is_of_session(&session, harness));
