@@ -362,7 +362,8 @@ pub enum CacheSize {
 pub struct SessionOptions {
     /// Caller-selected logical session ID; generated when `None`.
     pub id: Option<String>,
-    /// Working directory visible to the agent; absolute and existing. Required.
+    /// Working directory visible to the agent; absolute, existing, and UTF-8 text (the snapshot
+    /// and events record it as JSON). Required.
     pub cwd: Option<PathBuf>,
     /// Provider model name.
     pub model: Option<String>,
@@ -567,6 +568,11 @@ impl SessionOptions {
         let cwd = self.cwd.as_ref().ok_or_else(|| Error::invalid("cwd", "is required"))?;
         if !cwd.is_absolute() {
             return Err(Error::invalid("cwd", format!("must be absolute, got {}", cwd.display())));
+        }
+        if cwd.to_str().is_none() {
+            // A session's snapshot and events are JSON, which holds text: such a path could be
+            // neither stored nor shown, and the store would fail at the first write.
+            return Err(Error::invalid("cwd", format!("must be UTF-8 text, got {}", cwd.display())));
         }
         if !cwd.is_dir() {
             return Err(Error::invalid("cwd", format!("{} is not an existing directory", cwd.display())));

@@ -34,6 +34,13 @@ fn cwd_rules() {
     invalid(SessionOptions::default(), "cwd");
     invalid(SessionOptions::new("relative/dir"), "cwd");
     invalid(SessionOptions::new("/definitely/not/here/agent-harness"), "cwd");
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let not_text = std::env::temp_dir().join(std::ffi::OsStr::from_bytes(b"agent-harness-\xff-cwd"));
+        std::fs::create_dir_all(&not_text).expect("a directory");
+        invalid(SessionOptions::new(&not_text), "cwd");
+        let _ = std::fs::remove_dir(&not_text);
+    }
 }
 
 #[test]
