@@ -14,7 +14,6 @@ mod result;
 mod session;
 mod template;
 mod turn;
-mod unique;
 
 pub use allow::{AllowList, NotAllowed};
 pub use catalog::{CatalogBuilder, PresetCatalog, SHIPPED};

@@ -352,8 +352,9 @@ pub struct PresetInfo {
 fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, Problem> {
     let value: Value = serde_json::from_str(text).map_err(|e| Problem::new("", format!("not JSON: {e}")))?;
     let Value::Object(map) = &value else { return Err(Problem::new("", "expected a JSON object")) };
-    if let Some(problem) = crate::unique::first_duplicate(text) {
-        return Err(problem);
+    if let Some(repeated) = agent_core::config::repeated_key(text) {
+        let message = format!("the key `{}` is given twice; a preset names each key of an object once", repeated.key);
+        return Err(Problem::new(repeated.path, message));
     }
     match map.get("schema_version") {
         None => {

@@ -238,12 +238,17 @@ impl SessionConfig {
     }
 
     /// Parses a config from JSON text. Errors are [`Error::InvalidConfig`] starting with the
-    /// path of the field at fault (and ending with the line and column).
+    /// path of the field at fault (and ending with the line and column); a key given twice in
+    /// one object is refused too (see [`repeated_key`]).
     pub fn from_json_str(json: &str) -> Result<Self> {
         if !json.trim_start().starts_with('{') {
             // Not an object (serde would read a struct from an array): say what it is instead.
             let value: Value = serde_json::from_str(json).map_err(|e| Error::InvalidConfig(e.to_string()))?;
             return Err(not_an_object("", &value));
+        }
+        if let Some(repeated) = repeated_key(json) {
+            // A map would keep the last of the two without a word.
+            return Err(Error::InvalidConfig(repeated.to_string()));
         }
         let mut deserializer = serde_json::Deserializer::from_str(json);
         let config = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| at_path("", e))?;
@@ -532,9 +537,12 @@ fn without_values(message: &str) -> String {
 }
 
 mod forms;
+mod repeated;
 
 #[cfg(feature = "schemars")]
 mod schemas;
+
+pub use repeated::{RepeatedKey, repeated_key};
 
 #[cfg(test)]
 mod tests;

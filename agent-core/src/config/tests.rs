@@ -101,6 +101,16 @@ fn a_config_round_trips_through_json() {
     assert_eq!(serde_json::to_value(&minimal).expect("serializes"), json!({ "provider": "codex" }));
 }
 
+/// A map keeps the last of two equal keys without a word: a key given twice in one object is
+/// refused by its object's path.
+#[test]
+fn a_key_given_twice_is_refused_by_path() {
+    let twice = r#"{ "provider": "codex", "env": { "set": { "A": "1", "A": "2" } } }"#;
+    assert_eq!(invalid(SessionConfig::from_json_str(twice)), "env.set: the key `A` is given twice");
+    let twice = r#"{ "provider": "codex", "model": "x", "model": "y" }"#;
+    assert_eq!(invalid(SessionConfig::from_json_str(twice)), "the key `model` is given twice");
+}
+
 #[test]
 fn unknown_fields_are_refused_by_path() {
     check_error(r#"{ "provider": "codex", "modle": "x" }"#, "modle", "unknown field `modle`");

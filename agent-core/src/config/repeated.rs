@@ -1,18 +1,38 @@
-//! Duplicate object keys in a preset file. A JSON object read into a map keeps the last of two
-//! equal keys without a word, so a file showing one `program` could run another; a preset file
-//! must name each key of an object once.
+//! Keys a JSON text gives twice in one object. A JSON object read into a map keeps the last of
+//! two equal keys without a word, so a file showing one value could run another: configuration
+//! files (a [`SessionConfig`](super::SessionConfig), a preset) name each key of an object once.
 
 use std::collections::HashSet;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use crate::error::Problem;
+/// A key given twice in one object of a JSON text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RepeatedKey {
+    /// The object's path: `""` for the document, `env.set`, `events[2]`.
+    pub path: String,
+    /// The key.
+    pub key: String,
+}
 
-/// The first key `text` (JSON) repeats within one object, as a [`Problem`] at its object's path
-/// (`env.set`, `events[2]`); `None` when there is none, or when `text` is not JSON (the parse
-/// that follows reports that).
-pub(crate) fn first_duplicate(text: &str) -> Option<Problem> {
+impl std::fmt::Display for RepeatedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = if self.path.is_empty() { String::new() } else { format!("{}: ", self.path) };
+        write!(f, "{at}the key `{}` is given twice", self.key)
+    }
+}
+
+/// The first key `text` (JSON) gives twice within one object, keys compared decoded; `None`
+/// when there is none, or when `text` is not JSON (the parse that follows reports that).
+///
+/// ```
+/// let found = agent_core::config::repeated_key(r#"{"env": {"A": "1", "A": "2"}}"#).expect("found");
+/// assert_eq!((found.path.as_str(), found.key.as_str()), ("env", "A"));
+/// assert!(agent_core::config::repeated_key(r#"{"a": {"b": 1}, "b": 2}"#).is_none());
+/// ```
+pub fn repeated_key(text: &str) -> Option<RepeatedKey> {
     let mut found = None;
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let _ = Unique { path: String::new(), found: &mut found }.deserialize(&mut deserializer);
@@ -23,7 +43,7 @@ pub(crate) fn first_duplicate(text: &str) -> Option<Problem> {
 struct Unique<'a> {
     /// The value's path, `""` for the document.
     path: String,
-    found: &'a mut Option<Problem>,
+    found: &'a mut Option<RepeatedKey>,
 }
 
 impl Unique<'_> {
@@ -56,9 +76,8 @@ impl<'de> Visitor<'de> for Unique<'_> {
         let mut seen = HashSet::new();
         while let Some(key) = map.next_key::<String>()? {
             if seen.contains(&key) {
-                let message = format!("the key `{key}` is given twice; a preset names each key of an object once");
-                *self.found = Some(Problem::new(self.path.clone(), message));
-                return Err(de::Error::custom("duplicate key"));
+                *self.found = Some(RepeatedKey { path: self.path.clone(), key });
+                return Err(de::Error::custom("repeated key"));
             }
             map.next_value_seed(self.child(format_args!(".{key}")))?;
             seen.insert(key);
@@ -101,19 +120,21 @@ impl<'de> Visitor<'de> for Unique<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::first_duplicate;
+    use super::repeated_key;
 
     #[test]
     fn a_repeated_key_is_found_with_its_objects_path() {
-        assert!(first_duplicate(r#"{"a": {"b": 1, "c": [1, {"d": 2}]}, "e": "a"}"#).is_none());
-        assert!(first_duplicate("{not json").is_none());
-        let top = first_duplicate(r#"{"program": "codex", "x": 1, "program": "sh"}"#).expect("found");
-        assert_eq!((top.path.as_str(), top.message.contains("`program`")), ("", true), "{top}");
-        let nested = first_duplicate(r#"{"env": {"set": {"A": "1", "A": "2"}}}"#).expect("found");
+        assert!(repeated_key(r#"{"a": {"b": 1, "c": [1, {"d": 2}]}, "e": "a"}"#).is_none());
+        assert!(repeated_key("{not json").is_none());
+        let top = repeated_key(r#"{"program": "codex", "x": 1, "program": "sh"}"#).expect("found");
+        assert_eq!((top.path.as_str(), top.key.as_str()), ("", "program"));
+        assert_eq!(top.to_string(), "the key `program` is given twice");
+        let nested = repeated_key(r#"{"env": {"set": {"A": "1", "A": "2"}}}"#).expect("found");
         assert_eq!(nested.path, "env.set");
-        let in_list = first_duplicate(r#"{"events": [{}, {"emit": "drop", "emit": "warning"}]}"#).expect("found");
+        assert_eq!(nested.to_string(), "env.set: the key `A` is given twice");
+        let in_list = repeated_key(r#"{"events": [{}, {"emit": "drop", "emit": "warning"}]}"#).expect("found");
         assert_eq!(in_list.path, "events[1]");
         // Keys written with escapes are compared decoded.
-        assert!(first_duplicate(r#"{"id": 1, "\u0069d": 2}"#).is_some());
+        assert!(repeated_key(r#"{"id": 1, "\u0069d": 2}"#).is_some());
     }
 }
