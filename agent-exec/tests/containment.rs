@@ -358,6 +358,9 @@ async fn the_processes_a_session_left_outside_its_group_end_with_it() {
     let escaping = "setsid sh -c 'echo $$; exec sleep 30' </dev/null 2>/dev/null & wait";
     let mut cli = exec.spawn(sh(escaping).session(ended_session.clone()).harness(7)).await.expect("spawn");
     let escaped = pids(&read_line(cli.stdout.as_mut().expect("stdout")).await);
+    for &pid in &escaped {
+        until_sleeping(pid).await;
+    }
     let kept = exec.spawn(Command::new("sleep").arg("30").session(other.clone()).harness(7)).await.expect("spawn");
     let namesake = exec.spawn(Command::new("sleep").arg("30").session(ended_session.clone()).harness(8));
     let namesake = namesake.await.expect("spawn");
@@ -391,7 +394,8 @@ fn the_session_end_scan_outlives_the_runtime_that_asked_first() {
         let exec = LocalExec::new();
         let mut asked = std::pin::pin!(exec.end_session_processes("outlives-first", 1));
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        assert!(asked.as_mut().poll(&mut cx).is_pending());
+        // Polled once: queued (and, on a busy machine, maybe answered already).
+        let _ = asked.as_mut().poll(&mut cx);
     });
     drop(first);
 
@@ -402,12 +406,27 @@ fn the_session_end_scan_outlives_the_runtime_that_asked_first() {
         let mut cli = exec.spawn(sh(escaping).session(session.clone()).harness(2)).await.expect("spawn");
         let escaped = pids(&read_line(cli.stdout.as_mut().expect("stdout")).await);
         cli.handle.kill().expect("kill");
+        cli.handle.wait().await.expect("wait");
+        for &pid in &escaped {
+            until_sleeping(pid).await;
+        }
         let ended = tokio::time::timeout(BOUND, exec.end_session_processes(session.as_str(), 2)).await;
         assert_eq!(ended.expect("answered").expect("ended"), escaped.len());
         for pid in escaped {
             assert_gone_within(pid, GONE_WITHIN).await;
         }
     });
+}
+
+/// Waits until `pid` runs `sleep`: while it execs, its environment (its stamp) may not be
+/// readable.
+async fn until_sleeping(pid: u32) {
+    let sleeping = || std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep");
+    let deadline = Instant::now() + BOUND;
+    while !sleeping() {
+        assert!(Instant::now() < deadline, "{pid} never ran sleep");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// A fresh directory under the system temp dir.
