@@ -255,6 +255,27 @@ fn truncate(text: &str, max: usize) -> String {
 mod tests {
     use super::*;
 
+    /// A store that failed is said in human mode: a run whose store degraded keeps nothing.
+    #[test]
+    fn a_store_failure_is_shown() {
+        use agent_harness::{EventId, ProviderId, SessionId, Timestamp};
+        let kind = EventKind::StoreFailed { reason: "disk full".into(), policy: StoreFailurePolicy::Degrade };
+        let event = Event::from_parts(
+            EventId::generate(),
+            3,
+            SessionId::generate(),
+            None,
+            ProviderId::new("codex"),
+            Timestamp::now(),
+            kind,
+            None,
+        );
+        let mut out = Vec::new();
+        Human::default().event(&mut out, &event).unwrap();
+        let shown = String::from_utf8(out).unwrap();
+        assert!(shown.contains("the store failed") && shown.contains("disk full"), "{shown:?}");
+    }
+
     #[test]
     fn a_row_field_shows_line_breaks_and_escapes_as_symbols() {
         assert_eq!(visible_field("/tmp/a\nb\tc\x1b]0;x\x07\u{9b}2J"), "/tmp/a␊b␉c␛]0;x␇\u{fffd}2J");

@@ -430,3 +430,15 @@ async fn reading_a_database_without_a_store_refuses_it_and_changes_nothing() {
         assert_eq!(std::fs::read(&path).expect("read"), before, "{args:?}: the file is as it was");
     }
 }
+
+/// The error line shows what it quotes of the input or a CLI as text: control characters as
+/// symbols, never acted on by the terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_error_line_shows_control_characters_as_symbols() {
+    let dir = ProgramDir::new("cli-error-line");
+    let output =
+        agent_harness(dir.path(), [], &["run", "--provider", "codex", "--cwd", "/nowhere/\u{7}\u{8}x", "hi"]).await;
+    assert_eq!(output.status.code(), Some(64), "{}", output.stderr);
+    assert!(!output.stderr.contains(['\u{7}', '\u{8}']), "{:?}", output.stderr);
+    assert!(output.stderr.contains("␇␈x"), "{:?}", output.stderr);
+}
