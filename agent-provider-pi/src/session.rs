@@ -60,6 +60,19 @@ impl PiModel {
 }
 
 impl PiSession {
+    /// The model pi must switch to for a turn asking for `requested`, if any: a turn's model is
+    /// its own, and a turn without one runs with the session's again (a session whose model pi
+    /// did not name has none to go back to).
+    fn switch_for(&self, requested: Option<&str>) -> Result<Option<PiModel>> {
+        let now = self.model.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let wanted = match requested {
+            Some(pattern) => PiModel::of_turn(pattern, &now)?,
+            None if self.session_model.id.is_empty() => return Ok(None),
+            None => self.session_model.clone(),
+        };
+        Ok((wanted != now).then_some(wanted))
+    }
+
     fn rejected(&self, reason: impl Into<String>) -> Error {
         Error::ProviderRejected { provider: self.provider.clone(), reason: reason.into() }
     }
@@ -120,16 +133,7 @@ pub(crate) fn encode(dialog: &Dialog, response: &Response) -> Result<(Value, boo
 impl ProviderSession for PiSession {
     async fn start_turn(&self, turn: TurnStart) -> Result<Admission> {
         let message = self.text(turn.input())?;
-        // A turn's model is its own: a turn without one runs with the session's again.
-        let (wanted, now) = {
-            let now = self.model.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-            let wanted = match &turn.options.model {
-                Some(pattern) => PiModel::of_turn(pattern, &now)?,
-                None => self.session_model.clone(),
-            };
-            (wanted, now)
-        };
-        if wanted != now {
+        if let Some(wanted) = self.switch_for(turn.options.model.as_deref())? {
             let request = json!({"type": "set_model", "provider": wanted.provider, "modelId": wanted.id});
             match self.conn.call(request, self.command_timeout).await {
                 Ok(_) => *self.model.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = wanted,
@@ -317,6 +321,22 @@ mod scripted {
             .answer(ok)
             .stdout(r#"{"type":"agent_start"}"#)
             .stdout(r#"{"type":"message_update","assistantMessageEvent":{"type":"text_delta","contentIndex":0,"delta":"Hel"}}"#)
+    }
+
+    /// A turn's model is switched to and back; a session whose model pi did not name stays on
+    /// the last one asked for.
+    #[tokio::test(start_paused = true)]
+    async fn a_turns_model_is_switched_to_and_back() {
+        let (mut session, _) = session(Script::new().wait_eof()).await;
+        let model = |provider: &str, id: &str| PiModel { provider: provider.into(), id: id.into() };
+        assert_eq!(session.switch_for(None).unwrap(), None, "on the session's model");
+        assert_eq!(session.switch_for(Some("fake-resp/m")).unwrap(), Some(model("fake-resp", "m")));
+        assert_eq!(session.switch_for(Some("other")).unwrap(), Some(model("fake", "other")), "pi's provider");
+        assert!(matches!(session.switch_for(Some("fake/m:high")), Err(Error::InvalidOption { .. })));
+        *session.model.lock().unwrap() = model("fake-resp", "m");
+        assert_eq!(session.switch_for(None).unwrap(), Some(model("fake", "fake-model")), "back to the session's");
+        session.session_model = model("", "");
+        assert_eq!(session.switch_for(None).unwrap(), None, "no session model to go back to");
     }
 
     #[tokio::test(start_paused = true)]
