@@ -309,7 +309,7 @@ impl Shared {
 }
 
 async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) {
-    let mut lines = LineReader::new(stdout, max_line);
+    let mut lines = LineReader::new(stdout, max_line).redacting(shared.process.secrets());
     let mut actions = Vec::new();
     let mut out = shared.sink.buffer();
     // Where a stream event's escaped text is decoded, line after line.

@@ -417,6 +417,36 @@ async fn a_credential_the_cli_prints_on_stderr_is_redacted_from_what_is_kept() {
     case.finish().await;
 }
 
+/// A CLI whose stdout carries a credential the session gave it (a tool printed `env`, say): the
+/// deltas, the turn's text and every stored event have it redacted, whether a line holds it
+/// once, twice or as a JSON escape. A value whose name is not a credential's is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_the_cli_prints_on_stdout_is_redacted_from_events_and_the_store() {
+    const KEY: &str = "sk-test-0123456789abcdef";
+    const QUOTED: &str = r#"pass"word\1234"#;
+    let echoed = format!("OPENAI_API_KEY={KEY} DB_PASSWORD={QUOTED} {KEY} PROJECT_DIR=/tmp/project-1");
+    let script = gate(FakeScript::new().handshake().turn_start()).deltas(["env: ", echoed.as_str()]).complete();
+    let case = Case::new(script);
+    let options = case
+        .options()
+        .auth(AuthMode::Inherit)
+        .env("OPENAI_API_KEY", KEY)
+        .env("DB_PASSWORD", QUOTED)
+        .env("PROJECT_DIR", "/tmp/project-1");
+    let session = case.session_with(options).await;
+    let events = case.run_gated(&session, "hello").await;
+    let end = end(&events);
+    let text = "env: OPENAI_API_KEY=[redacted] DB_PASSWORD=[redacted] [redacted] PROJECT_DIR=/tmp/project-1";
+    assert_eq!(end.result.text.as_deref(), Some(text));
+    let last = events.last().unwrap().seq as usize;
+    let stored: Vec<_> = case.harness.subscribe(&session, Replay::Start).await.unwrap().take(last).collect().await;
+    assert_eq!(stored.len(), last);
+    let json: String = stored.into_iter().map(|event| serde_json::to_string(&*event.unwrap()).unwrap()).collect();
+    assert!(!json.contains(KEY) && !json.contains("word\\\\1234"), "{json}");
+    assert!(json.contains("[redacted]") && json.contains("/tmp/project-1"), "{json}");
+    case.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_mid_turn_keeps_at_most_max_line_bytes_of_the_partial_text() {
     const LIMIT: usize = 4096;

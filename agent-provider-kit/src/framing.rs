@@ -26,12 +26,14 @@
 use std::future::Future;
 use std::task::Poll;
 
+use self::redact::Redactor;
 use agent_core::provider::{SinkBuffer, SinkClosed};
 pub use bytes::Bytes;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 mod frame;
+mod redact;
 mod stderr;
 
 pub use self::frame::{JsonFrame, TextFrame, is_not_json, keep_line, unparsed_line_warning};
@@ -62,7 +64,9 @@ pub enum Line<'a> {
 /// Memory stays bounded by the read buffer plus `max`, whatever the stream holds. A line that
 /// fits in the read buffer is handed out from it without copying; a line spread over several
 /// reads is gathered in one buffer that is reused for every line. The read buffer starts at
-/// 4 KiB and grows to 64 KiB the first time a read fills it.
+/// 4 KiB and grows to 64 KiB the first time a read fills it. A reader made
+/// [`redacting`](LineReader::redacting) a session's credentials hands out a line that holds one
+/// as a copy with each replaced.
 #[derive(Debug)]
 pub struct LineReader<R> {
     inner: ReadBuffer<R>,
@@ -73,6 +77,8 @@ pub struct LineReader<R> {
     consume: usize,
     /// The first [`TOO_LONG_HEAD`] bytes of the last line handed out as [`Line::TooLong`].
     head: Vec<u8>,
+    /// The credentials replaced in the lines handed out, if any.
+    redact: Option<Redactor>,
 }
 
 /// How much of a line over the cap [`LineReader::too_long_head`] keeps: enough for a provider
@@ -87,7 +93,35 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 
     /// Like [`LineReader::new`], starting with a read buffer of `first` bytes.
     fn with_first_buffer(inner: R, max: usize, first: usize) -> Self {
-        LineReader { inner: ReadBuffer::new(inner, first.max(1)), max, line: Vec::new(), consume: 0, head: Vec::new() }
+        let inner = ReadBuffer::new(inner, first.max(1));
+        LineReader { inner, max, line: Vec::new(), consume: 0, head: Vec::new(), redact: None }
+    }
+
+    /// Replaces each of `secrets`' credentials ([`Secrets::credentials`]) in the lines handed
+    /// out with `[redacted]`, as is or as a JSON string escapes it, before anything parses them:
+    /// what a CLI prints (a tool's output of `env`, say) cannot carry a session's key into
+    /// events or the store. A line that holds one is handed out as a copy, without its chunk;
+    /// the others as before, after one search per credential.
+    ///
+    /// A credential split between two lines (a tool's output streamed in pieces) is not found.
+    ///
+    /// ```
+    /// use agent_provider_kit::framing::{Line, LineReader};
+    /// use agent_provider_kit::secrets::Secrets;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let secrets = Secrets::new(["sk-live-0123456789".to_owned()]);
+    /// let output: &[u8] = b"{\"out\":\"KEY=sk-live-0123456789\"}\n";
+    /// let mut lines = LineReader::new(output, 1024).redacting(&secrets);
+    /// let line = lines.next_line().await.unwrap();
+    /// assert_eq!(line, Some(Line::Text(br#"{"out":"KEY=[redacted]"}"#)));
+    /// # });
+    /// ```
+    ///
+    /// [`Secrets::credentials`]: crate::secrets::Secrets::credentials
+    pub fn redacting(mut self, secrets: &crate::secrets::Secrets) -> Self {
+        self.redact = Redactor::new(secrets);
+        self
     }
 
     /// The first bytes (up to [`TOO_LONG_HEAD`]) of the last line handed out as
@@ -139,7 +173,12 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                     return Ok(Some((Line::TooLong(len), None)));
                 }
                 self.consume = consumed;
-                return Ok(Some((Line::Text(&self.inner.buffer()[..len]), Some(&self.inner.chunk))));
+                let text = &self.inner.buffer()[..len];
+                if let Some(redact) = self.redact.as_mut().filter(|redact| redact.finds(text)) {
+                    redact.redact_into(text, &mut self.line);
+                    return Ok(Some((Line::Text(&self.line), None)));
+                }
+                return Ok(Some((Line::Text(text), Some(&self.inner.chunk))));
             } else {
                 if chunk_len > 0 {
                     cr = available[chunk_len - 1] == b'\r';
@@ -176,7 +215,12 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                         self.head.extend_from_slice(&self.line[..len.min(TOO_LONG_HEAD)]);
                         Line::TooLong(len)
                     } else {
-                        Line::Text(without_cr(&self.line))
+                        self.line.truncate(len);
+                        if let Some(redact) = self.redact.as_mut().filter(|redact| redact.finds(&self.line)) {
+                            let line = std::mem::take(&mut self.line);
+                            redact.redact_into(&line, &mut self.line);
+                        }
+                        Line::Text(&self.line)
                     }
                 }
             };
@@ -205,10 +249,11 @@ pub const LINES_PER_LOCK: usize = 64;
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
     /// The next line with the chunk it lies in, when the last read brought all of it; `None`
-    /// when the next line needs a read (or is over the cap: [`LineReader::next_line_in_chunk`]
-    /// reports it). Never waits: a reader that took a line with `next_line_in_chunk` takes the
-    /// rest of that read's lines with this one, without an `await` between them (a lock can
-    /// stay held), and goes back to `next_line_in_chunk` when it returns `None`.
+    /// when the next line needs a read (or is over the cap, or holds a credential it redacts:
+    /// [`LineReader::next_line_in_chunk`] reports or copies it). Never waits: a reader that
+    /// took a line with `next_line_in_chunk` takes the rest of that read's lines with this one,
+    /// without an `await` between them (a lock can stay held), and goes back to
+    /// `next_line_in_chunk` when it returns `None`.
     ///
     /// ```
     /// use agent_provider_kit::framing::{Line, LineReader};
@@ -226,7 +271,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         let rest = &self.inner.chunk[(self.inner.pos + self.consume).min(self.inner.chunk.len())..];
         let newline = memchr::memchr(b'\n', rest)?;
         let len = without_cr(&rest[..newline]).len();
-        if len > self.max {
+        if len > self.max || self.redact.as_ref().is_some_and(|redact| redact.finds(&rest[..len])) {
             return None;
         }
         self.inner.consume(std::mem::take(&mut self.consume));
@@ -562,6 +607,44 @@ mod tests {
             lines,
             vec![text("{\"a\":1}"), text("partial"), Owned::TooLong(1024 * 1024), text("after"), text("last")]
         );
+    }
+
+    /// A redacting reader replaces a credential in every line that holds one, whether the line
+    /// came alone, was the rest of a read (left to `next_line_in_chunk`, which copies it) or was
+    /// gathered from several reads; a line without one is still handed out in its chunk.
+    #[tokio::test]
+    async fn credentials_are_redacted_from_every_kind_of_line() {
+        const KEY: &str = "sk-test-0123456789";
+        let secrets = crate::secrets::Secrets::new([KEY.to_owned()]);
+        let input = format!("clean\nkey={KEY}\r\nalso clean\n{{\"env\":\"A=1\\nK={KEY}\"}}\ntwice {KEY}{KEY}\n");
+        let expected =
+            ["clean", "key=[redacted]", "also clean", r#"{"env":"A=1\nK=[redacted]"}"#, "twice [redacted][redacted]"];
+        for pipe in [1 << 16, 5] {
+            let (mut writer, reader) = tokio::io::duplex(pipe);
+            let written = input.clone();
+            let write = async move { writer.write_all(written.as_bytes()).await.expect("writes") };
+            let read = async {
+                let mut lines = LineReader::new(reader, 1024).redacting(&secrets);
+                let mut out: Vec<(String, bool)> = Vec::new();
+                while let Some((line, chunk)) = lines.next_line_in_chunk().await.expect("reads") {
+                    let Line::Text(bytes) = line else { panic!("no line is over the cap") };
+                    out.push((String::from_utf8(bytes.to_vec()).expect("UTF-8"), chunk.is_some()));
+                    while let Some((Line::Text(bytes), _)) = lines.next_buffered_line() {
+                        out.push((String::from_utf8(bytes.to_vec()).expect("UTF-8"), true));
+                    }
+                }
+                out
+            };
+            let (_, out) = tokio::join!(write, read);
+            let texts: Vec<&str> = out.iter().map(|(text, _)| text.as_str()).collect();
+            assert_eq!(texts, expected, "pipe {pipe}");
+            for (text, in_chunk) in &out {
+                assert!(!(text.contains("[redacted]") && *in_chunk), "a redacted line is a copy: {text}");
+            }
+            if pipe > 5 {
+                assert!(out[0].1 && out[2].1, "clean lines stay in their chunk: {out:?}");
+            }
+        }
     }
 
     /// A line over the cap keeps its first bytes for the provider to tell what was dropped,

@@ -39,6 +39,8 @@ pub struct CliProcess {
     /// `None` once [`CliProcess::close`] closed it.
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
     stderr: StderrCollector,
+    /// Redacted from stderr here, and from stdout by the reader ([`CliProcess::secrets`]).
+    secrets: Secrets,
     closing: AtomicBool,
     /// The task that ends stdout after the exit (see [`EndsAfterExit`]).
     exit_watch: tokio::task::AbortHandle,
@@ -47,7 +49,8 @@ pub struct CliProcess {
 impl CliProcess {
     /// Takes over a spawned child: keeps its handle and stdin, starts collecting the last
     /// [`STDERR_TAIL_LINES`] lines of its stderr with `secrets` redacted (the session's, see
-    /// [`Secrets::of_session`]), and returns its stdout for the reader task. `None` (the child
+    /// [`Secrets::of_session`]), and returns its stdout for the reader task, whose line reader
+    /// redacts the credentials among them (see [`CliProcess::secrets`]). `None` (the child
     /// killed) when one of the three pipes is missing. `cli` names the CLI in error texts.
     pub fn start(
         cli: impl Into<Cow<'static, str>>,
@@ -64,7 +67,8 @@ impl CliProcess {
             child: child.handle,
             exit_watch,
             stdin: tokio::sync::Mutex::new(Some(stdin)),
-            stderr: StderrCollector::spawn_redacting(stderr, STDERR_TAIL_LINES, secrets),
+            stderr: StderrCollector::spawn_redacting(stderr, STDERR_TAIL_LINES, secrets.clone()),
+            secrets,
             closing: AtomicBool::new(false),
         };
         Some((process, Box::new(stdout)))
@@ -73,6 +77,14 @@ impl CliProcess {
     /// The CLI's name, as given to [`CliProcess::start`].
     pub fn cli(&self) -> &str {
         &self.cli
+    }
+
+    /// The secrets given to [`CliProcess::start`]: the stdout reader redacts their credentials
+    /// ([`LineReader::redacting`]).
+    ///
+    /// [`LineReader::redacting`]: crate::framing::LineReader::redacting
+    pub fn secrets(&self) -> &Secrets {
+        &self.secrets
     }
 
     /// The OS process ID, where there is one.

@@ -9,11 +9,21 @@
 //! replaces each occurrence with [`REDACTED`]. Values shorter than [`MIN_SECRET_LEN`] are not
 //! kept: `1` or `true` would redact ordinary text, and a credential is longer.
 //!
+//! Stdout is the CLI's protocol, and what the agent does reaches it too: a tool that runs
+//! `env`, or reads a `.env` file, brings the session's key into a tool result, and from there
+//! into events and the store. The credentials among the secrets — the values whose name says
+//! they are one ([`is_credential_name`]: `OPENAI_API_KEY`, `GITHUB_TOKEN`, an `Authorization`
+//! header), and every value given to [`Secrets::new`] — are redacted from stdout lines too, by
+//! the line reader ([`LineReader::redacting`](crate::framing::LineReader::redacting)), before
+//! anything parses them. The other values (a `HOME`, a log level) are kept out of stderr tails
+//! only: a path the agent works in is ordinary text in its messages.
+//!
 //! ```
 //! use agent_provider_kit::secrets::Secrets;
 //!
 //! let secrets = Secrets::new(["sk-live-0123456789".to_owned(), "1".to_owned()]);
 //! assert_eq!(secrets.redact("401: bad key sk-live-0123456789 (1 try)"), "401: bad key [redacted] (1 try)");
+//! assert_eq!(secrets.credentials().collect::<Vec<_>>(), ["sk-live-0123456789"]);
 //! assert_eq!(format!("{secrets:?}"), "Secrets(1)");
 //! ```
 
@@ -29,51 +39,120 @@ pub const REDACTED: &str = "[redacted]";
 /// The shortest value redacted, in bytes.
 pub const MIN_SECRET_LEN: usize = 8;
 
+/// Name segments that mark a value as a credential (see [`is_credential_name`]).
+const CREDENTIAL_WORDS: &[&str] = &[
+    "KEY",
+    "APIKEY",
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "CREDENTIAL",
+    "CREDENTIALS",
+    "AUTH",
+    "AUTHORIZATION",
+    "COOKIE",
+    "BEARER",
+    "PAT",
+];
+
+/// True when an environment variable or header named `name` holds a credential, by its name:
+/// one of its words (split at `_`, `-` and `.`, in any case) is `KEY`, `TOKEN`, `SECRET`,
+/// `PASSWORD`, `AUTH`, `AUTHORIZATION`, `COOKIE`, `CREDENTIALS` or the like, or ends in `KEY`,
+/// `TOKEN` or `SECRET` (`APIKEY`, `ACCESSTOKEN`).
+///
+/// ```
+/// use agent_provider_kit::secrets::is_credential_name;
+///
+/// assert!(is_credential_name("OPENAI_API_KEY") && is_credential_name("GITHUB_TOKEN"));
+/// assert!(is_credential_name("Authorization") && is_credential_name("x-api-key"));
+/// assert!(!is_credential_name("OPENAI_BASE_URL") && !is_credential_name("HOME"));
+/// ```
+pub fn is_credential_name(name: &str) -> bool {
+    name.split(['_', '-', '.']).any(|word| {
+        let word = word.trim().to_ascii_uppercase();
+        CREDENTIAL_WORDS.contains(&word.as_str()) || ["KEY", "TOKEN", "SECRET"].iter().any(|end| word.ends_with(end))
+    })
+}
+
 /// Secret values to redact from text; cheap to clone. `Debug` shows how many, never a value.
 #[derive(Clone, Default)]
 pub struct Secrets {
     /// Longest first, so that a secret holding another is replaced whole.
     values: Arc<[String]>,
+    /// The credentials among `values` (see the module docs), in the same order.
+    credentials: Arc<[String]>,
 }
 
 impl Secrets {
-    /// The values of at least [`MIN_SECRET_LEN`] bytes among `values`.
+    /// The values of at least [`MIN_SECRET_LEN`] bytes among `values`, each a credential:
+    /// redacted from stdout lines as well as from stderr.
     pub fn new(values: impl IntoIterator<Item = String>) -> Secrets {
-        let mut values: Vec<String> = values.into_iter().filter(|v| v.len() >= MIN_SECRET_LEN).collect();
-        values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
-        values.dedup();
-        Secrets { values: values.into() }
+        let values = kept(values);
+        Secrets { credentials: Arc::clone(&values), values }
+    }
+
+    /// `credentials` (redacted from stdout and stderr) and `others` (from stderr only), those of
+    /// at least [`MIN_SECRET_LEN`] bytes each.
+    fn split(credentials: impl IntoIterator<Item = String>, others: impl IntoIterator<Item = String>) -> Secrets {
+        let credentials = kept(credentials);
+        let values = kept(credentials.iter().cloned().chain(others));
+        Secrets { values, credentials }
     }
 
     /// The secrets a session gives its CLI: its environment values, its MCP servers'
     /// environment values and headers, and, under `AuthMode::Inherit`, this process's values of
     /// the environment names `credential` accepts (a provider passes its guard's `refuses_env`)
     /// that the session does not remove (under `Subscription` the guard scrubs them).
+    ///
+    /// The credentials among them, redacted from stdout too, are those whose variable or header
+    /// name [`is_credential_name`] accepts.
     pub fn of_session(options: &SessionOptions, credential: impl Fn(&str) -> bool) -> Secrets {
-        let session = options.env.set.values().cloned();
+        let session = options.env.set.iter();
         let mcp = options.mcp_servers.values().flat_map(|server| match server {
-            McpServer::Stdio { env, .. } => env.values().cloned().collect::<Vec<_>>(),
-            McpServer::Http { headers, .. } => headers.values().cloned().collect(),
+            McpServer::Stdio { env, .. } => env.iter().collect::<Vec<_>>(),
+            McpServer::Http { headers, .. } => headers.iter().collect(),
             _ => Vec::new(),
         });
         // Under `AuthMode::Subscription` the guard scrubs those names from the CLI's environment.
-        let host: Vec<String> = match options.auth {
+        let host: Vec<(String, String)> = match options.auth {
             AuthMode::Inherit => std::env::vars_os()
                 .filter_map(|(name, value)| {
-                    let name = name.to_str()?;
-                    let inherited = !options.env.set.contains_key(name) && !options.env.unset.iter().any(|n| n == name);
-                    (inherited && credential(name)).then(|| value.into_string().ok()).flatten()
+                    let name = name.into_string().ok()?;
+                    let inherited = !options.env.set.contains_key(&name) && !options.env.unset.contains(&name);
+                    (inherited && credential(&name)).then(|| Some((name, value.into_string().ok()?))).flatten()
                 })
                 .collect(),
             _ => Vec::new(),
         };
-        Secrets::new(session.chain(mcp).chain(host))
+        Secrets::default().and_env(session.chain(mcp).chain(host.iter().map(|(name, value)| (name, value))))
     }
 
-    /// These secrets and `values` (those of at least [`MIN_SECRET_LEN`] bytes): what a provider
-    /// adds to its CLI's environment itself, for one.
+    /// These secrets and `values` (those of at least [`MIN_SECRET_LEN`] bytes), each a
+    /// credential: what a provider adds to its CLI's environment itself, for one.
     pub fn and(self, values: impl IntoIterator<Item = String>) -> Secrets {
-        Secrets::new(self.values.iter().cloned().chain(values))
+        Secrets::split(self.credentials.iter().cloned().chain(values), self.values.iter().cloned())
+    }
+
+    /// These secrets and the values of `vars` (those of at least [`MIN_SECRET_LEN`] bytes), an
+    /// environment a provider gives its CLI itself, each a credential when its name
+    /// ([`is_credential_name`]) says so.
+    pub fn and_env<'v>(self, vars: impl IntoIterator<Item = (&'v String, &'v String)>) -> Secrets {
+        let (mut credentials, mut others) = (self.credentials.to_vec(), self.values.to_vec());
+        for (name, value) in vars {
+            let list = if is_credential_name(name) { &mut credentials } else { &mut others };
+            list.push(value.clone());
+        }
+        Secrets::split(credentials, others)
+    }
+
+    /// The credentials, longest first: what [`LineReader::redacting`] redacts from stdout
+    /// lines.
+    ///
+    /// [`LineReader::redacting`]: crate::framing::LineReader::redacting
+    pub fn credentials(&self) -> impl Iterator<Item = &str> {
+        self.credentials.iter().map(String::as_str)
     }
 
     /// True when there is nothing to redact.
@@ -92,6 +171,14 @@ impl Secrets {
         }
         text
     }
+}
+
+/// The values of at least [`MIN_SECRET_LEN`] bytes, longest first, each once.
+fn kept(values: impl IntoIterator<Item = String>) -> Arc<[String]> {
+    let mut values: Vec<String> = values.into_iter().filter(|v| v.len() >= MIN_SECRET_LEN).collect();
+    values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    values.dedup();
+    values.into()
 }
 
 impl fmt::Debug for Secrets {
@@ -132,9 +219,36 @@ mod tests {
                     headers: [("Authorization".to_owned(), "Bearer web-abcdef".to_owned())].into(),
                 },
             );
+        let options = options.env("PROJECT_DIR", "/tmp/project-1");
         let secrets = Secrets::of_session(&options, |name| name == "OPENAI_API_KEY");
-        let text = "sk-session-12345 mcp-token-123 Bearer web-abcdef debug";
-        assert_eq!(secrets.redact(text), "[redacted] [redacted] [redacted] debug");
-        assert_eq!(format!("{secrets:?}"), "Secrets(3)", "`debug` is too short to be one");
+        let text = "sk-session-12345 mcp-token-123 Bearer web-abcdef /tmp/project-1 debug";
+        assert_eq!(secrets.redact(text), "[redacted] [redacted] [redacted] [redacted] debug");
+        assert_eq!(format!("{secrets:?}"), "Secrets(4)", "`debug` is too short to be one");
+        // A path is kept out of stderr tails only; the named credentials out of stdout too.
+        let credentials: Vec<&str> = secrets.credentials().collect();
+        assert_eq!(credentials, ["Bearer web-abcdef", "sk-session-12345", "mcp-token-123"]);
+        let more = secrets.and(["provider-added-1".to_owned()]);
+        assert_eq!(more.credentials().count(), 4);
+        assert_eq!(format!("{more:?}"), "Secrets(5)");
+        let env = [
+            ("CLI_TOKEN".to_owned(), "cli-token-12345".to_owned()),
+            ("CLI_HOME".to_owned(), "/tmp/cli-home".to_owned()),
+        ];
+        let more = more.and_env(env.iter().map(|(name, value)| (name, value)));
+        assert!(
+            more.credentials().any(|c| c == "cli-token-12345") && !more.credentials().any(|c| c == "/tmp/cli-home")
+        );
+        assert_eq!(more.redact("/tmp/cli-home"), "[redacted]");
+    }
+
+    #[test]
+    fn credential_names_are_told_by_their_words() {
+        for name in ["ANTHROPIC_API_KEY", "github_token", "AWS_SECRET_ACCESS_KEY", "X-Api-Key", "Cookie", "DB_PASSWORD"]
+        {
+            assert!(is_credential_name(name), "{name}");
+        }
+        for name in ["ANTHROPIC_BASE_URL", "PATH", "PWD", "LOG_LEVEL", "AWS_REGION", "Accept"] {
+            assert!(!is_credential_name(name), "{name}");
+        }
     }
 }

@@ -9,9 +9,10 @@ mod support;
 use std::time::{Duration, Instant};
 
 use agent_core::event::ToolStatus;
-use agent_core::{EventKind, RequestKind, Response, TurnStatus};
+use agent_core::{EventKind, Replay, RequestKind, Response, TurnStatus};
 use agent_testkit::Scenario;
 use agent_testkit::events::{count, names, terminal};
+use futures::StreamExt;
 use support::{Pi, clis, deltas, requests};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -121,6 +122,28 @@ async fn bash_approval_approve_runs_and_deny_reaches_the_model() {
         assert!(text.contains("Blocked"), "the model saw the denial: {text:?}");
         assert!(text.contains("no shell today, use python"), "pi {}: and its reason: {text:?}", pi.version());
         assert_eq!(requests(&denied).len(), 1, "the reason was asked of nobody: {}", names(&denied));
+        pi.finish().await;
+    }
+}
+
+/// A command the agent runs prints a credential the session gave pi: the tool's output, the
+/// model's reply quoting it and every stored event have it redacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_a_tool_prints_is_redacted_from_events_and_the_store() {
+    const TOKEN: &str = "deploy-token-0123456789";
+    for cli in clis() {
+        let scenario = Scenario::new().shell("echo token=$DEPLOY_TOKEN").quote_tool_result("Tool said: ");
+        let pi = Pi::start(cli, scenario).await;
+        let session = pi.session(pi.options().env("DEPLOY_TOKEN", TOKEN)).await;
+        let (_, events) = pi.run(&session, "show the token", |r| r.kind.is_approval().then(Response::approve)).await;
+        let text = terminal(&events).result.text.clone().unwrap_or_default();
+        assert!(text.contains("token=[redacted]"), "pi {}: {text:?}", pi.version());
+        let last = events.last().expect("events").seq as usize;
+        let stored: Vec<_> = pi.harness.subscribe(&session, Replay::Start).await.unwrap().take(last).collect().await;
+        assert_eq!(stored.len(), last);
+        let json: String =
+            stored.into_iter().map(|e| serde_json::to_string(&*e.expect("stored event")).unwrap()).collect();
+        assert!(json.contains("token=[redacted]") && !json.contains(TOKEN), "pi {}: {json}", pi.version());
         pi.finish().await;
     }
 }

@@ -338,7 +338,7 @@ impl Provider for PresetProvider {
             on_busy: preset_options.on_busy,
             // The preset's own `env.set` values are as secret as the session's.
             secrets: Secrets::of_session(&options, |name| GUARD.refuses_env(name) || self.preset.lists_auth_env(name))
-                .and(self.preset.env_set.values().cloned()),
+                .and_env(&self.preset.env_set),
         };
         self.check_version(&ctx, &run, options.startup_timeout.saturating_sub(options.startup_timeout / 10)).await?;
         let key = preset_options.key.clone().unwrap_or_else(|| ctx.session_id.to_string());

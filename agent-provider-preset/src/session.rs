@@ -275,7 +275,7 @@ impl Shared {
         // Written beside the reading of stdout: a CLI may write more than a pipe holds before it
         // reads a prompt larger than one, and each side would wait on the other.
         let _delivery = self.deliver_prompt(&process, prompt).await;
-        let mut lines = LineReader::new(stdout, self.preset.max_line_bytes);
+        let mut lines = LineReader::new(stdout, self.preset.max_line_bytes).redacting(process.secrets());
         let mut actions = Vec::new();
         let read_error = loop {
             let line = match lines.next_line().await {

@@ -45,6 +45,7 @@ echo "SAY turn $turns of $session${model:+ with $model}"
 case "$prompt" in
   fail-zero*) echo "RESULT partial"; echo "FAILED out of credits"; exit 0;;
   result-one*) echo "RESULT all done"; echo "mini-agent: lost the connection (token $MINI_TOKEN)" >&2; exit 1;;
+  env*) echo "SAY token=$MINI_TOKEN"; echo "RESULT token=$MINI_TOKEN";;
   block*) while [ ! -e release ]; do sleep 0.05; done; echo "RESULT released";;
   *) echo "RESULT echo: $prompt";;
 esac
@@ -206,6 +207,16 @@ async fn exit_status_and_matchers_disagreeing_fail_the_turn() {
     let (_, events) = support::run(&mini.harness, &session, "fine now", |_| None).await;
     assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
     assert_eq!(payload(&events).turn, 3);
+
+    // The token on stdout: redacted from what the lines became, as from stderr above.
+    let (_, events) = support::run(&mini.harness, &session, "env please", |_| None).await;
+    let lines = said(&events);
+    assert_eq!(lines.last().map(String::as_str), Some("token=[redacted]"), "{lines:?}");
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("token=[redacted]"));
+    for event in &events {
+        let json = serde_json::to_string(&**event).expect("JSON");
+        assert!(!json.contains("preset-token-0123456789"), "{json}");
+    }
     mini.finish().await;
 }
 
