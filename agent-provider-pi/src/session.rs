@@ -13,6 +13,10 @@ use crate::connection::{CallError, Connection};
 use crate::extension::ExtensionDir;
 use crate::normalize::Dialog;
 
+/// The longest a closing session waits for pi to take its own model back (see
+/// `PiSession::close`).
+const SET_MODEL_ON_CLOSE: Duration = Duration::from_secs(2);
+
 /// An adapter deadline: shorter than the runtime's, so the adapter reports first.
 pub(crate) fn adapter_deadline(runtime: Duration) -> Duration {
     runtime.saturating_sub(runtime / 10)
@@ -239,6 +243,14 @@ impl ProviderSession for PiSession {
     }
 
     async fn close(&self) {
+        // pi records a turn's `set_model` in its session file, and a resume reopens on the model
+        // named last: after a turn with its own, the session's goes back first. Not while a turn
+        // runs (a forced stop), which pi would refuse or hold up.
+        let idle = self.conn.state().running().is_none();
+        if let (true, Ok(Some(model))) = (idle, self.switch_for(None)) {
+            let request = json!({"type": "set_model", "provider": model.provider, "modelId": model.id});
+            let _ = self.conn.call(request, self.command_timeout.min(SET_MODEL_ON_CLOSE)).await;
+        }
         self.conn.close().await;
     }
 }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use agent_core::event::ToolStatus;
 use agent_core::{EventKind, Replay, RequestKind, Response, TurnStatus};
+use agent_provider_pi::PiOptions;
 use agent_testkit::Scenario;
 use agent_testkit::events::{count, names, terminal};
 use futures::StreamExt;
@@ -562,6 +563,46 @@ async fn cancel_while_pi_waits_to_retry_ends_the_turn_within_a_second() {
             pi.version(),
             names(&next)
         );
+        pi.finish().await;
+    }
+}
+
+/// pi records a turn's `set_model` in its session file: a session stopped right after such a
+/// turn and resumed without a model of its own runs with the model it opened with, not that
+/// turn's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_resumed_after_a_turns_model_runs_with_its_own() {
+    for cli in clis() {
+        let scenario = Scenario::new().text("one").text("two").text("three");
+        let pi = Pi::start(cli, scenario).await;
+        // No `--model`: pi picks the model it opens with, and a resume reopens on the one its
+        // session file names last.
+        let mut args = pi.env.args().iter().cloned();
+        let mut kept = Vec::new();
+        while let Some(arg) = args.next() {
+            if arg == "--model" {
+                args.next();
+            } else {
+                kept.push(arg);
+            }
+        }
+        let pi_options = PiOptions::new().binary(pi.cli.program()).args(kept);
+        let pi_options = pi.cli.leading_args().iter().fold(pi_options, |options, arg| options.binary_arg(arg));
+        let unnamed = pi.env.session_options().provider_option(pi_options);
+        let session = pi.session(unnamed.clone()).await;
+        let (_, first) = pi.run(&session, "first", |_| None).await;
+        let options = agent_core::TurnOptions::new().model("fake-resp/fake-model");
+        let turn = pi.harness.start_turn(&session, "second", options).await.expect("turn recorded");
+        let second = pi.collect(&turn, |_| None).await;
+        pi.harness.stop_session(&session, false).await.expect("stop");
+        let resumed = pi.session(unnamed.resume_session(session.id.clone())).await;
+        let (_, third) = pi.run(&resumed, "third", |_| None).await;
+        for events in [&first, &second, &third] {
+            assert_eq!(terminal(events).status, TurnStatus::Completed, "pi {}: {}", pi.version(), names(events));
+        }
+        let paths: Vec<String> = pi.server.model_requests().iter().map(|r| r.path.clone()).collect();
+        assert!(paths[1].ends_with("/responses"), "pi {}: the turn's provider: {paths:?}", pi.version());
+        assert_eq!(paths[0], paths[2], "pi {}: the session's provider after the resume: {paths:?}", pi.version());
         pi.finish().await;
     }
 }
