@@ -23,9 +23,9 @@ use crate::ids::{ProviderId, SessionId, TurnId};
 use crate::options::{SessionOptions, StoreChoice, TurnOptions};
 use crate::provider::{DynProvider, require_capabilities};
 use crate::request::{Request, Response};
-use crate::runtime::limited::LimitedExec;
+use crate::runtime::limited::ProcessLimit;
 use crate::runtime::registry::Registry;
-use crate::runtime::stamped::StampedExec;
+use crate::runtime::session_exec::SessionExec;
 use crate::runtime::startup::Startup;
 use crate::runtime::{AwaitGrant, Command, Lookup, Replay, SessionHandle, Subscription, Target, TurnStream};
 use crate::runtime::{StartTurn, exit_reason};
@@ -59,7 +59,7 @@ struct Inner {
     registry: Arc<Registry>,
     call_timeout: Duration,
     /// Shared by every session's exec when `max_provider_processes` is set.
-    process_limit: Option<(Arc<tokio::sync::Semaphore>, usize)>,
+    process_limit: Option<ProcessLimit>,
     /// Answers the requests of sessions that have no handler of their own.
     request_handler: Option<DynRequestHandler>,
     /// Where the last run of each session started with a store choice of its own (a custom
@@ -103,7 +103,7 @@ impl Inner {
         if let Some(wrapper) = made.iter().find(|(of, _)| of.ptr_eq(&key)).and_then(|(_, wrapper)| wrapper.upgrade()) {
             return wrapper;
         }
-        let wrapper = session_exec(Arc::clone(exec), self.process_limit.as_ref(), &self.registry);
+        let wrapper = SessionExec::wrap(Arc::clone(exec), self.registry.harness_number(), self.process_limit.clone());
         made.push((key, Arc::downgrade(&wrapper)));
         wrapper
     }
@@ -238,9 +238,8 @@ impl HarnessBuilder {
         }
         let exec = self.exec.unwrap_or_else(|| Arc::new(NoExec));
         let registry = Registry::new(self.max_sessions);
-        let process_limit =
-            self.max_provider_processes.map(|limit| (Arc::new(tokio::sync::Semaphore::new(limit)), limit));
-        let session_exec = session_exec(Arc::clone(&exec), process_limit.as_ref(), &registry);
+        let process_limit = self.max_provider_processes.map(ProcessLimit::new);
+        let session_exec = SessionExec::wrap(Arc::clone(&exec), registry.harness_number(), process_limit.clone());
         Ok(Harness {
             inner: Arc::new(Inner {
                 providers,
@@ -256,20 +255,6 @@ impl HarnessBuilder {
             }),
         })
     }
-}
-
-/// `exec` as a session of the harness with `registry` spawns through it: limited to
-/// `process_limit` processes among all of the harness's sessions, and stamped with the harness.
-fn session_exec(
-    exec: DynExec,
-    process_limit: Option<&(Arc<tokio::sync::Semaphore>, usize)>,
-    registry: &Registry,
-) -> DynExec {
-    let exec = match process_limit {
-        Some((permits, limit)) => LimitedExec::wrap(exec, Arc::clone(permits), *limit),
-        None => exec,
-    };
-    StampedExec::wrap(exec, registry.harness_number())
 }
 
 impl fmt::Debug for HarnessBuilder {

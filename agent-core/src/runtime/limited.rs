@@ -1,5 +1,6 @@
-//! An [`Exec`] decorator that bounds how many processes run at once
-//! (`HarnessBuilder::max_provider_processes`).
+//! The bound on how many processes a harness's sessions run at once
+//! (`HarnessBuilder::max_provider_processes`), applied by its session exec
+//! ([`SessionExec`](super::session_exec::SessionExec)).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -7,57 +8,39 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::exec::{Child, ChildHandle, Command, DynExec, Exec, ExecError, ExitStatus};
+use crate::exec::{Child, ChildHandle, Command, Exec, ExecError, ExitStatus};
 
-/// Spawns through `inner` while fewer than `limit` of its processes are running; a spawn beyond
-/// that fails at once with [`ExecError::LimitReached`] rather than queueing a session's start.
-pub(crate) struct LimitedExec {
-    inner: DynExec,
+/// At most `limit` processes running at once, among all the spawns made through it (it is
+/// shared by the session execs of one harness): a spawn beyond that fails at once with
+/// [`ExecError::LimitReached`] rather than queueing a session's start.
+#[derive(Clone)]
+pub(crate) struct ProcessLimit {
     permits: Arc<Semaphore>,
     limit: usize,
 }
 
-impl LimitedExec {
-    /// Wraps `inner`; every exec wrapped with the same `permits` shares the limit.
-    pub(crate) fn wrap(inner: DynExec, permits: Arc<Semaphore>, limit: usize) -> DynExec {
-        Arc::new(LimitedExec { inner, permits, limit })
+impl ProcessLimit {
+    pub(crate) fn new(limit: usize) -> ProcessLimit {
+        ProcessLimit { permits: Arc::new(Semaphore::new(limit)), limit }
     }
-}
 
-impl fmt::Debug for LimitedExec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LimitedExec")
-            .field("inner", &self.inner)
-            .field("limit", &self.limit)
-            .field("available", &self.permits.available_permits())
-            .finish()
-    }
-}
-
-#[deny(clippy::missing_trait_methods)]
-#[async_trait]
-impl Exec for LimitedExec {
-    async fn spawn(&self, command: Command) -> Result<Child, ExecError> {
+    /// Spawns `command` through `exec` if a slot is free; the child's handle gives it back
+    /// once the process has exited (or the handle is gone).
+    pub(crate) async fn spawn(&self, exec: &dyn Exec, command: Command) -> Result<Child, ExecError> {
         let permit =
             Arc::clone(&self.permits).try_acquire_owned().map_err(|_| ExecError::LimitReached { limit: self.limit })?;
-        let mut child = self.inner.spawn(command).await?;
+        let mut child = exec.spawn(command).await?;
         child.handle = Arc::new(Limited { inner: child.handle, permit: Mutex::new(Some(permit)) });
         Ok(child)
     }
+}
 
-    async fn reap_orphans(
-        &self,
-        is_live: &(dyn for<'s> Fn(&'s str) -> bool + Send + Sync),
-    ) -> Result<usize, ExecError> {
-        self.inner.reap_orphans(is_live).await
-    }
-
-    async fn end_session_processes(&self, session: &str, harness: u64) -> Result<usize, ExecError> {
-        self.inner.end_session_processes(session, harness).await
-    }
-
-    fn is_local(&self) -> bool {
-        self.inner.is_local()
+impl fmt::Debug for ProcessLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProcessLimit")
+            .field("limit", &self.limit)
+            .field("available", &self.permits.available_permits())
+            .finish()
     }
 }
 
@@ -161,18 +144,18 @@ mod tests {
 
     #[tokio::test]
     async fn a_slot_is_taken_per_running_process_and_freed_by_its_exit() {
-        let exec = LimitedExec::wrap(Arc::new(Fake), Arc::new(Semaphore::new(2)), 2);
-        let first = exec.spawn(Command::new("cli")).await.unwrap();
-        let second = exec.spawn(Command::new("cli")).await.unwrap();
-        let refused = exec.spawn(Command::new("cli")).await.unwrap_err();
-        assert!(matches!(refused, ExecError::LimitReached { limit: 2 }), "{refused:?}");
+        let limit = ProcessLimit::new(2);
+        let first = limit.spawn(&Fake, Command::new("cli")).await.unwrap();
+        let second = limit.spawn(&Fake, Command::new("cli")).await.unwrap();
+        let refused = limit.clone().spawn(&Fake, Command::new("cli")).await.unwrap_err();
+        assert!(matches!(refused, ExecError::LimitReached { limit: 2 }), "a clone shares the slots: {refused:?}");
 
         first.handle.kill().unwrap();
         first.handle.wait().await.unwrap();
-        let third = exec.spawn(Command::new("cli")).await.expect("the exited process freed its slot");
+        let third = limit.spawn(&Fake, Command::new("cli")).await.expect("the exited process freed its slot");
 
         drop(second);
-        exec.spawn(Command::new("cli")).await.expect("a dropped handle frees its slot");
+        limit.spawn(&Fake, Command::new("cli")).await.expect("a dropped handle frees its slot");
         drop(third);
     }
 }

@@ -5,7 +5,7 @@ pub(crate) mod inbox;
 pub(crate) mod limited;
 pub(crate) mod owner;
 pub(crate) mod registry;
-pub(crate) mod stamped;
+pub(crate) mod session_exec;
 pub(crate) mod startup;
 pub(crate) mod subscription;
 pub(crate) mod watchdog;
