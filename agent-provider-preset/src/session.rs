@@ -34,6 +34,10 @@ use crate::turn::{Action, ApprovalMeta, Outcome, TurnReader, exit_code};
 
 /// How long the reader waits for the process to exit after its stdout closed, before killing it.
 const EXIT_WAIT: Duration = Duration::from_secs(5);
+/// How long the reader waits for stdout to close once a result or failure line was read, before
+/// killing the process: the turn's outcome is known, and a CLI that lingers (a child holding
+/// stdout, a wait on something) must not keep it open.
+const AFTER_RESULT: Duration = Duration::from_secs(5);
 /// How long the reader waits for the rest of stderr once the process exited.
 const STDERR_DRAIN: Duration = Duration::from_millis(500);
 /// How long closing stdin may take.
@@ -277,8 +281,21 @@ impl Shared {
         let _delivery = self.deliver_prompt(&process, prompt).await;
         let mut lines = LineReader::new(stdout, self.preset.max_line_bytes).redacting(process.secrets());
         let mut actions = Vec::new();
+        // Set when the result or failure line was read.
+        let mut after_result = None;
         let read_error = loop {
-            let line = match lines.next_line().await {
+            let next = match after_result {
+                None => lines.next_line().await,
+                Some(deadline) => match tokio::time::timeout_at(deadline, lines.next_line()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        process.kill();
+                        reader.lingered(AFTER_RESULT);
+                        break None;
+                    }
+                },
+            };
+            let line = match next {
                 Ok(Some(line)) => line,
                 Ok(None) => break None,
                 Err(error) => break Some(error),
@@ -310,7 +327,15 @@ impl Shared {
                 process.kill();
                 break None;
             }
+            if after_result.is_none() && reader.finished() {
+                after_result = Some(tokio::time::Instant::now() + AFTER_RESULT);
+            }
         };
+        if let Some(message) = reader.lingered_warning()
+            && self.sink.emit(Some(&handle.turn), EventKind::Warning { message }, None).await.is_err()
+        {
+            return;
+        }
         let mut report = process.exit_report(EXIT_WAIT, STDERR_DRAIN).await;
         if let Some(error) = read_error {
             report = report.read_error(error);

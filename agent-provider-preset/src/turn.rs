@@ -76,6 +76,9 @@ pub(crate) struct TurnReader<'p> {
     failure: Option<Option<String>>,
     usage: Option<Usage>,
     stdin_closed: bool,
+    /// Set when the CLI was ended for not closing stdout this long after its result or
+    /// failure line.
+    lingered: Option<Duration>,
 }
 
 /// How a turn ended, before it becomes a terminal event.
@@ -102,7 +105,24 @@ impl<'p> TurnReader<'p> {
             failure: None,
             usage: None,
             stdin_closed: false,
+            lingered: None,
         }
+    }
+
+    /// The CLI was ended for not closing stdout within `wait` of its result or failure line:
+    /// the outcome those lines gave stands, whatever the kill's exit status.
+    pub(crate) fn lingered(&mut self, wait: Duration) {
+        self.lingered = Some(wait);
+    }
+
+    /// The warning for [`TurnReader::lingered`], once it happened.
+    pub(crate) fn lingered_warning(&self) -> Option<String> {
+        let wait = self.lingered?;
+        Some(format!(
+            "{} did not exit within {} s of its result line; it was ended",
+            self.preset.id,
+            wait.as_secs_f64()
+        ))
     }
 
     /// The CLI's session ID as far as this turn knows.
@@ -225,8 +245,9 @@ impl<'p> TurnReader<'p> {
         let cli = &self.preset.id;
         let how = exit.how();
         let stderr = agent_provider_kit::framing::stderr_note(exit.stderr_tail.as_deref());
-        let clean = exit.read_error.is_none()
-            && exit.status.and_then(|s| s.code).is_some_and(|code| self.preset.success_exit_codes.contains(&code));
+        let clean = self.lingered.is_some()
+            || exit.read_error.is_none()
+                && exit.status.and_then(|s| s.code).is_some_and(|code| self.preset.success_exit_codes.contains(&code));
         let text = self.result.clone().flatten();
         let (status, reason) = if let (Some(found), Some(asked)) = (&self.foreign, &self.continuing) {
             let reason = format!(

@@ -45,6 +45,7 @@ echo "SAY turn $turns of $session${model:+ with $model}"
 case "$prompt" in
   fail-zero*) echo "RESULT partial"; echo "FAILED out of credits"; exit 0;;
   result-one*) echo "RESULT all done"; echo "mini-agent: lost the connection (token $MINI_TOKEN)" >&2; exit 1;;
+  linger*) echo "RESULT lingered"; sleep 60;;
   env*) echo "SAY token=$MINI_TOKEN"; echo "RESULT token=$MINI_TOKEN";;
   block*) while [ ! -e release ]; do sleep 0.05; done; echo "RESULT released";;
   *) echo "RESULT echo: $prompt";;
@@ -217,6 +218,27 @@ async fn exit_status_and_matchers_disagreeing_fail_the_turn() {
         let json = serde_json::to_string(&**event).expect("JSON");
         assert!(!json.contains("preset-token-0123456789"), "{json}");
     }
+    mini.finish().await;
+}
+
+/// A CLI that prints its result and then does not exit: the turn ends with that result a few
+/// seconds later, the CLI ended, rather than waiting for it for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_lingering_after_its_result_is_ended_and_the_turn_completes() {
+    let mini = Mini::start();
+    let session = mini.session(mini.options(PresetOptions::new())).await;
+    let started = std::time::Instant::now();
+    let (_, events) = support::run(&mini.harness, &session, "linger please", |_| None).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(end.result.text.as_deref(), Some("lingered"));
+    assert!(started.elapsed() < Duration::from_secs(15), "ended {:?} after the start", started.elapsed());
+    let warned = events.iter().any(|e| {
+        matches!(&e.kind, EventKind::Warning { message } if message.contains("did not exit within 5 s of its result line"))
+    });
+    assert!(warned, "{}", names(&events));
+    let (_, next) = support::run(&mini.harness, &session, "fine now", |_| None).await;
+    assert_eq!(terminal(&next).status, TurnStatus::Completed, "the session goes on: {}", names(&next));
     mini.finish().await;
 }
 
