@@ -133,7 +133,10 @@ impl Connection {
         match reply.response.subtype.as_str() {
             "success" => Ok(reply.response.response),
             "error" => {
-                Err(CallError::Refused(truncate_message(reply.response.error.unwrap_or_default(), MAX_ERROR_MESSAGE)))
+                // Its text reaches error messages, and claude may quote what it refused.
+                let error = reply.response.error.unwrap_or_default();
+                let error = self.shared.process.secrets().redact(&error).into_owned();
+                Err(CallError::Refused(truncate_message(error, MAX_ERROR_MESSAGE)))
             }
             _ => Err(CallError::Unexpected(subtype)),
         }

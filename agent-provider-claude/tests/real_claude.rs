@@ -253,24 +253,35 @@ async fn approvals_allow_edit_deny_and_remember_for_the_session() {
     claude.finish().await;
 }
 
-/// A command the agent runs prints a credential the session gave claude: the tool's output,
-/// the model's reply quoting it and every stored event have it redacted.
+/// A command the agent runs prints a credential the session gave claude, and the MCP secret
+/// claude holds for a server: the tool's output, the model's reply quoting it and every stored
+/// event have them redacted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_credential_a_tool_prints_is_redacted_from_events_and_the_store() {
     const TOKEN: &str = "deploy-token-0123456789";
-    let scenario = Scenario::new().shell("echo token=$DEPLOY_TOKEN").quote_tool_result("Tool said: ");
+    const DATABASE: &str = "postgres://u:db-pass-0123@db";
+    let scenario = Scenario::new()
+        .shell("echo token=$DEPLOY_TOKEN; echo db=$AGENT_HARNESS_MCP_SECRET_0")
+        .quote_tool_result("Tool said: ");
     let claude = Claude::start(scenario).await;
-    let session = claude.session(claude.options().env("DEPLOY_TOKEN", TOKEN)).await;
+    let mut server = agent_core::McpServer::stdio("/bin/true", Vec::<String>::new());
+    if let agent_core::McpServer::Stdio { env, .. } = &mut server {
+        env.insert("DATABASE_URL".into(), DATABASE.into());
+    }
+    let options = claude.options().env("DEPLOY_TOKEN", TOKEN).mcp_server("db", server);
+    let session = claude.session(options).await;
     let (_, events) = claude.run(&session, "show the token", |_| Some(Response::approve())).await;
-    assert_eq!(tool_outputs(&events), [(ToolStatus::Completed, "token=[redacted]".to_owned())]);
-    assert_eq!(terminal(&events).result.text.as_deref(), Some("Tool said: token=[redacted]"));
-    assert!(model_messages(&claude.server, 1).contains(TOKEN), "the agent itself saw the value");
+    let said = "token=[redacted]\ndb=[redacted]";
+    assert_eq!(tool_outputs(&events), [(ToolStatus::Completed, said.to_owned())]);
+    assert_eq!(terminal(&events).result.text.as_deref(), Some(format!("Tool said: {said}").as_str()));
+    let seen = model_messages(&claude.server, 1);
+    assert!(seen.contains(TOKEN) && seen.contains(DATABASE), "the agent itself saw the values");
     let last = events.last().expect("events").seq as usize;
     let stored: Vec<_> = claude.harness.subscribe(&session, Replay::Start).await.unwrap().take(last).collect().await;
     assert_eq!(stored.len(), last);
     for event in stored {
         let json = serde_json::to_string(&*event.expect("stored event")).unwrap();
-        assert!(!json.contains(TOKEN), "{json}");
+        assert!(!json.contains(TOKEN) && !json.contains(DATABASE), "{json}");
     }
     claude.finish().await;
 }

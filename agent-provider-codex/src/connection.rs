@@ -140,7 +140,13 @@ impl Connection {
         let line = encode(&Outgoing { id: Some(id), method, params: Some(params) });
         let raw = ticket.send_and_wait(self.shared.process.write_line(&line), deadline).await?;
         match serde_json::from_str::<wire::Outcome<'_>>(raw.get()) {
-            Ok(wire::Outcome { error: Some(error), .. }) => Err(RpcError::lenient(error).into()),
+            Ok(wire::Outcome { error: Some(error), .. }) => {
+                // Its text reaches error messages: codex quotes what it refused, which may be a
+                // secret that is not a credential (a config value, say).
+                let mut error = RpcError::lenient(error);
+                error.message = self.shared.process.secrets().redact(&error.message).into_owned();
+                Err(error.into())
+            }
             Ok(wire::Outcome { result: Some(_), .. }) => Ok(raw),
             _ => Err(CallError::Unexpected { method: method.to_owned() }),
         }

@@ -384,7 +384,10 @@ impl Provider for CodexProvider {
 
         let command = app_server_command(&ctx, &codex, &program, env);
         let child = ctx.exec.spawn(command).await.map_err(|e| self.spawn_error(e, &program))?;
-        let secrets = Secrets::of_session(&options, |name| auth::GUARD.refuses_env(name));
+        // `CodexOptions::config` values are secrets too, credentials by their key's name.
+        let config = validate::string_leaves(&overrides);
+        let secrets = Secrets::of_session(&options, |name| auth::GUARD.refuses_env(name))
+            .and_env(config.iter().map(|(key, value)| (key, value)));
         let conn = Connection::start(child, ctx.sink.clone(), codex.max_line_bytes, secrets)
             .map_err(|_| self.unavailable("the exec backend did not provide the child's stdin, stdout and stderr"))?;
         self.handshake(&conn, &codex, remaining(), deadline).await?;

@@ -107,6 +107,24 @@ fn auth_guard(options: &SessionOptions, codex: &CodexOptions) -> Result<()> {
     crate::auth::GUARD.check(options, None, codex.config.iter().map(|(key, _)| key.as_str()))
 }
 
+/// Every string in `overrides`, with the dotted path of keys it lies under (array items under
+/// their array's path).
+pub(crate) fn string_leaves(overrides: &BTreeMap<String, serde_json::Value>) -> Vec<(String, String)> {
+    fn walk(path: &str, value: &serde_json::Value, leaves: &mut Vec<(String, String)>) {
+        match value {
+            serde_json::Value::String(text) => leaves.push((path.to_owned(), text.clone())),
+            serde_json::Value::Array(items) => items.iter().for_each(|item| walk(path, item, leaves)),
+            serde_json::Value::Object(map) => {
+                map.iter().for_each(|(key, item)| walk(&format!("{path}.{key}"), item, leaves))
+            }
+            _ => {}
+        }
+    }
+    let mut leaves = Vec::new();
+    overrides.iter().for_each(|(key, value)| walk(key, value, &mut leaves));
+    leaves
+}
+
 /// The `config` overrides of [`CodexOptions::config`] as JSON, for the thread's `config`: they
 /// reach codex over its stdin, never on its command line. A value that is not TOML is refused.
 pub(crate) fn config_overrides(codex: &CodexOptions) -> Result<BTreeMap<String, serde_json::Value>> {

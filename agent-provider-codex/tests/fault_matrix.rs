@@ -331,6 +331,32 @@ async fn exit_before_the_thread_reply_fails_start_session() {
     case.assert_no_process_left().await;
 }
 
+/// codex refusing `thread/start` quotes the config value it could not take: the error has the
+/// value redacted, whether its key names a credential (`…env.TOKEN`) or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_quoting_a_config_value_has_it_redacted() {
+    const TOKEN: &str = "sk-live-config-0123456789";
+    const PATH: &str = "/srv/secret-mount-01";
+    let script = FakeScript::new()
+        .expect(ExpectKind::Handshake)
+        .reply(initialize_result())
+        .expect_match(json!({"method": "thread/start"}))
+        .reply_error(format!("failed to load configuration: invalid value \"TOKEN={TOKEN}\" under {PATH}"));
+    let case = Case::new(script);
+    let codex = CodexOptions::new()
+        .config("mcp_servers.x.env.TOKEN", format!("\"{TOKEN}\""))
+        .config("sandbox_workspace_write.writable_roots", format!("[\"{PATH}\"]"));
+    let started = case.harness.start_session("codex", case.options_with(codex)).await;
+    let Err(Error::ProviderUnavailable { reason, .. }) = started else {
+        panic!("expected ProviderUnavailable, got {started:?}")
+    };
+    assert_eq!(
+        reason,
+        "codex refused thread/start: failed to load configuration: invalid value \"TOKEN=[redacted]\" under [redacted]"
+    );
+    case.assert_no_process_left().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_after_the_handshake_makes_the_session_unavailable() {
     let case = Case::new(FakeScript::new().handshake().exit_after_the_start(5));

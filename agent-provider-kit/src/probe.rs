@@ -21,6 +21,7 @@ use agent_core::exec::{ChildHandle, ChildOutput, Command, Exec, ExecError, ExitS
 use tokio::io::AsyncReadExt;
 
 use crate::framing::StderrTail;
+use crate::secrets::Secrets;
 
 /// How long a killed probe may take to be reaped.
 const REAP_WAIT: Duration = Duration::from_secs(2);
@@ -90,14 +91,16 @@ pub enum ProbeError {
     Wait(#[source] ExecError),
 }
 
-/// Runs `command` through `exec` within `limits`. Its stdin is closed at once.
+/// Runs `command` through `exec` within `limits`. Its stdin is closed at once. The secrets of
+/// its environment ([`Secrets::of_command`]) are redacted from what is kept of its output.
 pub async fn run(exec: &dyn Exec, command: Command, limits: ProbeLimits) -> Result<ProbeOutput, ProbeError> {
+    let secrets = Secrets::of_command(&command);
     let mut child = exec.spawn(command).await.map_err(ProbeError::Spawn)?;
     // Nothing is written to it: it reads end-of-file.
     drop(child.stdin.take());
     let handle = Arc::clone(&child.handle);
     let mut stdout = Vec::new();
-    let mut tail = StderrTail::new(limits.stderr_lines);
+    let mut tail = StderrTail::new(limits.stderr_lines).redacting(secrets.clone());
     let finished = tokio::time::timeout(limits.timeout, async {
         let (_, _, status) = tokio::join!(
             read_capped(child.stdout.take(), limits.stdout_bytes, &mut stdout),
@@ -109,7 +112,8 @@ pub async fn run(exec: &dyn Exec, command: Command, limits: ProbeLimits) -> Resu
     .await;
     match finished {
         Ok(Ok(status)) => {
-            Ok(ProbeOutput { stdout: String::from_utf8_lossy(&stdout).into_owned(), status, stderr_tail: tail.text() })
+            let stdout = secrets.redact(&String::from_utf8_lossy(&stdout)).into_owned();
+            Ok(ProbeOutput { stdout, status, stderr_tail: tail.text() })
         }
         Ok(Err(error)) => {
             let _ = handle.kill();
@@ -313,6 +317,21 @@ mod tests {
         let tail = output.stderr_tail.expect("a tail");
         assert_eq!(tail.lines().count(), 3);
         assert!(tail.ends_with("warning 1999: something long enough to fill a pipe"), "{tail}");
+    }
+
+    /// A CLI that prints the values of its environment in a failed `--version`: what the
+    /// probe keeps has them redacted, the values it sets and the host credentials it inherits.
+    #[tokio::test]
+    async fn the_secrets_of_its_environment_are_redacted_from_its_output() {
+        let programs = ProgramDir::new("kit-probe-secrets");
+        let cli =
+            programs.script("cli", "echo \"bad key $DEPLOY_TOKEN in $WORK_DIR\" >&2\necho \"v $DEPLOY_TOKEN\"\nexit 1");
+        let mut command = Command::new(cli);
+        command.env.set.push(("DEPLOY_TOKEN".into(), "deploy-token-0123456789".into()));
+        command.env.set.push(("WORK_DIR".into(), "/tmp/work-dir-1".into()));
+        let output = run(&LocalExec::new(), command, limits()).await.expect("the probe runs");
+        assert_eq!(output.stderr_tail.as_deref(), Some("bad key [redacted] in [redacted]"));
+        assert_eq!(output.stdout, "v [redacted]\n");
     }
 
     #[tokio::test]

@@ -102,19 +102,27 @@ impl Secrets {
     }
 
     /// The secrets a session gives its CLI: its environment values, its MCP servers'
-    /// environment values and headers, and, under `AuthMode::Inherit`, this process's values of
-    /// the environment names `credential` accepts (a provider passes its guard's `refuses_env`)
-    /// that the session does not remove (under `Subscription` the guard scrubs them).
+    /// environment values, headers and arguments, and, under `AuthMode::Inherit`, this
+    /// process's values of the environment names `credential` accepts (a provider passes its
+    /// guard's `refuses_env`) that the session does not remove (under `Subscription` the guard
+    /// scrubs them).
     ///
-    /// The credentials among them, redacted from stdout too, are those whose variable or header
-    /// name [`is_credential_name`] accepts.
+    /// The credentials among them, redacted from stdout too, are the MCP servers' environment
+    /// and header values, and the session's and host's values whose name
+    /// [`is_credential_name`] accepts. MCP arguments are not: they are as often a path the
+    /// agent works in as a token.
     pub fn of_session(options: &SessionOptions, credential: impl Fn(&str) -> bool) -> Secrets {
-        let session = options.env.set.iter();
-        let mcp = options.mcp_servers.values().flat_map(|server| match server {
-            McpServer::Stdio { env, .. } => env.iter().collect::<Vec<_>>(),
-            McpServer::Http { headers, .. } => headers.iter().collect(),
-            _ => Vec::new(),
-        });
+        let (mut mcp, mut mcp_args) = (Vec::new(), Vec::new());
+        for server in options.mcp_servers.values() {
+            match server {
+                McpServer::Stdio { env, args, .. } => {
+                    mcp.extend(env.values().cloned());
+                    mcp_args.extend(args.iter().cloned());
+                }
+                McpServer::Http { headers, .. } => mcp.extend(headers.values().cloned()),
+                _ => {}
+            }
+        }
         // Under `AuthMode::Subscription` the guard scrubs those names from the CLI's environment.
         let host: Vec<(String, String)> = match options.auth {
             AuthMode::Inherit => std::env::vars_os()
@@ -126,7 +134,31 @@ impl Secrets {
                 .collect(),
             _ => Vec::new(),
         };
-        Secrets::default().and_env(session.chain(mcp).chain(host.iter().map(|(name, value)| (name, value))))
+        Secrets::split(mcp, mcp_args)
+            .and_env(options.env.set.iter().chain(host.iter().map(|(name, value)| (name, value))))
+    }
+
+    /// The secrets of the environment `command` runs with: the values it sets, and the host's
+    /// values of credential names ([`is_credential_name`]) it inherits. For a command run
+    /// outside a session's process (a `--version` probe), whose output reaches error texts.
+    pub fn of_command(command: &agent_core::exec::Command) -> Secrets {
+        let env = &command.env;
+        let set: Vec<(String, String)> = env
+            .set
+            .iter()
+            .filter_map(|(name, value)| Some((name.to_str()?.to_owned(), value.to_str()?.to_owned())))
+            .collect();
+        let host: Vec<(String, String)> = std::env::vars_os()
+            .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+            .filter(|(name, _)| {
+                let named = |list: &[std::ffi::OsString]| list.iter().any(|n| n.to_str() == Some(name.as_str()));
+                is_credential_name(name)
+                    && (!env.clear || named(&env.allow))
+                    && !named(&env.unset)
+                    && !env.set.iter().any(|(n, _)| n.to_str() == Some(name.as_str()))
+            })
+            .collect();
+        Secrets::default().and_env(set.iter().chain(&host).map(|(name, value)| (name, value)))
     }
 
     /// These secrets and `values` (those of at least [`MIN_SECRET_LEN`] bytes), each a
@@ -223,13 +255,15 @@ mod tests {
         let secrets = Secrets::of_session(&options, |name| name == "OPENAI_API_KEY");
         let text = "sk-session-12345 mcp-token-123 Bearer web-abcdef /tmp/project-1 debug";
         assert_eq!(secrets.redact(text), "[redacted] [redacted] [redacted] [redacted] debug");
-        assert_eq!(format!("{secrets:?}"), "Secrets(4)", "`debug` is too short to be one");
-        // A path is kept out of stderr tails only; the named credentials out of stdout too.
+        assert_eq!(format!("{secrets:?}"), "Secrets(5)", "`--verbose` is one, `debug` is too short to be one");
+        assert_eq!(secrets.redact("mcp-files --verbose"), "mcp-files [redacted]");
+        // A path and an MCP argument are kept out of stderr tails only; the named credentials
+        // and the MCP servers' environment and headers out of stdout too.
         let credentials: Vec<&str> = secrets.credentials().collect();
         assert_eq!(credentials, ["Bearer web-abcdef", "sk-session-12345", "mcp-token-123"]);
         let more = secrets.and(["provider-added-1".to_owned()]);
         assert_eq!(more.credentials().count(), 4);
-        assert_eq!(format!("{more:?}"), "Secrets(5)");
+        assert_eq!(format!("{more:?}"), "Secrets(6)");
         let env = [
             ("CLI_TOKEN".to_owned(), "cli-token-12345".to_owned()),
             ("CLI_HOME".to_owned(), "/tmp/cli-home".to_owned()),

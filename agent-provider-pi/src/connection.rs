@@ -148,10 +148,14 @@ impl Connection {
         let raw = result?;
         match serde_json::from_str::<Reply>(raw.get()) {
             Ok(Reply { success: true, data, .. }) => Ok(data),
-            Ok(Reply { error, command, .. }) => Err(CallError::Refused {
-                command: command.unwrap_or(kind),
-                message: truncate_message(error.unwrap_or_else(|| "no reason given".into()), MAX_ERROR_MESSAGE),
-            }),
+            Ok(Reply { error, command, .. }) => {
+                // Its text reaches error messages, and pi may quote what it refused.
+                let error = error.map(|error| self.shared.process.secrets().redact(&error).into_owned());
+                Err(CallError::Refused {
+                    command: command.unwrap_or(kind),
+                    message: truncate_message(error.unwrap_or_else(|| "no reason given".into()), MAX_ERROR_MESSAGE),
+                })
+            }
             Err(_) => Err(CallError::Refused { command: kind, message: "an unreadable response".into() }),
         }
     }

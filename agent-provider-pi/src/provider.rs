@@ -190,9 +190,17 @@ fn validate(options: &SessionOptions, pi: &PiOptions) -> Result<()> {
     if let Some(model) = &options.model {
         check_model(options, model)?;
     }
-    if pi.args.iter().any(|a| a == "--api-key" || a.starts_with("--api-key=")) {
+    let api_key = |arg: &str| arg == "--api-key" || arg.starts_with("--api-key=");
+    let on_command_line = if pi.args.iter().any(|a| api_key(a)) {
+        Some("PiOptions::args")
+    } else if pi.binary_args.iter().any(|a| a.to_str().is_some_and(api_key)) {
+        Some("PiOptions::binary_args")
+    } else {
+        None
+    };
+    if let Some(option) = on_command_line {
         return Err(invalid(
-            "PiOptions::args",
+            option,
             "`--api-key` puts a secret on the command line; set the key in the session environment",
         ));
     }
@@ -412,6 +420,26 @@ mod tests {
         assert_eq!(caps.sandbox, Support::Unsupported);
         let never = SessionOptions::new("/work").approval_policy(ApprovalPolicy::Never);
         assert_eq!(provider.capabilities(&never).approvals, Support::Unsupported);
+    }
+
+    /// `--api-key` is refused wherever it would reach pi's command line, under either auth mode.
+    #[test]
+    fn an_api_key_flag_is_refused_in_args_and_binary_args() {
+        let options = SessionOptions::new("/work").auth(agent_core::AuthMode::Inherit);
+        for (pi, option) in [
+            (PiOptions::new().arg("--api-key").arg("sk-secret"), "PiOptions::args"),
+            (PiOptions::new().arg("--api-key=sk-secret"), "PiOptions::args"),
+            (PiOptions::new().binary_arg("/opt/pi/cli.js").binary_arg("--api-key=sk-secret"), "PiOptions::binary_args"),
+        ] {
+            match validate(&options, &pi) {
+                Err(Error::InvalidOption { option: refused, reason }) => {
+                    assert_eq!(refused, option);
+                    assert!(reason.contains("--api-key") && !reason.contains("sk-secret"), "{reason}");
+                }
+                other => panic!("expected InvalidOption, got {other:?}"),
+            }
+        }
+        assert!(validate(&options, &PiOptions::new().binary_arg("/opt/pi/cli.js")).is_ok());
     }
 
     #[test]

@@ -75,8 +75,10 @@ pub enum McpServer {
     Stdio {
         /// Program.
         command: String,
-        /// Arguments (a provider keeps them off its CLI's command line where it can: they
-        /// often carry a token).
+        /// Arguments (a provider keeps them off its CLI's command line where it can, and out
+        /// of logs and the CLI's stderr kept for errors: they often carry a token). Unlike
+        /// `env` values they are not redacted from the CLI's output: as often a path the agent
+        /// works in, one the agent prints reaches its events.
         #[serde(default)]
         args: Vec<String>,
         /// Environment (values are secrets: never logged or stored).
