@@ -532,7 +532,7 @@ async fn an_empty_file_is_no_store_to_read_and_stays_empty_after_a_failed_run() 
         .output(&["run", "--provider", "codex", "--auth", "inherit", "--cli-path", &missing, "--store", &store, "hi"])
         .await;
     assert_eq!(output.code(), Some(69), "{output:?}");
-    assert_eq!(std::fs::metadata(&empty).expect("still there").len(), 0);
+    assert_eq!(std::fs::metadata(&empty).expect("still there").len(), 0, "{}", output.stderr);
     let companions = ["-wal", "-shm"].map(|suffix| dir.join(format!("empty.db{suffix}")));
     assert!(companions.iter().all(|c| !c.exists()), "{companions:?}");
 }

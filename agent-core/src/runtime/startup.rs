@@ -126,8 +126,10 @@ impl Startup {
                 if matches!(error, Error::StartupTimeout { .. }) {
                     tracing::warn!(timeout = ?options.startup_timeout, "provider open timed out; torn down");
                 }
-                // Release the ID before answering, so an immediate retry finds it free.
+                // Release the ID and the store before answering, so an immediate retry finds the
+                // ID free and a caller that closes the store next finds nothing holding it.
                 drop(reservation);
+                drop((store, provider));
                 let _ = caller.send(Err(error));
                 return;
             }
@@ -162,6 +164,7 @@ impl Startup {
             record_failed_resume(store, resumed, &plan, &session, &error, finalize_timeout).await;
         }
         drop(reservation);
+        drop((store, provider, processes));
         let _ = caller.send(Err(error));
     }
 }
