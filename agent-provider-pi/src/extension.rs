@@ -116,6 +116,15 @@ impl ExtensionDir {
     pub(crate) fn file(&self) -> &Path {
         &self.file
     }
+
+    /// Writes `text` to a file beside the extension and returns its path, for
+    /// `--system-prompt`: pi reads a value that names an existing file as that file's content,
+    /// so a caller's text passed as is could make it send a file of the workspace instead.
+    pub(crate) fn system_prompt(&self, text: &str) -> std::io::Result<PathBuf> {
+        let file = self.dir.join("system-prompt.md");
+        std::fs::write(&file, text)?;
+        Ok(file)
+    }
 }
 
 impl Drop for ExtensionDir {

@@ -269,8 +269,16 @@ fn conversation_args(
     Ok(args)
 }
 
-/// `pi --mode rpc` with the session's flags.
-fn rpc_command(ctx: &OpenContext, pi: &PiOptions, extension: &Path, session: Vec<OsString>, env: EnvSpec) -> Command {
+/// `pi --mode rpc` with the session's flags; the session's system prompt is in the file
+/// `system_prompt` (see [`ExtensionDir::system_prompt`]).
+fn rpc_command(
+    ctx: &OpenContext,
+    pi: &PiOptions,
+    extension: &Path,
+    system_prompt: Option<&Path>,
+    session: Vec<OsString>,
+    env: EnvSpec,
+) -> Command {
     let options = &ctx.options;
     let mut command = Command::new(pi.program()).session(ctx.session_id.clone());
     let args = &mut command.args;
@@ -280,8 +288,8 @@ fn rpc_command(ctx: &OpenContext, pi: &PiOptions, extension: &Path, session: Vec
     if let Some(model) = &options.model {
         args.extend(["--model".into(), model.into()]);
     }
-    if let Some(prompt) = &options.system_prompt {
-        args.extend(["--system-prompt".into(), prompt.into()]);
+    if let Some(file) = system_prompt {
+        args.extend(["--system-prompt".into(), file.as_os_str().to_owned()]);
     }
     for skill in &options.skills {
         args.extend(["--skill".into(), skill.path.clone().into_os_string()]);
@@ -329,7 +337,15 @@ impl Provider for PiProvider {
         let gate = options.approval_policy != Some(ApprovalPolicy::Never);
         let extension = ExtensionDir::create(&std::env::temp_dir(), gate)
             .map_err(|e| self.unavailable(format!("cannot write the approval extension: {e}")))?;
-        let command = rpc_command(&ctx, &pi, extension.file(), session_args, env);
+        let system_prompt = match &options.system_prompt {
+            Some(text) => Some(
+                extension
+                    .system_prompt(text)
+                    .map_err(|e| self.unavailable(format!("cannot write the system prompt's file: {e}")))?,
+            ),
+            None => None,
+        };
+        let command = rpc_command(&ctx, &pi, extension.file(), system_prompt.as_deref(), session_args, env);
         let program = command.program.clone();
         let child = ctx.exec.spawn(command).await.map_err(|e| self.spawn_error(e, &program))?;
         let secrets = Secrets::of_session(&options, |name| auth::GUARD.refuses_env(name));
@@ -451,7 +467,8 @@ mod tests {
         let (sink, _rx) = agent_provider_kit_testing_sink();
         let ctx = OpenContext::new(agent_core::SessionId::generate(), Arc::new(options), exec(), sink);
         let pi = PiOptions::new().binary("/usr/bin/node").binary_arg("/opt/pi/cli.js").arg("--no-context-files");
-        let command = rpc_command(&ctx, &pi, Path::new("/tmp/x/ext.ts"), Vec::new(), EnvSpec::default());
+        let prompt = Some(Path::new("/tmp/x/system-prompt.md"));
+        let command = rpc_command(&ctx, &pi, Path::new("/tmp/x/ext.ts"), prompt, Vec::new(), EnvSpec::default());
         let args: Vec<String> = command.args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(
             args,
@@ -464,7 +481,7 @@ mod tests {
                 "--model",
                 "fake/fake-model",
                 "--system-prompt",
-                "Be brief.",
+                "/tmp/x/system-prompt.md",
                 "--skill",
                 "/skills/review",
                 "--no-context-files"

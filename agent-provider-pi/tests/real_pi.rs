@@ -439,6 +439,24 @@ async fn model_system_prompt_and_skills_reach_the_model_request() {
     }
 }
 
+/// A system prompt that happens to name a file of the workspace reaches the model as the text
+/// given, not as the file's content (pi reads a `--system-prompt` naming a file).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_system_prompt_naming_a_file_reaches_the_model_as_given() {
+    for cli in clis() {
+        let pi = Pi::start(cli, Scenario::new().text("ok")).await;
+        std::fs::write(pi.env.workspace().join("notes.txt"), "FILE-CONTENT-NOT-FOR-THE-MODEL").unwrap();
+        let session = pi.session(pi.options().system_prompt("notes.txt")).await;
+        let (_, events) = pi.run(&session, "hello", |_| None).await;
+        assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+        let body = pi.server.model_requests()[0].body.clone().expect("json");
+        let system = body["messages"][0]["content"].to_string();
+        assert!(system.contains("notes.txt"), "pi {}: {system}", pi.version());
+        assert!(!system.contains("FILE-CONTENT"), "pi {}: {system}", pi.version());
+        pi.finish().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_auto_retry_after_a_500_keeps_the_turn_open_until_it_recovers() {
     for cli in clis() {
