@@ -386,7 +386,10 @@ mod tests {
     fn bad_json_options_are_refused_by_path() {
         for (json, starts) in [
             (json!({"binaryy": "/x"}), "provider_options.binaryy: unknown field `binaryy`"),
-            (json!({"permission_mode": "yolo"}), "provider_options.permission_mode: unknown variant `yolo`"),
+            (
+                json!({"permission_mode": "yolo"}),
+                "provider_options.permission_mode: unknown value, expected one of `default`",
+            ),
             (json!({"questions": true}), "provider_options.questions: unknown field `questions`"),
         ] {
             match merged(json) {

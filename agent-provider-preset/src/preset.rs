@@ -151,6 +151,20 @@ pub(crate) struct VersionCheck {
 /// A checked preset: how to start one CLI for a turn and read what it prints. See the crate
 /// docs for the file format. Made by [`PresetCatalog`](crate::PresetCatalog) (shipped presets
 /// and a presets directory) or [`Preset::from_json`].
+///
+/// Loading checks, beyond what the crate docs' description of the format says:
+/// - a conversation is continued by a `resume` group that passes `{session_id}`: only such a
+///   group makes `resume` possible, a `resume` group without `{session_id}` in any is refused,
+///   and `!resume` groups (what a turn passes when it continues nothing) claim nothing;
+/// - a `session_id`, `result` or `failure` rule may take a kept value (`"kept": NAME`, a
+///   `matchers.keep` name), a `keep` rule may not: every `keep` rule reads a line with the
+///   values kept before it, so it would see another's value one line late;
+/// - `env.set` may not define bash functions (`BASH_FUNC_<name>%%`, any name with `%`);
+/// - a NUL character in `args`, `version.args` or an `env.set` value, which no process could
+///   be given.
+///
+/// An error quotes no value from the file (a key pasted in the wrong field stays out of logs):
+/// it names the field and what the field takes.
 #[derive(Clone)]
 pub struct Preset {
     pub(crate) id: String,
@@ -302,7 +316,8 @@ impl Preset {
         options
     }
 
-    /// True when the conversation continues with the preset's `resume` arguments.
+    /// True when the conversation continues with the preset's `resume` arguments (a `resume`
+    /// group, which passes `{session_id}`; `!resume` groups do not count).
     pub(crate) fn resumes(&self) -> bool {
         self.template.tests(Condition::Resume)
     }
@@ -371,21 +386,24 @@ fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, Problem>
     let file: PresetFile = serde_path_to_error::deserialize(&value).map_err(|error| {
         let path = error.path().to_string();
         let path = if path == "." { String::new() } else { path };
-        Problem::new(path, error.into_inner().to_string())
+        // A value in the wrong place may be a secret (an `env` written as `"KEY=sk-…"`): the
+        // error says where and what was expected, not what was given.
+        Problem::new(path, agent_core::config::without_values(&error.into_inner().to_string()))
     })?;
     check_id(&file.id)?;
     check_program(&file.program, allow)?;
     let template = Template::parse(&file.args, "args")?;
     let framing = file.framing;
+    let kept = keep_names(&file.matchers);
     let matchers = Matchers {
-        session_id: matchers(&file.matchers.session_id, framing, "matchers.session_id", &[])?,
-        result: matchers(&file.matchers.result, framing, "matchers.result", &keep_names(&file.matchers))?,
-        failure: matchers(&file.matchers.failure, framing, "matchers.failure", &keep_names(&file.matchers))?,
+        session_id: matchers(&file.matchers.session_id, framing, "matchers.session_id", Some(&kept))?,
+        result: matchers(&file.matchers.result, framing, "matchers.result", Some(&kept))?,
+        failure: matchers(&file.matchers.failure, framing, "matchers.failure", Some(&kept))?,
         keep: file
             .matchers
             .keep
             .iter()
-            .map(|(name, rules)| Ok((name.clone(), matchers(rules, framing, &format!("matchers.keep.{name}"), &[])?)))
+            .map(|(name, rules)| Ok((name.clone(), matchers(rules, framing, &format!("matchers.keep.{name}"), None)?)))
             .collect::<Result<_, Problem>>()?,
     };
     if matchers.result.is_empty() {
@@ -404,7 +422,7 @@ fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, Problem>
             "a `resume` group needs a rule that finds the CLI's session ID to continue",
         ));
     }
-    if template.tests(Condition::Approvals) && file.approvals.is_none() {
+    if template.mentions(Condition::Approvals) && file.approvals.is_none() {
         return Err(Problem::new("args", "an `approvals` group needs an `approvals` conversation"));
     }
     if file.approvals.is_some() && framing != Framing::Jsonl {
@@ -416,13 +434,20 @@ fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, Problem>
     if max_line_bytes == 0 {
         return Err(Problem::new("max_line_bytes", "must be at least 1"));
     }
-    for name in file.env.set.keys() {
+    for (name, value) in &file.env.set {
         check_env_name(name, &format!("env.set.{name}"))?;
         if chooses_code(name) {
             return Err(Problem::new(
                 format!("env.set.{name}"),
                 "a preset may not set this variable: it decides which program or code runs, which the executable \
                  allow-list decides (set it in the session's environment if it is meant)",
+            ));
+        }
+        if value.contains('\0') {
+            // No environment value can carry one: every turn would fail to start.
+            return Err(Problem::new(
+                format!("env.set.{name}"),
+                "holds a NUL character, which no environment value can carry",
             ));
         }
     }
@@ -449,6 +474,13 @@ fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, Problem>
                 .transpose()?;
             if v.args.is_empty() {
                 return Err(Problem::new("version.args", "at least one argument (`--version`)"));
+            }
+            if let Some(i) = v.args.iter().position(|arg| arg.contains('\0')) {
+                // The check would fail to start, and every session with it.
+                return Err(Problem::new(
+                    format!("version.args[{i}]"),
+                    "holds a NUL character, which no command-line argument can carry",
+                ));
             }
             Ok(VersionCheck { args: v.args, contains: v.contains, min })
         })
@@ -553,11 +585,19 @@ const LOADS_CODE: &[&str] = &[
 ];
 
 /// Whether setting `name` decides which program or code a spawn runs: `PATH` (where a bare
-/// program name is found), the dynamic loader's variables (code loaded into any program) and
-/// [`LOADS_CODE`].
+/// program name is found), the dynamic loader's variables (code loaded into any program),
+/// [`LOADS_CODE`], and bash's exported functions: bash defines a function for each
+/// `BASH_FUNC_<name>%%` variable it inherits, so a `#!/bin/bash` CLI (or any bash it starts)
+/// would run the preset's `date` instead of the command. Every name with `%` is refused too:
+/// no ordinary variable has one.
 fn chooses_code(name: &str) -> bool {
     let name = name.to_ascii_uppercase();
-    name == "PATH" || name.starts_with("LD_") || name.starts_with("DYLD_") || LOADS_CODE.contains(&name.as_str())
+    name == "PATH"
+        || name.starts_with("LD_")
+        || name.starts_with("DYLD_")
+        || name.starts_with("BASH_FUNC_")
+        || name.contains('%')
+        || LOADS_CODE.contains(&name.as_str())
 }
 
 fn check_env_name(name: &str, path: &str) -> Result<(), Problem> {
@@ -567,7 +607,12 @@ fn check_env_name(name: &str, path: &str) -> Result<(), Problem> {
     Ok(())
 }
 
-fn matchers(rules: &[Value], framing: Framing, path: &str, kept: &[String]) -> Result<Vec<Matcher>, Problem> {
+/// Reads the rules of one matcher group at `path`. `kept` names the kept values its rules may
+/// take with `"kept"`; `None` for the `keep` rules themselves, which take their value from the
+/// line only. Every `keep` rule reads a line with the values kept before that line, so one
+/// taking another's value would see it one line late (and one taking its own would change
+/// nothing): a `keep` rule's `kept` is refused rather than given that meaning.
+fn matchers(rules: &[Value], framing: Framing, path: &str, kept: Option<&[String]>) -> Result<Vec<Matcher>, Problem> {
     rules
         .iter()
         .enumerate()
@@ -588,13 +633,22 @@ fn matchers(rules: &[Value], framing: Framing, path: &str, kept: &[String]) -> R
             };
             let value =
                 map.get("value").map(|v| Source::parse(v, framing, &when, &format!("{at}.value"))).transpose()?;
-            let kept_name = match map.get("kept") {
-                None => None,
-                Some(Value::String(name)) if kept.contains(name) => Some(name.clone()),
-                Some(Value::String(name)) => {
+            let kept_name = match (map.get("kept"), kept) {
+                (None, _) => None,
+                (Some(_), None) => {
+                    return Err(Problem::new(
+                        format!("{at}.kept"),
+                        "a `keep` rule takes its value from the line (`value`), not from a kept value; `kept` is \
+                         for `session_id`, `result` and `failure` rules",
+                    ));
+                }
+                (Some(Value::String(name)), Some(kept)) if kept.contains(name) => Some(name.clone()),
+                (Some(Value::String(name)), Some(_)) => {
                     return Err(Problem::new(format!("{at}.kept"), format!("no `matchers.keep.{name}` to take")));
                 }
-                Some(_) => return Err(Problem::new(format!("{at}.kept"), "expected the name of a kept value")),
+                (Some(_), Some(_)) => {
+                    return Err(Problem::new(format!("{at}.kept"), "expected the name of a kept value"));
+                }
             };
             if value.is_some() && kept_name.is_some() {
                 return Err(Problem::new(at, "`value` or `kept`, not both"));
@@ -768,7 +822,7 @@ pub(crate) mod tests {
         refused(with(minimal(), "/schema_version", json!(2)), "schema_version", "unsupported version 2");
         refused(with(minimal(), "/program", json!("rm")), "program", "not on the executable allow-list");
         refused(with(minimal(), "/program", json!("./mini-cli")), "program", "neither a bare program name");
-        refused(with(minimal(), "/framing", json!("xml")), "framing", "unknown variant `xml`");
+        refused(with(minimal(), "/framing", json!("xml")), "framing", "unknown value, expected `jsonl` or `lines`");
         refused(with(minimal(), "/id", json!("Mini CLI")), "id", "not an ID");
         refused(with(minimal(), "/matchers/result", json!([])), "matchers.result", "at least one rule");
         refused(with(minimal(), "/matchers/result/0/value", json!("txt")), "matchers.result[0].value", "not a group");
@@ -820,6 +874,125 @@ pub(crate) mod tests {
         assert!(error.to_string().contains("the key `program` is given twice"), "{error}");
         let error = Preset::from_json("{not json", "dir/x.json", &allow()).unwrap_err();
         assert!(error.to_string().starts_with("dir/x.json: not JSON"), "{error}");
+    }
+
+    /// A value in the wrong place may be a secret: the error names the field and what it
+    /// takes, and quotes nothing the file gave.
+    #[test]
+    fn parse_errors_say_what_was_expected_not_the_value() {
+        let secret = "sk-live-PRESETKEY0123456789";
+        for (preset, field, says) in [
+            (
+                with(minimal(), "/env", json!(format!("MINI_API_KEY={secret}"))),
+                "env",
+                "invalid type: a string, expected struct EnvFile",
+            ),
+            (with(minimal(), "/framing", json!(secret)), "framing", "unknown value, expected `jsonl` or `lines`"),
+            (with(minimal(), "/prompt", json!(secret)), "prompt", "unknown value, expected `argv` or `stdin`"),
+            (
+                with(minimal(), "/capabilities", json!({"cancel": secret})),
+                "capabilities.cancel",
+                "unknown value, expected",
+            ),
+            (with(minimal(), "/auth_env", json!(secret)), "auth_env", "invalid type: a string, expected a sequence"),
+            (with(minimal(), "/version", json!({"args": secret})), "version.args", "invalid type: a string"),
+        ] {
+            let error = refused(preset, field, says);
+            for shown in [error.to_string(), format!("{error:?}")] {
+                assert!(!shown.contains("PRESETKEY"), "{shown}");
+            }
+        }
+    }
+
+    #[test]
+    fn bash_functions_may_not_be_set() {
+        for name in ["BASH_FUNC_date%%", "BASH_FUNC_date()", "bash_func_ls%%", "date%%"] {
+            let preset = with(minimal(), "/env", json!({"set": {name: "() { echo hijacked; }"}}));
+            refused(preset, &format!("env.set.{name}"), "may not set this variable");
+        }
+        let unset = with(minimal(), "/env", json!({"unset": ["BASH_FUNC_date%%"], "set": {"BASH_FUNCTIONS": "x"}}));
+        assert!(Preset::from_json(&unset.to_string(), "x", &allow()).is_ok(), "removing one is fine");
+    }
+
+    /// Only a `resume` group passing `{session_id}` continues a conversation; `!resume` groups
+    /// say what a turn passes when there is none.
+    #[test]
+    fn only_a_resume_group_makes_resume_possible() {
+        let session_id = json!([{"when": "^SESSION (?P<id>\\S+)$", "value": "id"}]);
+        let fresh = with(
+            with(minimal(), "/args", json!([{"if": "!resume", "then": ["--new-conversation"]}, "--", "{prompt}"])),
+            "/matchers/session_id",
+            session_id,
+        );
+        let preset = Preset::from_json(&fresh.to_string(), "x", &allow()).unwrap();
+        assert_eq!(preset.capabilities().resume, Support::Unsupported);
+        assert!(!preset.info().resume && !preset.resumes());
+        refused(
+            with(fresh.clone(), "/capabilities", json!({"resume": "native"})),
+            "capabilities.resume",
+            "claimed, but",
+        );
+        // Without a `session_id` rule it loads too: there is no conversation to find.
+        let mut no_rule = fresh.clone();
+        no_rule["matchers"].as_object_mut().unwrap().remove("session_id");
+        assert!(!Preset::from_json(&no_rule.to_string(), "x", &allow()).unwrap().info().resume);
+
+        let both = with(
+            fresh,
+            "/args",
+            json!([
+                {"if": "!resume", "then": ["--new-conversation"]},
+                {"if": "resume", "then": ["--resume", "{session_id}"]},
+                "--", "{prompt}"
+            ]),
+        );
+        let preset = Preset::from_json(&both.to_string(), "x", &allow()).unwrap();
+        assert_eq!(preset.capabilities().resume, Support::Native);
+        assert!(preset.info().resume && preset.resumes());
+        let continuing = with(both, "/args/1", json!({"if": "resume", "then": ["--continue"]}));
+        refused(continuing, "args[1].if", "pass `{session_id}`");
+        let asking_alone = with(minimal(), "/args", json!([{"if": "!approvals", "then": ["--", "{prompt}"]}]));
+        refused(asking_alone, "args", "an `approvals` group needs an `approvals` conversation");
+    }
+
+    #[test]
+    fn rules_take_kept_values_by_name() {
+        let mut preset = with(minimal(), "/framing", json!("jsonl"));
+        preset["matchers"] = json!({
+            "keep": {"sid": [{"when": {"/type": "init"}, "value": "/id"}]},
+            "session_id": [{"when": {"/type": "done"}, "kept": "sid"}],
+            "result": [{"when": {"/type": "done"}, "value": "/text"}]
+        });
+        let loaded = Preset::from_json(&preset.to_string(), "x", &allow()).unwrap();
+        assert_eq!(loaded.matchers.session_id[0].kept.as_deref(), Some("sid"));
+        refused(
+            with(preset.clone(), "/matchers/session_id/0/kept", json!("other")),
+            "matchers.session_id[0].kept",
+            "no `matchers.keep.other` to take",
+        );
+        // A kept value from another (or itself) would be read one line late: refused, not guessed at.
+        for name in ["sid", "last"] {
+            let mut keeping = preset.clone();
+            keeping["matchers"]["keep"]["last"] = json!([{"when": {"/type": "end"}, "kept": name}]);
+            refused(keeping, "matchers.keep.last[0].kept", "a `keep` rule takes its value from the line");
+        }
+    }
+
+    #[test]
+    fn nul_characters_are_refused_where_no_process_could_take_them() {
+        refused(with(minimal(), "/env", json!({"set": {"MY_FLAG": "a\u{0}b"}})), "env.set.MY_FLAG", "NUL character");
+        refused(
+            with(minimal(), "/env", json!({"set": {"MY\u{0}FLAG": "ab"}})),
+            "env.set.MY\u{0}FLAG",
+            "not an environment",
+        );
+        refused(with(minimal(), "/env", json!({"unset": ["MY\u{0}FLAG"]})), "env.unset[0]", "not an environment");
+        refused(with(minimal(), "/args/0", json!("-\u{0}-")), "args[0]", "NUL character");
+        refused(
+            with(minimal(), "/version", json!({"args": ["--version", "-\u{0}"]})),
+            "version.args[1]",
+            "NUL character",
+        );
     }
 
     #[test]

@@ -179,6 +179,10 @@ impl Values<'_> {
 
 /// Parses one argument's text into pieces; `path` names it in errors.
 fn parse_arg(text: &str, path: &str) -> Result<Arg, Problem> {
+    if text.contains('\0') {
+        // No argv element can carry one: every turn would fail to start.
+        return Err(Problem::new(path, "holds a NUL character, which no command-line argument can carry"));
+    }
     let mut pieces = Vec::new();
     let mut literal = String::new();
     let mut chars = text.chars().peekable();
@@ -326,7 +330,19 @@ impl Template {
                 ));
             }
         }
-        Ok(Template { elements })
+        let template = Template { elements };
+        if !template.uses(Placeholder::SessionId)
+            && let Some(index) = template.elements.iter().position(
+                |e| matches!(e, Element::Group { test, .. } if test.condition == Condition::Resume && !test.negated),
+            )
+        {
+            // The turn would continue whatever conversation the CLI picks, not the key's.
+            return Err(Problem::new(
+                format!("{path}[{index}].if"),
+                "a `resume` group continues the conversation it names: pass `{session_id}` in one",
+            ));
+        }
+        Ok(template)
     }
 
     /// The argv (after the program) for `values`.
@@ -354,8 +370,18 @@ impl Template {
         })
     }
 
-    /// True when some group tests `condition`.
+    /// True when some group adds its arguments because `condition` holds (`"if": "resume"`):
+    /// the template does something with it. A group that is added when it does not hold
+    /// (`"if": "!resume"`) does not count: `"!resume"` alone passes no conversation to continue.
     pub(crate) fn tests(&self, condition: Condition) -> bool {
+        self.elements
+            .iter()
+            .any(|e| matches!(e, Element::Group { test, .. } if test.condition == condition && !test.negated))
+    }
+
+    /// True when some group tests `condition`, either way (`"if": "approvals"` or
+    /// `"if": "!approvals"`).
+    pub(crate) fn mentions(&self, condition: Condition) -> bool {
         self.elements.iter().any(|e| matches!(e, Element::Group { test, .. } if test.condition == condition))
     }
 
@@ -463,5 +489,32 @@ mod tests {
         refused(json!([{"insert": "extra_args"}, {"insert": "extra_args"}]), "args[1]", "once");
         refused(json!([3]), "args[0]", "expected a string");
         refused(json!("-p"), "args", "expected an array");
+        refused(json!(["--", "a\u{0}b"]), "args[1]", "NUL character");
+        refused(json!([{"if": "model", "then": ["--model", "{model}\u{0}"]}]), "args[0].then[1]", "NUL character");
+    }
+
+    /// A `resume` group is how a turn names the conversation it continues; a `!resume` group
+    /// only says what a turn without one passes.
+    #[test]
+    fn only_a_resume_group_with_the_session_id_continues_a_conversation() {
+        let fresh =
+            Template::parse(&json!([{"if": "!resume", "then": ["--new-conversation"]}, "{prompt}"]), "args").unwrap();
+        assert!(!fresh.tests(Condition::Resume) && fresh.mentions(Condition::Resume));
+        assert_eq!(fresh.render(&Values { prompt: "p", ..Values::default() }), ["--new-conversation", "p"]);
+        let both = Template::parse(
+            &json!([
+                {"if": "!resume", "then": ["--new-conversation"]},
+                {"if": "resume", "then": ["--resume", "{session_id}"]},
+                "{prompt}"
+            ]),
+            "args",
+        )
+        .unwrap();
+        assert!(both.tests(Condition::Resume));
+        assert_eq!(
+            both.render(&Values { prompt: "p", session_id: Some("s1"), ..Values::default() }),
+            ["--resume", "s1", "p"]
+        );
+        refused(json!([{"if": "resume", "then": ["--continue"]}, "{prompt}"]), "args[0].if", "pass `{session_id}`");
     }
 }

@@ -4,7 +4,9 @@
 //! request handler): what a CLI reads from a file, a preset ships and a gateway receives. It
 //! parses strictly: unknown fields are refused, and every error is an [`Error::InvalidConfig`]
 //! that starts with the path of the field at fault, from the top of the config
-//! (`mcp_servers.files.args[1]: invalid type: integer `1`, expected a string at line 6 column 52`).
+//! (`mcp_servers.files.args[1]: invalid type: integer `1`, expected a string at line 6 column 52`),
+//! and says what was expected without quoting the string it was given, which may be a secret
+//! (see [`without_values`]).
 //! Provider options stay JSON until the provider reads them with
 //! [`Provider::options_from_json`], so each provider owns its own form.
 //!
@@ -78,6 +80,11 @@ use crate::session::SessionRef;
 /// .unwrap_err();
 /// assert_eq!(error.kind(), ErrorKind::InvalidConfig);
 /// assert!(error.to_string().contains("mcp_servers.files.args[1]: invalid type: integer `1`"), "{error}");
+///
+/// // They say what was expected, not what was given (a key pasted in the wrong field).
+/// let error = SessionConfig::from_json_str(r#"{ "provider": "codex", "auth": "sk-live-0123" }"#).unwrap_err();
+/// assert!(error.to_string().contains("auth: unknown value, expected `subscription` or `inherit`"), "{error}");
+/// assert!(!error.to_string().contains("sk-live"), "{error}");
 /// # Ok::<(), agent_core::Error>(())
 /// ```
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
@@ -456,8 +463,9 @@ impl fmt::Debug for SessionConfig {
 
 /// Reads a provider's options from the JSON of [`SessionConfig::provider_options`] as `T`, for
 /// implementations of [`Provider::options_from_json`]. Errors are [`Error::InvalidConfig`]
-/// starting with the field's path from `provider_options` and naming the provider
-/// (`provider_options.max_line_bytes: invalid type: string "x", expected usize (provider `codex`)`).
+/// starting with the field's path from `provider_options` and naming the provider, without the
+/// string values the options held ([`without_values`]):
+/// `provider_options.max_line_bytes: invalid type: a string, expected usize (provider `codex`)`.
 ///
 /// Give `T` `#[serde(deny_unknown_fields)]`, so options meant for another provider are refused
 /// rather than ignored.
@@ -512,28 +520,76 @@ fn at_path(root: &str, error: serde_path_to_error::Error<serde_json::Error>) -> 
     if path.is_empty() { Error::InvalidConfig(message) } else { Error::InvalidConfig(format!("{path}: {message}")) }
 }
 
-/// A serde message without the string value it quotes, which may be a secret (a key in the
-/// wrong place): `invalid type: string "sk-…", expected …` becomes `invalid type: a string,
-/// expected …`. What was expected, field names and variant names stay.
-fn without_values(message: &str) -> String {
+/// A serde error message without the values it quotes from the input, which may be secrets (a
+/// key in the wrong place), keeping what was expected: the `Display` of a `serde_json` error
+/// (or any serde error) as it can be shown or logged.
+///
+/// - `invalid type: string "sk-…", expected …` becomes `invalid type: a string, expected …`
+///   (and `invalid value: string …` likewise);
+/// - ``unknown variant `sk-…`, expected `subscription` or `inherit` `` becomes
+///   ``unknown value, expected `subscription` or `inherit` ``.
+///
+/// Field names (``unknown field `modle` ``), numbers, booleans and the position in the text stay:
+/// they come from the input's keys and shape, not from its string values.
+///
+/// ```
+/// use agent_core::config::without_values;
+///
+/// assert_eq!(
+///     without_values("unknown variant `sk-live-0123`, expected `subscription` or `inherit` at line 1 column 30"),
+///     "unknown value, expected `subscription` or `inherit` at line 1 column 30",
+/// );
+/// assert_eq!(
+///     without_values(r#"invalid type: string "KEY=sk-live-0123", expected struct EnvForm"#),
+///     "invalid type: a string, expected struct EnvForm",
+/// );
+/// ```
+pub fn without_values(message: &str) -> String {
     const STRING: &str = "string \"";
+    const VARIANT: &str = "unknown variant `";
     let mut out = String::with_capacity(message.len());
     let mut rest = message;
-    while let Some(at) = rest.find(STRING) {
+    // Whichever value comes first: a string value may hold the other marker's words.
+    while let Some((at, marker)) =
+        [STRING, VARIANT].into_iter().filter_map(|marker| Some((rest.find(marker)?, marker))).min()
+    {
         out.push_str(&rest[..at]);
-        out.push_str("a string");
-        // A `Debug`-escaped string: the first `"` not escaped closes it.
-        let quoted = &rest[at + STRING.len()..];
-        let mut escaped = false;
-        let end = quoted.char_indices().find(|&(_, c)| {
-            let closes = c == '"' && !escaped;
-            escaped = c == '\\' && !escaped;
-            closes
-        });
-        rest = end.map_or("", |(i, _)| &quoted[i + 1..]);
+        let value = &rest[at + marker.len()..];
+        rest = if marker == STRING {
+            out.push_str("a string");
+            after_debug_string(value)
+        } else {
+            out.push_str("unknown value");
+            after_variant(value)
+        };
     }
     out.push_str(rest);
     out
+}
+
+/// What follows a `Debug`-escaped string whose opening `"` is already read: the first `"` not
+/// escaped closes it. Nothing when it is not closed.
+fn after_debug_string(quoted: &str) -> &str {
+    let mut escaped = false;
+    let end = quoted.char_indices().find(|&(_, c)| {
+        let closes = c == '"' && !escaped;
+        escaped = c == '\\' && !escaped;
+        closes
+    });
+    end.map_or("", |(i, _)| &quoted[i + 1..])
+}
+
+/// What follows the value of serde's ``unknown variant `{value}`, …`` whose opening backtick is
+/// already read, from the `,` on. The value is written as it is (a backtick in it is not
+/// escaped), so its end is the last place the rest of serde's message could start: what
+/// follows the value is a static list of variant names and the position, which cannot hold
+/// either ending. Nothing when neither is there.
+fn after_variant(quoted: &str) -> &str {
+    ["`, expected ", "`, there are no variants"]
+        .iter()
+        .filter_map(|ending| quoted.rfind(ending))
+        .max()
+        .map_or("", |at| &quoted[at + 1..])
 }
 
 mod forms;

@@ -37,6 +37,84 @@ fn parse_errors_say_where_and_what_was_expected_but_not_the_value() {
     );
 }
 
+/// An enum field given a string it does not know (a key pasted into `auth`, say): the error
+/// names the field and the values it takes, never the one it was given.
+#[test]
+fn unknown_enum_values_are_named_by_what_was_expected_not_by_the_value() {
+    let cases = [
+        (
+            json!({"provider": "scripted", "auth": "sk-live-SENTINEL0123"}),
+            "auth: unknown value, expected `subscription` or `inherit`",
+        ),
+        (
+            json!({"provider": "scripted", "sandbox": "sk-live-SENTINEL0123"}),
+            "sandbox: unknown value, expected one of `read_only`",
+        ),
+        (
+            json!({"provider": "scripted", "mcp_servers": {"x": {"transport": "sk-live-SENTINEL0123", "command": "c"}}}),
+            "mcp_servers.x.transport: unknown value, expected `stdio` or `http`",
+        ),
+        (
+            json!({"provider": "scripted", "conversation": {"mode": "resume", "from": {"sk-live-SENTINEL0123": "t"}}}),
+            "conversation.from: unknown value, expected `session` or `provider`",
+        ),
+        (
+            json!({"provider": "scripted", "approval_policy": "sk-live-SENTINEL`, expected `x"}),
+            "approval_policy: unknown value, expected one of `untrusted`",
+        ),
+    ];
+    for (config, says) in cases {
+        let message = invalid(SessionConfig::from_json_value(config.clone()));
+        assert!(message.starts_with(says) && !message.contains("SENTINEL"), "{message}");
+        let message = invalid(SessionConfig::from_json_str(&config.to_string()));
+        assert!(message.starts_with(says) && message.contains(" at line 1 column "), "{message}");
+        assert!(!message.contains("SENTINEL"), "{message}");
+    }
+    let provider_options = json!({"mode": "sk-live-SENTINEL0123"});
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    enum Mode {
+        #[serde(rename = "fast")]
+        Fast,
+    }
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Options {
+        mode: Mode,
+    }
+    let message = invalid(provider_options_from_json::<Options>(&ProviderId::from("scripted"), &provider_options));
+    assert_eq!(message, "provider_options.mode: unknown value, expected `fast` (provider `scripted`)");
+}
+
+#[test]
+fn without_values_drops_the_values_serde_quotes_and_keeps_the_rest() {
+    for (message, stripped) in [
+        ("unknown variant `sk-1`, expected `a` or `b`", "unknown value, expected `a` or `b`"),
+        (
+            "unknown variant `sk-1`, expected one of `a`, `b`, `c` at line 1 column 9",
+            "unknown value, expected one of `a`, `b`, `c` at line 1 column 9",
+        ),
+        ("unknown variant `sk-1`, there are no variants", "unknown value, there are no variants"),
+        // Serde writes the value as it is: a backtick, or serde's own words, inside it do not end it.
+        ("unknown variant `a`b`, expected `c`, expected `a` or `b`", "unknown value, expected `a` or `b`"),
+        (r#"unknown variant `string "sk-1`, expected `a`"#, "unknown value, expected `a`"),
+        (
+            r#"invalid type: string "unknown variant `sk-1`, expected `x`", expected a map"#,
+            "invalid type: a string, expected a map",
+        ),
+        // Not closed: the rest is dropped rather than shown.
+        ("unknown variant `sk-1", "unknown value"),
+        (r#"invalid value: string "sk-1"#, "invalid value: a string"),
+        (
+            "unknown field `modle`, expected one of `model`, `cwd`",
+            "unknown field `modle`, expected one of `model`, `cwd`",
+        ),
+        ("invalid type: integer `1`, expected a string", "invalid type: integer `1`, expected a string"),
+    ] {
+        assert_eq!(without_values(message), stripped, "{message}");
+    }
+}
+
 /// Every field set, in the form `Serialize` writes.
 fn full() -> Value {
     json!({
@@ -127,7 +205,7 @@ fn unknown_fields_are_refused_by_path() {
     check_error(
         r#"{ "provider": "codex", "conversation": { "mode": "resume", "from": { "thread": "t" } } }"#,
         "conversation.from",
-        "unknown variant `thread`",
+        "unknown value, expected `session` or `provider`",
     );
 }
 
@@ -145,7 +223,7 @@ fn wrong_types_are_refused_by_path() {
     );
     check_error(r#"{ "provider": "codex", "startup_timeout_ms": "5s" }"#, "startup_timeout_ms", "invalid type");
     check_error(r#"{ "provider": "codex", "startup_timeout_ms": 0 }"#, "startup_timeout_ms", "nonzero");
-    check_error(r#"{ "provider": "codex", "approval_policy": "sometimes" }"#, "approval_policy", "unknown variant");
+    check_error(r#"{ "provider": "codex", "approval_policy": "sometimes" }"#, "approval_policy", "unknown value");
     check_error(r#"{ "provider": "codex", "env": { "set": { "A": true } } }"#, "env.set.A", "invalid type");
     check_error(
         r#"{ "provider": "codex", "completed_turn_cache_size": "lots" }"#,
