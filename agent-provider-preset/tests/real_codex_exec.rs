@@ -1,6 +1,6 @@
 //! The shipped `codex-exec` preset on the real `codex` 0.171.0 (from `cargo xtask clis`),
 //! through the public `Harness`, offline against the testkit's fake Responses server on
-//! 127.0.0.1: `codex exec --json` with stdin closed, one process per turn, the second turn
+//! 127.0.0.1: `codex exec --json` with the prompt on stdin, one process per turn, the second turn
 //! continuing the first's thread with `codex exec resume`.
 //!
 //! Every test fails with "run `cargo xtask clis`" when the pinned CLI is not installed.
@@ -16,7 +16,7 @@ use support::{World, model_history, payload};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_text_turn_and_a_second_turn_that_resumes_the_thread() {
-    let world = World::start(Provider::Codex, "codex-exec", Scenario::new().text("Noted.").echo("recall: ")).await;
+    let world = World::start(Provider::Codex, "codex-exec", Scenario::new().text("Noted.").echo("recall: ").echo("dash: ")).await;
     let session = world.session(world.options()).await;
 
     let (_, first) = world.run(&session, "Remember the word MANGO", |_| None).await;
@@ -45,6 +45,12 @@ async fn a_text_turn_and_a_second_turn_that_resumes_the_thread() {
     assert_eq!(commands.len(), 3, "--version, then one process per turn");
     let argv: Vec<String> = commands[2].args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
     assert!(argv.windows(2).any(|w| w == ["resume", thread.as_str()]), "{argv:?}");
+    assert!(!argv.iter().any(|a| a.contains("which word")), "the prompt is not on the command line: {argv:?}");
+
+    // `-` as an argument would be codex's "read the prompt from stdin": it is a prompt too.
+    let (_, third) = world.run(&session, "-", |_| None).await;
+    assert_eq!(terminal(&third).status, TurnStatus::Completed, "{}", names(&third));
+    assert_eq!(terminal(&third).result.text.as_deref(), Some("dash: -"));
     world.finish().await;
 }
 
