@@ -54,6 +54,8 @@ pub(super) struct Calls {
     /// The admission of the current turn, apart from the rest: a transport loss aborts the
     /// others but waits for this one, whose outcome decides how the turn is told.
     admission: Option<JoinHandle<(TurnId, u64, Result<Admission>)>>,
+    /// Admissions aborted and not yet seen to end (each holds the provider session until then).
+    aborted: Vec<JoinHandle<(TurnId, u64, Result<Admission>)>>,
     /// Callers of the steers in flight, by steer.
     steering: HashMap<u64, oneshot::Sender<Result<()>>>,
     steer_id: u64,
@@ -61,7 +63,14 @@ pub(super) struct Calls {
 
 impl Calls {
     pub(super) fn new(provider: Arc<dyn ProviderSession>) -> Self {
-        Calls { provider, tasks: JoinSet::new(), admission: None, steering: HashMap::new(), steer_id: 0 }
+        Calls {
+            provider,
+            tasks: JoinSet::new(),
+            admission: None,
+            aborted: Vec::new(),
+            steering: HashMap::new(),
+            steer_id: 0,
+        }
     }
 
     pub(super) fn provider(&self) -> &Arc<dyn ProviderSession> {
@@ -87,6 +96,19 @@ impl Calls {
     pub(super) fn abort_admission(&mut self) {
         if let Some(admission) = self.admission.take() {
             admission.abort();
+            self.aborted.retain(|aborted| !aborted.is_finished());
+            self.aborted.push(admission);
+        }
+    }
+
+    /// Aborts every call and waits until none holds the provider session any more, then drops
+    /// it: what the provider owns (its process, its files) goes before the session is reported
+    /// ended.
+    pub(super) async fn end(mut self) {
+        self.abort_admission();
+        self.tasks.shutdown().await;
+        for aborted in self.aborted.drain(..) {
+            let _ = aborted.await;
         }
     }
 

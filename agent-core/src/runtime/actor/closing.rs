@@ -161,6 +161,12 @@ impl Actor {
             Ok(Err(_)) => tracing::error!("the provider panicked while closing; dropping it"),
             Err(_) => tracing::warn!("the provider's close was cancelled (the runtime is shutting down)"),
         }
+        // The provider session goes now rather than with the actor, after the session is
+        // reported ended: a caller that exits once `stop_session` or `shutdown` returned must
+        // not leave what it owns behind.
+        if tokio::time::timeout(finalize, self.calls.end()).await.is_err() {
+            tracing::warn!(timeout = ?finalize, "a provider call did not end in time after its abort");
+        }
         // What the CLI started outside its process group (which its close ended) ends too.
         let ending = async {
             match self.harness {
@@ -184,8 +190,7 @@ impl Actor {
             registry.finish(&self.session.id, self.attempt, reason.clone());
         }
         let _ = self.exit.send(Some(reason));
-        // Dropping the actor drops the provider session (killing its processes) and the live
-        // sender (ending subscriptions).
+        // Dropping the actor drops the live sender (ending subscriptions).
     }
 
     /// Writes and publishes what is left, in up to three rounds (a write's outcome, such as a
