@@ -9,6 +9,7 @@ mod events;
 mod matcher;
 mod options;
 mod preset;
+mod prompt_file;
 mod provider;
 mod result;
 mod session;

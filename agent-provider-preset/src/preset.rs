@@ -709,7 +709,11 @@ fn capabilities(
             (template.tests(Condition::Resume) && !matchers.session_id.is_empty()).then_some(Support::Native),
         ),
         (Capability::ModelSelection, template.uses(Placeholder::Model).then_some(Support::Native)),
-        (Capability::SystemPrompt, template.uses(Placeholder::SystemPrompt).then_some(Support::Native)),
+        (
+            Capability::SystemPrompt,
+            (template.uses(Placeholder::SystemPrompt) || template.uses(Placeholder::SystemPromptFile))
+                .then_some(Support::Native),
+        ),
     ];
     let mut caps = derived
         .iter()
@@ -734,7 +738,7 @@ fn capabilities(
                 Capability::Approvals | Capability::Questions => "the preset declares no `approvals` conversation",
                 Capability::Resume => "no `resume` group passes `{session_id}`",
                 Capability::ModelSelection => "no argument uses `{model}`",
-                _ => "no argument uses `{system_prompt}`",
+                _ => "no argument uses `{system_prompt}` or `{system_prompt_file}`",
             };
             return Err(Problem::new(path, format!("claimed, but {why}")));
         }

@@ -25,6 +25,7 @@ use crate::allow::AllowList;
 use crate::conversation::Conversations;
 use crate::options::{Approvals, PresetOptions, merge_json};
 use crate::preset::Preset;
+use crate::prompt_file::PromptFile;
 use crate::session::{PresetSession, RunConfig};
 use crate::template::Placeholder;
 use crate::turn::ApprovalMeta;
@@ -329,6 +330,17 @@ impl Provider for PresetProvider {
             cwd: options.cwd.clone().expect("checked"),
             model: options.model.clone(),
             system_prompt: options.system_prompt.clone(),
+            system_prompt_file: match &options.system_prompt {
+                Some(text) if self.preset.template.uses(Placeholder::SystemPromptFile) => {
+                    Some(Arc::new(PromptFile::create(&std::env::temp_dir(), text).map_err(|e| {
+                        Error::ProviderUnavailable {
+                            provider: self.id.clone(),
+                            reason: format!("cannot write the system prompt's file: {e}"),
+                        }
+                    })?))
+                }
+                _ => None,
+            },
             max_turns: preset_options.max_turns.map(|n| n.to_string()),
             approvals: (preset_options.approvals == Approvals::Ask).then(|| ApprovalMeta {
                 risk: preset_options.approval_risk.clone(),

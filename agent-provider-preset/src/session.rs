@@ -28,6 +28,7 @@ use tokio::task::AbortHandle;
 use crate::conversation::Conversation;
 use crate::options::OnBusy;
 use crate::preset::{Preset, PromptDelivery};
+use crate::prompt_file::PromptFile;
 use crate::result::PresetResult;
 use crate::template::Values;
 use crate::turn::{Action, ApprovalMeta, Outcome, TurnReader, exit_code};
@@ -66,6 +67,8 @@ pub(crate) struct RunConfig {
     pub(crate) cwd: PathBuf,
     pub(crate) model: Option<String>,
     pub(crate) system_prompt: Option<String>,
+    /// `system_prompt` in a file, when the preset takes one (`{system_prompt_file}`).
+    pub(crate) system_prompt_file: Option<Arc<PromptFile>>,
     pub(crate) max_turns: Option<String>,
     /// `Some` when approvals are asked through the preset's conversation.
     pub(crate) approvals: Option<ApprovalMeta>,
@@ -196,11 +199,13 @@ impl Shared {
     async fn spawn(&self, prompt: &str, model: Option<&str>) -> Result<(Arc<CliProcess>, ChildOutput)> {
         let session_id = self.conversation.state().session_id.clone();
         let cwd = self.run.cwd.to_string_lossy();
+        let system_prompt_file = self.run.system_prompt_file.as_ref().map(|file| file.path().to_string_lossy());
         let values = Values {
             prompt,
             model,
             max_turns: self.run.max_turns.as_deref(),
             system_prompt: self.run.system_prompt.as_deref(),
+            system_prompt_file: system_prompt_file.as_deref(),
             session_id: session_id.as_deref().filter(|_| self.preset.resumes()),
             cwd: &cwd,
             approvals: self.run.approvals.is_some(),

@@ -30,6 +30,8 @@ pub(crate) enum Placeholder {
     MaxTurns,
     /// `SessionOptions::system_prompt`.
     SystemPrompt,
+    /// The path of a file holding `SessionOptions::system_prompt`.
+    SystemPromptFile,
     /// The CLI's session ID of the conversation being continued.
     SessionId,
     /// The session's working directory.
@@ -38,11 +40,12 @@ pub(crate) enum Placeholder {
 
 impl Placeholder {
     /// Every placeholder, by the name written between braces.
-    pub(crate) const ALL: [(&'static str, Placeholder); 6] = [
+    pub(crate) const ALL: [(&'static str, Placeholder); 7] = [
         ("prompt", Placeholder::Prompt),
         ("model", Placeholder::Model),
         ("max_turns", Placeholder::MaxTurns),
         ("system_prompt", Placeholder::SystemPrompt),
+        ("system_prompt_file", Placeholder::SystemPromptFile),
         ("session_id", Placeholder::SessionId),
         ("cwd", Placeholder::Cwd),
     ];
@@ -56,7 +59,7 @@ impl Placeholder {
         match self {
             Placeholder::Model => Some(Condition::Model),
             Placeholder::MaxTurns => Some(Condition::MaxTurns),
-            Placeholder::SystemPrompt => Some(Condition::SystemPrompt),
+            Placeholder::SystemPrompt | Placeholder::SystemPromptFile => Some(Condition::SystemPrompt),
             Placeholder::SessionId => Some(Condition::Resume),
             Placeholder::Prompt | Placeholder::Cwd => None,
         }
@@ -147,6 +150,7 @@ pub(crate) struct Values<'a> {
     pub(crate) model: Option<&'a str>,
     pub(crate) max_turns: Option<&'a str>,
     pub(crate) system_prompt: Option<&'a str>,
+    pub(crate) system_prompt_file: Option<&'a str>,
     pub(crate) session_id: Option<&'a str>,
     pub(crate) cwd: &'a str,
     pub(crate) approvals: bool,
@@ -160,6 +164,7 @@ impl Values<'_> {
             Placeholder::Model => self.model,
             Placeholder::MaxTurns => self.max_turns,
             Placeholder::SystemPrompt => self.system_prompt,
+            Placeholder::SystemPromptFile => self.system_prompt_file,
             Placeholder::SessionId => self.session_id,
             Placeholder::Cwd => Some(self.cwd),
         }

@@ -34,7 +34,10 @@ async fn a_streamed_text_turn_and_a_continued_second_turn_on_both_pinned_version
         let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
         let catalog = PresetCatalog::builder(allow(&cli)).load();
         let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));
-        let options = env.session_options().provider_option(preset_options(&cli, &env));
+        // A system prompt that names a file reaches the model as the text given: pi reads a
+        // `--system-prompt` naming an existing file as that file.
+        std::fs::write(env.workspace().join("notes.txt"), "FILE-CONTENT-NOT-FOR-THE-MODEL").unwrap();
+        let options = env.session_options().provider_option(preset_options(&cli, &env)).system_prompt("notes.txt");
         let session = harness.start_session("preset:pi-print", options).await.expect("session starts");
 
         // A prompt pi would take for a file name on its command line goes on stdin, as text.
@@ -48,6 +51,8 @@ async fn a_streamed_text_turn_and_a_continued_second_turn_on_both_pinned_version
         let one = payload(&first);
         assert_eq!((one.status, one.turn, one.exit_code), (TurnStatus::Completed, 1, Some(0)), "pi {version}");
         let pi_session = one.session_id.expect("pi's session id");
+        let system = server.model_requests()[0].body.as_ref().expect("json")["messages"][0]["content"].to_string();
+        assert!(system.contains("notes.txt") && !system.contains("FILE-CONTENT"), "pi {version}: {system}");
 
         let (_, second) = support::run(&harness, &session, "Which fruit?", |_| None).await;
         assert_eq!(terminal(&second).status, TurnStatus::Completed, "pi {version}: {}", names(&second));
@@ -61,8 +66,10 @@ async fn a_streamed_text_turn_and_a_continued_second_turn_on_both_pinned_version
         let argv: Vec<String> = exec.commands()[2].args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
         assert!(argv.windows(2).any(|w| w == ["--session", pi_session.as_str()]), "pi {version}: {argv:?}");
         assert!(!argv.iter().any(|a| a.contains("Which fruit")), "the prompt is not on the command line: {argv:?}");
+        let prompt_file = argv.windows(2).find(|w| w[0] == "--system-prompt").map(|w| w[1].clone()).expect("a file");
         support::finish(&harness, &exec).await;
         harness.shutdown().await;
+        assert!(!std::path::Path::new(&prompt_file).exists(), "pi {version}: the prompt's file went with the session");
         assert!(server.proxy().attempts().is_empty(), "pi {version} tried to reach outside 127.0.0.1");
     }
 }
