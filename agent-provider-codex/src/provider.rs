@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use crate::connection::{CallError, Connection};
 use crate::options::CodexOptions;
-use crate::session::{CodexSession, adapter_deadline, parse_result};
+use crate::session::{CodexSession, TurnSettings, adapter_deadline, parse_result};
 use crate::version::{CHECK, MIN_SUPPORTED};
 use crate::{auth, validate};
 
@@ -269,8 +269,15 @@ struct ThreadParams<'a> {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct ThreadResult {
     thread: ThreadIdOnly,
+    /// The model and reasoning effort the thread runs with, which a turn's own override
+    /// changes for the turns after it too (codex keeps them).
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    reasoning_effort: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -407,7 +414,9 @@ impl Provider for CodexProvider {
             }
             Err(error) => return Err(self.startup_error(&conn, method, deadline, error).await),
         };
-        let Some(ThreadResult { thread: ThreadIdOnly { id: thread_id } }) = parse_result(raw.get()) else {
+        let Some(ThreadResult { thread: ThreadIdOnly { id: thread_id }, model, reasoning_effort }) =
+            parse_result(raw.get())
+        else {
             let error = CallError::Unexpected { method: method.to_owned() };
             return Err(self.startup_error(&conn, method, deadline, error).await);
         };
@@ -428,6 +437,7 @@ impl Provider for CodexProvider {
             conn,
             thread_id: thread_id.clone(),
             skills: options.skills.clone(),
+            settings: TurnSettings::new(model, reasoning_effort),
             turn_timeout: adapter_deadline(options.turn_start_timeout),
             command_timeout: adapter_deadline(options.provider_command_timeout),
         };

@@ -27,10 +27,92 @@ pub(crate) struct CodexSession {
     pub(crate) conn: Connection,
     pub(crate) thread_id: String,
     pub(crate) skills: Vec<Skill>,
+    /// The thread's model and effort, and what codex runs with now.
+    pub(crate) settings: TurnSettings,
     /// Deadline of `turn/start` answers.
     pub(crate) turn_timeout: Duration,
     /// Deadline of `turn/interrupt` and `turn/steer` answers.
     pub(crate) command_timeout: Duration,
+}
+
+/// A model and a reasoning effort.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ModelEffort {
+    pub(crate) model: Option<String>,
+    pub(crate) effort: Option<String>,
+}
+
+/// The thread's own model and effort, and the ones codex runs with now: codex keeps a turn's
+/// override (`turn/start`'s `model`, `effort`) for the turns after it, so a turn without one
+/// sends the thread's back.
+#[derive(Debug)]
+pub(crate) struct TurnSettings {
+    /// The thread's; an effort codex did not name is its model's default, learnt when needed.
+    thread: std::sync::Mutex<ModelEffort>,
+    now: std::sync::Mutex<ModelEffort>,
+}
+
+impl TurnSettings {
+    /// The settings of a thread that opened with `model` and `effort` (as codex answered).
+    pub(crate) fn new(model: Option<String>, effort: Option<String>) -> TurnSettings {
+        let thread = ModelEffort { model, effort };
+        TurnSettings { now: std::sync::Mutex::new(thread.clone()), thread: std::sync::Mutex::new(thread) }
+    }
+
+    /// What `turn/start` sends for a turn asking for `model` and `effort`: the turn's own, else
+    /// the thread's where codex runs with another since an earlier turn's override, else
+    /// nothing.
+    pub(crate) fn for_turn(&self, model: Option<&str>, effort: Option<&str>) -> ModelEffort {
+        let thread = lock(&self.thread);
+        let now = lock(&self.now);
+        let pick = |own: Option<&str>, thread: &Option<String>, now: &Option<String>| match own {
+            Some(own) => Some(own.to_owned()),
+            None => thread.clone().filter(|thread| Some(thread) != now.as_ref()),
+        };
+        ModelEffort { model: pick(model, &thread.model, &now.model), effort: pick(effort, &thread.effort, &now.effort) }
+    }
+
+    /// The thread's model, when a turn without an effort of its own must go back to the thread's
+    /// effort and codex did not name it (the model's default, to be looked up).
+    pub(crate) fn unnamed_effort(&self, effort: Option<&str>) -> Option<String> {
+        let thread = lock(&self.thread);
+        let unnamed = effort.is_none() && thread.effort.is_none() && lock(&self.now).effort.is_some();
+        unnamed.then(|| thread.model.clone()).flatten()
+    }
+
+    /// The thread's effort, looked up (see [`TurnSettings::unnamed_effort`]).
+    pub(crate) fn learn_thread_effort(&self, effort: String) {
+        lock(&self.thread).effort = Some(effort);
+    }
+
+    /// Codex took `sent` with an admitted turn.
+    pub(crate) fn applied(&self, sent: &ModelEffort) {
+        let mut now = lock(&self.now);
+        if sent.model.is_some() {
+            now.model.clone_from(&sent.model);
+        }
+        if sent.effort.is_some() {
+            now.effort.clone_from(&sent.effort);
+        }
+    }
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One page of `model/list`.
+#[derive(Deserialize)]
+struct ModelList {
+    data: Vec<ModelEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ModelEntry {
+    id: String,
+    model: String,
+    default_reasoning_effort: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -84,6 +166,15 @@ impl CodexSession {
         }
     }
 
+    /// The default reasoning effort of `model` in codex's model list; `None` when codex does not
+    /// say (the turn then keeps the effort codex runs with).
+    async fn default_effort(&self, model: &str) -> Option<String> {
+        let params = serde_json::json!({"includeHidden": true, "limit": 500});
+        let raw = self.conn.call("model/list", params, self.command_timeout).await.ok()?;
+        let list: ModelList = parse_result(raw.get())?;
+        list.data.into_iter().find(|m| m.model == model || m.id == model)?.default_reasoning_effort
+    }
+
     /// Sends `turn/interrupt` for the codex turn.
     async fn interrupt(&self, codex_turn: &str) -> std::result::Result<(), CallError> {
         let params = TurnRefParams { thread_id: &self.thread_id, turn_id: codex_turn };
@@ -96,11 +187,18 @@ impl ProviderSession for CodexSession {
     async fn start_turn(&self, turn: TurnStart) -> Result<Admission> {
         let input = input::items(turn.input(), &self.skills, true)?;
         let extras = turn.options.provider_options.get::<CodexTurnOptions>();
+        let effort = extras.and_then(|e| e.effort.as_deref());
+        if let Some(model) = self.settings.unnamed_effort(effort)
+            && let Some(default) = self.default_effort(&model).await
+        {
+            self.settings.learn_thread_effort(default);
+        }
+        let sent = self.settings.for_turn(turn.options.model.as_deref(), effort);
         let params = TurnStartParams {
             thread_id: &self.thread_id,
             input,
-            model: turn.options.model.as_deref(),
-            effort: extras.and_then(|e| e.effort.as_deref()),
+            model: sent.model.as_deref(),
+            effort: sent.effort.as_deref(),
             output_schema: extras.and_then(|e| e.output_schema.as_ref()),
         };
         let id = turn.id().clone();
@@ -117,6 +215,7 @@ impl ProviderSession for CodexSession {
                     ));
                 };
                 self.conn.state().admitted(&id, &codex.turn.id);
+                self.settings.applied(&sent);
                 Ok(Admission::with_provider_turn_id(codex.turn.id))
             }
             Err(CallError::Rpc { message, .. }) => {
@@ -263,6 +362,33 @@ mod tests {
             serde_json::to_value(params).unwrap(),
             json!({"threadId": "th", "expectedTurnId": "tu", "input": [{"type": "text", "text": "also check the tests"}]})
         );
+    }
+
+    /// A turn's model and effort are its own: the next turn without them sends the thread's
+    /// back, and a turn after that sends nothing.
+    #[test]
+    fn a_turns_model_and_effort_are_that_turns_only() {
+        let settings = TurnSettings::new(Some("gpt-a".into()), Some("medium".into()));
+        let both = |model: &str, effort: &str| ModelEffort { model: Some(model.into()), effort: Some(effort.into()) };
+        assert_eq!(settings.for_turn(None, None), ModelEffort::default(), "on the thread's settings");
+        let sent = settings.for_turn(Some("gpt-b"), Some("high"));
+        assert_eq!(sent, both("gpt-b", "high"));
+        settings.applied(&sent);
+        let back = settings.for_turn(None, None);
+        assert_eq!(back, both("gpt-a", "medium"), "back to the thread's");
+        settings.applied(&back);
+        assert_eq!(settings.for_turn(None, None), ModelEffort::default());
+        let refused = settings.for_turn(Some("gpt-c"), None);
+        assert_eq!(refused.model.as_deref(), Some("gpt-c"));
+        assert_eq!(settings.for_turn(None, None), ModelEffort::default(), "a turn codex refused changed nothing");
+        // A thread whose effort codex did not name goes back to its model's default, once known.
+        let unnamed = TurnSettings::new(Some("gpt-a".into()), None);
+        assert_eq!(unnamed.unnamed_effort(None), None, "nothing to go back from");
+        unnamed.applied(&unnamed.for_turn(None, Some("high")));
+        assert_eq!(unnamed.unnamed_effort(Some("low")), None, "the turn names its own");
+        assert_eq!(unnamed.unnamed_effort(None).as_deref(), Some("gpt-a"));
+        unnamed.learn_thread_effort("medium".into());
+        assert_eq!(unnamed.for_turn(None, None).effort.as_deref(), Some("medium"));
     }
 
     #[test]

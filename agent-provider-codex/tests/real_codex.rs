@@ -20,7 +20,7 @@ use agent_testkit::events::{count, names, terminal};
 use agent_testkit::recording::RecordingExec;
 use agent_testkit::{Cli, FakeModel, OfflineEnv, Provider, Scenario};
 use futures::StreamExt;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// Longest wait for any one event of a turn.
 const IDLE: Duration = Duration::from_secs(30);
@@ -193,6 +193,36 @@ async fn three_turns_in_one_session() {
     }
     let third = model_input(codex.server(), 2);
     assert!(third.contains("alpha") && third.contains("one: alpha") && third.contains("beta"), "{third}");
+    codex.finish().await;
+}
+
+/// A turn's model and effort are that turn's: codex keeps a `turn/start` override for the
+/// turns after it, so the next turn without one runs with the thread's again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turns_model_and_effort_are_that_turns_only() {
+    let codex = Codex::start(Scenario::new().text("one").text("two").text("three")).await;
+    let session = codex.session(codex.options()).await;
+    codex.run(&session, "first", |_| None).await;
+    let own = TurnOptions::new()
+        .model("other-model")
+        .provider_option(agent_provider_codex::CodexTurnOptions::new().effort("high"));
+    let turn = codex.harness.start_turn(&session, "second", own).await.expect("turn recorded");
+    let outcome = codex.harness.await_turn(&turn, Some(IDLE)).await.expect("the turn ends");
+    assert_eq!(outcome.status, TurnStatus::Completed, "{outcome:?}");
+    let (_, third) = codex.run(&session, "third", |_| None).await;
+    assert_eq!(terminal(&third).status, TurnStatus::Completed, "{}", names(&third));
+    let settings: Vec<(Value, Value)> = codex
+        .server()
+        .model_requests()
+        .iter()
+        .map(|r| {
+            let body = r.body.as_ref().expect("json");
+            (body["model"].clone(), body["reasoning"]["effort"].clone())
+        })
+        .collect();
+    assert_eq!(settings.len(), 3, "{settings:?}");
+    assert_eq!(settings[1], (json!("other-model"), json!("high")), "the turn's own: {settings:?}");
+    assert_eq!(settings[2], settings[0], "the thread's again: {settings:?}");
     codex.finish().await;
 }
 
