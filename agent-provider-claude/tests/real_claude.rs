@@ -544,8 +544,10 @@ async fn a_session_mcp_server_is_connected_and_its_tool_callable() {
     let end = terminal(&events);
     assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
     assert_eq!(requests(&events)[0].kind, RequestKind::Permission);
-    // The secret and the argument reached the server through claude's environment.
-    assert_eq!(end.result.text.as_deref(), Some(format!("MCP said: {PLANTED}ping{PLANTED_ARG}").as_str()));
+    // The secret and the argument reached the server through claude's environment (the model
+    // saw the server's echo of both); what is kept has the secret redacted.
+    assert!(model_messages(&claude.server, 1).contains(&format!("{PLANTED}ping{PLANTED_ARG}")));
+    assert_eq!(end.result.text.as_deref(), Some(format!("MCP said: [redacted]ping{PLANTED_ARG}").as_str()));
     let tools: String = claude.server.model_requests()[0].body.as_ref().unwrap()["tools"].to_string();
     assert!(tools.contains("mcp__echo__echo"), "the tool was advertised to the model");
     // Nor in the recorded commands' Debug output (the variable's value is never printed).
