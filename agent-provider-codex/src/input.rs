@@ -30,7 +30,19 @@ fn skill_json(skill: &Skill) -> Value {
 fn item_json(item: &InputItem, skills: &[Skill]) -> Result<Value> {
     Ok(match item {
         InputItem::Text { text } => json!({ "type": "text", "text": text }),
-        InputItem::LocalImage { path } => json!({ "type": "localImage", "path": path }),
+        InputItem::LocalImage { path } => {
+            // Codex reads it where it runs, relative to nothing the caller chose: a relative
+            // path would be dropped with a note to the model, not an error.
+            let refused = |why: &str| Error::InvalidOption {
+                option: "input",
+                reason: format!("a local image needs an absolute UTF-8 path; `{}` {why}", path.display()),
+            };
+            let Some(text) = path.to_str() else { return Err(refused("is not UTF-8")) };
+            if !path.is_absolute() {
+                return Err(refused("is relative"));
+            }
+            json!({ "type": "localImage", "path": text })
+        }
         InputItem::ImageUrl { url } => json!({ "type": "image", "url": url }),
         InputItem::Skill { name } => match skills.iter().find(|s| &s.name == name) {
             Some(skill) => skill_json(skill),
@@ -89,6 +101,21 @@ mod tests {
                 json!({"type": "image", "url": "data:image/png;base64,AA"}),
             ]
         );
+    }
+
+    /// Codex would drop an image it cannot find with a note to the model; a relative path (or
+    /// one JSON cannot carry) is refused before anything is sent.
+    #[test]
+    fn a_local_image_needs_an_absolute_utf8_path() {
+        use std::os::unix::ffi::OsStrExt;
+        let non_utf8 = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(b"/tmp/\xff.png"));
+        for (path, why) in [(std::path::PathBuf::from("shot.png"), "is relative"), (non_utf8, "is not UTF-8")] {
+            let input = TurnInput::Items(vec![InputItem::LocalImage { path }]);
+            match items(&input, &[], false) {
+                Err(Error::InvalidOption { option: "input", reason }) => assert!(reason.ends_with(why), "{reason}"),
+                other => panic!("expected InvalidOption, got {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -407,9 +407,18 @@ impl Provider for CodexProvider {
                     OpenConversation::Resume { provider_session_id } => (ConversationMode::Resume, provider_session_id),
                     _ => unreachable!("thread/start is the only call for a new conversation"),
                 };
+                // Codex saves a thread at its first turn: one that never ran a turn is unknown.
+                let unsaved = if message.contains("no rollout found") {
+                    "; codex keeps a thread only once a turn ran in it (a session stopped before its first turn \
+                     has none to continue)"
+                } else {
+                    ""
+                };
                 return Err(Error::ResumeFailed {
                     mode,
-                    reason: format!("codex could not {method} `{thread}`: {message} (no fresh thread was started)"),
+                    reason: format!(
+                        "codex could not {method} `{thread}`: {message} (no fresh thread was started){unsaved}"
+                    ),
                 });
             }
             Err(error) => return Err(self.startup_error(&conn, method, deadline, error).await),

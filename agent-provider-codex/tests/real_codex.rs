@@ -286,6 +286,16 @@ async fn a_codex_thread_resumes_into_a_new_session_but_a_missing_one_is_an_error
         Err(Error::ResumeFailed { reason, .. }) => assert!(reason.contains("no fresh thread"), "{reason}"),
         other => panic!("resuming a missing thread must fail, got {other:?}"),
     }
+
+    // A session stopped before its first turn has no thread codex kept: the error says so.
+    let unused = codex.session(codex.options()).await;
+    codex.harness.stop_session(&unused, false).await.unwrap();
+    match codex.harness.start_session("codex", codex.options().resume_session(unused.id.clone())).await {
+        Err(Error::ResumeFailed { reason, .. }) => {
+            assert!(reason.contains("no fresh thread") && reason.contains("before its first turn"), "{reason}")
+        }
+        other => panic!("resuming a session without a turn must fail, got {other:?}"),
+    }
     codex.finish().await;
 }
 
