@@ -443,6 +443,14 @@ impl Normalizer {
                     turn.baseline = n.token_usage.total;
                     EventKind::ProviderEvent { method: "thread/tokenUsage/updated".into() }
                 } else {
+                    if turn.usage.is_none()
+                        && turn.baseline == Tokens::default()
+                        && let Some(last) = n.token_usage.last
+                    {
+                        // No total came before the turn (a forked thread starts from its
+                        // parent's without saying so): what came before this model call is.
+                        turn.baseline = n.token_usage.total.since(last);
+                    }
                     let usage = usage(n.token_usage.total.since(turn.baseline));
                     turn.usage = Some(usage);
                     EventKind::UsageUpdated(Box::new(usage))

@@ -456,6 +456,8 @@ pub(crate) struct TokenUsageNote {
 #[derive(Debug, Deserialize)]
 pub(crate) struct TokenUsage {
     pub(crate) total: Tokens,
+    #[serde(default)]
+    pub(crate) last: Option<Tokens>,
 }
 
 /// Token counts.

@@ -623,11 +623,16 @@ async fn fork_starts_a_new_thread_with_the_history() {
     assert_eq!(terminal(&events).status, TurnStatus::Completed);
     let thread = codex.harness.status(&first).await.unwrap().provider_session_id.expect("thread id");
 
+    let parent_usage = terminal(&events).result.usage.and_then(|u| u.total_tokens).expect("usage");
+
     let fork = codex.session(codex.options().fork_session(first.id.clone())).await;
     let forked = codex.harness.status(&fork).await.unwrap().provider_session_id.expect("thread id");
     assert_ne!(forked, thread, "a fork is a new thread");
     let (_, events) = codex.run(&fork, "and now?", |_| None).await;
     assert_eq!(terminal(&events).result.text.as_deref(), Some("forked: and now?"));
+    // The fork's first turn counts its own tokens, not its parent's too.
+    let fork_usage = terminal(&events).result.usage.and_then(|u| u.total_tokens).expect("usage");
+    assert_eq!(fork_usage, parent_usage, "the fake model bills every call alike");
     assert!(model_input(codex.server(), 1).contains("The code word is MANGO"));
     codex.finish().await;
 }
