@@ -112,7 +112,11 @@ impl World {
     }
 
     async fn output(&self, args: &[&str]) -> Output {
-        let output = tokio::time::timeout(LIMIT, self.command(args).output())
+        self.output_of(self.command(args), args).await
+    }
+
+    async fn output_of(&self, mut command: Command, args: &[&str]) -> Output {
+        let output = tokio::time::timeout(LIMIT, command.output())
             .await
             .unwrap_or_else(|_| panic!("agent-harness {args:?} did not finish"))
             .expect("agent-harness runs");
@@ -285,6 +289,24 @@ async fn approvals_deny_keeps_the_command_from_running() {
     assert_eq!(terminals(&events).len(), 1, "{output:?}");
     let expected = if terminals(&events) == ["turn_completed"] { 0 } else { 1 };
     assert_eq!(output.code(), Some(expected), "{output:?}");
+    world.assert_no_process_left().await;
+}
+
+/// Under `--auth inherit`, a credential of the host's environment that a tool prints (here
+/// through claude's Bash) is redacted from the events, by its name, like one given with `--env`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_credential_a_tool_prints_is_redacted_from_the_events() {
+    const HOST_TOKEN: &str = "host-deploy-token-0123456789";
+    let scenario = Scenario::new().shell("echo token=$DEPLOY_TOKEN").quote_tool_result("Tool said: ");
+    let world = World::start(Provider::Claude, scenario).await;
+    let args = world.run_args(&["--approvals", "approve"], &["show the token"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut command = world.command(&args);
+    command.env("DEPLOY_TOKEN", HOST_TOKEN);
+    let output = world.output_of(command, &args).await;
+    assert_eq!(output.code(), Some(0), "{output:?}");
+    assert!(output.stdout.contains("Tool said: token=[redacted]"), "{output:?}");
+    assert!(!output.stdout.contains(HOST_TOKEN) && !output.stderr.contains(HOST_TOKEN), "{output:?}");
     world.assert_no_process_left().await;
 }
 

@@ -104,8 +104,8 @@ impl Secrets {
     /// The secrets a session gives its CLI: its environment values, its MCP servers'
     /// environment values, headers and arguments, and, under `AuthMode::Inherit`, this
     /// process's values of the environment names `credential` accepts (a provider passes its
-    /// guard's `refuses_env`) that the session does not remove (under `Subscription` the guard
-    /// scrubs them).
+    /// guard's `refuses_env`) or [`is_credential_name`] does, that the session does not remove
+    /// (under `Subscription` the guard scrubs the first).
     ///
     /// The credentials among them, redacted from stdout too, are the MCP servers' environment
     /// and header values, and the session's and host's values whose name
@@ -129,7 +129,8 @@ impl Secrets {
                 .filter_map(|(name, value)| {
                     let name = name.into_string().ok()?;
                     let inherited = !options.env.set.contains_key(&name) && !options.env.unset.contains(&name);
-                    (inherited && credential(&name)).then(|| Some((name, value.into_string().ok()?))).flatten()
+                    let secret = credential(&name) || is_credential_name(&name);
+                    (inherited && secret).then(|| Some((name, value.into_string().ok()?))).flatten()
                 })
                 .collect(),
             _ => Vec::new(),

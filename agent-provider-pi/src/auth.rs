@@ -10,8 +10,13 @@ use agent_provider_kit::auth::{AuthGuard, AuthReport, EnvRules, LoginState, effe
 
 use crate::PiOptions;
 
-/// Pi's own environment names that move its configuration (models, keys) elsewhere.
-const PI_ENV: EnvRules = EnvRules { names: &["PI_CODING_AGENT_DIR"], prefixes: &[], suffixes: &[] };
+/// Pi's own environment names that move its configuration (models, keys) elsewhere, and the
+/// credentials and selectors pi reads (`pi --help`) that the common rules do not name.
+const PI_ENV: EnvRules = EnvRules {
+    names: &["PI_CODING_AGENT_DIR", "ANTHROPIC_OAUTH_TOKEN", "COPILOT_GITHUB_TOKEN"],
+    prefixes: &["CLOUDFLARE_"],
+    suffixes: &[],
+};
 
 /// The guard of the pi provider. Pi's "config keys" are its command-line flags.
 pub(crate) const GUARD: AuthGuard = AuthGuard::new("pi", &[EnvRules::COMMON, PI_ENV], &["provider", "api-key"]);
@@ -71,6 +76,11 @@ mod tests {
         let check = |options: &SessionOptions, pi: &PiOptions| {
             GUARD.check(options, None, flag_keys(pi).iter().map(String::as_str)).map_err(|e| e.to_string())
         };
+        for name in ["ANTHROPIC_OAUTH_TOKEN", "COPILOT_GITHUB_TOKEN", "CLOUDFLARE_ACCOUNT_ID"] {
+            let options = SessionOptions::new("/work").auth(AuthMode::Subscription).env(name, "value-0123456789");
+            let error = GUARD.check(&options, None, std::iter::empty()).unwrap_err().to_string();
+            assert!(error.contains(name) && !error.contains("value-0123456789"), "{error}");
+        }
         for pi in [
             PiOptions::new().arg("--provider=openai"),
             PiOptions::new().binary_arg("--api-key").binary_arg("sk-secret"),
