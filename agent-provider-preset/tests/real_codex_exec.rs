@@ -16,7 +16,9 @@ use support::{World, model_history, payload};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_text_turn_and_a_second_turn_that_resumes_the_thread() {
-    let world = World::start(Provider::Codex, "codex-exec", Scenario::new().text("Noted.").echo("recall: ").echo("dash: ")).await;
+    let world =
+        World::start(Provider::Codex, "codex-exec", Scenario::new().text("Noted.").echo("recall: ").echo("dash: "))
+            .await;
     let session = world.session(world.options()).await;
 
     let (_, first) = world.run(&session, "Remember the word MANGO", |_| None).await;
