@@ -161,6 +161,9 @@ async fn the_terminal_event_says_what_ended_the_turn() {
     let turn = f.admitted_turn(&session, "forced").await;
     f.harness.stop_session(&session, true).await.unwrap();
     assert_eq!(ended_by(&f, &turn).await, (TurnStatus::Interrupted, Some(EndCause::ForcedStop)));
+    // The runtime's own terminal still names the provider's turn, known since the admission.
+    let Err(AwaitError::Ended(outcome)) = f.harness.await_turn(&turn, None).await else { panic!("interrupted") };
+    assert_eq!(outcome.result.provider_turn_id, Some(format!("p-{}", turn.id)));
 
     let (session, _) = f.session(opts()).await;
     let turn = f.admitted_turn(&session, "shut down").await;

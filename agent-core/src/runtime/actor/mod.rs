@@ -105,6 +105,9 @@ struct ActiveTurn {
     turn: Turn,
     generation: u64,
     admitted: bool,
+    /// The provider's ID of the turn, from its admission: a terminal the runtime makes (a forced
+    /// stop, a lost transport) carries it too.
+    provider_turn_id: Option<String>,
     cancel: CancelState,
     /// Inactivity deadline (see `TurnOptions::inactivity_timeout`), once admitted.
     inactivity: Option<Duration>,

@@ -48,6 +48,7 @@ impl Actor {
             turn: turn.clone(),
             generation: self.generation,
             admitted: false,
+            provider_turn_id: None,
             cancel: CancelState::None,
             inactivity: options.inactivity_timeout.or(self.options.turn_inactivity_timeout),
             stalled: None,
@@ -168,6 +169,7 @@ impl Actor {
         match result {
             Ok(admission) => {
                 current.admitted = true;
+                current.provider_turn_id.clone_from(&admission.provider_turn_id);
                 current.turn.started_at = Some(Timestamp::now());
                 let cancel_now = matches!(current.cancel, CancelState::Requested);
                 if cancel_now {
@@ -258,6 +260,9 @@ impl Actor {
         self.watchdog.disarm();
         let end = kind.terminal_end_mut().map(|end| {
             end.result.ended_by = Some(cause);
+            if end.result.provider_turn_id.is_none() {
+                end.result.provider_turn_id = current.provider_turn_id.take();
+            }
             end.clone()
         });
         let (status, result) = end.map_or((TurnStatus::Failed, TurnResult::default()), |end| (end.status, end.result));
