@@ -5,6 +5,7 @@ pub mod auth;
 pub mod clones;
 pub mod framing;
 pub mod permission_prompt;
+pub mod private_dir;
 pub mod probe;
 pub mod process;
 pub mod rpc;

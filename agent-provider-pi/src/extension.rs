@@ -5,9 +5,9 @@
 //! The file is written to a private directory (mode 0700) created for the session, loaded with
 //! `-e`, and removed with the session.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+
+use agent_provider_kit::private_dir::PrivateDir;
 
 /// The titles of the gate's `confirm` dialogs, and the tool each one asks about.
 pub(crate) const APPROVAL_TITLES: &[(&str, &str)] =
@@ -75,40 +75,19 @@ pub(crate) fn source(gate: bool) -> String {
         .replace("__REASON__", REASON_TITLE)
 }
 
-/// A private directory holding the extension; removed on drop.
+/// A private directory holding the extension (and the session's system prompt); removed on
+/// drop.
 #[derive(Debug)]
 pub(crate) struct ExtensionDir {
-    dir: PathBuf,
+    dir: PrivateDir,
     file: PathBuf,
 }
 
 impl ExtensionDir {
-    /// Creates `<parent>/agent-harness-pi-<pid>-<n>/` with mode 0700 and writes the extension.
+    /// Creates `<parent>/agent-harness-pi-…/` with mode 0700 and writes the extension.
     pub(crate) fn create(parent: &Path, gate: bool) -> std::io::Result<ExtensionDir> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let mut builder = std::fs::DirBuilder::new();
-        #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-        let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let dir = loop {
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let dir = parent.join(format!("agent-harness-pi-{}-{stamp:x}-{n}", std::process::id()));
-            match builder.create(&dir) {
-                Ok(()) => break dir,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e),
-            }
-        };
-        let file = dir.join("agent-harness-approvals.ts");
-        let written = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&file)
-            .and_then(|mut f| f.write_all(source(gate).as_bytes()));
-        if let Err(e) = written {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(e);
-        }
+        let dir = PrivateDir::create(parent, "pi")?;
+        let file = dir.write("agent-harness-approvals.ts", source(gate))?;
         Ok(ExtensionDir { dir, file })
     }
 
@@ -121,15 +100,7 @@ impl ExtensionDir {
     /// `--system-prompt`: pi reads a value that names an existing file as that file's content,
     /// so a caller's text passed as is could make it send a file of the workspace instead.
     pub(crate) fn system_prompt(&self, text: &str) -> std::io::Result<PathBuf> {
-        let file = self.dir.join("system-prompt.md");
-        std::fs::write(&file, text)?;
-        Ok(file)
-    }
-}
-
-impl Drop for ExtensionDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.dir.write("system-prompt.md", text)
     }
 }
 
