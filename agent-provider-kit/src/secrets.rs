@@ -70,9 +70,13 @@ const CREDENTIAL_WORDS: &[&str] = &[
 /// assert!(!is_credential_name("OPENAI_BASE_URL") && !is_credential_name("HOME"));
 /// ```
 pub fn is_credential_name(name: &str) -> bool {
+    let ends_with = |word: &str, end: &str| {
+        word.len() >= end.len() && word.as_bytes()[word.len() - end.len()..].eq_ignore_ascii_case(end.as_bytes())
+    };
     name.split(['_', '-', '.']).any(|word| {
-        let word = word.trim().to_ascii_uppercase();
-        CREDENTIAL_WORDS.contains(&word.as_str()) || ["KEY", "TOKEN", "SECRET"].iter().any(|end| word.ends_with(end))
+        let word = word.trim();
+        CREDENTIAL_WORDS.iter().any(|w| w.eq_ignore_ascii_case(word))
+            || ["KEY", "TOKEN", "SECRET"].iter().any(|end| ends_with(word, end))
     })
 }
 
