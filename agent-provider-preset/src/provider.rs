@@ -94,6 +94,18 @@ impl PresetProvider {
         if options.cwd.is_none() {
             return Err(invalid("cwd", "a preset session runs its CLI in a working directory; set one".into()));
         }
+        // They go on the CLI's command line, which cannot carry a NUL.
+        for (option, value) in [("model", &options.model), ("system_prompt", &options.system_prompt)] {
+            if value.as_deref().is_some_and(|value| value.contains('\0')) {
+                return Err(invalid(option, "holds a NUL character, which no command-line argument can carry".into()));
+            }
+        }
+        if preset_options.args.iter().chain(&preset_options.binary_args).any(|arg| arg.contains('\0')) {
+            return Err(invalid(
+                "provider_options.args",
+                "an argument holds a NUL character, which no command-line argument can carry".into(),
+            ));
+        }
         if let Some(binary) = &preset_options.binary
             && let Err(why) = self.allow.allows(binary)
         {

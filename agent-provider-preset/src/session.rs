@@ -154,7 +154,12 @@ fn prompt_text(input: &TurnInput) -> Result<String> {
             reason: "a preset passes its CLI a text prompt; give text only".into(),
         });
     }
-    Ok(input.text())
+    let text = input.text();
+    if text.contains('\0') {
+        // On the command line it cannot be passed, and no CLI reads one on stdin as text.
+        return Err(Error::InvalidOption { option: "input", reason: "the prompt holds a NUL character".into() });
+    }
+    Ok(text)
 }
 
 impl PresetSession {
@@ -499,6 +504,10 @@ impl ProviderSession for PresetSession {
         let prompt = prompt_text(turn.input())?;
         if let Some(running) = self.running() {
             return Err(self.rejected(format!("turn `{}` is still running", running.turn)));
+        }
+        if turn.options.model.as_deref().is_some_and(|model| model.contains('\0')) {
+            let reason = "holds a NUL character, which no command-line argument can carry".into();
+            return Err(Error::InvalidOption { option: "model", reason });
         }
         let model = turn.options.model.clone().or_else(|| self.shared.run.model.clone());
         let start = match Arc::clone(&self.shared.conversation.gate).try_lock_owned() {

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::{
-    Error, ErrorKind, EventKind, Harness, SessionConfig, SessionOptions, SessionRef, TurnOptions, TurnStatus,
+    AwaitError, Error, ErrorKind, EventKind, Harness, SessionConfig, SessionOptions, SessionRef, TurnOptions,
+    TurnStatus,
 };
 use agent_exec::LocalExec;
 use agent_provider_preset::{AllowList, OnBusy, PresetCatalog, PresetOptions};
@@ -239,6 +240,37 @@ async fn a_cli_lingering_after_its_result_is_ended_and_the_turn_completes() {
     assert!(warned, "{}", names(&events));
     let (_, next) = support::run(&mini.harness, &session, "fine now", |_| None).await;
     assert_eq!(terminal(&next).status, TurnStatus::Completed, "the session goes on: {}", names(&next));
+    mini.finish().await;
+}
+
+/// A NUL, which no command-line argument can carry, is refused as the option or input that
+/// holds it, before anything is spawned, and the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nul_in_the_prompt_or_the_model_is_refused_by_name() {
+    let mini = Mini::start();
+    for (options, option) in [
+        (mini.options(PresetOptions::new()).model("tiny\0x"), "model"),
+        (mini.options(PresetOptions::new().args(["--verbose\0"])), "provider_options.args"),
+    ] {
+        match mini.harness.start_session("preset:mini-agent", options).await {
+            Err(Error::InvalidOption { option: refused, .. }) => assert_eq!(refused, option),
+            other => panic!("expected InvalidOption on {option}, got {other:?}"),
+        }
+    }
+    assert!(mini.exec.commands().is_empty(), "nothing was spawned");
+    let session = mini.session(mini.options(PresetOptions::new())).await;
+    let spawned = mini.exec.commands().len();
+    let (_, events) = support::run(&mini.harness, &session, "a\0b", |_| None).await;
+    let reason = terminal(&events).result.reason.clone().unwrap_or_default();
+    assert!(reason.contains("the prompt holds a NUL character"), "{reason}");
+    let turn = TurnOptions::new().model("tiny\0x");
+    let turn = mini.harness.start_turn(&session, "fine", turn).await.expect("turn recorded");
+    let outcome = mini.harness.await_turn(&turn, None).await;
+    let Err(AwaitError::Ended(outcome)) = outcome else { panic!("refused: {outcome:?}") };
+    assert!(outcome.result.reason.unwrap_or_default().contains("NUL"));
+    assert_eq!(mini.exec.commands().len(), spawned, "neither turn spawned anything");
+    let (_, events) = support::run(&mini.harness, &session, "fine now", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "the session goes on: {}", names(&events));
     mini.finish().await;
 }
 
