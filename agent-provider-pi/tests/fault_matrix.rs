@@ -237,6 +237,26 @@ async fn a_refused_prompt_is_rejected_and_the_session_goes_on() {
     case.finish().await;
 }
 
+/// pi quoting a secret of the session in a refusal (here a path, which is no credential and
+/// so not redacted from stdout as such): the turn's reason has it redacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_quoting_a_secret_has_it_redacted() {
+    const MOUNT: &str = "/srv/private-mount-01";
+    let script = FakeScript::new()
+        .handshake()
+        .expect(ExpectKind::TurnStart)
+        .reply_error(format!("cannot read {MOUNT}/prompt.md"))
+        .turn_start()
+        .deltas(["fine"])
+        .complete();
+    let case = Case::new(script);
+    let session = case.harness.start_session("pi", case.options().env("PROMPT_ROOT", MOUNT)).await.expect("starts");
+    let refused = case.run(&session, "first").await;
+    let reason = end(&refused).result.reason.clone().unwrap_or_default();
+    assert!(reason.contains("cannot read [redacted]/prompt.md") && !reason.contains(MOUNT), "{reason}");
+    case.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_and_over_long_lines_are_warnings_and_the_turn_completes() {
     let script = FakeScript::new()
