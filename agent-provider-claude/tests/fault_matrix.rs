@@ -33,7 +33,7 @@ use agent_exec::LocalExec;
 use agent_provider_claude::{ClaudeOptions, ClaudeProvider};
 use agent_store_memory::MemoryStore;
 use agent_testkit::events::{Watched, names, sole_terminal as end};
-use agent_testkit::fake_cli::{ExpectKind, FakeCli, FakeCliEnv, FakeScript, InterruptMode};
+use agent_testkit::fake_cli::{ExpectKind, FakeCli, FakeCliEnv, FakeScript, FakeStep, InterruptMode};
 use agent_testkit::recording::RecordingExec;
 use futures::StreamExt;
 use tokio::time::Instant;
@@ -141,6 +141,29 @@ fn count(events: &[Arc<Event>], name: &str) -> usize {
 }
 
 // ----- startup --------------------------------------------------------------------------------
+
+/// claude quoting a secret of the session in its refusal of a control request (here a path,
+/// which is no credential and so not redacted from stdout as such): the turn's reason has it
+/// redacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_quoting_a_secret_has_it_redacted() {
+    const MOUNT: &str = "/srv/private-mount-01";
+    let script = FakeScript::new().handshake().step(FakeStep::On {
+        pattern: serde_json::json!({"type": "control_request", "request": {"subtype": "set_model"}}),
+        reply: None,
+        error: Some(format!("no model file under {MOUNT}")),
+        frames: Vec::new(),
+        times: None,
+    });
+    let case = Case::new(script);
+    let options = case.options().env("MODEL_ROOT", MOUNT);
+    let session = case.harness.start_session("claude", options).await.expect("session starts");
+    let events = case.harness.subscribe(&session, Replay::Latest).await.expect("subscribe");
+    let turn = case.harness.start_turn(&session, "hi", TurnOptions::new().model("other")).await.expect("recorded");
+    let refused = Watched::new(turn, events, IDLE).into_events().await;
+    let reason = end(&refused).result.reason.clone().unwrap_or_default();
+    assert!(reason.contains("no model file under [redacted]") && !reason.contains(MOUNT), "{reason}");
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_before_the_initialize_reply_fails_start_session() {
