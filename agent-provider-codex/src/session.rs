@@ -46,25 +46,31 @@ pub(crate) struct ModelEffort {
 /// override (`turn/start`'s `model`, `effort`) for the turns after it, so a turn without one
 /// sends the thread's back.
 #[derive(Debug)]
-pub(crate) struct TurnSettings {
+pub(crate) struct TurnSettings(std::sync::Mutex<Settings>);
+
+#[derive(Debug)]
+struct Settings {
     /// The thread's; an effort codex did not name is its model's default, learnt when needed.
-    thread: std::sync::Mutex<ModelEffort>,
-    now: std::sync::Mutex<ModelEffort>,
+    thread: ModelEffort,
+    now: ModelEffort,
 }
 
 impl TurnSettings {
     /// The settings of a thread that opened with `model` and `effort` (as codex answered).
     pub(crate) fn new(model: Option<String>, effort: Option<String>) -> TurnSettings {
         let thread = ModelEffort { model, effort };
-        TurnSettings { now: std::sync::Mutex::new(thread.clone()), thread: std::sync::Mutex::new(thread) }
+        TurnSettings(std::sync::Mutex::new(Settings { now: thread.clone(), thread }))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Settings> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// What `turn/start` sends for a turn asking for `model` and `effort`: the turn's own, else
     /// the thread's where codex runs with another since an earlier turn's override, else
     /// nothing.
     pub(crate) fn for_turn(&self, model: Option<&str>, effort: Option<&str>) -> ModelEffort {
-        let thread = lock(&self.thread);
-        let now = lock(&self.now);
+        let Settings { thread, now } = &*self.lock();
         let pick = |own: Option<&str>, thread: &Option<String>, now: &Option<String>| match own {
             Some(own) => Some(own.to_owned()),
             None => thread.clone().filter(|thread| Some(thread) != now.as_ref()),
@@ -75,19 +81,19 @@ impl TurnSettings {
     /// The thread's model, when a turn without an effort of its own must go back to the thread's
     /// effort and codex did not name it (the model's default, to be looked up).
     pub(crate) fn unnamed_effort(&self, effort: Option<&str>) -> Option<String> {
-        let thread = lock(&self.thread);
-        let unnamed = effort.is_none() && thread.effort.is_none() && lock(&self.now).effort.is_some();
+        let Settings { thread, now } = &*self.lock();
+        let unnamed = effort.is_none() && thread.effort.is_none() && now.effort.is_some();
         unnamed.then(|| thread.model.clone()).flatten()
     }
 
     /// The thread's effort, looked up (see [`TurnSettings::unnamed_effort`]).
     pub(crate) fn learn_thread_effort(&self, effort: String) {
-        lock(&self.thread).effort = Some(effort);
+        self.lock().thread.effort = Some(effort);
     }
 
     /// Codex took `sent` with an admitted turn.
     pub(crate) fn applied(&self, sent: &ModelEffort) {
-        let mut now = lock(&self.now);
+        let now = &mut self.lock().now;
         if sent.model.is_some() {
             now.model.clone_from(&sent.model);
         }
@@ -95,10 +101,6 @@ impl TurnSettings {
             now.effort.clone_from(&sent.effort);
         }
     }
-}
-
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// One page of `model/list`.

@@ -128,15 +128,11 @@ impl Secrets {
             }
         }
         // Under `AuthMode::Subscription` the guard scrubs those names from the CLI's environment.
-        let host: Vec<(String, String)> = match options.auth {
-            AuthMode::Inherit => std::env::vars_os()
-                .filter_map(|(name, value)| {
-                    let name = name.into_string().ok()?;
-                    let inherited = !options.env.set.contains_key(&name) && !options.env.unset.contains(&name);
-                    let secret = credential(&name) || is_credential_name(&name);
-                    (inherited && secret).then(|| Some((name, value.into_string().ok()?))).flatten()
-                })
-                .collect(),
+        let host = match options.auth {
+            AuthMode::Inherit => host_vars(|name| {
+                let inherited = !options.env.set.contains_key(name) && !options.env.unset.iter().any(|n| n == name);
+                inherited && (credential(name) || is_credential_name(name))
+            }),
             _ => Vec::new(),
         };
         Secrets::split(mcp, mcp_args)
@@ -153,16 +149,13 @@ impl Secrets {
             .iter()
             .filter_map(|(name, value)| Some((name.to_str()?.to_owned(), value.to_str()?.to_owned())))
             .collect();
-        let host: Vec<(String, String)> = std::env::vars_os()
-            .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
-            .filter(|(name, _)| {
-                let named = |list: &[std::ffi::OsString]| list.iter().any(|n| n.to_str() == Some(name.as_str()));
-                is_credential_name(name)
-                    && (!env.clear || named(&env.allow))
-                    && !named(&env.unset)
-                    && !env.set.iter().any(|(n, _)| n.to_str() == Some(name.as_str()))
-            })
-            .collect();
+        let host = host_vars(|name| {
+            let named = |list: &[std::ffi::OsString]| list.iter().any(|n| n.to_str() == Some(name));
+            is_credential_name(name)
+                && (!env.clear || named(&env.allow))
+                && !named(&env.unset)
+                && !env.set.iter().any(|(n, _)| n.to_str() == Some(name))
+        });
         Secrets::default().and_env(set.iter().chain(&host).map(|(name, value)| (name, value)))
     }
 
@@ -208,6 +201,14 @@ impl Secrets {
         }
         text
     }
+}
+
+/// This process's environment variables (those in UTF-8) whose names `inherited` accepts.
+fn host_vars(inherited: impl Fn(&str) -> bool) -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+        .filter(|(name, _)| inherited(name))
+        .collect()
 }
 
 /// The values of at least [`MIN_SECRET_LEN`] bytes, longest first, each once.

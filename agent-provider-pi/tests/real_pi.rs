@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use agent_core::event::ToolStatus;
 use agent_core::{EventKind, Replay, RequestKind, Response, TurnStatus};
-use agent_provider_pi::PiOptions;
 use agent_testkit::Scenario;
 use agent_testkit::events::{count, names, terminal};
 use futures::StreamExt;
@@ -595,17 +594,8 @@ async fn a_session_resumed_after_a_turns_model_runs_with_its_own() {
         let pi = Pi::start(cli, scenario).await;
         // No `--model`: pi picks the model it opens with, and a resume reopens on the one its
         // session file names last.
-        let mut args = pi.env.args().iter().cloned();
-        let mut kept = Vec::new();
-        while let Some(arg) = args.next() {
-            if arg == "--model" {
-                args.next();
-            } else {
-                kept.push(arg);
-            }
-        }
-        let pi_options = PiOptions::new().binary(pi.cli.program()).args(kept);
-        let pi_options = pi.cli.leading_args().iter().fold(pi_options, |options, arg| options.binary_arg(arg));
+        let mut pi_options = support::pi_options(&pi.cli, &pi.env);
+        pi_options.args.retain(|a| a != "--model" && a != "fake/fake-model");
         let unnamed = pi.env.session_options().provider_option(pi_options);
         let session = pi.session(unnamed.clone()).await;
         let (_, first) = pi.run(&session, "first", |_| None).await;
