@@ -172,12 +172,14 @@ pub struct Opened {
     pub provider_session_id: Option<String>,
     /// Capabilities of this session, if they differ from [`Provider::capabilities`].
     pub capabilities: Option<Capabilities>,
+    /// The credentials the runtime keeps out of streamed text (see [`Opened::credentials`]).
+    pub credentials: Vec<String>,
 }
 
 impl Opened {
     /// An opened session.
     pub fn new(session: Arc<dyn ProviderSession>) -> Self {
-        Opened { session, provider_session_id: None, capabilities: None }
+        Opened { session, provider_session_id: None, capabilities: None, credentials: Vec::new() }
     }
 
     /// Sets the provider session ID.
@@ -191,6 +193,21 @@ impl Opened {
         self.capabilities = Some(capabilities);
         self
     }
+
+    /// The credentials the session's CLI was given, which the runtime keeps out of the deltas
+    /// it publishes (`message_delta`, `reasoning_delta`, `command_output_delta`).
+    ///
+    /// A provider that redacts credentials from each line it reads still lets through a key a
+    /// model quotes, streamed as deltas of a few characters each. The runtime reads each item's
+    /// deltas as one text: once a stream's end is more than three bytes of a credential's
+    /// beginning, it holds the rest back until it knows; a key that completes becomes
+    /// `[redacted]`, and held text that is none is published with the stream's next delta, or
+    /// before the event that ends its item or turn. A delta it changed carries no `raw` (the
+    /// line holds the piece it took out); one held back whole is not published.
+    pub fn credentials(mut self, credentials: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.credentials.extend(credentials.into_iter().map(Into::into));
+        self
+    }
 }
 
 impl fmt::Debug for Opened {
@@ -198,6 +215,7 @@ impl fmt::Debug for Opened {
         f.debug_struct("Opened")
             .field("session", &self.session)
             .field("provider_session_id", &self.provider_session_id)
+            .field("credentials", &self.credentials.len())
             .finish_non_exhaustive()
     }
 }

@@ -163,6 +163,7 @@ struct Config {
     cancel: CancelBehavior,
     scripts: VecDeque<Vec<Frame>>,
     capabilities: Capabilities,
+    credentials: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -206,6 +207,7 @@ impl ScriptedProvider {
                 cancel: CancelBehavior::Finish(TurnStatus::Cancelled),
                 scripts: VecDeque::new(),
                 capabilities: Self::default_capabilities(),
+                credentials: Vec::new(),
             }),
             sessions: Mutex::new(HashMap::new()),
             conversations: Mutex::new(Vec::new()),
@@ -262,6 +264,11 @@ impl ScriptedControl {
         lock(&self.shared.config).capabilities = capabilities;
     }
 
+    /// Sets the credentials new sessions report (see [`Opened::credentials`]).
+    pub fn set_credentials(&self, credentials: impl IntoIterator<Item = impl Into<String>>) {
+        lock(&self.shared.config).credentials = credentials.into_iter().map(Into::into).collect();
+    }
+
     /// The scripted session opened for `id`, waiting for it to open.
     pub async fn session(&self, id: &SessionId) -> ScriptedSession {
         loop {
@@ -304,7 +311,10 @@ impl Provider for ScriptedProvider {
             }
         }
         let mut guard = Abandon(&self.shared.abandoned_opens, false);
-        let behavior = lock(&self.shared.config).open.clone();
+        let (behavior, credentials) = {
+            let config = lock(&self.shared.config);
+            (config.open.clone(), config.credentials.clone())
+        };
         lock(&self.shared.conversations).push((ctx.session_id.clone(), ctx.conversation.clone()));
         let mut conversation = ctx.conversation.clone();
         let fresh = if behavior == OpenBehavior::IgnoreConversation { "-fresh" } else { "" };
@@ -339,7 +349,9 @@ impl Provider for ScriptedProvider {
             OpenConversation::Fork { provider_session_id } => format!("{provider_session_id}-fork"),
             _ => format!("scripted-{}{fresh}", ctx.session_id),
         };
-        Ok(Opened::new(Arc::new(RuntimeHandle(inner))).provider_session_id(provider_session_id))
+        Ok(Opened::new(Arc::new(RuntimeHandle(inner)))
+            .provider_session_id(provider_session_id)
+            .credentials(credentials))
     }
 }
 

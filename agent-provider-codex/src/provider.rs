@@ -395,6 +395,7 @@ impl Provider for CodexProvider {
         let config = validate::string_leaves(&overrides);
         let secrets = Secrets::of_session(&options, |name| auth::GUARD.refuses_env(name))
             .and_env(config.iter().map(|(key, value)| (key, value)));
+        let credentials = secrets.clone();
         let conn = Connection::start(child, ctx.sink.clone(), codex.max_line_bytes, secrets)
             .map_err(|_| self.unavailable("the exec backend did not provide the child's stdin, stdout and stderr"))?;
         self.handshake(&conn, &codex, remaining(), deadline).await?;
@@ -450,7 +451,10 @@ impl Provider for CodexProvider {
             turn_timeout: adapter_deadline(options.turn_start_timeout),
             command_timeout: adapter_deadline(options.provider_command_timeout),
         };
-        Ok(Opened::new(Arc::new(session)).provider_session_id(thread_id).capabilities(Self::capabilities_for(&codex)))
+        Ok(Opened::new(Arc::new(session))
+            .provider_session_id(thread_id)
+            .capabilities(Self::capabilities_for(&codex))
+            .credentials(credentials.credentials()))
     }
 }
 

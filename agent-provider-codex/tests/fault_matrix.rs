@@ -473,6 +473,31 @@ async fn a_credential_the_cli_prints_on_stdout_is_redacted_from_events_and_the_s
     case.finish().await;
 }
 
+/// A credential a model quotes comes in pieces, a few characters per delta, no line holding it
+/// whole: the deltas published and stored hold none of it together either, nor does the text
+/// a turn that ended mid-stream kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_streamed_in_pieces_is_redacted_from_the_deltas_and_the_partial_text() {
+    const KEY: &str = "sk-test-0123456789abcdef";
+    let pieces = ["Your key: ", "sk", "-te", "st-01", "23456789", "abcdef", ", and sk-", "etch"];
+    let script = gate(FakeScript::new().handshake().turn_start()).deltas(pieces).exit(1);
+    let case = Case::new(script);
+    let options = case.options().auth(AuthMode::Inherit).env("OPENAI_API_KEY", KEY);
+    let session = case.session_with(options).await;
+    let events = case.run_gated(&session, "hello").await;
+    let streamed = agent_testkit::events::delta_texts(&events).concat();
+    assert_eq!(streamed, "Your key: sk[redacted], and sk-etch");
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Failed);
+    let text = end.result.text.as_deref().unwrap_or_default();
+    assert!(!text.contains("0123456789"), "{text:?}");
+    let last = events.last().unwrap().seq as usize;
+    let stored: Vec<_> = case.harness.subscribe(&session, Replay::Start).await.unwrap().take(last).collect().await;
+    let json: String = stored.into_iter().map(|event| serde_json::to_string(&*event.unwrap()).unwrap()).collect();
+    assert!(!json.contains("0123456789") && !json.contains("st-01"), "{json}");
+    case.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_mid_turn_keeps_at_most_max_line_bytes_of_the_partial_text() {
     const LIMIT: usize = 4096;

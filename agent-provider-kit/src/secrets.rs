@@ -18,6 +18,11 @@
 //! anything parses them. The other values (a `HOME`, a log level) are kept out of stderr tails
 //! only: a path the agent works in is ordinary text in its messages.
 //!
+//! A line holds what it holds: a model that quotes a key streams it a few characters per delta,
+//! no line holding it whole. A provider therefore also hands the credentials to the runtime,
+//! with `Opened::new(session).credentials(secrets.credentials())`, which reads each item's
+//! deltas as one text and keeps the key out of them (see `agent_core::provider::Opened::credentials`).
+//!
 //! ```
 //! use agent_provider_kit::secrets::Secrets;
 //!

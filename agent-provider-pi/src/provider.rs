@@ -349,6 +349,7 @@ impl Provider for PiProvider {
         let program = command.program.clone();
         let child = ctx.exec.spawn(command).await.map_err(|e| self.spawn_error(e, &program))?;
         let secrets = Secrets::of_session(&options, |name| auth::GUARD.refuses_env(name));
+        let credentials = secrets.clone();
         let conn = Connection::start(child, ctx.sink.clone(), pi.max_line_bytes, secrets)
             .map_err(|_| self.unavailable("the exec backend did not provide the child's stdin, stdout and stderr"))?;
 
@@ -412,7 +413,8 @@ impl Provider for PiProvider {
         };
         Ok(Opened::new(Arc::new(session))
             .provider_session_id(session_id)
-            .capabilities(Self::capabilities_for(&options)))
+            .capabilities(Self::capabilities_for(&options))
+            .credentials(credentials.credentials()))
     }
 }
 

@@ -127,7 +127,8 @@ async fn bash_approval_approve_runs_and_deny_reaches_the_model() {
 }
 
 /// A command the agent runs prints a credential the session gave pi: the tool's output, the
-/// model's reply quoting it and every stored event have it redacted.
+/// model's reply quoting it (streamed in deltas of 16 characters, none of which holds the whole
+/// value) and every stored event have it redacted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_credential_a_tool_prints_is_redacted_from_events_and_the_store() {
     const TOKEN: &str = "deploy-token-0123456789";
@@ -141,9 +142,12 @@ async fn a_credential_a_tool_prints_is_redacted_from_events_and_the_store() {
         let last = events.last().expect("events").seq as usize;
         let stored: Vec<_> = pi.harness.subscribe(&session, Replay::Start).await.unwrap().take(last).collect().await;
         assert_eq!(stored.len(), last);
-        let json: String =
-            stored.into_iter().map(|e| serde_json::to_string(&*e.expect("stored event")).unwrap()).collect();
+        let stored: Vec<_> = stored.into_iter().map(|e| e.expect("stored event")).collect();
+        let json: String = stored.iter().map(|e| serde_json::to_string(&**e).unwrap()).collect();
         assert!(json.contains("token=[redacted]") && !json.contains(TOKEN), "pi {}: {json}", pi.version());
+        let streamed = deltas(&stored);
+        assert!(streamed.contains("[redacted]"), "pi {}: {streamed:?}", pi.version());
+        assert!(!streamed.contains(TOKEN), "pi {}: the deltas together: {streamed:?}", pi.version());
         pi.finish().await;
     }
 }

@@ -388,6 +388,7 @@ impl Provider for PresetProvider {
             _ => return Err(Error::Unsupported { provider: self.id.clone(), capability: Capability::Fork }),
         }
         let known = conversation.state().session_id.clone();
+        let credentials = run.secrets.clone();
         let session = PresetSession::new(
             self.id.clone(),
             Arc::clone(&self.preset),
@@ -398,7 +399,7 @@ impl Provider for PresetProvider {
             conversation,
             options.provider_command_timeout.saturating_sub(options.provider_command_timeout / 10),
         );
-        let opened = Opened::new(Arc::new(session)).capabilities(caps);
+        let opened = Opened::new(Arc::new(session)).capabilities(caps).credentials(credentials.credentials());
         Ok(match known {
             Some(id) => opened.provider_session_id(id),
             None => opened,

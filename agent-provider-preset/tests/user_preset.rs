@@ -48,6 +48,7 @@ case "$prompt" in
   result-one*) echo "RESULT all done"; echo "mini-agent: lost the connection (token $MINI_TOKEN)" >&2; exit 1;;
   linger*) echo "RESULT lingered"; sleep 60;;
   env*) echo "SAY token=$MINI_TOKEN"; echo "RESULT token=$MINI_TOKEN";;
+  pieces*) for r in 1-4 5-9 10-16 17-; do echo "DELTA $(printf %s "$MINI_TOKEN" | cut -c$r)"; done; echo "RESULT done";;
   block*) while [ ! -e release ]; do sleep 0.05; done; echo "RESULT released";;
   *) echo "RESULT echo: $prompt";;
 esac
@@ -75,6 +76,7 @@ fn mini_preset(program: &Path) -> Value {
         },
         "events": [
             {"when": "^SAY (?P<t>.*)$", "emit": "assistant_message", "text": "t"},
+            {"when": "^DELTA (?P<t>.*)$", "emit": "message_delta", "text": "t"},
             {"when": "^(SESSION|RESULT|FAILED) ", "emit": "drop"}
         ]
     })
@@ -219,6 +221,11 @@ async fn exit_status_and_matchers_disagreeing_fail_the_turn() {
         let json = serde_json::to_string(&**event).expect("JSON");
         assert!(!json.contains("preset-token-0123456789"), "{json}");
     }
+
+    // The token in pieces, one per line: no delta holds it, nor do they all together.
+    let (_, events) = support::run(&mini.harness, &session, "pieces please", |_| None).await;
+    let streamed = agent_testkit::events::delta_texts(&events).concat();
+    assert_eq!(streamed, "[redacted]", "{}", names(&events));
     mini.finish().await;
 }
 

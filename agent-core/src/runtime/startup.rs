@@ -232,7 +232,7 @@ impl Opening {
             exec: processes,
         } = self;
         let id = session.id.clone();
-        let Opened { session: runtime, provider_session_id, capabilities, .. } = opened;
+        let Opened { session: runtime, provider_session_id, capabilities, credentials, .. } = opened;
         let capabilities = capabilities.unwrap_or_else(|| provider.capabilities(&options));
         let finalize_timeout = options.startup_finalization_timeout;
 
@@ -403,6 +403,7 @@ impl Opening {
             attempt,
             span,
             exec: processes,
+            credentials,
         });
         run_guarded(actor.run(), crash, id, attempt).await;
     }

@@ -5,6 +5,7 @@ mod common;
 
 mod awaiting;
 mod cancel;
+mod credentials;
 mod events;
 mod handlers;
 mod inactivity;

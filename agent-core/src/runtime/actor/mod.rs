@@ -2,12 +2,13 @@
 //!
 //! Everything that changes a session passes through this task in order: caller commands,
 //! provider messages, and the results of the slow work it hands to short-lived tasks. The actor
-//! drives four parts, each owning one job and returning what happened instead of calling back:
+//! drives five parts, each owning one job and returning what happened instead of calling back:
 //!
 //! - [`journal`]: `seq`, the pending batch and its commit, the replay ring, live delivery;
 //! - [`ledger`]: requests, the one claim each may hold, their deadlines;
 //! - [`cache`]: finished turns, waiters, the turn IDs used;
 //! - [`calls`]: provider calls, deadlines and request handlers running in tasks;
+//! - [`streams`]: the credentials kept out of streamed deltas;
 //!
 //! plus the [`Watchdog`] of the running turn. The actor itself never waits on I/O except while
 //! shutting down.
@@ -24,6 +25,7 @@ mod closing;
 mod journal;
 mod ledger;
 mod requests;
+mod streams;
 mod turns;
 
 use std::collections::VecDeque;
@@ -37,6 +39,7 @@ use self::cache::{Finished, TurnCache};
 use self::calls::{Calls, Done};
 use self::journal::{AfterCommit, FlushStart, Journal, WriteOutcome};
 use self::ledger::{Ledger, Origin};
+use self::streams::StreamRedactor;
 use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventKind, ExpiryReason, RawJson};
@@ -92,6 +95,10 @@ pub(crate) struct ActorParts {
     pub(crate) span: Span,
     /// The exec the provider spawns through: asked for the processes left once the session ended.
     pub(crate) exec: DynExec,
+    /// The credentials kept out of streamed deltas (see [`Opened::credentials`]).
+    ///
+    /// [`Opened::credentials`]: crate::provider::Opened::credentials
+    pub(crate) credentials: Vec<String>,
 }
 
 enum CancelState {
@@ -132,6 +139,8 @@ pub(crate) struct Actor {
     generation: u64,
 
     journal: Journal,
+    /// Holds back streamed text that may be a credential's beginning; `None` without credentials.
+    streams: Option<StreamRedactor>,
     ledger: Ledger,
     cache: TurnCache,
     calls: Calls,
@@ -184,6 +193,7 @@ impl Actor {
             current: None,
             generation: 0,
             journal,
+            streams: StreamRedactor::new(&parts.credentials),
             ledger: Ledger::default(),
             calls: Calls::new(parts.provider),
             watchdog: Watchdog::default(),
@@ -524,15 +534,21 @@ impl Actor {
         }
         match turn {
             None if kind.is_terminal() => tracing::warn!("provider emitted a terminal event without a turn; dropped"),
-            None => {
-                self.journal.emit(None, kind, raw);
-            }
             Some(turn) if self.current.as_ref().is_none_or(|c| c.turn.id != turn) => self.stale_frames += 1,
             Some(_) if kind.is_terminal() => {
                 self.finish_current(kind, raw, ExpiryReason::TurnEnded, EndCause::Provider)
             }
-            Some(turn) => {
-                self.journal.emit(Some(turn), kind, raw);
+            turn => {
+                let Some(streams) = self.streams.as_mut() else {
+                    self.journal.emit(turn, kind, raw);
+                    return;
+                };
+                for released in streams.ended_by(turn.as_ref(), &kind) {
+                    self.journal.emit(turn.clone(), released, None);
+                }
+                if let Some((kind, raw)) = streams.delta(turn.as_ref(), kind, raw) {
+                    self.journal.emit(turn, kind, raw);
+                }
             }
         }
     }

@@ -256,6 +256,10 @@ impl Actor {
         };
         let Some(mut current) = self.current.take() else { return };
         let turn_id = current.turn.id.clone();
+        // Streamed text held back as a credential's possible beginning goes out before the end.
+        for released in self.streams.as_mut().map(|s| s.end_turn(Some(&turn_id))).unwrap_or_default() {
+            self.journal.emit(Some(turn_id.clone()), released, None);
+        }
         self.expire_pending(&turn_id, expiry);
         self.watchdog.disarm();
         let end = kind.terminal_end_mut().map(|end| {

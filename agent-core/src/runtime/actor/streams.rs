@@ -1,0 +1,433 @@
+//! Credentials kept out of streamed text that brings them in pieces.
+//!
+//! A provider redacts the credentials a CLI was given from each line it reads, but a model that
+//! quotes a key streams it as deltas of a few characters each: no line holds the key, and the
+//! deltas concatenate back to it. [`StreamRedactor`] watches each stream of deltas (the
+//! messages, reasoning and command output of one item of one turn) as one text. Once the end of
+//! a stream is more than [`SHOWN`] bytes of a credential's beginning, it holds the rest back
+//! instead of publishing it; a key that completes is replaced by [`REDACTED`], and held text
+//! that turns out not to be a key goes out with the stream's next delta, or on its own before
+//! the event that ends the item or the turn. At most [`SHOWN`] bytes of a credential's beginning
+//! (`sk-`) are ever published, against the eight or more a credential has.
+//!
+//! A delta the redactor changed carries no `raw`: the provider's line holds the piece it took
+//! out. One it held back whole is not published (its text goes out with the next). A delta that
+//! does not touch a credential passes as it came, after one search per credential.
+
+use memchr::memmem::Finder;
+
+use crate::event::{EventKind, RawJson};
+use crate::ids::{ItemId, TurnId};
+use crate::text::SharedStr;
+
+/// What replaces a credential.
+pub(crate) const REDACTED: &str = "[redacted]";
+
+/// The most bytes of a credential's beginning a stream publishes before it holds the rest.
+pub(crate) const SHOWN: usize = 3;
+
+/// The three kinds of streamed text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flow {
+    Message,
+    Reasoning,
+    Command,
+}
+
+/// One stream whose end may be the beginning of a credential.
+#[derive(Debug)]
+struct Stream {
+    turn: Option<TurnId>,
+    flow: Flow,
+    item: Option<ItemId>,
+    /// The stream's last bytes that are a credential's beginning.
+    tail: String,
+    /// How many of `tail`'s first bytes were published; the rest is held.
+    shown: usize,
+}
+
+impl Stream {
+    fn is(&self, turn: Option<&TurnId>, flow: Flow, item: Option<&ItemId>) -> bool {
+        self.flow == flow && self.turn.as_ref() == turn && self.item.as_ref() == item
+    }
+
+    /// The held text, as a delta of this stream.
+    fn release(self) -> Option<EventKind> {
+        let Stream { flow, item, mut tail, shown, .. } = self;
+        if shown == tail.len() {
+            return None;
+        }
+        tail.drain(..shown);
+        Some(delta(flow, item, tail.into()))
+    }
+}
+
+/// The credentials, and what finds them fast.
+struct Credentials {
+    /// Longest first, so that a credential holding another is replaced whole.
+    finders: Vec<Finder<'static>>,
+    /// Whether a byte begins a credential.
+    first: [bool; 256],
+    /// The bytes that begin one, when there are at most three (searched for with `memchr`).
+    firsts: Vec<u8>,
+}
+
+/// See the [module docs](self).
+pub(crate) struct StreamRedactor {
+    credentials: Credentials,
+    streams: Vec<Stream>,
+}
+
+impl std::fmt::Debug for StreamRedactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never a credential, nor a piece of one.
+        f.debug_struct("StreamRedactor").field("credentials", &self.credentials.finders.len()).finish_non_exhaustive()
+    }
+}
+
+impl StreamRedactor {
+    /// `None` when there is no credential to watch for.
+    pub(crate) fn new(credentials: &[String]) -> Option<StreamRedactor> {
+        let mut credentials: Vec<&String> = credentials.iter().filter(|c| !c.is_empty()).collect();
+        credentials.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        credentials.dedup();
+        if credentials.is_empty() {
+            return None;
+        }
+        let mut first = [false; 256];
+        for credential in &credentials {
+            first[usize::from(credential.as_bytes()[0])] = true;
+        }
+        let firsts: Vec<u8> = (0..=u8::MAX).filter(|&b| first[usize::from(b)]).collect();
+        let finders = credentials.iter().map(|c| Finder::new(c.as_bytes()).into_owned()).collect();
+        Some(StreamRedactor { credentials: Credentials { finders, first, firsts }, streams: Vec::new() })
+    }
+
+    /// A delta of `turn` as it is to be published, with its raw line if it was not changed;
+    /// `None` when all of it is held. Any other kind passes unchanged.
+    pub(crate) fn delta(
+        &mut self,
+        turn: Option<&TurnId>,
+        kind: EventKind,
+        raw: Option<RawJson>,
+    ) -> Option<(EventKind, Option<RawJson>)> {
+        let Some((flow, item, text)) = parts(&kind) else { return Some((kind, raw)) };
+        let at = self.streams.iter().position(|s| s.is(turn, flow, item));
+        if at.is_none() && !self.credentials.touch(text) {
+            return Some((kind, raw));
+        }
+        let (tail, shown) = at.map_or(("", 0), |i| (self.streams[i].tail.as_str(), self.streams[i].shown));
+        let unchanged_before = shown == tail.len();
+        let mut work = String::with_capacity(tail.len() + text.len());
+        work.push_str(tail);
+        work.push_str(text);
+        let replaced = self.credentials.redact(&mut work, shown);
+        let open = self.credentials.open_at(&work);
+        let held_from = if work.len() - open > SHOWN { open.max(shown) } else { work.len() };
+        let unchanged = unchanged_before && !replaced && held_from == work.len();
+        let item = item.cloned();
+        if open < work.len() {
+            let stream = Stream {
+                turn: turn.cloned(),
+                flow,
+                item: item.clone(),
+                tail: work[open..].to_owned(),
+                shown: held_from - open,
+            };
+            match at {
+                Some(i) => self.streams[i] = stream,
+                None => self.streams.push(stream),
+            }
+        } else if let Some(i) = at {
+            self.streams.swap_remove(i);
+        }
+        if unchanged {
+            return Some((kind, raw));
+        }
+        work.truncate(held_from);
+        work.drain(..shown);
+        (!work.is_empty()).then(|| (delta(flow, item, work.into()), None))
+    }
+
+    /// The held text of the streams a turn's event (not its terminal: see
+    /// [`end_turn`](Self::end_turn)) ends, each as a delta to publish before it: those of the
+    /// item it names (an event naming no item ends the streams that have none). A delta ends no
+    /// stream.
+    pub(crate) fn ended_by(&mut self, turn: Option<&TurnId>, kind: &EventKind) -> Vec<EventKind> {
+        if self.streams.is_empty() || parts(kind).is_some() {
+            return Vec::new();
+        }
+        let item = item_of(kind);
+        self.take(|s| s.turn.as_ref() == turn && s.item.as_ref() == item)
+    }
+
+    /// The held text of every stream of `turn` (and of the session's own), which end with it.
+    pub(crate) fn end_turn(&mut self, turn: Option<&TurnId>) -> Vec<EventKind> {
+        self.take(|s| s.turn.is_none() || s.turn.as_ref() == turn)
+    }
+
+    fn take(&mut self, ends: impl Fn(&Stream) -> bool) -> Vec<EventKind> {
+        let mut released = Vec::new();
+        let mut i = 0;
+        while i < self.streams.len() {
+            if ends(&self.streams[i]) {
+                released.extend(self.streams.remove(i).release());
+            } else {
+                i += 1;
+            }
+        }
+        released
+    }
+}
+
+impl Credentials {
+    /// Whether `text` holds a credential or ends with the beginning of one. Only where a byte
+    /// begins one is looked at: a delta of English text against a key has one or two such.
+    fn touch(&self, text: &str) -> bool {
+        let bytes = text.as_bytes();
+        let touches = |at: usize| {
+            self.finders.iter().any(|f| {
+                let needle = f.needle();
+                needle[0] == bytes[at] && (bytes[at..].starts_with(needle) || needle.starts_with(&bytes[at..]))
+            })
+        };
+        match self.firsts[..] {
+            [a] => memchr::memchr_iter(a, bytes).any(touches),
+            [a, b] => memchr::memchr2_iter(a, b, bytes).any(touches),
+            [a, b, c] => memchr::memchr3_iter(a, b, c, bytes).any(touches),
+            _ => (0..bytes.len()).filter(|&at| self.first[usize::from(bytes[at])]).any(touches),
+        }
+    }
+
+    /// Replaces every credential in `work` that ends after its first `shown` bytes (published
+    /// already, and left as they are) by [`REDACTED`]. Returns whether it replaced any.
+    fn redact(&self, work: &mut String, shown: usize) -> bool {
+        let mut replaced = false;
+        for finder in &self.finders {
+            let mut from = 0;
+            while let Some(at) = finder.find(&work.as_bytes()[from..]) {
+                let (start, end) = ((from + at).max(shown), from + at + finder.needle().len());
+                if end <= shown {
+                    from = end;
+                    continue;
+                }
+                work.replace_range(start..end, REDACTED);
+                from = start + REDACTED.len();
+                replaced = true;
+            }
+        }
+        replaced
+    }
+
+    /// Where the longest end of `text` that is the beginning of a credential (not all of it)
+    /// starts; `text.len()` when none is.
+    fn open_at(&self, text: &str) -> usize {
+        let bytes = text.as_bytes();
+        let longest = self.finders.first().map_or(0, |f| f.needle().len());
+        let from = bytes.len().saturating_sub(longest - 1);
+        // A credential begins at a character boundary, so a match does too.
+        (from..bytes.len())
+            .filter(|&at| self.first[usize::from(bytes[at])])
+            .find(|&at| {
+                self.finders.iter().any(|f| f.needle().len() > bytes.len() - at && f.needle().starts_with(&bytes[at..]))
+            })
+            .unwrap_or(bytes.len())
+    }
+}
+
+/// A streamed kind's flow, item and text.
+fn parts(kind: &EventKind) -> Option<(Flow, Option<&ItemId>, &str)> {
+    match kind {
+        EventKind::MessageDelta { item_id, text } => Some((Flow::Message, item_id.as_ref(), text.as_str())),
+        EventKind::ReasoningDelta { item_id, text } => Some((Flow::Reasoning, item_id.as_ref(), text.as_str())),
+        EventKind::CommandOutputDelta { item_id, text } => Some((Flow::Command, Some(item_id), text.as_str())),
+        _ => None,
+    }
+}
+
+fn delta(flow: Flow, item: Option<ItemId>, text: SharedStr) -> EventKind {
+    match flow {
+        Flow::Message => EventKind::MessageDelta { item_id: item, text },
+        Flow::Reasoning => EventKind::ReasoningDelta { item_id: item, text },
+        Flow::Command => EventKind::CommandOutputDelta { item_id: item.expect("command output has an item"), text },
+    }
+}
+
+/// The item a kind names, if any.
+fn item_of(kind: &EventKind) -> Option<&ItemId> {
+    match kind {
+        EventKind::AssistantMessage { item_id, .. } => item_id.as_ref(),
+        EventKind::ToolStarted { item_id, .. }
+        | EventKind::ToolProgress { item_id, .. }
+        | EventKind::ToolCompleted { item_id, .. }
+        | EventKind::FileChange { item_id, .. } => Some(item_id),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "sk-live-0123456789";
+
+    fn redactor() -> StreamRedactor {
+        StreamRedactor::new(&[KEY.to_owned(), "ghp_abcdefgh".to_owned()]).expect("credentials")
+    }
+
+    fn message(text: &str) -> EventKind {
+        EventKind::MessageDelta { item_id: Some(ItemId::new("msg_1")), text: text.into() }
+    }
+
+    fn text(kind: &EventKind) -> &str {
+        parts(kind).expect("a delta").2
+    }
+
+    /// The published texts of `pieces` streamed as one message, then ended, and whether each
+    /// published delta kept its raw line.
+    fn stream(redactor: &mut StreamRedactor, turn: &TurnId, pieces: &[&str]) -> Vec<(String, bool)> {
+        let mut out = Vec::new();
+        for piece in pieces {
+            let raw = RawJson::from_string(format!("{{\"delta\":{}}}", serde_json::to_string(piece).unwrap()));
+            if let Some((kind, raw)) = redactor.delta(Some(turn), message(piece), Some(raw.unwrap())) {
+                out.push((text(&kind).to_owned(), raw.is_some()));
+            }
+        }
+        let end = EventKind::AssistantMessage { item_id: Some(ItemId::new("msg_1")), text: String::new() };
+        out.extend(redactor.ended_by(Some(turn), &end).iter().map(|k| (text(k).to_owned(), false)));
+        out
+    }
+
+    fn joined(out: &[(String, bool)]) -> String {
+        out.iter().map(|(t, _)| t.as_str()).collect()
+    }
+
+    #[test]
+    fn a_key_streamed_in_pieces_is_redacted_and_only_its_first_bytes_are_published() {
+        let turn = TurnId::generate();
+        let mut r = redactor();
+        let out = stream(&mut r, &turn, &["Your key is ", "sk", "-li", "ve-01", "2345", "6789", ", keep it."]);
+        // "sk" was published (two bytes), the rest held until it completed.
+        assert_eq!(joined(&out), "Your key is sk[redacted], keep it.");
+        assert!(out.iter().all(|(t, _)| !t.contains("ve-01") && !t.contains("2345")), "{out:?}");
+        // Deltas that touched no credential keep their raw line; changed ones have none.
+        assert_eq!(out[0], ("Your key is ".to_owned(), true));
+        assert!(out.iter().filter(|(t, _)| t.contains("[redacted]")).all(|(_, raw)| !raw));
+        assert!(r.streams.is_empty());
+    }
+
+    #[test]
+    fn held_text_that_is_no_key_goes_out_with_the_next_delta_or_at_the_items_end() {
+        let turn = TurnId::generate();
+        let mut r = redactor();
+        let out = stream(&mut r, &turn, &["ask sk-li", "ght questions", " and sk-live"]);
+        let texts: Vec<&str> = out.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(texts, ["ask ", "sk-light questions", " and ", "sk-live"], "the last released at the item's end");
+        assert!(out.iter().all(|(_, raw)| !raw), "each was changed");
+        assert!(r.streams.is_empty());
+    }
+
+    #[test]
+    fn a_short_match_is_published_and_still_completes_a_key() {
+        let turn = TurnId::generate();
+        let mut r = redactor();
+        // "sk-" is published (three bytes), then the key completes across the next deltas.
+        let out = stream(&mut r, &turn, &["a sk-", "live-0123456789 b"]);
+        assert_eq!(out[0], ("a sk-".to_owned(), true), "three bytes are not held");
+        assert_eq!(joined(&out), "a sk-[redacted] b");
+        // A whole key in one delta, and one after a piece of text that only looked like one.
+        let out = stream(&mut r, &turn, &["sk-li", "sk-live-0123456789"]);
+        assert_eq!(joined(&out), "sk-li[redacted]");
+    }
+
+    #[test]
+    fn streams_of_other_items_and_kinds_do_not_mix_and_a_terminal_releases_them() {
+        let turn = TurnId::generate();
+        let mut r = redactor();
+        let item = |n: &str| ItemId::new(n);
+        let reasoning = EventKind::ReasoningDelta { item_id: Some(item("r")), text: "ghp_ab".into() };
+        assert!(r.delta(Some(&turn), reasoning, None).is_none(), "held whole");
+        let output = EventKind::CommandOutputDelta { item_id: item("c"), text: "cdefgh\n".into() };
+        let (kind, _) = r.delta(Some(&turn), output, None).expect("published");
+        assert_eq!(text(&kind), "cdefgh\n", "another stream does not complete the key");
+        let done = EventKind::ToolCompleted {
+            item_id: item("c"),
+            status: crate::event::ToolStatus::Completed,
+            output: None,
+            exit_code: None,
+        };
+        assert!(r.ended_by(Some(&turn), &done).is_empty(), "the reasoning stream is not the tool's");
+        let more = EventKind::ReasoningDelta { item_id: Some(item("r")), text: "cdefgh!".into() };
+        let (kind, raw) = r.delta(Some(&turn), more, None).expect("published");
+        assert_eq!((text(&kind), raw.is_none()), ("[redacted]!", true));
+        let held = EventKind::MessageDelta { item_id: None, text: "sk-live-01".into() };
+        assert!(r.delta(Some(&turn), held, None).is_none());
+        let released = r.end_turn(Some(&turn));
+        assert_eq!(released.iter().map(text).collect::<Vec<_>>(), ["sk-live-01"]);
+        assert!(r.streams.is_empty());
+    }
+
+    #[test]
+    fn a_delta_held_whole_is_not_published_and_no_credential_means_no_redactor() {
+        let turn = TurnId::generate();
+        let mut r = redactor();
+        assert!(r.delta(Some(&turn), message("sk"), None).is_some_and(|(k, raw)| text(&k) == "sk" && raw.is_none()));
+        assert!(r.delta(Some(&turn), message("-l"), None).is_none(), "all of it is held");
+        assert!(r.delta(Some(&turn), message("ive-0123456789"), None).is_some_and(|(k, _)| text(&k) == "[redacted]"));
+        assert!(StreamRedactor::new(&[]).is_none() && StreamRedactor::new(&[String::new()]).is_none());
+        // Other kinds pass untouched.
+        let usage = EventKind::Warning { message: "sk-live-0123456789".into() };
+        assert!(matches!(r.delta(Some(&turn), usage, None), Some((EventKind::Warning { .. }, None))));
+    }
+
+    #[test]
+    fn multibyte_text_is_split_at_character_boundaries() {
+        let turn = TurnId::generate();
+        let mut r = StreamRedactor::new(&["clé-секрет-1234".to_owned()]).expect("credential");
+        let out = stream(&mut r, &turn, &["é clé-с", "екрет-1", "234 ✓"]);
+        let texts: Vec<&str> = out.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(texts, ["é ", "[redacted] ✓"]);
+    }
+
+    #[test]
+    fn any_split_of_any_text_publishes_it_with_each_key_redacted() {
+        const WORDS: [&str; 12] =
+            ["sk-", "sk", "s", "k", "-", "live", " ", "sk-live-0123456789", "-0123", "456789", "x", "sk-live-"];
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        // Two credentials (their first bytes found with `memchr2`) and five (a table).
+        let more = || {
+            let five = [KEY, "ghp_abcdefgh", "xoxb-12345678", "AKIA12345678", "-----BEGIN KEY"].map(String::from);
+            StreamRedactor::new(&five).expect("credentials")
+        };
+        for round in 0..4000 {
+            let make = if round % 2 == 0 { redactor } else { more };
+            let text: String = (0..next(12) + 1).map(|_| WORDS[next(WORDS.len())]).collect();
+            let mut cuts: Vec<usize> = (0..next(8)).map(|_| next(text.len() + 1)).collect();
+            cuts.extend([0, text.len()]);
+            cuts.sort_unstable();
+            let pieces: Vec<&str> = cuts.windows(2).map(|w| &text[w[0]..w[1]]).filter(|p| !p.is_empty()).collect();
+            let turn = TurnId::generate();
+            let out = joined(&stream(&mut make(), &turn, &pieces));
+            assert!(!out.contains(KEY), "{pieces:?} -> {out:?}");
+            // The text itself, each key replaced, where at most its first three bytes may show.
+            let expected = text.replace(KEY, REDACTED);
+            let mut rest = out.as_str();
+            for (i, segment) in expected.split(REDACTED).enumerate() {
+                if i > 0 {
+                    let shown = (0..=SHOWN).rev().find(|&n| rest[..].starts_with(&format!("{}{REDACTED}", &KEY[..n])));
+                    let shown = shown.unwrap_or_else(|| panic!("{pieces:?} -> {out:?}, expected {expected:?}"));
+                    rest = &rest[shown + REDACTED.len()..];
+                }
+                assert!(rest.starts_with(segment), "{pieces:?} -> {out:?}, expected {expected:?}");
+                rest = &rest[segment.len()..];
+            }
+            assert!(rest.is_empty(), "{pieces:?} -> {out:?}, expected {expected:?}");
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! Credentials a model quotes, streamed in pieces, kept out of events and the store.
+
+use std::sync::Arc;
+
+use agent_core::event::ToolStatus;
+use agent_core::*;
+
+use crate::common::*;
+
+const KEY: &str = "sk-env-secret-0123456789";
+
+/// A model that quotes a key streams it in pieces no line holds whole: the runtime holds back a
+/// stream's end that may be a credential's beginning, so no published or stored delta, nor all
+/// of them together, carries it; text that was no key is published whole, in order.
+#[tokio::test]
+async fn a_credential_streamed_in_pieces_reaches_no_event_nor_the_store() {
+    let f = Fixture::new();
+    f.control.set_credentials([KEY]);
+    let (session, remote) = f.session(opts().env("OPENAI_API_KEY", KEY)).await;
+    let turn = f.admitted_turn(&session, "print the key").await;
+    let mut events = f.harness.subscribe(&turn, Replay::Start).await.unwrap();
+    let (item, tool) = (Some(ItemId::new("msg_1")), ItemId::new("cmd_1"));
+    let message = |text: &str| EventKind::MessageDelta { item_id: item.clone(), text: text.into() };
+    for piece in ["The key is ", "sk-e", "nv-sec", "ret-0123", "456789", ". Also sk-", "envy."] {
+        remote.emit_raw(Some(&turn.id), message(piece), &serde_json::json!({ "delta": piece }).to_string()).await;
+    }
+    // A command's output ending in a key's beginning, held until the command ends.
+    for piece in ["$ env\nKEY=sk-env-sec", "ret-01"] {
+        remote.emit(&turn.id, EventKind::CommandOutputDelta { item_id: tool.clone(), text: piece.into() }).await;
+    }
+    let completed =
+        EventKind::ToolCompleted { item_id: tool, status: ToolStatus::Failed, output: None, exit_code: None };
+    remote.emit(&turn.id, completed).await;
+    // The turn ends while the message's last piece may still be a key's beginning.
+    remote.emit(&turn.id, message(" Bye sk-env")).await;
+    remote.complete(&turn.id, "done").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+
+    let mut published = Vec::new();
+    loop {
+        let event = next(&mut events).await;
+        let terminal = event.kind.is_terminal();
+        published.push(event);
+        if terminal {
+            break;
+        }
+    }
+    let texts = |events: &[Arc<Event>], kind: &str| -> Vec<(String, bool)> {
+        events
+            .iter()
+            .filter(|e| e.kind.type_name() == kind)
+            .map(|e| match &e.kind {
+                EventKind::MessageDelta { text, .. } | EventKind::CommandOutputDelta { text, .. } => {
+                    (text.to_string(), e.raw.is_some())
+                }
+                _ => unreachable!(),
+            })
+            .collect()
+    };
+    let message = texts(&published, "message_delta");
+    let joined: String = message.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(joined, "The key is [redacted]. Also sk-envy. Bye sk-env", "{message:?}");
+    // A delta the redactor changed carries no raw line (it holds the piece); the others keep it.
+    let expected = [
+        ("The key is ", true),
+        ("[redacted]", false),
+        (". Also sk-", true),
+        ("envy.", true),
+        (" Bye ", false),
+        ("sk-env", false),
+    ];
+    assert_eq!(message, expected.map(|(t, raw)| (t.to_owned(), raw)));
+    let output: String = texts(&published, "command_output_delta").into_iter().map(|(t, _)| t).collect();
+    assert_eq!(output, "$ env\nKEY=sk-env-secret-01", "not a key: released when the command ended");
+    let order: Vec<&str> = published.iter().map(|e| e.kind.type_name()).collect();
+    let at = |kind: &str| order.iter().rposition(|k| *k == kind).unwrap();
+    assert!(at("command_output_delta") < at("tool_completed") && at("message_delta") < at("turn_completed"));
+
+    let stored = f.dyn_store().read_events(&session.id, &Default::default()).await.unwrap();
+    let stored_json = serde_json::to_string(&stored).unwrap();
+    assert!(!stored_json.contains("sk-env-secret-0123456789"), "{stored_json}");
+    assert!(!stored_json.contains("ret-0123") && !stored_json.contains("456789"), "no piece: {stored_json}");
+    let stored_message: String = texts(&stored, "message_delta").into_iter().map(|(t, _)| t).collect();
+    assert_eq!(stored_message, joined);
+}
