@@ -164,7 +164,7 @@ fn new_session_id() -> Option<String> {
 pub(crate) fn arguments(
     options: &SessionOptions,
     claude: &ClaudeOptions,
-    mode: Option<PermissionMode>,
+    mode: PermissionMode,
     conversation: &OpenConversation,
     session_id: &str,
     mcp_config: Option<&Value>,
@@ -190,9 +190,7 @@ pub(crate) fn arguments(
     if let Some(model) = &options.model {
         args.extend(["--model".into(), model.clone()]);
     }
-    if let Some(mode) = mode {
-        args.extend(["--permission-mode".into(), mode.as_str().into()]);
-    }
+    args.extend(["--permission-mode".into(), mode.as_str().into()]);
     if claude.allow_dangerously_skip_permissions {
         args.push("--allow-dangerously-skip-permissions".into());
     }
@@ -281,6 +279,7 @@ impl Provider for ClaudeProvider {
         let child = ctx.exec.spawn(command).await.map_err(|e| self.spawn_error(e, &program))?;
         let normalizer = Normalizer::new(Some(session_id.clone()));
         let secrets = Secrets::of_session(&options, |name| crate::auth::GUARD.refuses_env(name));
+        let credentials = secrets.clone();
         let conn = Connection::start(child, ctx.sink.clone(), claude.max_line_bytes, normalizer, secrets)
             .map_err(|_| self.unavailable("the exec backend did not provide the child's stdin, stdout and stderr"))?;
         // `initialize` proves the process is up and speaks the protocol; a resume of a
@@ -326,7 +325,10 @@ impl Provider for ClaudeProvider {
             turn_timeout: adapter_deadline(options.turn_start_timeout),
             command_timeout: adapter_deadline(options.provider_command_timeout),
         };
-        Ok(Opened::new(Arc::new(session)).provider_session_id(session_id).capabilities(Self::capabilities_for(&claude)))
+        Ok(Opened::new(Arc::new(session))
+            .provider_session_id(session_id)
+            .capabilities(Self::capabilities_for(&claude))
+            .credentials(credentials.credentials()))
     }
 }
 
@@ -340,8 +342,7 @@ mod tests {
     fn new_sessions_get_their_id_on_the_command_line() {
         let options = SessionOptions::new("/work").model("claude-x").system_prompt("Be brief.");
         let claude = ClaudeOptions::new().allowed_tool("Read").disallowed_tool("WebFetch").tools(["Bash", "Read"]);
-        let args =
-            arguments(&options, &claude, Some(PermissionMode::Default), &OpenConversation::New, "sid", None, &[]);
+        let args = arguments(&options, &claude, PermissionMode::Default, &OpenConversation::New, "sid", None, &[]);
         let line = args.join(" ");
         assert!(
             line.starts_with(
@@ -360,14 +361,18 @@ mod tests {
         let options = SessionOptions::new("/work").mcp_server("echo", McpServer::stdio("python3", ["/e.py"]));
         let (config, _) = validate::mcp_config(&options);
         let resume = OpenConversation::Resume { provider_session_id: "old".into() };
-        let args = arguments(&options, &ClaudeOptions::new(), None, &resume, "old", Some(&config), &[]);
+        let args =
+            arguments(&options, &ClaudeOptions::new(), PermissionMode::Default, &resume, "old", Some(&config), &[]);
         let line = args.join(" ");
         assert!(line.contains("--resume old") && !line.contains("--session-id") && !line.contains("--fork"), "{line}");
         assert!(line.contains("--strict-mcp-config"), "{line}");
         let fork = OpenConversation::Fork { provider_session_id: "old".into() };
-        let line = arguments(&options, &ClaudeOptions::new(), None, &fork, "new", None, &["/skills".into()]).join(" ");
+        let line =
+            arguments(&options, &ClaudeOptions::new(), PermissionMode::Plan, &fork, "new", None, &["/skills".into()])
+                .join(" ");
         assert!(line.contains("--add-dir /skills"), "{line}");
         assert!(line.contains("--resume old --fork-session --session-id new"), "{line}");
+        assert!(line.contains("--permission-mode plan"), "{line}");
     }
 
     #[test]
@@ -386,7 +391,7 @@ mod tests {
         assert_eq!((claude.permission_mode, claude.max_turns), (Some(PermissionMode::AcceptEdits), Some(4)));
         assert_eq!(provider.capabilities(&options).token_streaming, Support::Unsupported);
         // The explicit mode wins over the policy's.
-        assert_eq!(validate::permission_mode(&options, claude).unwrap(), Some(PermissionMode::AcceptEdits));
+        assert_eq!(validate::permission_mode(&options, claude).unwrap(), PermissionMode::AcceptEdits);
         let bad = agent_core::SessionConfig::from_json_value(json!({
             "provider": "claude", "provider_options": {"effort": "high"},
         }))

@@ -34,9 +34,8 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    /// A session opened with `model` and `mode` (`None`: claude's default mode).
-    pub(crate) fn new(model: Option<String>, mode: Option<PermissionMode>) -> Settings {
-        let mode = mode.unwrap_or(PermissionMode::Default);
+    /// A session opened with `model` and `mode`.
+    pub(crate) fn new(model: Option<String>, mode: PermissionMode) -> Settings {
         Settings { session_model: model.clone(), session_mode: mode, model, permission_mode: mode }
     }
 }

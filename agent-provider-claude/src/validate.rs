@@ -41,6 +41,7 @@ pub(crate) const MCP_SECRET_VAR: &str = "AGENT_HARNESS_MCP_SECRET_";
 /// Everything [`crate::ClaudeProvider`] checks before spawning.
 pub(crate) fn validate(options: &SessionOptions, claude: &ClaudeOptions) -> Result<()> {
     permission_mode(options, claude)?;
+    validate_arguments(options, claude)?;
     validate_mcp_servers(options)?;
     skill_roots(options)?;
     validate_claude_options(claude)?;
@@ -52,8 +53,11 @@ fn invalid(option: &'static str, reason: impl Into<String>) -> Error {
 }
 
 /// The permission mode a session starts in: [`ClaudeOptions::permission_mode`], else the
-/// approval policy's (`Untrusted` and `OnRequest` → `default`, `Never` → `dontAsk`).
-pub(crate) fn permission_mode(options: &SessionOptions, claude: &ClaudeOptions) -> Result<Option<PermissionMode>> {
+/// approval policy's (`Untrusted` and `OnRequest` → `default`, `Never` → `dontAsk`), else
+/// `default`. Always passed on claude's command line, where it wins over a `defaultMode` in the
+/// settings files: a project's `.claude/settings.json` saying `bypassPermissions` must not run
+/// every tool without asking a session that did not opt in.
+pub(crate) fn permission_mode(options: &SessionOptions, claude: &ClaudeOptions) -> Result<PermissionMode> {
     if let Some(mode) = claude.permission_mode {
         if mode == PermissionMode::BypassPermissions && !claude.allow_dangerously_skip_permissions {
             return Err(invalid(
@@ -62,12 +66,11 @@ pub(crate) fn permission_mode(options: &SessionOptions, claude: &ClaudeOptions) 
                  ClaudeOptions::allow_dangerously_skip_permissions to opt in",
             ));
         }
-        return Ok(Some(mode));
+        return Ok(mode);
     }
     match options.approval_policy {
-        None => Ok(None),
-        Some(ApprovalPolicy::Untrusted | ApprovalPolicy::OnRequest) => Ok(Some(PermissionMode::Default)),
-        Some(ApprovalPolicy::Never) => Ok(Some(PermissionMode::DontAsk)),
+        None | Some(ApprovalPolicy::Untrusted | ApprovalPolicy::OnRequest) => Ok(PermissionMode::Default),
+        Some(ApprovalPolicy::Never) => Ok(PermissionMode::DontAsk),
         Some(other) => Err(invalid(
             "approval_policy",
             format!(
@@ -76,6 +79,41 @@ pub(crate) fn permission_mode(options: &SessionOptions, claude: &ClaudeOptions) 
             ),
         )),
     }
+}
+
+/// The longest argument Linux passes to a program (`MAX_ARG_STRLEN`, its NUL included).
+const MAX_ARGUMENT: usize = 128 * 1024 - 1;
+
+/// What goes on claude's command line as text: no NUL (an argument ends there), none longer
+/// than Linux takes, each named as its option before anything is spawned.
+fn validate_arguments(options: &SessionOptions, claude: &ClaudeOptions) -> Result<()> {
+    let texts = [
+        ("system_prompt", options.system_prompt.as_deref()),
+        ("model", options.model.as_deref()),
+        ("provider_options", claude.append_system_prompt.as_deref()),
+    ];
+    for (option, text) in texts {
+        let Some(text) = text else { continue };
+        if text.contains('\0') {
+            return Err(invalid(option, "holds a NUL byte, which cannot reach claude's command line"));
+        }
+        if text.len() > MAX_ARGUMENT {
+            return Err(invalid(
+                option,
+                format!(
+                    "is {} bytes; claude takes it on its command line, where Linux allows at most {MAX_ARGUMENT}",
+                    text.len()
+                ),
+            ));
+        }
+    }
+    if let Some(dir) = claude.add_dirs.iter().find(|d| d.to_str().is_none()) {
+        return Err(invalid(
+            "provider_options",
+            format!("ClaudeOptions::add_dirs has {}, which is not UTF-8", dir.display()),
+        ));
+    }
+    Ok(())
 }
 
 fn is_server_name(name: &str) -> bool {
@@ -113,6 +151,17 @@ fn validate_mcp_servers(options: &SessionOptions) -> Result<()> {
                 }
                 if headers.keys().any(|k| k.is_empty() || k.contains(['\n', ':'])) {
                     return Err(invalid("mcp_servers", format!("MCP server `{name}` has a malformed header name")));
+                }
+                // Claude Code expands `${…}` in a header's value once more after taking it from
+                // its environment: the value would reach the server changed.
+                if let Some(header) = headers.iter().find(|(_, v)| v.contains("${")).map(|(k, _)| k) {
+                    return Err(invalid(
+                        "mcp_servers",
+                        format!(
+                            "MCP server `{name}`: the value of header `{header}` holds `${{`, which Claude Code would \
+                             expand as a variable"
+                        ),
+                    ));
                 }
             }
             _ => {
@@ -264,6 +313,8 @@ pub(crate) fn env_spec(options: &SessionOptions, mcp_secrets: Vec<(String, Strin
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::ffi::OsStrExt;
+
     use agent_core::AuthMode;
 
     use super::*;
@@ -313,6 +364,24 @@ mod tests {
         );
         invalid_option(options(), none().extra_arg("--resume=x"), "provider_options", "sets itself");
         invalid_option(options(), none().binary("bin/claude"), "provider_options", "absolute");
+        // What goes on claude's command line: no NUL, nothing over Linux's argument limit.
+        invalid_option(options().system_prompt("a\0b"), none(), "system_prompt", "NUL");
+        invalid_option(options().model("m\0"), none(), "model", "NUL");
+        invalid_option(options().system_prompt("x".repeat(200_000)), none(), "system_prompt", "200000 bytes");
+        invalid_option(
+            options(),
+            none().append_system_prompt("y".repeat(MAX_ARGUMENT + 1)),
+            "provider_options",
+            "Linux",
+        );
+        assert!(validate(&options().system_prompt("x".repeat(MAX_ARGUMENT)), &none()).is_ok());
+        let non_utf8 = std::ffi::OsStr::from_bytes(b"/tmp/extra-\xff-dir");
+        invalid_option(options(), none().add_dir(non_utf8), "provider_options", "not UTF-8");
+        let mut web = McpServer::http("https://mcp.example/v1");
+        if let McpServer::Http { headers, .. } = &mut web {
+            headers.insert("Authorization".into(), "Bearer tok-${PATH}".into());
+        }
+        invalid_option(options().mcp_server("web", web), none(), "mcp_servers", "`Authorization` holds `${`");
         assert!(
             validate(
                 &options(),
@@ -348,12 +417,12 @@ mod tests {
     #[test]
     fn approval_policies_map_to_permission_modes() {
         let mode = |o: SessionOptions| permission_mode(&o, &ClaudeOptions::new()).unwrap();
-        assert_eq!(mode(options().approval_policy(ApprovalPolicy::Untrusted)), Some(PermissionMode::Default));
-        assert_eq!(mode(options().approval_policy(ApprovalPolicy::Never)), Some(PermissionMode::DontAsk));
-        assert_eq!(mode(options()), None);
+        assert_eq!(mode(options().approval_policy(ApprovalPolicy::Untrusted)), PermissionMode::Default);
+        assert_eq!(mode(options().approval_policy(ApprovalPolicy::Never)), PermissionMode::DontAsk);
+        assert_eq!(mode(options()), PermissionMode::Default, "explicit, whatever the settings files say");
         let explicit = ClaudeOptions::new().permission_mode(PermissionMode::AcceptEdits);
         let o = options().approval_policy(ApprovalPolicy::Never);
-        assert_eq!(permission_mode(&o, &explicit).unwrap(), Some(PermissionMode::AcceptEdits));
+        assert_eq!(permission_mode(&o, &explicit).unwrap(), PermissionMode::AcceptEdits);
     }
 
     #[test]

@@ -254,8 +254,9 @@ async fn approvals_allow_edit_deny_and_remember_for_the_session() {
 }
 
 /// A command the agent runs prints a credential the session gave claude, and the MCP secret
-/// claude holds for a server: the tool's output, the model's reply quoting it and every stored
-/// event have them redacted.
+/// claude holds for a server: the tool's output, the model's reply quoting it (streamed in
+/// deltas of 16 characters, none of which holds a whole value) and every stored event have them
+/// redacted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_credential_a_tool_prints_is_redacted_from_events_and_the_store() {
     const TOKEN: &str = "deploy-token-0123456789";
@@ -279,10 +280,14 @@ async fn a_credential_a_tool_prints_is_redacted_from_events_and_the_store() {
     let last = events.last().expect("events").seq as usize;
     let stored: Vec<_> = claude.harness.subscribe(&session, Replay::Start).await.unwrap().take(last).collect().await;
     assert_eq!(stored.len(), last);
-    for event in stored {
-        let json = serde_json::to_string(&*event.expect("stored event")).unwrap();
+    let stored: Vec<Arc<Event>> = stored.into_iter().map(|e| e.expect("stored event")).collect();
+    for event in &stored {
+        let json = serde_json::to_string(&**event).unwrap();
         assert!(!json.contains(TOKEN) && !json.contains(DATABASE), "{json}");
     }
+    let streamed = agent_testkit::events::delta_texts(&stored).concat();
+    assert!(streamed.contains("[redacted]"), "{streamed:?}");
+    assert!(!streamed.contains(TOKEN) && !streamed.contains(DATABASE), "the deltas together: {streamed:?}");
     claude.finish().await;
 }
 
@@ -308,6 +313,24 @@ async fn a_request_handler_answers_approvals() {
     assert!(!claude.workspace().join("refused.txt").exists());
     assert_eq!(terminal(&events).result.text.as_deref(), Some("Tool said: only handled.txt may be made"));
     assert_eq!(terminal(&events).status, TurnStatus::Completed);
+    claude.finish().await;
+}
+
+/// A project's `.claude/settings.json` asking for `bypassPermissions` does not run tools without
+/// asking a session that did not opt in: the session's mode goes on claude's command line, where
+/// it wins; so does a per-turn `default` after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_settings_file_cannot_turn_off_approvals() {
+    let scenario = Scenario::new().shell("touch bypassed.txt").quote_tool_result("Tool said: ");
+    let claude = Claude::start(scenario).await;
+    let settings = claude.workspace().join(".claude");
+    std::fs::create_dir_all(&settings).unwrap();
+    std::fs::write(settings.join("settings.json"), r#"{"permissions":{"defaultMode":"bypassPermissions"}}"#).unwrap();
+    let session = claude.session(claude.options()).await;
+    let (_, events) = claude.run(&session, "make the file", |_| Some(Response::deny("not today"))).await;
+    assert_eq!(requests(&events).len(), 1, "claude asked: {}", names(&events));
+    assert!(!claude.workspace().join("bypassed.txt").exists(), "the denied command did not run");
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
     claude.finish().await;
 }
 
