@@ -453,6 +453,10 @@ impl Harness {
         {
             return Err(Error::invalid("inactivity_timeout", "must be positive"));
         }
+        // As a session's model: an empty one would reach the CLI as a model named "".
+        if options.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
+            return Err(Error::invalid("model", "must not be empty when set"));
+        }
         let handle = self.live(&session.id).await?;
         let now = Timestamp::now();
         let turn = Turn {

@@ -419,7 +419,7 @@ async fn without_a_store_a_caller_chosen_turn_id_is_never_reused_even_after_evic
 }
 
 #[tokio::test]
-async fn malformed_caller_turn_ids_are_refused_and_nothing_is_recorded() {
+async fn malformed_caller_turn_ids_and_empty_models_are_refused_and_nothing_is_recorded() {
     let f = Fixture::new();
     let (session, remote) = f.session(opts()).await;
     let before = f.harness.status(&session).await.unwrap().last_seq;
@@ -427,6 +427,11 @@ async fn malformed_caller_turn_ids_are_refused_and_nothing_is_recorded() {
         let options = TurnOptions::new().id(TurnId::from_string(bad));
         let err = f.harness.start_turn(&session, "go", options).await.unwrap_err();
         assert!(matches!(err, Error::InvalidTurnId { ref id, .. } if id == bad), "{bad:?}: {err:?}");
+    }
+    // An empty model, as a session's would be.
+    for model in ["", "  "] {
+        let err = f.harness.start_turn(&session, "go", TurnOptions::new().model(model)).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidOption { option: "model", .. }), "{model:?}: {err:?}");
     }
     assert_eq!(f.harness.status(&session).await.unwrap().last_seq, before, "no event was recorded");
     assert!(f.dyn_store().list_turns(&session.id).await.unwrap().is_empty(), "no turn was stored");
