@@ -11,6 +11,12 @@
 //! - another process of this host, while a process with that PID and start time runs, in the
 //!   same boot (`/proc/<pid>/stat`).
 //!
+//! A run whose startup is committed but not yet acknowledged (its actor's first write, which
+//! clears the marker, is still on its way to the store) is live too: while its harness has the
+//! ID (this process), or for [`STARTING_GRACE`] after the commit while its process runs (another
+//! process). Taking it for a startup left unfinished, a second harness would replace the run's
+//! history under it.
+//!
 //! Otherwise the snapshot is stale — its host died, or its run ended without recording the end
 //! — and reads back as abandoned. A live owner in another process whose session ended without
 //! that being recorded (it cannot be asked) keeps the session until that process ends.
@@ -24,10 +30,17 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
 
 use crate::ids::SessionId;
 use crate::runtime::registry::Registry;
 use crate::session::{SessionOwner, SessionSnapshot};
+use crate::time::Timestamp;
+
+/// How long after its commit another process's unacknowledged startup counts as live: its
+/// acknowledgement follows at once, so a marker older than this is a startup that failed after
+/// its commit, which a later start may replace.
+pub(crate) const STARTING_GRACE: Duration = Duration::from_secs(60);
 
 /// The harnesses of this process by number, for the owner check of a session another harness
 /// of the same process wrote.
@@ -67,13 +80,17 @@ impl Enrolled {
 
     /// The PID of another harness that holds `snapshot`'s session live, if one does.
     pub(crate) fn holder(&self, snapshot: &SessionSnapshot) -> Option<u32> {
-        let owner = snapshot.owner.as_ref().filter(|_| snapshot.is_open())?;
+        let starting = snapshot.startup.is_some() && snapshot.status.is_live();
+        let owner = snapshot.owner.as_ref().filter(|_| snapshot.is_open() || starting)?;
         if owner.harness == self.harness && self.is_this_process(owner) {
             // This harness's own run, and it is not live here (the caller checked): stale.
             return None;
         }
-        let alive =
-            if self.is_this_process(owner) { harness_holds(owner.harness, &snapshot.id) } else { process_runs(owner) };
+        let alive = if self.is_this_process(owner) {
+            harness_holds(owner.harness, &snapshot.id)
+        } else {
+            process_runs(owner) && (!starting || recent(snapshot.updated_at))
+        };
         alive.then_some(owner.pid)
     }
 
@@ -92,6 +109,11 @@ impl Drop for Enrolled {
 fn harnesses() -> std::sync::MutexGuard<'static, BTreeMap<u64, Weak<Registry>>> {
     // Every critical section is one map operation.
     HARNESSES.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Whether `at` is less than [`STARTING_GRACE`] ago.
+fn recent(at: Timestamp) -> bool {
+    Timestamp::now().unix_micros().saturating_sub(at.unix_micros()) < STARTING_GRACE.as_micros() as i64
 }
 
 /// Whether harness number `harness` of this process still has session `id` live.
@@ -210,9 +232,10 @@ mod tests {
             startup: Some(crate::session::StartupMarker { attempt_id: "a".into(), acknowledged: false }),
             ..held.clone()
         };
-        assert_eq!(mine.holder(&starting), None, "an unfinished startup is reclaimable, as before");
+        assert_eq!(mine.holder(&starting), Some(std::process::id()), "a startup not yet acknowledged is live");
         drop(reservation);
         assert_eq!(mine.holder(&held), None);
+        assert_eq!(mine.holder(&starting), None, "an unfinished startup is reclaimable once its harness let go");
 
         let unrelated = Enrolled::new(Weak::new());
         let _again = theirs.reserve(&id).unwrap();

@@ -842,3 +842,30 @@ async fn shutdown_also_stops_a_session_whose_start_was_under_way() {
     let after = f.harness.start_session(PROVIDER, opts().id("after")).await.unwrap();
     assert_eq!(f.harness.list_sessions(), [after]);
 }
+
+/// A run whose startup is committed but not yet acknowledged (its actor's first write still
+/// queued) is live: another harness sharing the store that starts the same ID gets
+/// `SessionLiveElsewhere` instead of taking it for a startup left unfinished and replacing the
+/// run's history.
+#[tokio::test(start_paused = true)]
+async fn a_startup_not_yet_acknowledged_is_live_to_another_harness() {
+    let (f, store) = Fixture::controlled();
+    store.set(WriteMode::Queued);
+    let session = f.harness.start_session(PROVIDER, opts().id("both")).await.unwrap();
+    tokio::task::yield_now().await;
+    let stored = store.inner.fetch_session(&session.id).await.unwrap().unwrap();
+    assert!(stored.startup.is_some(), "the acknowledgement is still queued: {stored:?}");
+
+    let (provider, _control) = agent_core::testing::ScriptedProvider::new(PROVIDER);
+    let other = Harness::builder().provider(provider).store(StoreChoice::Custom(store.clone())).build().unwrap();
+    for reuse in [Reuse::Never, Reuse::Replace] {
+        let err = other.start_session(PROVIDER, opts().id("both").reuse(reuse)).await.unwrap_err();
+        assert!(matches!(err, Error::SessionLiveElsewhere { pid, .. } if pid == std::process::id()), "{err:?}");
+    }
+    let events = store.inner.read_events(&session.id, &agent_core::store::EventQuery::all()).await.unwrap();
+    assert_eq!(events.iter().map(|e| e.type_name()).collect::<Vec<_>>(), ["session_ready"], "kept whole");
+    while !store.queued().is_empty() {
+        store.release(false).unwrap();
+    }
+    assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Idle);
+}
