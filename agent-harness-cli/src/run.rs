@@ -59,7 +59,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
     let interactive =
         !args.json && args.approvals == Approvals::Ask && io::stdin().is_terminal() && io::stdout().is_terminal();
     let new_file = store.new_file();
-    let store = store.open()?;
+    let (store, hold) = store.open()?;
     // A resumed session's history goes on from its last stored event: print only what is new.
     let after = match &options.conversation {
         Conversation::Resume(ConversationSource::Session(id)) => store.latest_seq(id).await.ok().flatten().unwrap_or(0),
@@ -91,7 +91,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
     drop(harness);
     // The store is closed now; a file made for a session that never started goes again.
     if let (false, Some(file)) = (started, new_file) {
-        file.undo().await;
+        file.undo(hold).await;
+    } else {
+        drop(hold);
     }
     outcome
 }

@@ -72,12 +72,43 @@ impl StoreSpec {
         }
     }
 
-    /// Opens the store (creating a SQLite file that does not exist yet).
-    pub(crate) fn open(&self) -> Result<DynStore, Failure> {
-        match self {
-            StoreSpec::Memory => Ok(Arc::new(MemoryStore::new())),
-            StoreSpec::Sqlite(path) => open_sqlite(path, true),
+    /// Opens the store (creating a SQLite file that does not exist yet), and for a SQLite file
+    /// the run's [`Hold`] on it, kept until the run ends.
+    pub(crate) fn open(&self) -> Result<(DynStore, Option<Hold>), Failure> {
+        let path = match self {
+            StoreSpec::Memory => return Ok((Arc::new(MemoryStore::new()), None)),
+            StoreSpec::Sqlite(path) => path,
+        };
+        // Twice at most: a failed run may remove the file it made between this open and the
+        // hold (see `NewFile::undo`); the second open makes it again.
+        for _ in 0..2 {
+            let store = open_sqlite(path, true)?;
+            if let Some(hold) = Hold::take(path) {
+                return Ok((store, Some(hold)));
+            }
         }
+        Err(Failure::usage(format!("--store: {} was removed while this run opened it", path.display())))
+    }
+}
+
+/// A run's shared `flock` on its SQLite file, beside SQLite's own (`fcntl`) locks, which it
+/// does not touch. A run that fails before its session started removes a file it made only
+/// when it can lock the file exclusively: no other run holds it.
+#[derive(Debug)]
+pub(crate) struct Hold(#[allow(dead_code)] std::fs::File);
+
+impl Hold {
+    /// A shared lock on the file at `path`; `None` when that file is no longer the one at
+    /// `path` once locked (removed meanwhile). A file system without `flock` gives a hold that
+    /// locks nothing.
+    fn take(path: &std::path::Path) -> Option<Hold> {
+        use std::os::unix::fs::MetadataExt;
+        let file = std::fs::File::open(path).ok()?;
+        if rustix::fs::flock(&file, rustix::fs::FlockOperation::LockShared).is_err() {
+            return Some(Hold(file));
+        }
+        let (held, now) = (file.metadata().ok()?, std::fs::metadata(path).ok()?);
+        (held.dev() == now.dev() && held.ino() == now.ino()).then_some(Hold(file))
     }
 }
 
@@ -100,11 +131,17 @@ pub(crate) struct NewFile {
 }
 
 impl NewFile {
-    /// Puts the file back as it was (the store must be closed): removed, or emptied (keeping
-    /// its permissions), and its WAL companions removed — unless it holds a session by now:
-    /// another run, started on the same path after this one made the file, is using it.
-    pub(crate) async fn undo(&self) {
-        if self.holds_sessions().await {
+    /// Puts the file back as it was (the store must be closed; `hold` is this run's): removed,
+    /// or emptied (keeping its permissions), and its WAL companions removed — unless another
+    /// run, started on the same path after this one made the file, is using it: it holds the
+    /// file (its [`Hold`]), or the file holds a session by now.
+    pub(crate) async fn undo(&self, hold: Option<Hold>) {
+        drop(hold);
+        let Ok(file) = std::fs::File::open(&self.path) else { return };
+        // Held until the file is gone: a run that opens it meanwhile waits for its hold, then
+        // finds the file removed and makes it again.
+        let locked = rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive);
+        if locked == Err(rustix::io::Errno::WOULDBLOCK) || self.holds_sessions().await {
             return;
         }
         if self.was_empty {

@@ -241,3 +241,37 @@ async fn a_failed_run_leaves_the_database_it_made_when_another_run_wrote_to_it()
     let reopened = SqliteStore::open(&db).expect("still a store");
     assert!(reopened.fetch_session(&held).await.unwrap().is_some(), "the other run's session is kept");
 }
+
+/// A second run on the same new file, still opening its CLI (no session written yet) when the
+/// first fails: the failed run leaves the file, and the second run's session is stored in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_leaves_the_database_it_made_while_another_run_is_opening_on_it() {
+    use agent_harness::stores::sqlite::SqliteStore;
+    use agent_harness::{SessionId, Store};
+
+    let failing_env = FakeCliEnv::new(FakeCli::Codex, &FakeScript::new().sleep(1000).exit(3)).unwrap();
+    let db = failing_env.workspace().join("shared.db");
+    let failing = run_stored(&failing_env, &db, &["--session-id", "first"]);
+    let made = tokio::time::timeout(Duration::from_secs(30), async {
+        while !db.exists() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(made.is_ok(), "the run made {}", db.display());
+    // Its CLI answers only after the first run failed.
+    let slow = FakeScript::new().sleep(2500).handshake().turn_start().deltas(["hello"]).complete();
+    let slow_env = FakeCliEnv::new(FakeCli::Codex, &slow).unwrap();
+    let opening = run_stored(&slow_env, &db, &["--session-id", "second"]);
+
+    let failed =
+        tokio::time::timeout(Duration::from_secs(30), failing.wait_with_output()).await.expect("exits").unwrap();
+    assert_ne!(failed.status.code(), Some(0), "{}", String::from_utf8_lossy(&failed.stderr));
+    assert!(db.exists(), "the failed run removed a database another run holds");
+    let done = tokio::time::timeout(Duration::from_secs(30), opening.wait_with_output()).await.expect("exits").unwrap();
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("store failed"), "{stderr}");
+    let stored = SqliteStore::open(&db).expect("still a store");
+    assert!(stored.fetch_session(&SessionId::new("second").unwrap()).await.unwrap().is_some(), "its session is kept");
+}
