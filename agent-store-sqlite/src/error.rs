@@ -58,6 +58,17 @@ pub enum OpenError {
         /// The newest version this build knows.
         supported: u32,
     },
+    /// The file cannot be written by this process (its permissions, a read-only mount): SQLite
+    /// would open it read-only, and every write would fail after the store was taken on.
+    #[error(
+        "{} cannot be written by this process (its permissions, or a read-only file system); a store must be \
+         writable",
+        path.display()
+    )]
+    ReadOnly {
+        /// The database path.
+        path: PathBuf,
+    },
     /// Reading or creating the file failed.
     #[error("cannot access {}: {source}", path.display())]
     Io {

@@ -63,7 +63,8 @@ impl SqliteStore {
     /// Refuses, leaving the file untouched: a path in a missing directory
     /// ([`OpenError::MissingDirectory`]), a file that is not SQLite ([`OpenError::NotSqlite`]),
     /// another application's SQLite database ([`OpenError::NotAStore`]), a store written by a
-    /// newer version ([`OpenError::NewerSchema`]).
+    /// newer version ([`OpenError::NewerSchema`]), a file this process cannot write
+    /// ([`OpenError::ReadOnly`]).
     ///
     /// Opening does blocking file I/O; from async code call it through
     /// `tokio::task::spawn_blocking` if a stall of a few milliseconds matters.

@@ -46,6 +46,10 @@ pub(crate) fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connec
     let wal_existed = side_file(path, "-wal").exists();
     let mut conn = connect(path, options).map_err(|e| classify(path, e))?;
     let sqlite = |source: rusqlite::Error| OpenError::Sqlite { path: path.to_owned(), source: Box::new(source) };
+    // SQLite opens a file it may not write read-only, without a word; nothing is written to it.
+    if conn.is_readonly(rusqlite::MAIN_DB).map_err(sqlite)? {
+        return Err(OpenError::ReadOnly { path: path.to_owned() });
+    }
     // Until the file is known to be a store of a known version, closing this connection must
     // not checkpoint a WAL left by another writer into it.
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).map_err(sqlite)?;

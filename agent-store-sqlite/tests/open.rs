@@ -210,3 +210,48 @@ fn an_empty_existing_file_becomes_a_store_and_reopens() {
     drop(conn);
     drop(SqliteStore::open(&path).expect("reopen"));
 }
+
+/// The variable that makes [`a_file_this_process_cannot_write_is_refused_untouched`] the child
+/// it starts as another user, naming the file to open.
+const AS_NOBODY: &str = "AGENT_STORE_SQLITE_TEST_READ_ONLY";
+
+/// A store file this process may not write is refused, untouched, rather than opened read-only
+/// (every write would then fail after the store was taken on). Run as root, which may write any
+/// file, the test opens it from a child running as `nobody`.
+#[test]
+fn a_file_this_process_cannot_write_is_refused_untouched() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+
+    if let Some(path) = std::env::var_os(AS_NOBODY) {
+        let error = refused(Path::new(&path));
+        assert!(matches!(error, OpenError::ReadOnly { .. }), "{error:?}");
+        assert!(error.to_string().contains("cannot be written by this process"), "{error}");
+        return;
+    }
+    let dir = TempDir::new("read-only");
+    let path = dir.path().join("store.db");
+    drop(SqliteStore::open(&path).expect("a new store"));
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o444)).unwrap();
+    let before = state(&path);
+    let root = fs::metadata("/proc/self").expect("/proc").uid() == 0;
+    if root {
+        // `nobody` reads the file, and may make SQLite's side files beside it.
+        for dir in dir.path().ancestors().take_while(|d| d.starts_with(env!("CARGO_TARGET_TMPDIR"))) {
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "a_file_this_process_cannot_write_is_refused_untouched", "--nocapture"])
+            .env(AS_NOBODY, &path)
+            .uid(65534)
+            .gid(65534)
+            .status()
+            .expect("the test binary runs as nobody");
+        assert!(status.success(), "the child opening {} as nobody failed: {status}", path.display());
+    } else {
+        let error = refused(&path);
+        assert!(matches!(error, OpenError::ReadOnly { .. }), "{error:?}");
+    }
+    assert_eq!(state(&path), before, "the file is left as it was");
+}
