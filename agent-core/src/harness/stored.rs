@@ -109,23 +109,22 @@ impl Harness {
         Ok(())
     }
 
-    /// The error for a call on a session that is not live: [`Error::SessionClosed`] with how it
-    /// ended when this harness or the session's store knows, [`Error::SessionNotFound`]
-    /// otherwise (never started, purged, or only an unfinished startup attempt is stored).
+    /// The error for a call on a session that is not live: [`Error::SessionLiveElsewhere`] when
+    /// another harness sharing its store runs it now (even one this harness ran and stopped),
+    /// [`Error::SessionClosed`] with how it ended when this harness or the session's store
+    /// knows, [`Error::SessionNotFound`] otherwise (never started, purged, or only an unfinished
+    /// startup attempt is stored).
     pub(super) async fn not_live(&self, id: &SessionId) -> Error {
         let not_found = || Error::SessionNotFound { id: id.clone() };
-        if let Some(reason) = self.inner.registry.exit_reason(id) {
-            return Error::SessionClosed { id: id.clone(), reason };
-        }
-        let Some(store) = self.inner.store_of(id) else { return not_found() };
+        let known = self.inner.registry.exit_reason(id);
+        let closed = |reason| Error::SessionClosed { id: id.clone(), reason };
+        let Some(store) = self.inner.store_of(id) else { return known.map_or_else(not_found, closed) };
         match store.fetch_session(id).await {
             Ok(Some(snapshot)) if let Some(pid) = self.inner.registry.holder(&snapshot) => {
                 Error::SessionLiveElsewhere { id: id.clone(), pid }
             }
-            Ok(Some(snapshot)) => match self.read_back(snapshot).ended {
-                Some(reason) => Error::SessionClosed { id: id.clone(), reason },
-                None => not_found(),
-            },
+            _ if known.is_some() => known.map_or_else(not_found, closed),
+            Ok(Some(snapshot)) => self.read_back(snapshot).ended.map_or_else(not_found, closed),
             Ok(None) => not_found(),
             Err(error) => Error::Store(error),
         }
@@ -225,7 +224,8 @@ impl Harness {
     ///
     /// A turn the store holds no end for is as unfinished as the session left it: running in
     /// another harness ([`Error::SessionLiveElsewhere`]), or cut short by the session's end
-    /// ([`Error::SessionClosed`] when this harness knows it, as `status` does).
+    /// ([`Error::SessionClosed`] when this harness or the stored snapshot knows it, as `status`
+    /// does).
     pub(super) async fn stored_outcome(&self, turn: &Turn) -> Result<TurnOutcome, AwaitError> {
         let id = &turn.session_id;
         let Some(store) = self.inner.store_of(id) else { return Err(self.not_live(id).await.into()) };
@@ -237,8 +237,11 @@ impl Harness {
                 if let Some(pid) = self.inner.registry.holder(&snapshot) {
                     return Err(Error::SessionLiveElsewhere { id: id.clone(), pid }.into());
                 }
-                match self.inner.registry.exit_reason(id) {
-                    Some(reason) => Err(Error::SessionClosed { id: id.clone(), reason }.into()),
+                // How the session ended, as `status` reads it: this harness's record, else the
+                // stored snapshot's (an abandoned one included).
+                let ended = self.inner.registry.exit_reason(id).or_else(|| self.read_back(snapshot).ended);
+                match ended {
+                    Some(ended) => Err(Error::SessionClosed { id: id.clone(), reason: ended }.into()),
                     None => Err(Error::ReplayUnavailable { reason }.into()),
                 }
             }

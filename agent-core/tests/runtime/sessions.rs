@@ -688,17 +688,29 @@ async fn a_live_session_is_not_taken_over_by_another_harness_sharing_the_store()
     let resumed = other.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
     assert_eq!(resumed, session);
     elsewhere(f.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap_err());
+    // The first harness remembers how its own run ended, but the session runs elsewhere now.
+    elsewhere(f.harness.status(&session).await.unwrap_err());
+    elsewhere(f.harness.start_turn(&session, "mine again?", TurnOptions::new()).await.unwrap_err());
+    elsewhere(f.harness.subscribe(&session, Replay::Latest).await.map(|_| ()).unwrap_err());
 }
 
 #[tokio::test]
 async fn a_session_whose_recorded_owner_is_gone_reads_as_abandoned_and_resumes() {
     let f = Fixture::new();
-    let (session, _) = f.session(opts().id("orphan")).await;
+    let (session, remote) = f.session(opts().id("orphan")).await;
     assert!(acknowledged(&f, &session).await);
+    let turn = f.admitted_turn(&session, "work").await;
+    remote.complete(&turn.id, "done").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
     let mut snapshot = f.store.fetch_session(&session.id).await.unwrap().unwrap();
     let owner = snapshot.owner.clone().expect("Linux: the run recorded its harness");
     assert_eq!(owner.pid, std::process::id());
     f.harness.shutdown().await;
+    // A turn the killed host was running: stored, with no terminal event.
+    let mut unfinished = turn.clone();
+    unfinished.id = TurnId::generate();
+    (unfinished.status, unfinished.finished_at, unfinished.result) = (TurnStatus::Running, None, None);
+    f.store.save_turn(&unfinished).await.unwrap();
 
     // The record a killed host leaves: the session open, its owner a process that is gone.
     let gone: SessionOwner = serde_json::from_value(serde_json::json!({"pid": owner.pid, "started": owner.started + 1,
@@ -713,6 +725,13 @@ async fn a_session_whose_recorded_owner_is_gone_reads_as_abandoned_and_resumes()
     let other = Harness::builder().provider(provider).store(StoreChoice::Custom(f.dyn_store())).build().unwrap();
     let listed = other.list_stored_sessions().await.unwrap();
     assert_eq!(listed[0].snapshot.status, SessionState::Abandoned);
+    // The unfinished turn ended with the session, as `status` says.
+    let abandoned = |err: &Error| matches!(err, Error::SessionClosed { reason: ExitReason::Abandoned { .. }, .. });
+    assert!(abandoned(&other.status(&session).await.unwrap_err()));
+    match other.await_turn(&unfinished, None).await.unwrap_err() {
+        AwaitError::Failed(err) => assert!(abandoned(&err), "{err:?}"),
+        err => panic!("{err:?}"),
+    }
     let resumed = other.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
     assert_eq!(resumed, session);
     let stored = f.store.fetch_session(&session.id).await.unwrap().unwrap();
