@@ -92,6 +92,15 @@ pub enum OpenError {
     WriterThread(#[source] io::Error),
 }
 
+impl OpenError {
+    /// SQLite found the database locked by another connection.
+    pub(crate) fn is_busy(&self) -> bool {
+        let OpenError::Sqlite { source, .. } = self else { return false };
+        source.downcast_ref::<rusqlite::Error>().and_then(rusqlite::Error::sqlite_error_code)
+            == Some(ErrorCode::DatabaseBusy)
+    }
+}
+
 /// Maps a SQLite failure to the shared store error a session acts on.
 pub(crate) fn store_error(error: &rusqlite::Error) -> StoreError {
     let message = error.to_string();

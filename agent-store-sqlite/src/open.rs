@@ -41,7 +41,24 @@ const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 
 /// Opens the write connection: creates the file if needed, refuses what is not a store of a
 /// known version, switches to WAL and migrates. Nothing is written to a refused file.
+///
+/// Two connections that read a new (empty) database and then both go on to write it deadlock
+/// on SQLite's lock upgrade, which SQLite answers at once with `SQLITE_BUSY`, without waiting
+/// on the busy handler: the open that lost is tried again, within the busy timeout, and then
+/// finds the store the other made.
 pub(crate) fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connection, OpenError> {
+    let deadline = std::time::Instant::now() + options.busy_timeout;
+    loop {
+        match open_writer_once(path, options) {
+            Err(error) if error.is_busy() && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            opened => return opened,
+        }
+    }
+}
+
+fn open_writer_once(path: &Path, options: &SqliteOptions) -> Result<Connection, OpenError> {
     prepare_file(path, options.create)?;
     let wal_existed = side_file(path, "-wal").exists();
     let mut conn = connect(path, options).map_err(|e| classify(path, e))?;

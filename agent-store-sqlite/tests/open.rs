@@ -255,3 +255,29 @@ fn a_file_this_process_cannot_write_is_refused_untouched() {
     }
     assert_eq!(state(&path), before, "the file is left as it was");
 }
+
+/// Opens of one empty file at once (two runs given the same new path) all become the same store:
+/// the one that lost the race to make it waits for the other, within the busy timeout, rather
+/// than failing with "database is locked".
+#[test]
+fn opens_of_one_empty_file_at_once_all_succeed() {
+    for round in 0..20 {
+        let dir = TempDir::new("racing-opens");
+        let path = dir.path().join(format!("store-{round}.db"));
+        fs::write(&path, b"").unwrap();
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));
+        let opens: Vec<_> = (0..4)
+            .map(|_| {
+                let (path, barrier) = (path.clone(), std::sync::Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    SqliteStore::open(&path).map(drop)
+                })
+            })
+            .collect();
+        for open in opens {
+            let opened = open.join().unwrap();
+            assert!(opened.is_ok(), "round {round}: {opened:?}");
+        }
+    }
+}
