@@ -54,10 +54,40 @@ pub(crate) struct ClaudeSession {
     pub(crate) command_timeout: Duration,
 }
 
+/// Claude Code's commands that start a new conversation in the running process (`/clear` and
+/// its aliases): claude would then report another session ID than the session's, which ends the
+/// session (see `Normalizer::reported`).
+const NEW_CONVERSATION_COMMANDS: &[&str] = &["/clear", "/reset", "/new"];
+
+/// Claude Code runs a prompt that starts with `/` as its command (`/cost`, `/compact`): those
+/// pass. The ones that would leave the session's conversation are refused before claude sees
+/// them.
+fn refuse_conversation_commands(input: &TurnInput) -> Result<()> {
+    let first = match input {
+        TurnInput::Text(text) => Some(text.as_str()),
+        TurnInput::Items(items) => items.iter().find_map(|i| match i {
+            InputItem::Text { text } => Some(text.as_str()),
+            _ => None,
+        }),
+    };
+    let command = first.and_then(|text| text.split_whitespace().next()).unwrap_or_default();
+    if NEW_CONVERSATION_COMMANDS.contains(&command) {
+        return Err(Error::InvalidOption {
+            option: "input",
+            reason: format!(
+                "`{command}` makes claude start a new conversation, which this session cannot follow; start a new \
+                 session instead"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// The `message.content` of a prompt: the text, or text and image blocks for structured
 /// input. A skill item makes the prompt `/<skill> <text>`, a string: claude expands a skill's
 /// slash command only in a string prompt (measured), so it takes text items only.
 pub(crate) fn content(input: &TurnInput, skills: &[String]) -> Result<Value> {
+    refuse_conversation_commands(input)?;
     if let TurnInput::Items(items) = input
         && let Some(skill) = items.iter().find_map(|i| match i {
             InputItem::Skill { name } => Some(name),
@@ -257,6 +287,21 @@ mod tests {
 
     fn content_of(input: &TurnInput) -> Result<Value> {
         content(input, &["notes".to_owned()])
+    }
+
+    #[test]
+    fn a_command_that_starts_a_new_conversation_is_refused_and_others_pass() {
+        for text in ["/clear", "  /reset now", "/new"] {
+            let err = content_of(&TurnInput::Text(text.into())).unwrap_err();
+            assert!(
+                matches!(&err, Error::InvalidOption { option: "input", reason } if reason.contains("new conversation"))
+            );
+        }
+        let items = TurnInput::Items(vec![InputItem::Text { text: "/clear".into() }]);
+        assert!(content_of(&items).is_err());
+        for text in ["/cost", "/clearly wrong", "/etc/hosts has a typo", "please /clear the cache"] {
+            assert_eq!(content_of(&TurnInput::Text(text.into())).unwrap(), json!(text));
+        }
     }
 
     #[test]

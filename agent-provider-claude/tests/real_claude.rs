@@ -334,6 +334,22 @@ async fn a_project_settings_file_cannot_turn_off_approvals() {
     claude.finish().await;
 }
 
+/// `/clear` would make claude start a new conversation, which ends the session: the turn is
+/// refused at admission, before claude sees it, and the session goes on in its conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_that_would_clear_the_conversation_is_refused_and_the_session_goes_on() {
+    let claude = Claude::start(Scenario::new().text("still here")).await;
+    let session = claude.session(claude.options()).await;
+    let (_, refused) = claude.run(&session, "/clear", |_| None).await;
+    let end = terminal(&refused);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&refused));
+    assert!(end.result.reason.as_deref().unwrap_or_default().contains("new conversation"), "{:?}", end.result);
+    let (_, events) = claude.run(&session, "are you there?", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("still here"));
+    claude.finish().await;
+}
+
 /// Waits on `turn`'s events until `found` matches one; returns the events so far.
 async fn wait_for(
     claude: &Claude,
