@@ -305,10 +305,18 @@ impl Provider for ClaudeProvider {
                         } else {
                             ConversationMode::Resume
                         };
+                        // Claude writes a conversation down at its first prompt: a session stopped
+                        // before its first turn has none to continue.
+                        let unsaved = if stderr.contains("No conversation found") {
+                            "; claude keeps a conversation only once a turn ran in it (a session stopped before its \
+                             first turn has none to continue)"
+                        } else {
+                            ""
+                        };
                         Error::ResumeFailed {
                             mode,
                             reason: format!(
-                                "claude could not continue conversation `{provider_session_id}`: {} (no fresh conversation was started)",
+                                "claude could not continue conversation `{provider_session_id}`: {} (no fresh conversation was started){unsaved}",
                                 if stderr.is_empty() { why } else { stderr }
                             ),
                         }

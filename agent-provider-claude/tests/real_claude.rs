@@ -525,6 +525,15 @@ async fn fork_gets_a_new_session_id_and_a_missing_conversation_is_an_error() {
         }
         other => panic!("resuming a missing conversation must fail, got {other:?}"),
     }
+    // Nor does a session stopped before its first turn have one: the error says why.
+    let turnless = claude.session(claude.options()).await;
+    claude.harness.stop_session(&turnless, false).await.unwrap();
+    match claude.harness.start_session("claude", claude.options().resume_session(turnless.id.clone())).await {
+        Err(agent_core::Error::ResumeFailed { reason, .. }) => {
+            assert!(reason.contains("only once a turn ran in it"), "{reason}")
+        }
+        other => panic!("resuming a session without a turn must fail, got {other:?}"),
+    }
     claude.finish().await;
 }
 
