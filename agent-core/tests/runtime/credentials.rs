@@ -76,7 +76,21 @@ async fn a_credential_streamed_in_pieces_reaches_no_event_nor_the_store() {
     let at = |kind: &str| order.iter().rposition(|k| *k == kind).unwrap();
     assert!(at("command_output_delta") < at("tool_completed") && at("message_delta") < at("turn_completed"));
 
+    // A session's own delta (no turn) held at its end goes out, under no turn, before it closes.
+    let mut live = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    let session_level =
+        |item: &str, text: &str| EventKind::MessageDelta { item_id: Some(ItemId::new(item)), text: text.into() };
+    remote.emit_raw(None, session_level("m2", "sk-env-se"), r#"{"delta":"sk-env-se"}"#).await;
+    remote.emit_raw(None, session_level("m3", "ok"), r#"{"delta":"ok"}"#).await;
+    assert_eq!(next(&mut live).await.type_name(), "message_delta", "the other item's delta, once both were read");
+    f.harness.stop_session(&session, false).await.unwrap();
+
     let stored = f.dyn_store().read_events(&session.id, &Default::default()).await.unwrap();
+    let [.., released, closed] = &stored[..] else { panic!("{stored:?}") };
+    assert_eq!((released.type_name(), released.turn_id.as_ref()), ("message_delta", None), "{released:?}");
+    assert!(matches!(&released.kind, EventKind::MessageDelta { text, .. } if text.as_str() == "sk-env-se"));
+    assert_eq!(closed.type_name(), "session_closed");
+    let stored: Vec<Arc<Event>> = stored.into_iter().filter(|e| e.turn_id.is_some()).collect();
     let stored_json = serde_json::to_string(&stored).unwrap();
     assert!(!stored_json.contains("sk-env-secret-0123456789"), "{stored_json}");
     assert!(!stored_json.contains("ret-0123") && !stored_json.contains("456789"), "no piece: {stored_json}");

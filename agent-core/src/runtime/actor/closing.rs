@@ -46,6 +46,10 @@ impl Actor {
             let kind = EventKind::terminal(TurnStatus::Interrupted, TurnResult::reason(why));
             self.finish_current(kind, None, ExpiryReason::SessionClosed, cause);
         }
+        // Session-level streamed text still held goes out before the end.
+        for released in self.streams.as_mut().map(|s| s.end_turn(None)).unwrap_or_default() {
+            self.journal.emit(None, released, None);
+        }
         self.state = SessionState::Closed;
         self.record_snapshot();
         self.journal.emit(None, EventKind::SessionClosed { reason: reason.clone() }, None);

@@ -161,9 +161,10 @@ impl StreamRedactor {
         self.take(|s| s.turn.as_ref() == turn && s.item.as_ref() == item)
     }
 
-    /// The held text of every stream of `turn` (and of the session's own), which end with it.
+    /// The held text of every stream of `turn` (`None`: the session's own, at its end), which
+    /// end with it.
     pub(crate) fn end_turn(&mut self, turn: Option<&TurnId>) -> Vec<EventKind> {
-        self.take(|s| s.turn.is_none() || s.turn.as_ref() == turn)
+        self.take(|s| s.turn.as_ref() == turn)
     }
 
     fn take(&mut self, ends: impl Fn(&Stream) -> bool) -> Vec<EventKind> {
@@ -362,8 +363,12 @@ mod tests {
         assert_eq!((text(&kind), raw.is_none()), ("[redacted]!", true));
         let held = EventKind::MessageDelta { item_id: None, text: "sk-live-01".into() };
         assert!(r.delta(Some(&turn), held, None).is_none());
+        // A session-level stream is not the turn's: it ends with the session.
+        let session_level = EventKind::MessageDelta { item_id: None, text: "ghp_abcd".into() };
+        assert!(r.delta(None, session_level, None).is_none());
         let released = r.end_turn(Some(&turn));
         assert_eq!(released.iter().map(text).collect::<Vec<_>>(), ["sk-live-01"]);
+        assert_eq!(r.end_turn(None).iter().map(text).collect::<Vec<_>>(), ["ghp_abcd"]);
         assert!(r.streams.is_empty());
     }
 
