@@ -190,7 +190,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                         self.head.extend_from_slice(&available[..chunk_len.min(rest)]);
                     }
                     // One byte of slack: a `\r` that ends a line of exactly `max` bytes.
-                    None if self.line.len() + chunk_len > self.max + 1 => {
+                    None if self.line.len() + chunk_len > self.max.saturating_add(1) => {
                         skipped = Some(self.line.len() + chunk_len);
                         self.head.clear();
                         self.head.extend_from_slice(&self.line[..self.line.len().min(TOO_LONG_HEAD)]);
@@ -508,6 +508,21 @@ mod tests {
     fn check(input: &[u8], max: usize, expected: Vec<Owned>) {
         let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
         assert_eq!(runtime.block_on(read_all(input, max)), expected, "{:?}", String::from_utf8_lossy(input));
+    }
+
+    /// `usize::MAX` as the cap (no limit) on a line that spans several reads.
+    #[tokio::test]
+    async fn a_cap_of_usize_max_reads_lines_across_reads() {
+        let input: &[u8] = b"abcdefghij\nklm\n";
+        let mut lines = LineReader::with_first_buffer(input, usize::MAX, 4);
+        let mut out = Vec::new();
+        while let Some(line) = lines.next_line().await.expect("reads") {
+            out.push(match line {
+                Line::Text(bytes) => Owned::Text(bytes.to_vec()),
+                Line::TooLong(len) => Owned::TooLong(len),
+            });
+        }
+        assert_eq!(out, [text("abcdefghij"), text("klm")]);
     }
 
     #[test]
