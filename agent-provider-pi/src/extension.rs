@@ -35,9 +35,12 @@ export default function (pi) {
       const subject = event.toolName === "bash"
         ? String(input.command ?? "")
         : String(input.path ?? input.file_path ?? "");
-      const ok = await ctx.ui.confirm(`Allow ${event.toolName}?`, subject);
+      // With the turn's signal, an abort settles the open dialog: without it pi's abort waits
+      // on the dialog for good.
+      const dialog = { signal: ctx.signal };
+      const ok = await ctx.ui.confirm(`Allow ${event.toolName}?`, subject, dialog);
       if (!ok) {
-        const why = await ctx.ui.input("__REASON__", "");
+        const why = await ctx.ui.input("__REASON__", "", dialog);
         return { block: true, reason: why ? `__DENIED__: ${why}` : "__DENIED__" };
       }
       return undefined;
@@ -57,9 +60,10 @@ export default function (pi) {
     },
     async execute(id, params, signal, onUpdate, ctx) {
       const options = Array.isArray(params.options) ? params.options.map(String) : [];
+      const dialog = { signal };
       const answer = options.length > 0
-        ? await ctx.ui.select(String(params.question), options)
-        : await ctx.ui.input(String(params.question), "");
+        ? await ctx.ui.select(String(params.question), options, dialog)
+        : await ctx.ui.input(String(params.question), "", dialog);
       const text = answer === undefined || answer === null ? "(no answer)" : `User chose: ${answer}`;
       return { content: [{ type: "text", text }], details: {} };
     },

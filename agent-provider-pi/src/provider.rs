@@ -2,6 +2,7 @@
 
 use std::ffi::OsString;
 use std::fmt;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -166,7 +167,7 @@ pub(crate) fn find_session_file(dir: &Path, id: &str) -> Option<PathBuf> {
 
 /// Checks the model against `models.json` when it names a provider defined there.
 fn check_model(options: &SessionOptions, model: &str) -> Result<()> {
-    if model.trim().is_empty() || model.chars().any(char::is_whitespace) {
+    if model.trim().is_empty() || model.chars().any(|c| c.is_whitespace() || c == '\0') {
         return Err(invalid("model", format!("`{model}` is not a pi model pattern")));
     }
     let Some((provider, id)) = model.split_once('/') else { return Ok(()) };
@@ -204,7 +205,24 @@ fn validate(options: &SessionOptions, pi: &PiOptions) -> Result<()> {
             "`--api-key` puts a secret on the command line; set the key in the session environment",
         ));
     }
-    let reserved = ["--mode", "--session", "--fork", "--no-session", "--continue", "-c", "--resume", "-r"];
+    // What reaches pi's command line: a NUL would end the argument there.
+    let nul = |bytes: &[u8]| bytes.contains(&0);
+    let with_nul = [
+        ("PiOptions::args", pi.args.iter().any(|a| nul(a.as_bytes()))),
+        ("PiOptions::binary_args", pi.binary_args.iter().any(|a| nul(a.as_bytes()))),
+        ("PiOptions::session_dir", pi.session_dir.as_ref().is_some_and(|d| nul(d.as_os_str().as_bytes()))),
+        ("skills", options.skills.iter().any(|s| nul(s.path.as_os_str().as_bytes()))),
+    ];
+    if let Some((option, _)) = with_nul.iter().find(|(_, found)| *found) {
+        return Err(invalid(option, "holds a NUL byte, which cannot reach pi's command line"));
+    }
+    // Pi resolves a relative directory against the session's cwd, the provider's look-up for a
+    // resume against its own: refused rather than looked for in the wrong place.
+    if pi.session_dir.as_ref().is_some_and(|d| !d.is_absolute()) {
+        return Err(invalid("PiOptions::session_dir", "must be an absolute path"));
+    }
+    let reserved =
+        ["--mode", "--session", "--fork", "--no-session", "--continue", "-c", "--resume", "-r", "--session-dir"];
     if let Some(flag) = pi.args.iter().find(|a| reserved.contains(&a.split('=').next().unwrap_or(a))) {
         return Err(invalid("PiOptions::args", format!("`{flag}` is set by the provider")));
     }
@@ -458,6 +476,27 @@ mod tests {
             }
         }
         assert!(validate(&options, &PiOptions::new().binary_arg("/opt/pi/cli.js")).is_ok());
+    }
+
+    /// What would reach pi's command line with a NUL, a relative session directory (pi and the
+    /// provider would look for it in different places) and `--session-dir` in args are refused,
+    /// each naming its option.
+    #[test]
+    fn arguments_pi_cannot_take_are_refused_naming_the_option() {
+        let options = SessionOptions::new("/work");
+        let refused = |options: &SessionOptions, pi: PiOptions| match validate(options, &pi) {
+            Err(Error::InvalidOption { option, reason }) => (option, reason),
+            other => panic!("expected InvalidOption, got {other:?}"),
+        };
+        assert_eq!(refused(&options.clone().model("m\0"), PiOptions::new()).0, "model");
+        assert_eq!(refused(&options, PiOptions::new().arg("--x\0")).0, "PiOptions::args");
+        assert_eq!(refused(&options, PiOptions::new().binary_arg("/opt/pi\0")).0, "PiOptions::binary_args");
+        assert_eq!(refused(&options, PiOptions::new().session_dir("/s\0")).0, "PiOptions::session_dir");
+        assert_eq!(refused(&options.clone().skill(Skill::new("r", "/skills/r\0")), PiOptions::new()).0, "skills");
+        let (option, reason) = refused(&options, PiOptions::new().session_dir("rel-sessions"));
+        assert_eq!((option, reason.as_str()), ("PiOptions::session_dir", "must be an absolute path"));
+        assert_eq!(refused(&options, PiOptions::new().arg("--session-dir=/x")).0, "PiOptions::args");
+        assert!(validate(&options, &PiOptions::new().session_dir("/abs/sessions")).is_ok());
     }
 
     #[test]

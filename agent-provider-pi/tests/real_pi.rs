@@ -523,6 +523,44 @@ fn unknown_model_options(pi: &Pi, model: &str) -> agent_core::SessionOptions {
     pi.env.session_options().provider_option(options).model(model)
 }
 
+/// Cancelling a turn while an approval or a question waits settles pi's open dialog: the turn
+/// ends within a second, the request expires, nothing runs, and the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_while_an_approval_or_a_question_waits_ends_the_turn_within_a_second() {
+    for cli in clis() {
+        let scenario = Scenario::new()
+            .shell("touch approved.txt")
+            .tool_call("ask_user", serde_json::json!({"question": "Pick", "options": ["a", "b"]}))
+            .text("after the cancels");
+        let pi = Pi::start(cli, scenario).await;
+        let session = pi.session(pi.options()).await;
+        for prompt in ["run", "ask"] {
+            let turn = pi.harness.start_turn(&session, prompt, Default::default()).await.expect("turn");
+            let mut stream = pi.harness.stream(&turn, agent_core::Replay::Start, Some(support::IDLE)).await.unwrap();
+            until(&mut stream, |k| matches!(k, EventKind::RequestCreated(_))).await;
+            let asked = Instant::now();
+            pi.harness.cancel(&turn).await.expect("cancel accepted");
+            let mut events = Vec::new();
+            while let Some(event) = tokio::time::timeout(Duration::from_secs(5), stream.next()).await.expect("ended") {
+                let event = event.expect("event");
+                let done = event.is_terminal();
+                events.push(event);
+                if done {
+                    break;
+                }
+            }
+            let took = asked.elapsed();
+            assert!(took < Duration::from_secs(1), "pi {} ({prompt}): {took:?}", pi.version());
+            assert_eq!(terminal(&events).status, TurnStatus::Interrupted, "pi {}: {}", pi.version(), names(&events));
+            assert_eq!(count(&events, "request_expired"), 1, "{}", names(&events));
+        }
+        assert!(!pi.env.workspace().join("approved.txt").exists());
+        let (_, next) = pi.run(&session, "still there?", |_| None).await;
+        assert_eq!(terminal(&next).result.text.as_deref(), Some("after the cancels"), "{}", names(&next));
+        pi.finish().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_free_text_question_takes_text_and_a_cancelled_approval_interrupts_the_turn() {
     for cli in clis() {
