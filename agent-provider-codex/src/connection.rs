@@ -108,11 +108,12 @@ pub(crate) struct Connection {
 impl Connection {
     /// Takes over a spawned process and starts reading its output.
     pub(crate) fn start(child: Child, sink: Sink, max_line: usize, secrets: Secrets) -> Result<Connection, CallError> {
+        let normalizer = Normalizer::with_text_limit(max_line).redacting(secrets.clone());
         let (process, stdout) = CliProcess::start(CLI, child, secrets).ok_or(CallError::Closed)?;
         let shared = Arc::new(Shared {
             sink,
             process,
-            state: Mutex::new(Normalizer::with_text_limit(max_line)),
+            state: Mutex::new(normalizer),
             pending: Pending::new(),
             next_id: AtomicI64::new(1),
             turn_ended: Notify::new(),

@@ -12,6 +12,7 @@ use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EventKind, ItemId, TurnId, TurnStatus};
 use agent_provider_kit::framing::Bytes;
+use agent_provider_kit::secrets::Secrets;
 use serde_json::{Value, json};
 
 mod convert;
@@ -98,6 +99,9 @@ pub(crate) struct Normalizer {
     /// The most bytes of an open message's text kept for the turn's result (see
     /// [`Normalizer::with_text_limit`]).
     text_limit: usize,
+    /// The session's credentials, kept out of the texts gathered from deltas (see
+    /// [`Normalizer::redacting`]).
+    secrets: Secrets,
 }
 
 impl Normalizer {
@@ -114,6 +118,15 @@ impl Normalizer {
     /// memory without limit.
     pub(crate) fn with_text_limit(max: usize) -> Self {
         Normalizer { text_limit: max, ..Self::default() }
+    }
+
+    /// Keeps `secrets`' credentials out of what it gathers from deltas: an unfinished
+    /// message's text (a turn's result when codex ends without completing it) and an
+    /// interrupted tool's output. Each delta's line was redacted, but a key in pieces across
+    /// deltas is whole once they are joined.
+    pub(crate) fn redacting(mut self, secrets: Secrets) -> Self {
+        self.secrets = secrets;
+        self
     }
 
     /// Sets the session's codex thread; frames of other threads are kept unnormalized.
@@ -200,7 +213,7 @@ impl Normalizer {
     ) -> Vec<Action> {
         let Some(mut turn) = self.turn.take() else { return Vec::new() };
         self.requests.clear();
-        let mut actions = turn.close_items();
+        let mut actions = turn.close_items(&self.secrets);
         let mut result = turn.result(None);
         result.reason = Some(reason.to_owned());
         result.exit_status = exit_status;
@@ -566,7 +579,7 @@ impl Normalizer {
         let Some(mut turn) = self.turn.take() else { return Vec::new() };
         let harness = turn.id().clone();
         self.requests.retain(|_, p| p.turn != harness);
-        let mut actions = turn.close_items();
+        let mut actions = turn.close_items(&self.secrets);
         let summary_text = info.items.iter().rev().find(|i| i.kind == "agentMessage").and_then(|i| i.text.clone());
         let mut result = turn.result(summary_text);
         result.provider_turn_id = Some(info.id.clone());

@@ -474,27 +474,58 @@ async fn a_credential_the_cli_prints_on_stdout_is_redacted_from_events_and_the_s
 }
 
 /// A credential a model quotes comes in pieces, a few characters per delta, no line holding it
-/// whole: the deltas published and stored hold none of it together either, nor does the text
-/// a turn that ended mid-stream kept.
+/// whole; so may a command's output or a file change's. Codex ends before any of them completes:
+/// the deltas published and stored hold none of it together, nor does the text the turn kept of
+/// its unfinished message, nor the interrupted tools' output.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_credential_streamed_in_pieces_is_redacted_from_the_deltas_and_the_partial_text() {
     const KEY: &str = "sk-test-0123456789abcdef";
-    let pieces = ["Your key: ", "sk", "-te", "st-01", "23456789", "abcdef", ", and sk-", "etch"];
-    let script = gate(FakeScript::new().handshake().turn_start()).deltas(pieces).exit(1);
-    let case = Case::new(script);
+    let note = |method: &str, mut params: serde_json::Value| {
+        params["threadId"] = json!("${in.params.threadId}");
+        params["turnId"] = json!("${in.params.expectedTurnId}");
+        json!({"method": method, "params": params})
+    };
+    let command = json!({"type": "commandExecution", "id": "c1", "command": "env", "cwd": "/tmp", "processId": null,
+        "source": "agent", "status": "inProgress", "commandActions": [], "aggregatedOutput": null, "exitCode": null});
+    let change = json!({"type": "fileChange", "id": "f1", "status": "inProgress",
+        "changes": [{"path": "/tmp/x", "kind": {"type": "add"}, "diff": ""}]});
+    let message = json!({"type": "agentMessage", "id": "m1", "text": ""});
+    let mut script = gate(FakeScript::new().handshake().turn_start());
+    for item in [command, change, message] {
+        script = script.send(note("item/started", json!({ "item": item })));
+    }
+    for piece in ["PATH=/bin\nOPENAI_API_KEY=sk-te", "st-0123456789", "abcdef\n"] {
+        script = script.send(note("item/commandExecution/outputDelta", json!({"itemId": "c1", "delta": piece})));
+        script = script.send(note("item/fileChange/outputDelta", json!({"itemId": "f1", "delta": piece})));
+    }
+    for piece in ["Your key: ", "sk", "-te", "st-01", "23456789", "abcdef", ", and sk-", "etch"] {
+        script = script.send(note("item/agentMessage/delta", json!({"itemId": "m1", "delta": piece})));
+    }
+    let case = Case::new(script.exit(1));
     let options = case.options().auth(AuthMode::Inherit).env("OPENAI_API_KEY", KEY);
     let session = case.session_with(options).await;
     let events = case.run_gated(&session, "hello").await;
     let streamed = agent_testkit::events::delta_texts(&events).concat();
-    assert_eq!(streamed, "Your key: sk[redacted], and sk-etch");
+    assert!(streamed.ends_with("Your key: sk[redacted], and sk-etch"), "{streamed:?}");
     let end = end(&events);
     assert_eq!(end.status, TurnStatus::Failed);
-    let text = end.result.text.as_deref().unwrap_or_default();
-    assert!(!text.contains("0123456789"), "{text:?}");
+    assert_eq!(
+        end.result.text.as_deref(),
+        Some("Your key: sk-test-0123456789abcdef, and sk-etch".replace(KEY, "[redacted]").as_str())
+    );
     let last = events.last().unwrap().seq as usize;
     let stored: Vec<_> = case.harness.subscribe(&session, Replay::Start).await.unwrap().take(last).collect().await;
     let json: String = stored.into_iter().map(|event| serde_json::to_string(&*event.unwrap()).unwrap()).collect();
     assert!(!json.contains("0123456789") && !json.contains("st-01"), "{json}");
+    assert_eq!(json.matches("OPENAI_API_KEY=[redacted]").count(), 2, "both tools' interrupted output: {json}");
+    let progress: String = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolProgress { message, .. } => Some(message.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(progress, "PATH=/bin\nOPENAI_API_KEY=[redacted]\n", "the file change's output, as progress");
     case.finish().await;
 }
 

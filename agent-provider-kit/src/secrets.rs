@@ -195,6 +195,19 @@ impl Secrets {
         self.values.is_empty()
     }
 
+    /// `text` with every credential (see [`Secrets::credentials`]) replaced by [`REDACTED`];
+    /// borrowed when there was none. For text a provider gathers from stdout pieces that no
+    /// line held whole (a message's deltas), as the line reader redacts a line.
+    pub fn redact_credentials<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        let mut text = Cow::Borrowed(text);
+        for value in self.credentials.iter() {
+            if text.contains(value.as_str()) {
+                text = Cow::Owned(text.replace(value.as_str(), REDACTED));
+            }
+        }
+        text
+    }
+
     /// `text` with every occurrence of a secret replaced by [`REDACTED`]; borrowed when there
     /// was none.
     pub fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
@@ -284,6 +297,7 @@ mod tests {
             more.credentials().any(|c| c == "cli-token-12345") && !more.credentials().any(|c| c == "/tmp/cli-home")
         );
         assert_eq!(more.redact("/tmp/cli-home"), "[redacted]");
+        assert_eq!(more.redact_credentials("/tmp/cli-home cli-token-12345"), "/tmp/cli-home [redacted]");
     }
 
     #[test]

@@ -97,3 +97,45 @@ async fn a_credential_streamed_in_pieces_reaches_no_event_nor_the_store() {
     let stored_message: String = texts(&stored, "message_delta").into_iter().map(|(t, _)| t).collect();
     assert_eq!(stored_message, joined);
 }
+
+/// A session that retires (a rejected cancel) publishes what its streams held, the turn's
+/// before its terminal event and the session's own, none of it a key.
+#[tokio::test]
+async fn held_text_goes_out_when_the_session_retires() {
+    let f = Fixture::new();
+    f.control.set_credentials([KEY]);
+    f.control.set_cancel(agent_core::testing::CancelBehavior::Reject("no such turn".into()));
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "work").await;
+    let mut live = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    let delta =
+        |item: &str, text: &str| EventKind::MessageDelta { item_id: Some(ItemId::new(item)), text: text.into() };
+    remote.emit(&turn.id, delta("m1", "turn note sk-env-sec")).await;
+    remote.emit_raw(None, delta("m2", "session note sk-env"), r#"{"delta":"session note sk-env"}"#).await;
+    remote.emit(&turn.id, delta("m3", "read")).await;
+    // The three published pieces (the held ones are not): all read by the actor.
+    let mut deltas = 0;
+    while deltas < 3 {
+        deltas += usize::from(next(&mut live).await.type_name() == "message_delta");
+    }
+    let monitor = f.harness.monitor(&session).await.unwrap();
+    f.harness.cancel(&turn).await.unwrap();
+    assert!(matches!(monitor.await, ExitReason::Retired { .. }));
+
+    let stored = f.dyn_store().read_events(&session.id, &Default::default()).await.unwrap();
+    let text = |turn: Option<&TurnId>| -> String {
+        stored
+            .iter()
+            .filter(|e| e.turn_id.as_ref() == turn)
+            .filter_map(|e| match &e.kind {
+                EventKind::MessageDelta { text, .. } => Some(text.to_string()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(text(Some(&turn.id)), "turn note readsk-env-sec");
+    assert_eq!(text(None), "session note sk-env");
+    let at = |found: &dyn Fn(&Event) -> bool| stored.iter().position(|e| found(e)).unwrap();
+    let released = at(&|e| matches!(&e.kind, EventKind::MessageDelta { text, .. } if text.as_str() == "sk-env-sec"));
+    assert!(released < at(&|e| e.type_name() == "turn_failed"), "the turn's held text before its end");
+}

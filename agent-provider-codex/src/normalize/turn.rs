@@ -3,6 +3,7 @@
 use agent_core::event::{FileChangeEntry, ToolStatus};
 use agent_core::{EventKind, ItemId, TurnId, TurnResult, Usage};
 use agent_provider_kit::clones::Clones;
+use agent_provider_kit::secrets::Secrets;
 use serde_json::Value;
 
 use super::Action;
@@ -102,7 +103,7 @@ impl TurnState {
 
     /// Closes the turn's open tool items as interrupted; an open message's text becomes the
     /// turn's last message if none completed, with a warning if it was cut.
-    pub(super) fn close_items(&mut self) -> Vec<Action> {
+    pub(super) fn close_items(&mut self, secrets: &Secrets) -> Vec<Action> {
         std::mem::take(&mut self.items)
             .into_iter()
             .filter_map(|Open { id, item, .. }| match item {
@@ -111,7 +112,7 @@ impl TurnState {
                     kind: EventKind::ToolCompleted {
                         item_id: id.into_inner(),
                         status: ToolStatus::Interrupted,
-                        output: Some(output).filter(|o| !o.is_empty()),
+                        output: Some(secrets.redact_credentials(&output).into_owned()).filter(|o| !o.is_empty()),
                         exit_code: None,
                     },
                     raw: None,
@@ -121,7 +122,7 @@ impl TurnState {
                         return None;
                     }
                     let kept = text.len();
-                    self.last_message = Some(text);
+                    self.last_message = Some(secrets.redact_credentials(&text).into_owned());
                     cut.then(|| Action::Emit {
                         turn: Some(self.id().clone()),
                         kind: EventKind::Warning {

@@ -33,6 +33,10 @@ impl Actor {
         self.watchdog.disarm();
         drop((self.calls.abort_all(), self.ledger.abandon_claims()));
         self.calls.abort_admission();
+        // The running turn's held text goes out before what ends it.
+        if let Some(turn) = self.current.as_ref().map(|c| c.turn.id.clone()) {
+            self.release_streams(Some(&turn));
+        }
         if let Some(lost) = self.transport_lost.take() {
             self.journal.emit(None, EventKind::TransportError { reason: lost }, None);
         }
@@ -47,9 +51,7 @@ impl Actor {
             self.finish_current(kind, None, ExpiryReason::SessionClosed, cause);
         }
         // Session-level streamed text still held goes out before the end.
-        for released in self.streams.as_mut().map(|s| s.end_turn(None)).unwrap_or_default() {
-            self.journal.emit(None, released, None);
-        }
+        self.release_streams(None);
         self.state = SessionState::Closed;
         self.record_snapshot();
         self.journal.emit(None, EventKind::SessionClosed { reason: reason.clone() }, None);
@@ -124,12 +126,17 @@ impl Actor {
         tracing::warn!(%reason, "retiring session");
         self.abandon_calls("the session retired");
         self.calls.abort_admission();
+        // The running turn's held text goes out before what ends it.
+        if let Some(turn) = self.current.as_ref().map(|c| c.turn.id.clone()) {
+            self.release_streams(Some(&turn));
+        }
         if let Some(lost) = self.transport_lost.take() {
             self.journal.emit(None, EventKind::TransportError { reason: lost }, None);
         }
         self.release_held_frames();
         let kind = EventKind::terminal(TurnStatus::Failed, TurnResult::reason(reason.clone()));
         self.finish_current(kind, None, ExpiryReason::TurnEnded, EndCause::Uncertain);
+        self.release_streams(None);
         self.state = SessionState::Unavailable;
         self.record_snapshot();
         self.exiting = Some(ExitReason::Retired { reason });

@@ -3,12 +3,15 @@
 //! A provider redacts the credentials a CLI was given from each line it reads, but a model that
 //! quotes a key streams it as deltas of a few characters each: no line holds the key, and the
 //! deltas concatenate back to it. [`StreamRedactor`] watches each stream of deltas (the
-//! messages, reasoning and command output of one item of one turn) as one text. Once the end of
-//! a stream is more than [`SHOWN`] bytes of a credential's beginning, it holds the rest back
-//! instead of publishing it; a key that completes is replaced by [`REDACTED`], and held text
-//! that turns out not to be a key goes out with the stream's next delta, or on its own before
-//! the event that ends the item or the turn. At most [`SHOWN`] bytes of a credential's beginning
-//! (`sk-`) are ever published, against the eight or more a credential has.
+//! messages, reasoning, command output and tool progress of one item of one turn) as one text.
+//! Once the end of a stream is more than [`SHOWN`] bytes of a credential's beginning, it holds
+//! the rest back instead of publishing it; a key that completes is replaced by [`REDACTED`],
+//! and held text that turns out not to be a key goes out with the stream's next delta, or on
+//! its own before the item's whole message or tool completion, or the end of the turn (or
+//! session): a usage report or a warning between two pieces ends nothing. A credential inside
+//! another one's beginning (a URL and its password) is held with it, so the longer one is
+//! replaced whole. At most [`SHOWN`] bytes of a credential's beginning (`sk-`) are ever
+//! published, against the eight or more a credential has.
 //!
 //! A delta the redactor changed carries no `raw`: the provider's line holds the piece it took
 //! out. One it held back whole is not published (its text goes out with the next). A delta that
@@ -32,6 +35,8 @@ enum Flow {
     Message,
     Reasoning,
     Command,
+    /// A tool's progress messages (Codex streams a file change's output as them).
+    Progress,
 }
 
 /// One stream whose end may be the beginning of a credential.
@@ -51,12 +56,13 @@ impl Stream {
         self.flow == flow && self.turn.as_ref() == turn && self.item.as_ref() == item
     }
 
-    /// The held text, as a delta of this stream.
-    fn release(self) -> Option<EventKind> {
+    /// The held text, a credential in it replaced, as a delta of this stream.
+    fn release(self, credentials: &Credentials) -> Option<EventKind> {
         let Stream { flow, item, mut tail, shown, .. } = self;
         if shown == tail.len() {
             return None;
         }
+        credentials.redact(&mut tail, shown);
         tail.drain(..shown);
         Some(delta(flow, item, tail.into()))
     }
@@ -121,9 +127,18 @@ impl StreamRedactor {
         let mut work = String::with_capacity(tail.len() + text.len());
         work.push_str(tail);
         work.push_str(text);
-        let replaced = self.credentials.redact(&mut work, shown);
+        // Decided on the text as it came: a shorter credential inside a longer one's beginning
+        // is held with it, so the longer one is replaced whole once it completes.
         let open = self.credentials.open_at(&work);
-        let held_from = if work.len() - open > SHOWN { open.max(shown) } else { work.len() };
+        let (open, held_from) = if work.len() - open > SHOWN {
+            // A whole credential reaching into the held text is held with it, from its start.
+            let open = self.credentials.crossing(&work, open);
+            (open, open.max(shown))
+        } else {
+            (open, work.len())
+        };
+        let mut published = work[..held_from].to_owned();
+        let replaced = self.credentials.redact(&mut published, shown);
         let unchanged = unchanged_before && !replaced && held_from == work.len();
         let item = item.cloned();
         if open < work.len() {
@@ -144,21 +159,28 @@ impl StreamRedactor {
         if unchanged {
             return Some((kind, raw));
         }
-        work.truncate(held_from);
-        work.drain(..shown);
-        (!work.is_empty()).then(|| (delta(flow, item, work.into()), None))
+        published.drain(..shown);
+        (!published.is_empty()).then(|| (delta(flow, item, published.into()), None))
     }
 
     /// The held text of the streams a turn's event (not its terminal: see
-    /// [`end_turn`](Self::end_turn)) ends, each as a delta to publish before it: those of the
-    /// item it names (an event naming no item ends the streams that have none). A delta ends no
-    /// stream.
+    /// [`end_turn`](Self::end_turn)) ends, each as a delta to publish before it: a whole
+    /// message ends the message streams of its item (a message without one, those without
+    /// one), a tool's completion the streams of its item. Nothing else ends a stream: a usage
+    /// report or a warning between two pieces of a key must not let the rest through.
     pub(crate) fn ended_by(&mut self, turn: Option<&TurnId>, kind: &EventKind) -> Vec<EventKind> {
-        if self.streams.is_empty() || parts(kind).is_some() {
+        if self.streams.is_empty() {
             return Vec::new();
         }
-        let item = item_of(kind);
-        self.take(|s| s.turn.as_ref() == turn && s.item.as_ref() == item)
+        match kind {
+            EventKind::AssistantMessage { item_id, .. } => self.take(|s| {
+                s.turn.as_ref() == turn && s.item == *item_id && matches!(s.flow, Flow::Message | Flow::Reasoning)
+            }),
+            EventKind::ToolCompleted { item_id, .. } => {
+                self.take(|s| s.turn.as_ref() == turn && s.item.as_ref() == Some(item_id))
+            }
+            _ => Vec::new(),
+        }
     }
 
     /// The held text of every stream of `turn` (`None`: the session's own, at its end), which
@@ -172,7 +194,7 @@ impl StreamRedactor {
         let mut i = 0;
         while i < self.streams.len() {
             if ends(&self.streams[i]) {
-                released.extend(self.streams.remove(i).release());
+                released.extend(self.streams.remove(i).release(&self.credentials));
             } else {
                 i += 1;
             }
@@ -220,6 +242,22 @@ impl Credentials {
         replaced
     }
 
+    /// Where the held text starting at `open` must start instead so that no whole credential
+    /// begins before it and ends inside it.
+    fn crossing(&self, text: &str, mut open: usize) -> usize {
+        loop {
+            let crossing = self.finders.iter().filter_map(|f| {
+                f.find_iter(text.as_bytes())
+                    .map(|at| (at, at + f.needle().len()))
+                    .find(|&(at, end)| at < open && end > open)
+            });
+            match crossing.map(|(at, _)| at).min() {
+                Some(at) => open = at,
+                None => return open,
+            }
+        }
+    }
+
     /// Where the longest end of `text` that is the beginning of a credential (not all of it)
     /// starts; `text.len()` when none is.
     fn open_at(&self, text: &str) -> usize {
@@ -242,6 +280,7 @@ fn parts(kind: &EventKind) -> Option<(Flow, Option<&ItemId>, &str)> {
         EventKind::MessageDelta { item_id, text } => Some((Flow::Message, item_id.as_ref(), text.as_str())),
         EventKind::ReasoningDelta { item_id, text } => Some((Flow::Reasoning, item_id.as_ref(), text.as_str())),
         EventKind::CommandOutputDelta { item_id, text } => Some((Flow::Command, Some(item_id), text.as_str())),
+        EventKind::ToolProgress { item_id, message } => Some((Flow::Progress, Some(item_id), message.as_str())),
         _ => None,
     }
 }
@@ -251,18 +290,9 @@ fn delta(flow: Flow, item: Option<ItemId>, text: SharedStr) -> EventKind {
         Flow::Message => EventKind::MessageDelta { item_id: item, text },
         Flow::Reasoning => EventKind::ReasoningDelta { item_id: item, text },
         Flow::Command => EventKind::CommandOutputDelta { item_id: item.expect("command output has an item"), text },
-    }
-}
-
-/// The item a kind names, if any.
-fn item_of(kind: &EventKind) -> Option<&ItemId> {
-    match kind {
-        EventKind::AssistantMessage { item_id, .. } => item_id.as_ref(),
-        EventKind::ToolStarted { item_id, .. }
-        | EventKind::ToolProgress { item_id, .. }
-        | EventKind::ToolCompleted { item_id, .. }
-        | EventKind::FileChange { item_id, .. } => Some(item_id),
-        _ => None,
+        Flow::Progress => {
+            EventKind::ToolProgress { item_id: item.expect("progress has an item"), message: text.to_string() }
+        }
     }
 }
 
@@ -386,6 +416,50 @@ mod tests {
     }
 
     #[test]
+    fn other_events_between_pieces_do_not_end_a_stream_and_progress_is_one() {
+        let turn = TurnId::generate();
+        let mut r = redactor();
+        let tool = ItemId::new("file_1");
+        let progress = |text: &str| EventKind::ToolProgress { item_id: tool.clone(), message: text.into() };
+        let mut out = String::new();
+        for (i, piece) in ["wrote .env: KEY=sk-li", "ve-0123", "456789\n"].into_iter().enumerate() {
+            if let Some((kind, _)) = r.delta(Some(&turn), progress(piece), None) {
+                out.push_str(text(&kind));
+            }
+            if i == 0 {
+                // A usage report, a warning and the tool's own progress naming no piece end nothing.
+                for between in [EventKind::Warning { message: "slow".into() }, message("x")] {
+                    assert!(r.ended_by(Some(&turn), &between).is_empty());
+                }
+            }
+        }
+        assert_eq!(out, "wrote .env: KEY=[redacted]\n");
+        // A message without an item, a warning between its pieces.
+        let no_item = |text: &str| EventKind::MessageDelta { item_id: None, text: text.into() };
+        assert!(r.delta(Some(&turn), no_item("key: sk-live-01"), None).is_some());
+        assert!(r.ended_by(Some(&turn), &EventKind::Warning { message: "w".into() }).is_empty());
+        let (kind, _) = r.delta(Some(&turn), no_item("23456789 done"), None).expect("published");
+        assert_eq!(text(&kind), "[redacted] done");
+    }
+
+    #[test]
+    fn a_credential_inside_another_is_replaced_with_the_whole_one() {
+        let url = "postgres://admin:Tr0ub4dor-x9@db.internal:5432/prod";
+        let mut r = StreamRedactor::new(&[url.to_owned(), "Tr0ub4dor-x9".to_owned()]).expect("credentials");
+        let turn = TurnId::generate();
+        let pieces = ["DATABASE_URL=postgres://admin:Tr0ub", "4dor-x9@db.inter", "nal:5432/prod\n", "pw Tr0ub4dor-x9!"];
+        assert_eq!(joined(&stream(&mut r, &turn, &pieces)), "DATABASE_URL=[redacted]\npw [redacted]!");
+        // The password alone, then text that is not the rest of the URL.
+        let pieces = ["postgres://admin:Tr0ub4dor-x9", " was the old one"];
+        assert_eq!(joined(&stream(&mut r, &turn, &pieces)), "postgres://admin:[redacted] was the old one");
+        // Held at the item's end: released with the inner credential replaced.
+        assert_eq!(
+            joined(&stream(&mut r, &turn, &["postgres://admin:Tr0ub4dor-x9@db"])),
+            "postgres://admin:[redacted]@db"
+        );
+    }
+
+    #[test]
     fn multibyte_text_is_split_at_character_boundaries() {
         let turn = TurnId::generate();
         let mut r = StreamRedactor::new(&["clé-секрет-1234".to_owned()]).expect("credential");
@@ -405,13 +479,19 @@ mod tests {
             seed ^= seed << 17;
             (seed % n as u64) as usize
         };
-        // Two credentials (their first bytes found with `memchr2`) and five (a table).
+        // Two credentials (their first bytes found with `memchr2`), five (a table), and three
+        // inside one another (a URL and the password in it, say).
         let more = || {
             let five = [KEY, "ghp_abcdefgh", "xoxb-12345678", "AKIA12345678", "-----BEGIN KEY"].map(String::from);
             StreamRedactor::new(&five).expect("credentials")
         };
-        for round in 0..4000 {
-            let make = if round % 2 == 0 { redactor } else { more };
+        let nested = || {
+            let three = [KEY, "sk-live-01234567", "live-0123"].map(String::from);
+            StreamRedactor::new(&three).expect("credentials")
+        };
+        let nested_credentials = [KEY, "sk-live-01234567", "live-0123"];
+        for round in 0..6000 {
+            let make = [redactor, more, nested][round % 3];
             let text: String = (0..next(12) + 1).map(|_| WORDS[next(WORDS.len())]).collect();
             let mut cuts: Vec<usize> = (0..next(8)).map(|_| next(text.len() + 1)).collect();
             cuts.extend([0, text.len()]);
@@ -419,13 +499,20 @@ mod tests {
             let pieces: Vec<&str> = cuts.windows(2).map(|w| &text[w[0]..w[1]]).filter(|p| !p.is_empty()).collect();
             let turn = TurnId::generate();
             let out = joined(&stream(&mut make(), &turn, &pieces));
-            assert!(!out.contains(KEY), "{pieces:?} -> {out:?}");
-            // The text itself, each key replaced, where at most its first three bytes may show.
-            let expected = text.replace(KEY, REDACTED);
+            let credentials: &[&str] = if round % 3 == 2 { &nested_credentials } else { &[KEY] };
+            assert!(credentials.iter().all(|c| !out.contains(c)), "{pieces:?} -> {out:?}");
+            // The text itself, each key replaced (longest first, as a whole text would be),
+            // where at most its first three bytes may show.
+            let mut expected = text.clone();
+            for credential in credentials {
+                expected = expected.replace(credential, REDACTED);
+            }
             let mut rest = out.as_str();
             for (i, segment) in expected.split(REDACTED).enumerate() {
                 if i > 0 {
-                    let shown = (0..=SHOWN).rev().find(|&n| rest[..].starts_with(&format!("{}{REDACTED}", &KEY[..n])));
+                    let shown = (0..=SHOWN)
+                        .rev()
+                        .find(|&n| credentials.iter().any(|c| rest.starts_with(&format!("{}{REDACTED}", &c[..n]))));
                     let shown = shown.unwrap_or_else(|| panic!("{pieces:?} -> {out:?}, expected {expected:?}"));
                     rest = &rest[shown + REDACTED.len()..];
                 }

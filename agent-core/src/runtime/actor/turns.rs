@@ -238,6 +238,13 @@ impl Actor {
         }
     }
 
+    /// Publishes the streamed text held for `turn` (`None`: the session's own), which ends.
+    pub(super) fn release_streams(&mut self, turn: Option<&TurnId>) {
+        for released in self.streams.as_mut().map(|s| s.end_turn(turn)).unwrap_or_default() {
+            self.journal.emit(turn.cloned(), released, None);
+        }
+    }
+
     /// Ends the current turn with a terminal `kind`: pending requests expire first, then the
     /// terminal event is sequenced and the session becomes idle (unless it is going away).
     pub(super) fn finish_current(
@@ -257,9 +264,7 @@ impl Actor {
         let Some(mut current) = self.current.take() else { return };
         let turn_id = current.turn.id.clone();
         // Streamed text held back as a credential's possible beginning goes out before the end.
-        for released in self.streams.as_mut().map(|s| s.end_turn(Some(&turn_id))).unwrap_or_default() {
-            self.journal.emit(Some(turn_id.clone()), released, None);
-        }
+        self.release_streams(Some(&turn_id));
         self.expire_pending(&turn_id, expiry);
         self.watchdog.disarm();
         let end = kind.terminal_end_mut().map(|end| {
