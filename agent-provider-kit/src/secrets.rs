@@ -199,26 +199,25 @@ impl Secrets {
     /// borrowed when there was none. For text a provider gathers from stdout pieces that no
     /// line held whole (a message's deltas), as the line reader redacts a line.
     pub fn redact_credentials<'t>(&self, text: &'t str) -> Cow<'t, str> {
-        let mut text = Cow::Borrowed(text);
-        for value in self.credentials.iter() {
-            if text.contains(value.as_str()) {
-                text = Cow::Owned(text.replace(value.as_str(), REDACTED));
-            }
-        }
-        text
+        replace_all(text, &self.credentials)
     }
 
     /// `text` with every occurrence of a secret replaced by [`REDACTED`]; borrowed when there
     /// was none.
     pub fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
-        let mut text = Cow::Borrowed(text);
-        for value in self.values.iter() {
-            if text.contains(value.as_str()) {
-                text = Cow::Owned(text.replace(value.as_str(), REDACTED));
-            }
-        }
-        text
+        replace_all(text, &self.values)
     }
+}
+
+/// `text` with each of `values` (longest first) replaced by [`REDACTED`].
+fn replace_all<'t>(text: &'t str, values: &[String]) -> Cow<'t, str> {
+    let mut text = Cow::Borrowed(text);
+    for value in values {
+        if text.contains(value.as_str()) {
+            text = Cow::Owned(text.replace(value.as_str(), REDACTED));
+        }
+    }
+    text
 }
 
 /// This process's environment variables (those in UTF-8) whose names `inherited` accepts.
