@@ -139,8 +139,9 @@ pub(crate) struct Actor {
     generation: u64,
 
     journal: Journal,
-    /// Holds back streamed text that may be a credential's beginning; `None` without credentials.
-    streams: Option<StreamRedactor>,
+    /// Holds back streamed text that may be a credential's beginning; `None` without credentials
+    /// (boxed: a session without any keeps one pointer for it).
+    streams: Option<Box<StreamRedactor>>,
     ledger: Ledger,
     cache: TurnCache,
     calls: Calls,
@@ -193,7 +194,7 @@ impl Actor {
             current: None,
             generation: 0,
             journal,
-            streams: StreamRedactor::new(&parts.credentials),
+            streams: StreamRedactor::new(&parts.credentials).map(Box::new),
             ledger: Ledger::default(),
             calls: Calls::new(parts.provider),
             watchdog: Watchdog::default(),
