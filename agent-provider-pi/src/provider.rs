@@ -144,12 +144,16 @@ fn agent_dir(options: &SessionOptions) -> Option<PathBuf> {
 }
 
 /// Where pi keeps the sessions of `cwd`: `--session-dir`, else
-/// `<agent dir>/sessions/--<cwd with '/' as '-'>--/`.
+/// `<agent dir>/sessions/--<cwd with '/' as '-'>--/`. Pi names the directory after its
+/// `process.cwd()`, the real path: a cwd given with a trailing `/` or through a symbolic link
+/// is resolved first (as it stands when the session opens).
 fn session_dir(options: &SessionOptions, pi: &PiOptions) -> Option<PathBuf> {
     if let Some(dir) = &pi.session_dir {
         return Some(dir.clone());
     }
-    let cwd = options.cwd.as_ref()?.to_string_lossy().trim_start_matches('/').replace(['/', '\\', ':'], "-");
+    let cwd = options.cwd.as_ref()?;
+    let cwd = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.clone());
+    let cwd = cwd.to_string_lossy().trim_start_matches('/').replace(['/', '\\', ':'], "-");
     Some(agent_dir(options)?.join("sessions").join(format!("--{cwd}--")))
 }
 

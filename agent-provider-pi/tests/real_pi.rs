@@ -305,6 +305,28 @@ async fn a_stopped_session_resumes_under_its_id_with_its_history() {
     }
 }
 
+/// Pi names a cwd's session directory after the real path: a session whose cwd was given
+/// through a symbolic link, with a trailing `/`, resumes all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_cwd_is_a_link_with_a_trailing_slash_resumes() {
+    for cli in clis() {
+        let pi = Pi::start(cli, Scenario::new().text("noted").echo("You said: ")).await;
+        let link = pi.env.workspace().with_extension("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(pi.env.workspace(), &link).unwrap();
+        let cwd = format!("{}/", link.display());
+        let session = pi.session(pi.options().cwd(&cwd)).await;
+        let (_, first) = pi.run(&session, "remember KIWI", |_| None).await;
+        assert_eq!(terminal(&first).status, TurnStatus::Completed, "{}", names(&first));
+        pi.harness.stop_session(&session, false).await.expect("stop");
+        let resumed = pi.session(pi.options().cwd(&cwd).resume_session(session.id.clone())).await;
+        let (_, second) = pi.run(&resumed, "what word?", |_| None).await;
+        assert_eq!(terminal(&second).result.text.as_deref(), Some("You said: what word?"));
+        // The link goes with the test's directory.
+        pi.finish().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_fails_at_start_session_and_spawns_nothing() {
     for cli in clis() {
