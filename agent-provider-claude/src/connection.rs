@@ -19,7 +19,7 @@ use agent_core::{Sink, SinkBuffer, TurnId};
 use agent_provider_kit::framing::{
     AfterLines, Bytes, Line, LineReader, TextFrame, flush_before_wait, keep_line, stderr_note, unparsed_line_warning,
 };
-use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
+use agent_provider_kit::process::{CliProcess, encode_line as encode, spawn_reader, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ControlRequestId, ExitReport, Pending, ReplyError, ReplyKey};
 use agent_provider_kit::secrets::Secrets;
 use serde_json::Value;
@@ -110,7 +110,7 @@ impl Connection {
             next_id: AtomicU64::new(1),
             turn_ended: Notify::new(),
         });
-        let reader = tokio::spawn(read_stdout(Arc::clone(&shared), stdout, max_line));
+        let reader = spawn_reader(CLI, shared.sink.clone(), read_stdout(Arc::clone(&shared), stdout, max_line));
         Ok(Connection { shared, reader: reader.abort_handle() })
     }
 

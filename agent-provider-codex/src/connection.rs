@@ -19,7 +19,7 @@ use agent_core::{Sink, SinkBuffer, TurnId};
 use agent_provider_kit::framing::{
     AfterLines, Bytes, LineReader, TextFrame, flush_before_wait, keep_line, unparsed_line_warning,
 };
-use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
+use agent_provider_kit::process::{CliProcess, encode_line as encode, spawn_reader, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ExitReport, JsonRpcId, Pending, ReplyError};
 use agent_provider_kit::secrets::Secrets;
 use serde::Serialize;
@@ -118,7 +118,7 @@ impl Connection {
             next_id: AtomicI64::new(1),
             turn_ended: Notify::new(),
         });
-        let reader = tokio::spawn(read_stdout(Arc::clone(&shared), stdout, max_line));
+        let reader = spawn_reader(CLI, shared.sink.clone(), read_stdout(Arc::clone(&shared), stdout, max_line));
         Ok(Connection { shared, reader: reader.abort_handle() })
     }
 

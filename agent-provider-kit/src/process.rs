@@ -271,8 +271,46 @@ pub async fn wait_until(notify: &Notify, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Spawns a CLI's stdout reader (the task that turns its lines into events). A reader that
+/// panics would leave the running turn waiting for an end nobody reports: its panic is reported
+/// as the transport's loss instead (the turn fails, the session becomes unavailable).
+pub fn spawn_reader(
+    cli: &str,
+    sink: agent_core::provider::Sink,
+    reader: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    use futures::FutureExt;
+    let cli = cli.to_owned();
+    tokio::spawn(async move {
+        let Err(panic) = std::panic::AssertUnwindSafe(reader).catch_unwind().await else { return };
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned());
+        tracing::error!(%cli, %what, "the CLI's output reader panicked");
+        let reason = format!("{cli}'s output reader failed ({what}); the session cannot go on");
+        let _ = sink.transport_down(reason).await;
+    })
+}
+
 #[cfg(test)]
 mod tests {
+
+    /// A reader that panics is reported as the transport's loss, with what it said.
+    #[tokio::test]
+    async fn a_reader_that_panics_is_reported_as_the_transport_lost() {
+        let (sink, mut sent) = agent_core::testing::sink();
+        let reader = spawn_reader("mycli", sink, async { panic!("attempt to add with overflow") });
+        reader.await.expect("the panic is caught");
+        let reported = sent.drain();
+        assert_eq!(reported.len(), 1, "{reported:?}");
+        let text = format!("{:?}", reported[0]);
+        assert!(text.contains("mycli's output reader failed (attempt to add with overflow)"), "{text}");
+        let (sink, mut sent) = agent_core::testing::sink();
+        spawn_reader("mycli", sink, async {}).await.unwrap();
+        assert!(sent.drain().is_empty(), "a reader that ends reports nothing more");
+    }
     use std::sync::atomic::AtomicUsize;
 
     use agent_core::exec::{Command, Exec, ExitStatus};

@@ -17,7 +17,7 @@ use agent_core::provider::SinkClosed;
 use agent_core::time::deadline_after;
 use agent_core::{Sink, SinkBuffer, TurnId};
 use agent_provider_kit::framing::{Bytes, LineReader, TextFrame, flush_before_wait, keep_line, unparsed_line_warning};
-use agent_provider_kit::process::{CliProcess, encode_line as encode, truncate_message, wait_until};
+use agent_provider_kit::process::{CliProcess, encode_line as encode, spawn_reader, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ExitReport, Pending, ReplyError, ResponseId};
 use agent_provider_kit::secrets::Secrets;
 use serde::Deserialize;
@@ -125,7 +125,7 @@ impl Connection {
             turn_ended: Notify::new(),
             admitted: Mutex::new(Vec::new()),
         });
-        let reader = tokio::spawn(read_stdout(Arc::clone(&shared), stdout, max_line));
+        let reader = spawn_reader(CLI, shared.sink.clone(), read_stdout(Arc::clone(&shared), stdout, max_line));
         Ok(Connection { shared, reader: reader.abort_handle() })
     }
 

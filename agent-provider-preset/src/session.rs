@@ -536,7 +536,9 @@ impl ProviderSession for PresetSession {
             task: Mutex::new(None),
         });
         *lock(&self.shared.running) = Some(Arc::clone(&handle));
-        let task = tokio::spawn(Arc::clone(&self.shared).run_turn(Arc::clone(&handle), start, prompt, model));
+        let shared = Arc::clone(&self.shared);
+        let turn = Arc::clone(&shared).run_turn(Arc::clone(&handle), start, prompt, model);
+        let task = agent_provider_kit::process::spawn_reader(&shared.preset.id, shared.sink.clone(), turn);
         *lock(&handle.task) = Some(task.abort_handle());
         Ok(Admission::default())
     }
