@@ -44,4 +44,9 @@ pub use session::{
 pub use store::{DynStore, RequestQuery, Store, StoreError};
 pub use text::SharedStr;
 pub use time::Timestamp;
+
+/// What stands where the harness keeps a secret out of what it records: a secret question's
+/// answer, a credential in a CLI's output or streamed text, an MCP server URL it cannot parse
+/// (in `Debug` output).
+pub const REDACTED: &str = "[redacted]";
 pub use turn::{EndCause, InputItem, Turn, TurnInput, TurnOutcome, TurnRef, TurnResult, TurnStatus};

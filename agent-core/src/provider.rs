@@ -201,10 +201,11 @@ impl Opened {
     /// model quotes, streamed as deltas of a few characters each. The runtime reads each item's
     /// deltas as one text: once a stream's end is more than three bytes of a credential's
     /// beginning, it holds the rest back until it knows; a key that completes becomes
-    /// `[redacted]`, and held text that is none is published with the stream's next delta, or
-    /// before the item's whole message or the tool's completion, or the end of the turn (or of the
-    /// session, for a session's own deltas); nothing else in between ends a stream. A delta it changed carries no `raw` (the
-    /// line holds the piece it took out); one held back whole is not published.
+    /// [`REDACTED`](crate::REDACTED), and held text that is none is published with the stream's
+    /// next delta, or before the item's whole message or the tool's completion, or the end of
+    /// the turn (or of the session, for a session's own deltas); nothing else in between ends a
+    /// stream. A delta it changed carries no `raw` (the line holds the piece it took out); one
+    /// held back whole is not published.
     pub fn credentials(mut self, credentials: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.credentials.extend(credentials.into_iter().map(Into::into));
         self

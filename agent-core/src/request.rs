@@ -430,7 +430,7 @@ impl Response {
     /// to secret questions. Other responses (a [`Response::Choose`] value names an offered
     /// decision, never a secret) pass through unchanged.
     pub fn redacted(&self) -> Response {
-        const REDACTED: &str = "[redacted]";
+        use crate::REDACTED;
         let answer = match self {
             Response::Answer { answer } => answer,
             other => return other.clone(),

@@ -38,8 +38,8 @@ use std::sync::Arc;
 
 use agent_core::{AuthMode, McpServer, SessionOptions};
 
-/// What replaces a secret value.
-pub const REDACTED: &str = "[redacted]";
+/// What replaces a secret value (the same text as everywhere the harness keeps a secret out).
+pub use agent_core::REDACTED;
 
 /// The shortest value redacted, in bytes.
 pub const MIN_SECRET_LEN: usize = 8;

@@ -141,7 +141,7 @@ fn redacted_url(url: &str) -> String {
             let path = if path.is_empty() { String::new() } else { format!("/{path}") };
             format!("{scheme}://{host}{path}")
         }
-        None => "[redacted]".into(),
+        None => crate::REDACTED.into(),
     }
 }
 

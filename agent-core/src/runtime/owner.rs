@@ -80,8 +80,9 @@ impl Enrolled {
 
     /// The PID of another harness that holds `snapshot`'s session live, if one does.
     pub(crate) fn holder(&self, snapshot: &SessionSnapshot) -> Option<u32> {
-        let starting = snapshot.startup.is_some() && snapshot.status.is_live();
-        let owner = snapshot.owner.as_ref().filter(|_| snapshot.is_open() || starting)?;
+        // Open, or with its startup not yet acknowledged.
+        let owner = snapshot.owner.as_ref().filter(|_| snapshot.status.is_live())?;
+        let starting = snapshot.startup.is_some();
         if owner.harness == self.harness && self.is_this_process(owner) {
             // This harness's own run, and it is not live here (the caller checked): stale.
             return None;

@@ -33,10 +33,7 @@ impl Actor {
         self.watchdog.disarm();
         drop((self.calls.abort_all(), self.ledger.abandon_claims()));
         self.calls.abort_admission();
-        // The running turn's held text goes out before what ends it.
-        if let Some(turn) = self.current.as_ref().map(|c| c.turn.id.clone()) {
-            self.release_streams(Some(&turn));
-        }
+        self.release_current_streams();
         if let Some(lost) = self.transport_lost.take() {
             self.journal.emit(None, EventKind::TransportError { reason: lost }, None);
         }
@@ -126,10 +123,7 @@ impl Actor {
         tracing::warn!(%reason, "retiring session");
         self.abandon_calls("the session retired");
         self.calls.abort_admission();
-        // The running turn's held text goes out before what ends it.
-        if let Some(turn) = self.current.as_ref().map(|c| c.turn.id.clone()) {
-            self.release_streams(Some(&turn));
-        }
+        self.release_current_streams();
         if let Some(lost) = self.transport_lost.take() {
             self.journal.emit(None, EventKind::TransportError { reason: lost }, None);
         }

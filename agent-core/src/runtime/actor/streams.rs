@@ -15,21 +15,20 @@
 //!
 //! A delta the redactor changed carries no `raw`: the provider's line holds the piece it took
 //! out. One it held back whole is not published (its text goes out with the next). A delta that
-//! does not touch a credential passes as it came, after one search per credential.
+//! does not touch a credential passes as it came, after a `memchr` for the credentials' first
+//! bytes.
 
 use memchr::memmem::Finder;
 
+use crate::REDACTED;
 use crate::event::{EventKind, RawJson};
 use crate::ids::{ItemId, TurnId};
 use crate::text::SharedStr;
 
-/// What replaces a credential.
-pub(crate) const REDACTED: &str = "[redacted]";
-
 /// The most bytes of a credential's beginning a stream publishes before it holds the rest.
 pub(crate) const SHOWN: usize = 3;
 
-/// The three kinds of streamed text.
+/// The kinds of streamed text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Flow {
     Message,
@@ -74,7 +73,8 @@ struct Credentials {
     finders: Vec<Finder<'static>>,
     /// Whether a byte begins a credential.
     first: [bool; 256],
-    /// The bytes that begin one, when there are at most three (searched for with `memchr`).
+    /// The bytes that begin one (searched for with `memchr` when there are at most three, else
+    /// through `first`).
     firsts: Vec<u8>,
 }
 

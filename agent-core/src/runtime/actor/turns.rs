@@ -238,6 +238,13 @@ impl Actor {
         }
     }
 
+    /// Publishes the running turn's held streamed text before what ends the turn.
+    pub(super) fn release_current_streams(&mut self) {
+        if let Some(turn) = self.current.as_ref().map(|c| c.turn.id.clone()) {
+            self.release_streams(Some(&turn));
+        }
+    }
+
     /// Publishes the streamed text held for `turn` (`None`: the session's own), which ends.
     pub(super) fn release_streams(&mut self, turn: Option<&TurnId>) {
         for released in self.streams.as_mut().map(|s| s.end_turn(turn)).unwrap_or_default() {
