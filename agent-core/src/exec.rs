@@ -154,7 +154,11 @@ impl Default for KillPolicy {
 }
 
 /// What to start.
-#[derive(Clone, Debug)]
+///
+/// Its `Debug` output shows how many arguments there are, not what they say: an argument can
+/// carry a credential (a preset's `--api-key`, a URL with a token), and the environment's
+/// values are left out the same way (see [`EnvSpec`]).
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct Command {
     /// The program: an absolute path, or a bare name looked up on `PATH`.
@@ -251,6 +255,21 @@ impl Command {
     pub fn kill_policy(mut self, policy: KillPolicy) -> Self {
         self.kill_policy = policy;
         self
+    }
+}
+
+impl fmt::Debug for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Command")
+            .field("program", &self.program)
+            .field("args", &format_args!("[{} arguments]", self.args.len()))
+            .field("env", &self.env)
+            .field("cwd", &self.cwd)
+            .field("session", &self.session)
+            .field("harness", &self.harness)
+            .field("limits", &self.limits)
+            .field("kill_policy", &self.kill_policy)
+            .finish()
     }
 }
 
@@ -503,4 +522,22 @@ pub enum ProgramProblem {
         /// The OS error.
         reason: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_leaves_out_arguments_and_environment_values() {
+        let command = Command::new("cli")
+            .arg("--api-key")
+            .arg("sk-live-0123456789")
+            .env("CLI_TOKEN", "tok-9876543210")
+            .cwd("/work");
+        let printed = format!("{command:?}");
+        assert!(!printed.contains("sk-live-0123456789") && !printed.contains("tok-9876543210"), "{printed}");
+        assert!(printed.contains("\"cli\"") && printed.contains("[2 arguments]"), "{printed}");
+        assert!(printed.contains("CLI_TOKEN") && printed.contains("/work"), "{printed}");
+    }
 }
