@@ -52,6 +52,15 @@ pub trait Provider: Send + Sync + fmt::Debug + 'static {
         require_capabilities(&self.id(), &self.capabilities(options), options)
     }
 
+    /// Checks a turn's options this provider cannot honour. Runs in
+    /// [`Harness::start_turn`](crate::Harness::start_turn) before the turn is recorded, so a
+    /// refusal leaves the session as it was. The default accepts every turn; providers refuse
+    /// their session options type given to a turn with [`refuse_session_options`].
+    fn validate_turn(&self, options: &TurnOptions) -> Result<()> {
+        let _ = options;
+        Ok(())
+    }
+
     /// Reads this provider's options from JSON (a [`SessionConfig`](crate::SessionConfig)'s `provider_options`) into
     /// `into`, merging them with what is already there: fields the JSON leaves out keep their
     /// value (see [`ProviderOptions::update`]).
@@ -95,6 +104,23 @@ pub fn require_capabilities(provider: &ProviderId, caps: &Capabilities, options:
         Some((_, capability)) => Err(Error::Unsupported { provider: provider.clone(), capability }),
         None => Ok(()),
     }
+}
+
+/// Refuses a turn given `T`, a provider's session options type, which a turn cannot change,
+/// instead of ignoring it (for [`Provider::validate_turn`]). `instead` names the
+/// provider's per-turn options type, where it has one. Option types of other providers pass:
+/// a caller may set options for several providers at once.
+pub fn refuse_session_options<T: std::any::Any + Send + Sync>(turn: &TurnOptions, instead: Option<&str>) -> Result<()> {
+    if turn.provider_options.get::<T>().is_none() {
+        return Ok(());
+    }
+    let name = std::any::type_name::<T>().rsplit("::").next().unwrap_or_default();
+    let turn_options = match instead {
+        Some(turn_type) => format!("a turn takes {turn_type}"),
+        None => "the provider takes no per-turn options".to_owned(),
+    };
+    let reason = format!("{name} apply to the whole session and are set when it starts; {turn_options}");
+    Err(Error::InvalidOption { option: "provider_options", reason })
 }
 
 /// The provider conversation a session opens, resolved by the runtime from
@@ -487,5 +513,34 @@ impl Drop for SinkBuffer {
 impl fmt::Debug for SinkBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SinkBuffer").field("pending", &self.pending.len()).field("sink", &self.sink).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Default)]
+    struct SessionOnly;
+    #[derive(Debug, Default)]
+    struct OtherProviders;
+
+    #[test]
+    fn a_session_options_type_given_to_a_turn_is_refused_and_others_pass() {
+        let mut turn = TurnOptions::new().provider_option(OtherProviders);
+        assert!(refuse_session_options::<SessionOnly>(&turn, None).is_ok());
+        turn.provider_options.insert(SessionOnly);
+        let with_turn_type = refuse_session_options::<SessionOnly>(&turn, Some("TurnOnly")).unwrap_err();
+        match with_turn_type {
+            Error::InvalidOption { option: "provider_options", reason } => {
+                assert!(
+                    reason.starts_with("SessionOnly apply") && reason.ends_with("a turn takes TurnOnly"),
+                    "{reason}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        let none = refuse_session_options::<SessionOnly>(&turn, None).unwrap_err().to_string();
+        assert!(none.contains("takes no per-turn options"), "{none}");
     }
 }

@@ -239,6 +239,10 @@ impl Provider for ClaudeProvider {
         crate::options::merge_json(&self.id, options, into)
     }
 
+    fn validate_turn(&self, options: &agent_core::TurnOptions) -> Result<()> {
+        agent_core::provider::refuse_session_options::<ClaudeOptions>(options, Some("ClaudeTurnOptions"))
+    }
+
     fn validate(&self, options: &SessionOptions) -> Result<()> {
         require_capabilities(&self.id, &self.capabilities(options), options)?;
         let claude = options.provider_options.get::<ClaudeOptions>().cloned().unwrap_or_default();

@@ -20,6 +20,10 @@ pub const DEFAULT_MAX_LINE_BYTES: usize = 32 * 1024 * 1024;
 /// Pi options of one session, set with
 /// [`SessionOptions::provider_option`](agent_core::SessionOptions::provider_option).
 ///
+/// Pi takes no per-turn options: `PiOptions` given to a turn
+/// ([`TurnOptions::provider_option`](agent_core::TurnOptions::provider_option)) fail
+/// `start_turn` with `InvalidOption` before the turn is recorded.
+///
 /// In a [`SessionConfig`](agent_core::SessionConfig), `provider_options` holds them as JSON,
 /// merged into those already set (fields left out keep their value; unknown fields are
 /// refused):

@@ -14,6 +14,7 @@
 //! | exit mid-turn | `turn_failed` with `exit_status`, `stderr_tail`, partial text; `transport_error` |
 //! | exit while a dialog is pending | `request_expired`, then `turn_failed` |
 //! | `prompt` refused | `turn_failed` (rejected); the session takes the next turn |
+//! | `PiOptions` given to a turn | `start_turn`: `InvalidOption`; no turn recorded |
 //! | garbage line, line over the limit | `warning`; the turn completes |
 //! | duplicate frames | one terminal event per turn |
 //! | out-of-order frames | the turn ends once, at its terminal frame |
@@ -234,6 +235,34 @@ async fn a_refused_prompt_is_rejected_and_the_session_goes_on() {
     assert!(end(&refused).result.reason.as_deref().unwrap_or_default().contains("Agent is already processing"));
     let next = case.run(&session, "second").await;
     assert_eq!(end(&next).status, TurnStatus::Completed, "{}", names(&next));
+    case.finish().await;
+}
+
+/// `PiOptions` apply to the session (its command line): given to a turn they would be ignored,
+/// so the turn is refused before it is recorded and the session takes the next one as its first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_options_given_to_a_turn_are_refused_before_it_is_recorded() {
+    let script = FakeScript::new().handshake().turn_start().deltas(["fine"]).complete();
+    let case = Case::new(script);
+    let session = case.session().await;
+    let options = TurnOptions::new().provider_option(PiOptions::new().arg("--no-tools"));
+    let refused = case.harness.start_turn(&session, "first", options).await;
+    match refused {
+        Err(Error::InvalidOption { option: "provider_options", reason }) => {
+            assert!(reason.contains("PiOptions") && reason.contains("whole session"), "{reason}")
+        }
+        other => panic!("expected InvalidOption(provider_options), got {other:?}"),
+    }
+    let status = case.harness.status(&session).await.expect("status");
+    assert!(status.status == SessionState::Idle && status.current_turn.is_none(), "{status:?}");
+    let next = case.run(&session, "second").await;
+    assert_eq!(end(&next).status, TurnStatus::Completed, "{}", names(&next));
+    let mut events = case.harness.subscribe(&session, Replay::Start).await.expect("subscribe");
+    let mut turns = std::collections::BTreeSet::new();
+    while let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(200), events.next()).await {
+        turns.extend(event.expect("event").turn_id.clone());
+    }
+    assert_eq!(turns.len(), 1, "only the second turn was recorded: {turns:?}");
     case.finish().await;
 }
 

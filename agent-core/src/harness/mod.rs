@@ -457,6 +457,9 @@ impl Harness {
         if options.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
             return Err(Error::invalid("model", "must not be empty when set"));
         }
+        if let Some(provider) = self.inner.providers.get(&session.provider) {
+            provider.validate_turn(&options)?;
+        }
         let handle = self.live(&session.id).await?;
         let now = Timestamp::now();
         let turn = Turn {
