@@ -13,6 +13,7 @@ use agent_core::{
 };
 use agent_provider_kit::probe::ProbeCache;
 use agent_provider_kit::secrets::Secrets;
+use agent_provider_kit::skills::{require_skills, skill_file};
 use agent_provider_kit::version::{CliProbe, Version};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -275,6 +276,7 @@ impl Provider for ClaudeProvider {
             _ => new_session_id().ok_or_else(|| self.unavailable("the OS random source failed (a session ID)"))?,
         };
         let skill_roots = validate::skill_roots(&options)?;
+        require_skills(&options, ctx.exec.as_ref(), |skill| skill_file(&skill.path))?;
         let args =
             arguments(&options, &claude, mode, &ctx.conversation, &session_id, mcp_config.as_ref(), &skill_roots);
         let mut command = Command::new(program.clone()).args(args).session(ctx.session_id.clone());

@@ -3,7 +3,7 @@
 use agent_core::{Error, InputItem, Result, Skill, TurnInput};
 use serde_json::{Value, json};
 
-use crate::validate::skill_file;
+use agent_provider_kit::skills::skill_file;
 
 /// The `input` of `turn/start` or `turn/steer`.
 ///

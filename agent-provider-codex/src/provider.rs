@@ -15,6 +15,7 @@ use agent_core::{
 use agent_provider_kit::framing::stderr_note;
 use agent_provider_kit::probe::ProbeCache;
 use agent_provider_kit::secrets::Secrets;
+use agent_provider_kit::skills::{require_skills, skill_file};
 use agent_provider_kit::version::{CliProbe, Version};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -387,6 +388,7 @@ impl Provider for CodexProvider {
         auth::GUARD.check(&options, Some(ctx.exec.as_ref()), codex.config.iter().map(|(k, _)| k.as_str()))?;
         auth::check_local_state(&options)?;
         let overrides = validate::config_overrides(&codex)?;
+        require_skills(&options, ctx.exec.as_ref(), |skill| skill_file(&skill.path))?;
         let deadline = adapter_deadline(options.startup_timeout);
         let remaining = || deadline.saturating_sub(started.elapsed());
         let env = validate::env_spec(&options);

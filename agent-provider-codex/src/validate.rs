@@ -1,7 +1,6 @@
 //! Checks of the options the provider cannot honour, the auth guard, and the child environment.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
 
 use agent_core::exec::EnvSpec;
 use agent_core::{ApprovalPolicy, Error, McpServer, Result, SessionOptions};
@@ -159,15 +158,8 @@ pub(crate) fn env_spec(options: &SessionOptions) -> EnvSpec {
     spec
 }
 
-/// The path codex expects in a `skill` input item: the skill's `SKILL.md`.
-pub(crate) fn skill_file(path: &Path) -> std::path::PathBuf {
-    if path.file_name().is_some_and(|n| n == "SKILL.md") { path.to_path_buf() } else { path.join("SKILL.md") }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use agent_core::{AuthMode, Skill};
 
     use super::*;
@@ -244,11 +236,5 @@ mod tests {
         assert!(spec.unset.contains(&"X".into()));
         assert!(spec.unset.contains(&"OPENAI_API_KEY".into()));
         assert!(spec.unset.contains(&"CODEX_API_KEY".into()));
-    }
-
-    #[test]
-    fn skill_paths_point_at_skill_md() {
-        assert_eq!(skill_file(Path::new("/s/release/SKILL.md")), PathBuf::from("/s/release/SKILL.md"));
-        assert_eq!(skill_file(Path::new("/s/release")), PathBuf::from("/s/release/SKILL.md"));
     }
 }

@@ -1041,3 +1041,21 @@ async fn slow_reader_past_the_admission_deadline_retires_the_session() {
     assert_retired(monitor, "turn/start timed out").await;
     case.assert_no_process_left().await;
 }
+
+/// A skill whose `SKILL.md` is not there: the session is refused before anything runs, where
+/// codex would have been sent a skill it cannot read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skill_without_its_skill_md_is_refused_before_spawning() {
+    let case = Case::new(FakeScript::new().handshake());
+    let dir = agent_provider_kit::private_dir::PrivateDir::create(&std::env::temp_dir(), "skill").expect("dir");
+    let options = case.options().skill(agent_core::Skill::new("release", dir.path()));
+    let started = case.harness.start_session("codex", options).await;
+    let Err(Error::InvalidOption { option: "skills", reason }) = started else { panic!("got {started:?}") };
+    assert!(reason.contains("skill `release`") && reason.contains("SKILL.md does not exist"), "{reason}");
+    assert!(case.exec.commands().is_empty(), "nothing was spawned");
+    std::fs::write(dir.path().join("SKILL.md"), "---\nname: release\ndescription: x\n---\n").expect("write");
+    let options = case.options().skill(agent_core::Skill::new("release", dir.path()));
+    let started = case.harness.start_session("codex", options).await;
+    assert!(started.is_ok(), "{started:?}");
+    case.finish().await;
+}

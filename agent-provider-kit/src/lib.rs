@@ -11,6 +11,7 @@ pub mod process;
 pub mod rpc;
 pub mod scan;
 pub mod secrets;
+pub mod skills;
 pub mod version;
 
 /// Test support (feature `testing`): a [`Sink`](agent_core::Sink) attached to no session and

@@ -16,6 +16,7 @@ use agent_core::{
 use agent_provider_kit::framing::stderr_note;
 use agent_provider_kit::probe::ProbeCache;
 use agent_provider_kit::secrets::Secrets;
+use agent_provider_kit::skills::require_skills;
 use agent_provider_kit::version::{CliProbe, Version};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -353,6 +354,7 @@ impl Provider for PiProvider {
         let pi = options.provider_options.get::<PiOptions>().cloned().unwrap_or_default();
         validate(&options, &pi)?;
         auth::GUARD.check(&options, Some(ctx.exec.as_ref()), auth::flag_keys(&pi).iter().map(String::as_str))?;
+        require_skills(&options, ctx.exec.as_ref(), |skill| skill.path.clone())?;
         // A resume or fork target that does not exist fails here, before anything runs.
         let session_args = conversation_args(&options, &pi, &ctx.conversation)?;
         let deadline = adapter_deadline(options.startup_timeout);

@@ -455,3 +455,17 @@ async fn the_auth_guard_refuses_keys_under_subscription_before_spawning() {
     assert!(reason.contains("OPENAI_API_KEY") && !reason.contains("sk-very-secret"), "{reason}");
     assert!(case.exec.commands().is_empty(), "nothing was spawned");
 }
+
+/// pi given a skill path that is not there starts without the skill (a diagnostic nobody sees):
+/// the session is refused before anything runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_skill_is_refused_before_spawning() {
+    let case = Case::new(FakeScript::new().handshake());
+    let missing = std::env::temp_dir().join("agent-harness-no-such-skill").join("review");
+    let options = case.options().skill(agent_core::Skill::new("review", &missing));
+    let started = case.harness.start_session("pi", options).await;
+    let Err(Error::InvalidOption { option: "skills", reason }) = started else { panic!("got {started:?}") };
+    assert!(reason.contains("skill `review`") && reason.contains("does not exist"), "{reason}");
+    assert!(case.exec.commands().is_empty(), "nothing was spawned");
+    assert!(case.harness.list_sessions().is_empty());
+}
