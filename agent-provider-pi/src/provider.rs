@@ -144,18 +144,48 @@ fn agent_dir(options: &SessionOptions) -> Option<PathBuf> {
     effective_env(options, "PI_CODING_AGENT_DIR").or_else(|| Some(effective_env(options, "HOME")?.join(".pi/agent")))
 }
 
-/// Where pi keeps the sessions of `cwd`: `--session-dir`, else
-/// `<agent dir>/sessions/--<cwd with '/' as '-'>--/`. Pi names the directory after its
-/// `process.cwd()`, the real path: a cwd given with a trailing `/` or through a symbolic link
-/// is resolved first (as it stands when the session opens).
-fn session_dir(options: &SessionOptions, pi: &PiOptions) -> Option<PathBuf> {
+/// Where pi looks for the sessions of `cwd`, first to last: `--session-dir` alone when it is
+/// given; else `$PI_CODING_AGENT_SESSION_DIR`, the `sessionDir` of pi's settings (the
+/// project's `.pi/settings.json` over the agent directory's `settings.json`) and
+/// `<agent dir>/sessions/--<cwd with '/' as '-'>--/`. Pi writes to the first of the last three
+/// that is set; all of them are searched, so a session is found after its settings changed. Pi
+/// names the last after its `process.cwd()`, the real path: a cwd given with a trailing `/` or
+/// through a symbolic link is resolved first (as it stands when the session opens).
+fn session_dirs(options: &SessionOptions, pi: &PiOptions) -> Vec<PathBuf> {
     if let Some(dir) = &pi.session_dir {
-        return Some(dir.clone());
+        return vec![dir.clone()];
     }
-    let cwd = options.cwd.as_ref()?;
-    let cwd = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.clone());
-    let cwd = cwd.to_string_lossy().trim_start_matches('/').replace(['/', '\\', ':'], "-");
-    Some(agent_dir(options)?.join("sessions").join(format!("--{cwd}--")))
+    let cwd = options.cwd.as_ref().map(|cwd| std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.clone()));
+    let home = effective_env(options, "HOME");
+    // Pi expands a leading `~` and takes a relative directory from its working directory.
+    let place = |dir: &str| -> Option<PathBuf> {
+        let dir = match dir.strip_prefix("~/") {
+            Some(rest) => home.as_ref()?.join(rest),
+            None if dir == "~" => home.clone()?,
+            None => PathBuf::from(dir),
+        };
+        if dir.is_absolute() { Some(dir) } else { Some(cwd.as_ref()?.join(dir)) }
+    };
+    let setting = |file: Option<PathBuf>| -> Option<PathBuf> {
+        let text = std::fs::read(file?).ok()?;
+        let settings: serde_json::Value = serde_json::from_slice(&text).ok()?;
+        place(settings.get("sessionDir")?.as_str().filter(|d| !d.is_empty())?)
+    };
+    let from_env = effective_env(options, "PI_CODING_AGENT_SESSION_DIR")
+        .and_then(|d| d.to_str().filter(|d| !d.is_empty()).and_then(place));
+    let project = setting(cwd.as_ref().map(|cwd| cwd.join(".pi/settings.json")));
+    let global = setting(agent_dir(options).map(|d| d.join("settings.json")));
+    let default = cwd.as_ref().and_then(|cwd| {
+        let name = cwd.to_string_lossy().trim_start_matches('/').replace(['/', '\\', ':'], "-");
+        Some(agent_dir(options)?.join("sessions").join(format!("--{name}--")))
+    });
+    let mut dirs = Vec::new();
+    for dir in [from_env, project, global, default].into_iter().flatten() {
+        if !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
+    }
+    dirs
 }
 
 /// The session file of the session with exactly this ID (`<time>_<id>.jsonl`). Pi itself
@@ -277,13 +307,15 @@ fn conversation_args(
                 .collect());
         }
     };
-    let Some(dir) = session_dir(options, pi) else {
+    let dirs = session_dirs(options, pi);
+    if dirs.is_empty() {
         return Err(Error::ResumeFailed { mode, reason: "pi's session directory is unknown (no cwd or HOME)".into() });
-    };
-    let Some(file) = find_session_file(&dir, id) else {
+    }
+    let Some(file) = dirs.iter().find_map(|dir| find_session_file(dir, id)) else {
+        let searched = dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
         return Err(Error::ResumeFailed {
             mode,
-            reason: format!("pi has no session `{id}` in {} (no fresh session was started)", dir.display()),
+            reason: format!("pi has no session `{id}` in {searched} (no fresh session was started)"),
         });
     };
     let mut args: Vec<OsString> =
@@ -567,6 +599,48 @@ mod tests {
         let fork = OpenConversation::Fork { provider_session_id: id.into() };
         assert_eq!(conversation_args(&options, &pi, &fork).unwrap()[2], "--fork");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Pi writes sessions to `$PI_CODING_AGENT_SESSION_DIR` or its settings' `sessionDir` when
+    /// set (`~` and relative directories included); resume finds them there.
+    #[test]
+    fn resume_finds_sessions_where_pi_settings_put_them() {
+        let root = std::env::temp_dir().join(format!("pi-session-dirs-test-{}", std::process::id()));
+        let (agent, cwd, home) = (root.join("agent"), root.join("project"), root.join("home"));
+        for dir in [&agent, &cwd.join(".pi"), &home] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let resume = |id: &str| OpenConversation::Resume { provider_session_id: id.into() };
+        let session_in = |dir: &Path, id: &str| {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join(format!("2026-12-03T06-46-38-328Z_{id}.jsonl")), "{}\n").unwrap();
+        };
+        let options = SessionOptions::new(&cwd)
+            .env("PI_CODING_AGENT_DIR", agent.to_string_lossy())
+            .env("HOME", home.to_string_lossy())
+            .env_remove("PI_CODING_AGENT_SESSION_DIR");
+        let found = |options: &SessionOptions, id: &str| {
+            let args = conversation_args(options, &PiOptions::new(), &resume(id)).map_err(|e| e.to_string())?;
+            Ok::<_, String>(PathBuf::from(&args[1]))
+        };
+
+        std::fs::write(agent.join("settings.json"), r#"{"sessionDir": "~/pi-sessions"}"#).unwrap();
+        session_in(&home.join("pi-sessions"), "global-1");
+        assert!(found(&options, "global-1").unwrap().starts_with(home.join("pi-sessions")));
+
+        std::fs::write(cwd.join(".pi/settings.json"), r#"{"sessionDir": "local-sessions"}"#).unwrap();
+        session_in(&cwd.join("local-sessions"), "project-1");
+        assert!(found(&options, "project-1").unwrap().starts_with(cwd.join("local-sessions")));
+        // Written before the project's setting: still found.
+        assert!(found(&options, "global-1").is_ok());
+
+        let from_env = options.clone().env("PI_CODING_AGENT_SESSION_DIR", root.join("env").to_string_lossy());
+        session_in(&root.join("env"), "env-1");
+        assert!(found(&from_env, "env-1").unwrap().starts_with(root.join("env")));
+
+        let missing = found(&options, "nowhere-1").unwrap_err();
+        assert!(missing.contains("no session `nowhere-1`") && missing.contains("local-sessions"), "{missing}");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

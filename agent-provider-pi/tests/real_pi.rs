@@ -327,6 +327,30 @@ async fn a_session_whose_cwd_is_a_link_with_a_trailing_slash_resumes() {
     }
 }
 
+/// A project's `.pi/settings.json` with a `sessionDir` (relative, so taken from the cwd): pi
+/// keeps the session there, and resume finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_kept_where_pi_settings_say_resumes() {
+    for cli in clis() {
+        let pi = Pi::start(cli, Scenario::new().text("noted").echo("You said: ")).await;
+        let settings = pi.env.workspace().join(".pi");
+        std::fs::create_dir_all(&settings).unwrap();
+        std::fs::write(settings.join("settings.json"), r#"{"sessionDir": "kept-sessions"}"#).unwrap();
+        let session = pi.session(pi.options()).await;
+        let (_, first) = pi.run(&session, "remember MANGO", |_| None).await;
+        assert_eq!(terminal(&first).status, TurnStatus::Completed, "{}", names(&first));
+        pi.harness.stop_session(&session, false).await.expect("stop");
+        let kept = std::fs::read_dir(pi.env.workspace().join("kept-sessions")).expect("pi used the setting").count();
+        assert_eq!(kept, 1, "pi {} keeps one session file there", pi.version());
+        let resumed = pi.session(pi.options().resume_session(session.id.clone())).await;
+        let (_, second) = pi.run(&resumed, "what word?", |_| None).await;
+        assert_eq!(terminal(&second).result.text.as_deref(), Some("You said: what word?"));
+        let history = pi.server.model_requests()[1].body.as_ref().expect("json")["messages"].to_string();
+        assert!(history.contains("remember MANGO"), "pi {}: {history}", pi.version());
+        pi.finish().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_fails_at_start_session_and_spawns_nothing() {
     for cli in clis() {
