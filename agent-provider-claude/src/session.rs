@@ -60,8 +60,9 @@ pub(crate) struct ClaudeSession {
 const NEW_CONVERSATION_COMMANDS: &[&str] = &["/clear", "/reset", "/new"];
 
 /// Claude Code runs a prompt that starts with `/` as its command (`/cost`, `/compact`): those
-/// pass. The ones that would leave the session's conversation are refused before claude sees
-/// them.
+/// pass. The ones that would leave the session's conversation, and `/model`, which would
+/// change the model behind the provider's back (a later turn's model, or the session's, would
+/// then not be set again), are refused before claude sees them.
 fn refuse_conversation_commands(input: &TurnInput) -> Result<()> {
     let first = match input {
         TurnInput::Text(text) => Some(text.as_str()),
@@ -71,16 +72,15 @@ fn refuse_conversation_commands(input: &TurnInput) -> Result<()> {
         }),
     };
     let command = first.and_then(|text| text.split_whitespace().next()).unwrap_or_default();
-    if NEW_CONVERSATION_COMMANDS.contains(&command) {
-        return Err(Error::InvalidOption {
-            option: "input",
-            reason: format!(
-                "`{command}` makes claude start a new conversation, which this session cannot follow; start a new \
-                 session instead"
-            ),
-        });
-    }
-    Ok(())
+    let why = if NEW_CONVERSATION_COMMANDS.contains(&command) {
+        "makes claude start a new conversation, which this session cannot follow; start a new session instead"
+    } else if command == "/model" {
+        "changes claude's model without the session knowing; set `TurnOptions::model` (this turn) or \
+         `SessionOptions::model` instead"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidOption { option: "input", reason: format!("`{command}` {why}") })
 }
 
 /// The `message.content` of a prompt: the text, or text and image blocks for structured
@@ -290,7 +290,7 @@ mod tests {
     }
 
     #[test]
-    fn a_command_that_starts_a_new_conversation_is_refused_and_others_pass() {
+    fn a_command_that_leaves_the_conversation_or_changes_the_model_is_refused_and_others_pass() {
         for text in ["/clear", "  /reset now", "/new"] {
             let err = content_of(&TurnInput::Text(text.into())).unwrap_err();
             assert!(
@@ -299,7 +299,11 @@ mod tests {
         }
         let items = TurnInput::Items(vec![InputItem::Text { text: "/clear".into() }]);
         assert!(content_of(&items).is_err());
-        for text in ["/cost", "/clearly wrong", "/etc/hosts has a typo", "please /clear the cache"] {
+        let model = content_of(&TurnInput::Text("/model claude-haiku-4-5".into())).unwrap_err();
+        assert!(
+            matches!(&model, Error::InvalidOption { option: "input", reason } if reason.contains("TurnOptions::model"))
+        );
+        for text in ["/cost", "/clearly wrong", "/models are fun", "/etc/hosts has a typo", "please /clear the cache"] {
             assert_eq!(content_of(&TurnInput::Text(text.into())).unwrap(), json!(text));
         }
     }
