@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use crate::connection::{CallError, Connection};
 use crate::options::CodexOptions;
-use crate::session::{CodexSession, TurnSettings, adapter_deadline, parse_result};
+use crate::session::{CodexSession, ModelEffort, TurnSettings, adapter_deadline, configured, parse_result};
 use crate::version::{CHECK, MIN_SUPPORTED};
 use crate::{auth, validate};
 
@@ -405,6 +405,11 @@ impl Provider for CodexProvider {
         let conn = Connection::start(child, ctx.sink.clone(), codex.max_line_bytes, secrets)
             .map_err(|_| self.unavailable("the exec backend did not provide the child's stdin, stdout and stderr"))?;
         self.handshake(&conn, &codex, remaining(), deadline).await?;
+        // What the session runs with: read from codex for a thread it continues (below).
+        let model_overrides: BTreeMap<String, Value> = ["model", "model_reasoning_effort"]
+            .into_iter()
+            .filter_map(|key| Some((key.to_owned(), overrides.get(key)?.clone())))
+            .collect();
         let (method, params) = thread_params(&options, &ctx.conversation, overrides);
         let raw = match conn.call(method, params, remaining()).await {
             Ok(raw) => raw,
@@ -448,12 +453,24 @@ impl Provider for CodexProvider {
         // The thread's settings as codex applied them (model, sandbox, approval policy).
         let _ = ctx.sink.emit(None, EventKind::ProviderEvent { method: method.to_owned() }, Some(raw)).await;
 
+        let now = ModelEffort { model, effort: reasoning_effort };
+        let settings = match &ctx.conversation {
+            OpenConversation::New => TurnSettings::new(now.model, now.effort),
+            // Codex continues a thread with its last turn's model and effort, which may have been
+            // that turn's own: the session's are read to go back to.
+            _ => {
+                let cwd = options.cwd.as_ref().map(|p| p.to_string_lossy());
+                let own =
+                    configured(&conn, cwd.as_deref(), options.model.as_deref(), &model_overrides, remaining()).await;
+                TurnSettings::resumed(own, now)
+            }
+        };
         let session = CodexSession {
             provider: self.id.clone(),
             conn,
             thread_id: thread_id.clone(),
             skills: options.skills.clone(),
-            settings: TurnSettings::new(model, reasoning_effort),
+            settings,
             turn_timeout: adapter_deadline(options.turn_start_timeout),
             command_timeout: adapter_deadline(options.provider_command_timeout),
         };

@@ -62,6 +62,14 @@ impl TurnSettings {
         TurnSettings(std::sync::Mutex::new(Settings { now: thread.clone(), thread }))
     }
 
+    /// The settings of a resumed or forked thread: codex continues it with the model and effort
+    /// of its last turn (`now`, as it answered), which may have been that turn's own; the
+    /// thread's are the session's (`own`, see [`configured`]), when known.
+    pub(crate) fn resumed(own: ModelEffort, now: ModelEffort) -> TurnSettings {
+        let thread = if own.model.is_some() { own } else { now.clone() };
+        TurnSettings(std::sync::Mutex::new(Settings { thread, now }))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Settings> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -115,6 +123,58 @@ struct ModelEntry {
     id: String,
     model: String,
     default_reasoning_effort: Option<String>,
+    #[serde(default)]
+    is_default: bool,
+}
+
+/// `config/read`'s effective configuration, the fields a turn's settings need.
+#[derive(Deserialize)]
+struct ConfigRead {
+    config: ModelConfig,
+}
+
+#[derive(Deserialize)]
+struct ModelConfig {
+    model: Option<String>,
+    model_reasoning_effort: Option<String>,
+}
+
+/// Codex's model list, hidden models included.
+async fn model_list(conn: &Connection, timeout: Duration) -> Option<Vec<ModelEntry>> {
+    let params = serde_json::json!({"includeHidden": true, "limit": 500});
+    let raw = conn.call("model/list", params, timeout).await.ok()?;
+    Some(parse_result::<ModelList>(raw.get())?.data)
+}
+
+/// The model and effort a session runs with where no turn sets its own: the session's `model`,
+/// else the session's config overrides' (`model`, `model_reasoning_effort`), else codex's
+/// configuration for `cwd` (`config/read`), else the model list's default model. An effort left
+/// unset is the model's default. The model is `None` when codex answers neither call.
+pub(crate) async fn configured(
+    conn: &Connection,
+    cwd: Option<&str>,
+    model: Option<&str>,
+    overrides: &std::collections::BTreeMap<String, Value>,
+    timeout: Duration,
+) -> ModelEffort {
+    let set = |key: &str| overrides.get(key).and_then(Value::as_str).map(str::to_owned);
+    let mut own =
+        ModelEffort { model: model.map(str::to_owned).or_else(|| set("model")), effort: set("model_reasoning_effort") };
+    if own.model.is_some() && own.effort.is_some() {
+        return own;
+    }
+    let params = serde_json::json!({"cwd": cwd, "includeLayers": false});
+    if let Ok(raw) = conn.call("config/read", params, timeout).await
+        && let Some(ConfigRead { config }) = parse_result(raw.get())
+    {
+        own.model = own.model.or(config.model);
+        own.effort = own.effort.or(config.model_reasoning_effort);
+    }
+    if own.model.is_none() {
+        own.model =
+            model_list(conn, timeout).await.and_then(|list| list.into_iter().find(|m| m.is_default)).map(|m| m.model);
+    }
+    own
 }
 
 #[derive(Serialize)]
@@ -171,10 +231,8 @@ impl CodexSession {
     /// The default reasoning effort of `model` in codex's model list; `None` when codex does not
     /// say (the turn then keeps the effort codex runs with).
     async fn default_effort(&self, model: &str) -> Option<String> {
-        let params = serde_json::json!({"includeHidden": true, "limit": 500});
-        let raw = self.conn.call("model/list", params, self.command_timeout).await.ok()?;
-        let list: ModelList = parse_result(raw.get())?;
-        list.data.into_iter().find(|m| m.model == model || m.id == model)?.default_reasoning_effort
+        let list = model_list(&self.conn, self.command_timeout).await?;
+        list.into_iter().find(|m| m.model == model || m.id == model)?.default_reasoning_effort
     }
 
     /// Sends `turn/interrupt` for the codex turn.
@@ -391,6 +449,22 @@ mod tests {
         assert_eq!(unnamed.unnamed_effort(None).as_deref(), Some("gpt-a"));
         unnamed.learn_thread_effort("medium".into());
         assert_eq!(unnamed.for_turn(None, None).effort.as_deref(), Some("medium"));
+    }
+
+    #[test]
+    fn a_resumed_thread_goes_back_to_the_sessions_settings() {
+        let pair = |model: &str, effort: Option<&str>| ModelEffort {
+            model: Some(model.into()),
+            effort: effort.map(Into::into),
+        };
+        // Codex continues with the last turn's own; the session's effort is the model's default.
+        let resumed = TurnSettings::resumed(pair("gpt-a", None), pair("gpt-b", Some("high")));
+        assert_eq!(resumed.unnamed_effort(None).as_deref(), Some("gpt-a"));
+        resumed.learn_thread_effort("medium".into());
+        assert_eq!(resumed.for_turn(None, None), pair("gpt-a", Some("medium")));
+        // Nothing known of the session's: codex's are taken as the thread's.
+        let unknown = TurnSettings::resumed(ModelEffort::default(), pair("gpt-b", Some("high")));
+        assert_eq!(unknown.for_turn(None, None), ModelEffort::default());
     }
 
     #[test]
