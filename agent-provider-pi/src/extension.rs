@@ -9,9 +9,19 @@ use std::path::{Path, PathBuf};
 
 use agent_provider_kit::private_dir::PrivateDir;
 
-/// The titles of the gate's `confirm` dialogs, and the tool each one asks about.
+/// The titles of the gate's `confirm` dialogs, and the tool each one asks about. The gate adds
+/// the tool call's ID, ` [<id>]` (see [`approval_title`]).
 pub(crate) const APPROVAL_TITLES: &[(&str, &str)] =
     &[("Allow bash?", "bash"), ("Allow edit?", "edit"), ("Allow write?", "write")];
+
+/// A gate dialog's title without the tool call's ID, and the ID: `Allow bash? [call_1]` asks
+/// about the call `call_1`. A title without one gives `None`.
+pub(crate) fn approval_title(title: &str) -> (&str, Option<&str>) {
+    match title.strip_suffix(']').and_then(|t| t.split_once(" [")) {
+        Some((base, id)) if !id.is_empty() => (base, Some(id)),
+        _ => (title, None),
+    }
+}
 
 /// The tool result the model sees when an approval is denied (followed by `: <reason>` when
 /// the denial gave one).
@@ -38,7 +48,9 @@ export default function (pi) {
       // With the turn's signal, an abort settles the open dialog: without it pi's abort waits
       // on the dialog for good.
       const dialog = { signal: ctx.signal };
-      const ok = await ctx.ui.confirm(`Allow ${event.toolName}?`, subject, dialog);
+      // The call's ID tells the client which of several running calls of a tool asks.
+      const title = `Allow ${event.toolName}? [${event.toolCallId}]`;
+      const ok = await ctx.ui.confirm(title, subject, dialog);
       if (!ok) {
         const why = await ctx.ui.input("__REASON__", "", dialog);
         return { block: true, reason: why ? `__DENIED__: ${why}` : "__DENIED__" };

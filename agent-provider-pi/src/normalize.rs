@@ -19,7 +19,7 @@ use agent_core::request::RequestSpec;
 use agent_core::{Choice, EventKind, ItemId, Question, RequestKind, TurnEnd, TurnId, TurnResult, TurnStatus};
 use serde_json::{Value, json};
 
-use crate::extension::{APPROVAL_TITLES, DENIED_REASON, REASON_TITLE};
+use crate::extension::{APPROVAL_TITLES, DENIED_REASON, REASON_TITLE, approval_title};
 use crate::stream::{self, DeltaKind};
 
 mod wire;
@@ -540,9 +540,17 @@ impl Normalizer {
         }
         let spec = match method.as_str() {
             "confirm" => {
-                let approval = APPROVAL_TITLES.iter().find(|(t, _)| *t == title).map(|(_, tool)| *tool);
-                let started =
-                    approval.and_then(|tool| self.turn.as_ref()?.tools.iter().rev().find(|(_, n, _)| n == tool));
+                let (base, call) = approval_title(&title);
+                let approval = APPROVAL_TITLES.iter().find(|(t, _)| *t == base).map(|(_, tool)| *tool);
+                // The call the gate named, else (a call another tool made) the last started of
+                // the tool.
+                let tools = self.turn.as_ref().map(|turn| &turn.tools);
+                let started = approval.and_then(|tool| {
+                    let tools = tools?;
+                    let named = call.and_then(|call| tools.iter().find(|(id, n, _)| id == call && n == tool));
+                    named.or_else(|| tools.iter().rev().find(|(_, n, _)| n == tool))
+                });
+                let title = base.to_owned();
                 let running_tool = started.map(|(id, _, _)| id.clone());
                 let input = started.and_then(|(_, _, args)| args.clone());
                 let (kind, prompt) = match approval {

@@ -328,3 +328,40 @@ fn an_extension_error_is_a_warning() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Two bash calls running at once: each approval names the call it asks about, whichever
+/// started last.
+#[test]
+fn an_approval_names_the_call_its_gate_asked_about() {
+    let mut normalizer = Normalizer::new();
+    let turn = TurnId::from_string("t1");
+    normalizer.begin_turn(turn.clone()).unwrap();
+    normalizer.admitted(&turn, None);
+    let mut actions = Vec::new();
+    for (call, command) in [("call_a", "echo a"), ("call_b", "echo b")] {
+        let start = serde_json::json!({"type": "tool_execution_start", "toolCallId": call, "toolName": "bash",
+            "args": {"command": command}});
+        normalizer.on_line(&start.to_string(), &mut actions);
+    }
+    let dialog = |id: &str, title: &str, message: &str| {
+        serde_json::json!({"type": "extension_ui_request", "id": id, "method": "confirm", "title": title,
+            "message": message})
+        .to_string()
+    };
+    normalizer.on_line(&dialog("d-1", "Allow bash? [call_a]", "echo a"), &mut actions);
+    // A title without the call (a call another tool made): the last started bash.
+    normalizer.on_line(&dialog("d-2", "Allow bash?", "echo b"), &mut actions);
+    let asked: Vec<(String, String, String)> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Request { spec, .. } => Some((
+                spec.metadata.get("tool_call_id")?.as_str()?.to_owned(),
+                spec.metadata.get("title")?.as_str()?.to_owned(),
+                spec.metadata.get("input")?["command"].as_str()?.to_owned(),
+            )),
+            _ => None,
+        })
+        .collect();
+    let expected = |call: &str, command: &str| (call.to_owned(), "Allow bash?".to_owned(), command.to_owned());
+    assert_eq!(asked, [expected("call_a", "echo a"), expected("call_b", "echo b")]);
+}

@@ -102,6 +102,14 @@ async fn bash_approval_approve_runs_and_deny_reaches_the_model() {
         assert_eq!(asked.len(), 1, "pi {}: {}", pi.version(), names(&approved));
         assert_eq!(asked[0].kind, RequestKind::CommandApproval);
         assert!(asked[0].prompt.contains("touch approved.txt"), "{:?}", asked[0].prompt);
+        // The gate names the call it asks about.
+        let started = approved.iter().find_map(|e| match &e.kind {
+            EventKind::ToolStarted { item_id, .. } => Some(item_id.to_string()),
+            _ => None,
+        });
+        let call = asked[0].metadata.get("tool_call_id").and_then(|v| v.as_str()).map(str::to_owned);
+        assert!(call.is_some() && call == started, "pi {}: {call:?} against {started:?}", pi.version());
+        assert_eq!(asked[0].metadata.get("title"), Some(&serde_json::json!("Allow bash?")));
         assert!(pi.env.workspace().join("approved.txt").exists(), "the approved command ran");
         assert_eq!(terminal(&approved).status, TurnStatus::Completed);
         assert!(terminal(&approved).result.text.as_deref().unwrap_or_default().contains("approved-ran"));
