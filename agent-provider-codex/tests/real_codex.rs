@@ -200,8 +200,21 @@ async fn three_turns_in_one_session() {
 /// turns after it, so the next turn without one runs with the thread's again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turns_model_and_effort_are_that_turns_only() {
+    a_turns_own_settings_then_a_turn_without(false).await;
+}
+
+/// The same across a resume: codex reopens the thread with its last turn's settings, and the
+/// resumed session's turns run with the session's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_resumed_after_a_turns_model_runs_with_its_own() {
+    a_turns_own_settings_then_a_turn_without(true).await;
+}
+
+/// Runs a turn, one with its own model and effort, then (after a stop and resume with
+/// `resume`) one without: the last must be sent with the first one's settings.
+async fn a_turns_own_settings_then_a_turn_without(resume: bool) {
     let codex = Codex::start(Scenario::new().text("one").text("two").text("three")).await;
-    let session = codex.session(codex.options()).await;
+    let mut session = codex.session(codex.options()).await;
     codex.run(&session, "first", |_| None).await;
     let own = TurnOptions::new()
         .model("other-model")
@@ -209,6 +222,10 @@ async fn a_turns_model_and_effort_are_that_turns_only() {
     let turn = codex.harness.start_turn(&session, "second", own).await.expect("turn recorded");
     let outcome = codex.harness.await_turn(&turn, Some(IDLE)).await.expect("the turn ends");
     assert_eq!(outcome.status, TurnStatus::Completed, "{outcome:?}");
+    if resume {
+        codex.harness.stop_session(&session, false).await.expect("stop");
+        session = codex.session(codex.options().resume_session(session.id.clone())).await;
+    }
     let (_, third) = codex.run(&session, "third", |_| None).await;
     assert_eq!(terminal(&third).status, TurnStatus::Completed, "{}", names(&third));
     let settings: Vec<(Value, Value)> = codex
@@ -222,39 +239,7 @@ async fn a_turns_model_and_effort_are_that_turns_only() {
         .collect();
     assert_eq!(settings.len(), 3, "{settings:?}");
     assert_eq!(settings[1], (json!("other-model"), json!("high")), "the turn's own: {settings:?}");
-    assert_eq!(settings[2], settings[0], "the thread's again: {settings:?}");
-    codex.finish().await;
-}
-
-/// The turn's model stays that turn's across a resume: the resumed session's turns run with the
-/// session's model, not with the last turn's override codex keeps in the thread.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_resumed_after_a_turns_model_runs_with_its_own() {
-    let codex = Codex::start(Scenario::new().text("one").text("two").text("three")).await;
-    let session = codex.session(codex.options()).await;
-    codex.run(&session, "first", |_| None).await;
-    let own = TurnOptions::new()
-        .model("other-model")
-        .provider_option(agent_provider_codex::CodexTurnOptions::new().effort("high"));
-    let turn = codex.harness.start_turn(&session, "second", own).await.expect("turn recorded");
-    let outcome = codex.harness.await_turn(&turn, Some(IDLE)).await.expect("the turn ends");
-    assert_eq!(outcome.status, TurnStatus::Completed, "{outcome:?}");
-    codex.harness.stop_session(&session, false).await.expect("stop");
-    let resumed = codex.session(codex.options().resume_session(session.id.clone())).await;
-    let (_, third) = codex.run(&resumed, "third", |_| None).await;
-    assert_eq!(terminal(&third).status, TurnStatus::Completed, "{}", names(&third));
-    let settings: Vec<(Value, Value)> = codex
-        .server()
-        .model_requests()
-        .iter()
-        .map(|r| {
-            let body = r.body.as_ref().expect("json");
-            (body["model"].clone(), body["reasoning"]["effort"].clone())
-        })
-        .collect();
-    assert_eq!(settings.len(), 3, "{settings:?}");
-    assert_eq!(settings[1], (json!("other-model"), json!("high")), "the turn's own: {settings:?}");
-    assert_eq!(settings[2], settings[0], "the session's again after the resume: {settings:?}");
+    assert_eq!(settings[2], settings[0], "the session's again (resumed: {resume}): {settings:?}");
     codex.finish().await;
 }
 
