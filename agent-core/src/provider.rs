@@ -162,13 +162,32 @@ pub struct OpenContext {
     pub sink: Sink,
     /// Which provider conversation to open.
     pub conversation: OpenConversation,
+    /// On a resume of the session under its own ID: the requests it approved for the whole
+    /// session ([`Scope::Session`](crate::Scope::Session)), oldest first, read from the store.
+    /// A provider that keeps such approvals in its CLI's process, or emulates them, restores
+    /// them from these; they are never more than the session's own answers.
+    pub session_approvals: Vec<crate::request::Request>,
 }
 
 impl OpenContext {
     /// Assembles a context for a new conversation (the runtime does this; tests of providers
     /// may too).
     pub fn new(session_id: SessionId, options: Arc<SessionOptions>, exec: DynExec, sink: Sink) -> Self {
-        OpenContext { session_id, options, exec, sink, conversation: OpenConversation::New }
+        OpenContext {
+            session_id,
+            options,
+            exec,
+            sink,
+            conversation: OpenConversation::New,
+            session_approvals: Vec::new(),
+        }
+    }
+
+    /// Hands the session's earlier approvals for the session (see
+    /// [`OpenContext::session_approvals`]).
+    pub fn with_session_approvals(mut self, approvals: Vec<crate::request::Request>) -> Self {
+        self.session_approvals = approvals;
+        self
     }
 
     /// Opens `conversation` instead of a new one.
@@ -185,6 +204,7 @@ impl fmt::Debug for OpenContext {
             .field("options", &self.options)
             .field("exec", &self.exec)
             .field("conversation", &self.conversation)
+            .field("session_approvals", &self.session_approvals.len())
             .finish_non_exhaustive()
     }
 }

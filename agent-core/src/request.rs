@@ -396,6 +396,14 @@ impl Response {
         Response::Answer { answer: Answer::Content(value) }
     }
 
+    /// How far an approval reaches (`Approve`, `ApproveEdited`); `None` for other responses.
+    pub fn scope(&self) -> Option<Scope> {
+        match self {
+            Response::Approve { scope } | Response::ApproveEdited { scope, .. } => Some(*scope),
+            _ => None,
+        }
+    }
+
     /// Approve this request once.
     pub fn approve() -> Self {
         Response::Approve { scope: Scope::Once }

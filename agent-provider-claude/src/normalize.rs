@@ -175,12 +175,32 @@ impl Normalizer {
         self.requests.insert(pending.request_id.clone(), pending);
     }
 
+    /// Remembers the session rules of the session's earlier approvals for the session (a resumed
+    /// session's, see `OpenContext::session_approvals`): the tool and the input approved, the
+    /// edited one for an approval that replaced it.
+    pub(crate) fn restore_rules(&mut self, approvals: &[agent_core::Request]) {
+        for request in approvals {
+            let Some(tool) = request.metadata.get("tool_name").and_then(Value::as_str) else { continue };
+            let input = match &request.response {
+                Some(agent_core::Response::ApproveEdited { input, .. }) => Some(input),
+                _ => request.metadata.get("input"),
+            };
+            if let Some(input) = input {
+                self.answered_rule(SessionRule::of(tool, input));
+            }
+        }
+    }
+
+    fn answered_rule(&mut self, rule: SessionRule) {
+        if !self.rules.contains(&rule) {
+            self.rules.push(rule);
+        }
+    }
+
     /// Records what an answer did: a remembered session rule, a denied tool use.
     pub(crate) fn answered(&mut self, pending: &PendingTool, rule: Option<SessionRule>, denied: bool) {
-        if let Some(rule) = rule
-            && !self.rules.contains(&rule)
-        {
-            self.rules.push(rule);
+        if let Some(rule) = rule {
+            self.answered_rule(rule);
         }
         if denied && let (Some(turn), Some(id)) = (self.turn.as_mut(), pending.tool_use_id.as_ref()) {
             turn.declined.insert(id.clone());

@@ -283,7 +283,9 @@ impl Provider for ClaudeProvider {
         command.env = env;
         command.cwd.clone_from(&options.cwd);
         let child = ctx.exec.spawn(command).await.map_err(|e| self.spawn_error(e, &program))?;
-        let normalizer = Normalizer::new(Some(session_id.clone()));
+        let mut normalizer = Normalizer::new(Some(session_id.clone()));
+        // Approvals for the session live in the provider: a resumed session's come from the store.
+        normalizer.restore_rules(&ctx.session_approvals);
         let secrets = Secrets::of_session(&options, |name| crate::auth::GUARD.refuses_env(name));
         let credentials = secrets.clone();
         let conn = Connection::start(child, ctx.sink.clone(), claude.max_line_bytes, normalizer, secrets)

@@ -193,8 +193,9 @@ async fn three_turns_stream_deltas_with_usage_and_cost_per_turn() {
     claude.finish().await;
 }
 
-/// Approve, approve with edited input, deny, and approve for the session (not asked again), in
-/// one session: each answer's effect is what the tool did and what the model saw next.
+/// Approve, approve with edited input, deny, and approve for the session (not asked again, also
+/// after a resume), in one session: each answer's effect is what the tool did and what the model
+/// saw next.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_allow_edit_deny_and_remember_for_the_session() {
     let scenario = Scenario::new()
@@ -207,7 +208,9 @@ async fn approvals_allow_edit_deny_and_remember_for_the_session() {
         .shell("touch session.txt && echo remembered")
         .quote_tool_result("Tool said: ")
         .shell("touch session.txt && echo remembered")
-        .quote_tool_result("Again: ");
+        .quote_tool_result("Again: ")
+        .shell("touch session.txt && echo remembered")
+        .quote_tool_result("Resumed: ");
     let claude = Claude::start(scenario).await;
     let session = claude.session(claude.options()).await;
     let workspace = claude.workspace().to_path_buf();
@@ -250,6 +253,13 @@ async fn approvals_allow_edit_deny_and_remember_for_the_session() {
     assert_eq!(terminal(&events).result.text.as_deref(), Some("Again: remembered"));
     let caps = claude.harness.capabilities(&session).await.unwrap();
     assert_eq!(caps.session_approvals, agent_core::Support::Emulated);
+
+    // And after a resume: the approval is the session's, not the process's.
+    claude.harness.stop_session(&session, false).await.expect("stop");
+    let resumed = claude.session(claude.options().resume_session(session.id.clone())).await;
+    let (_, events) = claude.run(&resumed, "after the resume", |_| panic!("asked again after the resume")).await;
+    assert!(requests(&events).is_empty(), "{}", names(&events));
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("Resumed: remembered"));
     claude.finish().await;
 }
 

@@ -21,12 +21,13 @@ use crate::exec::DynExec;
 use crate::ids::{EventId, SessionId};
 use crate::options::{Conversation, ConversationMode, ConversationSource, Reuse, SessionOptions, StoreFailurePolicy};
 use crate::provider::{DynProvider, OpenContext, OpenConversation, Opened, ProviderMessage, ProviderSession, Sink};
+use crate::request::{RequestStatus, Scope};
 use crate::runtime::actor::{Actor, ActorParts};
 use crate::runtime::inbox::Inbox;
 use crate::runtime::registry::{Registry, Reservation};
 use crate::runtime::{COMMAND_CAPACITY, SessionHandle, write_batch};
 use crate::session::{CloseReason, Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, StartupMarker};
-use crate::store::{DynStore, StoreError, WriteBatch};
+use crate::store::{DynStore, RequestQuery, StoreError, WriteBatch};
 use crate::time::{Timestamp, deadline_after};
 use crate::turn::{TurnResult, TurnStatus};
 
@@ -56,6 +57,8 @@ struct Plan {
 struct Resumed {
     snapshot: SessionSnapshot,
     latest_seq: u64,
+    /// Its requests approved for the whole session, for the provider to restore.
+    session_approvals: Vec<crate::request::Request>,
     /// The turn the stored snapshot was left running (a killed host), to be recorded interrupted.
     stale_turn: Option<crate::turn::Turn>,
 }
@@ -93,8 +96,10 @@ impl Startup {
                     planned.map_err(|_| timed_out(&session, &options))??
                 }
             };
+            let approvals = plan.resumed.as_ref().map(|r| r.session_approvals.clone()).unwrap_or_default();
             let ctx = OpenContext::new(id.clone(), Arc::clone(&options), exec, sink)
-                .with_conversation(plan.conversation.clone());
+                .with_conversation(plan.conversation.clone())
+                .with_session_approvals(approvals);
             let open = provider.open(ctx);
             tokio::pin!(open);
             // The provider reports through its sink while it opens: keep what it says for the
@@ -511,9 +516,15 @@ async fn plan(
                 Some(turn) => store.fetch_turn(id, turn).await?.filter(|t| !t.status.is_terminal()),
                 None => None,
             };
+            let session_approvals = store
+                .read_requests(id, &RequestQuery::all().status(RequestStatus::Resolved))
+                .await?
+                .into_iter()
+                .filter(|r| r.response.as_ref().is_some_and(|r| r.scope() == Some(Scope::Session)))
+                .collect();
             Ok(Plan {
                 conversation: OpenConversation::Resume { provider_session_id },
-                resumed: Some(Resumed { snapshot, latest_seq, stale_turn }),
+                resumed: Some(Resumed { snapshot, latest_seq, stale_turn, session_approvals }),
                 forked_from: None,
             })
         }
