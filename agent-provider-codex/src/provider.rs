@@ -460,8 +460,9 @@ impl Provider for CodexProvider {
             // that turn's own: the session's are read to go back to.
             _ => {
                 let cwd = options.cwd.as_ref().map(|p| p.to_string_lossy());
-                let own =
-                    configured(&conn, cwd.as_deref(), options.model.as_deref(), &model_overrides, remaining()).await;
+                // Bounded as a command: a codex that leaves the calls unanswered costs no more.
+                let timeout = remaining().min(adapter_deadline(options.provider_command_timeout));
+                let own = configured(&conn, cwd.as_deref(), options.model.as_deref(), &model_overrides, timeout).await;
                 TurnSettings::resumed(own, now)
             }
         };

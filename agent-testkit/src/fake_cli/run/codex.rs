@@ -40,6 +40,14 @@ pub(super) fn housekeeping(msg: &Value, state: &State) -> Option<Vec<Value>> {
         // The client's only notification; nothing answers it.
         (Some("initialized"), None) => Some(Vec::new()),
         (Some("initialize"), Some(id)) if state.handshake_done => Some(vec![error(id, "Already initialized")]),
+        // What the provider reads of codex's configuration and models, as the real one answers.
+        (Some("config/read"), Some(id)) => Some(vec![json!({"id": id, "result": {
+            "config": {"model": "fake-model", "model_provider": "fake"}, "origins": {},
+        }})]),
+        (Some("model/list"), Some(id)) => Some(vec![json!({"id": id, "result": {"data": [{
+            "id": "fake-model", "model": "fake-model", "displayName": "Fake model", "description": "",
+            "hidden": false, "isDefault": true, "defaultReasoningEffort": "medium", "supportedReasoningEfforts": [],
+        }], "nextCursor": null}})]),
         _ => None,
     }
 }
