@@ -14,22 +14,48 @@ use tokio::sync::oneshot;
 
 use super::spawn::{self, Prepared, Spawned};
 
-/// One spawn request and where its result goes.
-struct Job {
-    prepared: Prepared,
-    reply: oneshot::Sender<io::Result<Spawned>>,
+/// What the spawner thread does.
+enum Job {
+    /// Start a child and send it where the caller waits.
+    Spawn { prepared: Prepared, reply: oneshot::Sender<io::Result<Unclaimed>> },
+    /// Kill and reap a child its caller never took.
+    Discard(Spawned),
+}
+
+/// A started child on its way to its caller. Dropped unclaimed — the caller stopped waiting
+/// after the reply was sent, so the reply was dropped unread — it is killed and reaped on the
+/// spawner thread.
+pub(super) struct Unclaimed(Option<Spawned>);
+
+impl Unclaimed {
+    /// The child, now the caller's.
+    fn claim(mut self) -> Spawned {
+        self.0.take().expect("an unclaimed child is claimed once")
+    }
+}
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        let Some(child) = self.0.take() else { return };
+        // Off the dropping thread (a runtime worker): the reap waits for the child's exit.
+        let Ok(queue) = queue() else { return child.discard() };
+        if let Err(mpsc::SendError(Job::Discard(child))) = queue.send(Job::Discard(child)) {
+            child.discard();
+        }
+    }
 }
 
 /// The spawner thread's queue, started on first use. Unbounded: each job is tiny and the
 /// thread serves them as fast as the OS forks.
 static SPAWNER: Mutex<Option<Sender<Job>>> = Mutex::new(None);
 
-/// Starts `prepared` on the spawner thread. If the caller stops waiting, the child is killed and
-/// reaped there, so a cancelled spawn leaves nothing behind.
+/// Starts `prepared` on the spawner thread. If the caller stops waiting, before or after the
+/// child started, the child is killed and reaped there, so a cancelled spawn leaves nothing
+/// behind.
 pub(super) async fn spawn(prepared: Prepared) -> io::Result<Spawned> {
     let (reply, result) = oneshot::channel();
-    queue()?.send(Job { prepared, reply }).map_err(|_| stopped())?;
-    result.await.map_err(|_| stopped())?
+    queue()?.send(Job::Spawn { prepared, reply }).map_err(|_| stopped())?;
+    result.await.map_err(|_| stopped())?.map(Unclaimed::claim)
 }
 
 fn queue() -> io::Result<Sender<Job>> {
@@ -45,9 +71,15 @@ fn queue() -> io::Result<Sender<Job>> {
 
 fn serve(jobs: mpsc::Receiver<Job>) {
     let mut slots = spawn::Slots::reserve();
-    for Job { prepared, reply } in jobs {
-        if let Err(Ok(child)) = reply.send(spawn::spawn(&prepared, slots.as_mut())) {
-            child.discard();
+    for job in jobs {
+        match job {
+            Job::Spawn { prepared, reply } => {
+                let started = spawn::spawn(&prepared, slots.as_mut()).map(|child| Unclaimed(Some(child)));
+                if let Err(Ok(unclaimed)) = reply.send(started) {
+                    unclaimed.claim().discard();
+                }
+            }
+            Job::Discard(child) => child.discard(),
         }
     }
 }
