@@ -21,8 +21,9 @@ pub(super) async fn scan() -> Result<Vec<Stamped>, ExecError> {
 
 pub(super) use self::linux::end;
 
-/// A session (and its harness) whose processes wait for the next scan, and where to answer.
-type Queued = (String, u64, tokio::sync::oneshot::Sender<Result<usize, String>>);
+/// A session (and its harness) whose processes wait for the next scan, when it was asked for
+/// (clock ticks since boot), and where to answer.
+type Queued = (String, u64, u64, tokio::sync::oneshot::Sender<Result<usize, String>>);
 
 /// Where sessions wait for the scanning thread.
 fn ending() -> &'static std::sync::Mutex<std::sync::mpsc::Sender<Queued>> {
@@ -43,10 +44,19 @@ fn ending() -> &'static std::sync::Mutex<std::sync::mpsc::Sender<Queued>> {
 /// [`Exec::end_session_processes`](agent_core::exec::Exec::end_session_processes)). One thread
 /// scans for every session queued while the scan before it ran, so a harness ending a
 /// thousand sessions at once reads `/proc` a few times, not a thousand.
+///
+/// Only processes started before the call are ended: a scan that outlives its caller's patience
+/// (the runtime frees the session's ID after a deadline) must not end the processes of the
+/// session's next run under the same ID.
 pub(super) async fn end_session(session: &str, harness: u64) -> Result<usize, ExecError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let queued =
-        ending().lock().unwrap_or_else(std::sync::PoisonError::into_inner).send((session.to_owned(), harness, tx));
+    let asked = linux::now_ticks();
+    let queued = ending().lock().unwrap_or_else(std::sync::PoisonError::into_inner).send((
+        session.to_owned(),
+        harness,
+        asked,
+        tx,
+    ));
     if queued.is_err() {
         return Err(ExecError::Backend("the session process scan is gone".into()));
     }
@@ -62,16 +72,16 @@ fn end_queued(queue: &std::sync::mpsc::Receiver<Queued>) {
         let queued: Vec<Queued> = std::iter::once(first).chain(queue.try_iter()).collect();
         match linux::scan() {
             Ok(mut stamped) => {
-                for (session, harness, reply) in queued {
+                for (session, harness, asked, reply) in queued {
                     let (its, rest): (Vec<_>, Vec<_>) =
-                        stamped.into_iter().partition(|process| process.is_of_session(&session, harness));
+                        stamped.into_iter().partition(|process| process.is_of_session(&session, harness, asked));
                     stamped = rest;
                     let _ = reply.send(Ok(end(&its)));
                 }
             }
             Err(error) => {
                 let error = error.to_string();
-                for (_, _, reply) in queued {
+                for (_, _, _, reply) in queued {
                     let _ = reply.send(Err(error.clone()));
                 }
             }
@@ -108,12 +118,18 @@ mod linux {
         session: Option<String>,
         /// The harness of this process that stamped it, if it named one.
         harness: Option<u64>,
+        /// Start time in clock ticks since boot.
+        start: u64,
     }
 
     impl Stamped {
-        /// Whether this process is one this process stamped for `session` of `harness`.
-        pub(crate) fn is_of_session(&self, session: &str, harness: u64) -> bool {
-            self.owner == Owner::Me && self.session.as_deref() == Some(session) && self.harness == Some(harness)
+        /// Whether this process is one this process stamped for `session` of `harness` and
+        /// started before the tick `before` (one started in that tick or later is spared).
+        pub(crate) fn is_of_session(&self, session: &str, harness: u64, before: u64) -> bool {
+            self.owner == Owner::Me
+                && self.session.as_deref() == Some(session)
+                && self.harness == Some(harness)
+                && self.start < before
         }
 
         /// Whether this process must end: its owner is gone, or it is ours and its session
@@ -159,20 +175,20 @@ mod linux {
             } else {
                 continue;
             };
-            found.push(Stamped { pid, pgid: stat.pgid, owner, session, harness });
+            found.push(Stamped { pid, pgid: stat.pgid, owner, session, harness, start: stat.start });
         }
         Ok(found)
     }
 
-    /// SIGKILLs each orphan's process group (or the orphan alone when it shares this process's
-    /// group); returns how many orphans were signalled.
+    /// SIGKILLs each orphan's process group (or the orphan alone when it shares the group of
+    /// this process or of one of its ancestors); returns how many orphans were signalled.
     pub(crate) fn end(orphans: &[Stamped]) -> usize {
-        let my_group = read_stat(std::process::id() as RawPid).map(|stat| stat.pgid);
+        let spared = spared_groups(std::process::id() as RawPid);
         let mut groups = HashSet::new();
         let mut ended = 0;
         for orphan in orphans {
             // A group ID of 0 (no group: a kernel thread) or 1 is never signalled as a group.
-            let group = Some(orphan.pgid).filter(|&pgid| pgid > 1 && Some(pgid) != my_group).and_then(Pid::from_raw);
+            let group = Some(orphan.pgid).filter(|&pgid| pgid > 1 && !spared.contains(&pgid)).and_then(Pid::from_raw);
             let result = match group {
                 None => sys::kill(orphan.pid, Signal::KILL),
                 Some(pgid) if groups.insert(pgid) => sys::killpg(pgid, Signal::KILL),
@@ -201,6 +217,13 @@ mod linux {
             pid = stat.ppid;
         }
         spared
+    }
+
+    /// The process groups of this process and its ancestors: a stamped process in one of them
+    /// (a crashed harness's helper that a shell, itself our ancestor, leads the group of) is
+    /// ended alone, never with its group.
+    fn spared_groups(me: RawPid) -> HashSet<RawPid> {
+        ancestors(me).into_iter().filter_map(read_stat).map(|stat| stat.pgid).collect()
     }
 
     /// The owner PID and session stamped into `pid`'s environment.
@@ -235,6 +258,13 @@ mod linux {
             }
         }
         owner.map(|owner| Stamp { owner, session, harness })
+    }
+
+    /// Now, in the clock ticks since boot `/proc/<pid>/stat` gives start times in.
+    pub(crate) fn now_ticks() -> u64 {
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        let hz = rustix::param::clock_ticks_per_second();
+        (now.tv_sec as u64).saturating_mul(hz) + (now.tv_nsec as u64).saturating_mul(hz) / 1_000_000_000
     }
 
     /// Whether `owner` is dead, or its PID was reused by a process younger than the child.
@@ -282,12 +312,36 @@ mod linux {
         }
 
         #[test]
+        fn a_session_end_spares_processes_started_since_it_was_asked_for() {
+            let me = read_stat(std::process::id() as RawPid).expect("own stat");
+            let now = now_ticks();
+            assert!(me.start <= now, "start times and now share a clock: {} > {now}", me.start);
+            let stamped = |start| Stamped {
+                pid: Pid::from_raw(42).expect("pid"),
+                pgid: 42,
+                owner: Owner::Me,
+                session: Some("s-1".into()),
+                harness: Some(3),
+                start,
+            };
+            assert!(stamped(now - 1).is_of_session("s-1", 3, now));
+            assert!(!stamped(now).is_of_session("s-1", 3, now), "the session's next run, under its ID");
+            assert!(!stamped(now - 1).is_of_session("s-2", 3, now) && !stamped(now - 1).is_of_session("s-1", 4, now));
+        }
+
+        #[test]
         fn this_process_is_alive_and_spared() {
             let me = std::process::id() as RawPid;
             let stat = read_stat(me).expect("own stat");
             assert!(!owner_gone(me, stat.start));
             assert!(owner_gone(me, stat.start - 1), "a younger owner means the PID was reused");
             assert!(ancestors(me).contains(&me));
+            let parent = read_stat(me).expect("own stat").ppid;
+            let groups = spared_groups(me);
+            assert!(groups.contains(&read_stat(me).expect("own stat").pgid));
+            if let Some(parent) = read_stat(parent) {
+                assert!(groups.contains(&parent.pgid), "the parent's group is spared too");
+            }
         }
     }
 }
