@@ -1059,3 +1059,29 @@ async fn a_skill_without_its_skill_md_is_refused_before_spawning() {
     assert!(started.is_ok(), "{started:?}");
     case.finish().await;
 }
+
+/// A codex that starts a helper in a session of its own (`setsid`), outside the process group
+/// its teardown ends, and then exits before the handshake: the failed start ends the helper too,
+/// as an ended session's close would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_start_ends_what_the_cli_left_outside_its_group() {
+    let case = Case::new(FakeScript::new().handshake());
+    let programs = agent_testkit::programs::ProgramDir::new("codex-strays");
+    let pid_file = programs.path().join("helper.pid");
+    let cli = programs.file("codex", 0o755);
+    let script = format!(
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'codex-cli 0.171.0'; exit 0; fi\n\
+         setsid sleep 300 </dev/null >/dev/null 2>&1 &\necho $! > {}\nexit 3\n",
+        pid_file.display()
+    );
+    std::fs::write(&cli, script).expect("write the CLI");
+    let options = case.options().update_provider_option(|codex: &mut CodexOptions| *codex = codex.clone().binary(&cli));
+    let started = case.harness.start_session("codex", options).await;
+    assert!(matches!(started, Err(Error::ProviderUnavailable { .. })), "{started:?}");
+    let helper: u32 = std::fs::read_to_string(&pid_file).expect("the helper started").trim().parse().expect("pid");
+    let deadline = Instant::now() + GONE_DEADLINE;
+    while std::path::Path::new(&format!("/proc/{helper}")).exists() {
+        assert!(Instant::now() < deadline, "helper {helper} outlived the failed start");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

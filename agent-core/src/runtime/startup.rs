@@ -84,6 +84,7 @@ impl Startup {
         let id = session.id.clone();
         let finalize_timeout = options.startup_finalization_timeout;
         let processes = Arc::clone(&exec);
+        let harness = reservation.registry().harness_number();
 
         // Phase 1: plan and open, bounded by `startup_timeout`, abandoned with the caller.
         let deadline = deadline_after(Instant::now(), options.startup_timeout);
@@ -125,6 +126,7 @@ impl Startup {
             Err(Abort::CallerGone) => {
                 // Dropping the open future tore down whatever it had started.
                 tracing::info!("caller went away while the provider was opening; startup abandoned");
+                end_strays(&processes, &id, harness, finalize_timeout).await;
                 return;
             }
             Err(Abort::Failed(error)) => {
@@ -133,6 +135,7 @@ impl Startup {
                 }
                 // Release the ID and the store before answering, so an immediate retry finds the
                 // ID free and a caller that closes the store next finds nothing holding it.
+                end_strays(&processes, &id, harness, finalize_timeout).await;
                 drop(reservation);
                 drop((store, provider));
                 let _ = caller.send(Err(error));
@@ -168,9 +171,22 @@ impl Startup {
         if let (Some(store), Some(resumed)) = (&store, &plan.resumed) {
             record_failed_resume(store, resumed, &plan, &session, &error, finalize_timeout).await;
         }
+        end_strays(&processes, &id, harness, finalize_timeout).await;
         drop(reservation);
         drop((store, provider, processes));
         let _ = caller.send(Err(error));
+    }
+}
+
+/// Ends what the provider's CLI started outside its process group in a start that did not become
+/// a session (an open that failed or was abandoned, a session torn down before its hand-off), as
+/// an ended session's close does: the open's teardown ended only the CLI's own group.
+async fn end_strays(exec: &DynExec, id: &SessionId, harness: u64, timeout: Duration) {
+    match tokio::time::timeout(timeout, exec.end_session_processes(id.as_str(), harness)).await {
+        Ok(Ok(0)) => {}
+        Ok(Ok(ended)) => tracing::info!(ended, "ended processes the failed start's CLI left outside its process group"),
+        Ok(Err(error)) => tracing::warn!(%error, "could not look for processes the failed start's CLI left"),
+        Err(_) => tracing::warn!(?timeout, "the look for processes the failed start's CLI left took too long"),
     }
 }
 
@@ -237,6 +253,7 @@ impl Opening {
             exec: processes,
         } = self;
         let id = session.id.clone();
+        let harness = reservation.registry().harness_number();
         let Opened { session: runtime, provider_session_id, capabilities, credentials, .. } = opened;
         let capabilities = capabilities.unwrap_or_else(|| provider.capabilities(&options));
         let finalize_timeout = options.startup_finalization_timeout;
@@ -316,6 +333,7 @@ impl Opening {
                     Ok(replace) => replace,
                     Err(error) => {
                         close_bounded(runtime.as_ref(), finalize_timeout).await;
+                        end_strays(&processes, &id, harness, finalize_timeout).await;
                         drop(reservation);
                         let _ = caller.send(Err(error));
                         return;
@@ -343,6 +361,7 @@ impl Opening {
                             && matches!(error, Error::Store(ref e) if !matches!(e, StoreError::Conflict(_)));
                         if !degrade {
                             close_bounded(runtime.as_ref(), finalize_timeout).await;
+                            end_strays(&processes, &id, harness, finalize_timeout).await;
                             drop(reservation);
                             let _ = caller.send(Err(error));
                             return;
@@ -373,6 +392,7 @@ impl Opening {
                 registry.remove(&id, attempt);
             }
             close_bounded(runtime.as_ref(), finalize_timeout).await;
+            end_strays(&processes, &id, harness, finalize_timeout).await;
             let reason = ExitReason::Closed { reason: CloseReason::Stopped };
             if let (Some(store), true) = (&store, plan.resumed.is_some()) {
                 let mut closed = snapshot.clone();
