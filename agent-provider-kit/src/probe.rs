@@ -101,13 +101,26 @@ pub async fn run(exec: &dyn Exec, command: Command, limits: ProbeLimits) -> Resu
     let handle = Arc::clone(&child.handle);
     let mut stdout = Vec::new();
     let mut tail = StderrTail::new(limits.stderr_lines).redacting(secrets.clone());
+    let (out, err) = (child.stdout.take(), child.stderr.take());
     let finished = tokio::time::timeout(limits.timeout, async {
-        let (_, _, status) = tokio::join!(
-            read_capped(child.stdout.take(), limits.stdout_bytes, &mut stdout),
-            read_tail(child.stderr.take(), &mut tail),
-            handle.wait(),
-        );
-        status
+        let reads = async {
+            tokio::join!(read_capped(out, limits.stdout_bytes, &mut stdout), read_tail(err, &mut tail));
+        };
+        tokio::pin!(reads);
+        let exited = tokio::select! {
+            status = handle.wait() => Some(status),
+            () = &mut reads => None,
+        };
+        match exited {
+            // A process the CLI left in a session of its own (an update check) can hold the
+            // pipes open for as long as it runs: after the exit, what they hold is read for a
+            // moment, as a CLI's stdout is (`STDOUT_AFTER_EXIT`), not to their end.
+            Some(status) => {
+                let _ = tokio::time::timeout(crate::process::STDOUT_AFTER_EXIT, &mut reads).await;
+                status
+            }
+            None => handle.wait().await,
+        }
     })
     .await;
     match finished {
@@ -332,6 +345,22 @@ mod tests {
         let output = run(&LocalExec::new(), command, limits()).await.expect("the probe runs");
         assert_eq!(output.stderr_tail.as_deref(), Some("bad key [redacted] in [redacted]"));
         assert_eq!(output.stdout, "v [redacted]\n");
+    }
+
+    /// `--version` leaves a helper in a session of its own holding stdout and stderr (an update
+    /// check): the probe answers after the CLI's exit all the same.
+    #[tokio::test]
+    async fn a_helper_holding_the_pipes_after_the_exit_does_not_hold_the_probe() {
+        let programs = ProgramDir::new("kit-probe-helper");
+        let pid_file = programs.path().join("helper.pid");
+        let script = format!("echo 'cli 1.2.3'\nsetsid sleep 30 &\necho $! > {}\nexit 0", pid_file.display());
+        let cli = programs.script("cli", &script);
+        let started = tokio::time::Instant::now();
+        let output = run(&LocalExec::new(), Command::new(cli), limits()).await.expect("the probe runs");
+        let helper = std::fs::read_to_string(&pid_file).expect("the helper started");
+        let _ = std::process::Command::new("kill").arg(helper.trim()).status();
+        assert_eq!((output.stdout.as_str(), output.status.code), ("cli 1.2.3\n", Some(0)));
+        assert!(started.elapsed() < Duration::from_secs(5), "answered {:?} after the start", started.elapsed());
     }
 
     #[tokio::test]
