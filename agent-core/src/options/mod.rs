@@ -564,7 +564,9 @@ impl SessionOptions {
         self.completed_turn_cache_size.unwrap_or(CacheSize::Bounded(self.event_buffer_size))
     }
 
-    /// Checks every provider-neutral rule. Returns the validated session ID (if one was given).
+    /// Checks every provider-neutral rule. Returns the validated session ID: the one given, else
+    /// for a resume of a stored session the source's (a stored session resumes under its own
+    /// ID), else `None` (the harness makes one up).
     pub fn validate(&self) -> Result<Option<SessionId>> {
         let id = self.id.as_ref().map(|id| SessionId::new(id.clone())).transpose()?;
         let cwd = self.cwd.as_ref().ok_or_else(|| Error::invalid("cwd", "is required"))?;
@@ -665,7 +667,10 @@ impl SessionOptions {
         if self.env.set.values().any(|v| v.contains('\0')) {
             return Err(Error::invalid("env", "values must not contain NUL"));
         }
-        Ok(id)
+        Ok(id.or_else(|| match &self.conversation {
+            Conversation::Resume(ConversationSource::Session(source)) => Some(source.clone()),
+            _ => None,
+        }))
     }
 
     /// A digest of the configuration for drift detection (not cryptographic).

@@ -53,6 +53,19 @@ async fn resuming_a_stopped_session_continues_its_conversation_and_history() {
     assert_eq!(events[before as usize - 1].type_name(), "session_closed", "the first run's history stays");
 }
 
+/// The conversation option alone (as a `SessionConfig` gives it), without the session's ID:
+/// the stored session resumes under its own ID all the same.
+#[tokio::test]
+async fn a_resume_named_by_the_conversation_alone_takes_the_sessions_own_id() {
+    let f = Fixture::new();
+    let (session, _) = stopped_session(&f, "named-by-source").await;
+    let options = opts().conversation(Conversation::Resume(ConversationSource::Session(session.id.clone())));
+    let resumed = f.harness.start_session(PROVIDER, options).await.expect("resumes");
+    assert_eq!(resumed, session, "the same session, under its own ID");
+    let status = f.harness.status(&resumed).await.unwrap();
+    assert_eq!(status.provider_session_id, Some(format!("scripted-{}", session.id)));
+}
+
 #[tokio::test]
 async fn a_failed_resume_is_an_error_and_is_recorded_in_the_stored_history() {
     let f = Fixture::new();
