@@ -52,15 +52,6 @@ pub trait Provider: Send + Sync + fmt::Debug + 'static {
         require_capabilities(&self.id(), &self.capabilities(options), options)
     }
 
-    /// Checks a turn's options this provider cannot honour. Runs in
-    /// [`Harness::start_turn`](crate::Harness::start_turn) before the turn is recorded, so a
-    /// refusal leaves the session as it was. The default accepts every turn; providers refuse
-    /// their session options type given to a turn with [`refuse_session_options`].
-    fn validate_turn(&self, options: &TurnOptions) -> Result<()> {
-        let _ = options;
-        Ok(())
-    }
-
     /// Reads this provider's options from JSON (a [`SessionConfig`](crate::SessionConfig)'s `provider_options`) into
     /// `into`, merging them with what is already there: fields the JSON leaves out keep their
     /// value (see [`ProviderOptions::update`]).
@@ -107,7 +98,7 @@ pub fn require_capabilities(provider: &ProviderId, caps: &Capabilities, options:
 }
 
 /// Refuses a turn given `T`, a provider's session options type, which a turn cannot change,
-/// instead of ignoring it (for [`Provider::validate_turn`]). `instead` names the
+/// instead of ignoring it (for [`ProviderSession::validate_turn`]). `instead` names the
 /// provider's per-turn options type, where it has one. Option types of other providers pass:
 /// a caller may set options for several providers at once.
 pub fn refuse_session_options<T: std::any::Any + Send + Sync>(turn: &TurnOptions, instead: Option<&str>) -> Result<()> {
@@ -308,6 +299,16 @@ impl Admission {
 /// One open provider session.
 #[async_trait]
 pub trait ProviderSession: Send + Sync + fmt::Debug + 'static {
+    /// Checks a turn this session cannot take: its options (a provider's session options type,
+    /// see [`refuse_session_options`]; a setting the session did not opt in to) and its input
+    /// (an item the CLI cannot carry). Runs in [`Harness::start_turn`](crate::Harness::start_turn)
+    /// before the turn is recorded, so a refusal leaves the session as it was; quick and
+    /// without I/O, as it runs on the session's task. The default accepts every turn.
+    fn validate_turn(&self, options: &TurnOptions, input: &TurnInput) -> Result<()> {
+        let _ = (options, input);
+        Ok(())
+    }
+
     /// Admits a turn. Returns when the provider accepted (or refused) it.
     async fn start_turn(&self, turn: TurnStart) -> Result<Admission>;
 

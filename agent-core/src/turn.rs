@@ -101,6 +101,27 @@ impl TurnInput {
             TurnInput::Items(items) => items.is_empty(),
         }
     }
+
+    /// Why this input cannot be sent, if it cannot: nothing in it, or an item that says nothing
+    /// (blank text, a skill without a name, an image URL that is blank or a file path that is
+    /// not absolute). [`Harness::start_turn`](crate::Harness::start_turn) refuses such input
+    /// with `InvalidOption` for `input`.
+    pub fn problem(&self) -> Option<String> {
+        if self.is_empty() {
+            return Some("must not be empty".into());
+        }
+        let TurnInput::Items(items) = self else { return None };
+        items.iter().enumerate().find_map(|(n, item)| {
+            let what = match item {
+                InputItem::Text { text } if text.trim().is_empty() => "is blank text",
+                InputItem::Skill { name } if name.trim().is_empty() => "is a skill without a name",
+                InputItem::ImageUrl { url } if url.trim().is_empty() => "is an image without a URL",
+                InputItem::LocalImage { path } if !path.is_absolute() => "is an image whose path is not absolute",
+                _ => return None,
+            };
+            Some(format!("item {n} {what}"))
+        })
+    }
 }
 
 impl std::fmt::Debug for TurnInput {

@@ -240,10 +240,6 @@ impl Provider for ClaudeProvider {
         crate::options::merge_json(&self.id, options, into)
     }
 
-    fn validate_turn(&self, options: &agent_core::TurnOptions) -> Result<()> {
-        agent_core::provider::refuse_session_options::<ClaudeOptions>(options, Some("ClaudeTurnOptions"))
-    }
-
     fn validate(&self, options: &SessionOptions) -> Result<()> {
         require_capabilities(&self.id, &self.capabilities(options), options)?;
         let claude = options.provider_options.get::<ClaudeOptions>().cloned().unwrap_or_default();
@@ -338,6 +334,7 @@ impl Provider for ClaudeProvider {
             skills: options.skills.iter().map(|s| s.name.clone()).collect(),
             conn,
             settings: Mutex::new(Settings::new(options.model.clone(), mode)),
+            bypass_allowed: claude.allow_dangerously_skip_permissions,
             turn_timeout: adapter_deadline(options.turn_start_timeout),
             command_timeout: adapter_deadline(options.provider_command_timeout),
         };

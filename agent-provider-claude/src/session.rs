@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use agent_core::provider::{Admission, ProviderSession, TurnStart};
 use agent_core::time::deadline_after;
-use agent_core::{Error, InputItem, ProviderId, Request, Response, Result, TurnId, TurnInput};
+use agent_core::{Error, InputItem, ProviderId, Request, Response, Result, TurnId, TurnInput, TurnOptions};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -48,6 +48,9 @@ pub(crate) struct ClaudeSession {
     pub(crate) skills: Vec<String>,
     pub(crate) conn: Connection,
     pub(crate) settings: Mutex<Settings>,
+    /// The session opted in to `bypassPermissions` (`--allow-dangerously-skip-permissions`),
+    /// which a turn's permission mode needs as much as the session's.
+    pub(crate) bypass_allowed: bool,
     /// Deadline of the control requests before a turn (`set_model`, `set_permission_mode`).
     pub(crate) turn_timeout: Duration,
     /// Deadline of `interrupt` and of the turn's end after it.
@@ -177,6 +180,20 @@ impl ClaudeSession {
 
 #[async_trait]
 impl ProviderSession for ClaudeSession {
+    fn validate_turn(&self, options: &TurnOptions, input: &TurnInput) -> Result<()> {
+        agent_core::provider::refuse_session_options::<crate::ClaudeOptions>(options, Some("ClaudeTurnOptions"))?;
+        let mode = options.provider_options.get::<ClaudeTurnOptions>().and_then(|o| o.permission_mode);
+        if mode == Some(PermissionMode::BypassPermissions) && !self.bypass_allowed {
+            return Err(Error::InvalidOption {
+                option: "provider_options",
+                reason: "permission mode `bypassPermissions` runs every tool without asking; a turn may use it only \
+                         in a session started with ClaudeOptions::allow_dangerously_skip_permissions"
+                    .into(),
+            });
+        }
+        content(input, &self.skills).map(drop)
+    }
+
     async fn start_turn(&self, turn: TurnStart) -> Result<Admission> {
         let content = content(turn.input(), &self.skills)?;
         if self.conn.state().has_turn() {

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use agent_core::event::ToolStatus;
 use agent_core::exec::Exec;
 use agent_core::{
-    Event, EventKind, ExpiryReason, Harness, Replay, Request, RequestKind, Response, Scope, SessionOptions, SessionRef,
-    StoreChoice, Turn, TurnOptions, TurnStatus,
+    Error, Event, EventKind, ExpiryReason, Harness, Replay, Request, RequestKind, Response, Scope, SessionOptions,
+    SessionRef, StoreChoice, Turn, TurnOptions, TurnStatus,
 };
 use agent_exec::LocalExec;
 use agent_provider_claude::{ClaudeOptions, ClaudeProvider, ClaudeTurnOptions, PermissionMode};
@@ -344,16 +344,30 @@ async fn a_project_settings_file_cannot_turn_off_approvals() {
     claude.finish().await;
 }
 
-/// `/clear` would make claude start a new conversation, which ends the session: the turn is
-/// refused at admission, before claude sees it, and the session goes on in its conversation.
+/// `/clear` would make claude start a new conversation, which ends the session, and `/model`
+/// would change its model behind the session's back: such a turn is refused before it is
+/// recorded, and the session goes on in its conversation. So is a turn's `bypassPermissions` in
+/// a session that did not opt in to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prompt_that_would_clear_the_conversation_is_refused_and_the_session_goes_on() {
     let claude = Claude::start(Scenario::new().text("still here")).await;
     let session = claude.session(claude.options()).await;
-    let (_, refused) = claude.run(&session, "/clear", |_| None).await;
-    let end = terminal(&refused);
-    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&refused));
-    assert!(end.result.reason.as_deref().unwrap_or_default().contains("new conversation"), "{:?}", end.result);
+    let before = claude.harness.status(&session).await.expect("status").last_seq;
+    for (prompt, why) in [("/clear", "new conversation"), ("/model claude-haiku-4-5", "TurnOptions::model")] {
+        match claude.harness.start_turn(&session, prompt, TurnOptions::new()).await {
+            Err(Error::InvalidOption { option: "input", reason }) => assert!(reason.contains(why), "{reason}"),
+            other => panic!("{prompt}: expected InvalidOption(input), got {other:?}"),
+        }
+    }
+    let bypass =
+        TurnOptions::new().provider_option(ClaudeTurnOptions::new().permission_mode(PermissionMode::BypassPermissions));
+    match claude.harness.start_turn(&session, "do anything", bypass).await {
+        Err(Error::InvalidOption { option: "provider_options", reason }) => {
+            assert!(reason.contains("allow_dangerously_skip_permissions"), "{reason}")
+        }
+        other => panic!("expected InvalidOption(provider_options), got {other:?}"),
+    }
+    assert_eq!(claude.harness.status(&session).await.expect("status").last_seq, before, "nothing was recorded");
     let (_, events) = claude.run(&session, "are you there?", |_| None).await;
     assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
     assert_eq!(terminal(&events).result.text.as_deref(), Some("still here"));

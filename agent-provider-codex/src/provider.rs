@@ -369,10 +369,6 @@ impl Provider for CodexProvider {
         crate::options::merge_json(&self.id, options, into)
     }
 
-    fn validate_turn(&self, options: &agent_core::TurnOptions) -> Result<()> {
-        agent_core::provider::refuse_session_options::<CodexOptions>(options, Some("CodexTurnOptions"))
-    }
-
     fn validate(&self, options: &SessionOptions) -> Result<()> {
         require_capabilities(&self.id, &self.capabilities(options), options)?;
         let codex = options.provider_options.get::<CodexOptions>().cloned().unwrap_or_default();

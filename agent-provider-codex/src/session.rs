@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use agent_core::provider::{Admission, ProviderSession, TurnStart};
 use agent_core::time::deadline_after;
-use agent_core::{Error, ProviderId, Request, Response, Result, Skill, TurnId, TurnInput};
+use agent_core::{Error, ProviderId, Request, Response, Result, Skill, TurnId, TurnInput, TurnOptions};
 use agent_provider_kit::framing::stderr_note;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -244,6 +244,12 @@ impl CodexSession {
 
 #[async_trait]
 impl ProviderSession for CodexSession {
+    fn validate_turn(&self, options: &TurnOptions, input: &TurnInput) -> Result<()> {
+        agent_core::provider::refuse_session_options::<crate::CodexOptions>(options, Some("CodexTurnOptions"))?;
+        // An item codex cannot take (a relative image path, a skill the session lacks).
+        input::items(input, &self.skills, true).map(drop)
+    }
+
     async fn start_turn(&self, turn: TurnStart) -> Result<Admission> {
         let input = input::items(turn.input(), &self.skills, true)?;
         let extras = turn.options.provider_options.get::<CodexTurnOptions>();

@@ -369,10 +369,6 @@ impl Provider for PiProvider {
         crate::options::merge_json(&self.id, options, into)
     }
 
-    fn validate_turn(&self, options: &agent_core::TurnOptions) -> Result<()> {
-        agent_core::provider::refuse_session_options::<PiOptions>(options, None)
-    }
-
     fn validate(&self, options: &SessionOptions) -> Result<()> {
         require_capabilities(&self.id, &self.capabilities(options), options)?;
         let pi = options.provider_options.get::<PiOptions>().cloned().unwrap_or_default();

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use agent_core::provider::{Admission, ProviderSession, TurnStart};
 use agent_core::time::deadline_after;
-use agent_core::{Answer, Error, ProviderId, Request, Response, Result, TurnId, TurnInput};
+use agent_core::{Answer, Error, ProviderId, Request, Response, Result, TurnId, TurnInput, TurnOptions};
 use agent_provider_kit::framing::stderr_note;
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -135,6 +135,11 @@ pub(crate) fn encode(dialog: &Dialog, response: &Response) -> Result<(Value, boo
 
 #[async_trait]
 impl ProviderSession for PiSession {
+    fn validate_turn(&self, options: &TurnOptions, input: &TurnInput) -> Result<()> {
+        agent_core::provider::refuse_session_options::<crate::PiOptions>(options, None)?;
+        self.text(input).map(drop)
+    }
+
     async fn start_turn(&self, turn: TurnStart) -> Result<Admission> {
         let message = self.text(turn.input())?;
         if let Some(wanted) = self.switch_for(turn.options.model.as_deref())? {

@@ -321,10 +321,6 @@ impl Provider for PresetProvider {
         merge_json(&self.id, options, into)
     }
 
-    fn validate_turn(&self, options: &agent_core::TurnOptions) -> Result<()> {
-        agent_core::provider::refuse_session_options::<PresetOptions>(options, None)
-    }
-
     fn validate(&self, options: &SessionOptions) -> Result<()> {
         let preset_options = PresetOptions::of(options);
         require_capabilities(&self.id, &self.capabilities_for(&preset_options), options)?;

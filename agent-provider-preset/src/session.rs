@@ -13,7 +13,7 @@ use agent_core::exec::{ChildOutput, Command, EnvSpec};
 use agent_core::provider::{Admission, ProviderSession, TurnStart};
 use agent_core::{
     DynExec, Error, EventKind, InputItem, ProviderId, Request, Response, Result, SessionId, Sink, TurnId, TurnInput,
-    TurnResult, TurnStatus,
+    TurnOptions, TurnResult, TurnStatus,
 };
 use agent_provider_kit::framing::{Line, LineReader, unparsed_line_warning};
 use agent_provider_kit::permission_prompt::{self, PendingTool, control_response};
@@ -500,6 +500,15 @@ impl Shared {
 
 #[async_trait]
 impl ProviderSession for PresetSession {
+    fn validate_turn(&self, options: &TurnOptions, input: &TurnInput) -> Result<()> {
+        agent_core::provider::refuse_session_options::<crate::PresetOptions>(options, None)?;
+        if options.model.as_deref().is_some_and(|model| model.contains('\0')) {
+            let reason = "holds a NUL character, which no command-line argument can carry".into();
+            return Err(Error::InvalidOption { option: "model", reason });
+        }
+        prompt_text(input).map(drop)
+    }
+
     async fn start_turn(&self, turn: TurnStart) -> Result<Admission> {
         let prompt = prompt_text(turn.input())?;
         if let Some(running) = self.running() {

@@ -10,8 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::{
-    AwaitError, Error, ErrorKind, EventKind, Harness, SessionConfig, SessionOptions, SessionRef, TurnOptions,
-    TurnStatus,
+    Error, ErrorKind, EventKind, Harness, SessionConfig, SessionOptions, SessionRef, TurnOptions, TurnStatus,
 };
 use agent_exec::LocalExec;
 use agent_provider_preset::{AllowList, OnBusy, PresetCatalog, PresetOptions};
@@ -267,14 +266,18 @@ async fn a_nul_in_the_prompt_or_the_model_is_refused_by_name() {
     assert!(mini.exec.commands().is_empty(), "nothing was spawned");
     let session = mini.session(mini.options(PresetOptions::new())).await;
     let spawned = mini.exec.commands().len();
-    let (_, events) = support::run(&mini.harness, &session, "a\0b", |_| None).await;
-    let reason = terminal(&events).result.reason.clone().unwrap_or_default();
-    assert!(reason.contains("the prompt holds a NUL character"), "{reason}");
-    let turn = TurnOptions::new().model("tiny\0x");
-    let turn = mini.harness.start_turn(&session, "fine", turn).await.expect("turn recorded");
-    let outcome = mini.harness.await_turn(&turn, None).await;
-    let Err(AwaitError::Ended(outcome)) = outcome else { panic!("refused: {outcome:?}") };
-    assert!(outcome.result.reason.unwrap_or_default().contains("NUL"));
+    // Refused before the turn is recorded.
+    for (prompt, turn, option) in
+        [("a\0b", TurnOptions::new(), "input"), ("fine", TurnOptions::new().model("tiny\0x"), "model")]
+    {
+        match mini.harness.start_turn(&session, prompt, turn).await {
+            Err(Error::InvalidOption { option: refused, reason }) => {
+                assert_eq!(refused, option);
+                assert!(reason.contains("NUL"), "{reason}");
+            }
+            other => panic!("expected InvalidOption on {option}, got {other:?}"),
+        }
+    }
     assert_eq!(mini.exec.commands().len(), spawned, "neither turn spawned anything");
     let (_, events) = support::run(&mini.harness, &session, "fine now", |_| None).await;
     assert_eq!(terminal(&events).status, TurnStatus::Completed, "the session goes on: {}", names(&events));

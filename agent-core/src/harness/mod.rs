@@ -440,8 +440,8 @@ impl Harness {
     }
 
     async fn start_turn_inner(&self, session: &SessionRef, input: TurnInput, options: TurnOptions) -> Result<Turn> {
-        if input.is_empty() {
-            return Err(Error::invalid("input", "must not be empty"));
+        if let Some(problem) = input.problem() {
+            return Err(Error::invalid("input", problem));
         }
         if let Some(id) = &options.id
             && let Some(reason) = TurnId::problem(id.as_str())
@@ -456,9 +456,6 @@ impl Harness {
         // As a session's model: an empty one would reach the CLI as a model named "".
         if options.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
             return Err(Error::invalid("model", "must not be empty when set"));
-        }
-        if let Some(provider) = self.inner.providers.get(&session.provider) {
-            provider.validate_turn(&options)?;
         }
         let handle = self.live(&session.id).await?;
         let now = Timestamp::now();

@@ -177,7 +177,38 @@ async fn empty_input_is_refused() {
     let (session, remote) = f.session(opts()).await;
     let err = f.harness.start_turn(&session, "  ", TurnOptions::new()).await.unwrap_err();
     assert!(matches!(err, Error::InvalidOption { option: "input", .. }), "{err:?}");
+    // Structured input whose items say nothing.
+    let text = |t: &str| InputItem::Text { text: t.into() };
+    for (items, why) in [
+        (vec![], "must not be empty"),
+        (vec![text(" ")], "item 0 is blank text"),
+        (vec![text("look"), InputItem::ImageUrl { url: String::new() }], "item 1 is an image without a URL"),
+        (vec![InputItem::Skill { name: " ".into() }], "item 0 is a skill without a name"),
+        (vec![text("look"), InputItem::LocalImage { path: "shot.png".into() }], "item 1 is an image whose path"),
+    ] {
+        let err = f.harness.start_turn(&session, TurnInput::Items(items), TurnOptions::new()).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidOption { option: "input", reason } if reason.starts_with(why)),
+            "{why}: {err:?}"
+        );
+    }
     assert!(remote.commands().is_empty());
+}
+
+/// A turn's own model needs model selection, as a session's does: a provider without it would
+/// run the turn on another model than the one asked for.
+#[tokio::test]
+async fn a_turns_model_is_refused_by_a_session_without_model_selection() {
+    let f = Fixture::new();
+    let caps = agent_core::testing::ScriptedProvider::default_capabilities()
+        .with(Capability::ModelSelection, agent_core::Support::Unsupported);
+    f.control.set_capabilities(caps);
+    let (session, remote) = f.session(opts()).await;
+    let before = f.harness.status(&session).await.unwrap().last_seq;
+    let err = f.harness.start_turn(&session, "go", TurnOptions::new().model("other")).await.unwrap_err();
+    assert!(matches!(err, Error::Unsupported { capability: Capability::ModelSelection, .. }), "{err:?}");
+    assert_eq!(f.harness.status(&session).await.unwrap().last_seq, before, "no event was recorded");
+    assert!(remote.commands().is_empty(), "the provider heard nothing");
 }
 
 #[tokio::test]

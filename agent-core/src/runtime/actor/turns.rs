@@ -7,7 +7,7 @@ use tokio::sync::oneshot;
 use super::cache::Finished;
 use super::journal::AfterCommit;
 use super::{ActiveTurn, Actor, CancelState};
-use crate::capabilities::Capability;
+use crate::capabilities::{Capability, Support};
 use crate::error::{Error, Result};
 use crate::event::{EventKind, ExpiryReason, RawJson};
 use crate::ids::TurnId;
@@ -34,7 +34,16 @@ impl Actor {
             .or_else(|| {
                 let capability = self.missing_input_capability(&turn.input)?;
                 Some(Error::Unsupported { provider: self.session.provider.clone(), capability })
-            });
+            })
+            .or_else(|| {
+                // A turn's own model needs the session's model selection, as a session's does.
+                let unsupported = self.capabilities.get(Capability::ModelSelection) == Support::Unsupported;
+                (options.model.is_some() && unsupported).then(|| Error::Unsupported {
+                    provider: self.session.provider.clone(),
+                    capability: Capability::ModelSelection,
+                })
+            })
+            .or_else(|| self.calls.provider().validate_turn(&options, &turn.input).err());
         if let Some(error) = refusal {
             let _ = reply.send(Err(error));
             return;
