@@ -229,6 +229,9 @@ impl HarnessBuilder {
         if self.max_provider_processes == Some(0) {
             return Err(Error::InvalidConfig("max_provider_processes must be positive".into()));
         }
+        if self.call_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::InvalidConfig("call_timeout must be positive".into()));
+        }
         let mut providers = BTreeMap::new();
         for provider in self.providers {
             let id = provider.id();
@@ -452,6 +455,10 @@ impl Harness {
             && timeout.is_zero()
         {
             return Err(Error::invalid("inactivity_timeout", "must be positive"));
+        }
+        // A call that may not wait at all reports every turn's fate as unknown.
+        if options.call_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::invalid("call_timeout", "must be positive"));
         }
         // As a session's model: an empty one would reach the CLI as a model named "".
         if options.model.as_deref().is_some_and(|m| m.trim().is_empty()) {

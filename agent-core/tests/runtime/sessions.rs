@@ -223,6 +223,21 @@ async fn capacity_limit_refuses_sessions_beyond_max_sessions() {
     f.session(opts()).await;
 }
 
+#[test]
+fn a_harness_with_limits_or_deadlines_of_zero_is_not_built() {
+    let builder = || Harness::builder().store(StoreChoice::Disabled);
+    for (built, what) in [
+        (builder().max_sessions(0).build(), "max_sessions"),
+        (builder().max_provider_processes(0).build(), "max_provider_processes"),
+        (builder().call_timeout(std::time::Duration::ZERO).build(), "call_timeout"),
+    ] {
+        match built {
+            Err(Error::InvalidConfig(reason)) => assert!(reason.starts_with(what), "{reason}"),
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn bad_input_to_start_session_gets_a_specific_error_and_starts_nothing() {
     let f = Fixture::new();

@@ -464,6 +464,10 @@ async fn malformed_caller_turn_ids_and_empty_models_are_refused_and_nothing_is_r
         let err = f.harness.start_turn(&session, "go", TurnOptions::new().model(model)).await.unwrap_err();
         assert!(matches!(err, Error::InvalidOption { option: "model", .. }), "{model:?}: {err:?}");
     }
+    // A call that may not wait at all.
+    let zero = TurnOptions::new().call_timeout(std::time::Duration::ZERO);
+    let err = f.harness.start_turn(&session, "go", zero).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidOption { option: "call_timeout", .. }), "{err:?}");
     assert_eq!(f.harness.status(&session).await.unwrap().last_seq, before, "no event was recorded");
     assert!(f.dyn_store().list_turns(&session.id).await.unwrap().is_empty(), "no turn was stored");
     assert!(remote.commands().is_empty(), "the provider heard nothing");
