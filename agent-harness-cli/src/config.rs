@@ -105,7 +105,7 @@ pub(crate) fn session_config(args: &RunArgs) -> Result<SessionConfig, Failure> {
     if let Some(id) = &args.resume {
         let id = session_id("--resume", id)?;
         config.id = Some(id.clone());
-        config.conversation = Conversation::Resume(ConversationSource::Session(id));
+        config.conversation = Some(Conversation::Resume(ConversationSource::Session(id)));
     }
     Ok(config)
 }

@@ -247,25 +247,24 @@ impl From<SourceForm> for ConversationSource {
 pub(super) mod conversation {
     use super::*;
 
-    pub(crate) fn is_new(conversation: &Conversation) -> bool {
-        *conversation == Conversation::New
-    }
-
-    pub(crate) fn serialize<S: Serializer>(conversation: &Conversation, serializer: S) -> Result<S::Ok, S::Error> {
-        let form = match conversation {
+    pub(crate) fn serialize<S: Serializer>(
+        conversation: &Option<Conversation>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let form = conversation.as_ref().map(|conversation| match conversation {
             Conversation::New => ConversationForm::New,
             Conversation::Resume(source) => ConversationForm::Resume(source.into()),
             Conversation::Fork(source) => ConversationForm::Fork(source.into()),
-        };
+        });
         form.serialize(serializer)
     }
 
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Conversation, D::Error> {
-        Ok(match ConversationForm::deserialize(deserializer)? {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Conversation>, D::Error> {
+        Ok(Option::<ConversationForm>::deserialize(deserializer)?.map(|form| match form {
             ConversationForm::New => Conversation::New,
             ConversationForm::Resume(from) => Conversation::Resume(from.into()),
             ConversationForm::Fork(from) => Conversation::Fork(from.into()),
-        })
+        }))
     }
 }
 

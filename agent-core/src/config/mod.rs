@@ -154,15 +154,16 @@ pub struct SessionConfig {
     /// How the provider CLI authenticates; default `subscription`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthMode>,
-    /// Which provider conversation the session opens; default a new one.
+    /// Which provider conversation the session opens; default a new one. Set (even to `new`),
+    /// it replaces the options' conversation in [`SessionConfig::apply_to`].
     #[serde(
         default,
-        skip_serializing_if = "forms::conversation::is_new",
+        skip_serializing_if = "Option::is_none",
         serialize_with = "forms::conversation::serialize",
         deserialize_with = "forms::conversation::deserialize"
     )]
-    #[cfg_attr(feature = "schemars", schemars(with = "forms::ConversationForm"))]
-    pub conversation: Conversation,
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<forms::ConversationForm>"))]
+    pub conversation: Option<Conversation>,
     /// Caller-owned metadata, stored in the session's snapshot (no secrets).
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub metadata: serde_json::Map<String, Value>,
@@ -228,7 +229,7 @@ impl SessionConfig {
             skills: Vec::new(),
             env: Env::default(),
             auth: None,
-            conversation: Conversation::New,
+            conversation: None,
             metadata: serde_json::Map::new(),
             event_buffer_size: None,
             completed_turn_cache_size: None,
@@ -352,9 +353,7 @@ impl SessionConfig {
         options.env.set.extend(env.set);
         options.env.unset.extend(env.unset);
         set(&mut options.auth, auth);
-        if conversation != Conversation::New {
-            options.conversation = conversation;
-        }
+        set(&mut options.conversation, conversation);
         options.metadata.extend(metadata);
         set(&mut options.event_buffer_size, event_buffer_size.map(NonZeroUsize::get));
         set_some(&mut options.completed_turn_cache_size, completed_turn_cache_size);

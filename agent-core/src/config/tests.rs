@@ -313,6 +313,24 @@ fn a_config_layers_over_options_set_in_code() {
     assert_eq!(options.metadata.len(), 2);
 }
 
+/// A conversation the config sets, `new` included, replaces the one set in code; one it leaves
+/// out (or gives as `null`) keeps it.
+#[test]
+fn a_config_conversation_of_new_replaces_a_resume_set_in_code() {
+    let (provider, _) = ScriptedProvider::new("scripted");
+    let base = || SessionOptions::new("/base").resume_provider_session("thread-123");
+    let resumed = Conversation::Resume(ConversationSource::Provider("thread-123".into()));
+    for (config, expected) in [
+        (json!({"provider": "scripted", "conversation": {"mode": "new"}}), Conversation::New),
+        (json!({"provider": "scripted"}), resumed.clone()),
+        (json!({"provider": "scripted", "conversation": null}), resumed.clone()),
+    ] {
+        let options =
+            SessionConfig::from_json_value(config.clone()).and_then(|c| c.apply_to(provider.as_ref(), base()));
+        assert_eq!(options.expect("options").conversation, expected, "{config}");
+    }
+}
+
 #[test]
 fn the_default_provider_takes_no_options() {
     let (provider, _) = ScriptedProvider::new("scripted");
