@@ -45,9 +45,11 @@ fn ending() -> &'static std::sync::Mutex<std::sync::mpsc::Sender<Queued>> {
 /// scans for every session queued while the scan before it ran, so a harness ending a
 /// thousand sessions at once reads `/proc` a few times, not a thousand.
 ///
-/// Only processes started before the call are ended: a scan that outlives its caller's patience
-/// (the runtime frees the session's ID after a deadline) must not end the processes of the
-/// session's next run under the same ID.
+/// Only processes started by the call (in its clock tick, 10 ms, or before) are ended: a scan
+/// that outlives its caller's patience (the runtime frees the session's ID after
+/// `startup_finalization_timeout`) must not end the processes of the session's next run under
+/// the same ID. (A next run whose CLI starts in the very tick of the call, possible only with a
+/// finalization timeout under 10 ms, is not told apart.)
 pub(super) async fn end_session(session: &str, harness: u64) -> Result<usize, ExecError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let asked = linux::now_ticks();
@@ -124,12 +126,12 @@ mod linux {
 
     impl Stamped {
         /// Whether this process is one this process stamped for `session` of `harness` and
-        /// started before the tick `before` (one started in that tick or later is spared).
-        pub(crate) fn is_of_session(&self, session: &str, harness: u64, before: u64) -> bool {
+        /// started by the tick `asked` (one started in a later tick is spared).
+        pub(crate) fn is_of_session(&self, session: &str, harness: u64, asked: u64) -> bool {
             self.owner == Owner::Me
                 && self.session.as_deref() == Some(session)
                 && self.harness == Some(harness)
-                && self.start < before
+                && self.start <= asked
         }
 
         /// Whether this process must end: its owner is gone, or it is ours and its session
@@ -324,8 +326,8 @@ mod linux {
                 harness: Some(3),
                 start,
             };
-            assert!(stamped(now - 1).is_of_session("s-1", 3, now));
-            assert!(!stamped(now).is_of_session("s-1", 3, now), "the session's next run, under its ID");
+            assert!(stamped(now - 1).is_of_session("s-1", 3, now) && stamped(now).is_of_session("s-1", 3, now));
+            assert!(!stamped(now + 1).is_of_session("s-1", 3, now), "the session's next run, under its ID");
             assert!(!stamped(now - 1).is_of_session("s-2", 3, now) && !stamped(now - 1).is_of_session("s-1", 4, now));
         }
 
