@@ -449,7 +449,7 @@ impl Harness {
         if let Some(id) = &options.id
             && let Some(reason) = TurnId::problem(id.as_str())
         {
-            return Err(Error::InvalidTurnId { id: id.to_string(), reason });
+            return Err(Error::InvalidTurnId { id: crate::ids::refused_id(id.to_string()), reason });
         }
         if let Some(timeout) = options.inactivity_timeout
             && timeout.is_zero()

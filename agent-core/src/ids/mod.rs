@@ -160,12 +160,25 @@ string_id!(
     session_id_problem
 );
 
+/// A refused caller-chosen ID as an error keeps it: its beginning, for one far over the limit,
+/// so a megabyte of input does not become a megabyte of error message.
+pub(crate) fn refused_id(mut id: String) -> String {
+    const KEPT: usize = 2 * MAX_SESSION_ID_LEN;
+    if id.len() > KEPT {
+        let end = (0..=KEPT).rev().find(|&i| id.is_char_boundary(i)).unwrap_or(0);
+        let dropped = id.len() - end;
+        id.truncate(end);
+        id.push_str(&format!("… ({dropped} more bytes)"));
+    }
+    id
+}
+
 impl SessionId {
     /// Validates a caller-chosen session ID.
     pub fn new(id: impl Into<String>) -> Result<Self, Error> {
         let id = id.into();
         if let Some(reason) = session_id_problem(&id) {
-            return Err(Error::InvalidSessionId { id, reason });
+            return Err(Error::InvalidSessionId { id: refused_id(id), reason });
         }
         Ok(Self(IdText::from(id)))
     }
@@ -237,7 +250,7 @@ impl TurnId {
     pub fn new(id: impl Into<String>) -> Result<Self, Error> {
         let id = id.into();
         match Self::problem(&id) {
-            Some(reason) => Err(Error::InvalidTurnId { id, reason }),
+            Some(reason) => Err(Error::InvalidTurnId { id: refused_id(id), reason }),
             None => Ok(Self(IdText::from(id))),
         }
     }

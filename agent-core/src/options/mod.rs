@@ -573,6 +573,9 @@ impl SessionOptions {
         if !cwd.is_absolute() {
             return Err(Error::invalid("cwd", format!("must be absolute, got {}", cwd.display())));
         }
+        if cwd.as_os_str().as_encoded_bytes().contains(&0) {
+            return Err(Error::invalid("cwd", "must not contain NUL"));
+        }
         if cwd.to_str().is_none() {
             // A session's snapshot and events are JSON, which holds text: such a path could be
             // neither stored nor shown, and the store would fail at the first write.
@@ -633,19 +636,17 @@ impl SessionOptions {
         {
             return Err(Error::invalid(empty.0, "must not be empty when set"));
         }
+        // Every CLI gets these as command-line arguments or environment values, which end at a
+        // NUL; none has a use for one.
+        if let Some(with_nul) = [("model", &self.model), ("system_prompt", &self.system_prompt)]
+            .into_iter()
+            .find(|(_, v)| v.as_deref().is_some_and(|s| s.contains('\0')))
+        {
+            return Err(Error::invalid(with_nul.0, "must not contain NUL"));
+        }
         for (name, server) in &self.mcp_servers {
-            if name.is_empty() {
-                return Err(Error::invalid("mcp_servers", "server names must not be empty"));
-            }
-            let bad = match server {
-                McpServer::Stdio { command, .. } => command.is_empty(),
-                McpServer::Http { url, .. } => !(url.starts_with("http://") || url.starts_with("https://")),
-            };
-            if bad {
-                return Err(Error::invalid(
-                    "mcp_servers",
-                    format!("server `{name}` needs a command or an http(s) URL"),
-                ));
+            if let Some(problem) = mcp_server_problem(name, server) {
+                return Err(Error::invalid("mcp_servers", problem));
             }
         }
         for skill in &self.skills {
@@ -660,7 +661,7 @@ impl SessionOptions {
             }
         }
         for key in self.env.set.keys().chain(self.env.unset.iter()) {
-            if key.is_empty() || key.contains('=') || key.contains('\0') {
+            if !is_variable_name(key) {
                 return Err(Error::invalid("env", format!("invalid variable name {key:?}")));
             }
         }
@@ -841,6 +842,55 @@ impl fmt::Debug for TurnOptions {
             .field("inactivity_timeout", inactivity_timeout)
             .finish()
     }
+}
+
+/// A name an environment can hold: not blank, without `=` or NUL. (White space around a name
+/// that the auth guard knows, such as ` OPENAI_API_KEY`, is the guard's to refuse, by name.)
+fn is_variable_name(name: &str) -> bool {
+    !name.trim().is_empty() && !name.contains(['=', '\0'])
+}
+
+/// What is wrong with the MCP server `name`, if anything, in words that quote no value (an
+/// argument, a header or a URL can hold a credential).
+fn mcp_server_problem(name: &str, server: &McpServer) -> Option<String> {
+    if name.trim().is_empty() || name.chars().any(char::is_control) {
+        return Some(format!("server names must be non-blank text without control characters, got {name:?}"));
+    }
+    let problem = match server {
+        McpServer::Stdio { command, args, env } => {
+            if command.trim().is_empty() {
+                Some("needs a command".to_owned())
+            } else if command.contains('\0') || args.iter().any(|a| a.contains('\0')) {
+                Some("has a NUL in its command or arguments".to_owned())
+            } else if let Some(key) = env.keys().find(|k| !is_variable_name(k)) {
+                Some(format!("has an invalid variable name {key:?}"))
+            } else if env.values().any(|v| v.contains('\0')) {
+                Some("has a NUL in an environment value".to_owned())
+            } else {
+                None
+            }
+        }
+        McpServer::Http { url, headers } => {
+            let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
+            let host = rest.map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default());
+            // A header name is an HTTP token; a value ends at a line break.
+            let token = |n: &str| {
+                !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+            };
+            if host.is_none_or(|host| host.rsplit('@').next().unwrap_or_default().is_empty()) {
+                Some("needs an http(s) URL with a host".to_owned())
+            } else if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                Some("has white space or a control character in its URL".to_owned())
+            } else if let Some(header) = headers.keys().find(|h| !token(h)) {
+                Some(format!("has an invalid header name {header:?}"))
+            } else if headers.values().any(|v| v.chars().any(|c| c.is_control() && c != '\t')) {
+                Some("has a control character (a line break, a NUL) in a header value".to_owned())
+            } else {
+                None
+            }
+        }
+    };
+    problem.map(|problem| format!("server `{name}` {problem}"))
 }
 
 /// 128-bit FNV-1a, for the configuration fingerprint.

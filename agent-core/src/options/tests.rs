@@ -61,6 +61,55 @@ fn sizes_timeouts_and_shapes() {
 }
 
 #[test]
+fn values_no_cli_can_take_are_refused_by_name() {
+    invalid(SessionOptions::new("/tmp/a\0b"), "cwd");
+    invalid(SessionOptions::new(tmp()).model("tiny\0x"), "model");
+    invalid(SessionOptions::new(tmp()).system_prompt("be\0brief"), "system_prompt");
+    for name in [" ", "\t", "A=B", "A\0B"] {
+        invalid(SessionOptions::new(tmp()).env(name, "x"), "env");
+    }
+    let stdio = |command: &str, args: &[&str], env: &[(&str, &str)]| McpServer::Stdio {
+        command: command.into(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+    };
+    let http = |url: &str, headers: &[(&str, &str)]| McpServer::Http {
+        url: url.into(),
+        headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+    };
+    for server in [
+        stdio("   ", &[], &[]),
+        stdio("mcp", &["--root\0"], &[]),
+        stdio("mcp", &[], &[("TOKEN", "a\0b")]),
+        stdio("mcp", &[], &[("BAD=NAME", "x")]),
+        http("https://", &[]),
+        http("https://user@/v1", &[]),
+        http("https://mcp.example/a b", &[]),
+        http("https://mcp.example", &[("Bad Header:", "x")]),
+        http("https://mcp.example", &[("Authorization", "Bearer x\r\nX-Injected: y")]),
+        http("https://mcp.example", &[("Authorization", "Bearer \0")]),
+    ] {
+        let options = SessionOptions::new(tmp()).mcp_server("m", server.clone());
+        match options.validate() {
+            Err(Error::InvalidOption { option: "mcp_servers", reason }) => {
+                assert!(reason.starts_with("server `m` ") && !reason.contains("Bearer"), "{reason}")
+            }
+            other => panic!("{server:?}: {other:?}"),
+        }
+    }
+    for fine in [
+        stdio("mcp-files", &["--root", "/srv"], &[("TOKEN", "t")]),
+        http("http://127.0.0.1:8080/mcp?x=1", &[("Authorization", "Bearer\ttoken")]),
+    ] {
+        assert!(SessionOptions::new(tmp()).mcp_server("m", fine.clone()).validate().is_ok(), "{fine:?}");
+    }
+    // A refused ID far over the limit is quoted by its beginning only.
+    let long = "x".repeat(1 << 20);
+    let error = SessionOptions::new(tmp()).id(long.as_str()).validate().unwrap_err().to_string();
+    assert!(error.len() < 400 && error.contains("more bytes"), "{} bytes", error.len());
+}
+
+#[test]
 fn debug_never_shows_secret_values() {
     // Every field that can hold a secret carries one; the Debug impls name every field, so a
     // new field cannot be printed without a decision.
