@@ -199,7 +199,7 @@ pub enum Error {
 
     /// The awaited turn ended without completing (failed, cancelled or interrupted); the
     /// outcome holds its terminal event. What [`crate::AwaitError::Ended`] becomes.
-    #[error("turn ended {:?}", .0.status)]
+    #[error("turn ended {}", .0.status)]
     TurnEnded(Box<crate::turn::TurnOutcome>),
     /// A wait (`await_turn`) gave up after its timeout; the turn keeps running.
     #[error("timed out after {timeout:?} waiting for the turn")]

@@ -155,6 +155,24 @@ pub enum CloseReason {
     HarnessShutdown,
 }
 
+impl CloseReason {
+    /// The snake_case name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CloseReason::Stopped => "stopped",
+            CloseReason::ForcedStop => "forced_stop",
+            CloseReason::StoreFailed => "store_failed",
+            CloseReason::HarnessShutdown => "harness_shutdown",
+        }
+    }
+}
+
+impl fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Why a session's runtime ended; what [`crate::Harness::monitor`] resolves with.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
@@ -193,7 +211,7 @@ pub enum ExitReason {
 impl fmt::Display for ExitReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ExitReason::Closed { reason } => write!(f, "closed ({reason:?})"),
+            ExitReason::Closed { reason } => write!(f, "closed ({reason})"),
             ExitReason::Retired { reason } => write!(f, "retired: {reason}"),
             ExitReason::StoreFailed { reason } => write!(f, "store failed: {reason}"),
             ExitReason::NotLive => f.write_str("not live in this harness"),

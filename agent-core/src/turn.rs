@@ -35,6 +35,20 @@ pub enum TurnStatus {
 }
 
 impl TurnStatus {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnStatus::Starting => "starting",
+            TurnStatus::Running => "running",
+            TurnStatus::AwaitingInput => "awaiting_input",
+            TurnStatus::Cancelling => "cancelling",
+            TurnStatus::Completed => "completed",
+            TurnStatus::Failed => "failed",
+            TurnStatus::Cancelled => "cancelled",
+            TurnStatus::Interrupted => "interrupted",
+        }
+    }
+
     /// True for the four terminal statuses.
     pub fn is_terminal(self) -> bool {
         matches!(self, TurnStatus::Completed | TurnStatus::Failed | TurnStatus::Cancelled | TurnStatus::Interrupted)
@@ -121,6 +135,12 @@ impl TurnInput {
             };
             Some(format!("item {n} {what}"))
         })
+    }
+}
+
+impl std::fmt::Display for TurnStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

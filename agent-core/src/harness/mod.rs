@@ -277,7 +277,7 @@ impl fmt::Debug for HarnessBuilder {
 #[non_exhaustive]
 pub enum AwaitError {
     /// The turn ended without completing: failed, cancelled or interrupted.
-    #[error("turn ended {:?}", .0.status)]
+    #[error("turn ended {}", .0.status)]
     Ended(Box<TurnOutcome>),
     /// The wait timed out; the turn keeps running.
     #[error("timed out after {0:?} waiting for the turn")]

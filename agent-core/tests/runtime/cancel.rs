@@ -188,6 +188,10 @@ async fn await_errors_become_the_one_error_with_a_kind_to_match() {
     let err = text_of(&f, &turn).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::TurnEnded);
     assert!(matches!(err, Error::TurnEnded(ref outcome) if outcome.status == TurnStatus::Cancelled), "{err:?}");
+    assert_eq!(err.to_string(), "turn ended cancelled", "statuses read by their snake_case names");
     let err = f.harness.start_turn(&session, "", TurnOptions::new()).await.unwrap_err();
     assert_eq!((err.kind(), err.kind().as_str()), (ErrorKind::InvalidOption, "invalid_option"));
+    f.harness.stop_session(&session, true).await.unwrap();
+    let err = f.harness.status(&session).await.unwrap_err();
+    assert!(err.to_string().ends_with("closed (forced_stop)"), "{err}");
 }
