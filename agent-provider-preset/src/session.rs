@@ -111,6 +111,9 @@ struct Shared {
     running: Mutex<Option<Arc<TurnHandle>>>,
     /// Deadline of `cancel` (the turn's end after its process was stopped).
     command_timeout: Duration,
+    /// The task of the latest turn, which `close` lets end: it holds this state (the session's
+    /// system prompt file among it) until it has told its end.
+    last_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// One turn in flight, shared by the session and the turn's task.
@@ -186,6 +189,7 @@ impl PresetSession {
             reported,
             running: Mutex::new(None),
             command_timeout,
+            last_task: Mutex::new(None),
         };
         PresetSession { shared: Arc::new(shared) }
     }
@@ -549,6 +553,7 @@ impl ProviderSession for PresetSession {
         let turn = Arc::clone(&shared).run_turn(Arc::clone(&handle), start, prompt, model);
         let task = agent_provider_kit::process::spawn_reader(&shared.preset.id, shared.sink.clone(), turn);
         *lock(&handle.task) = Some(task.abort_handle());
+        *lock(&self.shared.last_task) = Some(task);
         Ok(Admission::default())
     }
 
@@ -605,6 +610,12 @@ impl ProviderSession for PresetSession {
     async fn close(&self) {
         if let Some(handle) = self.running() {
             let _ = self.cancel(&handle.turn).await;
+        }
+        // What the session leaves (its prompt file) goes with it, not with a turn's task that
+        // is still on its way out.
+        let task = lock(&self.shared.last_task).take();
+        if let Some(task) = task {
+            let _ = tokio::time::timeout(self.shared.command_timeout, task).await;
         }
     }
 }
