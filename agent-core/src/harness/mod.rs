@@ -664,12 +664,26 @@ impl Harness {
     /// interrupts it (`turn_interrupted`), expires its requests and kills the provider without
     /// waiting for the provider to acknowledge. Returns after the session has fully ended;
     /// stopping a session that is not live is `Ok`, unless another harness sharing the store
-    /// runs it ([`Error::SessionLiveElsewhere`]: it is not stopped). History stays in the store.
+    /// runs it ([`Error::SessionLiveElsewhere`]: it is not stopped). A session whose start is
+    /// under way in this harness is stopped once it is live (its `start_session` may still
+    /// return it), or not at all if its start fails. History stays in the store.
     pub async fn stop_session(&self, session: &SessionRef, force: bool) -> Result<()> {
         let command = telemetry::command_span(Cmd::StopSession, &session.provider, Some(&session.id));
         command.record("force", force);
         let stop = async {
-            let Some(handle) = self.inner.registry.get(&session.id) else {
+            let registry = &self.inner.registry;
+            let live = loop {
+                let changed = registry.changed().notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                match registry.get(&session.id) {
+                    Some(handle) => break Some(handle),
+                    // Starting: wait until it is live or gone.
+                    None if registry.contains(&session.id) => changed.await,
+                    None => break None,
+                }
+            };
+            let Some(handle) = live else {
                 // Not live here: stopped already (stopping is idempotent), or another harness
                 // sharing the store runs it, which this one cannot stop.
                 return match self.held_elsewhere(&session.id).await {

@@ -877,6 +877,24 @@ async fn shutdown_also_stops_a_session_whose_start_was_under_way() {
     assert_eq!(f.harness.list_sessions(), [after]);
 }
 
+/// `stop_session` on a session whose start is under way stops it once live, where it used to
+/// return at once and leave it running.
+#[tokio::test(start_paused = true)]
+async fn stop_session_stops_a_session_whose_start_is_under_way() {
+    let f = Fixture::new();
+    f.control.set_open(OpenBehavior::Delay(Duration::from_secs(1)));
+    let harness = f.harness.clone();
+    let starting = tokio::spawn(async move { harness.start_session(PROVIDER, opts().id("early")).await });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let session = SessionRef { provider: ProviderId::new(PROVIDER), id: SessionId::new("early").unwrap() };
+    f.harness.stop_session(&session, true).await.expect("stopped");
+    assert!(f.harness.list_sessions().is_empty(), "stop_session returned with the session live");
+    let started = starting.await.unwrap().expect("the start itself succeeded");
+    let monitor = f.harness.monitor(&started).await.unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(60), monitor).await.expect("the session was stopped");
+    assert!(matches!(reason, ExitReason::Closed { reason: CloseReason::ForcedStop }), "{reason:?}");
+}
+
 /// A run whose startup is committed but not yet acknowledged (its actor's first write still
 /// queued) is live: another harness sharing the store that starts the same ID gets
 /// `SessionLiveElsewhere` instead of taking it for a startup left unfinished and replacing the
