@@ -1,5 +1,6 @@
 //! Answer the agent's approvals with a handler: allow test runs, deny every other command, and
-//! leave questions to whoever watches the session.
+//! leave questions to whoever watches the session. Nobody watches in this example, so a
+//! question is denied after the session's `request_timeout` instead of holding the turn for good.
 //!
 //! `cargo run -p agent-harness --example approvals --features codex,local-exec -- /path/to/project`
 
@@ -23,7 +24,9 @@ async fn main() -> agent_harness::Result<()> {
         .store(MemoryStore::new())
         .request_handler(policy)
         .build()?;
-    let options = SessionOptions::new(cwd).approval_policy(ApprovalPolicy::Untrusted);
+    let options = SessionOptions::new(cwd)
+        .approval_policy(ApprovalPolicy::Untrusted)
+        .request_timeout(std::time::Duration::from_secs(300));
     let session = harness.start_session("codex", options).await?;
     let turn = harness.start_turn(&session, "Run the tests and fix what fails.", TurnOptions::new()).await?;
     match harness.await_turn(&turn, None).await {
