@@ -31,6 +31,9 @@ pub(super) struct Process {
     state: Mutex<State>,
     /// Set once the leader is reaped; lets stdin writes fail without taking the lock.
     reaped: AtomicBool,
+    /// A stdin write waiting for room in the pipe, woken by the reap: a process the child left
+    /// holding the read end may never read, and the write must fail all the same.
+    stdin_waker: Mutex<Option<std::task::Waker>>,
     status: watch::Sender<Option<ExitStatus>>,
 }
 
@@ -47,6 +50,7 @@ impl Process {
             pid,
             state: Mutex::default(),
             reaped: AtomicBool::new(false),
+            stdin_waker: Mutex::new(None),
             status: watch::Sender::new(None),
         })
     }
@@ -82,6 +86,10 @@ impl Process {
         state.reaped = true;
         self.reaped.store(true, Ordering::Release);
         drop(state);
+        let waiting = self.stdin_waker.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        if let Some(waker) = waiting {
+            waker.wake();
+        }
         self.status.send_replace(Some(status));
         tracing::debug!(pid = self.pid.as_raw_pid(), %status, "child reaped");
     }
@@ -293,7 +301,22 @@ impl Stdin {
 
 impl AsyncWrite for Stdin {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(self.open_pipe()?).poll_write(cx, buf)
+        let this = &mut *self;
+        match Pin::new(this.open_pipe()?).poll_write(cx, buf) {
+            Poll::Pending => {
+                // Full pipe: the reap wakes this write too (it checks the reap again first).
+                let mut waiting = this.process.stdin_waker.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                if !waiting.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    *waiting = Some(cx.waker().clone());
+                }
+                drop(waiting);
+                if this.process.reaped.load(Ordering::Acquire) {
+                    return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, ExecError::Exited)));
+                }
+                Poll::Pending
+            }
+            ready => ready,
+        }
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
