@@ -427,6 +427,9 @@ impl Harness {
     /// Records a turn and schedules its admission; returns once it is recorded (and committed
     /// to the store). `turn_started` means the provider accepted it; a rejection or admission
     /// timeout arrives as `turn_failed`. Another active turn gives [`Error::TurnInProgress`].
+    /// Input or options the session cannot take are refused before anything is recorded
+    /// ([`Error::InvalidOption`], [`Error::Unsupported`]; see
+    /// [`ProviderSession::validate_turn`](crate::provider::ProviderSession::validate_turn)).
     ///
     /// A caller-chosen turn ID ([`TurnOptions::id`]) follows the session ID rules
     /// ([`Error::InvalidTurnId`]) and may be used once per session ([`Error::TurnIdAlreadyUsed`]).
