@@ -313,6 +313,20 @@ async fn a_stopped_session_resumes_under_its_id_with_its_history() {
     }
 }
 
+/// A turn in a session of `options()`, a stop, and a turn in the session resumed with
+/// `options()`: pi found the session, and the second turn's model request carries the first.
+async fn remembered_across_a_resume(pi: &Pi, options: impl Fn() -> agent_core::SessionOptions, word: &str) {
+    let session = pi.session(options()).await;
+    let (_, first) = pi.run(&session, &format!("remember {word}"), |_| None).await;
+    assert_eq!(terminal(&first).status, TurnStatus::Completed, "{}", names(&first));
+    pi.harness.stop_session(&session, false).await.expect("stop");
+    let resumed = pi.session(options().resume_session(session.id.clone())).await;
+    let (_, second) = pi.run(&resumed, "what word?", |_| None).await;
+    assert_eq!(terminal(&second).result.text.as_deref(), Some("You said: what word?"));
+    let history = pi.server.model_requests()[1].body.as_ref().expect("json")["messages"].to_string();
+    assert!(history.contains(&format!("remember {word}")), "pi {}: {history}", pi.version());
+}
+
 /// Pi names a cwd's session directory after the real path: a session whose cwd was given
 /// through a symbolic link, with a trailing `/`, resumes all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -323,13 +337,7 @@ async fn a_session_whose_cwd_is_a_link_with_a_trailing_slash_resumes() {
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(pi.env.workspace(), &link).unwrap();
         let cwd = format!("{}/", link.display());
-        let session = pi.session(pi.options().cwd(&cwd)).await;
-        let (_, first) = pi.run(&session, "remember KIWI", |_| None).await;
-        assert_eq!(terminal(&first).status, TurnStatus::Completed, "{}", names(&first));
-        pi.harness.stop_session(&session, false).await.expect("stop");
-        let resumed = pi.session(pi.options().cwd(&cwd).resume_session(session.id.clone())).await;
-        let (_, second) = pi.run(&resumed, "what word?", |_| None).await;
-        assert_eq!(terminal(&second).result.text.as_deref(), Some("You said: what word?"));
+        remembered_across_a_resume(&pi, || pi.options().cwd(&cwd), "KIWI").await;
         // The link goes with the test's directory.
         pi.finish().await;
     }
@@ -344,17 +352,9 @@ async fn a_session_kept_where_pi_settings_say_resumes() {
         let settings = pi.env.workspace().join(".pi");
         std::fs::create_dir_all(&settings).unwrap();
         std::fs::write(settings.join("settings.json"), r#"{"sessionDir": "kept-sessions"}"#).unwrap();
-        let session = pi.session(pi.options()).await;
-        let (_, first) = pi.run(&session, "remember MANGO", |_| None).await;
-        assert_eq!(terminal(&first).status, TurnStatus::Completed, "{}", names(&first));
-        pi.harness.stop_session(&session, false).await.expect("stop");
+        remembered_across_a_resume(&pi, || pi.options(), "MANGO").await;
         let kept = std::fs::read_dir(pi.env.workspace().join("kept-sessions")).expect("pi used the setting").count();
         assert_eq!(kept, 1, "pi {} keeps one session file there", pi.version());
-        let resumed = pi.session(pi.options().resume_session(session.id.clone())).await;
-        let (_, second) = pi.run(&resumed, "what word?", |_| None).await;
-        assert_eq!(terminal(&second).result.text.as_deref(), Some("You said: what word?"));
-        let history = pi.server.model_requests()[1].body.as_ref().expect("json")["messages"].to_string();
-        assert!(history.contains("remember MANGO"), "pi {}: {history}", pi.version());
         pi.finish().await;
     }
 }
