@@ -539,12 +539,16 @@ impl Harness {
     }
 
     /// Stops a session. An active turn gives [`Error::TurnInProgress`] unless `force`, which
-    /// interrupts it (`turn_interrupted`), expires its requests and kills the provider without
-    /// waiting for the provider to acknowledge. Returns after the session has fully ended;
-    /// stopping a session that is not live is `Ok`, unless another harness sharing the store
-    /// runs it ([`Error::SessionLiveElsewhere`]: it is not stopped). A session whose start is
-    /// under way in this harness is stopped once it is live (its `start_session` may still
-    /// return it), or not at all if its start fails. History stays in the store.
+    /// interrupts it (`turn_interrupted`) without waiting for the provider to acknowledge a
+    /// cancellation, and expires its requests. Either way the provider then closes as
+    /// [`ProviderSession::close`](crate::provider::ProviderSession::close) says: the Codex,
+    /// Claude and Pi providers close the CLI's stdin and kill its process group if it has not
+    /// exited within 2 s; a preset kills its running turn's process. Returns after the session
+    /// has fully ended; stopping a session that is not live is `Ok`, unless another harness
+    /// sharing the store runs it ([`Error::SessionLiveElsewhere`]: it is not stopped). A
+    /// session whose start is under way in this harness is stopped once it is live (its
+    /// `start_session` may still return it), or not at all if its start fails. History stays
+    /// in the store.
     pub async fn stop_session(&self, session: &SessionRef, force: bool) -> Result<()> {
         let command = telemetry::command_span(Cmd::StopSession, &session.provider, Some(&session.id));
         command.record("force", force);
