@@ -522,6 +522,13 @@ pub enum ProgramProblem {
         /// The OS error.
         reason: String,
     },
+    /// A script whose `#!` line names an interpreter that does not exist (the OS refused it
+    /// with "not found" though the script is there).
+    #[error("names an interpreter that does not exist: {interpreter:?}")]
+    InterpreterNotFound {
+        /// The interpreter, as the `#!` line names it.
+        interpreter: PathBuf,
+    },
 }
 
 #[cfg(test)]

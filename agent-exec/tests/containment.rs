@@ -278,6 +278,9 @@ async fn a_program_that_exists_but_cannot_run_says_why() {
     let search = programs.dir("bin");
     let found = search.join("tool");
     std::fs::write(&found, "").expect("write");
+    let script = programs.file("tool-script", 0o755);
+    std::fs::write(&script, "#! /nonexistent/agent-exec-interpreter -x\necho ran\n").expect("write");
+    let interpreter = PathBuf::from("/nonexistent/agent-exec-interpreter");
     let cases: Vec<(Command, &Path, ProgramProblem, &str)> = vec![
         (Command::new(&directory), &directory, ProgramProblem::IsDirectory, "is a directory"),
         (Command::new(&plain), &plain, ProgramProblem::NotExecutable { mode: 0o644 }, "is not executable (mode 0644)"),
@@ -288,6 +291,12 @@ async fn a_program_that_exists_but_cannot_run_says_why() {
             "which does not exist",
         ),
         (Command::new(&fifo), &fifo, ProgramProblem::NotRegularFile { kind: "a FIFO" }, "is not a regular file"),
+        (
+            Command::new(&script),
+            &script,
+            ProgramProblem::InterpreterNotFound { interpreter },
+            "names an interpreter that does not exist: \"/nonexistent/agent-exec-interpreter\"",
+        ),
         (
             Command::new("tool").env("PATH", search.as_os_str()),
             &found,

@@ -75,9 +75,20 @@ impl LocalExec {
 impl Exec for LocalExec {
     async fn spawn(&self, command: Command) -> Result<Child, ExecError> {
         let prepared = self.prepare(&command)?;
-        let spawned = spawner::spawn(prepared)
-            .await
-            .map_err(|source| ExecError::Spawn { program: command.program.clone(), source })?;
+        let path = prepared.program.clone();
+        let spawned = spawner::spawn(prepared).await.map_err(|source| {
+            // "Not found" for a program that was found: a script's interpreter is missing.
+            let problem = (source.kind() == io::ErrorKind::NotFound).then(|| resolve::missing_interpreter(&path));
+            match problem.flatten() {
+                Some(problem) => ExecError::ProgramNotExecutable {
+                    program: command.program.clone(),
+                    path,
+                    searched_path: !command.program.as_encoded_bytes().contains(&b'/'),
+                    problem,
+                },
+                None => ExecError::Spawn { program: command.program.clone(), source },
+            }
+        })?;
         let process = Process::new(spawned.pid);
         tracing::debug!(program = ?command.program, pid = spawned.pid.as_raw_nonzero(), session = ?command.session, "child spawned");
         let (stdin, stdout, stderr, exit) = match attach(spawned) {

@@ -3,6 +3,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -80,6 +81,36 @@ pub(super) fn resolve_allowed(entry: &Path) -> Result<PathBuf, ExecError> {
     let resolved = resolve_program(entry.as_os_str(), &Env::new(), None)?;
     fs::canonicalize(&resolved)
         .map_err(|_| ExecError::ProgramNotFound { program: entry.as_os_str().to_os_string(), searched_path: false })
+}
+
+/// Why the OS answered "not found" for `program`, a file [`resolve_program`] found runnable:
+/// a `#!` line naming an interpreter that does not exist. `None` when that is not why (the
+/// file went away since, or it is a binary whose loader is missing).
+pub(super) fn missing_interpreter(program: &Path) -> Option<ProgramProblem> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let mut file = fs::File::open(program).ok()?;
+    let mut len = 0;
+    while len < head.len() {
+        match file.read(&mut head[len..]) {
+            Ok(0) => break,
+            Ok(read) => len += read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    let line = head[..len].strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
+    let start = line.iter().position(|&b| b != b' ' && b != b'\t')?;
+    let rest = &line[start..];
+    let interpreter = &rest[..rest.iter().position(|&b| b == b' ' || b == b'\t').unwrap_or(rest.len())];
+    let interpreter = Path::new(OsStr::from_bytes(interpreter));
+    if !interpreter.is_absolute() {
+        // Relative to the child's working directory: not checked here.
+        return None;
+    }
+    let absent = matches!(fs::metadata(interpreter), Err(error) if error.kind() == io::ErrorKind::NotFound);
+    absent.then(|| ProgramProblem::InterpreterNotFound { interpreter: interpreter.to_path_buf() })
 }
 
 /// What is at a candidate path.
