@@ -407,7 +407,7 @@ impl Opening {
             let _ = exit_tx.send(Some(reason));
             return;
         }
-        let crash = registry.clone();
+        let crash = Crash { registry: registry.clone(), exec: Arc::clone(&processes), harness, finalize_timeout };
         let actor = Actor::new(ActorParts {
             session,
             options,
@@ -434,25 +434,32 @@ impl Opening {
     }
 }
 
+/// What a crashed session's end needs besides its ID.
+struct Crash {
+    registry: Weak<Registry>,
+    /// Where the session's processes run, to end those its CLI left outside its group.
+    exec: DynExec,
+    harness: u64,
+    finalize_timeout: Duration,
+}
+
 /// Runs a session's actor. A bug that panics it must not keep the session's ID and its
-/// `max_sessions` slot: the session ends as crashed. Unwinding dropped the provider session
-/// (killing its processes) and the exit sender (ending subscriptions and monitors); a stored
-/// snapshot left open reads back as ended with this reason. What the panic said went to the
-/// panic hook: it may quote anything, so it goes no further.
+/// `max_sessions` slot, nor leave what the CLI started outside its process group: the session
+/// ends as crashed. Unwinding dropped the provider session (killing its process group) and the
+/// exit sender (ending subscriptions and monitors); the processes stamped for the session that
+/// still run are ended next, as after a close; a stored snapshot left open reads back as ended
+/// with this reason. What the panic said went to the panic hook: it may quote anything, so it
+/// goes no further.
 ///
 /// A combinator, not an `async fn`: the actor's future is most of a session's memory, and an
 /// `async fn` taking it would keep room for it twice (its argument and the awaited copy).
-fn run_guarded(
-    actor: impl Future<Output = ()>,
-    registry: Weak<Registry>,
-    id: SessionId,
-    attempt: u64,
-) -> impl Future<Output = ()> {
-    std::panic::AssertUnwindSafe(actor).catch_unwind().map(move |ended| {
+fn run_guarded(actor: impl Future<Output = ()>, crash: Crash, id: SessionId, attempt: u64) -> impl Future<Output = ()> {
+    std::panic::AssertUnwindSafe(actor).catch_unwind().then(move |ended| async move {
         if ended.is_err() {
             let reason = ExitReason::Crashed { reason: "the session's task panicked".into() };
             tracing::error!(%reason, "session ended");
-            if let Some(registry) = registry.upgrade() {
+            end_strays(&crash.exec, &id, crash.harness, crash.finalize_timeout).await;
+            if let Some(registry) = crash.registry.upgrade() {
                 registry.finish(&id, attempt, reason);
             }
         }
@@ -729,13 +736,37 @@ mod tests {
         (registry, id, attempt)
     }
 
+    /// An exec that records which sessions' processes it was asked to end.
+    #[derive(Debug, Default)]
+    struct Ends(std::sync::Mutex<Vec<(String, u64)>>);
+
+    #[async_trait::async_trait]
+    impl crate::exec::Exec for Ends {
+        async fn spawn(&self, command: crate::exec::Command) -> Result<crate::exec::Child, crate::exec::ExecError> {
+            Err(crate::exec::ExecError::ProgramNotFound { program: command.program, searched_path: false })
+        }
+
+        async fn end_session_processes(&self, session: &str, harness: u64) -> Result<usize, crate::exec::ExecError> {
+            self.0.lock().unwrap().push((session.to_owned(), harness));
+            Ok(1)
+        }
+    }
+
+    fn crash(registry: &Arc<Registry>, exec: &Arc<Ends>) -> Crash {
+        let exec: DynExec = exec.clone();
+        Crash { registry: Arc::downgrade(registry), exec, harness: 7, finalize_timeout: Duration::from_secs(1) }
+    }
+
     #[tokio::test]
     async fn a_panicked_actor_gives_back_its_id_and_slot_and_ends_as_crashed() {
         let (registry, id, attempt) = live_session(Some(1));
         assert!(matches!(registry.reserve(&SessionId::new("t").unwrap()), Err(Error::CapacityReached { limit: 1 })));
+        let exec = Arc::new(Ends::default());
 
-        run_guarded(async { panic!("a bug in the actor") }, Arc::downgrade(&registry), id.clone(), attempt).await;
+        run_guarded(async { panic!("a bug in the actor") }, crash(&registry, &exec), id.clone(), attempt).await;
 
+        // What its CLI left outside its process group is ended too.
+        assert_eq!(*exec.0.lock().unwrap(), [("s".to_owned(), 7)]);
         assert!(!registry.contains(&id));
         assert!(
             matches!(registry.exit_reason(&id), Some(ExitReason::Crashed { ref reason }) if reason == "the session's task panicked"),
@@ -749,8 +780,11 @@ mod tests {
     async fn an_actor_that_ends_normally_is_left_to_deregister_itself() {
         let (registry, id, attempt) = live_session(None);
 
-        run_guarded(async {}, Arc::downgrade(&registry), id.clone(), attempt).await;
+        let exec = Arc::new(Ends::default());
 
+        run_guarded(async {}, crash(&registry, &exec), id.clone(), attempt).await;
+
+        assert!(exec.0.lock().unwrap().is_empty(), "its shutdown ends the session's processes");
         assert!(registry.contains(&id), "only the actor's own shutdown removes it");
         assert_eq!(registry.exit_reason(&id), None);
     }
