@@ -80,6 +80,11 @@ pub trait Exec: Send + Sync + fmt::Debug + 'static {
     /// which ending the group missed — returning how many were ended. The runtime calls it once
     /// per ended session. Backends without the means to find such processes return `Ok(0)`;
     /// wrappers forward it.
+    ///
+    /// When a session's task is dropped before it ended (its runtime shut down under it), the
+    /// runtime polls the future once and drops it: a backend should have the work under way
+    /// by the end of that first poll (`agent_exec::LocalExec` queues it there for a thread of
+    /// its own).
     async fn end_session_processes(&self, session: &str, harness: u64) -> Result<usize, ExecError> {
         let _ = (session, harness);
         Ok(0)

@@ -722,6 +722,46 @@ async fn what_a_cli_left_outside_its_process_group_ends_with_the_session() {
     }
 }
 
+/// A runtime dropped with a session still live ends what the session's CLI left outside its
+/// process group too: the session's task, dropped unfinished, asks for the scan a close runs.
+#[test]
+fn what_a_cli_left_outside_its_process_group_ends_when_the_runtime_is_dropped() {
+    let programs = ProgramDir::new("preset-escaper-drop");
+    let script = programs.script("escaper", ESCAPER);
+    let preset = json!({
+        "schema_version": 1, "id": "escaper", "program": script, "framing": "lines",
+        "args": ["--", "{prompt}"],
+        "version": {"args": ["--version"], "contains": "escaper", "min": "1.0.0"},
+        "matchers": {"result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]},
+        "events": [{"when": "^RESULT ", "emit": "drop"}]
+    });
+    let catalog = catalog_of(&programs, &script, &preset);
+    let workspace = programs.dir("work");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let (harness, pid) = runtime.block_on(async {
+        let (_exec, harness) = harness_of(&catalog);
+        let session =
+            harness.start_session("preset:escaper", SessionOptions::new(&workspace)).await.expect("session starts");
+        let (_, events) = support::run(&harness, &session, "go", |_| None).await;
+        assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+        let pid: u32 =
+            std::fs::read_to_string(workspace.join("escaped.pid")).expect("pid").trim().parse().expect("a pid");
+        (harness, pid)
+    });
+    let running = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+    };
+    assert!(running(pid), "the sleeper runs on after its turn");
+    drop(runtime);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while running(pid) {
+        assert!(std::time::Instant::now() < deadline, "{pid} outlived the runtime its session ran on");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(harness);
+}
+
 /// Sessions given the same exec of their own share one value of it while they run, so the CLI's
 /// version is probed once, as for the harness's exec.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -271,7 +271,7 @@ impl Harness {
             request_handler: self.inner.request_handler.clone(),
             span: span.clone(),
         };
-        tokio::spawn(startup.run(tx).instrument(span));
+        tokio::spawn(startup.task(tx).instrument(span));
         let started = rx.await.map_err(|_| Error::SessionDown {
             id: id.clone(),
             reason: ExitReason::Crashed { reason: "session startup ended unexpectedly".into() },

@@ -78,7 +78,18 @@ impl From<Error> for Abort {
 }
 
 impl Startup {
-    pub(crate) async fn run(self, mut caller: oneshot::Sender<Result<SessionRef>>) {
+    /// The session's task: its startup, then its actor. Every way it ends by itself ends what
+    /// the CLI left outside its process group; when the task is dropped before that (its
+    /// runtime shut down under it), the drop asks for the same.
+    pub(crate) fn task(self, caller: oneshot::Sender<Result<SessionRef>>) -> impl Future<Output = ()> + Send {
+        let dropped = StraysOnDrop {
+            armed: Some((Arc::clone(&self.exec), self.session.id.clone())),
+            harness: self.reservation.registry().harness_number(),
+        };
+        self.run(caller).map(move |()| dropped.disarm())
+    }
+
+    async fn run(self, mut caller: oneshot::Sender<Result<SessionRef>>) {
         let Startup { session, options, provider, store, exec, reservation, request_handler, span } = self;
         let request_handler = options.request_handler.clone().or(request_handler);
         let id = session.id.clone();
@@ -187,6 +198,30 @@ async fn end_strays(exec: &DynExec, id: &SessionId, harness: u64, timeout: Durat
         Ok(Ok(ended)) => tracing::info!(ended, "ended processes the failed start's CLI left outside its process group"),
         Ok(Err(error)) => tracing::warn!(%error, "could not look for processes the failed start's CLI left"),
         Err(_) => tracing::warn!(?timeout, "the look for processes the failed start's CLI left took too long"),
+    }
+}
+
+/// Asks the exec to end the session's stray processes when dropped armed: the session's task
+/// went away without ending by itself. Dropping cannot wait, so the request is only polled
+/// once (see [`Exec::end_session_processes`](crate::exec::Exec::end_session_processes)).
+struct StraysOnDrop {
+    armed: Option<(DynExec, SessionId)>,
+    harness: u64,
+}
+
+impl StraysOnDrop {
+    fn disarm(mut self) {
+        self.armed = None;
+    }
+}
+
+impl Drop for StraysOnDrop {
+    fn drop(&mut self) {
+        if let Some((exec, id)) = self.armed.take() {
+            let ending = exec.end_session_processes(id.as_str(), self.harness);
+            let _ = std::pin::pin!(ending).poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+            tracing::debug!("the session's task was dropped; asked for its stray processes to end");
+        }
     }
 }
 
