@@ -692,7 +692,8 @@ pub struct TurnOptions {
     /// [`Error::SessionCallTimeout`] holding the turn. Default 30 s.
     pub call_timeout: Option<Duration>,
     /// How long the running turn may go without any provider activity while no request is
-    /// pending; overrides [`SessionOptions::turn_inactivity_timeout`]. On expiry the turn is
+    /// pending (counted from the provider's last message or the answer to its last pending
+    /// request); overrides [`SessionOptions::turn_inactivity_timeout`]. On expiry the turn is
     /// cancelled (`cancel_requested` with a `stalled` reason); if the provider does not end it
     /// within `provider_command_timeout`, it fails as stalled and the session retires.
     pub inactivity_timeout: Option<Duration>,

@@ -97,6 +97,26 @@ async fn provider_activity_and_pending_requests_keep_a_turn_alive() {
     assert_eq!(f.harness.await_turn(&turn, None).await.unwrap().result.text.as_deref(), Some("done"));
 }
 
+/// The silence is counted from the host's answer, not from the watchdog's last look during the
+/// wait: a CLI that runs the approved tool without a word has the whole timeout.
+#[tokio::test(start_paused = true)]
+async fn the_silence_after_an_answer_is_counted_from_the_answer() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts().turn_inactivity_timeout(SILENCE)).await;
+    let turn = f.admitted_turn(&session, "go").await;
+    let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    remote.request(&turn.id, RequestSpec::new(RequestKind::CommandApproval, "Run?", "r1")).await;
+    let request = next_of(&mut events, "request_created").await;
+    // Answered a second before the watchdog's second look.
+    tokio::time::sleep(SILENCE * 2 - Duration::from_secs(1)).await;
+    f.harness.respond(&request_of(&request), Response::approve()).await.unwrap();
+    let answered = Instant::now();
+    let cancel = next_of(&mut events, "cancel_requested").await;
+    assert_eq!(answered.elapsed(), SILENCE, "cancelled {:?} after the answer", answered.elapsed());
+    assert!(matches!(cancel.kind, EventKind::CancelRequested { reason: Some(ref r) } if r.starts_with("stalled")));
+    assert_eq!(cancels(&remote), 1);
+}
+
 #[tokio::test]
 async fn a_zero_inactivity_timeout_is_refused() {
     let f = Fixture::new();

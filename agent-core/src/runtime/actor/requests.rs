@@ -143,6 +143,10 @@ impl Actor {
             return;
         }
         let waiting = self.ledger.has_pending(turn);
+        if !waiting {
+            // The wait on the host ended: the turn's silence counts from here.
+            self.watchdog.activity(1);
+        }
         let Some(current) = self.current.as_mut().filter(|c| &c.turn.id == turn && c.admitted) else { return };
         let (turn_status, session_state) = match (&current.cancel, waiting) {
             (CancelState::None, true) => (TurnStatus::AwaitingInput, SessionState::AwaitingInput),
