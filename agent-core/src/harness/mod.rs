@@ -374,7 +374,8 @@ impl Harness {
     /// Subscribes to a session or a turn. See [`Replay`] for where it starts and
     /// [`Subscription`] for delivery and lag. A session that is not live (stopped, or from before
     /// a restart) replays from its store with `Replay::Start` / `Replay::After` and the
-    /// subscription ends after the stored events.
+    /// subscription ends after the stored events; one that another harness sharing the store
+    /// runs is [`Error::SessionLiveElsewhere`], but for a turn of it that has ended.
     pub async fn subscribe(&self, target: impl Into<Target>, replay: Replay) -> Result<Subscription> {
         self.subscribe_inner(target.into(), replay, false).await
     }

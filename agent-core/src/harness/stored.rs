@@ -149,7 +149,8 @@ impl Harness {
 
     /// Replays a session that is not live (stopped, or from before a restart) from its store.
     /// `Replay::Latest` has nothing to follow: the not-live error, like any other operation on a
-    /// stopped session.
+    /// stopped session. A session another harness sharing the store runs is
+    /// [`Error::SessionLiveElsewhere`], but for a turn of it that has ended.
     pub(super) async fn stored_subscription(
         &self,
         session_id: SessionId,
@@ -161,9 +162,12 @@ impl Harness {
         let (Some(store), Some(_)) = (store, replay.after()) else {
             return Err(self.not_live(&session_id).await);
         };
-        if store.fetch_session(&session_id).await?.is_none() {
+        let Some(snapshot) = store.fetch_session(&session_id).await? else {
             return Err(self.not_live(&session_id).await);
-        }
+        };
+        // Another harness sharing the store runs it: what is stored is not the end of it, so a
+        // replay that ends there would read as the session's end. A finished turn's is whole.
+        let elsewhere = self.inner.registry.holder(&snapshot);
         if let Replay::After(after) = replay {
             let latest = store.latest_seq(&session_id).await?.unwrap_or(0);
             if after > latest {
@@ -174,9 +178,14 @@ impl Harness {
             let Some(stored) = store.fetch_turn(&session_id, turn).await? else {
                 return Err(Error::TurnNotFound { session_id: session_id.clone(), turn_id: turn.clone() });
             };
+            if let Some(pid) = elsewhere.filter(|_| !stored.status.is_terminal()) {
+                return Err(Error::SessionLiveElsewhere { id: session_id.clone(), pid });
+            }
             if for_stream && stored.status.is_terminal() {
                 ends_after(&store, &session_id, turn, replay.after().unwrap_or(0)).await?;
             }
+        } else if let Some(pid) = elsewhere {
+            return Err(Error::SessionLiveElsewhere { id: session_id.clone(), pid });
         }
         let (_, exit) = watch::channel(Some(ExitReason::NotLive));
         let grant = Grant::stored(Arc::clone(&store), exit);

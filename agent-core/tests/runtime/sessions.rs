@@ -695,8 +695,17 @@ async fn a_live_session_is_not_taken_over_by_another_harness_sharing_the_store()
         AwaitError::Failed(err) => elsewhere(err),
         err => panic!("{err:?}"),
     }
+    // Nor replay it as if what is stored were the end of it: the session and its running turn
+    // go on there.
+    elsewhere(other.subscribe(&session, Replay::Start).await.map(|_| ()).unwrap_err());
+    elsewhere(other.subscribe(&turn, Replay::Start).await.map(|_| ()).unwrap_err());
+    elsewhere(other.stream(&turn, Replay::Start, None).await.map(|_| ()).unwrap_err());
     remote.complete(&turn.id, "done").await;
     f.harness.await_turn(&turn, None).await.unwrap();
+    // A turn that ended there is whole in the store.
+    let mut replayed = other.subscribe(&turn, Replay::Start).await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(5), replayed.next()).await.unwrap();
+    assert_eq!(first.map(|e| e.unwrap().type_name()), Some("turn_started"));
 
     // Stopped there, it is the other harness's to resume.
     f.harness.stop_session(&session, false).await.unwrap();
