@@ -275,7 +275,9 @@ pub enum EndCause {
     HarnessShutdown,
     /// The session stopped because its store failed (`StoreFailurePolicy::Stop`).
     StoreFailed,
-    /// The provider's transport went down (the CLI exited).
+    /// The provider's transport went down (the CLI exited). A provider tells the runtime so by
+    /// setting it as `ended_by` of the terminal event it sends for the exit; any other
+    /// `ended_by` a provider sets is replaced by the runtime's.
     TransportLost,
     /// An uncertain provider outcome (a timeout, a crash) retired the session.
     Uncertain,

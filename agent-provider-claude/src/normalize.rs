@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use agent_core::event::{RawJson, TextArena, ToolKind, ToolStatus, Usage};
 use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
-use agent_core::{EventKind, ItemId, TurnId, TurnResult, TurnStatus};
+use agent_core::{EndCause, EventKind, ItemId, TurnId, TurnResult, TurnStatus};
 use agent_provider_kit::clones::Clones;
 use agent_provider_kit::framing::Bytes;
 use agent_provider_kit::permission_prompt::{ToolUseRequest, reused_request_id};
@@ -567,6 +567,7 @@ impl Normalizer {
         result.reason = Some(reason.to_owned());
         result.exit_status = exit_status;
         result.stderr_tail = stderr_tail;
+        result.ended_by = Some(EndCause::TransportLost);
         vec![Action::Emit {
             turn: Some(turn.harness.into_inner()),
             kind: EventKind::terminal(TurnStatus::Failed, result),

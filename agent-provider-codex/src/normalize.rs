@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use agent_core::event::{FileChangeEntry, PlanStep, RawJson, TextArena, ToolKind};
 use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
-use agent_core::{EventKind, ItemId, TurnId, TurnStatus};
+use agent_core::{EndCause, EventKind, ItemId, TurnId, TurnStatus};
 use agent_provider_kit::framing::Bytes;
 use agent_provider_kit::secrets::Secrets;
 use serde_json::{Value, json};
@@ -218,6 +218,7 @@ impl Normalizer {
         result.reason = Some(reason.to_owned());
         result.exit_status = exit_status;
         result.stderr_tail = stderr_tail;
+        result.ended_by = Some(EndCause::TransportLost);
         result.error = turn.error.take();
         actions.push(Action::Emit {
             turn: Some(turn.id().clone()),

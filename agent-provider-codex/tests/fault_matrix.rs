@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use agent_core::exec::{Exec, ExitStatus};
 use agent_core::{
-    AuthMode, Error, Event, EventKind, ExitReason, ExpiryReason, Harness, Replay, Response, SessionMonitor,
+    AuthMode, EndCause, Error, Event, EventKind, ExitReason, ExpiryReason, Harness, Replay, Response, SessionMonitor,
     SessionOptions, SessionRef, SessionState, StoreChoice, StreamError, TurnEnd, TurnOptions, TurnStatus,
 };
 use agent_exec::LocalExec;
@@ -223,6 +223,7 @@ fn reason(end: &TurnEnd) -> &str {
 fn assert_exited(end: &TurnEnd, status: ExitStatus) {
     assert_eq!(end.status, TurnStatus::Failed, "{end:?}");
     assert_eq!(end.result.exit_status, Some(status), "{end:?}");
+    assert_eq!(end.result.ended_by, Some(EndCause::TransportLost), "{end:?}");
     assert!(end.result.reason.is_some(), "a failed turn says why: {end:?}");
 }
 

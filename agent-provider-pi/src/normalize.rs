@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use agent_core::event::{FileChangeEntry, RawJson, TextArena, ToolKind, ToolStatus, Usage};
 use agent_core::exec::ExitStatus;
 use agent_core::request::RequestSpec;
-use agent_core::{Choice, EventKind, ItemId, Question, RequestKind, TurnEnd, TurnId, TurnResult, TurnStatus};
+use agent_core::{Choice, EndCause, EventKind, ItemId, Question, RequestKind, TurnEnd, TurnId, TurnResult, TurnStatus};
 use serde_json::{Value, json};
 
 use crate::extension::{APPROVAL_TITLES, DENIED_REASON, REASON_TITLE, approval_title};
@@ -646,6 +646,7 @@ impl Normalizer {
             result.reason = Some(reason);
             result.exit_status = status;
             result.stderr_tail = tail;
+            result.ended_by = Some(EndCause::TransportLost);
             TurnStatus::Failed
         } else {
             match running.stop_reason.as_deref() {

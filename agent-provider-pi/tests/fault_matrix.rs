@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use agent_core::exec::{Exec, ExitStatus};
 use agent_core::{
-    Error, Event, EventKind, ExitReason, ExpiryReason, Harness, Replay, SessionOptions, SessionRef, SessionState,
-    StoreChoice, TurnOptions, TurnStatus,
+    EndCause, Error, Event, EventKind, ExitReason, ExpiryReason, Harness, Replay, SessionOptions, SessionRef,
+    SessionState, StoreChoice, TurnOptions, TurnStatus,
 };
 use agent_exec::LocalExec;
 use agent_provider_pi::{PiOptions, PiProvider};
@@ -198,6 +198,7 @@ async fn exit_mid_turn_fails_the_turn_with_exit_status_and_stderr() {
     let end = end(&events);
     assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
     assert_eq!(end.result.exit_status, Some(ExitStatus::code(137)));
+    assert_eq!(end.result.ended_by, Some(EndCause::TransportLost));
     assert_eq!(end.result.stderr_tail.as_deref(), Some("out of memory"));
     case.session_event(&session, |e| matches!(e.kind, EventKind::TransportError { .. })).await;
     case.finish().await;

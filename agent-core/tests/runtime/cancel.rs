@@ -158,6 +158,33 @@ async fn the_terminal_event_says_what_ended_the_turn() {
         .unwrap();
     assert_eq!(ended_by(&f, &turn).await, (TurnStatus::Cancelled, Some(EndCause::Stalled)));
 
+    // The provider's report of its CLI's exit, with or without a cancel under way.
+    let exited = || {
+        let mut result = TurnResult::reason("the CLI exited");
+        result.ended_by = Some(EndCause::TransportLost);
+        EventKind::terminal(TurnStatus::Failed, result)
+    };
+    let turn = f.admitted_turn(&session, "exits").await;
+    remote.emit(&turn.id, exited()).await;
+    assert_eq!(ended_by(&f, &turn).await, (TurnStatus::Failed, Some(EndCause::TransportLost)));
+    f.control.set_cancel(CancelBehavior::AckOnly);
+    let turn = f.admitted_turn(&session, "exits while cancelled").await;
+    f.harness.cancel(&turn).await.unwrap();
+    remote.emit(&turn.id, exited()).await;
+    assert_eq!(ended_by(&f, &turn).await, (TurnStatus::Failed, Some(EndCause::TransportLost)));
+    // A turn that completed before the cancel reached the provider ended by itself.
+    let turn = f.admitted_turn(&session, "done first").await;
+    f.harness.cancel(&turn).await.unwrap();
+    remote.complete(&turn.id, "done").await;
+    assert_eq!(ended_by(&f, &turn).await, (TurnStatus::Completed, Some(EndCause::Provider)));
+    f.control.set_cancel(CancelBehavior::Finish(TurnStatus::Cancelled));
+    // Any other cause a provider names is the runtime's to say.
+    let turn = f.admitted_turn(&session, "claims").await;
+    let mut claimed = TurnResult::text("done");
+    claimed.ended_by = Some(EndCause::HarnessShutdown);
+    remote.emit(&turn.id, EventKind::terminal(TurnStatus::Completed, claimed)).await;
+    assert_eq!(ended_by(&f, &turn).await, (TurnStatus::Completed, Some(EndCause::Provider)));
+
     let turn = f.admitted_turn(&session, "forced").await;
     f.harness.stop_session(&session, true).await.unwrap();
     assert_eq!(ended_by(&f, &turn).await, (TurnStatus::Interrupted, Some(EndCause::ForcedStop)));

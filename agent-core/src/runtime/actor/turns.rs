@@ -271,10 +271,16 @@ impl Actor {
         cause: EndCause,
     ) {
         let Some(current) = self.current.as_ref() else { return };
-        // The provider ending a turn the caller (or the watchdog) asked to stop is that stop.
+        let end = kind.terminal_end();
+        // A provider may say its CLI went away (the one cause it can tell apart itself).
+        let exited = end.is_some_and(|end| end.result.ended_by == Some(EndCause::TransportLost));
+        let completed = end.is_some_and(|end| end.status == TurnStatus::Completed);
+        // The provider ending a turn the caller (or the watchdog) asked to stop is that stop —
+        // unless the turn completed first, or the CLI went away.
         let cause = match (cause, &current.cancel, &current.stalled) {
             (EndCause::Provider | EndCause::Uncertain, _, Some(_)) => EndCause::Stalled,
-            (EndCause::Provider, CancelState::Requested | CancelState::Sent, None) => EndCause::Cancel,
+            (EndCause::Provider, ..) if exited => EndCause::TransportLost,
+            (EndCause::Provider, CancelState::Requested | CancelState::Sent, None) if !completed => EndCause::Cancel,
             (cause, ..) => cause,
         };
         let Some(mut current) = self.current.take() else { return };
