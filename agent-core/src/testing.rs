@@ -88,6 +88,9 @@ pub enum CancelBehavior {
     Reject(String),
     /// Never returns.
     Hang,
+    /// Fails as a call does whose transport went down (`Error::Transport` with this reason),
+    /// without the provider reporting the loss.
+    TransportFails(String),
 }
 
 /// One step of a turn script.
@@ -480,6 +483,9 @@ impl ProviderSession for RuntimeHandle {
             CancelBehavior::AckOnly => Ok(()),
             CancelBehavior::Reject(reason) => Err(Error::ProviderRejected { provider: inner.provider.clone(), reason }),
             CancelBehavior::Hang => futures::future::pending().await,
+            CancelBehavior::TransportFails(reason) => {
+                Err(Error::Transport { provider: inner.provider.clone(), reason })
+            }
         }
     }
 

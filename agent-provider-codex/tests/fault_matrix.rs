@@ -695,6 +695,55 @@ async fn hang_mid_turn_then_cancel_retires_the_session() {
     case.assert_no_process_left().await;
 }
 
+/// A codex that exits when asked to interrupt: the turn fails with how it exited and the session
+/// is unavailable, as after any exit — not retired as if the cancel's outcome were unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_on_interrupt_fails_the_turn_with_the_exit() {
+    let script = FakeScript::new()
+        .handshake()
+        .interrupts(InterruptMode::Ignore)
+        .turn_start()
+        .deltas(["working"])
+        .expect(ExpectKind::Interrupt)
+        .stderr("dying on interrupt")
+        .exit(3);
+    let case = Case::new(script);
+    let session = case.session().await;
+    let watched = case.streaming_turn(&session).await;
+    case.harness.cancel(watched.turn()).await.expect("cancel accepted");
+    let events = watched.into_events().await;
+    let end = end(&events);
+    assert_exited(end, ExitStatus::code(3));
+    assert_eq!(end.result.stderr_tail.as_deref(), Some("dying on interrupt"), "{end:?}");
+    case.session_event(&session, |e| matches!(e.kind, EventKind::TransportError { .. })).await;
+    assert_eq!(case.harness.status(&session).await.unwrap().status, SessionState::Unavailable);
+    case.finish().await;
+}
+
+/// The same for a codex that exits when a steer reaches it: the steer fails, and so does the
+/// turn, with the exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_on_steer_fails_the_turn_with_the_exit() {
+    let script = FakeScript::new()
+        .handshake()
+        .turn_start()
+        .deltas(["working"])
+        .expect_match(json!({"method": "turn/steer"}))
+        .stderr("dying on steer")
+        .exit(4);
+    let case = Case::new(script);
+    let session = case.session().await;
+    let watched = case.streaming_turn(&session).await;
+    let steered = case.harness.steer(watched.turn(), "and also").await;
+    assert!(matches!(steered, Err(Error::Transport { .. })), "{steered:?}");
+    let events = watched.into_events().await;
+    let end = end(&events);
+    assert_exited(end, ExitStatus::code(4));
+    assert_eq!(end.result.stderr_tail.as_deref(), Some("dying on steer"), "{end:?}");
+    assert_eq!(case.harness.status(&session).await.unwrap().status, SessionState::Unavailable);
+    case.finish().await;
+}
+
 /// Codex answers `turn/start` before it holds the turn as active and refuses an interrupt sent in
 /// between; a cancel right after the start is sent again once codex announced the turn, and the
 /// turn ends interrupted with the session usable.

@@ -112,6 +112,41 @@ async fn a_rejected_cancellation_retires_the_session() {
     assert!(matches!(outcome, AwaitError::Ended(ref o) if o.status == TurnStatus::Failed), "{outcome:?}");
 }
 
+/// A cancel that failed on the transport waits for the provider's report of the loss (the turn's
+/// end with the CLI's exit): given within `provider_command_timeout`, it is what ends the turn;
+/// without it, the cancel's outcome is unknown and the session retires.
+#[tokio::test(start_paused = true)]
+async fn a_cancellation_that_failed_on_the_transport_waits_for_the_providers_report() {
+    let f = Fixture::new();
+    f.control.set_cancel(CancelBehavior::TransportFails("the connection is closed".into()));
+    let timeout = Duration::from_secs(4);
+    let (session, remote) = f.session(opts().provider_command_timeout(timeout)).await;
+    let turn = f.admitted_turn(&session, "reported").await;
+    f.harness.cancel(&turn).await.unwrap();
+    tokio::time::sleep(timeout - Duration::from_millis(10)).await;
+    let mut exited = TurnResult::reason("the CLI exited");
+    exited.ended_by = Some(EndCause::TransportLost);
+    remote.emit(&turn.id, EventKind::terminal(TurnStatus::Failed, exited)).await;
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
+    assert!(
+        matches!(outcome, AwaitError::Ended(ref o) if o.result.ended_by == Some(EndCause::TransportLost)),
+        "{outcome:?}"
+    );
+    tokio::time::sleep(timeout).await;
+    assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Idle, "not retired");
+
+    let turn = f.admitted_turn(&session, "unreported").await;
+    let monitor = f.harness.monitor(&session).await.unwrap();
+    f.harness.cancel(&turn).await.unwrap();
+    let started = tokio::time::Instant::now();
+    let reason = monitor.await;
+    assert_eq!(started.elapsed(), timeout, "retired once the provider had its time to report");
+    assert!(
+        matches!(reason, ExitReason::Retired { ref reason } if reason.contains("the connection is closed")),
+        "{reason:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_cancellation_that_never_returns_retires_the_session() {
     let f = Fixture::new();

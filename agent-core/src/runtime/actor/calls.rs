@@ -46,6 +46,11 @@ pub(super) enum Done {
         request: RequestId,
         result: std::result::Result<Option<Response>, String>,
     },
+    /// The provider did not report the loss of the transport a call of `turn` failed on.
+    TransportUnreported {
+        turn: TurnId,
+        reason: String,
+    },
 }
 
 pub(super) struct Calls {
@@ -176,6 +181,15 @@ impl Calls {
             tokio::time::sleep(timeout).await;
             Done::RequestDeadline { request }
         })
+    }
+
+    /// Gives the provider `grace` to report the loss of the transport a call of `turn` failed on
+    /// (see [`Done::TransportUnreported`]); `reason` is the uncertain outcome otherwise.
+    pub(super) fn await_transport_report(&mut self, turn: TurnId, reason: String, grace: Duration) {
+        self.tasks.spawn(async move {
+            tokio::time::sleep(grace).await;
+            Done::TransportUnreported { turn, reason }
+        });
     }
 
     /// Asks the request handler, bounded by `timeout`; a panic or the deadline is a failure.

@@ -420,17 +420,25 @@ impl Actor {
                         Some(stalled) => format!("{stalled}; cancellation failed: {error}"),
                         None => format!("cancellation failed: {error}"),
                     };
-                    self.retire(reason);
+                    self.retire_unless_reported(turn, matches!(error, Error::Transport { .. }), reason);
                 }
             }
             Done::Steered { id, turn, result } => {
                 let Some(reply) = self.calls.steer_reply(id) else { return };
-                let uncertain = result.as_ref().err().filter(|e| !e.is_definite()).map(|e| e.to_string());
+                let uncertain = result.as_ref().err().filter(|e| !e.is_definite()).map(|e| {
+                    let transport = matches!(e, Error::Transport { .. });
+                    (transport, format!("steering outcome is uncertain: {e}"))
+                });
                 let _ = reply.send(result);
-                if let Some(error) = uncertain
+                if let Some((transport, reason)) = uncertain
                     && self.current.as_ref().is_some_and(|c| c.turn.id == turn)
                 {
-                    self.retire(format!("steering outcome is uncertain: {error}"));
+                    self.retire_unless_reported(turn, transport, reason);
+                }
+            }
+            Done::TransportUnreported { turn, reason } => {
+                if self.current.as_ref().is_some_and(|c| c.turn.id == turn) {
+                    self.retire(reason);
                 }
             }
             Done::RequestDeadline { request } => {
@@ -441,6 +449,20 @@ impl Actor {
                 }
             }
             Done::Handled { request, result } => self.on_handled(request, result),
+        }
+    }
+
+    /// A call of the current turn `turn` failed with an uncertain outcome. When it failed on the
+    /// `transport` (`Error::Transport`), the CLI is likely gone and the provider's own report of that — the turn's end
+    /// with the CLI's exit status and stderr, then the transport's loss — is on its way through
+    /// the sink, behind the call's failure: it gets `provider_command_timeout` to arrive before
+    /// the outcome counts as uncertain and the session retires.
+    fn retire_unless_reported(&mut self, turn: TurnId, transport: bool, reason: String) {
+        if transport {
+            tracing::debug!(%reason, "a call failed on the transport; waiting for the provider's report");
+            self.calls.await_transport_report(turn, reason, self.options.provider_command_timeout);
+        } else {
+            self.retire(reason);
         }
     }
 
