@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tracing::Span;
 
 use crate::error::{Error, Result};
-use crate::event::{Event, EventKind, SCHEMA_VERSION};
+use crate::event::{Event, EventKind, ExpiryReason, SCHEMA_VERSION};
 use crate::exec::DynExec;
 use crate::ids::{EventId, SessionId};
 use crate::options::{Conversation, ConversationMode, ConversationSource, Reuse, SessionOptions, StoreFailurePolicy};
@@ -61,6 +61,8 @@ struct Resumed {
     session_approvals: Vec<crate::request::Request>,
     /// The turn the stored snapshot was left running (a killed host), to be recorded interrupted.
     stale_turn: Option<crate::turn::Turn>,
+    /// Requests left pending by that host, to be recorded expired before it.
+    stale_requests: Vec<crate::request::Request>,
 }
 
 /// How the attempt ended before the hand-off.
@@ -333,6 +335,15 @@ impl Opening {
         let snapshot = SessionSnapshot { provider_session_id: provider_session_id.clone(), owner, ..snapshot };
         let mut journal = Journal::new(&session, plan.resumed.as_ref().map_or(0, |r| r.latest_seq));
         let mut batch = WriteBatch::new(id.clone());
+        // What a killed host left open ends: its pending requests expire before its turn ends.
+        for mut request in plan.resumed.as_ref().map(|r| r.stale_requests.clone()).unwrap_or_default() {
+            let reason = ExpiryReason::SessionClosed;
+            request.status = RequestStatus::Expired;
+            request.metadata.insert("expiration_reason".into(), serde_json::to_value(reason).unwrap_or_default());
+            let expired = EventKind::RequestExpired { request_id: request.id.clone(), reason };
+            journal.push(Some(request.turn_id.clone()), expired);
+            batch.requests.push(request);
+        }
         if let Some(mut stale) = plan.resumed.as_ref().and_then(|r| r.stale_turn.clone()) {
             let result = TurnResult::reason("the session's runtime ended during the turn");
             stale.status = TurnStatus::Interrupted;
@@ -584,9 +595,10 @@ async fn plan(
                 .into_iter()
                 .filter(|r| r.response.as_ref().is_some_and(|r| r.scope() == Some(Scope::Session)))
                 .collect();
+            let stale_requests = store.read_requests(id, &RequestQuery::all().status(RequestStatus::Pending)).await?;
             Ok(Plan {
                 conversation: OpenConversation::Resume { provider_session_id },
-                resumed: Some(Resumed { snapshot, latest_seq, stale_turn, session_approvals }),
+                resumed: Some(Resumed { snapshot, latest_seq, stale_turn, stale_requests, session_approvals }),
                 forked_from: None,
             })
         }

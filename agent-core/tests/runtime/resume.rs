@@ -3,6 +3,7 @@
 //! the start and is recorded — never a silently fresh conversation.
 
 use agent_core::provider::OpenConversation;
+use agent_core::request::RequestSpec;
 use agent_core::testing::{Frame, OpenBehavior};
 use agent_core::*;
 use futures::StreamExt;
@@ -181,18 +182,25 @@ async fn resuming_a_session_its_host_abandoned_closes_the_turn_it_left_running()
     let f = Fixture::new();
     let (session, remote) = f.session(opts().id("crashed")).await;
     let turn = f.admitted_turn(&session, "work").await;
+    let mut watched = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
     remote.delta(&turn.id, "partial").await;
-    // A killed host: the runtime vanishes and its store keeps what was committed — a snapshot
-    // and a turn that say `running`. Copy that state into the store of a new harness.
+    remote.request(&turn.id, RequestSpec::new(RequestKind::CommandApproval, "Run?", "r1")).await;
+    let request = request_of(&next_of(&mut watched, "request_created").await);
+    // A killed host: the runtime vanishes and its store keeps what was committed — a snapshot,
+    // a turn that say `running`, a request nobody answered. Copy that state into the store of a
+    // new harness.
     let store = f.dyn_store();
     let snapshot = store.fetch_session(&session.id).await.unwrap().unwrap();
-    assert_eq!(snapshot.status, SessionState::Running);
+    assert_eq!(snapshot.status, SessionState::AwaitingInput);
     let running = store.fetch_turn(&session.id, &turn.id).await.unwrap().unwrap();
+    let requests = store.read_requests(&session.id, &Default::default()).await.unwrap();
+    assert_eq!(requests.iter().map(|r| r.status).collect::<Vec<_>>(), [RequestStatus::Pending]);
     let events = store.read_events(&session.id, &Default::default()).await.unwrap();
     let f2 = Fixture::new();
     let mut batch = agent_core::store::WriteBatch::new(session.id.clone());
     batch.snapshot = Some(snapshot);
     batch.turns = vec![running];
+    batch.requests = requests;
     batch.events = events;
     f2.dyn_store().write(&batch).await.unwrap();
     // The snapshot names its harness, which must be gone for the session to be abandoned.
@@ -205,6 +213,19 @@ async fn resuming_a_session_its_host_abandoned_closes_the_turn_it_left_running()
         other => panic!("expected an interrupted turn, got {other:?}"),
     }
     assert_eq!(f2.harness.status(&resumed).await.unwrap().status, SessionState::Idle);
+    // Its request expired with it, first, in the store as in the journal.
+    let stored = f2.dyn_store().read_requests(&session.id, &Default::default()).await.unwrap();
+    assert_eq!(stored.iter().map(|r| r.status).collect::<Vec<_>>(), [RequestStatus::Expired]);
+    let events = f2.dyn_store().read_events(&session.id, &Default::default()).await.unwrap();
+    let ends: Vec<_> = events.iter().map(|e| e.type_name()).skip_while(|name| *name != "request_created").collect();
+    assert_eq!(ends[..3], ["request_created", "request_expired", "turn_interrupted"], "{ends:?}");
+    let expired = events.iter().find_map(|e| match &e.kind {
+        EventKind::RequestExpired { request_id, reason } => Some((request_id.clone(), *reason)),
+        _ => None,
+    });
+    assert_eq!(expired, Some((request.id.clone(), ExpiryReason::SessionClosed)));
+    let answered = f2.harness.respond(&request, Response::approve()).await.unwrap_err();
+    assert!(matches!(answered, Error::RequestExpired { .. }), "{answered:?}");
 }
 
 #[tokio::test]
