@@ -296,6 +296,11 @@ pub struct SessionSnapshot {
     /// session went on live-only (events after that point are missing).
     #[serde(default)]
     pub durability: Durability,
+    /// The last `seq` the session published, in the final snapshot of a session whose stored
+    /// history is incomplete ([`Durability::Degraded`]): subscribers saw events the store never
+    /// got, and a resume goes on after them, so that no `seq` names two events. `None` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_seq: Option<u64>,
     /// When the session was created.
     pub created_at: Timestamp,
     /// When this snapshot was written.

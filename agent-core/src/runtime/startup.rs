@@ -305,6 +305,7 @@ impl Opening {
                 snapshot.startup = None;
                 snapshot.ended = None;
                 snapshot.durability = Durability::Durable;
+                snapshot.published_seq = None;
                 snapshot.cwd = options.cwd.clone().unwrap_or_default();
                 snapshot.model = options.model.clone();
                 snapshot.metadata = options.metadata.clone();
@@ -326,6 +327,7 @@ impl Opening {
                 owner: None,
                 ended: None,
                 durability: Durability::Durable,
+                published_seq: None,
                 created_at: now,
                 updated_at: now,
             },
@@ -584,7 +586,8 @@ async fn plan(
             if let Some(pid) = registry.holder(&snapshot) {
                 return Err(Error::SessionLiveElsewhere { id: id.clone(), pid });
             }
-            let latest_seq = store.latest_seq(id).await?.unwrap_or(0);
+            // A degraded run published past what the store holds: its seqs are taken.
+            let latest_seq = store.latest_seq(id).await?.unwrap_or(0).max(snapshot.published_seq.unwrap_or(0));
             let stale_turn = match &snapshot.current_turn_id {
                 Some(turn) => store.fetch_turn(id, turn).await?.filter(|t| !t.status.is_terminal()),
                 None => None,

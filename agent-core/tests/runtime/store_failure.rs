@@ -155,6 +155,14 @@ async fn a_degraded_session_records_its_end_when_the_store_is_back() {
     assert_eq!(stored.status, SessionState::Closed, "never left reading as running");
     assert_eq!(stored.ended, Some(ExitReason::Closed { reason: CloseReason::Stopped }));
     assert!(matches!(stored.durability, Durability::Degraded { .. }), "the history is marked incomplete");
+    // Subscribers saw events the store never got; a resume goes on after them.
+    let stored_latest = store.latest_seq(&session.id).await.unwrap().unwrap();
+    let published = stored.published_seq.expect("the final snapshot says how far the session published");
+    assert!(published > stored_latest, "the turn's end and the close were live-only: {published} > {stored_latest}");
+    let resumed = f.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
+    let mut events = f.harness.subscribe(&resumed, Replay::After(stored_latest)).await.unwrap();
+    let first = next(&mut events).await;
+    assert_eq!((first.seq, first.type_name()), (published + 1, "session_ready"));
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use super::Actor;
 use super::journal::FlushStart;
 use crate::error::{Error, Result};
 use crate::event::{EventKind, ExpiryReason};
-use crate::session::{CloseReason, ExitReason, SessionState};
+use crate::session::{CloseReason, Durability, ExitReason, SessionState};
 use crate::time::Timestamp;
 use crate::turn::{EndCause, TurnResult, TurnStatus};
 
@@ -153,6 +153,9 @@ impl Actor {
         self.state = SessionState::Closed;
         self.snapshot.ended = Some(reason.clone());
         self.snapshot.durability = self.journal.durability().clone();
+        if matches!(self.snapshot.durability, Durability::Degraded { .. }) {
+            self.snapshot.published_seq = Some(self.journal.latest_seq());
+        }
         self.record_snapshot();
         if tokio::time::timeout(finalize, self.final_flush()).await.is_err() {
             tracing::warn!(timeout = ?finalize, "the store did not finish the session's last writes in time; not waiting");

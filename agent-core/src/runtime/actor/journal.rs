@@ -662,10 +662,15 @@ impl Journal {
         Ok(Grant { rx: Some(rx), live_from: self.published_seq, store_replay, buffered, store, exit })
     }
 
+    /// The `seq` of the latest event the session made (0 before any).
+    pub(super) fn latest_seq(&self) -> u64 {
+        self.next_seq - 1
+    }
+
     /// An exact cursor names an event the session has made: one past its latest event would
     /// skip the live events up to it without a word.
     pub(super) fn check_cursor(&self, after: u64) -> Result<()> {
-        let latest = self.next_seq - 1;
+        let latest = self.latest_seq();
         if after > latest {
             return Err(past_latest(after, latest));
         }
