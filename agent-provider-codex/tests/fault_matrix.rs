@@ -735,7 +735,9 @@ async fn exit_on_steer_fails_the_turn_with_the_exit() {
     let session = case.session().await;
     let watched = case.streaming_turn(&session).await;
     let steered = case.harness.steer(watched.turn(), "and also").await;
-    assert!(matches!(steered, Err(Error::Transport { .. })), "{steered:?}");
+    // The steer's own failure and the exit's report race: whichever the session takes first
+    // answers the caller, and either says the CLI is gone.
+    assert!(matches!(steered, Err(Error::Transport { .. } | Error::SessionUnavailable { .. })), "{steered:?}");
     let events = watched.into_events().await;
     let end = end(&events);
     assert_exited(end, ExitStatus::code(4));
