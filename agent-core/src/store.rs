@@ -20,6 +20,10 @@
 //!   it) is refused with [`StoreError::SessionLive`] and nothing is deleted. A batch's
 //!   `delete_first` is the harness's deliberate replacement and is not refused.
 //! - Failed writes change nothing: a batch lands whole or not at all.
+//! - A batch with an [`Expected`] precondition commits only if the stored snapshot is what it
+//!   expects, checked in the same transaction as the write; otherwise it is
+//!   [`StoreError::Conflict`] and nothing changes. This is how harnesses sharing a store never
+//!   both take one session: each commits its start expecting what it saw.
 
 use std::fmt;
 use std::sync::Arc;
@@ -121,6 +125,39 @@ pub struct WriteBatch {
     pub requests: Vec<Request>,
     /// New events, ascending by seq.
     pub events: Vec<Arc<Event>>,
+    /// What the stored snapshot must be for the batch to commit (compare and swap); `None`
+    /// writes whatever is stored.
+    pub expect: Option<Expected>,
+}
+
+/// The stored snapshot a [`WriteBatch`] expects when it commits.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Expected {
+    /// No snapshot is stored for the session.
+    Absent,
+    /// This snapshot is stored, equal field by field (as it was read back from the store).
+    Snapshot(Box<SessionSnapshot>),
+}
+
+impl Expected {
+    /// The precondition for what [`Store::fetch_session`] returned: `Absent` for `None`.
+    pub fn stored(snapshot: Option<SessionSnapshot>) -> Self {
+        snapshot.map_or(Expected::Absent, |s| Expected::Snapshot(Box::new(s)))
+    }
+
+    /// Checks the snapshot stored for `session` now: [`StoreError::Conflict`] when it is not the
+    /// expected one.
+    pub fn check(&self, session: &SessionId, stored: Option<&SessionSnapshot>) -> Result<(), StoreError> {
+        let why = match (self, stored) {
+            (Expected::Absent, None) => return Ok(()),
+            (Expected::Snapshot(expected), Some(stored)) if **expected == *stored => return Ok(()),
+            (Expected::Absent, Some(_)) => "is stored, where none was expected",
+            (Expected::Snapshot(_), None) => "is no longer stored",
+            (Expected::Snapshot(_), Some(_)) => "changed since it was read",
+        };
+        Err(StoreError::Conflict(format!("the snapshot of session `{session}` {why}")))
+    }
 }
 
 impl WriteBatch {
@@ -131,15 +168,16 @@ impl WriteBatch {
 
     /// Empties the batch for the same session, keeping its vectors' capacity.
     pub(crate) fn clear(&mut self) {
-        let WriteBatch { session_id: _, delete_first, snapshot, turns, requests, events } = self;
+        let WriteBatch { session_id: _, delete_first, snapshot, turns, requests, events, expect } = self;
         *delete_first = false;
+        *expect = None;
         *snapshot = None;
         turns.clear();
         requests.clear();
         events.clear();
     }
 
-    /// True when there is nothing to write.
+    /// True when there is nothing to write (a precondition alone writes nothing).
     pub fn is_empty(&self) -> bool {
         !self.delete_first
             && self.snapshot.is_none()
@@ -219,12 +257,16 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         None
     }
 
-    /// Commits a batch. The default applies its parts one by one (delete, snapshot, turns,
-    /// requests, events); transactional backends override it to commit atomically.
+    /// Commits a batch. The default checks its precondition, then applies its parts one by one
+    /// (delete, snapshot, turns, requests, events); transactional backends override it to
+    /// commit atomically, the precondition included.
     async fn write(&self, batch: &WriteBatch) -> Result<(), StoreError> {
         let Some(session) = &batch.session_id else {
             return Ok(());
         };
+        if let Some(expect) = &batch.expect {
+            expect.check(session, self.fetch_session(session).await?.as_ref())?;
+        }
         if batch.delete_first {
             // A deliberate replacement: mark a stale open snapshot ended so the delete rule lets
             // it go.

@@ -207,6 +207,9 @@ impl MemoryStore {
     fn write_batch(&self, batch: &WriteBatch) -> Result<(), StoreError> {
         let Some(session) = &batch.session_id else { return Ok(()) };
         let mut map = self.lock();
+        if let Some(expect) = &batch.expect {
+            expect.check(session, map.get(session).map(|aggregate| &aggregate.snapshot))?;
+        }
         // The common case, records added to a stored session: one lookup, the same checks in the
         // same order as below, all before anything changes.
         if !batch.delete_first

@@ -12,7 +12,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use agent_core::event::SCHEMA_VERSION;
-use agent_core::store::WriteBatch;
+use agent_core::store::{Expected, WriteBatch};
 use agent_core::{Event, EventId, Request, RequestStatus, SessionId, SessionSnapshot, StoreError, Turn, TurnId};
 
 /// What a write does with the session's stored aggregate before its records are applied.
@@ -32,6 +32,8 @@ pub(crate) enum Clear {
 pub(crate) struct Prepared {
     pub(crate) session: SessionId,
     pub(crate) clear: Clear,
+    /// The batch's precondition on the stored snapshot, checked in the write's transaction.
+    pub(crate) expect: Option<Expected>,
     pub(crate) snapshot: Option<String>,
     /// `(turn ID, record)`.
     pub(crate) turns: Vec<(String, String)>,
@@ -125,6 +127,7 @@ impl Prepared {
         Prepared {
             session,
             clear: Clear::Keep,
+            expect: None,
             snapshot: None,
             turns: Vec::new(),
             requests: Vec::new(),
@@ -146,6 +149,7 @@ impl Prepared {
         if batch.delete_first {
             prepared.clear = Clear::Replace;
         }
+        prepared.expect.clone_from(&batch.expect);
         if let Some(snapshot) = &batch.snapshot {
             prepared.snapshot = Some(encode(snapshot)?);
         }

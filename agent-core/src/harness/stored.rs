@@ -14,7 +14,7 @@ use crate::request::{Request, RequestStatus};
 use crate::runtime::subscription::{Grant, REPLAY_PAGE, past_latest};
 use crate::runtime::{Replay, SessionHandle, Subscription};
 use crate::session::{ExitReason, SessionRef, SessionSnapshot, SessionState, StoredSession};
-use crate::store::{DynStore, EventQuery};
+use crate::store::{DynStore, EventQuery, Expected, StoreError, WriteBatch};
 use crate::turn::{Turn, TurnOutcome, TurnStatus};
 
 impl Harness {
@@ -75,23 +75,39 @@ impl Harness {
     /// Deletes a stopped session's stored history from `store`. Refuses a live ID, one another
     /// harness sharing the store holds live ([`Error::SessionLiveElsewhere`]), and an ID the
     /// store holds nothing of ([`Error::SessionNotFound`]). A stale snapshot (abandoned by a
-    /// killed host) is first recorded as abandoned, so the store lets it go.
+    /// killed host) goes too. The delete commits only over the snapshot this call read, so a
+    /// harness sharing the store that resumes the session meanwhile keeps it: the purge reads
+    /// again and is refused as above.
     pub async fn purge_session_in(&self, store: &DynStore, session: &SessionRef) -> Result<()> {
-        self.refuse_live(&session.id)?;
-        match store.fetch_session(&session.id).await? {
-            Some(held) if let Some(pid) = self.inner.registry.holder(&held) => {
-                return Err(Error::SessionLiveElsewhere { id: session.id.clone(), pid });
+        const ATTEMPTS: usize = 3;
+        let id = &session.id;
+        let mut conflict = None;
+        for _ in 0..ATTEMPTS {
+            self.refuse_live(id)?;
+            let stored = store.fetch_session(id).await?;
+            match &stored {
+                Some(held) if let Some(pid) = self.inner.registry.holder(held) => {
+                    return Err(Error::SessionLiveElsewhere { id: id.clone(), pid });
+                }
+                None if store.latest_seq(id).await?.is_none() => {
+                    return Err(Error::SessionNotFound { id: id.clone() });
+                }
+                _ => {}
             }
-            Some(stale) if stale.is_open() => store.save_session(&self.read_back(stale)).await?,
-            Some(_) => {}
-            None if store.latest_seq(&session.id).await?.is_none() => {
-                return Err(Error::SessionNotFound { id: session.id.clone() });
+            let mut purge = WriteBatch::new(id.clone());
+            purge.delete_first = true;
+            purge.expect = Some(Expected::stored(stored));
+            match store.write(&purge).await {
+                Ok(()) => {
+                    self.inner.forget(id);
+                    return Ok(());
+                }
+                Err(StoreError::Conflict(reason)) => conflict = Some(reason),
+                Err(error) => return Err(error.into()),
             }
-            None => {}
         }
-        store.delete_session(&session.id).await?;
-        self.inner.forget(&session.id);
-        Ok(())
+        let reason = conflict.unwrap_or_default();
+        Err(Error::Store(StoreError::Conflict(format!("the session kept changing while it was purged: {reason}"))))
     }
 
     /// The PID of another harness sharing this session's store that holds it live, if one does

@@ -27,7 +27,7 @@ use crate::runtime::inbox::Inbox;
 use crate::runtime::registry::{Registry, Reservation};
 use crate::runtime::{COMMAND_CAPACITY, SessionHandle, write_batch};
 use crate::session::{CloseReason, Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, StartupMarker};
-use crate::store::{DynStore, RequestQuery, StoreError, WriteBatch};
+use crate::store::{DynStore, Expected, RequestQuery, StoreError, WriteBatch};
 use crate::time::{Timestamp, deadline_after};
 use crate::turn::{TurnResult, TurnStatus};
 
@@ -377,8 +377,8 @@ impl Opening {
                 let checked = tokio::time::timeout(finalize_timeout, recheck)
                     .await
                     .unwrap_or(Err(Error::StartupFinalizationTimeout { timeout: finalize_timeout }));
-                let replace = match checked {
-                    Ok(replace) => replace,
+                let expect = match checked {
+                    Ok(expect) => expect,
                     Err(error) => {
                         close_bounded(runtime.as_ref(), finalize_timeout).await;
                         end_strays(&processes, &id, harness, finalize_timeout).await;
@@ -387,7 +387,11 @@ impl Opening {
                         return;
                     }
                 };
-                batch.delete_first = replace;
+                // A new session replaces the snapshot it found; a resumed one goes on from it.
+                batch.delete_first = plan.resumed.is_none() && matches!(expect, Expected::Snapshot(_));
+                // Commits only over what the recheck saw: a harness sharing the store that took
+                // the session since then wins, and this start fails.
+                batch.expect = Some(expect);
                 batch.snapshot = Some(snapshot.clone());
                 batch.events = journal.events.clone();
                 match tokio::time::timeout(finalize_timeout, write_batch(&store, &batch)).await {
@@ -400,7 +404,7 @@ impl Opening {
                         let error = match outcome {
                             // Another harness wrote this session meanwhile: never run beside it.
                             Ok(Err(StoreError::Conflict(reason))) => {
-                                conflicted(&store, &id, reservation.registry(), reason).await
+                                conflicted(&store, &id, plan.resumed.is_some(), reservation.registry(), reason).await
                             }
                             Ok(Err(error)) => Error::Store(error),
                             _ => Error::StartupFinalizationTimeout { timeout: finalize_timeout },
@@ -648,15 +652,21 @@ async fn stored_source(
     Ok((snapshot, provider_session_id))
 }
 
-/// Applies the ID reuse rules against the stored snapshot. `Ok(true)` means the stored
-/// aggregate is replaced (deleted in the same commit as the new snapshot).
+/// Applies the ID reuse rules against the stored snapshot. Returns what the initial commit
+/// expects to find stored: nothing, or the snapshot it replaces (the stored aggregate is deleted
+/// in the same commit as the new snapshot is written).
 ///
 /// The caller holds the ID's reservation, so a snapshot that says a runtime holds it is stale
 /// (its host died) and reads back as abandoned — unless another harness sharing the store
 /// holds it live ([`Error::SessionLiveElsewhere`], whatever `reuse` says).
-pub(crate) async fn check_reuse(store: &DynStore, id: &SessionId, reuse: Reuse, registry: &Registry) -> Result<bool> {
+pub(crate) async fn check_reuse(
+    store: &DynStore,
+    id: &SessionId,
+    reuse: Reuse,
+    registry: &Registry,
+) -> Result<Expected> {
     let Some(snapshot) = store.fetch_session(id).await? else {
-        return Ok(false);
+        return Ok(Expected::Absent);
     };
     if let Some(pid) = registry.holder(&snapshot) {
         return Err(Error::SessionLiveElsewhere { id: id.clone(), pid });
@@ -668,7 +678,7 @@ pub(crate) async fn check_reuse(store: &DynStore, id: &SessionId, reuse: Reuse, 
         unacknowledged || reuse == Reuse::Replace || (reuse == Reuse::Closed && status == SessionState::Closed);
     if replace {
         tracing::info!(%status, unacknowledged, "replacing stored session");
-        Ok(true)
+        Ok(Expected::Snapshot(Box::new(snapshot)))
     } else {
         Err(Error::SessionIdAlreadyUsed { id: id.clone(), status })
     }
@@ -678,14 +688,15 @@ pub(crate) async fn check_reuse(store: &DynStore, id: &SessionId, reuse: Reuse, 
 /// sharing the store that started, resumed or purged it while the provider opened: one that
 /// holds it live → [`Error::SessionLiveElsewhere`]; a resumed session that changed (purged,
 /// or resumed and written elsewhere) → [`Error::ResumeFailed`]; otherwise the reuse rules
-/// again, against what is stored now. Returns whether the commit replaces the stored aggregate.
+/// again, against what is stored now. Returns what the commit expects to find stored, which the
+/// store checks in the commit's own transaction.
 async fn recheck(
     store: &DynStore,
     session: &SessionRef,
     plan: &Plan,
     options: &SessionOptions,
     registry: &Registry,
-) -> Result<bool> {
+) -> Result<Expected> {
     let id = &session.id;
     let Some(resumed) = &plan.resumed else {
         return check_reuse(store, id, options.reuse, registry).await;
@@ -704,16 +715,25 @@ async fn recheck(
             reason: format!("session `{id}` was {what} while it was being resumed; nothing was committed"),
         });
     }
-    Ok(false)
+    Ok(Expected::stored(stored))
 }
 
-/// The error for an initial commit the store refused as a conflict: another harness wrote the
-/// session meanwhile; [`Error::SessionLiveElsewhere`] when it holds it live.
-async fn conflicted(store: &DynStore, id: &SessionId, registry: &Registry, reason: String) -> Error {
+/// The error for an initial commit the store refused as a conflict: another harness sharing the
+/// store wrote the session since the recheck. [`Error::SessionLiveElsewhere`] when it holds it
+/// live; [`Error::ResumeFailed`] for a resume (the session it resumed is gone or moved on);
+/// [`StoreError::Conflict`] otherwise.
+async fn conflicted(store: &DynStore, id: &SessionId, resuming: bool, registry: &Registry, reason: String) -> Error {
     match store.fetch_session(id).await {
         Ok(Some(snapshot)) if let Some(pid) = registry.holder(&snapshot) => {
             Error::SessionLiveElsewhere { id: id.clone(), pid }
         }
+        _ if resuming => Error::ResumeFailed {
+            mode: ConversationMode::Resume,
+            reason: format!(
+                "session `{id}` was purged or written by another harness while it was being resumed; \
+                 nothing was committed ({reason})"
+            ),
+        },
         _ => Error::Store(StoreError::Conflict(reason)),
     }
 }

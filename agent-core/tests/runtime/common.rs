@@ -105,6 +105,9 @@ pub(crate) enum WriteMode {
     /// Queues writes in order ([`Store::enqueue`]) until the test releases them
     /// ([`ControlledStore::release`]).
     Queued,
+    /// Holds the next `write` (the mode goes back to `Normal` as it arrives) until the test
+    /// opens the gate ([`ControlledStore::arrival`], [`ControlledStore::open_gate`]).
+    Gated,
 }
 
 /// A write queued in [`WriteMode::Queued`].
@@ -127,6 +130,8 @@ pub(crate) struct ControlledStore {
     /// The next `enqueue` panics (in [`WriteMode::Queued`]).
     panic_next_enqueue: std::sync::atomic::AtomicBool,
     enqueue_calls: std::sync::atomic::AtomicUsize,
+    /// A write held in [`WriteMode::Gated`] arrived; the gate opened.
+    gate: (tokio::sync::Notify, tokio::sync::Notify),
 }
 
 impl ControlledStore {
@@ -139,7 +144,18 @@ impl ControlledStore {
             queued: Default::default(),
             panic_next_enqueue: Default::default(),
             enqueue_calls: Default::default(),
+            gate: Default::default(),
         })
+    }
+
+    /// Waits until a write is held at the gate ([`WriteMode::Gated`]).
+    pub(crate) async fn arrival(&self) {
+        self.gate.0.notified().await;
+    }
+
+    /// Lets the write held at the gate go on.
+    pub(crate) fn open_gate(&self) {
+        self.gate.1.notify_one();
     }
 
     /// Makes `fetch_session` hang from now on.
@@ -248,7 +264,7 @@ impl Store for ControlledStore {
             WriteMode::Fail => Some(Err(StoreError::WriteRefused("disk is read-only".into()))),
             WriteMode::Conflict => Some(Err(StoreError::Conflict("seq 1 holds a different event".into()))),
             WriteMode::Panic => panic!("store bug"),
-            WriteMode::Hang | WriteMode::Slow | WriteMode::Queued => None,
+            WriteMode::Hang | WriteMode::Slow | WriteMode::Queued | WriteMode::Gated => None,
         }
     }
     fn enqueue(&self, batch: &WriteBatch, follows: bool) -> Option<QueuedWrite> {
@@ -275,6 +291,12 @@ impl Store for ControlledStore {
             WriteMode::Panic => panic!("store bug"),
             WriteMode::Slow => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
+                self.inner.write(batch).await
+            }
+            WriteMode::Gated => {
+                self.set(WriteMode::Normal);
+                self.gate.0.notify_one();
+                self.gate.1.notified().await;
                 self.inner.write(batch).await
             }
         }

@@ -11,6 +11,7 @@ mod handlers;
 mod inactivity;
 mod lag;
 mod queued_writes;
+mod racing;
 mod requests;
 mod resume;
 mod sessions;

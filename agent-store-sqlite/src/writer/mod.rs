@@ -293,6 +293,9 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 fn apply(conn: &Connection, write: &Prepared) -> Result<(), StoreError> {
     let sql = |e: rusqlite::Error| store_error(&e);
     let session = write.session.as_str();
+    if let Some(expect) = &write.expect {
+        expect.check(&write.session, stored_snapshot(conn, write)?.as_ref())?;
+    }
     match write.clear {
         Clear::Keep => {}
         Clear::Replace => delete_session(conn, session).map_err(sql)?,
@@ -379,16 +382,19 @@ fn named_turns<'w>(conn: &Connection, write: &'w Prepared) -> Result<Vec<(&'w st
 
 /// `delete_session` leaves a session alone while its snapshot says a runtime may hold it.
 fn refuse_open(conn: &Connection, write: &Prepared) -> Result<(), StoreError> {
+    if stored_snapshot(conn, write)?.is_some_and(|snapshot| snapshot.is_open()) {
+        return Err(StoreError::SessionLive(write.session.clone()));
+    }
+    Ok(())
+}
+
+/// The snapshot stored for the write's session.
+fn stored_snapshot(conn: &Connection, write: &Prepared) -> Result<Option<SessionSnapshot>, StoreError> {
     let stored: Option<String> = conn
         .prepare_cached("SELECT snapshot FROM sessions WHERE id = ?1")
         .and_then(|mut stmt| stmt.query_row([write.session.as_str()], |row| row.get(0)).optional())
         .map_err(|e| store_error(&e))?;
-    let Some(stored) = stored else { return Ok(()) };
-    let snapshot: SessionSnapshot = serde_json::from_str(&stored).map_err(|e| corrupt_json("snapshot", &e))?;
-    if snapshot.is_open() {
-        return Err(StoreError::SessionLive(write.session.clone()));
-    }
-    Ok(())
+    stored.map(|json| serde_json::from_str(&json).map_err(|e| corrupt_json("snapshot", &e))).transpose()
 }
 
 fn delete_session(conn: &Connection, session: &str) -> rusqlite::Result<()> {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use agent_core::event::SCHEMA_VERSION;
 use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::session::StartupMarker;
-use agent_core::store::{EventQuery, WriteBatch};
+use agent_core::store::{EventQuery, Expected, WriteBatch};
 use agent_core::{
     DynStore, Event, EventId, EventKind, ProviderId, Request, RequestId, RequestKind, RequestQuery, RequestStatus,
     Response, SessionId, SessionSnapshot, SessionState, StoreError, Timestamp, Turn, TurnId, TurnInput, TurnResult,
@@ -37,6 +37,7 @@ pub async fn run_all(store: DynStore) {
     requests_and_turn_events_need_their_turn(&store).await;
     requests_are_read_by_turn_and_status(&store).await;
     refused_writes_change_nothing(&store).await;
+    writes_check_their_precondition(&store).await;
 }
 
 fn sid(name: &str) -> SessionId {
@@ -104,7 +105,7 @@ fn event_with_id(session: &SessionId, seq: u64, turn: Option<&str>, text: &str, 
 }
 
 /// Everything stored under one session.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Default, PartialEq)]
 struct Contents {
     snapshot: Option<SessionSnapshot>,
     turns: Vec<Turn>,
@@ -811,5 +812,58 @@ pub async fn queued_writes_commit_in_order(store: &DynStore) {
     assert!(matches!(refused_first.await, Err(StoreError::Conflict(_))), "an ID twice in one write is a conflict");
     assert!(refused_next.await.is_err(), "a batch queued behind a refused one must fail too");
     assert_eq!(contents(store, &id).await, stored, "the refused batches change nothing");
+    remove_session(store, &id).await;
+}
+
+/// A batch with a precondition ([`Expected`]) commits only when the stored snapshot is the
+/// expected one, through every way a store takes a write; otherwise it is
+/// [`StoreError::Conflict`] and changes nothing — a replacement deletes nothing either.
+pub async fn writes_check_their_precondition(store: &DynStore) {
+    let id = sid("conf-expect");
+    let fresh = |expect: Expected| {
+        let mut batch = WriteBatch::new(id.clone());
+        batch.delete_first = true;
+        batch.snapshot = Some(snapshot(&id, SessionState::Starting));
+        batch.events = vec![event(&id, 1, None, "fresh")];
+        batch.expect = Some(expect);
+        batch
+    };
+    let refused = |result: Result<(), StoreError>, why: &str| {
+        assert!(matches!(result, Err(StoreError::Conflict(_))), "a batch expecting {why} must be refused: {result:?}");
+    };
+
+    // Nothing stored: a batch expecting a snapshot is refused, one expecting none commits.
+    let absent = snapshot(&id, SessionState::Idle);
+    refused(store.write(&fresh(Expected::Snapshot(Box::new(absent)))).await, "a snapshot where none is stored");
+    assert_eq!(contents(store, &id).await, Contents::default(), "a refused write stores nothing");
+    store.write(&fresh(Expected::Absent)).await.unwrap_or_else(|e| panic!("expecting no snapshot must commit: {e:?}"));
+    assert_eq!(seqs(&contents(store, &id).await.events), vec![1], "the batch expecting no snapshot must land");
+    remove_session(store, &id).await;
+
+    // Something stored: expecting none, or another snapshot, is refused and deletes nothing.
+    populated(store, &id, SessionState::Running).await;
+    let stored = contents(store, &id).await;
+    let read = stored.snapshot.clone().expect("stored");
+    refused(store.write(&fresh(Expected::Absent)).await, "no snapshot where one is stored");
+    let mut other = read.clone();
+    other.status = SessionState::Closed;
+    refused(store.write(&fresh(Expected::Snapshot(Box::new(other.clone())))).await, "another snapshot");
+    assert_eq!(contents(store, &id).await, stored, "a refused replacement must change nothing");
+    if let Some(now) = store.write_now(&fresh(Expected::Snapshot(Box::new(other.clone())))) {
+        refused(now, "another snapshot, written at once");
+    }
+    if let Some(queued) = store.enqueue(&fresh(Expected::Snapshot(Box::new(other))), false) {
+        refused(queued.await, "another snapshot, queued");
+    }
+    assert_eq!(contents(store, &id).await, stored, "a refused replacement must change nothing");
+
+    // The snapshot as it was read back: the replacement commits.
+    store
+        .write(&fresh(Expected::stored(Some(read))))
+        .await
+        .unwrap_or_else(|e| panic!("the read snapshot must commit: {e:?}"));
+    let replaced = contents(store, &id).await;
+    assert_eq!(replaced.snapshot.map(|s| s.status), Some(SessionState::Starting), "the replacement must land");
+    assert_eq!(seqs(&replaced.events), vec![1], "the replacement must drop the old journal");
     remove_session(store, &id).await;
 }
