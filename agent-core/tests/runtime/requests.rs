@@ -169,16 +169,50 @@ async fn a_definite_provider_rejection_releases_the_claim_for_a_retry() {
     assert_eq!(remote.responses(), [Response::deny("no")]);
 }
 
-#[tokio::test]
+/// An answer whose delivery failed on the transport, and no word from the provider after it
+/// within `provider_command_timeout`: whether the agent has it is unknown, and the session
+/// retires.
+/// An answer whose delivery failed because the CLI exited: the provider's report of the exit
+/// ends the turn (with how the CLI exited), and the session is not retired as if the answer's
+/// fate were unknown.
+#[tokio::test(start_paused = true)]
+async fn an_answer_the_cli_exit_cut_short_ends_the_turn_as_the_provider_reports() {
+    let f = Fixture::new();
+    let timeout = Duration::from_secs(4);
+    let (session, remote) = f.session(opts().provider_command_timeout(timeout)).await;
+    let (turn, request) = pending(&f, &session, &remote, approval("a7")).await;
+    f.control.push_respond(CallBehavior::Break("broken pipe".into()));
+    let err = f.harness.respond(&request, Response::approve()).await.unwrap_err();
+    assert!(matches!(err, Error::Transport { .. }), "{err:?}");
+    tokio::time::sleep(timeout - Duration::from_millis(10)).await;
+    let mut exited = TurnResult::reason("the CLI exited with status 3");
+    exited.ended_by = Some(EndCause::TransportLost);
+    remote.emit(&turn.id, EventKind::terminal(TurnStatus::Failed, exited)).await;
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
+    assert!(
+        matches!(outcome, AwaitError::Ended(ref o) if o.result.ended_by == Some(EndCause::TransportLost)
+            && o.result.reason.as_deref() == Some("the CLI exited with status 3")),
+        "{outcome:?}"
+    );
+    let expired = f.harness.status(&session).await.unwrap();
+    assert!(expired.pending_requests.is_empty(), "the unanswered request ended with its turn");
+    tokio::time::sleep(timeout).await;
+    assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Idle, "not retired");
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_uncertain_response_retires_the_session() {
     let f = Fixture::new();
-    let (session, remote) = f.session(opts()).await;
+    let timeout = Duration::from_secs(4);
+    let (session, remote) = f.session(opts().provider_command_timeout(timeout)).await;
     let (turn, request) = pending(&f, &session, &remote, approval("a6")).await;
     f.control.push_respond(CallBehavior::Break("broken pipe".into()));
     let monitor = f.harness.monitor(&session).await.unwrap();
     let err = f.harness.respond(&request, Response::approve()).await.unwrap_err();
     assert!(matches!(err, Error::Transport { .. }), "{err:?}");
+    let started = tokio::time::Instant::now();
     assert!(matches!(monitor.await, ExitReason::Retired { ref reason } if reason.contains("uncertain")));
+    assert_eq!(started.elapsed(), timeout, "retired once the provider had its time to report");
     let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
     assert!(matches!(outcome, AwaitError::Ended(ref o) if o.status == TurnStatus::Failed), "{outcome:?}");
 }

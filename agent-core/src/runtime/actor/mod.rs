@@ -452,11 +452,12 @@ impl Actor {
         }
     }
 
-    /// A call of the current turn `turn` failed with an uncertain outcome. When it failed on the
-    /// `transport` (`Error::Transport`), the CLI is likely gone and the provider's own report of that — the turn's end
-    /// with the CLI's exit status and stderr, then the transport's loss — is on its way through
-    /// the sink, behind the call's failure: it gets `provider_command_timeout` to arrive before
-    /// the outcome counts as uncertain and the session retires.
+    /// A call of the current turn `turn` (a cancel, a steer, the delivery of an answer) failed
+    /// with an uncertain outcome. When it failed on the `transport` (`Error::Transport`), the
+    /// CLI is likely gone and the provider's own report of that — the turn's end with the CLI's
+    /// exit status and stderr, then the transport's loss — is on its way through the sink,
+    /// behind the call's failure: it gets `provider_command_timeout` to arrive before the
+    /// outcome counts as uncertain and the session retires.
     fn retire_unless_reported(&mut self, turn: TurnId, transport: bool, reason: String) {
         if transport {
             tracing::debug!(%reason, "a call failed on the transport; waiting for the provider's report");

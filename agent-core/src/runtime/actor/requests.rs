@@ -57,9 +57,14 @@ impl Actor {
                 }
             }
             Settled::Uncertain { error, origin } => {
+                let transport = matches!(error, Error::Transport { .. });
                 let reason = format!("response delivery is uncertain: {error}");
                 reply_to(origin, Err(error));
-                self.retire(reason);
+                match turn.clone().filter(|_| live) {
+                    // The CLI is likely gone, and its exit on the way: see `retire_unless_reported`.
+                    Some(turn) => self.retire_unless_reported(turn, transport, reason),
+                    None => self.retire(reason),
+                }
             }
         }
         if let Some(turn) = turn {
