@@ -179,12 +179,17 @@ async fn a_definite_provider_rejection_releases_the_claim_for_a_retry() {
 async fn an_answer_the_cli_exit_cut_short_ends_the_turn_as_the_provider_reports() {
     let f = Fixture::new();
     let timeout = Duration::from_secs(4);
-    let (session, remote) = f.session(opts().provider_command_timeout(timeout)).await;
+    let (session, remote) =
+        f.session(opts().provider_command_timeout(timeout).request_timeout(Duration::from_secs(1))).await;
     let (turn, request) = pending(&f, &session, &remote, approval("a7")).await;
     f.control.push_respond(CallBehavior::Break("broken pipe".into()));
     let err = f.harness.respond(&request, Response::approve()).await.unwrap_err();
     assert!(matches!(err, Error::Transport { .. }), "{err:?}");
+    // The agent may have that answer: no other one goes out, by the caller or the deadline.
+    let again = f.harness.respond(&request, Response::deny("no")).await.unwrap_err();
+    assert!(matches!(again, Error::ResponseInProgress { .. }), "{again:?}");
     tokio::time::sleep(timeout - Duration::from_millis(10)).await;
+    assert_eq!(remote.responses(), [], "no other answer went out after the uncertain one");
     let mut exited = TurnResult::reason("the CLI exited with status 3");
     exited.ended_by = Some(EndCause::TransportLost);
     remote.emit(&turn.id, EventKind::terminal(TurnStatus::Failed, exited)).await;

@@ -39,6 +39,9 @@ struct Entry {
     deadline_missed: bool,
     /// The provider resolved the request by itself while a response was being delivered.
     provider_resolved: bool,
+    /// A delivery failed with an uncertain outcome: the agent may have the answer, so no other
+    /// one is sent (the session retires, or the turn ends as the provider reports).
+    delivery_uncertain: bool,
     /// Open from creation until the request is resolved or expires.
     span: Option<Span>,
 }
@@ -53,7 +56,8 @@ pub(super) enum Settled {
     Late { origin: Origin },
     /// The provider definitely refused the response; the claim is released.
     Refused { error: Error, origin: Origin },
-    /// The outcome is unknown: the session retires.
+    /// The outcome is unknown: no other answer is sent, and the session retires (on a broken
+    /// transport, unless the provider reports the CLI's exit first).
     Uncertain { error: Error, origin: Origin },
 }
 
@@ -73,6 +77,7 @@ impl Ledger {
             deadline,
             deadline_missed: false,
             provider_resolved: false,
+            delivery_uncertain: false,
             span: Some(span),
         };
         self.entries.insert(entry.request.id.clone(), entry);
@@ -120,7 +125,8 @@ impl Ledger {
         match entry.request.status {
             RequestStatus::Resolved => Err(Error::AlreadyResolved { request_id: request_id.clone() }),
             RequestStatus::Expired => Err(Error::RequestExpired { request_id: request_id.clone() }),
-            RequestStatus::Pending if entry.claim.is_some() => {
+            // An uncertain delivery stays in progress: the agent may have that answer.
+            RequestStatus::Pending if entry.claim.is_some() || entry.delivery_uncertain => {
                 Err(Error::ResponseInProgress { request_id: request_id.clone() })
             }
             RequestStatus::Pending => response.validate_for(&entry.request).map(|()| entry.request.clone()),
@@ -134,9 +140,12 @@ impl Ledger {
         }
     }
 
-    /// True when `request_id` is pending and nobody is answering it.
+    /// True when `request_id` is pending and nobody is answering it (nor may have answered it:
+    /// see `Entry::delivery_uncertain`).
     pub(super) fn is_open(&self, request_id: &RequestId) -> bool {
-        self.entries.get(request_id).is_some_and(|e| e.request.status == RequestStatus::Pending && e.claim.is_none())
+        self.entries
+            .get(request_id)
+            .is_some_and(|e| e.request.status == RequestStatus::Pending && e.claim.is_none() && !e.delivery_uncertain)
     }
 
     pub(super) fn request(&self, request_id: &RequestId) -> Option<&Request> {
@@ -187,7 +196,10 @@ impl Ledger {
                 Settled::DeadlineExpired
             }
             Err(error) if error.is_definite() => Settled::Refused { error, origin: claim.origin },
-            Err(error) => Settled::Uncertain { error, origin: claim.origin },
+            Err(error) => {
+                entry.delivery_uncertain = true;
+                Settled::Uncertain { error, origin: claim.origin }
+            }
         })
     }
 
