@@ -272,6 +272,10 @@ impl fmt::Debug for ProviderOptions {
 #[non_exhaustive]
 pub enum StoreFailurePolicy {
     /// Keep running live-only: durability becomes degraded and a `store_failed` event is published.
+    ///
+    /// A session whose initial commit failed this way recorded no owner in the store, so another
+    /// harness sharing the store does not see it run and may start or resume the same ID beside
+    /// it; harnesses that share a store choose [`StoreFailurePolicy::Stop`] to rule that out.
     #[default]
     Degrade,
     /// End the session: the active turn fails, `session_closed` is published and the provider closed.
