@@ -169,9 +169,6 @@ async fn a_definite_provider_rejection_releases_the_claim_for_a_retry() {
     assert_eq!(remote.responses(), [Response::deny("no")]);
 }
 
-/// An answer whose delivery failed on the transport, and no word from the provider after it
-/// within `provider_command_timeout`: whether the agent has it is unknown, and the session
-/// retires.
 /// An answer whose delivery failed because the CLI exited: the provider's report of the exit
 /// ends the turn (with how the CLI exited), and the session is not retired as if the answer's
 /// fate were unknown.
@@ -205,6 +202,9 @@ async fn an_answer_the_cli_exit_cut_short_ends_the_turn_as_the_provider_reports(
     assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Idle, "not retired");
 }
 
+/// An answer whose delivery failed on the transport, and no word from the provider after it
+/// within `provider_command_timeout`: whether the agent has it is unknown, and the session
+/// retires.
 #[tokio::test(start_paused = true)]
 async fn an_uncertain_response_retires_the_session() {
     let f = Fixture::new();
