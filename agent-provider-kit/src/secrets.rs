@@ -4,8 +4,9 @@
 //! CLI that prints a credential it was given (a failed request echoed with its headers, an MCP
 //! server's command line, a debug log) would carry it there. [`Secrets`] holds the values a
 //! session gives its CLI that are secret — its environment values, its MCP servers'
-//! environment values and headers, and the host's values of the credential names a provider's
-//! guard knows (the CLI inherits those under `AuthMode::Inherit`) — and [`Secrets::redact`]
+//! environment values and headers, and the host's values of the credential names it inherits
+//! (those a provider's guard knows under `AuthMode::Inherit`, where the guard lets them through,
+//! and every name [`is_credential_name`] accepts) — and [`Secrets::redact`]
 //! replaces each occurrence with [`REDACTED`]. Values shorter than [`MIN_SECRET_LEN`] are not
 //! kept: `1` or `true` would redact ordinary text, and a credential is longer.
 //!
@@ -36,7 +37,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
-use agent_core::{AuthMode, McpServer, SessionOptions};
+use agent_core::{McpServer, SessionOptions};
 
 /// What replaces a secret value (the same text as everywhere the harness keeps a secret out).
 pub use agent_core::REDACTED;
@@ -111,10 +112,12 @@ impl Secrets {
     }
 
     /// The secrets a session gives its CLI: its environment values, its MCP servers'
-    /// environment values, headers and arguments, and, under `AuthMode::Inherit`, this
-    /// process's values of the environment names `credential` accepts (a provider passes its
-    /// guard's `refuses_env`) or [`is_credential_name`] does, that the session does not remove
-    /// (under `Subscription` the guard scrubs the first).
+    /// environment values, headers and arguments, and this process's values of the environment
+    /// names `credential` accepts (a provider passes its guard's `refuses_env`) or
+    /// [`is_credential_name`] does, that the session does not set or remove. In every auth mode:
+    /// under `AuthMode::Subscription` the guard scrubs the names it refuses, but the CLI still
+    /// inherits the others (a `GITHUB_TOKEN`), and a tool that prints its environment prints
+    /// them.
     ///
     /// The credentials among them, redacted from stdout too, are the MCP servers' environment
     /// and header values, and the session's and host's values whose name
@@ -132,14 +135,10 @@ impl Secrets {
                 _ => {}
             }
         }
-        // Under `AuthMode::Subscription` the guard scrubs those names from the CLI's environment.
-        let host = match options.auth {
-            AuthMode::Inherit => host_vars(|name| {
-                let inherited = !options.env.set.contains_key(name) && !options.env.unset.iter().any(|n| n == name);
-                inherited && (credential(name) || is_credential_name(name))
-            }),
-            _ => Vec::new(),
-        };
+        let host = host_vars(|name| {
+            let inherited = !options.env.set.contains_key(name) && !options.env.unset.iter().any(|n| n == name);
+            inherited && (credential(name) || is_credential_name(name))
+        });
         Secrets::split(mcp, mcp_args)
             .and_env(options.env.set.iter().chain(host.iter().map(|(name, value)| (name, value))))
     }

@@ -24,6 +24,12 @@ fn parse_errors_say_where_and_what_was_expected_but_not_the_value() {
             "approval_policy: invalid type: sequence",
         ),
         (json!({"provider": "scripted", "model": ["sk-SENTINEL-4"]}), "model: invalid type: sequence, expected"),
+        // A key pasted into an ID field is refused by the ID's rules, without being quoted.
+        (json!({"provider": "scripted", "id": "sk-SENTINEL-5 x"}), "id: invalid SessionId: may contain only"),
+        (
+            json!({"provider": "scripted", "conversation": {"mode": "resume", "from": {"session": "sk-SENTINEL-6 y"}}}),
+            "conversation.from.session: invalid SessionId: may contain only",
+        ),
     ];
     for (config, says) in cases {
         let error = SessionConfig::from_json_value(config.clone()).unwrap_err().to_string();

@@ -73,15 +73,15 @@ macro_rules! string_id {
         }
 
         // Reading an ID from JSON applies the rules of its kind: an empty or blank ID is never
-        // accepted from the outside.
+        // accepted from the outside. The error does not quote the text: in a configuration file
+        // it may be a key pasted into the wrong field.
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
                 let id = String::deserialize(deserializer)?;
                 match $check(&id) {
-                    Some(reason) => Err(serde::de::Error::custom(format_args!(
-                        "invalid {} {id:?}: {reason}",
-                        stringify!($name)
-                    ))),
+                    Some(reason) => {
+                        Err(serde::de::Error::custom(format_args!("invalid {}: {reason}", stringify!($name))))
+                    }
                     None => Ok(Self(IdText::from(id))),
                 }
             }
