@@ -9,42 +9,9 @@ use agent_core::{AuthMode, Result, SessionOptions};
 use agent_provider_kit::auth::{AuthGuard, AuthReport, EnvRules, LoginState, effective_env, flag_key};
 use serde_json::Value;
 
-/// Claude Code's own environment names that select an API key, a token, an endpoint or a
-/// cloud: every `ANTHROPIC_*` name (keys, endpoints, custom headers, a Unix socket, identity
-/// tokens), and the `CLAUDE_CODE_*` names of Claude Code 2.1 that pass a credential or pick a
-/// cloud or gateway. A token in the environment is not the CLI's saved login: passing one on is
-/// proxying a credential, which `AuthMode::Inherit` opts into.
-const CLAUDE_ENV: EnvRules = EnvRules {
-    names: &[
-        "CLAUDE_CODE_OAUTH_TOKEN",
-        "CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR",
-        "CLAUDE_CODE_OAUTH_REFRESH_TOKEN",
-        "CLAUDE_CODE_SESSION_ACCESS_TOKEN",
-        "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR",
-        "CLAUDE_CODE_WEBSOCKET_AUTH_FILE_DESCRIPTOR",
-        "CLAUDE_CODE_API_KEY_HELPER_TTL_MS",
-        "CLAUDE_CODE_CUSTOM_OAUTH_URL",
-        "CLAUDE_CODE_HOST_AUTH_ENV_VAR",
-        "CLAUDE_CODE_PROVIDER_MANAGED_BY_HOST",
-        "CLAUDE_CODE_USE_BEDROCK",
-        "CLAUDE_CODE_USE_VERTEX",
-        "CLAUDE_CODE_USE_FOUNDRY",
-        "CLAUDE_CODE_USE_MANTLE",
-        "CLAUDE_CODE_USE_GATEWAY",
-        "CLAUDE_CODE_USE_ANTHROPIC_AWS",
-        "CLAUDE_CODE_SKIP_BEDROCK_AUTH",
-        "CLAUDE_CODE_SKIP_VERTEX_AUTH",
-        "CLAUDE_CODE_SKIP_FOUNDRY_AUTH",
-        "CLAUDE_CODE_SKIP_MANTLE_AUTH",
-        "CLAUDE_CODE_SKIP_ANTHROPIC_AWS_AUTH",
-    ],
-    prefixes: &["ANTHROPIC_"],
-    suffixes: &[],
-};
-
 /// The guard of the Claude provider. Its one refused flag, `--settings`, can carry an `env`
 /// with any of the names above, or an `apiKeyHelper`.
-pub(crate) const GUARD: AuthGuard = AuthGuard::new("claude", &[EnvRules::COMMON, CLAUDE_ENV], &["settings"]);
+pub(crate) const GUARD: AuthGuard = AuthGuard::new("claude", &[EnvRules::COMMON, EnvRules::CLAUDE], &["settings"]);
 
 /// The flags of `ClaudeOptions::extra_args` the guard checks, as config keys
 /// (`--settings=…` → `settings`).

@@ -10,22 +10,6 @@ use agent_provider_kit::auth::{AuthGuard, AuthReport, EnvRules, LoginState, effe
 use serde_json::Value as Json;
 use toml::Value as Toml;
 
-/// Codex's own environment names that select a provider, an endpoint or an organisation.
-const CODEX_ENV: EnvRules = EnvRules {
-    names: &[
-        "CODEX_MODEL_PROVIDER",
-        "CODEX_OSS_PROVIDER",
-        "CODEX_PROVIDER_BACKEND",
-        "OPENAI_ORGANIZATION",
-        "OPENAI_ORG_ID",
-        "OPENAI_PROJECT",
-        "OPENAI_PROJECT_ID",
-        "OLLAMA_HOST",
-    ],
-    prefixes: &[],
-    suffixes: &[],
-};
-
 /// Config keys (also the roots of tables) that route codex to another provider, endpoint or
 /// login.
 const REFUSED_CONFIG: &[&str] = &[
@@ -41,7 +25,7 @@ const REFUSED_CONFIG: &[&str] = &[
 ];
 
 /// The guard of the codex provider.
-pub(crate) const GUARD: AuthGuard = AuthGuard::new("codex", &[EnvRules::COMMON, CODEX_ENV], REFUSED_CONFIG);
+pub(crate) const GUARD: AuthGuard = AuthGuard::new("codex", &[EnvRules::COMMON, EnvRules::CODEX], REFUSED_CONFIG);
 
 /// Names always removed from the environment codex inherits under `Subscription`, whether or not
 /// the host sets them (the host's other matching names are found by the same rules).

@@ -38,6 +38,69 @@ impl EnvRules {
         suffixes: &["_API_KEY", "_BASE_URL", "_API_BASE", "_AUTH_TOKEN"],
     };
 
+    /// Codex's own environment names that select a provider, an endpoint or an organisation.
+    ///
+    /// The shipped `codex-exec` preset lists at least these in its `auth_env`.
+    pub const CODEX: EnvRules = EnvRules {
+        names: &[
+            "CODEX_MODEL_PROVIDER",
+            "CODEX_OSS_PROVIDER",
+            "CODEX_PROVIDER_BACKEND",
+            "OPENAI_ORGANIZATION",
+            "OPENAI_ORG_ID",
+            "OPENAI_PROJECT",
+            "OPENAI_PROJECT_ID",
+            "OLLAMA_HOST",
+        ],
+        prefixes: &[],
+        suffixes: &[],
+    };
+
+    /// Claude Code's own environment names that select an API key, a token, an endpoint or a
+    /// cloud: every `ANTHROPIC_*` name (keys, endpoints, custom headers, a Unix socket, identity
+    /// tokens), and the `CLAUDE_CODE_*` names of Claude Code 2.1 that pass a credential or pick a
+    /// cloud or gateway. A token in the environment is not the CLI's saved login: passing one on is
+    /// proxying a credential, which `AuthMode::Inherit` opts into.
+    ///
+    /// The shipped `claude-print` preset lists at least these in its `auth_env`.
+    pub const CLAUDE: EnvRules = EnvRules {
+        names: &[
+            "CLAUDE_CODE_OAUTH_TOKEN",
+            "CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR",
+            "CLAUDE_CODE_OAUTH_REFRESH_TOKEN",
+            "CLAUDE_CODE_SESSION_ACCESS_TOKEN",
+            "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR",
+            "CLAUDE_CODE_WEBSOCKET_AUTH_FILE_DESCRIPTOR",
+            "CLAUDE_CODE_API_KEY_HELPER_TTL_MS",
+            "CLAUDE_CODE_CUSTOM_OAUTH_URL",
+            "CLAUDE_CODE_HOST_AUTH_ENV_VAR",
+            "CLAUDE_CODE_PROVIDER_MANAGED_BY_HOST",
+            "CLAUDE_CODE_USE_BEDROCK",
+            "CLAUDE_CODE_USE_VERTEX",
+            "CLAUDE_CODE_USE_FOUNDRY",
+            "CLAUDE_CODE_USE_MANTLE",
+            "CLAUDE_CODE_USE_GATEWAY",
+            "CLAUDE_CODE_USE_ANTHROPIC_AWS",
+            "CLAUDE_CODE_SKIP_BEDROCK_AUTH",
+            "CLAUDE_CODE_SKIP_VERTEX_AUTH",
+            "CLAUDE_CODE_SKIP_FOUNDRY_AUTH",
+            "CLAUDE_CODE_SKIP_MANTLE_AUTH",
+            "CLAUDE_CODE_SKIP_ANTHROPIC_AWS_AUTH",
+        ],
+        prefixes: &["ANTHROPIC_"],
+        suffixes: &[],
+    };
+
+    /// Pi's own environment names that move its configuration (models, keys) elsewhere, and the
+    /// credentials and selectors pi reads (`pi --help`) that the common rules do not name.
+    ///
+    /// The shipped `pi-print` preset lists at least these in its `auth_env`.
+    pub const PI: EnvRules = EnvRules {
+        names: &["PI_CODING_AGENT_DIR", "ANTHROPIC_OAUTH_TOKEN", "COPILOT_GITHUB_TOKEN"],
+        prefixes: &["CLOUDFLARE_"],
+        suffixes: &[],
+    };
+
     /// True when `name`, normalised ([`normalize_env_name`]), matches.
     pub fn matches(&self, name: &str) -> bool {
         let name = normalize_env_name(name);

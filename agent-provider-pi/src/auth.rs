@@ -10,16 +10,8 @@ use agent_provider_kit::auth::{AuthGuard, AuthReport, EnvRules, LoginState, effe
 
 use crate::PiOptions;
 
-/// Pi's own environment names that move its configuration (models, keys) elsewhere, and the
-/// credentials and selectors pi reads (`pi --help`) that the common rules do not name.
-const PI_ENV: EnvRules = EnvRules {
-    names: &["PI_CODING_AGENT_DIR", "ANTHROPIC_OAUTH_TOKEN", "COPILOT_GITHUB_TOKEN"],
-    prefixes: &["CLOUDFLARE_"],
-    suffixes: &[],
-};
-
 /// The guard of the pi provider. Pi's "config keys" are its command-line flags.
-pub(crate) const GUARD: AuthGuard = AuthGuard::new("pi", &[EnvRules::COMMON, PI_ENV], &["provider", "api-key"]);
+pub(crate) const GUARD: AuthGuard = AuthGuard::new("pi", &[EnvRules::COMMON, EnvRules::PI], &["provider", "api-key"]);
 
 /// The flags the guard checks, as config keys (`--provider` → `provider`): pi's `args` and the
 /// `binary_args` placed before them, which pi reads as its command line too.

@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use crate::allow::AllowList;
 use crate::conversation::Conversations;
-use crate::options::{Approvals, PresetOptions, merge_json};
+use crate::options::{Approvals, DEFAULT_APPROVAL_TIMEOUT, PresetOptions, merge_json};
 use crate::preset::Preset;
 use crate::prompt_file::PromptFile;
 use crate::session::{PresetSession, RunConfig};
@@ -135,6 +135,17 @@ impl PresetProvider {
         if preset_options.approval_timeout.is_zero() {
             return Err(invalid("provider_options.approval_timeout", "must be longer than zero".into()));
         }
+        if self.preset.approvals.is_none() {
+            // Settings of approvals a preset without an approval conversation never asks.
+            let set = [
+                ("provider_options.approval_risk", preset_options.approval_risk.is_some()),
+                ("provider_options.approval_audience", preset_options.approval_audience.is_some()),
+                ("provider_options.approval_timeout", preset_options.approval_timeout != DEFAULT_APPROVAL_TIMEOUT),
+            ];
+            if let Some((option, _)) = set.into_iter().find(|(_, set)| *set) {
+                return Err(invalid(option, format!("preset `{}` has no approval conversation", self.preset.id)));
+            }
+        }
         self.check_auth(options, None)
     }
 
@@ -187,9 +198,12 @@ impl PresetProvider {
         spec.set = self.preset.env_set.iter().map(|(k, v)| (k.into(), v.into())).collect();
         spec.set.retain(|(k, _)| !options.env.set.contains_key(&*k.to_string_lossy()));
         spec.set.extend(options.env.set.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
-        spec.unset = self.preset.env_unset.iter().map(Into::into).collect();
+        // The session wins: the preset does not remove a name the session sets.
+        let preset_unset = self.preset.env_unset.iter().filter(|name| !options.env.set.contains_key(*name));
+        spec.unset = preset_unset.map(Into::into).collect();
         spec.unset.extend(options.env.unset.iter().map(Into::into));
-        let own: Vec<&str> = self.preset.auth_env.iter().map(String::as_str).collect();
+        let own = self.preset.auth_env_names();
+        let own: Vec<&str> = own.iter().map(String::as_str).collect();
         spec.unset.extend(GUARD.scrubbed(options, &own));
         spec
     }
@@ -372,13 +386,19 @@ impl Provider for PresetProvider {
                 let mut state = conversation.state();
                 // The map and this open hold two references; any more are live sessions of the
                 // key, whose next turns would silently continue the conversation named here.
+                // That holds before they have a conversation too: their first turn would continue
+                // this one.
                 let shared = Arc::strong_count(&conversation) > 2;
-                if let Some(current) = state.session_id.as_ref().filter(|c| shared && *c != provider_session_id) {
+                if shared && state.session_id.as_ref() != Some(provider_session_id) {
+                    let current = match &state.session_id {
+                        Some(current) => format!("continues conversation `{current}`"),
+                        None => "starts a new conversation".to_owned(),
+                    };
                     return Err(Error::InvalidOption {
                         option: "conversation",
                         reason: format!(
-                            "key `{key}` continues conversation `{current}` for its other live sessions; resume \
-                             `{provider_session_id}` under another key"
+                            "key `{key}` {current} for its other live sessions; resume `{provider_session_id}` under \
+                             another key"
                         ),
                     });
                 }
@@ -409,7 +429,9 @@ impl Provider for PresetProvider {
 
 #[cfg(test)]
 mod tests {
-    use agent_core::{AuthMode, Provider, SessionOptions};
+    use std::time::Duration;
+
+    use agent_core::{AuthMode, Error, Provider, SessionOptions};
 
     use crate::{AllowList, PresetCatalog, PresetOptions};
 
@@ -435,6 +457,21 @@ mod tests {
             assert!(codex.validate(&subscription(preset).auth(AuthMode::Inherit)).is_ok());
         }
         assert!(codex.validate(&subscription(PresetOptions::new().binary_arg("--skip-git-repo-check"))).is_ok());
+    }
+
+    #[test]
+    fn approval_settings_are_refused_by_a_preset_that_asks_no_approvals() {
+        let codex = provider("codex-exec");
+        for (preset, option) in [
+            (PresetOptions::new().approval_risk("high"), "provider_options.approval_risk"),
+            (PresetOptions::new().approval_audience("ops"), "provider_options.approval_audience"),
+            (PresetOptions::new().approval_timeout(Duration::from_secs(5)), "provider_options.approval_timeout"),
+        ] {
+            let error = codex.validate(&subscription(preset.clone())).unwrap_err();
+            assert!(matches!(error, Error::InvalidOption { option: o, .. } if o == option), "{error:?}");
+            // A preset with an approval conversation takes them.
+            provider("claude-print").validate(&subscription(preset)).expect("claude-print asks approvals");
+        }
     }
 
     #[test]

@@ -208,19 +208,13 @@ fn parse_arg(text: &str, path: &str) -> Result<Arg, Problem> {
                         Some('}') => break,
                         Some(c) => name.push(c),
                         None => {
-                            return Err(Problem::new(
-                                path,
-                                format!("`{{{name}` is not closed (write `{{{{` for a brace)"),
-                            ));
+                            return Err(Problem::new(path, "a `{` is not closed (write `{{` for a brace)"));
                         }
                     }
                 }
                 let Some((_, placeholder)) = Placeholder::ALL.iter().find(|(n, _)| *n == name) else {
                     let known: Vec<String> = Placeholder::ALL.iter().map(|(n, _)| format!("{{{n}}}")).collect();
-                    return Err(Problem::new(
-                        path,
-                        format!("unknown placeholder `{{{name}}}` (known: {})", known.join(", ")),
-                    ));
+                    return Err(Problem::new(path, format!("unknown placeholder (known: {})", known.join(", "))));
                 };
                 if !literal.is_empty() {
                     pieces.push(Piece::Text(std::mem::take(&mut literal)));
@@ -246,7 +240,7 @@ fn parse_test(text: &str, path: &str) -> Result<Test, Problem> {
         let known: Vec<&str> = Condition::ALL.iter().map(|(n, _)| *n).collect();
         return Err(Problem::new(
             path,
-            format!("unknown condition `{text}` (known: {}, each optionally negated with `!`)", known.join(", ")),
+            format!("unknown condition (known: {}, each optionally negated with `!`)", known.join(", ")),
         ));
     };
     Ok(Test { condition: *condition, negated })
@@ -479,13 +473,13 @@ mod tests {
 
     #[test]
     fn bad_templates_name_the_element() {
-        refused(json!(["{promt}"]), "args[0]", "unknown placeholder `{promt}`");
+        refused(json!(["{promt}"]), "args[0]", "unknown placeholder (known: {prompt},");
         refused(json!(["{prompt"]), "args[0]", "not closed");
         refused(json!(["a}b"]), "args[0]", "lone `}`");
         refused(json!(["--model", "{model}"]), "args[1]", "`{model}` may be unset here");
         refused(json!([{"if": "model", "then": ["{session_id}"]}]), "args[0].then[0]", "`{session_id}` may be unset");
         refused(json!([{"if": "!model", "then": ["{model}"]}]), "args[0].then[0]", "`{model}` may be unset");
-        refused(json!([{"if": "sometimes", "then": []}]), "args[0].if", "unknown condition `sometimes`");
+        refused(json!([{"if": "sometimes", "then": []}]), "args[0].if", "unknown condition (known:");
         refused(json!([{"then": []}]), "args[0].if", "missing field");
         refused(json!([{"if": "model"}]), "args[0].then", "missing field");
         refused(json!([{"if": "model", "then": [], "else": []}]), "args[0].else", "unknown field");

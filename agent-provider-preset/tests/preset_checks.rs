@@ -168,6 +168,17 @@ fn bad_presets_in_a_directory_are_refused_by_field_without_their_values() {
         (json!({"env": {"set": {"MY_FLAG": "PRESETKEY\u{0}b"}}}), "env.set.MY_FLAG", "NUL character"),
         (json!({"args": ["--flag=PRESETKEY\u{0}", "--", "{prompt}"]}), "args[0]", "NUL character"),
         (json!({"version": {"args": ["--version\u{0}PRESETKEY"]}}), "version.args[0]", "NUL character"),
+        // Values that are not what their field takes: named by the field, not quoted.
+        (
+            json!({"matchers": {"result": [{"when": "^RESULT (PRESETKEY", "value": "0"}]}}),
+            "matchers.result[0].when",
+            "invalid regex",
+        ),
+        (json!({"version": {"args": ["--version"], "min": "PRESETKEY"}}), "version.min", "not a version"),
+        (json!({"events": [{"when": "^x", "emit": "PRESETKEY"}]}), "events[0].emit", "unknown event"),
+        (json!({"args": ["{PRESETKEY}", "--", "{prompt}"]}), "args[0]", "unknown placeholder"),
+        (json!({"args": ["{PRESETKEY", "--", "{prompt}"]}), "args[0]", "is not closed"),
+        (json!({"args": [{"if": "PRESETKEY", "then": []}, "--", "{prompt}"]}), "args[0].if", "unknown condition"),
     ];
     for (n, (change, field, says)) in cases.into_iter().enumerate() {
         let mut preset = base.clone();
@@ -184,4 +195,26 @@ fn bad_presets_in_a_directory_are_refused_by_field_without_their_values() {
         }
         assert!(catalog.get(&format!("p{n}")).is_none());
     }
+}
+
+/// The session's environment wins over the preset's: a name the preset removes from the CLI's
+/// environment (`env.unset`) is passed on when the session sets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_the_session_sets_is_not_removed_by_the_presets_unset() {
+    let programs = ProgramDir::new("preset-unset");
+    let script = programs.script("unset-cli", "echo \"RESULT foo=${PRESET_FOO-unset} bar=${PRESET_BAR-unset}\"\n");
+    let preset = json!({
+        "schema_version": 1, "id": "unsetting", "program": script, "framing": "lines",
+        "args": ["--", "{prompt}"], "env": {"unset": ["PRESET_FOO", "PRESET_BAR"]},
+        "matchers": {"result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]}
+    });
+    let catalog = load(&programs, &script, &preset);
+    assert!(catalog.errors().is_empty(), "{:?}", catalog.errors());
+    let (exec, harness) = harness_of(&catalog);
+    let options = SessionOptions::new(programs.dir("work")).env("PRESET_FOO", "from-session");
+    let session = harness.start_session("preset:unsetting", options).await.expect("starts");
+    let (_, events) = support::run(&harness, &session, "env", |_| None).await;
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("foo=from-session bar=unset"), "{}", names(&events));
+    support::finish(&harness, &exec).await;
+    harness.shutdown().await;
 }

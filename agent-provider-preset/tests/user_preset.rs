@@ -527,7 +527,7 @@ fn bad_presets_are_reported_by_file_and_field_and_the_others_still_load() {
         })
         .collect();
     let expect = [
-        ("b-placeholder.json", "args[4]", "unknown placeholder `{promt}`"),
+        ("b-placeholder.json", "args[4]", "unknown placeholder"),
         ("c-regex.json", "matchers.failure[0].when", "invalid regex"),
         ("d-missing.json", "", "missing field `framing`"),
         ("e-outside.json", "program", "`/bin/sh` is not on the executable allow-list"),
@@ -611,6 +611,13 @@ async fn resuming_another_conversation_on_a_key_other_sessions_hold_is_refused()
     let mini = Mini::start();
     let keyed = || mini.options(PresetOptions::new().key("shared"));
     let first = mini.session(keyed().id("first")).await;
+    // Before its first turn too: that turn would continue the resumed conversation.
+    let early = keyed().id("early").resume_provider_session("s-other");
+    let err = mini.harness.start_session("preset:mini-agent", early).await.unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidOption { option: "conversation", ref reason } if reason.contains("new conversation")),
+        "{err:?}"
+    );
     let (_, events) = support::run(&mini.harness, &first, "hello", |_| None).await;
     let id = payload(&events).session_id.expect("session id");
 

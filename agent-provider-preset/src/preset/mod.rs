@@ -209,11 +209,26 @@ impl Preset {
         parse(text, origin, allow).map_err(|problem| crate::PresetError::new(origin, problem))
     }
 
-    /// True when the preset's `auth_env` lists the environment name `name` (compared as the
-    /// kit's guard compares names).
+    /// True when the preset's `auth_env` lists the environment name `name`, by name or by a
+    /// `PREFIX*` entry (compared as the kit's guard compares names).
     pub(crate) fn lists_auth_env(&self, name: &str) -> bool {
         let name = agent_provider_kit::auth::normalize_env_name(name);
-        self.auth_env.iter().any(|listed| agent_provider_kit::auth::normalize_env_name(listed) == name)
+        self.auth_env.iter().any(|listed| match listed.strip_suffix('*') {
+            Some(prefix) => name.starts_with(&agent_provider_kit::auth::normalize_env_name(prefix)),
+            None => agent_provider_kit::auth::normalize_env_name(listed) == name,
+        })
+    }
+
+    /// The names `auth_env` lists that `AuthMode::Subscription` removes from the CLI's inherited
+    /// environment: each one listed by name, and this process's names a `PREFIX*` entry covers.
+    pub(crate) fn auth_env_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.auth_env.iter().filter(|n| !n.ends_with('*')).cloned().collect();
+        if self.auth_env.iter().any(|n| n.ends_with('*')) {
+            let host = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+            let covered: Vec<String> = host.filter(|name| self.lists_auth_env(name) && !names.contains(name)).collect();
+            names.extend(covered);
+        }
+        names
     }
 
     /// The preset's ID (`claude-print`); its provider is registered as `preset:<id>`.
@@ -455,7 +470,15 @@ fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, Problem>
         check_env_name(name, &format!("env.unset[{i}]"))?;
     }
     for (i, name) in file.auth_env.iter().enumerate() {
-        check_env_name(name, &format!("auth_env[{i}]"))?;
+        // `ANTHROPIC_*` lists every name with that prefix.
+        let listed = name.strip_suffix('*').unwrap_or(name);
+        check_env_name(listed, &format!("auth_env[{i}]"))?;
+        if listed.contains('*') {
+            return Err(Problem::new(
+                format!("auth_env[{i}]"),
+                "a `*` may only end a name, as a prefix (`ANTHROPIC_*`)",
+            ));
+        }
     }
     if let Some(i) = file.auth_args.iter().position(|a| !a.starts_with('-')) {
         return Err(Problem::new(format!("auth_args[{i}]"), "expected an option name (`-c`, `--config`)"));
@@ -467,10 +490,7 @@ fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, Problem>
             let min = v
                 .min
                 .as_deref()
-                .map(|m| {
-                    m.parse::<Version>()
-                        .map_err(|_| Problem::new("version.min", format!("`{m}` is not a version (x.y.z)")))
-                })
+                .map(|m| m.parse::<Version>().map_err(|_| Problem::new("version.min", "not a version (x.y.z)")))
                 .transpose()?;
             if v.args.is_empty() {
                 return Err(Problem::new("version.args", "at least one argument (`--version`)"));
@@ -549,10 +569,7 @@ fn check_id(id: &str) -> Result<(), Problem> {
     if valid {
         Ok(())
     } else {
-        Err(Problem::new(
-            "id",
-            format!("`{id}` is not an ID: 1 to 64 of a-z, 0-9, `-`, `_`, `.`, starting with a letter or digit"),
-        ))
+        Err(Problem::new("id", "not an ID: 1 to 64 of a-z, 0-9, `-`, `_`, `.`, starting with a letter or digit"))
     }
 }
 

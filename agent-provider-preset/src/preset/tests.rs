@@ -63,7 +63,7 @@ fn a_minimal_preset_loads_with_what_it_makes_possible() {
 
 #[test]
 fn bad_presets_name_the_file_and_the_field() {
-    let error = refused(with(minimal(), "/args/1", json!("{promt}")), "args[1]", "unknown placeholder `{promt}`");
+    let error = refused(with(minimal(), "/args/1", json!("{promt}")), "args[1]", "unknown placeholder");
     assert_eq!(error.to_string(), format!("dir/mini.json: args[1]: {}", error.message));
     refused(with(minimal(), "/matchers/result/0/when", json!("(RESULT")), "matchers.result[0].when", "invalid regex");
     refused(without(minimal(), "framing"), "", "missing field `framing`");
@@ -72,7 +72,8 @@ fn bad_presets_name_the_file_and_the_field() {
     refused(with(minimal(), "/program", json!("rm")), "program", "not on the executable allow-list");
     refused(with(minimal(), "/program", json!("./mini-cli")), "program", "neither a bare program name");
     refused(with(minimal(), "/framing", json!("xml")), "framing", "unknown value, expected `jsonl` or `lines`");
-    refused(with(minimal(), "/id", json!("Mini CLI")), "id", "not an ID");
+    let error = refused(with(minimal(), "/id", json!("sk-ant-PASTED-KEY")), "id", "not an ID");
+    assert!(!error.to_string().contains("PASTED"), "the value is not quoted: {error}");
     refused(with(minimal(), "/matchers/result", json!([])), "matchers.result", "at least one rule");
     refused(with(minimal(), "/matchers/result/0/value", json!("txt")), "matchers.result[0].value", "not a group");
     refused(
@@ -248,4 +249,42 @@ fn claims_can_lower_what_the_parts_make_possible() {
     let preset = Preset::from_json(&preset.to_string(), "x", &allow()).unwrap();
     assert_eq!(preset.capabilities().cancel, Support::Unsupported);
     assert_eq!(preset.capabilities().token_streaming, Support::Native);
+}
+
+/// A shipped preset runs the same CLI as a native provider, so under `AuthMode::Subscription`
+/// it refuses at least what that provider's guard refuses: each name and each prefix of the
+/// provider's own rules (the kit's common rules apply to every preset anyway).
+#[test]
+fn shipped_presets_guard_what_their_native_provider_guards() {
+    use agent_provider_kit::auth::EnvRules;
+    let natives = [
+        ("claude-print.json", EnvRules::CLAUDE),
+        ("codex-exec.json", EnvRules::CODEX),
+        ("pi-print.json", EnvRules::PI),
+    ];
+    for (file, rules) in natives {
+        let text = crate::catalog::SHIPPED.iter().find(|(name, _)| *name == file).expect("shipped").1;
+        let preset = Preset::from_json(text, file, &AllowList::shipped()).expect("loads");
+        for name in rules.names {
+            assert!(preset.lists_auth_env(name), "{file} does not list `{name}`");
+        }
+        for prefix in rules.prefixes {
+            assert!(preset.lists_auth_env(&format!("{prefix}ANY_NAME")), "{file} does not cover `{prefix}*`");
+        }
+        assert!(rules.suffixes.is_empty(), "an `auth_env` entry cannot name a suffix");
+    }
+}
+
+#[test]
+fn auth_env_lists_names_and_prefixes() {
+    let preset = with(minimal(), "/auth_env", json!(["MINI_TOKEN", "MINI_CLOUD_*"]));
+    let preset = Preset::from_json(&preset.to_string(), "dir/mini.json", &allow()).expect("loads");
+    for name in ["MINI_TOKEN", "mini_token", "MINI_CLOUD_ZONE", "MINI_CLOUD_"] {
+        assert!(preset.lists_auth_env(name), "{name}");
+    }
+    for name in ["MINI_TOKENS", "MINI_CLOUD", "OTHER"] {
+        assert!(!preset.lists_auth_env(name), "{name}");
+    }
+    refused(with(minimal(), "/auth_env", json!(["MINI_*_TOKEN"])), "auth_env[0]", "may only end a name");
+    refused(with(minimal(), "/auth_env", json!(["*"])), "auth_env[0]", "not an environment variable name");
 }
