@@ -69,7 +69,8 @@ pub(crate) fn list(args: PresetsArgs) -> Result<Exit, Failure> {
         }
     }
     for error in catalog.errors() {
-        eprintln!("agent-harness: {}", one_line(&error.to_string()));
+        // The file's name and what the error quotes are text: a control character is shown.
+        eprintln!("agent-harness: {}", crate::render::visible(&one_line(&error.to_string())));
     }
     Ok(if catalog.errors().is_empty() { Exit::Completed } else { Exit::Failed })
 }
@@ -79,7 +80,8 @@ pub(crate) fn list(args: PresetsArgs) -> Result<Exit, Failure> {
 fn human(info: &PresetInfo) -> String {
     let description = crate::render::visible_field(info.description.as_deref().unwrap_or(""));
     let mut out = format!("{}\t{description}\n", info.provider);
-    out += &format!("  program: {}  ({})\n", info.program, info.origin);
+    let (program, origin) = (crate::render::visible_field(&info.program), crate::render::visible_field(&info.origin));
+    out += &format!("  program: {program}  ({origin})\n");
     let available: Vec<String> = Capability::ALL
         .iter()
         .filter_map(|&capability| match info.capabilities.get(capability) {

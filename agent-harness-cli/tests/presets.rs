@@ -442,3 +442,25 @@ async fn the_error_line_shows_control_characters_as_symbols() {
     assert!(!output.stderr.contains(['\u{7}', '\u{8}']), "{:?}", output.stderr);
     assert!(output.stderr.contains("␇␈x"), "{:?}", output.stderr);
 }
+
+/// `presets` shows what it prints of the files as text: a file name or an error holding
+/// terminal control sequences is shown with symbols, never acted on by the terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presets_shows_control_characters_in_file_names_as_symbols() {
+    let mini = Mini::new();
+    let mut titled = mini_preset(&mini.script);
+    titled["id"] = json!("titled");
+    std::fs::write(mini.presets.join("x\u{1b}]0;PWNED\u{7}.json"), titled.to_string()).expect("written");
+    std::fs::write(mini.presets.join("y\u{1b}[2J.json"), "not json").expect("written");
+    let presets = mini.presets.display().to_string();
+    let script = mini.script.display().to_string();
+    let args = ["presets", "--presets-dir", &presets, "--allow-executable", &script];
+    let output = agent_harness(mini.programs.path(), [], &args).await;
+    assert_eq!(output.code(), Some(1), "a file did not load: {output:?}");
+    assert!(output.stdout.contains("preset:titled"), "{}", output.stdout);
+    for shown in [&output.stdout, &output.stderr] {
+        assert!(!shown.contains(['\u{1b}', '\u{7}']), "{shown:?}");
+    }
+    assert!(output.stdout.contains("x␛]0;PWNED␇.json"), "{}", output.stdout);
+    assert!(output.stderr.contains("y␛[2J.json: not JSON"), "{}", output.stderr);
+}

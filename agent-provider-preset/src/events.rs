@@ -177,7 +177,9 @@ impl EventRule {
                     total: fields.source("total_tokens")?,
                     cost: fields.source("cost_usd")?,
                 };
-                if map.len() == 2 {
+                // Counted by name: `continue` is no field of the usage.
+                let (_, fields) = EMITS.iter().find(|(name, _)| *name == "usage").expect("usage is an emit");
+                if !fields.iter().any(|field| map.contains_key(*field)) {
                     return Err(Problem::new(path, "`usage` takes at least one of its fields"));
                 }
                 usage
@@ -415,6 +417,12 @@ mod tests {
         refused(json!({"when": {"/t": 1}}), "events[0].emit", "missing field");
         refused(json!({"when": {"/t": 1}, "emit": "shout"}), "events[0].emit", "unknown event (expected one of");
         refused(json!({"when": {"/t": 1}, "emit": "warning"}), "events[0].message", "missing field");
+        // `continue` is not one of the usage's fields.
+        for usage in
+            [json!({"when": {"/t": 1}, "emit": "usage"}), json!({"when": {"/t": 1}, "emit": "usage", "continue": true})]
+        {
+            refused(usage, "events[0]", "`usage` takes at least one of its fields");
+        }
         refused(
             json!({"when": {"/t": 1}, "emit": "warning", "message": "/m", "text": "/t"}),
             "events[0].text",

@@ -393,18 +393,19 @@ impl Template {
     /// that are there whatever else is set (plain ones and `approvals` groups that hold); and
     /// whether a group with another condition carries it.
     pub(crate) fn prompt_uses(&self, approvals: bool) -> (usize, bool) {
-        let carries = |arg: &Arg| arg.placeholders().any(|p| p == Placeholder::Prompt);
+        // Each `{prompt}`, two in one argument too.
+        let carries = |arg: &Arg| arg.placeholders().filter(|p| *p == Placeholder::Prompt).count();
         let mut always = 0;
         let mut conditional = false;
         for element in &self.elements {
             match element {
-                Element::Arg(arg) => always += usize::from(carries(arg)),
+                Element::Arg(arg) => always += carries(arg),
                 Element::Group { test, args } if test.condition == Condition::Approvals => {
                     if approvals != test.negated {
-                        always += args.iter().filter(|a| carries(a)).count();
+                        always += args.iter().map(carries).sum::<usize>();
                     }
                 }
-                Element::Group { args, .. } => conditional |= args.iter().any(carries),
+                Element::Group { args, .. } => conditional |= args.iter().any(|arg| carries(arg) > 0),
                 Element::ExtraArgs => {}
             }
         }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::allow::AllowList;
 use crate::error::Problem;
-use crate::events::{EventRule, OtherLines};
+use crate::events::{Emit, EventRule, OtherLines};
 use crate::matcher::{Framing, Source, When};
 use crate::options::{DEFAULT_APPROVAL_TIMEOUT, OptionInfo};
 use crate::template::{Condition, Placeholder, Template};
@@ -549,6 +549,11 @@ fn check_kept_tests(matchers: &Matchers, events: &[EventRule]) -> Result<(), Pro
         whens.extend(rules.iter().enumerate().map(|(i, r)| (format!("matchers.keep.{name}[{i}].when"), &r.when)));
     }
     whens.extend(events.iter().enumerate().map(|(i, rule)| (format!("events[{i}].when"), &rule.when)));
+    for (i, rule) in events.iter().enumerate() {
+        if let Emit::ToolCompleted { failed_when: Some(when), .. } = &rule.emit {
+            whens.push((format!("events[{i}].failed_when"), when));
+        }
+    }
     for (path, when) in whens {
         if let Some(name) = when.kept_names().find(|name| !kept.contains(name)) {
             return Err(Problem::new(format!("{path}.${name}"), format!("no `matchers.keep.{name}` to test")));

@@ -82,6 +82,8 @@ fn bad_presets_name_the_file_and_the_field() {
         "no `matchers.keep.last`",
     );
     refused(with(minimal(), "/args", json!(["{prompt}", "{prompt}"])), "args", "must be one argument");
+    // Twice in one argument is twice too.
+    refused(with(minimal(), "/args", json!(["--p={prompt}:{prompt}"])), "args", "(found 2)");
     refused(with(minimal(), "/args", json!(["-x"])), "args", "must be one argument");
     let mut stdin = with(minimal(), "/prompt", json!("stdin"));
     refused(stdin.clone(), "args", "`prompt` is `stdin`");
@@ -287,4 +289,24 @@ fn auth_env_lists_names_and_prefixes() {
     }
     refused(with(minimal(), "/auth_env", json!(["MINI_*_TOKEN"])), "auth_env[0]", "may only end a name");
     refused(with(minimal(), "/auth_env", json!(["*"])), "auth_env[0]", "not an environment variable name");
+}
+
+/// A `$name` test reads a kept value wherever a test stands, a tool's `failed_when` too: one
+/// naming no `matchers.keep` entry is refused, where it would otherwise never match.
+#[test]
+fn a_failed_when_tests_only_kept_values_that_exist() {
+    let jsonl = with(
+        with(minimal(), "/framing", json!("jsonl")),
+        "/matchers/result/0",
+        json!({"when": {"/t": "done"}, "value": "/text"}),
+    );
+    let rule = |failed_when: Value| json!([{"when": {"/t": "tool"}, "emit": "tool_completed", "item_id": "/id", "failed_when": failed_when}]);
+    refused(
+        with(jsonl.clone(), "/events", rule(json!({"$nope": "x"}))),
+        "events[0].failed_when.$nope",
+        "no `matchers.keep.nope`",
+    );
+    let kept = with(jsonl, "/matchers/keep", json!({"phase": [{"when": {"/t": "phase"}, "value": "/p"}]}));
+    let preset = with(kept, "/events", rule(json!({"$phase": "x"})));
+    Preset::from_json(&preset.to_string(), "dir/mini.json", &allow()).expect("a kept value that exists");
 }
