@@ -304,6 +304,11 @@ pub(crate) fn spawn_error(provider: &ProviderId, preset: &str, error: &ExecError
         ExecError::NotAllowed { resolved } => {
             format!("{} is not on the exec's executable allow-list", resolved.display())
         }
+        // The CLI is there; its command line is not.
+        ExecError::Spawn { source, .. } if source.kind() == std::io::ErrorKind::ArgumentListTooLong => format!(
+            "the command line of `{program}` is longer than the system takes ({source}); a prompt this long needs \
+             a preset that sends it on stdin (`\"prompt\": \"stdin\"`)"
+        ),
         other => format!("`{program}` could not be started: {other}"),
     };
     Error::ProviderUnavailable { provider: provider.clone(), reason }

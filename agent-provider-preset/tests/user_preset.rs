@@ -788,3 +788,21 @@ async fn sessions_with_the_same_exec_of_their_own_probe_the_cli_once() {
     support::finish(&mini.harness, &own).await;
     mini.finish().await;
 }
+
+/// A prompt longer than one command-line argument may be fails its turn saying so, and how to
+/// send it instead; the CLI is there and the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_too_long_for_the_command_line_says_so() {
+    let mini = Mini::start();
+    let session = mini.session(mini.options(PresetOptions::new())).await;
+    // Linux takes at most 128 KiB in one argument.
+    let (_, events) = support::run(&mini.harness, &session, &"p".repeat(200 << 10), |_| None).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    let reason = end.result.reason.as_deref().unwrap_or_default();
+    assert!(reason.contains("longer than the system takes") && reason.contains("\"prompt\": \"stdin\""), "{reason}");
+    assert!(!reason.contains("could not be started"), "{reason}");
+    let (_, next) = support::run(&mini.harness, &session, "short", |_| None).await;
+    assert_eq!(terminal(&next).status, TurnStatus::Completed, "{}", names(&next));
+    mini.finish().await;
+}
