@@ -2,7 +2,7 @@
 //! connection settings.
 
 use std::fs::{self, OpenOptions};
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -12,9 +12,6 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 use crate::error::OpenError;
 use crate::options::SqliteOptions;
 use crate::schema;
-
-/// The first 16 bytes of every SQLite 3 database file.
-const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
 /// Permissions of a database the store creates: owner read and write only. SQLite gives its WAL
 /// and shared-memory files the same permissions.
@@ -123,8 +120,11 @@ fn classify(path: &Path, error: rusqlite::Error) -> OpenError {
     }
 }
 
-/// Creates the file with [`FILE_MODE`] if it does not exist; otherwise checks, by reading its
-/// header, that it is a SQLite database (an empty file counts as a new one).
+/// Creates the file with [`FILE_MODE`] if it does not exist; otherwise checks that it is a
+/// regular file (an empty one counts as a new store). Whether it is a SQLite database is for
+/// SQLite to read: a descriptor of the file opened and closed here would drop every POSIX lock
+/// this process holds on it — those of a store already open on it included, which would let
+/// another process take itself for the last one and remove the WAL that store writes.
 fn prepare_file(path: &Path, create: bool) -> Result<(), OpenError> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
@@ -149,16 +149,10 @@ fn prepare_file(path: &Path, create: bool) -> Result<(), OpenError> {
     if !metadata.is_file() {
         return Err(OpenError::NotAFile { path: path.to_owned() });
     }
-    if metadata.len() == 0 {
-        return if create { Ok(()) } else { Err(OpenError::NoStore { path: path.to_owned() }) };
+    if metadata.len() == 0 && !create {
+        return Err(OpenError::NoStore { path: path.to_owned() });
     }
-    let mut header = [0u8; SQLITE_HEADER.len()];
-    match fs::File::open(path).and_then(|mut file| file.read_exact(&mut header)) {
-        Ok(()) if &header == SQLITE_HEADER => Ok(()),
-        Ok(()) => Err(OpenError::NotSqlite { path: path.to_owned() }),
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Err(OpenError::NotSqlite { path: path.to_owned() }),
-        Err(e) => Err(io_error(e)),
-    }
+    Ok(())
 }
 
 /// `path` with `suffix` appended to its file name (SQLite's `-wal` and `-shm` files).

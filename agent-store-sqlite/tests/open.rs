@@ -281,3 +281,41 @@ fn opens_of_one_empty_file_at_once_all_succeed() {
         }
     }
 }
+
+/// The POSIX locks this process holds on `path` (from `/proc/locks`).
+fn own_locks(path: &Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let inode = fs::metadata(path).expect("metadata").ino();
+    let pid = std::process::id().to_string();
+    let locks = fs::read_to_string("/proc/locks").expect("/proc/locks");
+    locks
+        .lines()
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(1) == Some(&"POSIX")
+                && fields.get(4) == Some(&pid.as_str())
+                && fields.get(5).is_some_and(|id| id.rsplit(':').next() == Some(inode.to_string().as_str()))
+        })
+        .count()
+}
+
+/// Closing any descriptor of a file drops every POSIX lock the process holds on it, SQLite's
+/// included: a store opened a second time in one process must not read the file behind
+/// SQLite's back, or the first one's locks go, and another process closing the database takes
+/// itself for the last one and removes the WAL the first store still writes (acknowledged
+/// writes lost).
+#[tokio::test]
+async fn a_second_open_in_one_process_keeps_the_first_ones_locks() {
+    let dir = TempDir::new("open-twice-locks");
+    let path = dir.path().join("store.db");
+    let first = SqliteStore::open(&path).expect("first open");
+    // A read holds the reader's connection open with its locks.
+    assert!(agent_core::Store::list_sessions(&first).await.expect("read").is_empty());
+    let held = own_locks(&path);
+    assert!(held > 0, "SQLite holds locks on the database in WAL mode");
+    let second = SqliteStore::open(&path).expect("second open");
+    assert!(own_locks(&path) >= held, "the second open dropped the first one's locks");
+    drop(second);
+    assert!(own_locks(&path) >= held, "closing the second store dropped the first one's locks");
+    assert!(agent_core::Store::list_sessions(&first).await.expect("read").is_empty());
+}
