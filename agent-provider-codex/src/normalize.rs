@@ -360,7 +360,10 @@ impl Normalizer {
                 warning.into_iter().chain(self.finish(n.turn)).collect()
             }
             note if route != Route::Current || foreign => {
-                if let Notification::TokenUsage(n) = &note {
+                // Another thread's totals (a subagent's) are not this thread's.
+                if let Notification::TokenUsage(n) = &note
+                    && !foreign
+                {
                     self.thread_tokens = n.token_usage.total;
                 }
                 vec![self.unnormalized(note.method(), route)]

@@ -238,6 +238,32 @@ fn usage_is_per_turn_even_after_a_restored_total() {
     assert_eq!(usage.total_tokens, Some(30));
 }
 
+/// Another thread's totals (a subagent's) are not this thread's: they neither count in a turn's
+/// usage nor become the next turn's baseline.
+#[test]
+fn another_threads_usage_is_not_this_threads() {
+    let mut n = Normalizer::new();
+    n.set_thread("th");
+    let total = |thread: &str, turn: &str, t: u64| {
+        json!({"threadId": thread, "turnId": turn, "tokenUsage": {
+        "total": {"totalTokens": t, "inputTokens": t, "cachedInputTokens": 0, "outputTokens": 0, "reasoningOutputTokens": 0}}})
+    };
+    let usage = |actions: &[Action]| match emitted(actions)[..] {
+        [(_, EventKind::UsageUpdated(usage))] => usage.total_tokens,
+        _ => panic!("one usage_updated: {actions:?}"),
+    };
+    n.begin_turn(turn("h1")).unwrap();
+    n.admitted(&turn("h1"), "tu1");
+    assert_eq!(usage(&feed(&mut n, note("thread/tokenUsage/updated", total("th", "tu1", 100)))), Some(100));
+    feed(&mut n, note("turn/completed", json!({"threadId": "th", "turn": {"id": "tu1", "status": "completed"}})));
+    // Between turns, and during the next one.
+    feed(&mut n, note("thread/tokenUsage/updated", total("th-sub", "tu-sub", 5000)));
+    n.begin_turn(turn("h2")).unwrap();
+    n.admitted(&turn("h2"), "tu2");
+    feed(&mut n, note("thread/tokenUsage/updated", total("th-sub", "tu-sub", 6000)));
+    assert_eq!(usage(&feed(&mut n, note("thread/tokenUsage/updated", total("th", "tu2", 150)))), Some(50));
+}
+
 #[test]
 fn file_approvals_carry_the_latest_patch() {
     let mut n = running();
