@@ -67,7 +67,14 @@ fn open_writer_once(path: &Path, options: &SqliteOptions) -> Result<Connection, 
     // Until the file is known to be a store of a known version, closing this connection must
     // not checkpoint a WAL left by another writer into it.
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).map_err(sqlite)?;
-    let checked = schema::inspect(&conn).map_err(|e| classify(path, e)).and_then(|found| match found {
+    // One read transaction, so that the looks `inspect` takes see one schema: read one by one,
+    // another opener's migration committing between them made a new store look foreign.
+    let found = conn.transaction().and_then(|tx| {
+        let found = schema::inspect(&tx)?;
+        tx.commit()?;
+        Ok(found)
+    });
+    let checked = found.map_err(|e| classify(path, e)).and_then(|found| match found {
         schema::Found::Empty if !options.create => Err(OpenError::NoStore { path: path.to_owned() }),
         found => schema::check(path, found),
     });
