@@ -680,12 +680,8 @@ while [ ! -s escaped.pid ]; do sleep 0.01; done
 echo "RESULT left one behind"
 "#;
 
-/// What a session's CLI left running outside its process group, which ending the group misses,
-/// ends with the session — and only that session's: another harness of this process running a
-/// session of the same ID keeps its own.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn what_a_cli_left_outside_its_process_group_ends_with_the_session() {
-    let programs = ProgramDir::new("preset-escaper");
+/// The catalog of a preset running [`ESCAPER`] from `programs`.
+fn escaper_catalog(programs: &ProgramDir) -> PresetCatalog {
     let script = programs.script("escaper", ESCAPER);
     let preset = json!({
         "schema_version": 1, "id": "escaper", "program": script, "framing": "lines",
@@ -694,7 +690,16 @@ async fn what_a_cli_left_outside_its_process_group_ends_with_the_session() {
         "matchers": {"result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]},
         "events": [{"when": "^RESULT ", "emit": "drop"}]
     });
-    let catalog = catalog_of(&programs, &script, &preset);
+    catalog_of(programs, &script, &preset)
+}
+
+/// What a session's CLI left running outside its process group, which ending the group misses,
+/// ends with the session — and only that session's: another harness of this process running a
+/// session of the same ID keeps its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_cli_left_outside_its_process_group_ends_with_the_session() {
+    let programs = ProgramDir::new("preset-escaper");
+    let catalog = escaper_catalog(&programs);
     let running = |pid: u32| {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
@@ -734,15 +739,7 @@ async fn what_a_cli_left_outside_its_process_group_ends_with_the_session() {
 #[test]
 fn what_a_cli_left_outside_its_process_group_ends_when_the_runtime_is_dropped() {
     let programs = ProgramDir::new("preset-escaper-drop");
-    let script = programs.script("escaper", ESCAPER);
-    let preset = json!({
-        "schema_version": 1, "id": "escaper", "program": script, "framing": "lines",
-        "args": ["--", "{prompt}"],
-        "version": {"args": ["--version"], "contains": "escaper", "min": "1.0.0"},
-        "matchers": {"result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]},
-        "events": [{"when": "^RESULT ", "emit": "drop"}]
-    });
-    let catalog = catalog_of(&programs, &script, &preset);
+    let catalog = escaper_catalog(&programs);
     let workspace = programs.dir("work");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let (harness, pid) = runtime.block_on(async {
