@@ -184,11 +184,11 @@ impl Harness {
         // Another harness sharing the store runs it: what is stored is not the end of it, so a
         // replay that ends there would read as the session's end. A finished turn's is whole.
         let elsewhere = self.inner.registry.holder(&snapshot);
-        if let Replay::After(after) = replay {
-            let latest = store.latest_seq(&session_id).await?.unwrap_or(0);
-            if after > latest {
-                return Err(past_latest(after, latest));
-            }
+        let latest = store.latest_seq(&session_id).await?.unwrap_or(0);
+        if let Replay::After(after) = replay
+            && after > latest
+        {
+            return Err(past_latest(after, latest));
         }
         if let Some(turn) = &turn {
             let Some(stored) = store.fetch_turn(&session_id, turn).await? else {
@@ -204,7 +204,13 @@ impl Harness {
             return Err(Error::SessionLiveElsewhere { id: session_id.clone(), pid });
         }
         let (_, exit) = watch::channel(Some(ExitReason::NotLive));
-        let grant = Grant::stored(Arc::clone(&store), exit);
+        // The session's replay reaches the last event it published, stored or not (a degraded
+        // run's are not), or fails saying which are missing; a turn's ends at its terminal.
+        let upto = match &turn {
+            None => latest.max(snapshot.published_seq.unwrap_or(0)),
+            Some(_) => u64::MAX,
+        };
+        let grant = Grant::stored(Arc::clone(&store), upto, exit);
         Ok(Subscription::new(session_id, turn, replay.after(), grant))
     }
 
@@ -240,7 +246,7 @@ impl Harness {
                 if for_stream {
                     ends_after(&store, session_id, turn, after).await?;
                 }
-                Ok(Grant::stored(store, exit))
+                Ok(Grant::stored(store, u64::MAX, exit))
             }
         }
     }

@@ -187,11 +187,13 @@ impl Grant {
     }
 
     /// Replay everything after the cursor from `store`, then end.
-    pub(crate) fn stored(store: DynStore, exit: watch::Receiver<Option<ExitReason>>) -> Self {
+    /// A replay from `store` of a session no runtime here holds, through `upto` (`u64::MAX`:
+    /// whatever the store holds).
+    pub(crate) fn stored(store: DynStore, upto: u64, exit: watch::Receiver<Option<ExitReason>>) -> Self {
         Grant {
             rx: None,
             live_from: u64::MAX,
-            store_replay: Some((store, u64::MAX)),
+            store_replay: Some((store, upto)),
             buffered: Vec::new(),
             store: None,
             exit,
@@ -390,6 +392,15 @@ impl State {
                 self.failed = Some(Lagged { resume_after: last }.into());
                 return;
             }
+            if self.turn.is_none() && event.seq != last + 1 {
+                // A session's events have no holes, but for those published while its store
+                // failed (a degraded run, then resumed): a replay does not jump them silently.
+                self.failed = Some(SubscriptionError::ReplayFailed {
+                    resume_after: last,
+                    reason: format!("events {}..{} are not in the store", last + 1, event.seq - 1),
+                });
+                return;
+            }
             last = event.seq;
             self.replay.push_back(event);
         }
@@ -432,6 +443,15 @@ impl State {
                     return;
                 }
                 self.replay.extend(rest);
+                // A session's replay reaches what it is known to hold, or says why not: the
+                // session was purged or evicted from the store while it was read, or its last
+                // events were published while the store failed.
+                let end = self.replay.back().map_or(last, |e| e.seq).max(last);
+                if self.turn.is_none() && read.upto != u64::MAX && end < read.upto {
+                    let reason =
+                        format!("events {}..{} are in neither the store nor the session's buffer", end + 1, read.upto);
+                    self.failed = Some(SubscriptionError::ReplayFailed { resume_after: end, reason });
+                }
             }
         }
     }

@@ -138,3 +138,43 @@ async fn a_slow_store_holds_the_provider_back_instead_of_buffering_without_bound
     assert_eq!(deltas, FLOOD);
     assert!(stored.windows(2).all(|w| w[1].seq == w[0].seq + 1), "contiguous seqs");
 }
+
+/// A stopped session's replay, read from the store a page at a time, whose session leaves the
+/// store meanwhile (evicted by the memory store's limits, or purged): it fails saying what it
+/// misses, where it used to end after the pages it had as if they were the whole history.
+#[tokio::test]
+async fn a_replay_whose_session_leaves_the_store_midway_fails_instead_of_ending_short() {
+    let store = std::sync::Arc::new(agent_store_memory::MemoryStore::with_limits(
+        agent_store_memory::MemoryLimits::max_sessions(1),
+    ));
+    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "long").await;
+    // More than one page of the replay.
+    flood(&remote, &turn, 3_000).await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    f.harness.stop_session(&session, false).await.unwrap();
+    let latest = store.latest_seq(&session.id).await.unwrap().expect("stored");
+
+    let mut replay = f.harness.subscribe(&session, Replay::Start).await.unwrap();
+    assert_eq!(replay.next().await.expect("an event").expect("no error").seq, 1);
+    // Another session takes the store's one place.
+    f.session(opts()).await;
+    assert!(store.fetch_session(&session.id).await.unwrap().is_none(), "evicted");
+    let mut seen = 1;
+    let error = loop {
+        match replay.next().await {
+            Some(Ok(event)) => {
+                assert_eq!(event.seq, seen + 1, "contiguous while it lasts");
+                seen = event.seq;
+            }
+            Some(Err(error)) => break error,
+            None => panic!("the replay ended at seq {seen} of {latest} without a word"),
+        }
+    };
+    assert!(
+        matches!(&error, SubscriptionError::ReplayFailed { resume_after, reason }
+            if *resume_after == seen && reason.contains(&format!("{}..{latest}", seen + 1))),
+        "{error:?}"
+    );
+}

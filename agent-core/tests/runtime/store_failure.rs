@@ -1,8 +1,10 @@
 //! The store failure policy: `Degrade` keeps the session live, `Stop` ends it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::*;
+use futures::StreamExt;
 
 use crate::common::*;
 
@@ -159,8 +161,24 @@ async fn a_degraded_session_records_its_end_when_the_store_is_back() {
     let stored_latest = store.latest_seq(&session.id).await.unwrap().unwrap();
     let published = stored.published_seq.expect("the final snapshot says how far the session published");
     assert!(published > stored_latest, "the turn's end and the close were live-only: {published} > {stored_latest}");
+    // A replay across the live-only stretch says what it misses rather than jump it, before the
+    // resume and after it.
+    let missing = format!("events {}..{published} are", stored_latest + 1);
+    let across = |item: Option<Result<Arc<Event>, SubscriptionError>>| match item {
+        Some(Err(SubscriptionError::ReplayFailed { resume_after, reason })) => {
+            assert_eq!(resume_after, stored_latest);
+            assert!(reason.contains(&missing), "{reason}");
+        }
+        other => panic!("expected the replay to fail at the missing events, got {other:?}"),
+    };
+    let mut stopped = f.harness.subscribe(&session, Replay::After(stored_latest - 1)).await.unwrap();
+    assert_eq!(next(&mut stopped).await.seq, stored_latest);
+    across(stopped.next().await);
     let resumed = f.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
     let mut events = f.harness.subscribe(&resumed, Replay::After(stored_latest)).await.unwrap();
+    across(events.next().await);
+    // After them, the resumed run goes on.
+    let mut events = f.harness.subscribe(&resumed, Replay::After(published)).await.unwrap();
     let first = next(&mut events).await;
     assert_eq!((first.seq, first.type_name()), (published + 1, "session_ready"));
 }
