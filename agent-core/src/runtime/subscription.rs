@@ -186,9 +186,8 @@ impl Grant {
         Grant { rx: None, live_from, store_replay: None, buffered: Vec::new(), store: None, exit }
     }
 
-    /// Replay everything after the cursor from `store`, then end.
-    /// A replay from `store` of a session no runtime here holds, through `upto` (`u64::MAX`:
-    /// whatever the store holds).
+    /// Replay everything after the cursor from `store` through `upto` (`u64::MAX`: whatever the
+    /// store holds), then end: a session no runtime here holds.
     pub(crate) fn stored(store: DynStore, upto: u64, exit: watch::Receiver<Option<ExitReason>>) -> Self {
         Grant {
             rx: None,
