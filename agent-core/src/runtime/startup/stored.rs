@@ -1,0 +1,277 @@
+//! The store's side of a start: what it holds of the session (the conversation to open, the
+//! ID reuse rules, a resumed session's history), the recheck just before the initial commit and
+//! what that commit expects, and the records a failed start leaves.
+
+use std::time::Duration;
+
+use super::Journal;
+use crate::error::{Error, Result};
+use crate::event::EventKind;
+use crate::ids::SessionId;
+use crate::options::{Conversation, ConversationMode, ConversationSource, Reuse, SessionOptions};
+use crate::provider::OpenConversation;
+use crate::request::{RequestStatus, Scope};
+use crate::runtime::registry::Registry;
+use crate::runtime::write_batch;
+use crate::session::{SessionRef, SessionSnapshot, SessionState};
+use crate::store::{DynStore, Expected, RequestQuery, StoreError, WriteBatch};
+
+/// What the store says about the session before anything is opened. (Whether the initial
+/// commit replaces a stored aggregate is decided again just before it: see [`recheck`].)
+pub(super) struct Plan {
+    pub(super) conversation: OpenConversation,
+    /// Resuming a stored session under its own ID: its history continues.
+    pub(super) resumed: Option<Resumed>,
+    /// The stored session a fork branches from, when named by session.
+    pub(super) forked_from: Option<SessionId>,
+}
+
+pub(super) struct Resumed {
+    pub(super) snapshot: SessionSnapshot,
+    pub(super) latest_seq: u64,
+    /// Its requests approved for the whole session, for the provider to restore.
+    pub(super) session_approvals: Vec<crate::request::Request>,
+    /// The turn the stored snapshot was left running (a killed host), to be recorded interrupted.
+    pub(super) stale_turn: Option<crate::turn::Turn>,
+    /// Requests left pending by that host, to be recorded expired before it.
+    pub(super) stale_requests: Vec<crate::request::Request>,
+}
+
+/// Resolves the conversation to open and applies the ID reuse rules.
+pub(super) async fn plan(
+    store: Option<&DynStore>,
+    session: &SessionRef,
+    options: &SessionOptions,
+    registry: &Registry,
+) -> Result<Plan> {
+    let id = &session.id;
+    // The reuse rules refuse an ID before anything is spawned; `recheck` applies them again.
+    let reuse = || async {
+        match store {
+            Some(store) => check_reuse(store, id, options.reuse, registry).await.map(drop),
+            None => Ok(()),
+        }
+    };
+    let plan = |conversation| Plan { conversation, resumed: None, forked_from: None };
+    match &options.conversation {
+        Conversation::New => {
+            reuse().await?;
+            Ok(plan(OpenConversation::New))
+        }
+        Conversation::Resume(ConversationSource::Provider(provider_session_id)) => {
+            reuse().await?;
+            Ok(plan(OpenConversation::Resume { provider_session_id: provider_session_id.clone() }))
+        }
+        Conversation::Fork(ConversationSource::Provider(provider_session_id)) => {
+            reuse().await?;
+            Ok(plan(OpenConversation::Fork { provider_session_id: provider_session_id.clone() }))
+        }
+        Conversation::Resume(ConversationSource::Session(source)) => {
+            // `SessionOptions::validate` made sure `source` is this session's own ID.
+            let store = needs_store(store, ConversationMode::Resume)?;
+            let (snapshot, provider_session_id) =
+                stored_source(store, session, source, ConversationMode::Resume).await?;
+            if let Some(pid) = registry.holder(&snapshot) {
+                return Err(Error::SessionLiveElsewhere { id: id.clone(), pid });
+            }
+            // A degraded run published past what the store holds: its seqs are taken.
+            let latest_seq = store.latest_seq(id).await?.unwrap_or(0).max(snapshot.published_seq.unwrap_or(0));
+            let stale_turn = match &snapshot.current_turn_id {
+                Some(turn) => store.fetch_turn(id, turn).await?.filter(|t| !t.status.is_terminal()),
+                None => None,
+            };
+            let session_approvals = store
+                .read_requests(id, &RequestQuery::all().status(RequestStatus::Resolved))
+                .await?
+                .into_iter()
+                .filter(|r| r.response.as_ref().is_some_and(|r| r.scope() == Some(Scope::Session)))
+                .collect();
+            let stale_requests = store.read_requests(id, &RequestQuery::all().status(RequestStatus::Pending)).await?;
+            Ok(Plan {
+                conversation: OpenConversation::Resume { provider_session_id },
+                resumed: Some(Resumed { snapshot, latest_seq, stale_turn, stale_requests, session_approvals }),
+                forked_from: None,
+            })
+        }
+        Conversation::Fork(ConversationSource::Session(source)) => {
+            let store = needs_store(store, ConversationMode::Fork)?;
+            let (_, provider_session_id) = stored_source(store, session, source, ConversationMode::Fork).await?;
+            reuse().await?;
+            Ok(Plan {
+                conversation: OpenConversation::Fork { provider_session_id },
+                resumed: None,
+                forked_from: Some(source.clone()),
+            })
+        }
+    }
+}
+
+fn needs_store(store: Option<&DynStore>, mode: ConversationMode) -> Result<&DynStore> {
+    store.ok_or_else(|| Error::invalid("conversation", format!("to {mode} a stored session the session needs a store")))
+}
+
+/// The stored snapshot of a session to resume or fork from, and its provider conversation.
+async fn stored_source(
+    store: &DynStore,
+    session: &SessionRef,
+    source: &SessionId,
+    mode: ConversationMode,
+) -> Result<(SessionSnapshot, String)> {
+    let failed = |reason: String| Error::ResumeFailed { mode, reason };
+    let Some(snapshot) = store.fetch_session(source).await? else {
+        return Err(failed(format!("the store has no session `{source}`")));
+    };
+    if snapshot.provider != session.provider {
+        return Err(failed(format!(
+            "session `{source}` ran on provider `{}`, not `{}`",
+            snapshot.provider, session.provider
+        )));
+    }
+    let Some(provider_session_id) = snapshot.provider_session_id.clone() else {
+        return Err(failed(format!("session `{source}` has no provider conversation recorded")));
+    };
+    if let Some(problem) = crate::options::provider_conversation_problem(&provider_session_id) {
+        return Err(failed(format!("session `{source}` records a provider conversation ID that {problem}")));
+    }
+    Ok((snapshot, provider_session_id))
+}
+
+/// Applies the ID reuse rules against the stored snapshot. Returns what the initial commit
+/// expects to find stored: nothing, or the snapshot it replaces (the stored aggregate is deleted
+/// in the same commit as the new snapshot is written).
+///
+/// The caller holds the ID's reservation, so a snapshot that says a runtime holds it is stale
+/// (its host died) and reads back as abandoned — unless another harness sharing the store
+/// holds it live ([`Error::SessionLiveElsewhere`], whatever `reuse` says).
+pub(super) async fn check_reuse(
+    store: &DynStore,
+    id: &SessionId,
+    reuse: Reuse,
+    registry: &Registry,
+) -> Result<Expected> {
+    let Some(snapshot) = store.fetch_session(id).await? else {
+        return Ok(Expected::Absent);
+    };
+    if let Some(pid) = registry.holder(&snapshot) {
+        return Err(Error::SessionLiveElsewhere { id: id.clone(), pid });
+    }
+    let unacknowledged =
+        snapshot.startup.is_some() || matches!(snapshot.status, SessionState::Opening | SessionState::Finalizing);
+    let status = if snapshot.is_open() { SessionState::Abandoned } else { snapshot.status };
+    let replace =
+        unacknowledged || reuse == Reuse::Replace || (reuse == Reuse::Closed && status == SessionState::Closed);
+    if replace {
+        tracing::info!(%status, unacknowledged, "replacing stored session");
+        Ok(Expected::Snapshot(Box::new(snapshot)))
+    } else {
+        Err(Error::SessionIdAlreadyUsed { id: id.clone(), status })
+    }
+}
+
+/// Checks the stored session again just before the initial commit, against another harness
+/// sharing the store that started, resumed or purged it while the provider opened: one that
+/// holds it live → [`Error::SessionLiveElsewhere`]; a resumed session that changed (purged,
+/// or resumed and written elsewhere) → [`Error::ResumeFailed`]; otherwise the reuse rules
+/// again, against what is stored now. Returns what the commit expects to find stored, which the
+/// store checks in the commit's own transaction.
+pub(super) async fn recheck(
+    store: &DynStore,
+    session: &SessionRef,
+    plan: &Plan,
+    options: &SessionOptions,
+    registry: &Registry,
+) -> Result<Expected> {
+    let id = &session.id;
+    let Some(resumed) = &plan.resumed else {
+        return check_reuse(store, id, options.reuse, registry).await;
+    };
+    let stored = store.fetch_session(id).await?;
+    if let Some(pid) = stored.as_ref().and_then(|snapshot| registry.holder(snapshot)) {
+        return Err(Error::SessionLiveElsewhere { id: id.clone(), pid });
+    }
+    let unchanged = stored.as_ref().is_some_and(|snapshot| {
+        snapshot.updated_at == resumed.snapshot.updated_at && snapshot.owner == resumed.snapshot.owner
+    });
+    if !unchanged {
+        let what = if stored.is_none() { "purged" } else { "written by another harness" };
+        return Err(Error::ResumeFailed {
+            mode: ConversationMode::Resume,
+            reason: format!("session `{id}` was {what} while it was being resumed; nothing was committed"),
+        });
+    }
+    Ok(Expected::stored(stored))
+}
+
+/// The error for an initial commit the store refused as a conflict: another harness sharing the
+/// store wrote the session since the recheck. [`Error::SessionLiveElsewhere`] when it holds it
+/// live; [`Error::ResumeFailed`] for a resume (the session it resumed is gone or moved on);
+/// [`StoreError::Conflict`] otherwise.
+pub(super) async fn conflicted(
+    store: &DynStore,
+    id: &SessionId,
+    resuming: bool,
+    registry: &Registry,
+    reason: String,
+) -> Error {
+    match store.fetch_session(id).await {
+        Ok(Some(snapshot)) if let Some(pid) = registry.holder(&snapshot) => {
+            Error::SessionLiveElsewhere { id: id.clone(), pid }
+        }
+        _ if resuming => Error::ResumeFailed {
+            mode: ConversationMode::Resume,
+            reason: format!(
+                "session `{id}` was purged or written by another harness while it was being resumed; \
+                 nothing was committed ({reason})"
+            ),
+        },
+        _ => Error::Store(StoreError::Conflict(reason)),
+    }
+}
+
+/// Records in a stored session's history that resuming it failed.
+pub(super) async fn record_failed_resume(
+    store: &DynStore,
+    resumed: &Resumed,
+    plan: &Plan,
+    session: &SessionRef,
+    error: &Error,
+    timeout: Duration,
+) {
+    let provider_session_id = match &plan.conversation {
+        OpenConversation::Resume { provider_session_id } => Some(provider_session_id.clone()),
+        _ => None,
+    };
+    let mut journal = Journal::new(session, resumed.latest_seq);
+    let kind = EventKind::ConversationFailed {
+        mode: ConversationMode::Resume,
+        provider_session_id,
+        reason: error.to_string(),
+    };
+    let mut batch = WriteBatch::new(session.id.clone());
+    batch.events = vec![journal.event(None, kind)];
+    match tokio::time::timeout(timeout, write_batch(store, &batch)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(%error, "could not record the failed resume"),
+        Err(_) => tracing::warn!(?timeout, "recording the failed resume timed out"),
+    }
+}
+
+/// Takes back an initial commit whose outcome is unknown (it timed out).
+pub(super) async fn undo_initial_commit(
+    store: &DynStore,
+    id: &SessionId,
+    resumed: Option<&Resumed>,
+    timeout: Duration,
+) {
+    let undo = async {
+        match resumed {
+            // The stored session goes back to how it was; its history stays.
+            Some(resumed) => store.save_session(&resumed.snapshot).await,
+            // The snapshot carries its startup marker, so the store lets it go.
+            None => store.delete_session(id).await,
+        }
+    };
+    if !matches!(tokio::time::timeout(timeout, undo).await, Ok(Ok(()))) {
+        tracing::warn!("could not take back the initial commit; the next start reclaims it");
+    }
+}
