@@ -14,6 +14,14 @@ fn other_harness(store: &std::sync::Arc<ControlledStore>) -> Harness {
     Harness::builder().provider(provider).store(StoreChoice::Custom(store.clone())).build().unwrap()
 }
 
+/// A harness on a controlled store that ran session `id` and stopped it.
+async fn stopped(id: &str) -> (Fixture, std::sync::Arc<ControlledStore>, SessionRef) {
+    let (f, store) = Fixture::controlled();
+    let (session, _) = f.session(opts().id(id)).await;
+    f.harness.stop_session(&session, false).await.unwrap();
+    (f, store, session)
+}
+
 fn elsewhere(err: &Error, id: &SessionId) -> bool {
     matches!(err, Error::SessionLiveElsewhere { id: i, pid } if i == id && *pid == std::process::id())
 }
@@ -25,9 +33,7 @@ async fn event_names(store: &ControlledStore, id: &SessionId) -> Vec<&'static st
 
 #[tokio::test]
 async fn a_start_whose_commit_another_harness_beat_fails_and_replaces_nothing() {
-    let (f, store) = Fixture::controlled();
-    let (session, _) = f.session(opts().id("beaten")).await;
-    f.harness.stop_session(&session, false).await.unwrap();
+    let (f, store, session) = stopped("beaten").await;
     let other = other_harness(&store);
 
     // Both replace the closed session; the first one's commit waits at the store.
@@ -50,9 +56,7 @@ async fn a_start_whose_commit_another_harness_beat_fails_and_replaces_nothing() 
 
 #[tokio::test]
 async fn a_resume_of_a_session_purged_before_its_commit_fails_and_stores_nothing() {
-    let (f, store) = Fixture::controlled();
-    let (session, _) = f.session(opts().id("gone")).await;
-    f.harness.stop_session(&session, false).await.unwrap();
+    let (f, store, session) = stopped("gone").await;
     let other = other_harness(&store);
 
     store.set(WriteMode::Gated);
@@ -72,9 +76,7 @@ async fn a_resume_of_a_session_purged_before_its_commit_fails_and_stores_nothing
 
 #[tokio::test]
 async fn a_purge_does_not_delete_a_session_another_harness_resumed_before_it_committed() {
-    let (f, store) = Fixture::controlled();
-    let (session, _) = f.session(opts().id("kept")).await;
-    f.harness.stop_session(&session, false).await.unwrap();
+    let (f, store, session) = stopped("kept").await;
     // What a killed host leaves: a snapshot that says the session runs, whose owner is unknown.
     let mut stale = store.fetch_session(&session.id).await.unwrap().unwrap();
     stale.status = SessionState::Running;
