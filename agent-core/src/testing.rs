@@ -50,6 +50,8 @@ pub enum OpenBehavior {
     Hang,
     /// Fails with a provider error.
     Fail(String),
+    /// Fails with a provider error after a delay.
+    FailAfter(Duration, String),
     /// Reports the transport down through the sink while opening, then opens anyway.
     LoseTransport(String),
     /// Opens a new conversation whatever was asked (a CLI that silently starts fresh).
@@ -326,6 +328,11 @@ impl Provider for ScriptedProvider {
             OpenBehavior::Delay(d) => tokio::time::sleep(d).await,
             OpenBehavior::Hang => futures::future::pending::<()>().await,
             OpenBehavior::Fail(reason) => {
+                guard.1 = true;
+                return Err(Error::ProviderUnavailable { provider: self.id.clone(), reason });
+            }
+            OpenBehavior::FailAfter(delay, reason) => {
+                tokio::time::sleep(delay).await;
                 guard.1 = true;
                 return Err(Error::ProviderUnavailable { provider: self.id.clone(), reason });
             }

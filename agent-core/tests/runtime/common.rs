@@ -108,6 +108,9 @@ pub(crate) enum WriteMode {
     /// Holds the next `write` (the mode goes back to `Normal` as it arrives) until the test
     /// opens the gate ([`ControlledStore::arrival`], [`ControlledStore::open_gate`]).
     Gated,
+    /// Commits the next `write` but never answers it (the mode goes back to `Normal` as it
+    /// arrives): a write whose outcome the caller cannot know.
+    LostAnswer,
 }
 
 /// A write queued in [`WriteMode::Queued`].
@@ -264,7 +267,7 @@ impl Store for ControlledStore {
             WriteMode::Fail => Some(Err(StoreError::WriteRefused("disk is read-only".into()))),
             WriteMode::Conflict => Some(Err(StoreError::Conflict("seq 1 holds a different event".into()))),
             WriteMode::Panic => panic!("store bug"),
-            WriteMode::Hang | WriteMode::Slow | WriteMode::Queued | WriteMode::Gated => None,
+            WriteMode::Hang | WriteMode::Slow | WriteMode::Queued | WriteMode::Gated | WriteMode::LostAnswer => None,
         }
     }
     fn enqueue(&self, batch: &WriteBatch, follows: bool) -> Option<QueuedWrite> {
@@ -298,6 +301,11 @@ impl Store for ControlledStore {
                 self.gate.0.notify_one();
                 self.gate.1.notified().await;
                 self.inner.write(batch).await
+            }
+            WriteMode::LostAnswer => {
+                self.set(WriteMode::Normal);
+                self.inner.write(batch).await.expect("the held-back write commits");
+                futures::future::pending().await
             }
         }
     }

@@ -3,6 +3,8 @@
 //! exactly: the first harness's write is held at the store after every check it makes, the
 //! second one acts, then the held write goes on.
 
+use std::time::Duration;
+
 use agent_core::store::EventQuery;
 
 use super::common::*;
@@ -98,4 +100,26 @@ async fn a_purge_does_not_delete_a_session_another_harness_resumed_before_it_com
     let names = event_names(&store, &session.id).await;
     assert!(names.contains(&"conversation_resumed"), "the resumed history is whole: {names:?}");
     assert!(names.contains(&"session_closed"), "and so is the first run's: {names:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_start_whose_commit_timed_out_takes_back_nothing_another_harness_committed() {
+    let (f, store) = Fixture::controlled();
+    let other = other_harness(&store);
+
+    store.set(WriteMode::Gated);
+    let harness = f.harness.clone();
+    let options = opts().id("taken").startup_finalization_timeout(Duration::from_secs(2));
+    let late = tokio::spawn(async move { harness.start_session(PROVIDER, options).await });
+    store.arrival().await;
+    // Another harness runs the session and stops it, all while the first one's commit is held.
+    let winner = other.start_session(PROVIDER, opts().id("taken")).await.unwrap();
+    other.stop_session(&winner, false).await.unwrap();
+    let stored = store.fetch_session(&winner.id).await.unwrap();
+
+    // The held commit times out, and the first harness takes back what it may have written.
+    let err = late.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::StartupFinalizationTimeout { .. }), "{err:?}");
+    assert_eq!(store.fetch_session(&winner.id).await.unwrap(), stored, "the winner's snapshot stands");
+    assert_eq!(event_names(&store, &winner.id).await, ["session_ready", "session_closed"], "and its history");
 }

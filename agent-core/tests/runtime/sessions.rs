@@ -436,6 +436,32 @@ async fn startup_finalization_timeout_bounds_the_initial_commit() {
     f.session(opts().id("slow-store")).await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_initial_commit_that_landed_after_its_timeout_is_taken_back() {
+    let (f, store) = Fixture::controlled();
+    store.set(WriteMode::LostAnswer);
+    let options = opts().id("landed").startup_finalization_timeout(Duration::from_secs(2));
+    let err = f.harness.start_session(PROVIDER, options).await.unwrap_err();
+    assert!(matches!(err, Error::StartupFinalizationTimeout { .. }), "{err:?}");
+    let id = SessionId::new("landed").unwrap();
+    assert_eq!(store.fetch_session(&id).await.unwrap(), None, "the commit was taken back");
+    assert_eq!(store.latest_seq(&id).await.unwrap(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resume_whose_commit_landed_after_its_timeout_leaves_the_stored_session_as_it_was() {
+    let (f, store) = Fixture::controlled();
+    let (session, _) = f.session(opts().id("put-back")).await;
+    f.harness.stop_session(&session, false).await.unwrap();
+    let before = store.fetch_session(&session.id).await.unwrap();
+    store.set(WriteMode::LostAnswer);
+    let options = opts().resume_session(session.id.clone()).startup_finalization_timeout(Duration::from_secs(2));
+    let err = f.harness.start_session(PROVIDER, options).await.unwrap_err();
+    assert!(matches!(err, Error::StartupFinalizationTimeout { .. }), "{err:?}");
+    assert_eq!(store.fetch_session(&session.id).await.unwrap(), before, "the snapshot was put back");
+    f.session(opts().resume_session(session.id.clone())).await;
+}
+
 #[tokio::test]
 async fn a_custom_store_is_named_again_to_list_and_purge_a_stopped_session() {
     let custom: DynStore = std::sync::Arc::new(agent_store_memory::MemoryStore::new());
@@ -823,6 +849,31 @@ async fn of_two_resumes_at_once_the_second_to_commit_fails_and_runs_nothing() {
         matches!(err, Error::ResumeFailed { ref reason, .. } if reason.contains("written by another harness")),
         "{err:?}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resume_that_failed_records_nothing_in_a_session_another_harness_replaced() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts().id("renewed")).await;
+    f.harness.stop_session(&session, false).await.unwrap();
+    let (provider, control) = agent_core::testing::ScriptedProvider::new(PROVIDER);
+    control.set_open(OpenBehavior::FailAfter(Duration::from_secs(5), "no such conversation".into()));
+    let slow = Harness::builder().provider(provider).store(StoreChoice::Custom(f.dyn_store())).build().unwrap();
+
+    // The resume's open fails, late; meanwhile the session is replaced.
+    let late = opening(&slow, opts().resume_session(session.id.clone())).await;
+    let fresh = f.harness.start_session(PROVIDER, opts().id("renewed").reuse(Reuse::Replace)).await.unwrap();
+    let err = late.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::ProviderUnavailable { .. }), "{err:?}");
+    // The new run goes past the seqs the old history had used.
+    f.control.push_script([agent_core::testing::Frame::complete("mine")]);
+    let turn = f.harness.start_turn(&fresh, "1", TurnOptions::new()).await.unwrap();
+    f.harness.await_turn(&turn, None).await.unwrap();
+
+    let events = f.store.read_events(&session.id, &agent_core::store::EventQuery::all()).await.unwrap();
+    let names: Vec<_> = events.iter().map(|e| e.type_name()).collect();
+    assert_eq!(names, ["session_ready", "turn_started", "turn_completed"], "the new run's history is its own");
+    assert_eq!(f.harness.status(&fresh).await.unwrap().durability, Durability::Durable);
 }
 
 #[tokio::test(start_paused = true)]

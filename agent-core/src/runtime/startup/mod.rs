@@ -382,7 +382,7 @@ impl Opening {
                     outcome => {
                         // A failed write changed nothing; a timed-out one may have landed: undo it.
                         if outcome.is_err() {
-                            undo_initial_commit(&store, &id, plan.resumed.as_ref(), finalize_timeout).await;
+                            undo_initial_commit(&store, &snapshot, plan.resumed.as_ref(), finalize_timeout).await;
                         }
                         let error = match outcome {
                             // Another harness wrote this session meanwhile: never run beside it.

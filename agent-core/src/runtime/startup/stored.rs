@@ -228,7 +228,10 @@ pub(super) async fn conflicted(
     }
 }
 
-/// Records in a stored session's history that resuming it failed.
+/// Records in a stored session's history that resuming it failed — only over the snapshot the
+/// resume read: a session another harness resumed, replaced or purged meanwhile is not this
+/// one's to write (a record appended to a replaced session's history would take a seq its new
+/// run has yet to reach).
 pub(super) async fn record_failed_resume(
     store: &DynStore,
     resumed: &Resumed,
@@ -249,29 +252,39 @@ pub(super) async fn record_failed_resume(
     };
     let mut batch = WriteBatch::new(session.id.clone());
     batch.events = vec![journal.event(None, kind)];
+    batch.expect = Some(Expected::Snapshot(Box::new(resumed.snapshot.clone())));
     match tokio::time::timeout(timeout, write_batch(store, &batch)).await {
         Ok(Ok(())) => {}
+        Ok(Err(StoreError::Conflict(reason))) => {
+            tracing::info!(%reason, "the session changed meanwhile; the failed resume is not recorded")
+        }
         Ok(Err(error)) => tracing::warn!(%error, "could not record the failed resume"),
         Err(_) => tracing::warn!(?timeout, "recording the failed resume timed out"),
     }
 }
 
-/// Takes back an initial commit whose outcome is unknown (it timed out).
+/// Takes back an initial commit whose outcome is unknown (it timed out), only over the snapshot
+/// it wrote (`committed`): a commit that never landed leaves whatever another harness sharing the
+/// store wrote since, and that is not this start's to delete or overwrite.
 pub(super) async fn undo_initial_commit(
     store: &DynStore,
-    id: &SessionId,
+    committed: &SessionSnapshot,
     resumed: Option<&Resumed>,
     timeout: Duration,
 ) {
-    let undo = async {
-        match resumed {
-            // The stored session goes back to how it was; its history stays.
-            Some(resumed) => store.save_session(&resumed.snapshot).await,
-            // The snapshot carries its startup marker, so the store lets it go.
-            None => store.delete_session(id).await,
+    let mut undo = WriteBatch::new(committed.id.clone());
+    undo.expect = Some(Expected::Snapshot(Box::new(committed.clone())));
+    match resumed {
+        // The stored session goes back to how it was; its history stays.
+        Some(resumed) => undo.snapshot = Some(resumed.snapshot.clone()),
+        // The whole aggregate goes; the next start would reclaim it anyway (its startup marker).
+        None => undo.delete_first = true,
+    }
+    match tokio::time::timeout(timeout, write_batch(store, &undo)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(StoreError::Conflict(reason))) => {
+            tracing::info!(%reason, "the session is not as the initial commit left it; left as it is")
         }
-    };
-    if !matches!(tokio::time::timeout(timeout, undo).await, Ok(Ok(()))) {
-        tracing::warn!("could not take back the initial commit; the next start reclaims it");
+        _ => tracing::warn!("could not take back the initial commit; the next start reclaims it"),
     }
 }
