@@ -865,5 +865,19 @@ pub async fn writes_check_their_precondition(store: &DynStore) {
     let replaced = contents(store, &id).await;
     assert_eq!(replaced.snapshot.map(|s| s.status), Some(SessionState::Starting), "the replacement must land");
     assert_eq!(seqs(&replaced.events), vec![1], "the replacement must drop the old journal");
-    remove_session(store, &id).await;
+
+    // The snapshot as it was written, not read back (a start taking back a commit whose answer
+    // it lost): a batch expecting it commits, so the written snapshot must read back equal.
+    let mut written = snapshot(&id, SessionState::Starting);
+    written.startup =
+        Some(serde_json::from_value(serde_json::json!({"attempt_id": "a1", "acknowledged": false})).unwrap());
+    written.published_seq = Some(1);
+    let mut start = WriteBatch::new(id.clone());
+    start.snapshot = Some(written.clone());
+    store.write(&start).await.unwrap();
+    let mut undo = WriteBatch::new(id.clone());
+    undo.delete_first = true;
+    undo.expect = Some(Expected::Snapshot(Box::new(written)));
+    store.write(&undo).await.unwrap_or_else(|e| panic!("the written snapshot must commit: {e:?}"));
+    assert_eq!(contents(store, &id).await, Contents::default(), "the delete expecting it must land");
 }
