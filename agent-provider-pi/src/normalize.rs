@@ -165,6 +165,10 @@ pub(crate) struct Normalizer {
     unknown: u64,
     /// Where deltas' texts are copied to, packed together.
     texts: TextArena,
+    /// Steer and follow-up messages pi holds and has not delivered (its last `queue_update`).
+    queued: usize,
+    /// Pi drops a queue on request (`clear_queue`, pi 0.84.4 and later).
+    clears_queue: bool,
 }
 
 impl Running {
@@ -234,6 +238,21 @@ impl Normalizer {
     /// True while `turn` runs.
     pub(crate) fn is_running(&self, turn: &TurnId) -> bool {
         self.turn.as_ref().is_some_and(|r| r.id == *turn)
+    }
+
+    /// Says whether this pi drops its queue on request (`clear_queue`).
+    pub(crate) fn set_clears_queue(&mut self, clears: bool) {
+        self.clears_queue = clears;
+    }
+
+    /// True for a pi that drops its queue on request.
+    pub(crate) fn clears_queue(&self) -> bool {
+        self.clears_queue
+    }
+
+    /// How many steer and follow-up messages pi holds undelivered.
+    pub(crate) fn queued(&self) -> usize {
+        self.queued
     }
 
     /// Marks the running turn as being aborted; false when `turn` is not running.
@@ -370,8 +389,12 @@ impl Normalizer {
                 };
                 actions.push(self.emit(EventKind::Warning { message }));
             }
-            other @ ("queue_update"
-            | "compaction_start"
+            "queue_update" => {
+                let held = |list: &Option<Vec<Value>>| list.as_ref().map_or(0, Vec::len);
+                self.queued = held(&frame.steering) + held(&frame.follow_up);
+                actions.push(self.provider_event("queue_update"));
+            }
+            other @ ("compaction_start"
             | "compaction_end"
             | "session_info_changed"
             | "auto_compaction_start"
@@ -628,6 +651,22 @@ impl Normalizer {
         // Dialogs of the turn went with it.
         self.dialogs.retain(|_, d| d.turn != running.id);
         let mut actions = Vec::new();
+        if self.queued > 0 && exit.is_none() {
+            // Pi keeps what it did not deliver for its next run: the next prompt's turn would
+            // answer this one's steer.
+            let fate = if self.clears_queue {
+                "they are dropped"
+            } else {
+                "this pi cannot drop them (`clear_queue` came with pi 0.84.4), so the model gets them with the next prompt"
+            };
+            let message =
+                format!("the turn ended before pi delivered {} steer message(s) sent to it; {fate}", self.queued);
+            actions.push(Action::Emit {
+                turn: Some(running.id.clone()),
+                kind: EventKind::Warning { message },
+                raw: None,
+            });
+        }
         if let Some(usage) = running.usage {
             actions.push(Action::Emit {
                 turn: Some(running.id.clone()),

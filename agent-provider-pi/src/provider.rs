@@ -26,7 +26,7 @@ use crate::connection::{CallError, Connection};
 use crate::extension::ExtensionDir;
 use crate::options::PiOptions;
 use crate::session::{PiModel, PiSession, adapter_deadline};
-use crate::version::{CHECK, MIN_SUPPORTED};
+use crate::version::{CHECK, CLEAR_QUEUE, MIN_SUPPORTED};
 
 /// The ID sessions name this provider by.
 pub const PROVIDER_ID: &str = "pi";
@@ -388,7 +388,7 @@ impl Provider for PiProvider {
         let deadline = adapter_deadline(options.startup_timeout);
         let remaining = || deadline.saturating_sub(started.elapsed());
         let env = env_spec(&options);
-        self.check_version(&ctx, &pi, &env, deadline).await?;
+        let version = self.check_version(&ctx, &pi, &env, deadline).await?;
 
         let gate = options.approval_policy != Some(ApprovalPolicy::Never);
         let extension = ExtensionDir::create(&std::env::temp_dir(), gate)
@@ -408,6 +408,7 @@ impl Provider for PiProvider {
         let credentials = secrets.clone();
         let conn = Connection::start(child, ctx.sink.clone(), pi.max_line_bytes, secrets)
             .map_err(|_| self.unavailable("the exec backend did not provide the child's stdin, stdout and stderr"))?;
+        conn.state().set_clears_queue(version >= CLEAR_QUEUE);
 
         // No ready event: `get_state` answers once pi reads its stdin.
         let state = match conn.call(json!({"type": "get_state"}), remaining()).await {

@@ -88,6 +88,24 @@ impl PiSession {
         }
     }
 
+    /// Drops the steer and follow-up messages pi holds undelivered (`clear_queue`), so that
+    /// neither the run an abort stops nor the next prompt's run takes them. Does nothing on a
+    /// pi without `clear_queue` (the turn's end warns instead).
+    async fn clear_queue(&self, timeout: Duration) -> Result<()> {
+        let held = {
+            let state = self.conn.state();
+            state.clears_queue() && state.queued() > 0
+        };
+        if !held {
+            return Ok(());
+        }
+        match self.conn.call(json!({"type": "clear_queue"}), timeout).await {
+            Ok(_) => Ok(()),
+            Err(CallError::Refused { message, .. }) => Err(self.rejected(format!("pi refused clear_queue: {message}"))),
+            Err(other) => Err(self.uncertain("clear_queue", timeout, other)),
+        }
+    }
+
     /// Input text; pi's RPC `prompt` takes a message string.
     fn text(&self, input: &TurnInput) -> Result<String> {
         if input.is_empty() {
@@ -152,6 +170,8 @@ impl ProviderSession for PiSession {
                 Err(other) => return Err(self.uncertain("set_model", self.command_timeout, other)),
             }
         }
+        // What the last turn left undelivered is not this turn's input.
+        self.clear_queue(self.command_timeout).await?;
         let id = turn.id().clone();
         if let Err(running) = self.conn.state().begin_turn(id.clone()) {
             return Err(self.rejected(format!("turn `{running}` is still running in pi")));
@@ -199,11 +219,13 @@ impl ProviderSession for PiSession {
         // lets pi go on to its next model request before the abort is read (measured under
         // load); aborted first, the run stops where it waits. The abort's outcome is the turn's
         // terminal event.
-        if cancel
-            && self.conn.state().aborting(&dialog.turn)
-            && let Err(error) = self.conn.send(&json!({"type": "abort"})).await
-        {
-            tracing::warn!(%error, "abort for a cancelled request failed");
+        if cancel && self.conn.state().aborting(&dialog.turn) {
+            if let Err(error) = self.clear_queue(self.command_timeout).await {
+                tracing::warn!(%error, "clearing pi's queue for a cancelled request failed");
+            }
+            if let Err(error) = self.conn.send(&json!({"type": "abort"})).await {
+                tracing::warn!(%error, "abort for a cancelled request failed");
+            }
         }
         if let Err(error) = self.conn.send(&line).await {
             return Err(Error::Transport { provider: self.provider.clone(), reason: format!("answering pi: {error}") });
@@ -217,7 +239,12 @@ impl ProviderSession for PiSession {
             return Ok(());
         }
         let deadline = deadline_after(tokio::time::Instant::now(), self.command_timeout);
-        match self.conn.call(json!({"type": "abort"}), self.command_timeout).await {
+        // Pi's abort goes on with the messages it holds: they go first.
+        if let Err(error) = self.clear_queue(self.command_timeout / 2).await {
+            tracing::warn!(%error, "clearing pi's queue before the abort failed");
+        }
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match self.conn.call(json!({"type": "abort"}), remaining).await {
             Ok(_) => {}
             Err(CallError::Refused { .. }) if !self.conn.state().is_running(turn) => return Ok(()),
             Err(CallError::Refused { message, .. }) => {

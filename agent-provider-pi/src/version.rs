@@ -13,6 +13,10 @@ pub const MIN_SUPPORTED: Version = Version::new(0, 73, 1);
 /// (`@earendil-works/pi-coding-agent` 1.6.0). Newer ones run, with a warning in the logs.
 pub const LATEST_VALIDATED: Version = Version::new(1, 6, 0);
 
+/// The first `pi` release that drops its queued steer and follow-up messages on request
+/// (`clear_queue`); older ones deliver them with their next run whatever happens.
+pub(crate) const CLEAR_QUEUE: Version = Version::new(0, 84, 4);
+
 /// The supported range, [`MIN_SUPPORTED`] to [`LATEST_VALIDATED`].
 pub const RANGE: VersionRange = VersionRange { min_supported: MIN_SUPPORTED, latest_validated: LATEST_VALIDATED };
 

@@ -53,6 +53,12 @@ pub(super) struct Frame<'a> {
     pub(super) error: Option<String>,
     #[serde(default)]
     pub(super) data: Option<Value>,
+    /// `queue_update`: the steer messages pi holds.
+    #[serde(default)]
+    pub(super) steering: Option<Vec<Value>>,
+    /// `queue_update`: the follow-up messages pi holds.
+    #[serde(default)]
+    pub(super) follow_up: Option<Vec<Value>>,
 }
 
 #[derive(Deserialize)]
