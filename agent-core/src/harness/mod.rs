@@ -524,6 +524,8 @@ impl Harness {
 
     /// Adds input to the running turn (providers with the `steer` capability). Returns once the
     /// provider accepted it; an unadmitted, cancelling or finished turn is [`Error::TurnNotActive`].
+    /// Input a turn of the session could not take (images, skills, structured items the
+    /// provider lacks) is [`Error::Unsupported`], as for [`Harness::start_turn`].
     pub async fn steer(&self, turn: &Turn, input: impl Into<TurnInput>) -> Result<()> {
         let provider = self.provider_of(&turn.session_id);
         let command = telemetry::command_span(Cmd::Steer, &provider, Some(&turn.session_id));

@@ -322,6 +322,21 @@ async fn steering_adds_input_to_a_running_turn_where_the_provider_supports_it() 
     assert!(matches!(err, Error::Unsupported { capability: Capability::Steer, .. }), "{err:?}");
 }
 
+#[tokio::test]
+async fn a_steer_is_refused_input_its_turn_could_not_take() {
+    let f = Fixture::new();
+    let caps = agent_core::testing::ScriptedProvider::default_capabilities()
+        .with(Capability::Steer, Support::Native)
+        .with(Capability::Images, Support::Unsupported);
+    f.control.set_capabilities(caps);
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "start").await;
+    let input = vec![InputItem::Text { text: "and".into() }, InputItem::LocalImage { path: "/tmp/x.png".into() }];
+    let err = f.harness.steer(&turn, input).await.unwrap_err();
+    assert!(matches!(err, Error::Unsupported { capability: Capability::Images, .. }), "{err:?}");
+    assert!(!remote.commands().iter().any(|c| matches!(c, Recorded::Steer { .. })), "nothing reached the provider");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_transport_loss_before_the_admission_result_keeps_what_the_provider_already_reported() {
     let f = Fixture::new();

@@ -163,6 +163,11 @@ impl Actor {
             let _ = reply.send(Err(Error::Unsupported { provider, capability: Capability::Steer }));
             return;
         }
+        // What a turn could not take as its input, a steer cannot either.
+        if let Some(capability) = self.missing_input_capability(&input) {
+            let _ = reply.send(Err(Error::Unsupported { provider: self.session.provider.clone(), capability }));
+            return;
+        }
         self.calls.steer(turn, input, reply, self.options.provider_command_timeout, &current.span);
     }
 
