@@ -421,7 +421,23 @@ impl Provider for PiProvider {
             Err(_) => {
                 let report = conn.exit_report().await;
                 let (how, tail) = (report.how(), stderr_note(report.stderr_tail.as_deref()));
-                return Err(self.unavailable(format!("pi exited during startup ({how}){tail}")));
+                let why = format!("pi exited during startup ({how}){tail}");
+                return Err(match &ctx.conversation {
+                    // The session file was found, so pi refused what it holds.
+                    OpenConversation::Resume { provider_session_id }
+                    | OpenConversation::Fork { provider_session_id } => {
+                        let mode = if matches!(ctx.conversation, OpenConversation::Fork { .. }) {
+                            ConversationMode::Fork
+                        } else {
+                            ConversationMode::Resume
+                        };
+                        let reason = format!(
+                            "pi could not open session `{provider_session_id}`: {why} (no fresh session was started)"
+                        );
+                        Error::ResumeFailed { mode, reason }
+                    }
+                    _ => self.unavailable(why),
+                });
             }
         };
         let Some(session_id) = state["sessionId"].as_str().map(str::to_owned) else {

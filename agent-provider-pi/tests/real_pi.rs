@@ -313,6 +313,40 @@ async fn a_stopped_session_resumes_under_its_id_with_its_history() {
     }
 }
 
+/// A session file pi cannot read fails the resume as a resume, not as pi being unavailable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_file_pi_refuses_fails_the_resume() {
+    for cli in clis() {
+        let pi = Pi::start(cli, Scenario::new().text("noted")).await;
+        let session = pi.session(pi.options()).await;
+        pi.run(&session, "remember this", |_| None).await;
+        let conversation = pi.harness.status(&session).await.expect("status").provider_session_id.expect("pi's ID");
+        pi.harness.stop_session(&session, false).await.expect("stop");
+        let file = files_under(pi.env.dir())
+            .into_iter()
+            .find(|f| f.to_string_lossy().ends_with(&format!("_{conversation}.jsonl")))
+            .expect("pi's session file");
+        std::fs::write(&file, "not a pi session\n").unwrap();
+        match pi.harness.start_session("pi", pi.options().resume_session(session.id.clone())).await {
+            Err(agent_core::Error::ResumeFailed { reason, .. }) => {
+                assert!(reason.contains(&conversation), "pi {}: {reason}", pi.version());
+            }
+            other => panic!("pi {}: a session file pi refuses must fail the resume, got {other:?}", pi.version()),
+        }
+        pi.finish().await;
+    }
+}
+
+/// Every file under `dir`.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() { files.extend(files_under(&path)) } else { files.push(path) }
+    }
+    files
+}
+
 /// A turn in a session of `options()`, a stop, and a turn in the session resumed with
 /// `options()`: pi found the session, and the second turn's model request carries the first.
 async fn remembered_across_a_resume(pi: &Pi, options: impl Fn() -> agent_core::SessionOptions, word: &str) {
