@@ -131,7 +131,7 @@ struct Running {
     usage: Option<Usage>,
     /// Assistant messages so far (item IDs of their deltas).
     messages: u32,
-    /// The item ID of assistant message `n` (`message-<n>`), made once for all its deltas.
+    /// The item ID of assistant message `n` (`<turn>-message-<n>`), made once for all its deltas.
     message_item: Option<(u32, ItemId)>,
     /// `abort` was sent.
     aborting: bool,
@@ -172,12 +172,13 @@ pub(crate) struct Normalizer {
 }
 
 impl Running {
-    /// The item ID of assistant message `n`.
+    /// The item ID of assistant message `n`: pi gives its messages no ID, and counts them per
+    /// run, so the turn's ID makes it unique in the session.
     fn message_item(&mut self, n: u32) -> ItemId {
         match &self.message_item {
             Some((made, id)) if *made == n => id.clone(),
             _ => {
-                let id = ItemId::from(format!("message-{n}"));
+                let id = ItemId::from(format!("{}-message-{n}", self.id));
                 self.message_item = Some((n, id.clone()));
                 id
             }

@@ -31,6 +31,15 @@ async fn a_text_turn_streams_deltas_and_three_turns_share_one_session() {
         let (_, third) = pi.run(&session, "third question", |_| None).await;
         assert_eq!(terminal(&second).result.text.as_deref(), Some("second answer"));
         assert_eq!(terminal(&third).result.text.as_deref(), Some("third answer"), "{}", names(&third));
+        // Pi numbers its messages per run; their item IDs are the session's own.
+        let message = |events: &[std::sync::Arc<agent_core::Event>]| {
+            events.iter().find_map(|e| match &e.kind {
+                EventKind::AssistantMessage { item_id, .. } => item_id.clone(),
+                _ => None,
+            })
+        };
+        let (one, two) = (message(&first).expect("an item ID"), message(&second).expect("an item ID"));
+        assert_ne!(one, two, "pi {}: two turns' messages share an item ID", pi.version());
         let requests = pi.server.model_requests();
         assert_eq!(requests.len(), 3, "one model request per turn");
         let history = requests[2].body.as_ref().expect("json body")["messages"].to_string();
