@@ -424,6 +424,16 @@ impl Harness {
     /// [`Error::SessionLiveElsewhere`] while another harness runs it, and [`Error::SessionClosed`]
     /// when this harness saw the session end.
     pub async fn await_turn(&self, turn: &Turn, timeout: Option<Duration>) -> Result<TurnOutcome, AwaitError> {
+        match timeout {
+            None => self.await_outcome(turn).await,
+            // Reading the end from a slow store counts as waiting too.
+            Some(limit) => {
+                tokio::time::timeout(limit, self.await_outcome(turn)).await.unwrap_or(Err(AwaitError::Timeout(limit)))
+            }
+        }
+    }
+
+    async fn await_outcome(&self, turn: &Turn) -> Result<TurnOutcome, AwaitError> {
         let Some(handle) = self.inner.registry.get(&turn.session_id) else {
             return self.stored_outcome(turn).await;
         };
@@ -441,13 +451,8 @@ impl Harness {
         let event = match lookup {
             Lookup::Found(AwaitGrant::Done(event)) => event,
             Lookup::Found(AwaitGrant::Wait(rx)) => {
-                let waited = match timeout {
-                    None => Ok(rx.await),
-                    Some(limit) => tokio::time::timeout(limit, rx).await,
-                };
-                match waited {
-                    Err(_) => return Err(AwaitError::Timeout(timeout.unwrap_or_default())),
-                    Ok(Err(_)) => {
+                match rx.await {
+                    Err(_) => {
                         // The session ended first: its store may hold the turn's end all the same.
                         let reason = exit_reason(exit).await;
                         return match self.stored_outcome(turn).await {
@@ -456,7 +461,7 @@ impl Harness {
                             Err(_) => Err(Error::SessionDown { id: turn.session_id.clone(), reason }.into()),
                         };
                     }
-                    Ok(Ok(event)) => event,
+                    Ok(event) => event,
                 }
             }
             Lookup::NotHere { pruned, store } => {

@@ -257,3 +257,20 @@ async fn a_stored_turn_without_its_terminal_event_ends_its_stream_instead_of_wai
     let ended = tokio::time::timeout(Duration::from_secs(5), stream.collect()).await.expect("the stream ends");
     assert!(matches!(ended, Err(StreamError::ReplayFailed { .. })), "{ended:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_timeout_bounds_reading_a_stopped_sessions_turn_from_a_slow_store() {
+    let (f, store) = Fixture::controlled();
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "go").await;
+    remote.complete(&turn.id, "done").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    f.harness.stop_session(&session, false).await.unwrap();
+    store.hang_session_reads();
+    let started = tokio::time::Instant::now();
+    let waited =
+        tokio::time::timeout(Duration::from_secs(60), f.harness.await_turn(&turn, Some(Duration::from_secs(2))));
+    let err = waited.await.expect("await_turn returns within its timeout").unwrap_err();
+    assert!(matches!(err, AwaitError::Timeout(d) if d == Duration::from_secs(2)), "{err:?}");
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+}
