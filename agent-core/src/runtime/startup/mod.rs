@@ -419,9 +419,10 @@ impl Opening {
         let attempt = reservation.attempt();
         reservation.promote(handle);
         if caller.send(Ok(session.clone())).is_err() {
-            // Nobody holds the handle: tear down. A new session's snapshot keeps its
-            // unacknowledged startup marker, so the ID is reclaimed by the next start; a resumed
-            // one is closed again, its history intact.
+            // Nobody holds the handle: tear down. A new session is taken back (its ID free
+            // again, and a store's retention slot with it; should that fail, its unacknowledged
+            // startup marker lets the next start reclaim the ID); a resumed one is closed again,
+            // its history intact.
             tracing::info!("caller went away during startup; session torn down");
             if let Some(registry) = registry.upgrade() {
                 registry.remove(&id, attempt);
@@ -429,6 +430,9 @@ impl Opening {
             close_bounded(runtime.as_ref(), finalize_timeout).await;
             end_strays(&processes, &id, harness, finalize_timeout).await;
             let reason = ExitReason::Closed { reason: CloseReason::Stopped };
+            if let (Some(store), None) = (&store, &plan.resumed) {
+                undo_initial_commit(store, &snapshot, None, finalize_timeout).await;
+            }
             if let (Some(store), true) = (&store, plan.resumed.is_some()) {
                 let mut closed = snapshot.clone();
                 closed.status = SessionState::Closed;
