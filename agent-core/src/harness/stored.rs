@@ -132,17 +132,21 @@ impl Harness {
     /// startup attempt is stored).
     pub(super) async fn not_live(&self, id: &SessionId) -> Error {
         let not_found = || Error::SessionNotFound { id: id.clone() };
-        let known = self.inner.registry.exit_reason(id);
         let closed = |reason| Error::SessionClosed { id: id.clone(), reason };
-        let Some(store) = self.inner.store_of(id) else { return known.map_or_else(not_found, closed) };
+        let registry = &self.inner.registry;
+        let Some(store) = self.inner.store_of(id) else {
+            return registry.exit_reason(id).map_or_else(not_found, closed);
+        };
         match store.fetch_session(id).await {
-            Ok(Some(snapshot)) if let Some(pid) = self.inner.registry.holder(&snapshot) => {
+            Ok(Some(snapshot)) if let Some(pid) = registry.holder(&snapshot) => {
                 Error::SessionLiveElsewhere { id: id.clone(), pid }
             }
-            _ if known.is_some() => known.map_or_else(not_found, closed),
-            Ok(Some(snapshot)) => self.read_back(snapshot).ended.map_or_else(not_found, closed),
-            Ok(None) => not_found(),
-            Err(error) => Error::Store(error),
+            Ok(Some(snapshot)) => match registry.ended_with(id, Some(&snapshot)) {
+                Some(known) => closed(known),
+                None => self.read_back(snapshot).ended.map_or_else(not_found, closed),
+            },
+            Ok(None) => registry.exit_reason(id).map_or_else(not_found, closed),
+            Err(error) => registry.exit_reason(id).map_or_else(|| Error::Store(error), closed),
         }
     }
 
@@ -154,8 +158,8 @@ impl Harness {
         if snapshot.is_open() && self.inner.registry.holder(&snapshot).is_none() {
             let last_status = snapshot.status;
             snapshot.status = SessionState::Abandoned;
-            snapshot.ended =
-                Some(self.inner.registry.exit_reason(&snapshot.id).unwrap_or(ExitReason::Abandoned { last_status }));
+            let known = self.inner.registry.ended_with(&snapshot.id, Some(&snapshot));
+            snapshot.ended = Some(known.unwrap_or(ExitReason::Abandoned { last_status }));
         } else if snapshot.status == SessionState::Closed && snapshot.ended.is_none() {
             // Written before ends were recorded: a clean close is all that is known.
             snapshot.ended = Some(ExitReason::Closed { reason: crate::session::CloseReason::Stopped });
@@ -270,7 +274,8 @@ impl Harness {
                 }
                 // How the session ended, as `status` reads it: this harness's record, else the
                 // stored snapshot's (an abandoned one included).
-                let ended = self.inner.registry.exit_reason(id).or_else(|| self.read_back(snapshot).ended);
+                let known = self.inner.registry.ended_with(id, Some(&snapshot));
+                let ended = known.or_else(|| self.read_back(snapshot).ended);
                 match ended {
                     Some(ended) => Err(Error::SessionClosed { id: id.clone(), reason: ended }.into()),
                     None => Err(Error::ReplayUnavailable { reason }.into()),

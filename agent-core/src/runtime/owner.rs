@@ -95,6 +95,11 @@ impl Enrolled {
         alive.then_some(owner.pid)
     }
 
+    /// True when `snapshot` was written by a run of this harness.
+    pub(crate) fn wrote(&self, snapshot: &SessionSnapshot) -> bool {
+        snapshot.owner.as_ref().is_some_and(|owner| owner.harness == self.harness && self.is_this_process(owner))
+    }
+
     fn is_this_process(&self, owner: &SessionOwner) -> bool {
         this_process()
             .is_some_and(|me| me.pid == owner.pid && me.started == owner.started && me.boot_id == owner.boot_id)

@@ -81,6 +81,16 @@ impl Registry {
         self.enrolled.holder(snapshot)
     }
 
+    /// How a session that is not live here ended, given what its store holds: this harness's
+    /// record, unless the stored snapshot is another harness's (a later run of the session,
+    /// which ended after this harness's); `None` when neither knows.
+    pub(crate) fn ended_with(&self, id: &SessionId, stored: Option<&SessionSnapshot>) -> Option<ExitReason> {
+        match stored {
+            Some(snapshot) if snapshot.owner.is_some() && !self.enrolled.wrote(snapshot) => None,
+            _ => self.exit_reason(id),
+        }
+    }
+
     fn ended(&self) -> MutexGuard<'_, Ended> {
         self.ended.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }

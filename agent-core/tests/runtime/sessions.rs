@@ -883,6 +883,25 @@ async fn a_resume_that_failed_records_nothing_in_a_session_another_harness_repla
     assert_eq!(f.harness.status(&fresh).await.unwrap().durability, Durability::Durable);
 }
 
+#[tokio::test]
+async fn a_harness_reports_the_end_of_a_later_run_another_harness_made_not_its_own() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts().id("handed-on")).await;
+    f.harness.stop_session(&session, false).await.unwrap();
+    let (provider, _control) = agent_core::testing::ScriptedProvider::new(PROVIDER);
+    let other = Harness::builder().provider(provider).store(StoreChoice::Custom(f.dyn_store())).build().unwrap();
+    let resumed = other.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
+    other.stop_session(&resumed, true).await.unwrap();
+
+    let forced = ExitReason::Closed { reason: CloseReason::ForcedStop };
+    match f.harness.status(&session).await.unwrap_err() {
+        Error::SessionClosed { reason, .. } => assert_eq!(reason, forced, "the later run's end"),
+        err => panic!("{err:?}"),
+    }
+    let ended = f.harness.monitor(&session).await.unwrap().await;
+    assert_eq!(ended, forced);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_session_purged_while_it_was_being_resumed_is_not_resumed_empty() {
     let f = Fixture::new();
