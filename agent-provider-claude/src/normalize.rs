@@ -9,6 +9,7 @@
 //! | `user` with `tool_result` blocks | `tool_completed` (declined when the host denied it) |
 //! | `system/init` | `session_updated` when the session ID changed, else `provider_event` |
 //! | `system/api_retry` | `provider_error` with `will_retry` |
+//! | `assistant` with `error` (the message claude makes up for a failed model request) | `provider_error` with the message's text, `code` the `error` |
 //! | `result` | `usage_updated`, then the terminal event: `is_error` decides; an interrupt ends it `interrupted` |
 //! | `control_request` `can_use_tool` | a request (or an answer at once under an emulated session rule) |
 //! | other `control_request`s | an error answer (hooks and SDK MCP servers are not registered) |
@@ -314,9 +315,16 @@ impl Normalizer {
             let text = wire::content_text(&message.content);
             return self.emit(actions, EventKind::AssistantMessage { item_id, text });
         };
+        // The message claude makes up for a failed model request is an error, not the agent's.
+        let failure = line.error.and_then(|e| serde_json::from_str::<String>(e.get()).ok());
         let before = actions.len();
         for block in blocks {
             match block["type"].as_str() {
+                Some("text") if failure.is_some() => {
+                    let message = block["text"].as_str().unwrap_or_default().to_owned();
+                    let code = failure.clone();
+                    self.emit(actions, EventKind::ProviderError { message, code, will_retry: Some(false) });
+                }
                 Some("text") => {
                     let text = block["text"].as_str().unwrap_or_default().to_owned();
                     self.emit(actions, EventKind::AssistantMessage { item_id: item_id.clone(), text });

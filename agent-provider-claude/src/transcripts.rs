@@ -342,7 +342,15 @@ fn an_mcp_tool_is_a_permission_request() {
 
 #[test]
 fn model_errors_fail_the_turn_with_the_cli_reason() {
-    let (status, result) = play("i_api_error_400").end(0);
+    let played = play("i_api_error_400");
+    // Claude's made-up message reporting the failure is an error, not the agent's reply.
+    assert!(!played.events().any(|(_, k)| matches!(k, EventKind::AssistantMessage { .. })));
+    let error = played.events().find_map(|(_, k)| match k {
+        EventKind::ProviderError { message, code, will_retry } => Some((message.clone(), code.clone(), *will_retry)),
+        _ => None,
+    });
+    assert_eq!(error, Some(("API Error: 400 fake server forced error".into(), Some("unknown".into()), Some(false))));
+    let (status, result) = played.end(0);
     assert_eq!(status, TurnStatus::Failed);
     assert!(result.reason.unwrap().contains("400"));
     assert_eq!(result.error.unwrap()["api_error_status"], 400);
@@ -353,6 +361,12 @@ fn model_errors_fail_the_turn_with_the_cli_reason() {
         _ => None,
     });
     assert_eq!(retry, Some((Some(true), Some("529".into()))));
+    let given_up = played.events().filter(|(_, k)| matches!(k, EventKind::ProviderError { .. })).nth(1);
+    assert!(
+        matches!(given_up, Some((_, EventKind::ProviderError { code, will_retry: Some(false), .. })) if code.as_deref() == Some("server_error")),
+        "{given_up:?}"
+    );
+    assert!(!played.events().any(|(_, k)| matches!(k, EventKind::AssistantMessage { .. })));
     assert_eq!(played.end(0).0, TurnStatus::Failed);
 
     let (status, result) = play("i_no_api_key").end(0);

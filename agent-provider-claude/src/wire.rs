@@ -42,6 +42,10 @@ pub(crate) struct Envelope<'a> {
     /// `user` lines replayed by the CLI (`set_model` output, resumed history).
     #[serde(default, rename = "isReplay")]
     pub(crate) is_replay: bool,
+    /// `assistant`: set on the message claude makes up to report a failed model request
+    /// (`"unknown"`, `"server_error"`, …); kept raw, as other kinds may give it another shape.
+    #[serde(default, borrow)]
+    pub(crate) error: Option<&'a RawValue>,
 }
 
 impl<'a> Envelope<'a> {
@@ -106,6 +110,7 @@ fn scan_stream_event<'a>(line: &'a str, mut scratch: Option<&'a mut String>) -> 
         request: None,
         request_id: Cow::Borrowed(""),
         is_replay: false,
+        error: None,
     })
 }
 
