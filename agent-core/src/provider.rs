@@ -350,8 +350,9 @@ pub struct SinkClosed;
 
 /// How a provider reports to its session runtime. Cheap to clone.
 ///
-/// Sends wait when the runtime is [`SINK_CAPACITY`] messages behind, which slows the provider's
-/// reader (and so the CLI's pipe) instead of growing memory; subscribers never cause this wait.
+/// Sends wait when the runtime is [`SINK_CAPACITY`] messages (or [`SINK_BYTES`]) behind, which
+/// slows the provider's reader (and so the CLI's pipe) instead of growing memory; subscribers
+/// never cause this wait.
 /// A reader that parses many lines per read of the CLI's output reports through a
 /// [`SinkBuffer`] instead, which hands them over together.
 #[derive(Clone)]
@@ -361,6 +362,10 @@ pub struct Sink {
 
 /// How many provider messages may wait for the session runtime before [`Sink`] sends wait.
 pub const SINK_CAPACITY: usize = 4096;
+
+/// How many bytes of the CLI's output (the messages' raw JSON) may wait for the session runtime
+/// before [`Sink`] sends wait; a message larger than this goes when it would wait alone.
+pub const SINK_BYTES: usize = 16 << 20;
 
 /// The most messages a [`SinkBuffer`] holds before it sends them by itself.
 pub const SINK_BUFFER_CAPACITY: usize = 256;

@@ -391,7 +391,9 @@ pub struct SessionOptions {
     /// Caller-owned metadata, stored in the snapshot (no secrets).
     pub metadata: serde_json::Map<String, Value>,
     /// In-memory replay buffer size (events); default 1000, from 1 to
-    /// [`MAX_EVENT_BUFFER_SIZE`].
+    /// [`MAX_EVENT_BUFFER_SIZE`]. The buffer also keeps at most 32 MiB of the provider's
+    /// output (the events' raw JSON; always the newest event), so a stream of lines of
+    /// megabytes keeps fewer events.
     pub event_buffer_size: usize,
     /// Completed-turn cache size; defaults to the event buffer size.
     pub completed_turn_cache_size: Option<CacheSize>,

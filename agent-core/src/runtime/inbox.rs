@@ -4,8 +4,9 @@
 //! hands over its messages in batches ([`SinkBuffer`](crate::provider::SinkBuffer)): a batch goes
 //! in under one lock and wakes the actor at most once, and the actor takes everything queued in
 //! one swap of two vectors that both keep their capacity — no allocation and no wake-up per
-//! message on a streaming turn. Senders wait while [`SINK_CAPACITY`] messages are queued, so a
-//! session that falls behind slows its reader (and the CLI's pipe) instead of growing memory.
+//! message on a streaming turn. Senders wait while [`SINK_CAPACITY`] messages, or
+//! [`SINK_BYTES`] of the CLI's output, are queued, so a session that falls behind slows its
+//! reader (and the CLI's pipe) instead of growing memory.
 //!
 //! Order is the order of the sends; a batch stays together.
 //!
@@ -28,7 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::Notify;
 
-use crate::provider::{ProviderMessage, SINK_BUFFER_CAPACITY, SINK_CAPACITY, SinkClosed};
+use crate::provider::{ProviderMessage, SINK_BUFFER_CAPACITY, SINK_BYTES, SINK_CAPACITY, SinkClosed};
 
 struct Shared {
     state: Mutex<State>,
@@ -41,8 +42,30 @@ struct Shared {
 #[derive(Default)]
 struct State {
     queue: VecDeque<ProviderMessage>,
+    /// The [`weight`] of the queued messages.
+    bytes: usize,
     receiver_gone: bool,
     senders_gone: bool,
+}
+
+impl State {
+    /// No more may go in: a message count or a byte count at its bound (a message alone always
+    /// goes in, however large).
+    fn is_full(&self) -> bool {
+        self.queue.len() >= SINK_CAPACITY || (self.bytes >= SINK_BYTES && !self.queue.is_empty())
+    }
+}
+
+/// What a message holds of the CLI's output, as the byte bound counts it: its raw JSON.
+fn weight(message: &ProviderMessage) -> usize {
+    let raw = match message {
+        ProviderMessage::Event { raw, .. }
+        | ProviderMessage::Request { raw, .. }
+        | ProviderMessage::RequestResolved { raw, .. }
+        | ProviderMessage::SessionUpdated { raw, .. } => raw.as_ref(),
+        ProviderMessage::TransportDown { .. } => None,
+    };
+    raw.map_or(0, |raw| raw.get().len())
 }
 
 /// What a sender hands over: a batch, or one message (no vector allocated for it).
@@ -51,6 +74,8 @@ pub(crate) trait Outgoing {
     /// True for a full [`SinkBuffer`](crate::provider::SinkBuffer)'s batch: its reader goes on
     /// parsing instead of waiting.
     fn is_full_batch(&self) -> bool;
+    /// The messages' [`weight`].
+    fn weight(&self) -> usize;
     /// Moves the messages to the end of `queue`, leaving `self` empty.
     fn move_to(&mut self, queue: &mut VecDeque<ProviderMessage>);
 }
@@ -62,6 +87,10 @@ impl Outgoing for Vec<ProviderMessage> {
 
     fn is_full_batch(&self) -> bool {
         self.len() >= SINK_BUFFER_CAPACITY
+    }
+
+    fn weight(&self) -> usize {
+        self.iter().map(weight).sum()
     }
 
     fn move_to(&mut self, queue: &mut VecDeque<ProviderMessage>) {
@@ -78,6 +107,10 @@ impl Outgoing for Option<ProviderMessage> {
         false
     }
 
+    fn weight(&self) -> usize {
+        self.as_ref().map_or(0, weight)
+    }
+
     fn move_to(&mut self, queue: &mut VecDeque<ProviderMessage>) {
         queue.extend(self.take());
     }
@@ -91,15 +124,18 @@ impl Shared {
     /// Appends `messages` (leaving them empty; a vector keeps its capacity) if there is room.
     /// Returns whether they went in; `Err` once the receiver is gone.
     fn try_append(&self, messages: &mut impl Outgoing) -> Result<bool, SinkClosed> {
+        // Counted before the lock, which the receiver may be waiting for.
+        let weight = messages.weight();
         let mut state = self.lock();
         if state.receiver_gone {
             return Err(SinkClosed);
         }
-        if state.queue.len() >= SINK_CAPACITY {
+        if state.is_full() {
             return Ok(false);
         }
         let was_empty = state.queue.is_empty();
         let full_batch = messages.is_full_batch();
+        state.bytes += weight;
         messages.move_to(&mut state.queue);
         drop(state);
         // A non-empty queue has already woken the receiver, or it is reading it now.
@@ -162,6 +198,7 @@ impl Sender {
             return;
         }
         let was_empty = state.queue.is_empty();
+        state.bytes += Outgoing::weight(messages);
         state.queue.extend(messages.drain(..));
         drop(state);
         if was_empty {
@@ -202,12 +239,15 @@ impl Inbox {
         if n == 0 {
             return (0, state.senders_gone);
         }
-        let had_no_room = state.queue.len() >= SINK_CAPACITY;
+        let had_no_room = state.is_full();
         if n == state.queue.len() && buf.is_empty() {
             // The common case: hand over the whole queue and keep the caller's emptied vector
             // as the next one.
             std::mem::swap(&mut state.queue, buf);
+            state.bytes = 0;
         } else {
+            let taken: usize = state.queue.range(..n).map(weight).sum();
+            state.bytes -= taken;
             buf.extend(state.queue.drain(..n));
         }
         drop(state);
@@ -271,7 +311,7 @@ impl Drop for Inbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::EventKind;
+    use crate::event::{EventKind, RawJson};
 
     fn delta(text: &str) -> ProviderMessage {
         ProviderMessage::Event {
@@ -329,6 +369,46 @@ mod tests {
         assert_eq!(text(&got[0]), "late");
         drop(tx);
         assert_eq!(rx.recv_many(&mut got, usize::MAX).await, 0, "every sender gone: the end");
+    }
+
+    /// A message whose raw JSON is `bytes` long.
+    fn line_of(bytes: usize) -> ProviderMessage {
+        let json = format!("\"{}\"", "x".repeat(bytes - 2));
+        ProviderMessage::Event {
+            turn: None,
+            kind: EventKind::Warning { message: String::new() },
+            raw: Some(RawJson::parsed(json)),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lines_of_megabytes_hold_senders_back_by_their_bytes() {
+        let (tx, mut rx) = channel();
+        // Larger than the bound, alone: it goes in.
+        tx.send_all(&mut Some(line_of(SINK_BYTES + 1))).await.unwrap();
+        let tx = Arc::new(tx);
+        let sender = tokio::spawn({
+            let tx = Arc::clone(&tx);
+            async move { tx.send_all(&mut Some(line_of(1 << 20))).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        assert!(!sender.is_finished(), "a queue over its bytes has no room, whatever its count");
+        let mut got = VecDeque::new();
+        assert_eq!(rx.recv_many(&mut got, 1).await, 1);
+        sender.await.unwrap().expect("room was made");
+        // Under the bound, lines go in until it is reached.
+        tx.send_all(&mut Some(line_of(SINK_BYTES - (1 << 20)))).await.unwrap();
+        let sender = tokio::spawn({
+            let tx = Arc::clone(&tx);
+            async move { tx.send_all(&mut Some(line_of(1 << 20))).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        assert!(!sender.is_finished(), "{SINK_BYTES} bytes queued: no room");
+        got.clear();
+        assert_eq!(rx.recv_many(&mut got, 1).await, 1, "one taken: the bytes queued go down by its own");
+        sender.await.unwrap().expect("room was made");
+        got.clear();
+        assert_eq!(rx.recv_many(&mut got, usize::MAX).await, 2);
     }
 
     /// A reader that hands over a full batch goes on parsing without yielding; its actor must

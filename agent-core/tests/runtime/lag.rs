@@ -139,6 +139,42 @@ async fn a_slow_store_holds_the_provider_back_instead_of_buffering_without_bound
     assert!(stored.windows(2).all(|w| w[1].seq == w[0].seq + 1), "contiguous seqs");
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_slow_store_holds_back_a_provider_of_long_lines_by_their_bytes() {
+    const FLOOD: u64 = 400;
+    const LINE: usize = 512 << 10;
+    // At most: the batch in flight and the next one (each under 16 MiB plus a line), and the
+    // sink's own 16 MiB plus a line — far fewer lines than the counts of events would let in.
+    const AHEAD: u64 = (3 * ((16 << 20) / LINE + 1)) as u64;
+    let (f, store) = Fixture::controlled();
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "flood").await;
+    store.set(WriteMode::Slow);
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let producer = {
+        let (sink, turn, sent) = (remote.sink().clone(), turn.id.clone(), std::sync::Arc::clone(&sent));
+        tokio::spawn(async move {
+            for n in 0..FLOOD {
+                let raw = agent_core::event::RawJson::parsed(format!("\"{n}{}\"", "x".repeat(LINE - 12)));
+                let kind = EventKind::MessageDelta { item_id: None, text: String::new().into() };
+                sink.emit(Some(&turn), kind, Some(raw)).await.unwrap();
+                sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let ahead = sent.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(ahead <= AHEAD, "{ahead} lines of {LINE} bytes taken while the first write was in flight");
+
+    producer.await.unwrap();
+    remote.complete(&turn.id, "flooded").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    let stored = store.inner.read_events(&session.id, &agent_core::store::EventQuery::default()).await.unwrap();
+    let deltas = stored.iter().filter(|e| matches!(e.kind, EventKind::MessageDelta { .. })).count() as u64;
+    assert_eq!(deltas, FLOOD, "nothing lost");
+    assert!(stored.windows(2).all(|w| w[1].seq == w[0].seq + 1), "contiguous seqs");
+}
+
 /// A stopped session's replay, read from the store a page at a time, whose session leaves the
 /// store meanwhile (evicted by the memory store's limits, or purged): it fails saying what it
 /// misses, where it used to end after the pages it had as if they were the whole history.

@@ -88,6 +88,21 @@ const RECYCLED: usize = 256;
 /// [`Journal::is_backlogged`]).
 const MAX_PENDING_EVENTS: usize = 2048;
 
+/// Bytes of provider output (the events' raw JSON) that may wait for the next store write while
+/// one is in flight: with lines of megabytes, [`MAX_PENDING_EVENTS`] alone would let gigabytes
+/// wait.
+const MAX_PENDING_BYTES: usize = 16 << 20;
+
+/// Bytes of provider output (the events' raw JSON) the replay ring keeps at most, beside its
+/// `event_buffer_size` events: it always keeps the newest event, and no more events of
+/// megabytes than fit.
+const RING_BYTES: usize = 32 << 20;
+
+/// What an event holds of the provider's output, as the byte bounds count it.
+fn weight(event: &Event) -> usize {
+    event.raw.as_ref().map_or(0, |raw| raw.get().len())
+}
+
 /// Writes a store that queues in order ([`Store::enqueue`](crate::store::Store::enqueue)) may
 /// have in flight for one session: the next ones are encoded and queued while the oldest
 /// commits. Three keep the SQLite writer busy while one write waits for its `fsync` and the
@@ -124,6 +139,8 @@ pub(super) struct Journal {
     home_store: Option<DynStore>,
     durability: Durability,
     pending: WriteBatch,
+    /// The [`weight`] of the pending batch's events.
+    pending_bytes: usize,
     /// The events vector of the last batch that committed in flight, emptied, for the next
     /// batch: a long turn reuses two vectors instead of growing a new one per write (a write made
     /// at once hands its vector straight back to `pending`).
@@ -133,6 +150,8 @@ pub(super) struct Journal {
     writing: VecDeque<Writing>,
     ring: VecDeque<Arc<Event>>,
     ring_capacity: usize,
+    /// The [`weight`] of the ring's events.
+    ring_bytes: usize,
     /// The turn and seq of the last turn event that left the ring: that turn's events up to the
     /// seq are gone from the ring (turns run one after another, so only the oldest turn in the
     /// ring can have lost some).
@@ -168,6 +187,7 @@ impl Journal {
     ) -> Self {
         Journal {
             pending: WriteBatch::new(session.id.clone()),
+            pending_bytes: 0,
             spare_events: Vec::new(),
             session,
             event_prefix: EventId::generate().to_string(),
@@ -181,6 +201,7 @@ impl Journal {
             writing: VecDeque::new(),
             ring: VecDeque::new(),
             ring_capacity,
+            ring_bytes: 0,
             last_evicted: None,
             live: None,
             live_pending: Vec::new(),
@@ -278,6 +299,7 @@ impl Journal {
 
     fn sequence(&mut self, event: Arc<Event>) {
         if self.store.is_some() {
+            self.pending_bytes += weight(&event);
             self.pending.events.push(event);
         } else {
             self.publish(event);
@@ -286,17 +308,13 @@ impl Journal {
 
     fn publish(&mut self, event: Arc<Event>) {
         self.published_seq = event.seq;
-        if self.ring.len() == self.ring_capacity
-            && let Some(evicted) = self.ring.pop_front()
-        {
-            if let Some(turn) = &evicted.turn_id {
-                match &mut self.last_evicted {
-                    // The common case, a long turn: no ID clone per eviction.
-                    Some((last, seq)) if last == turn => *seq = evicted.seq,
-                    last => *last = Some((turn.clone(), evicted.seq)),
-                }
-            }
-            self.recycle(evicted);
+        if self.ring.len() == self.ring_capacity {
+            self.evict();
+        }
+        self.ring_bytes += weight(&event);
+        // Events of megabytes: the oldest go until the ring is within its bytes again.
+        while self.ring_bytes > RING_BYTES && !self.ring.is_empty() {
+            self.evict();
         }
         if event.is_terminal() {
             self.terminals.push(Arc::clone(&event));
@@ -309,6 +327,20 @@ impl Journal {
         // event is cloned once (for the ring) and moved on.
         self.ring.push_back(Arc::clone(&event));
         self.live_pending.push(event);
+    }
+
+    /// Drops the ring's oldest event, remembering how far its turn's events are gone.
+    fn evict(&mut self) {
+        let Some(evicted) = self.ring.pop_front() else { return };
+        self.ring_bytes -= weight(&evicted);
+        if let Some(turn) = &evicted.turn_id {
+            match &mut self.last_evicted {
+                // The common case, a long turn: no ID clone per eviction.
+                Some((last, seq)) if last == turn => *seq = evicted.seq,
+                last => *last = Some((turn.clone(), evicted.seq)),
+            }
+        }
+        self.recycle(evicted);
     }
 
     /// Sends the events published since the last send to live subscribers: in one send (up to
@@ -429,6 +461,7 @@ impl Journal {
             if let Some(result) = result {
                 let events = std::mem::take(&mut self.pending.events);
                 self.pending.clear();
+                self.pending_bytes = 0;
                 let actions = std::mem::take(&mut self.after_commit);
                 return FlushStart::Written(self.committed(events, actions, result));
             }
@@ -437,6 +470,7 @@ impl Journal {
         let mut next = WriteBatch::new(self.session.id.clone());
         next.events = std::mem::take(&mut self.spare_events);
         let batch = std::mem::replace(&mut self.pending, next);
+        let bytes = std::mem::take(&mut self.pending_bytes);
         let queued = span.in_scope(|| catch_unwind(AssertUnwindSafe(|| store.enqueue(&batch, follows))));
         let commit: QueuedWrite = match queued {
             Ok(Some(commit)) => {
@@ -450,6 +484,7 @@ impl Journal {
             Ok(None) if follows => {
                 // Not now: the batch waits for the write in flight.
                 let next = std::mem::replace(&mut self.pending, batch);
+                self.pending_bytes = bytes;
                 self.spare_events = next.events;
                 return FlushStart::InFlight;
             }
@@ -474,12 +509,14 @@ impl Journal {
         !self.writing.is_empty()
     }
 
-    /// True while a write is in flight and [`MAX_PENDING_EVENTS`] more wait for the next one:
+    /// True while a write is in flight and [`MAX_PENDING_EVENTS`] more (or [`MAX_PENDING_BYTES`]
+    /// of them) wait for the next one:
     /// the actor stops taking provider messages until the store catches up, so the bounded
     /// sink fills, the provider's reader waits, and the CLI's pipe fills — memory stays bounded
     /// however slow the store is, and the next batch is capped.
     pub(super) fn is_backlogged(&self) -> bool {
-        !self.writing.is_empty() && self.pending.events.len() >= MAX_PENDING_EVENTS
+        !self.writing.is_empty()
+            && (self.pending.events.len() >= MAX_PENDING_EVENTS || self.pending_bytes >= MAX_PENDING_BYTES)
     }
 
     /// Waits for the oldest write in flight (guard with [`Journal::is_flushing`]). Cancel-safe:
@@ -551,6 +588,7 @@ impl Journal {
                 }
             }
             let later = std::mem::replace(&mut self.pending, WriteBatch::new(self.session.id.clone()));
+            self.pending_bytes = 0;
             for event in later.events {
                 self.publish(event);
             }
@@ -767,5 +805,23 @@ mod tests {
         publish(&mut journal, 100);
         assert_eq!(sizes(&mut rx), [100]);
         assert_eq!(journal.unsent_live(), 0);
+    }
+
+    #[test]
+    fn the_ring_keeps_events_of_megabytes_within_its_bytes_and_always_the_newest() {
+        let mut journal = journal();
+        let line = |bytes: usize| Some(RawJson::parsed(format!("\"{}\"", "x".repeat(bytes - 2))));
+        for _ in 0..100 {
+            journal.emit(None, EventKind::Warning { message: String::new() }, line(1 << 20));
+        }
+        assert_eq!(journal.ring.len(), RING_BYTES >> 20, "as many as fit in its bytes, not its 1,000 events");
+        assert_eq!(journal.ring.back().map(|e| e.seq), Some(100));
+        assert_eq!(journal.ring_bytes, RING_BYTES);
+        journal.emit(None, EventKind::Warning { message: String::new() }, line(RING_BYTES + 1));
+        assert_eq!(journal.ring.len(), 1, "an event larger than the bound is kept alone");
+        journal.emit(None, EventKind::Warning { message: String::new() }, None);
+        assert_eq!(journal.ring.len(), 1, "and goes with the next");
+        assert_eq!(journal.ring_bytes, 0);
+        assert!(!journal.ring_covers(50), "a gap is known, not served");
     }
 }
