@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::ids::{SessionId, TurnId};
 use crate::request::{Request, RequestStatus};
-use crate::runtime::subscription::{Grant, REPLAY_PAGE, past_latest};
+use crate::runtime::subscription::{Grant, Pager, past_latest};
 use crate::runtime::{Replay, SessionHandle, Subscription};
 use crate::session::{ExitReason, SessionRef, SessionSnapshot, SessionState, StoredSession};
 use crate::store::{DynStore, EventQuery, Expected, StoreError, WriteBatch};
@@ -345,9 +345,11 @@ pub(super) async fn outcome_in(
         Some(_) => {}
     }
     let mut after = 0;
+    let mut pager = Pager::new();
     loop {
-        let page = EventQuery::after(after).turn(turn.clone()).limit(REPLAY_PAGE);
+        let page = EventQuery::after(after).turn(turn.clone()).limit(pager.limit());
         let events = store.read_events(session, &page).await.map_err(Error::from)?;
+        pager.after(&events);
         let Some(last) = events.last() else {
             return Err(Error::ReplayUnavailable {
                 reason: format!("the store has no terminal event for turn `{turn}`"),

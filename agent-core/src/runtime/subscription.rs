@@ -18,8 +18,41 @@ use crate::session::{ExitReason, SessionRef};
 use crate::store::{DynStore, EventQuery};
 use crate::turn::{Turn, TurnRef};
 
-/// Events read from a store per replay page.
+/// Events read from a store per replay page, at most.
 pub(crate) const REPLAY_PAGE: usize = 1024;
+
+/// Bytes of provider output (the events' raw JSON) a replay page aims at: pages of events of
+/// megabytes hold fewer events.
+const REPLAY_PAGE_BYTES: usize = 16 << 20;
+
+/// The size of the next replay page: small at first, growing to [`REPLAY_PAGE`] events while
+/// pages are light, and shrinking to what [`REPLAY_PAGE_BYTES`] holds when events are heavy —
+/// a store's page of 1,024 events of megabytes would be gigabytes at once.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pager {
+    limit: usize,
+}
+
+impl Pager {
+    pub(crate) fn new() -> Self {
+        Pager { limit: 4 }
+    }
+
+    /// How many events to ask for next.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Sizes the next page after `page` (one that was asked for [`Pager::limit`] events).
+    pub(crate) fn after(&mut self, page: &[Arc<Event>]) {
+        let bytes: usize = page.iter().map(|e| e.raw.as_ref().map_or(0, |raw| raw.get().len())).sum();
+        self.limit = if bytes > REPLAY_PAGE_BYTES / 2 {
+            (page.len() * REPLAY_PAGE_BYTES / bytes).clamp(1, REPLAY_PAGE)
+        } else {
+            (self.limit * 4).min(REPLAY_PAGE)
+        };
+    }
+}
 
 /// Where a subscription starts.
 ///
@@ -233,6 +266,7 @@ struct State {
     live: Option<(LiveBatch, usize)>,
     store: Option<DynStore>,
     last_seen: u64,
+    pager: Pager,
     /// The error to end with once the replay queue is delivered.
     failed: Option<SubscriptionError>,
     done: bool,
@@ -365,7 +399,8 @@ impl State {
             self.finish_read(read);
             return;
         }
-        let mut query = EventQuery::after(self.last_seen).limit(REPLAY_PAGE);
+        let limit = self.pager.limit();
+        let mut query = EventQuery::after(self.last_seen).limit(limit);
         if read.gap.is_none() {
             query.turn = self.turn.clone();
         }
@@ -378,7 +413,8 @@ impl State {
                 return;
             }
         };
-        let full_page = events.len() == REPLAY_PAGE;
+        let full_page = events.len() == limit;
+        self.pager.after(&events);
         let mut last = self.last_seen;
         let mut reached = false;
         for event in events {
@@ -502,6 +538,7 @@ impl Subscription {
             live: None,
             store: grant.store,
             last_seen: after.unwrap_or(grant.live_from),
+            pager: Pager::new(),
             failed: None,
             done: false,
         };

@@ -133,6 +133,8 @@ pub(crate) struct ControlledStore {
     /// The next `enqueue` panics (in [`WriteMode::Queued`]).
     panic_next_enqueue: std::sync::atomic::AtomicBool,
     enqueue_calls: std::sync::atomic::AtomicUsize,
+    /// The most raw JSON one `read_events` returned, in bytes.
+    largest_read: std::sync::atomic::AtomicUsize,
     /// A write held in [`WriteMode::Gated`] arrived; the gate opened.
     gate: (tokio::sync::Notify, tokio::sync::Notify),
 }
@@ -147,6 +149,7 @@ impl ControlledStore {
             queued: Default::default(),
             panic_next_enqueue: Default::default(),
             enqueue_calls: Default::default(),
+            largest_read: Default::default(),
             gate: Default::default(),
         })
     }
@@ -202,6 +205,11 @@ impl ControlledStore {
         self.enqueue_calls.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// The most raw JSON one `read_events` returned, in bytes.
+    pub(crate) fn largest_read(&self) -> usize {
+        self.largest_read.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Makes event reads fail (or work again).
     pub(crate) fn fail_reads(&self, fail: bool) {
         self.fail_reads.store(fail, std::sync::atomic::Ordering::SeqCst);
@@ -254,7 +262,10 @@ impl Store for ControlledStore {
         if self.fail_reads.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(StoreError::Unavailable("the disk went away".into()));
         }
-        self.inner.read_events(s, q).await
+        let events = self.inner.read_events(s, q).await?;
+        let bytes = events.iter().map(|e| e.raw.as_ref().map_or(0, |raw| raw.get().len())).sum();
+        self.largest_read.fetch_max(bytes, std::sync::atomic::Ordering::SeqCst);
+        Ok(events)
     }
     async fn latest_seq(&self, s: &SessionId) -> Result<Option<u64>, StoreError> {
         self.inner.latest_seq(s).await

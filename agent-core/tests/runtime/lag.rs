@@ -175,6 +175,27 @@ async fn a_slow_store_holds_back_a_provider_of_long_lines_by_their_bytes() {
     assert!(stored.windows(2).all(|w| w[1].seq == w[0].seq + 1), "contiguous seqs");
 }
 
+#[tokio::test]
+async fn a_replay_of_lines_of_megabytes_reads_the_store_in_pages_of_megabytes_not_gigabytes() {
+    const LINE: usize = 1 << 20;
+    let (f, store) = Fixture::controlled();
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "long lines").await;
+    for n in 0..100 {
+        let raw = agent_core::event::RawJson::parsed(format!("\"{n}{}\"", "x".repeat(LINE - 12)));
+        let kind = EventKind::MessageDelta { item_id: None, text: String::new().into() };
+        remote.sink().emit(Some(&turn.id), kind, Some(raw)).await.unwrap();
+    }
+    remote.complete(&turn.id, "done").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    f.harness.stop_session(&session, false).await.unwrap();
+
+    let replayed: Vec<_> = f.harness.stream(&turn, Replay::Start, None).await.unwrap().collect().await.unwrap();
+    let deltas = replayed.iter().filter(|e| matches!(e.kind, EventKind::MessageDelta { .. })).count();
+    assert_eq!(deltas, 100, "the whole turn");
+    assert!(store.largest_read() <= 17 * LINE, "a page of {} bytes", store.largest_read());
+}
+
 /// A stopped session's replay, read from the store a page at a time, whose session leaves the
 /// store meanwhile (evicted by the memory store's limits, or purged): it fails saying what it
 /// misses, where it used to end after the pages it had as if they were the whole history.
