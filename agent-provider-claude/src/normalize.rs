@@ -246,8 +246,8 @@ impl Normalizer {
                     // The turn must end: what reads, with a word on what did not.
                     Some(result) => {
                         let message = format!(
-                            "claude's `result` has fields of types this provider does not expect ({error}); the \
-                             turn ends with what could be read"
+                            "claude's `result` has fields missing or of types this provider does not expect \
+                             ({error}); the turn ends with what could be read"
                         );
                         self.emit(actions, EventKind::Warning { message });
                         self.on_result(result, actions);

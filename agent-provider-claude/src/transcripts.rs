@@ -419,3 +419,36 @@ fn a_resumed_conversation_keeps_its_session_id() {
     assert_eq!(played.normalizer.session_id(), Some("55c31236-6680-414c-8f78-31951bf0b319"));
     assert_eq!(json!(played.end(0).0), json!("completed"));
 }
+
+/// A `result` that lacks `is_error` or has fields of unexpected types still ends the turn, with
+/// a warning saying it was read leniently.
+#[test]
+fn a_result_missing_or_mistyping_fields_ends_the_turn_with_a_warning() {
+    for (line, status) in [
+        (r#"{"type":"result"}"#, TurnStatus::Completed),
+        (r#"{"type":"result","subtype":"success","is_error":"yes","num_turns":"two"}"#, TurnStatus::Failed),
+    ] {
+        let mut normalizer = Normalizer::new(None);
+        normalizer.begin_turn(TurnId::from_string("t1")).unwrap();
+        let mut actions = Vec::new();
+        normalizer.on_line(line, None, &Envelope::parse(line).unwrap(), &mut actions);
+        let kinds: Vec<_> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Emit { kind, .. } => Some(kind),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            matches!(kinds.first(), Some(EventKind::Warning { message }) if message.contains("`result` has fields missing")),
+            "{line}: {kinds:?}"
+        );
+        let ended = match kinds.last() {
+            Some(EventKind::TurnCompleted(end) | EventKind::TurnFailed(end) | EventKind::TurnInterrupted(end)) => {
+                Some(end.status)
+            }
+            _ => None,
+        };
+        assert_eq!(ended, Some(status), "{line}: {kinds:?}");
+    }
+}

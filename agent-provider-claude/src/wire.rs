@@ -242,7 +242,8 @@ pub(crate) enum Content {
 pub(crate) struct ResultMessage {
     #[serde(default)]
     pub(crate) subtype: Option<String>,
-    #[serde(default)]
+    /// Required: a `result` that does not say whether the turn failed is read leniently, with a
+    /// warning.
     pub(crate) is_error: bool,
     #[serde(default)]
     pub(crate) result: Option<String>,
