@@ -49,7 +49,8 @@ pub fn snapshot(id: &SessionId, status: SessionState) -> SessionSnapshot {
     let json = serde_json::json!({
         "id": id, "provider": "scripted", "status": status, "cwd": "/tmp",
         "config_fingerprint": "f", "created_at": Timestamp::now(), "updated_at": Timestamp::now(),
-        "metadata": {"project": "conformance"},
+        // A float whose shortest text reads back to another float without a careful parser.
+        "metadata": {"project": "conformance", "score": 2.291712365432881e-9},
         "owner": {"pid": 4242, "started": 987654, "boot_id": "b00t", "harness": 3},
     });
     serde_json::from_value(json).expect("snapshot json")
@@ -866,8 +867,8 @@ pub async fn writes_check_their_precondition(store: &DynStore) {
     assert_eq!(replaced.snapshot.map(|s| s.status), Some(SessionState::Starting), "the replacement must land");
     assert_eq!(seqs(&replaced.events), vec![1], "the replacement must drop the old journal");
 
-    // The snapshot as it was written, not read back (a start taking back a commit whose answer
-    // it lost): a batch expecting it commits, so the written snapshot must read back equal.
+    // The snapshot as it was written, not read back: a batch expecting it commits, so the written
+    // snapshot must read back equal.
     let mut written = snapshot(&id, SessionState::Starting);
     written.startup =
         Some(serde_json::from_value(serde_json::json!({"attempt_id": "a1", "acknowledged": false})).unwrap());
