@@ -424,15 +424,17 @@ impl Opening {
             // startup marker lets the next start reclaim the ID); a resumed one is closed again,
             // its history intact.
             tracing::info!("caller went away during startup; session torn down");
+            // Taken back while the ID is still held, so a retry under it starts from nothing
+            // stored rather than planning to replace what this takes away.
+            if let (Some(store), None) = (&store, &plan.resumed) {
+                undo_initial_commit(store, &snapshot, None, finalize_timeout).await;
+            }
             if let Some(registry) = registry.upgrade() {
                 registry.remove(&id, attempt);
             }
             close_bounded(runtime.as_ref(), finalize_timeout).await;
             end_strays(&processes, &id, harness, finalize_timeout).await;
             let reason = ExitReason::Closed { reason: CloseReason::Stopped };
-            if let (Some(store), None) = (&store, &plan.resumed) {
-                undo_initial_commit(store, &snapshot, None, finalize_timeout).await;
-            }
             if let (Some(store), true) = (&store, plan.resumed.is_some()) {
                 let mut closed = snapshot.clone();
                 closed.status = SessionState::Closed;
