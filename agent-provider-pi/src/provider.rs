@@ -422,10 +422,14 @@ impl Provider for PiProvider {
                 let report = conn.exit_report().await;
                 let (how, tail) = (report.how(), stderr_note(report.stderr_tail.as_deref()));
                 let why = format!("pi exited during startup ({how}){tail}");
+                // The session file was found before spawning: pi refusing what it holds says so
+                // ("Session file is not a valid pi session"); any other exit is pi's own.
+                let refused = report.stderr_tail.as_deref().is_some_and(|t| t.contains("Session file"));
                 return Err(match &ctx.conversation {
-                    // The session file was found, so pi refused what it holds.
                     OpenConversation::Resume { provider_session_id }
-                    | OpenConversation::Fork { provider_session_id } => {
+                    | OpenConversation::Fork { provider_session_id }
+                        if refused =>
+                    {
                         let mode = if matches!(ctx.conversation, OpenConversation::Fork { .. }) {
                             ConversationMode::Fork
                         } else {
