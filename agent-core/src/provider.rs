@@ -504,7 +504,7 @@ impl SinkBuffer {
     }
 
     /// Sends what the buffer holds, in order, waiting while the runtime is
-    /// [`SINK_CAPACITY`] messages behind.
+    /// [`SINK_CAPACITY`] messages (or [`SINK_BYTES`]) behind.
     pub async fn flush(&mut self) -> Result<(), SinkClosed> {
         let sent = self.sink.tx.send_all(&mut self.pending).await;
         if sent.is_err() {
