@@ -103,12 +103,10 @@ async fn a_store_read_that_fails_during_replay_ends_the_subscription_with_an_err
     assert!(matches!(err, StreamError::ReplayFailed { .. }), "{err:?}");
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_slow_store_holds_the_provider_back_instead_of_buffering_without_bound() {
-    const FLOOD: u64 = 100_000;
-    // At most: the batch in flight and the next one (each under 2,048 events plus one sink
-    // batch of 512), and the sink's own 4,096 messages.
-    const AHEAD: u64 = 2 * (2048 + 512) + 4096;
+/// Floods a turn with `lines` deltas (the raw JSON of line `n` from `raw`) against a store whose
+/// writes take a while; returns how many the provider got to send while the first write was in
+/// flight, having checked that the store ends up with every one, in seq order.
+async fn flood_behind_a_slow_store(lines: u64, raw: fn(u64) -> Option<agent_core::event::RawJson>) -> u64 {
     let (f, store) = Fixture::controlled();
     let (session, remote) = f.session(opts()).await;
     let turn = f.admitted_turn(&session, "flood").await;
@@ -117,9 +115,9 @@ async fn a_slow_store_holds_the_provider_back_instead_of_buffering_without_bound
     let producer = {
         let (sink, turn, sent) = (remote.sink().clone(), turn.id.clone(), std::sync::Arc::clone(&sent));
         tokio::spawn(async move {
-            for _ in 0..FLOOD {
+            for n in 0..lines {
                 let kind = EventKind::MessageDelta { item_id: None, text: String::new().into() };
-                sink.emit(Some(&turn), kind, None).await.unwrap();
+                sink.emit(Some(&turn), kind, raw(n)).await.unwrap();
                 sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
         })
@@ -127,7 +125,6 @@ async fn a_slow_store_holds_the_provider_back_instead_of_buffering_without_bound
     // Less than one (paused-clock) write: the flood runs until the provider has to wait.
     tokio::time::sleep(Duration::from_millis(10)).await;
     let ahead = sent.load(std::sync::atomic::Ordering::SeqCst);
-    assert!(ahead <= AHEAD, "{ahead} events taken while the first write was in flight");
 
     // Nothing is lost or reordered: the store catches up and holds every event, in seq order.
     producer.await.unwrap();
@@ -135,44 +132,29 @@ async fn a_slow_store_holds_the_provider_back_instead_of_buffering_without_bound
     f.harness.await_turn(&turn, None).await.unwrap();
     let stored = store.inner.read_events(&session.id, &agent_core::store::EventQuery::default()).await.unwrap();
     let deltas = stored.iter().filter(|e| matches!(e.kind, EventKind::MessageDelta { .. })).count() as u64;
-    assert_eq!(deltas, FLOOD);
+    assert_eq!(deltas, lines, "nothing lost");
     assert!(stored.windows(2).all(|w| w[1].seq == w[0].seq + 1), "contiguous seqs");
+    ahead
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_store_holds_the_provider_back_instead_of_buffering_without_bound() {
+    // At most: the batch in flight and the next one (each under 2,048 events plus one sink
+    // batch of 512), and the sink's own 4,096 messages.
+    const AHEAD: u64 = 2 * (2048 + 512) + 4096;
+    let ahead = flood_behind_a_slow_store(100_000, |_| None).await;
+    assert!(ahead <= AHEAD, "{ahead} events taken while the first write was in flight");
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_store_holds_back_a_provider_of_long_lines_by_their_bytes() {
-    const FLOOD: u64 = 400;
     const LINE: usize = 512 << 10;
     // At most: the batch in flight and the next one (each under 16 MiB plus a line), and the
     // sink's own 16 MiB plus a line — far fewer lines than the counts of events would let in.
     const AHEAD: u64 = (3 * ((16 << 20) / LINE + 1)) as u64;
-    let (f, store) = Fixture::controlled();
-    let (session, remote) = f.session(opts()).await;
-    let turn = f.admitted_turn(&session, "flood").await;
-    store.set(WriteMode::Slow);
-    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let producer = {
-        let (sink, turn, sent) = (remote.sink().clone(), turn.id.clone(), std::sync::Arc::clone(&sent));
-        tokio::spawn(async move {
-            for n in 0..FLOOD {
-                let raw = agent_core::event::RawJson::parsed(format!("\"{n}{}\"", "x".repeat(LINE - 12)));
-                let kind = EventKind::MessageDelta { item_id: None, text: String::new().into() };
-                sink.emit(Some(&turn), kind, Some(raw)).await.unwrap();
-                sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            }
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    let ahead = sent.load(std::sync::atomic::Ordering::SeqCst);
+    let line = |n: u64| Some(agent_core::event::RawJson::parsed(format!("\"{n}{}\"", "x".repeat(LINE - 12))));
+    let ahead = flood_behind_a_slow_store(400, line).await;
     assert!(ahead <= AHEAD, "{ahead} lines of {LINE} bytes taken while the first write was in flight");
-
-    producer.await.unwrap();
-    remote.complete(&turn.id, "flooded").await;
-    f.harness.await_turn(&turn, None).await.unwrap();
-    let stored = store.inner.read_events(&session.id, &agent_core::store::EventQuery::default()).await.unwrap();
-    let deltas = stored.iter().filter(|e| matches!(e.kind, EventKind::MessageDelta { .. })).count() as u64;
-    assert_eq!(deltas, FLOOD, "nothing lost");
-    assert!(stored.windows(2).all(|w| w[1].seq == w[0].seq + 1), "contiguous seqs");
 }
 
 #[tokio::test]
