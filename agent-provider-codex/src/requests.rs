@@ -41,6 +41,8 @@ pub(crate) enum PendingKind {
     Question { ids: Vec<String> },
     /// `mcpServer/elicitation/request`.
     Elicitation,
+    /// `mcpServer/elicitation/request` that is codex's approval of an MCP tool call.
+    ToolCall,
     /// The legacy `execCommandApproval` / `applyPatchApproval` (review decisions).
     Legacy,
 }
@@ -93,6 +95,20 @@ pub(crate) fn build(
             let spec = meta_opt(RequestSpec::new(RequestKind::Question, prompt, provider_ref), "item_id", p.item_id)
                 .questions(questions);
             Built::Ask { spec, kind: PendingKind::Question { ids } }
+        }
+        ServerRequest::Elicitation(p)
+            if p.meta.as_ref().is_some_and(|m| m["codex_approval_kind"] == "mcp_tool_call") =>
+        {
+            // Codex asks to run an MCP tool through the elicitation method: an approval, once.
+            let meta = p.meta.unwrap_or_default();
+            let tool = meta["tool_name"].as_str().or_else(|| meta["tool_title"].as_str()).map(str::to_owned);
+            let prompt = p.message.clone().unwrap_or_else(|| "Run an MCP tool".into());
+            let mut spec = RequestSpec::new(RequestKind::Permission, prompt, provider_ref).scopes([Scope::Once]);
+            spec = meta_opt(spec, "server_name", p.server_name);
+            spec = meta_opt(spec, "tool", tool);
+            spec = meta_opt(spec, "tool_description", meta["tool_description"].as_str().map(str::to_owned));
+            spec = meta_opt(spec, "input", meta.get("tool_params").cloned());
+            Built::Ask { spec, kind: PendingKind::ToolCall }
         }
         ServerRequest::Elicitation(p) => {
             let prompt = p.message.clone().unwrap_or_else(|| "An MCP server asks for input".into());
@@ -396,6 +412,12 @@ pub(crate) fn encode(pending: &PendingRequest, kind: RequestKind, response: &Res
             };
             Ok(Encoded::answer(json!({ "action": "accept", "content": content })))
         }
+        (PendingKind::ToolCall, Response::Approve { scope: Scope::Once }) => {
+            Ok(Encoded::answer(json!({ "action": "accept", "content": {} })))
+        }
+        (PendingKind::ToolCall, Response::Approve { scope }) => Err(Error::UnsupportedScope { scope: *scope }),
+        (PendingKind::ToolCall, Response::Deny { .. }) => Ok(Encoded::answer(json!({ "action": "decline" }))),
+        (PendingKind::ToolCall, Response::Cancel { .. }) => Ok(Encoded::answer(json!({ "action": "cancel" }))),
         (PendingKind::Elicitation, Response::Deny { .. }) => Ok(Encoded::answer(json!({ "action": "decline" }))),
         (PendingKind::Elicitation, Response::Cancel { .. }) => Ok(Encoded::answer(json!({ "action": "cancel" }))),
         (PendingKind::Legacy, Response::Approve { scope }) => {
@@ -453,7 +475,7 @@ pub(crate) fn auto_decline(kind: &PendingKind) -> Value {
         PendingKind::Question { ids } => {
             json!({ "answers": ids.iter().map(|id| (id.clone(), json!({ "answers": [] }))).collect::<Map<_, _>>() })
         }
-        PendingKind::Elicitation => json!({ "action": "decline" }),
+        PendingKind::Elicitation | PendingKind::ToolCall => json!({ "action": "decline" }),
         PendingKind::Legacy => json!({ "decision": { "denied": { "rejection": "no turn is running" } } }),
     }
 }
@@ -592,6 +614,34 @@ mod tests {
         assert!(matches!(text, Err(Error::ResponseKindMismatch { .. })));
         let cancel = encode(&elicitation, RequestKind::McpElicitation, &Response::cancel("no")).unwrap();
         assert_eq!(cancel, Encoded { result: json!({"action": "cancel"}), interrupt: false });
+    }
+
+    /// Codex asks to run an MCP tool through the elicitation method; it is an approval.
+    #[test]
+    fn an_mcp_tool_call_codex_asks_about_is_an_approval() {
+        let params = json!({
+            "threadId": "th", "turnId": "tu", "serverName": "echo", "mode": "form",
+            "message": "Allow the echo MCP server to run tool \"echo\"?", "requestedSchema": {"type": "object", "properties": {}},
+            "_meta": {"codex_approval_kind": "mcp_tool_call", "persist": ["session", "always"],
+                      "tool_name": "echo", "tool_params": {"text": "ping"}},
+        });
+        let request = ServerRequest::Elicitation(serde_json::from_value(params).unwrap());
+        let Built::Ask { spec, kind } = build(&RpcId::Num(7), request, |_| None) else { panic!("asked") };
+        assert_eq!(spec.kind, RequestKind::Permission);
+        assert!(spec.kind.is_approval());
+        assert_eq!(spec.scopes, [Scope::Once]);
+        assert_eq!(spec.metadata["tool"], "echo");
+        assert_eq!(spec.metadata["server_name"], "echo");
+        assert_eq!(spec.metadata["input"], json!({"text": "ping"}));
+        let call = pending(kind);
+        let encode = |response: &Response| encode(&call, RequestKind::Permission, response);
+        assert_eq!(encode(&Response::approve()).unwrap().result, json!({"action": "accept", "content": {}}));
+        assert_eq!(encode(&Response::deny("no")).unwrap().result, json!({"action": "decline"}));
+        assert!(matches!(
+            encode(&Response::approve_with(Scope::Session)),
+            Err(Error::UnsupportedScope { scope: Scope::Session })
+        ));
+        assert_eq!(auto_decline(&call.kind), json!({"action": "decline"}));
     }
 
     #[test]

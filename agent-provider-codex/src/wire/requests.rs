@@ -119,6 +119,10 @@ pub(crate) struct Elicitation {
     pub(crate) url: Option<String>,
     #[serde(default)]
     pub(crate) elicitation_id: Option<String>,
+    /// Codex's own marks: `codex_approval_kind: "mcp_tool_call"` makes the elicitation codex's
+    /// approval of an MCP tool call (`tool_name`, `tool_params`, `tool_description`).
+    #[serde(default, rename = "_meta")]
+    pub(crate) meta: Option<Value>,
 }
 
 /// The legacy `execCommandApproval`.
