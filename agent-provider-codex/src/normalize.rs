@@ -78,7 +78,9 @@ pub(crate) fn attach(actions: &mut [Action], raw: RawJson) {
 enum Route {
     /// The running turn.
     Current,
-    /// A finished turn (the runtime drops it as stale).
+    /// A finished turn: its frames become session events, as the runtime takes no more events
+    /// of a turn after its end (a command codex left running in the background when the turn
+    /// ended completes later, and that is how its end is seen).
     Past(TurnId),
     /// No turn.
     Session,
@@ -290,7 +292,7 @@ impl Normalizer {
     fn turn_of(&self, route: &Route) -> Option<TurnId> {
         match route {
             Route::Current => self.turn.as_ref().map(|t| t.id().clone()),
-            Route::Past(id) => Some(id.clone()),
+            Route::Past(_) => None,
             Route::Session => None,
         }
     }

@@ -202,7 +202,7 @@ fn deltas_past_a_burst_of_clones_name_their_turn_and_item() {
 }
 
 #[test]
-fn late_frames_go_to_their_finished_turn_and_early_ones_to_the_new_turn() {
+fn late_frames_of_a_finished_turn_are_session_events_and_early_ones_go_to_the_new_turn() {
     let mut n = running();
     let done =
         feed(&mut n, note("turn/completed", json!({"threadId": "th", "turn": {"id": "tu", "status": "completed"}})));
@@ -212,7 +212,11 @@ fn late_frames_go_to_their_finished_turn_and_early_ones_to_the_new_turn() {
         &mut n,
         note("item/agentMessage/delta", json!({"threadId": "th", "turnId": "tu", "itemId": "m", "delta": "old"})),
     );
-    assert_eq!(emitted(&late)[0].0, Some("h1"));
+    assert_eq!(emitted(&late)[0].0, None, "not the new turn's, and the runtime takes no more of the old one");
+    // A command codex left running in the background ends after its turn: seen as it comes.
+    let command = json!({"type": "commandExecution", "id": "c1", "status": "completed", "exitCode": 0});
+    let ended = feed(&mut n, note("item/completed", json!({"threadId": "th", "turnId": "tu", "item": command})));
+    assert_eq!(emitted(&ended), [(None, &EventKind::ProviderEvent { method: "item/completed".into() })]);
     // Before codex admits the new turn, frames without a known turn belong to it.
     let early = feed(&mut n, note("warning", json!({"threadId": "th", "message": "careful"})));
     assert_eq!(emitted(&early), [(Some("h2"), &EventKind::Warning { message: "careful".into() })]);
