@@ -23,7 +23,7 @@ use self::turn::{Open, OpenItem, TurnState, push_bounded, push_within};
 use crate::requests::{self, Built, PendingRequest};
 use crate::wire::{self, IdRef, Item, Message, Notification, RpcId, ServerRequest, Tokens};
 
-/// Finished turns remembered to route their late frames (the runtime then drops them).
+/// Finished turns remembered to route their late frames (session events, see [`Route::Past`]).
 const RECENT_TURNS: usize = 8;
 /// Distinct unknown method names remembered for logging each once.
 const MAX_UNKNOWN_NAMES: usize = 64;
@@ -362,6 +362,19 @@ impl Normalizer {
                 warning.into_iter().chain(self.finish(n.turn)).collect()
             }
             note if route != Route::Current || foreign => {
+                // Streamed pieces of a finished (or unknown) turn are not published: the guard
+                // against a credential split across pieces sees only a running turn's deltas.
+                // Their item's end, whole in one line, is.
+                let streamed = matches!(
+                    note,
+                    Notification::AgentMessageDelta(_)
+                        | Notification::ReasoningDelta(..)
+                        | Notification::CommandOutputDelta(_)
+                        | Notification::FileChangeOutputDelta(_)
+                );
+                if streamed && !foreign {
+                    return;
+                }
                 // Another thread's totals (a subagent's) are not this thread's.
                 if let Notification::TokenUsage(n) = &note
                     && !foreign
