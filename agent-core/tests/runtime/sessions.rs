@@ -134,17 +134,39 @@ async fn a_caller_that_goes_away_during_the_initial_commit_leaves_nothing_stored
     while !(remote.is_closed() && f.harness.list_sessions().is_empty()) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // Taken back before the ID was freed (and so before the provider was closed).
     let id = SessionId::new("gone").unwrap();
-    for _ in 0..100 {
-        if store.fetch_session(&id).await.unwrap().is_none() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     assert_eq!(store.fetch_session(&id).await.unwrap(), None, "the new session was taken back");
     assert_eq!(store.latest_seq(&id).await.unwrap(), None);
     store.set(WriteMode::Normal);
     f.session(opts().id("gone")).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_that_goes_away_during_a_resumes_commit_leaves_the_session_closed_and_whole() {
+    let (f, store) = Fixture::controlled();
+    let (session, _) = f.session(opts().id("back")).await;
+    f.harness.stop_session(&session, false).await.unwrap();
+    store.set(WriteMode::Gated);
+    let harness = f.harness.clone();
+    let resume = opts().resume_session(session.id.clone());
+    let start = tokio::spawn(async move { harness.start_session(PROVIDER, resume).await });
+    // The provider opened; the initial commit is under way.
+    store.arrival().await;
+    start.abort();
+    store.open_gate();
+    // The startup finishes in the background, finds nobody to hand the session to, tears down.
+    let remote = f.control.session(&session.id).await;
+    while !(remote.is_closed() && f.harness.list_sessions().is_empty()) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Closed again before the ID was freed (and so before the provider was closed), whole.
+    let stored = store.fetch_session(&session.id).await.unwrap().expect("kept");
+    assert_eq!(stored.status, SessionState::Closed);
+    let events = store.read_events(&session.id, &agent_core::store::EventQuery::all()).await.unwrap();
+    let names: Vec<_> = events.iter().map(|e| e.type_name()).collect();
+    assert_eq!(names, ["session_ready", "session_closed", "session_ready", "conversation_resumed", "session_closed"]);
+    f.session(opts().resume_session(session.id.clone())).await;
 }
 
 /// Waits (a bounded number of yields) until the stored snapshot of `session` no longer has its

@@ -34,7 +34,7 @@ use crate::turn::{TurnResult, TurnStatus};
 /// Everything one attempt needs.
 mod stored;
 
-use stored::{Plan, conflicted, plan, recheck, record_failed_resume, undo_initial_commit};
+use stored::{Plan, conflicted, plan, recheck, record_failed_resume, undo_initial_commit, write_over_commit};
 
 pub(crate) struct Startup {
     pub(crate) session: SessionRef,
@@ -424,27 +424,28 @@ impl Opening {
             // startup marker lets the next start reclaim the ID); a resumed one is closed again,
             // its history intact.
             tracing::info!("caller went away during startup; session torn down");
-            // Taken back while the ID is still held, so a retry under it starts from nothing
-            // stored rather than planning to replace what this takes away.
-            if let (Some(store), None) = (&store, &plan.resumed) {
-                undo_initial_commit(store, &snapshot, None, finalize_timeout).await;
+            // Written while the ID is still held, so a retry under it finds what this leaves,
+            // not what it is about to take away or close; and only over this commit.
+            let reason = ExitReason::Closed { reason: CloseReason::Stopped };
+            match (&store, &plan.resumed) {
+                (Some(store), None) => undo_initial_commit(store, &snapshot, None, finalize_timeout).await,
+                (Some(store), Some(_)) => {
+                    let mut closed = snapshot.clone();
+                    closed.status = SessionState::Closed;
+                    closed.ended = Some(reason.clone());
+                    closed.updated_at = Timestamp::now();
+                    let mut batch = WriteBatch::new(id.clone());
+                    batch.snapshot = Some(closed);
+                    batch.events = vec![journal.event(None, EventKind::SessionClosed { reason: CloseReason::Stopped })];
+                    write_over_commit(store, &snapshot, batch, finalize_timeout).await;
+                }
+                (None, _) => {}
             }
             if let Some(registry) = registry.upgrade() {
                 registry.remove(&id, attempt);
             }
             close_bounded(runtime.as_ref(), finalize_timeout).await;
             end_strays(&processes, &id, harness, finalize_timeout).await;
-            let reason = ExitReason::Closed { reason: CloseReason::Stopped };
-            if let (Some(store), true) = (&store, plan.resumed.is_some()) {
-                let mut closed = snapshot.clone();
-                closed.status = SessionState::Closed;
-                closed.ended = Some(reason.clone());
-                closed.updated_at = Timestamp::now();
-                let mut batch = WriteBatch::new(id.clone());
-                batch.snapshot = Some(closed);
-                batch.events = vec![journal.event(None, EventKind::SessionClosed { reason: CloseReason::Stopped })];
-                let _ = tokio::time::timeout(finalize_timeout, write_batch(store, &batch)).await;
-            }
             let _ = exit_tx.send(Some(reason));
             return;
         }

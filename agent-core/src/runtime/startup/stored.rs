@@ -264,42 +264,52 @@ pub(super) async fn record_failed_resume(
 }
 
 /// Takes back an initial commit whose outcome is unknown (it timed out, or nobody took the
-/// session), only while what is stored is that commit — written by this harness at that time,
-/// for this startup attempt — and over the snapshot as read back (a store may encode it its own
-/// way): a commit that never landed leaves whatever another harness sharing the store wrote
-/// since, which is not this start's to delete or overwrite.
+/// session), only while what is stored is that commit (see [`write_over_commit`]): a commit that
+/// never landed leaves whatever another harness sharing the store wrote since, which is not this
+/// start's to delete or overwrite.
 pub(super) async fn undo_initial_commit(
     store: &DynStore,
     committed: &SessionSnapshot,
     resumed: Option<&Resumed>,
     timeout: Duration,
 ) {
+    let mut undo = WriteBatch::new(committed.id.clone());
+    match resumed {
+        // The stored session goes back to how it was; its history stays.
+        Some(resumed) => undo.snapshot = Some(resumed.snapshot.clone()),
+        // The whole aggregate goes; the next start would reclaim it anyway (its startup marker).
+        None => undo.delete_first = true,
+    }
+    write_over_commit(store, committed, undo, timeout).await;
+}
+
+/// Writes `batch` over the initial commit `committed`, only while the stored snapshot is that
+/// commit — written by this harness (its owner, when it records one) at the commit's time, for
+/// the same startup attempt — and over the snapshot as read back (a store may encode it its own
+/// way).
+pub(super) async fn write_over_commit(
+    store: &DynStore,
+    committed: &SessionSnapshot,
+    mut batch: WriteBatch,
+    timeout: Duration,
+) {
     let attempt = |snapshot: &SessionSnapshot| snapshot.startup.as_ref().map(|marker| marker.attempt_id.clone());
     let is_commit = |stored: &SessionSnapshot| {
-        stored.owner.is_some()
-            && stored.owner == committed.owner
+        stored.owner == committed.owner
             && stored.updated_at == committed.updated_at
             && attempt(stored) == attempt(committed)
     };
-    let undo = async {
-        let stored = store.fetch_session(&committed.id).await?;
-        let Some(stored) = stored.filter(is_commit) else { return Ok(false) };
-        let mut undo = WriteBatch::new(committed.id.clone());
-        undo.expect = Some(Expected::Snapshot(Box::new(stored)));
-        match resumed {
-            // The stored session goes back to how it was; its history stays.
-            Some(resumed) => undo.snapshot = Some(resumed.snapshot.clone()),
-            // The whole aggregate goes; the next start would reclaim it anyway (its startup marker).
-            None => undo.delete_first = true,
-        }
-        write_batch(store, &undo).await.map(|()| true)
+    let write = async {
+        let Some(stored) = store.fetch_session(&committed.id).await?.filter(is_commit) else { return Ok(false) };
+        batch.expect = Some(Expected::Snapshot(Box::new(stored)));
+        write_batch(store, &batch).await.map(|()| true)
     };
-    match tokio::time::timeout(timeout, undo).await {
+    match tokio::time::timeout(timeout, write).await {
         Ok(Ok(true)) => {}
-        Ok(Ok(false)) => tracing::info!("the initial commit is not what is stored; nothing to take back"),
+        Ok(Ok(false)) => tracing::info!("the initial commit is not what is stored; left as it is"),
         Ok(Err(StoreError::Conflict(reason))) => {
-            tracing::info!(%reason, "the session changed as the initial commit was taken back; left as it is")
+            tracing::info!(%reason, "the session changed as the initial commit was written over; left as it is")
         }
-        _ => tracing::warn!("could not take back the initial commit; the next start reclaims it"),
+        _ => tracing::warn!("could not write over the initial commit; the next start reclaims it"),
     }
 }
