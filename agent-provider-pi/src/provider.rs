@@ -423,8 +423,12 @@ impl Provider for PiProvider {
                 let (how, tail) = (report.how(), stderr_note(report.stderr_tail.as_deref()));
                 let why = format!("pi exited during startup ({how}){tail}");
                 // The session file was found before spawning: pi refusing what it holds says so
-                // ("Session file is not a valid pi session"); any other exit is pi's own.
-                let refused = report.stderr_tail.as_deref().is_some_and(|t| t.contains("Session file"));
+                // ("Session file is not a valid pi session", "Cannot fork: source session …");
+                // any other exit is pi's own.
+                let refused = report
+                    .stderr_tail
+                    .as_deref()
+                    .is_some_and(|t| t.contains("Session file") || t.contains("Cannot fork: source session"));
                 return Err(match &ctx.conversation {
                     OpenConversation::Resume { provider_session_id }
                     | OpenConversation::Fork { provider_session_id }

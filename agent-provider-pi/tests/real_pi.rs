@@ -342,6 +342,12 @@ async fn a_session_file_pi_refuses_fails_the_resume() {
             }
             other => panic!("pi {}: a session file pi refuses must fail the resume, got {other:?}", pi.version()),
         }
+        // Pi 0.73.1 rewrites a session file it could not read when asked to resume it.
+        std::fs::write(&file, "not a pi session\n").unwrap();
+        match pi.harness.start_session("pi", pi.options().fork_session(session.id.clone())).await {
+            Err(agent_core::Error::ResumeFailed { mode: agent_core::ConversationMode::Fork, .. }) => {}
+            other => panic!("pi {}: a session file pi refuses must fail the fork, got {other:?}", pi.version()),
+        }
         pi.finish().await;
     }
 }
