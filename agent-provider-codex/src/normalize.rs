@@ -362,9 +362,10 @@ impl Normalizer {
                 warning.into_iter().chain(self.finish(n.turn)).collect()
             }
             note if route != Route::Current || foreign => {
-                // Streamed pieces of a finished (or unknown) turn are not published: the guard
-                // against a credential split across pieces sees only a running turn's deltas.
-                // Their item's end, whole in one line, is.
+                // Streamed pieces of a finished (or unknown) turn, or of another thread (a
+                // subagent's), are not published: the guard against a credential split across
+                // pieces sees only this thread's running turn's deltas. Their item's end, whole
+                // in one line, is.
                 let streamed = matches!(
                     note,
                     Notification::AgentMessageDelta(_)
@@ -372,7 +373,7 @@ impl Normalizer {
                         | Notification::CommandOutputDelta(_)
                         | Notification::FileChangeOutputDelta(_)
                 );
-                if streamed && !foreign {
+                if streamed {
                     return;
                 }
                 // Another thread's totals (a subagent's) are not this thread's.

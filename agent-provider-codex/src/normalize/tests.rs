@@ -165,14 +165,13 @@ fn mcp_and_web_tools_start_and_complete() {
 #[test]
 fn frames_of_another_thread_stay_unnormalized_in_the_running_turn() {
     let mut n = running();
-    let actions = feed(
-        &mut n,
-        note("item/agentMessage/delta", json!({"threadId": "sub", "turnId": "x", "itemId": "m", "delta": "hi"})),
-    );
-    assert_eq!(
-        emitted(&actions),
-        [(Some("h1"), &EventKind::ProviderEvent { method: "item/agentMessage/delta".into() })]
-    );
+    let command = json!({"type": "commandExecution", "id": "c1", "status": "completed", "exitCode": 0});
+    let actions = feed(&mut n, note("item/completed", json!({"threadId": "sub", "turnId": "x", "item": command})));
+    assert_eq!(emitted(&actions), [(Some("h1"), &EventKind::ProviderEvent { method: "item/completed".into() })]);
+    // Its streamed pieces are not published: the guard against a credential split across
+    // pieces sees only this thread's deltas.
+    let delta = json!({"threadId": "sub", "turnId": "x", "itemId": "c1", "delta": "KEY=sk-ab"});
+    assert!(emitted(&feed(&mut n, note("item/commandExecution/outputDelta", delta))).is_empty());
 }
 
 #[test]
