@@ -194,10 +194,12 @@ impl Harness {
         {
             return Err(past_latest(after, latest));
         }
+        let mut turn_ended = false;
         if let Some(turn) = &turn {
             let Some(stored) = store.fetch_turn(&session_id, turn).await? else {
                 return Err(Error::TurnNotFound { session_id: session_id.clone(), turn_id: turn.clone() });
             };
+            turn_ended = stored.status.is_terminal();
             if let Some(pid) = elsewhere.filter(|_| !stored.status.is_terminal()) {
                 return Err(Error::SessionLiveElsewhere { id: session_id.clone(), pid });
             }
@@ -214,7 +216,11 @@ impl Harness {
             None => latest.max(snapshot.published_seq.unwrap_or(0)),
             Some(_) => u64::MAX,
         };
-        let grant = Grant::stored(Arc::clone(&store), upto, exit);
+        let grant = if turn_ended {
+            Grant::stored_turn(Arc::clone(&store), exit)
+        } else {
+            Grant::stored(Arc::clone(&store), upto, exit)
+        };
         Ok(Subscription::new(session_id, turn, replay.after(), grant))
     }
 
@@ -250,7 +256,7 @@ impl Harness {
                 if for_stream {
                     ends_after(&store, session_id, turn, after).await?;
                 }
-                Ok(Grant::stored(store, u64::MAX, exit))
+                Ok(Grant::stored_turn(store, exit))
             }
         }
     }

@@ -211,12 +211,15 @@ pub(crate) struct Grant {
     pub(crate) store: Option<DynStore>,
     /// The exit reason channel, for `stream`'s session-down error.
     pub(crate) exit: watch::Receiver<Option<ExitReason>>,
+    /// The store replay is of a turn the store records as ended: it must reach its terminal
+    /// event, or say why not.
+    pub(crate) turn_ended: bool,
 }
 
 impl Grant {
     /// Nothing to replay and nothing live: a finished turn with nothing after the cursor.
     pub(crate) fn empty(live_from: u64, exit: watch::Receiver<Option<ExitReason>>) -> Self {
-        Grant { rx: None, live_from, store_replay: None, buffered: Vec::new(), store: None, exit }
+        Grant { rx: None, live_from, store_replay: None, buffered: Vec::new(), store: None, exit, turn_ended: false }
     }
 
     /// Replay everything after the cursor from `store` through `upto` (`u64::MAX`: whatever the
@@ -229,7 +232,13 @@ impl Grant {
             buffered: Vec::new(),
             store: None,
             exit,
+            turn_ended: false,
         }
+    }
+
+    /// [`Grant::stored`] for a turn the store records as ended, through its terminal event.
+    pub(crate) fn stored_turn(store: DynStore, exit: watch::Receiver<Option<ExitReason>>) -> Self {
+        Grant { turn_ended: true, ..Grant::stored(store, u64::MAX, exit) }
     }
 }
 
@@ -267,6 +276,8 @@ struct State {
     store: Option<DynStore>,
     last_seen: u64,
     pager: Pager,
+    /// See [`Grant::turn_ended`].
+    turn_ended: bool,
     /// The error to end with once the replay queue is delivered.
     failed: Option<SubscriptionError>,
     done: bool,
@@ -482,6 +493,13 @@ impl State {
                 // session was purged or evicted from the store while it was read, or its last
                 // events were published while the store failed.
                 let end = self.replay.back().map_or(last, |e| e.seq).max(last);
+                if self.turn_ended && !self.replay.iter().any(|e| e.is_terminal()) {
+                    // The store recorded the turn's end, and no longer holds it: the session was
+                    // purged or evicted while it was read.
+                    let reason = format!("the turn's events after {end} are no longer in the store");
+                    self.failed = Some(SubscriptionError::ReplayFailed { resume_after: end, reason });
+                    return;
+                }
                 if self.turn.is_none() && read.upto != u64::MAX && end < read.upto {
                     let reason =
                         format!("events {}..{} are in neither the store nor the session's buffer", end + 1, read.upto);
@@ -539,6 +557,7 @@ impl Subscription {
             store: grant.store,
             last_seen: after.unwrap_or(grant.live_from),
             pager: Pager::new(),
+            turn_ended: grant.turn_ended,
             failed: None,
             done: false,
         };

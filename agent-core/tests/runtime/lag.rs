@@ -157,6 +157,37 @@ async fn a_slow_store_holds_back_a_provider_of_long_lines_by_their_bytes() {
     assert!(ahead <= AHEAD, "{ahead} lines of {LINE} bytes taken while the first write was in flight");
 }
 
+/// The same for a turn's stream: the store recorded the turn's end, so a stream that cannot
+/// reach it says so, where it used to end as if the session had gone down.
+#[tokio::test]
+async fn a_turn_stream_whose_session_leaves_the_store_midway_fails_saying_so() {
+    let store = std::sync::Arc::new(agent_store_memory::MemoryStore::with_limits(
+        agent_store_memory::MemoryLimits::max_sessions(1),
+    ));
+    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "long").await;
+    flood(&remote, &turn, 3_000).await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    f.harness.stop_session(&session, false).await.unwrap();
+
+    let mut stream = f.harness.stream(&turn, Replay::Start, None).await.unwrap();
+    stream.next().await.expect("an event").expect("no error");
+    f.session(opts()).await;
+    assert!(store.fetch_session(&session.id).await.unwrap().is_none(), "evicted");
+    let error = loop {
+        match stream.next().await {
+            Some(Ok(event)) => assert!(!event.is_terminal(), "the terminal was read before the eviction"),
+            Some(Err(error)) => break error,
+            None => panic!("the stream ended without a word"),
+        }
+    };
+    assert!(
+        matches!(&error, StreamError::ReplayFailed { reason, .. } if reason.contains("no longer in the store")),
+        "{error:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_replay_of_lines_of_megabytes_reads_the_store_in_pages_of_megabytes_not_gigabytes() {
     const LINE: usize = 1 << 20;

@@ -666,7 +666,7 @@ impl Journal {
             }
             self.check_retained(turn, after, exact)?;
         }
-        Ok(Grant { rx: None, live_from: terminal_seq, store_replay, buffered, store: None, exit })
+        Ok(Grant { rx: None, live_from: terminal_seq, store_replay, buffered, store: None, exit, turn_ended: false })
     }
 
     /// A grant that replays from `after` (if any) and then follows live events.
@@ -697,7 +697,15 @@ impl Journal {
         // when they arrive live.
         let rx = self.live.get_or_insert_with(|| broadcast::channel(capacity).0).subscribe();
         let store = self.store.clone();
-        Ok(Grant { rx: Some(rx), live_from: self.published_seq, store_replay, buffered, store, exit })
+        Ok(Grant {
+            rx: Some(rx),
+            live_from: self.published_seq,
+            store_replay,
+            buffered,
+            store,
+            exit,
+            turn_ended: false,
+        })
     }
 
     /// The `seq` of the latest event the session made (0 before any).
