@@ -157,10 +157,9 @@ async fn a_slow_store_holds_back_a_provider_of_long_lines_by_their_bytes() {
     assert!(ahead <= AHEAD, "{ahead} lines of {LINE} bytes taken while the first write was in flight");
 }
 
-/// The same for a turn's stream: the store recorded the turn's end, so a stream that cannot
-/// reach it says so, where it used to end as if the session had gone down.
-#[tokio::test]
-async fn a_turn_stream_whose_session_leaves_the_store_midway_fails_saying_so() {
+/// A stopped session whose one turn holds more than a page of replay, in a memory store that
+/// keeps one session: the next session started evicts it.
+async fn stopped_in_a_store_of_one() -> (Fixture, std::sync::Arc<agent_store_memory::MemoryStore>, SessionRef, Turn) {
     let store = std::sync::Arc::new(agent_store_memory::MemoryStore::with_limits(
         agent_store_memory::MemoryLimits::max_sessions(1),
     ));
@@ -170,7 +169,14 @@ async fn a_turn_stream_whose_session_leaves_the_store_midway_fails_saying_so() {
     flood(&remote, &turn, 3_000).await;
     f.harness.await_turn(&turn, None).await.unwrap();
     f.harness.stop_session(&session, false).await.unwrap();
+    (f, store, session, turn)
+}
 
+/// The same for a turn's stream: the store recorded the turn's end, so a stream that cannot
+/// reach it says so, where it used to end as if the session had gone down.
+#[tokio::test]
+async fn a_turn_stream_whose_session_leaves_the_store_midway_fails_saying_so() {
+    let (f, store, session, turn) = stopped_in_a_store_of_one().await;
     let mut stream = f.harness.stream(&turn, Replay::Start, None).await.unwrap();
     stream.next().await.expect("an event").expect("no error");
     f.session(opts()).await;
@@ -214,16 +220,7 @@ async fn a_replay_of_lines_of_megabytes_reads_the_store_in_pages_of_megabytes_no
 /// misses, where it used to end after the pages it had as if they were the whole history.
 #[tokio::test]
 async fn a_replay_whose_session_leaves_the_store_midway_fails_instead_of_ending_short() {
-    let store = std::sync::Arc::new(agent_store_memory::MemoryStore::with_limits(
-        agent_store_memory::MemoryLimits::max_sessions(1),
-    ));
-    let f = Fixture::with(|b| b.store(StoreChoice::Custom(store.clone())));
-    let (session, remote) = f.session(opts()).await;
-    let turn = f.admitted_turn(&session, "long").await;
-    // More than one page of the replay.
-    flood(&remote, &turn, 3_000).await;
-    f.harness.await_turn(&turn, None).await.unwrap();
-    f.harness.stop_session(&session, false).await.unwrap();
+    let (f, store, session, _) = stopped_in_a_store_of_one().await;
     let latest = store.latest_seq(&session.id).await.unwrap().expect("stored");
 
     let mut replay = f.harness.subscribe(&session, Replay::Start).await.unwrap();
