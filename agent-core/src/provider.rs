@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::event::{EventKind, RawJson};
 use crate::exec::DynExec;
 use crate::ids::{ProviderId, SessionId, TurnId};
-use crate::options::{ProviderOptions, SessionOptions, TurnOptions};
+use crate::options::{ConversationMode, ProviderOptions, SessionOptions, TurnOptions};
 use crate::request::{ProviderRef, Request, RequestSpec, Response};
 use crate::runtime::inbox;
 use crate::turn::{Turn, TurnInput};
@@ -138,6 +138,18 @@ pub enum OpenConversation {
         /// The provider's conversation ID.
         provider_session_id: String,
     },
+}
+
+impl OpenConversation {
+    /// The provider conversation this one resumes or forks, and which of the two; `None` for a
+    /// new conversation.
+    pub fn continued(&self) -> Option<(ConversationMode, &str)> {
+        match self {
+            OpenConversation::New => None,
+            OpenConversation::Resume { provider_session_id } => Some((ConversationMode::Resume, provider_session_id)),
+            OpenConversation::Fork { provider_session_id } => Some((ConversationMode::Fork, provider_session_id)),
+        }
+    }
 }
 
 /// What [`Provider::open`] gets.

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use agent_core::exec::{Command, EnvSpec, Exec, ExecError};
 use agent_core::provider::{OpenContext, OpenConversation, Opened, require_capabilities};
 use agent_core::{
-    Capabilities, Capability, ConversationMode, DynProvider, Error, Provider, ProviderId, ProviderOptions, Result,
-    SessionOptions, Support,
+    Capabilities, Capability, DynProvider, Error, Provider, ProviderId, ProviderOptions, Result, SessionOptions,
+    Support,
 };
 use agent_provider_kit::probe::ProbeCache;
 use agent_provider_kit::secrets::Secrets;
@@ -301,14 +301,8 @@ impl Provider for ClaudeProvider {
                     _ => format!("claude {report} during initialize"),
                 };
                 let stderr = report.stderr_tail.clone().unwrap_or_default();
-                return Err(match &ctx.conversation {
-                    OpenConversation::Resume { provider_session_id }
-                    | OpenConversation::Fork { provider_session_id } => {
-                        let mode = if matches!(ctx.conversation, OpenConversation::Fork { .. }) {
-                            ConversationMode::Fork
-                        } else {
-                            ConversationMode::Resume
-                        };
+                return Err(match ctx.conversation.continued() {
+                    Some((mode, provider_session_id)) => {
                         // Claude writes a conversation down at its first prompt: a session stopped
                         // before its first turn has none to continue.
                         let unsaved = if stderr.contains("No conversation found") {
@@ -325,7 +319,7 @@ impl Provider for ClaudeProvider {
                             ),
                         }
                     }
-                    _ => self.unavailable(why),
+                    None => self.unavailable(why),
                 });
             }
         }

@@ -410,11 +410,8 @@ impl Provider for CodexProvider {
         let raw = match conn.call(method, params, remaining()).await {
             Ok(raw) => raw,
             Err(CallError::Rpc { message, .. }) if method != "thread/start" => {
-                let (mode, thread) = match &ctx.conversation {
-                    OpenConversation::Fork { provider_session_id } => (ConversationMode::Fork, provider_session_id),
-                    OpenConversation::Resume { provider_session_id } => (ConversationMode::Resume, provider_session_id),
-                    _ => unreachable!("thread/start is the only call for a new conversation"),
-                };
+                let (mode, thread) =
+                    ctx.conversation.continued().expect("thread/start is the only call for a new conversation");
                 // Codex saves a thread at its first turn: one that never ran a turn is unknown.
                 let unsaved = if message.contains("no rollout found") {
                     "; codex keeps a thread only once a turn ran in it (a session stopped before its first turn \

@@ -429,16 +429,8 @@ impl Provider for PiProvider {
                     .stderr_tail
                     .as_deref()
                     .is_some_and(|t| t.contains("Session file") || t.contains("Cannot fork: source session"));
-                return Err(match &ctx.conversation {
-                    OpenConversation::Resume { provider_session_id }
-                    | OpenConversation::Fork { provider_session_id }
-                        if refused =>
-                    {
-                        let mode = if matches!(ctx.conversation, OpenConversation::Fork { .. }) {
-                            ConversationMode::Fork
-                        } else {
-                            ConversationMode::Resume
-                        };
+                return Err(match ctx.conversation.continued() {
+                    Some((mode, provider_session_id)) if refused => {
                         let reason = format!(
                             "pi could not open session `{provider_session_id}`: {why} (no fresh session was started)"
                         );
