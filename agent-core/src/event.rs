@@ -144,6 +144,12 @@ pub struct Event {
 }
 
 impl Event {
+    /// How many bytes of the provider's output the event holds (its raw JSON), as the event
+    /// path's byte bounds count them.
+    pub(crate) fn raw_len(&self) -> usize {
+        self.raw.as_ref().map_or(0, |raw| raw.get().len())
+    }
+
     /// An event from its envelope fields, with `schema_version` [`SCHEMA_VERSION`] (the field is
     /// public to change it): for stores and transports that keep events in a form of their own
     /// and rebuild them on read. The runtime makes the events a session publishes.

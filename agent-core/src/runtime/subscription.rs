@@ -45,7 +45,7 @@ impl Pager {
 
     /// Sizes the next page after `page` (one that was asked for [`Pager::limit`] events).
     pub(crate) fn after(&mut self, page: &[Arc<Event>]) {
-        let bytes: usize = page.iter().map(|e| e.raw.as_ref().map_or(0, |raw| raw.get().len())).sum();
+        let bytes: usize = page.iter().map(|e| e.raw_len()).sum();
         self.limit = if bytes > REPLAY_PAGE_BYTES / 2 {
             (page.len() * REPLAY_PAGE_BYTES / bytes).clamp(1, REPLAY_PAGE)
         } else {

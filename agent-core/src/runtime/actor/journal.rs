@@ -98,11 +98,6 @@ const MAX_PENDING_BYTES: usize = 16 << 20;
 /// megabytes than fit.
 const RING_BYTES: usize = 32 << 20;
 
-/// What an event holds of the provider's output, as the byte bounds count it.
-fn weight(event: &Event) -> usize {
-    event.raw.as_ref().map_or(0, |raw| raw.get().len())
-}
-
 /// Writes a store that queues in order ([`Store::enqueue`](crate::store::Store::enqueue)) may
 /// have in flight for one session: the next ones are encoded and queued while the oldest
 /// commits. Three keep the SQLite writer busy while one write waits for its `fsync` and the
@@ -139,7 +134,7 @@ pub(super) struct Journal {
     home_store: Option<DynStore>,
     durability: Durability,
     pending: WriteBatch,
-    /// The [`weight`] of the pending batch's events.
+    /// The raw JSON bytes of the pending batch's events.
     pending_bytes: usize,
     /// The events vector of the last batch that committed in flight, emptied, for the next
     /// batch: a long turn reuses two vectors instead of growing a new one per write (a write made
@@ -150,7 +145,7 @@ pub(super) struct Journal {
     writing: VecDeque<Writing>,
     ring: VecDeque<Arc<Event>>,
     ring_capacity: usize,
-    /// The [`weight`] of the ring's events.
+    /// The raw JSON bytes of the ring's events.
     ring_bytes: usize,
     /// The turn and seq of the last turn event that left the ring: that turn's events up to the
     /// seq are gone from the ring (turns run one after another, so only the oldest turn in the
@@ -299,7 +294,7 @@ impl Journal {
 
     fn sequence(&mut self, event: Arc<Event>) {
         if self.store.is_some() {
-            self.pending_bytes += weight(&event);
+            self.pending_bytes += event.raw_len();
             self.pending.events.push(event);
         } else {
             self.publish(event);
@@ -311,7 +306,7 @@ impl Journal {
         if self.ring.len() == self.ring_capacity {
             self.evict();
         }
-        self.ring_bytes += weight(&event);
+        self.ring_bytes += event.raw_len();
         // Events of megabytes: the oldest go until the ring is within its bytes again.
         while self.ring_bytes > RING_BYTES && !self.ring.is_empty() {
             self.evict();
@@ -332,7 +327,7 @@ impl Journal {
     /// Drops the ring's oldest event, remembering how far its turn's events are gone.
     fn evict(&mut self) {
         let Some(evicted) = self.ring.pop_front() else { return };
-        self.ring_bytes -= weight(&evicted);
+        self.ring_bytes -= evicted.raw_len();
         if let Some(turn) = &evicted.turn_id {
             match &mut self.last_evicted {
                 // The common case, a long turn: no ID clone per eviction.
