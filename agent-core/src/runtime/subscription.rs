@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -179,6 +179,9 @@ pub(crate) enum LiveBatch {
     /// A lone event, sent without a batch's allocation.
     One(Arc<Event>),
     Many(Arc<[Arc<Event>]>),
+    /// Events sent while the channel held its bytes unread, alive only while the session's
+    /// replay ring keeps them.
+    Held(Arc<[Weak<Event>]>),
 }
 
 impl LiveBatch {
@@ -186,13 +189,16 @@ impl LiveBatch {
         match self {
             LiveBatch::One(_) => 1,
             LiveBatch::Many(events) => events.len(),
+            LiveBatch::Held(events) => events.len(),
         }
     }
 
-    fn get(&self, i: usize) -> &Arc<Event> {
+    /// The event at `i`; `None` when it was held and the ring let it go.
+    pub(crate) fn get(&self, i: usize) -> Option<Arc<Event>> {
         match self {
-            LiveBatch::One(event) => event,
-            LiveBatch::Many(events) => &events[i],
+            LiveBatch::One(event) => Some(Arc::clone(event)),
+            LiveBatch::Many(events) => Some(Arc::clone(&events[i])),
+            LiveBatch::Held(events) => events[i].upgrade(),
         }
     }
 }
@@ -331,10 +337,14 @@ impl State {
             };
             let event = match self.live.take() {
                 Some((batch, next)) => {
-                    let event = Arc::clone(batch.get(next));
+                    let event = batch.get(next);
                     if next + 1 < batch.len() {
                         self.live = Some((batch, next + 1));
                     }
+                    // Held, and let go by the ring: this subscriber fell more than the session
+                    // buffers behind. The ring lets the oldest go first and always keeps the
+                    // newest, so a later event reveals the gap, as after a lag of the channel.
+                    let Some(event) = event else { continue };
                     event
                 }
                 None => match rx.try_recv() {

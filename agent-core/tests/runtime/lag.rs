@@ -245,3 +245,63 @@ async fn a_replay_whose_session_leaves_the_store_midway_fails_instead_of_ending_
         "{error:?}"
     );
 }
+
+/// Sends `lines` deltas of a megabyte of raw JSON each to a turn and completes it.
+async fn megabyte_lines(remote: &agent_core::testing::ScriptedSession, turn: &Turn, lines: u64) {
+    for n in 0..lines {
+        let raw = agent_core::event::RawJson::parsed(format!("\"{n}{}\"", "x".repeat((1 << 20) - 12)));
+        let kind = EventKind::MessageDelta { item_id: None, text: String::new().into() };
+        remote.sink().emit(Some(&turn.id), kind, Some(raw)).await.unwrap();
+    }
+    remote.complete(&turn.id, "done").await;
+}
+
+/// A subscriber that stops reading while lines of megabytes stream is sent past 16 MiB only
+/// references the session's buffer holds (so it pins megabytes, not a gigabyte): with a store it
+/// reads back what its buffer let go, and gets every event in order.
+#[tokio::test]
+async fn a_subscriber_that_stops_reading_lines_of_megabytes_reads_back_what_the_buffer_let_go() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "long lines").await;
+    let mut idle = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    let subscribed_at = f.harness.status(&session).await.unwrap().last_seq;
+    megabyte_lines(&remote, &turn, 100).await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    let last = f.harness.status(&session).await.unwrap().last_seq;
+    assert_eq!(last, subscribed_at + 101);
+    for expected in subscribed_at + 1..=last {
+        let event = idle.next().await.expect("more events").expect("no lag with a store");
+        assert_eq!(event.seq, expected, "delivery is contiguous");
+    }
+}
+
+/// The same without a store: the subscriber learns where its events were lost once it is more
+/// than the session's buffer behind in bytes, where the buffer's 1,000 sends would have held
+/// every line.
+#[tokio::test]
+async fn without_a_store_a_subscriber_that_stops_reading_lines_of_megabytes_lags_by_their_bytes() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts().store(StoreChoice::Disabled)).await;
+    let turn = f.admitted_turn(&session, "long lines").await;
+    let mut idle = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    let subscribed_at = f.harness.status(&session).await.unwrap().last_seq;
+    megabyte_lines(&remote, &turn, 100).await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+
+    let mut expected = subscribed_at + 1;
+    let lagged = loop {
+        match idle.next().await {
+            Some(Ok(event)) => {
+                assert_eq!(event.seq, expected, "delivery is contiguous up to the lag");
+                assert!(!event.is_terminal(), "every line was held for the subscriber: it did not lag");
+                expected += 1;
+            }
+            Some(Err(SubscriptionError::Lagged(lagged))) => break lagged,
+            other => panic!("expected events, then Lagged; got {other:?}"),
+        }
+    };
+    assert_eq!(lagged.resume_after, expected - 1, "everything up to the cursor was delivered");
+    assert!(lagged.resume_after < subscribed_at + 100, "lagged after {}", lagged.resume_after - subscribed_at);
+    assert!(idle.next().await.is_none(), "a lagged subscription ends");
+}

@@ -7,25 +7,26 @@
 //! waited for a commit, a store failure, the terminal events it published).
 //!
 //! This module sequences and publishes; [`writes`] is the store side, [`replay`] what a new
-//! subscription is granted.
+//! subscription is granted, [`live`] the channel live subscribers follow.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tracing::Span;
 
 use crate::error::Result;
 use crate::event::{Event, EventKind, RawJson, SCHEMA_VERSION};
 use crate::ids::{EventId, TurnId};
-use crate::runtime::subscription::LiveBatch;
 use crate::session::{Durability, SessionRef};
 use crate::store::{DynStore, StoreError, WriteBatch};
 use crate::time::Timestamp;
 
+mod live;
 mod replay;
 mod writes;
+
+use live::Live;
 
 /// What waits for a batch to commit.
 pub(super) enum AfterCommit {
@@ -61,24 +62,6 @@ pub(super) struct StoreFailure {
     /// Every action that waited for a commit that will not come.
     pub(super) actions: Vec<AfterCommit>,
 }
-
-/// At most this many events go to live subscribers in one send while sends wait for one of
-/// them. The live channel holds `event_buffer_size` sends, so a subscriber never lags sooner than
-/// with one event per send, and one that stops reading pins at most this many times the buffer
-/// (plus the large sends below).
-const LIVE_BATCH: usize = 16;
-
-/// At most this many events go in one send while fewer than [`LIVE_LARGE_QUEUED`] sends wait
-/// unread: one hand-over, and so at most one wake-up of a subscriber on another thread, for
-/// everything the actor gathered (up to its `LIVE_COALESCE`, 1,024 events), where sends of
-/// [`LIVE_BATCH`] woke it once per send (side by side on 1 M deltas with the memory store:
-/// context switches halved, the run ~8 % faster).
-const LIVE_LARGE_BATCH: usize = 1024;
-
-/// Large sends are made only while fewer sends than this wait unread, so the channel never
-/// holds more of them: a subscriber that stops reading pins at most this many large sends
-/// beside `event_buffer_size` sends of [`LIVE_BATCH`].
-const LIVE_LARGE_QUEUED: usize = 8;
 
 /// Evicted events kept for their allocations: a batch from the provider (at most 256 messages)
 /// is sequenced before a store commits and the ring evicts as many, so a batch's worth lets
@@ -154,9 +137,11 @@ pub(super) struct Journal {
     last_evicted: Option<(TurnId, u64)>,
     /// Live delivery to subscribers; created by the first subscription and dropped when the last
     /// one is gone, so an unwatched session holds no channel and spends nothing per event on it.
-    live: Option<broadcast::Sender<LiveBatch>>,
+    live: Option<Live>,
     /// Events published since the last live send (see [`Journal::send_live`]).
     live_pending: Vec<Arc<Event>>,
+    /// The raw JSON bytes of `live_pending`.
+    live_pending_bytes: usize,
     /// Terminal events published since the actor last asked (they wake waiters).
     terminals: Vec<Arc<Event>>,
     /// Events that left the ring with no other reference, their raw JSON let go: the next
@@ -201,6 +186,7 @@ impl Journal {
             last_evicted: None,
             live: None,
             live_pending: Vec::new(),
+            live_pending_bytes: 0,
             recycled: Vec::new(),
             terminals: Vec::new(),
             span,
@@ -307,7 +293,8 @@ impl Journal {
         if self.ring.len() == self.ring_capacity {
             self.evict();
         }
-        self.ring_bytes += event.raw_len();
+        let bytes = event.raw_len();
+        self.ring_bytes += bytes;
         // Events of megabytes: the oldest go until the ring is within its bytes again.
         while self.ring_bytes > RING_BYTES && !self.ring.is_empty() {
             self.evict();
@@ -323,6 +310,7 @@ impl Journal {
         // event is cloned once (for the ring) and moved on.
         self.ring.push_back(Arc::clone(&event));
         self.live_pending.push(event);
+        self.live_pending_bytes += bytes;
     }
 
     /// Drops the ring's oldest event, remembering how far its turn's events are gone.
@@ -339,39 +327,18 @@ impl Journal {
         self.recycle(evicted);
     }
 
-    /// Sends the events published since the last send to live subscribers: in one send (up to
-    /// [`LIVE_LARGE_BATCH`]) while they keep up, in sends of [`LIVE_BATCH`] while sends wait for
-    /// one of them. The actor calls it before it waits for anything, so nothing published stays
-    /// unsent.
+    /// Sends the events published since the last send to live subscribers (see [`Live::send`]).
+    /// The actor calls it before it waits for anything, so nothing published stays unsent.
     pub(super) fn send_live(&mut self) {
         if self.live_pending.is_empty() {
             return;
         }
-        let Some(live) = &self.live else {
+        let bytes = std::mem::take(&mut self.live_pending_bytes);
+        let Some(live) = &mut self.live else {
             self.live_pending.clear();
             return;
         };
-        // Counting the unread sends locks a few of the channel's slots: once per call, not per
-        // event, and only when there is more than a small send's worth.
-        let size = if self.live_pending.len() > LIVE_BATCH && live.len() < LIVE_LARGE_QUEUED {
-            LIVE_LARGE_BATCH
-        } else {
-            LIVE_BATCH
-        };
-        let mut gone = false;
-        while !gone && !self.live_pending.is_empty() {
-            let take = self.live_pending.len().min(size);
-            // One allocation per batch of several events, which takes them over (no count
-            // changes per event); the pending vector is reused.
-            let batch = match take {
-                1 => LiveBatch::One(self.live_pending.pop().expect("one event")),
-                _ => LiveBatch::Many(self.live_pending.drain(..take).collect()),
-            };
-            // Once every subscription is gone, the rest are dropped.
-            gone = live.send(batch).is_err();
-        }
-        if gone {
-            self.live_pending.clear();
+        if !live.send(&mut self.live_pending, bytes) {
             self.live = None;
         }
     }
@@ -399,10 +366,12 @@ impl Journal {
 
 #[cfg(test)]
 mod tests {
-    use tokio::sync::watch;
+    use tokio::sync::{broadcast, watch};
 
+    use super::live::{LIVE_BATCH, LIVE_BYTES, LIVE_LARGE_BATCH, LIVE_LARGE_QUEUED};
     use super::*;
     use crate::ids::{ProviderId, SessionId};
+    use crate::runtime::subscription::LiveBatch;
 
     fn journal() -> Journal {
         let session = SessionRef { provider: ProviderId::new("p"), id: SessionId::new("s").unwrap() };
@@ -465,5 +434,62 @@ mod tests {
         assert_eq!(journal.ring.len(), 1, "and goes with the next");
         assert_eq!(journal.ring_bytes, 0);
         assert!(!journal.ring_covers(50), "a gap is known, not served");
+    }
+
+    fn megabyte_lines(journal: &mut Journal, lines: usize) -> Vec<std::sync::Weak<Event>> {
+        let line = || Some(RawJson::parsed(format!("\"{}\"", "x".repeat((1 << 20) - 2))));
+        (0..lines)
+            .map(|_| {
+                let event = journal.emit_shared(None, EventKind::Warning { message: String::new() }, line());
+                journal.send_live();
+                Arc::downgrade(&event)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_subscriber_that_stops_reading_pins_the_live_channel_s_bytes_not_its_sends() {
+        let mut journal = journal();
+        let (_exit, exit) = watch::channel(None);
+        let mut rx = journal.grant_live(None, None, false, exit).unwrap().rx.unwrap();
+        let lines = 100;
+        let events = megabyte_lines(&mut journal, lines);
+        let alive = events.iter().filter(|e| e.strong_count() > 0).count();
+        let (ring, channel) = (RING_BYTES >> 20, LIVE_BYTES >> 20);
+        assert_eq!(alive, ring + channel, "the ring's newest and the channel's oldest, not all {lines}");
+
+        // The subscriber reads on: the oldest sends hold their events, then come references to
+        // events gone (it must read them back), then those the ring still holds.
+        let mut got = Vec::new();
+        while let Ok(batch) = rx.try_recv() {
+            got.extend((0..batch.len()).map(|i| batch.get(i).map(|e| e.seq)));
+        }
+        assert_eq!(got.len(), lines, "one send per line");
+        let held = got.iter().take_while(|seq| seq.is_some()).count();
+        assert_eq!(held, channel);
+        let gone = got[held..].iter().take_while(|seq| seq.is_none()).count();
+        assert_eq!(gone, lines - channel - ring);
+        assert!(got[held + gone..].iter().all(Option::is_some), "the ring's events are alive");
+
+        // Caught up, its sends hold their events again.
+        megabyte_lines(&mut journal, 3);
+        let batch = rx.try_recv().unwrap();
+        assert!(matches!(batch, LiveBatch::One(_)), "{batch:?}");
+    }
+
+    #[test]
+    fn a_send_larger_than_the_channel_s_bytes_holds_its_events_when_nothing_is_unread() {
+        let mut journal = journal();
+        let (_exit, exit) = watch::channel(None);
+        let mut rx = journal.grant_live(None, None, false, exit).unwrap().rx.unwrap();
+        let line = || Some(RawJson::parsed(format!("\"{}\"", "x".repeat(LIVE_BYTES))));
+        journal.emit(None, EventKind::Warning { message: String::new() }, line());
+        journal.send_live();
+        assert!(matches!(rx.try_recv().unwrap(), LiveBatch::One(_)));
+        journal.emit(None, EventKind::Warning { message: String::new() }, line());
+        journal.emit(None, EventKind::Warning { message: String::new() }, line());
+        journal.send_live();
+        let batch = rx.try_recv().unwrap();
+        assert!(matches!(batch, LiveBatch::Many(_)), "{batch:?}");
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::event::Event;
@@ -11,7 +11,7 @@ use crate::ids::TurnId;
 use crate::runtime::subscription::{Grant, past_latest};
 use crate::session::ExitReason;
 
-use super::Journal;
+use super::{Journal, Live};
 
 impl Journal {
     /// A finished turn's terminal event, if the ring still holds it.
@@ -85,7 +85,7 @@ impl Journal {
         let capacity = self.ring_capacity;
         // Published but not yet sent events are in the replay above; the subscription skips them
         // when they arrive live.
-        let rx = self.live.get_or_insert_with(|| broadcast::channel(capacity).0).subscribe();
+        let rx = self.live.get_or_insert_with(|| Live::new(capacity)).subscribe();
         let store = self.store.clone();
         Ok(Grant {
             rx: Some(rx),
