@@ -76,11 +76,13 @@ impl Renderer {
 /// The spinner's frames.
 const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
-/// The state of the human view: which messages were already streamed as deltas, and whether
-/// the cursor is at the start of a line.
+/// The state of the human view: which messages were already streamed as deltas, whether the
+/// turn said anything, and whether the cursor is at the start of a line.
 #[derive(Debug)]
 pub(crate) struct Human {
     streamed: HashSet<Option<ItemId>>,
+    /// Whether the turn's messages showed any text (else its end shows its result's text).
+    said: bool,
     line_start: bool,
     /// Whether to show the spinner, whether it is shown, and its next frame.
     spinner: bool,
@@ -90,7 +92,7 @@ pub(crate) struct Human {
 
 impl Default for Human {
     fn default() -> Self {
-        Human { streamed: HashSet::new(), line_start: true, spinner: false, spinning: false, frame: 0 }
+        Human { streamed: HashSet::new(), said: false, line_start: true, spinner: false, spinning: false, frame: 0 }
     }
 }
 
@@ -108,11 +110,16 @@ impl Human {
             EventKind::MessageDelta { item_id, text } => {
                 self.streamed.insert(item_id.clone());
                 self.text(out, text)?;
+                self.said |= !text.is_empty();
             }
             EventKind::AssistantMessage { item_id, text } => {
-                if !self.streamed.remove(item_id) {
+                // Deltas without an item ID (a preset's CLI may name only the whole message)
+                // were the next message's.
+                let streamed = self.streamed.remove(item_id) || item_id.is_some() && self.streamed.remove(&None);
+                if !streamed {
                     self.text(out, text)?;
                 }
+                self.said |= !text.is_empty();
                 self.line(out, "")?;
             }
             EventKind::ToolStarted { name, input, .. } => {
@@ -169,6 +176,16 @@ impl Human {
             }
             kind => {
                 if let Some(end) = kind.terminal_end() {
+                    // A turn whose words came only as its result (a preset without message
+                    // rules, say) shows them.
+                    if !std::mem::take(&mut self.said)
+                        && let Some(text) = end.result.text.as_deref().filter(|text| !text.is_empty())
+                    {
+                        self.line(out, "")?;
+                        self.text(out, text)?;
+                        self.line(out, "")?;
+                    }
+                    self.streamed.clear();
                     let reason = end.result.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
                     self.line(out, &format!("── turn {}{reason}", event.type_name().trim_start_matches("turn_")))?;
                 }
@@ -253,14 +270,13 @@ fn truncate(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use agent_harness::{TurnEnd, TurnResult, TurnStatus};
+
     use super::*;
 
-    /// A store that failed is said in human mode: a run whose store degraded keeps nothing.
-    #[test]
-    fn a_store_failure_is_shown() {
+    fn event(kind: EventKind) -> Event {
         use agent_harness::{EventId, ProviderId, SessionId, Timestamp};
-        let kind = EventKind::StoreFailed { reason: "disk full".into(), policy: StoreFailurePolicy::Degrade };
-        let event = Event::from_parts(
+        Event::from_parts(
             EventId::generate(),
             3,
             SessionId::generate(),
@@ -269,11 +285,59 @@ mod tests {
             Timestamp::now(),
             kind,
             None,
-        );
+        )
+    }
+
+    fn shown(kinds: impl IntoIterator<Item = EventKind>) -> String {
+        let mut human = Human::default();
         let mut out = Vec::new();
-        Human::default().event(&mut out, &event).unwrap();
-        let shown = String::from_utf8(out).unwrap();
+        for kind in kinds {
+            human.event(&mut out, &event(kind)).unwrap();
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    fn delta(item: Option<&str>, text: &str) -> EventKind {
+        EventKind::MessageDelta { item_id: item.map(ItemId::new), text: text.into() }
+    }
+
+    fn message(item: Option<&str>, text: &str) -> EventKind {
+        EventKind::AssistantMessage { item_id: item.map(ItemId::new), text: text.into() }
+    }
+
+    fn completed(text: Option<&str>) -> EventKind {
+        let result = text.map_or_else(TurnResult::default, TurnResult::text);
+        EventKind::TurnCompleted(Box::new(TurnEnd::new(TurnStatus::Completed, result)))
+    }
+
+    /// A store that failed is said in human mode: a run whose store degraded keeps nothing.
+    #[test]
+    fn a_store_failure_is_shown() {
+        let kind = EventKind::StoreFailed { reason: "disk full".into(), policy: StoreFailurePolicy::Degrade };
+        let shown = shown([kind]);
         assert!(shown.contains("the store failed") && shown.contains("disk full"), "{shown:?}");
+    }
+
+    /// A message is shown once, whether its deltas name it or not (a preset's CLI may name only
+    /// the whole message).
+    #[test]
+    fn a_streamed_message_is_shown_once() {
+        let named = [delta(Some("m1"), "Hel"), delta(Some("m1"), "lo"), message(Some("m1"), "Hello")];
+        assert_eq!(shown(named), "Hello\n");
+        let unnamed = [delta(None, "Hel"), delta(None, "lo"), message(Some("m1"), "Hello")];
+        assert_eq!(shown(unnamed), "Hello\n");
+        let unstreamed = [message(Some("m1"), "Hello"), message(Some("m2"), "again")];
+        assert_eq!(shown(unstreamed), "Hello\nagain\n");
+    }
+
+    /// A turn's result text is shown when its messages said nothing, and only then.
+    #[test]
+    fn a_result_is_shown_when_no_message_said_it() {
+        assert_eq!(shown([completed(Some("echo: hi"))]), "echo: hi\n── turn completed\n");
+        assert_eq!(shown([message(None, "hi"), completed(Some("hi"))]), "hi\n── turn completed\n");
+        assert_eq!(shown([completed(None)]), "── turn completed\n");
+        let two_turns = [message(None, "hi"), completed(Some("hi")), completed(Some("again"))];
+        assert_eq!(shown(two_turns), "hi\n── turn completed\nagain\n── turn completed\n");
     }
 
     #[test]
