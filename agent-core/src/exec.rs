@@ -536,6 +536,37 @@ pub enum ProgramProblem {
     },
 }
 
+impl ProgramProblem {
+    /// What keeps a file with `metadata` (symbolic links followed) from running as a program:
+    /// it is a directory, not a regular file, or has no execute bit. `None` when it can run.
+    #[cfg(unix)]
+    pub fn of_metadata(metadata: &std::fs::Metadata) -> Option<ProgramProblem> {
+        use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+        let file_type = metadata.file_type();
+        let mode = metadata.permissions().mode() & 0o7777;
+        if file_type.is_dir() {
+            Some(ProgramProblem::IsDirectory)
+        } else if !file_type.is_file() {
+            let kind = if file_type.is_fifo() {
+                "a FIFO"
+            } else if file_type.is_socket() {
+                "a socket"
+            } else if file_type.is_char_device() {
+                "a character device"
+            } else if file_type.is_block_device() {
+                "a block device"
+            } else {
+                "an unknown kind of file"
+            };
+            Some(ProgramProblem::NotRegularFile { kind })
+        } else if mode & 0o111 == 0 {
+            Some(ProgramProblem::NotExecutable { mode })
+        } else {
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

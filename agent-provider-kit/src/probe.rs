@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
 use agent_core::DynExec;
-use agent_core::exec::{ChildHandle, ChildOutput, Command, Exec, ExecError, ExitStatus};
+use agent_core::exec::{ChildHandle, ChildOutput, Command, Exec, ExecError, ExitStatus, ProgramProblem};
 use tokio::io::AsyncReadExt;
 
 use crate::framing::StderrTail;
@@ -179,6 +179,7 @@ pub struct FileStamp {
     len: u64,
     modified: Option<SystemTime>,
     inode: Option<(u64, u64)>,
+    problem: Option<ProgramProblem>,
 }
 
 impl FileStamp {
@@ -193,12 +194,23 @@ impl FileStamp {
         };
         #[cfg(not(unix))]
         let inode = None;
-        Some(FileStamp { path: path.to_owned(), len: metadata.len(), modified: metadata.modified().ok(), inode })
+        #[cfg(unix)]
+        let problem = ProgramProblem::of_metadata(&metadata);
+        #[cfg(not(unix))]
+        let problem = None;
+        let (len, modified) = (metadata.len(), metadata.modified().ok());
+        Some(FileStamp { path: path.to_owned(), len, modified, inode, problem })
     }
 
     /// The file's path (a program found on `PATH`: where it was found).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// What keeps the file from running as a program (a directory, no execute bit), as a spawn
+    /// would report it; `None` when it can run.
+    pub fn problem(&self) -> Option<&ProgramProblem> {
+        self.problem.as_ref()
     }
 
     /// The stamp of the file `command` would run, when `exec` runs processes on this host:
@@ -218,10 +230,16 @@ impl FileStamp {
             return FileStamp::of_path(&path);
         }
         let search = command_path(command)?;
-        std::env::split_paths(&search).find_map(|dir| {
+        // As `execvp` searches: the first file that can run, else the first file found.
+        let mut found = std::env::split_paths(&search).filter_map(|dir| {
             let candidate = dir.join(program);
             candidate.is_file().then(|| FileStamp::of_path(&candidate)).flatten()
-        })
+        });
+        let first = found.next()?;
+        if first.problem.is_none() {
+            return Some(first);
+        }
+        found.find(|stamp| stamp.problem.is_none()).or(Some(first))
     }
 }
 

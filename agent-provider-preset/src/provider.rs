@@ -210,18 +210,31 @@ impl PresetProvider {
 
     /// Runs the preset's version probe (once per exec, program and program file). A preset
     /// without one has its program looked up instead, where the exec runs on this host, so a
-    /// missing CLI fails the session's start rather than its first turn.
+    /// CLI that is missing or cannot run (a directory, a file without an execute bit) fails the
+    /// session's start rather than its first turn.
     async fn check_version(&self, ctx: &OpenContext, run: &RunConfig, deadline: Duration) -> Result<()> {
         let Some(check) = &self.preset.version else {
+            if !ctx.exec.is_local() {
+                return Ok(());
+            }
             let mut command = Command::new(run.program.clone());
             command.env = run.env.clone();
             command.cwd = Some(run.cwd.clone());
-            if ctx.exec.is_local() && FileStamp::of_command(ctx.exec.as_ref(), &command).is_none() {
-                let searched_path = Path::new(&run.program).components().count() == 1;
-                let error = ExecError::ProgramNotFound { program: run.program.clone(), searched_path };
-                return Err(self.spawn_error(&error, &run.program));
-            }
-            return Ok(());
+            let program = run.program.clone();
+            let searched_path = Path::new(&run.program).components().count() == 1;
+            let error = match FileStamp::of_command(ctx.exec.as_ref(), &command) {
+                None => ExecError::ProgramNotFound { program, searched_path },
+                Some(stamp) => match stamp.problem() {
+                    None => return Ok(()),
+                    Some(problem) => ExecError::ProgramNotExecutable {
+                        program,
+                        path: stamp.path().to_owned(),
+                        searched_path,
+                        problem: problem.clone(),
+                    },
+                },
+            };
+            return Err(self.spawn_error(&error, &run.program));
         };
         let mut command = Command::new(run.program.clone())
             .args(run.leading.iter().chain(&check.args))

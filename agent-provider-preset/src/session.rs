@@ -345,14 +345,20 @@ impl Shared {
                 after_result = Some(tokio::time::Instant::now() + AFTER_RESULT);
             }
         };
+        let mut report = process.exit_report(EXIT_WAIT, STDERR_DRAIN).await;
+        if let Some(error) = read_error {
+            report = report.read_error(error);
+        }
+        // A CLI that closed stdout after its result line but did not exit was ended as one that
+        // kept it open is: the outcome its lines gave stands.
+        let ended = report.status.as_ref().is_some_and(|status| status.killed_by.is_some());
+        if reader.finished() && ended && reader.lingered_warning().is_none() {
+            reader.lingered(EXIT_WAIT);
+        }
         if let Some(message) = reader.lingered_warning()
             && self.sink.emit(Some(&handle.turn), EventKind::Warning { message }, None).await.is_err()
         {
             return;
-        }
-        let mut report = process.exit_report(EXIT_WAIT, STDERR_DRAIN).await;
-        if let Some(error) = read_error {
-            report = report.read_error(error);
         }
         let cancelled = handle.cancelled.load(Ordering::SeqCst).then(|| lock(&handle.cancel_reason).unwrap_or(STOPPED));
         let outcome = reader.outcome(&report, cancelled);

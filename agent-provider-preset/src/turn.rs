@@ -16,7 +16,9 @@
 //!    result line fails; its text is kept in the result);
 //! 5. no `result` line → `failed`, with the exit status and the stderr tail.
 //!
-//! A completed turn needs both: the CLI's own word (the result line) and a clean exit.
+//! A completed turn needs both: the CLI's own word (the result line) and a clean exit. A CLI
+//! the reader ended for not exiting after its result or failure line ([`TurnReader::lingered`])
+//! counts as one that exited cleanly: the outcome its lines gave stands.
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -46,6 +46,7 @@ case "$prompt" in
   fail-zero*) echo "RESULT partial"; echo "FAILED out of credits"; exit 0;;
   result-one*) echo "RESULT all done"; echo "mini-agent: lost the connection (token $MINI_TOKEN)" >&2; exit 1;;
   linger*) echo "RESULT lingered"; sleep 60;;
+  closing*) echo "RESULT lingered"; exec 1>&-; sleep 60;;
   env*) echo "SAY token=$MINI_TOKEN"; echo "RESULT token=$MINI_TOKEN";;
   pieces*) for r in 1-4 5-9 10-16 17-; do echo "DELTA $(printf %s "$MINI_TOKEN" | cut -c$r)"; done; echo "RESULT done";;
   block*) while [ ! -e release ]; do sleep 0.05; done; echo "RESULT released";;
@@ -232,10 +233,21 @@ async fn exit_status_and_matchers_disagreeing_fail_the_turn() {
 /// seconds later, the CLI ended, rather than waiting for it for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cli_lingering_after_its_result_is_ended_and_the_turn_completes() {
+    lingers_after_its_result("linger please").await;
+}
+
+/// The same for a CLI that closes its stdout after its result: it is not worse off than one
+/// that kept it open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_lingering_after_closing_its_output_is_ended_and_the_turn_completes() {
+    lingers_after_its_result("closing please").await;
+}
+
+async fn lingers_after_its_result(prompt: &str) {
     let mini = Mini::start();
     let session = mini.session(mini.options(PresetOptions::new())).await;
     let started = std::time::Instant::now();
-    let (_, events) = support::run(&mini.harness, &session, "linger please", |_| None).await;
+    let (_, events) = support::run(&mini.harness, &session, prompt, |_| None).await;
     let end = terminal(&events);
     assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
     assert_eq!(end.result.text.as_deref(), Some("lingered"));
@@ -473,6 +485,40 @@ async fn a_session_from_a_config_and_bad_options_refused_before_anything_runs() 
     assert!(error.to_string().contains("no-such-agent` was not found"), "{error}");
     harness.shutdown().await;
     mini.finish().await;
+}
+
+/// A preset without a version check still has its program looked at before the session
+/// starts: one that cannot run (a directory, a file without an execute bit) fails the start, as
+/// a missing one does, instead of its first turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_version_check_a_cli_that_cannot_run_fails_the_start() {
+    let programs = ProgramDir::new("preset-unversioned");
+    let script = programs.script("mini-agent", MINI_AGENT);
+    let presets = programs.dir("presets");
+    let mut preset = mini_preset(&script);
+    preset.as_object_mut().expect("an object").remove("version");
+    std::fs::write(presets.join("mini-agent.json"), preset.to_string()).expect("preset written");
+    let workspace = programs.dir("work");
+    let directory = programs.dir("a-directory");
+    let plain = workspace.join("plain-file");
+    std::fs::write(&plain, MINI_AGENT).expect("written");
+    let allow = AllowList::shipped().allow(&script).allow(&directory).allow(&plain);
+    let catalog = PresetCatalog::builder(allow).dir(&presets).load();
+    assert!(catalog.errors().is_empty(), "{:?}", catalog.errors());
+    let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
+    let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));
+    let options = |preset: PresetOptions| SessionOptions::new(&workspace).provider_option(preset);
+    for (binary, problem) in [(&directory, "is a directory"), (&plain, "is not executable")] {
+        let error = harness
+            .start_session("preset:mini-agent", options(PresetOptions::new().binary(binary)))
+            .await
+            .expect_err("a CLI that cannot run fails the start");
+        assert_eq!(error.kind(), ErrorKind::ProviderUnavailable, "{error}");
+        assert!(error.to_string().contains(problem), "{error}");
+    }
+    harness.start_session("preset:mini-agent", options(PresetOptions::new())).await.expect("the script starts");
+    assert!(exec.commands().is_empty(), "nothing was spawned before a turn");
+    harness.shutdown().await;
 }
 
 #[test]

@@ -4,7 +4,6 @@ use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use agent_core::exec::{ExecError, ProgramProblem};
@@ -141,33 +140,16 @@ fn inspect(path: &Path) -> Candidate {
         }
         Err(error) => return Candidate::Unusable(ProgramProblem::Inaccessible { reason: error.to_string() }),
     };
-    let file_type = metadata.file_type();
-    let mode = metadata.permissions().mode() & 0o7777;
-    let problem = if file_type.is_dir() {
-        ProgramProblem::IsDirectory
-    } else if !file_type.is_file() {
-        let kind = if file_type.is_fifo() {
-            "a FIFO"
-        } else if file_type.is_socket() {
-            "a socket"
-        } else if file_type.is_char_device() {
-            "a character device"
-        } else if file_type.is_block_device() {
-            "a block device"
-        } else {
-            "an unknown kind of file"
-        };
-        ProgramProblem::NotRegularFile { kind }
-    } else if mode & 0o111 == 0 {
-        ProgramProblem::NotExecutable { mode }
-    } else {
-        return Candidate::Runnable;
-    };
-    Candidate::Unusable(problem)
+    match ProgramProblem::of_metadata(&metadata) {
+        None => Candidate::Runnable,
+        Some(problem) => Candidate::Unusable(problem),
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     fn env_with_path(path: &str) -> Env {
