@@ -392,10 +392,9 @@ fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, Problem>
         }
         Some(v) if v.as_u64() == Some(u64::from(SCHEMA_VERSION)) => {}
         Some(v) => {
-            return Err(Problem::new(
-                "schema_version",
-                format!("unsupported version {v} (this version of agent-provider-preset reads {SCHEMA_VERSION})"),
-            ));
+            let given = if v.is_u64() { "unsupported version" } else { "not a version number" };
+            let message = format!("{given} (this version of agent-provider-preset reads {SCHEMA_VERSION})");
+            return Err(Problem::new("schema_version", message));
         }
     }
     let file: PresetFile = serde_path_to_error::deserialize(&value).map_err(|error| {
@@ -403,7 +402,7 @@ fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, Problem>
         let path = if path == "." { String::new() } else { path };
         // A value in the wrong place may be a secret (an `env` written as `"KEY=sk-…"`): the
         // error says where and what was expected, not what was given.
-        Problem::new(path, agent_core::config::without_values(&error.into_inner().to_string()))
+        Problem::new(path, without_numbers(&agent_core::config::without_values(&error.into_inner().to_string())))
     })?;
     check_id(&file.id)?;
     check_program(&file.program, allow)?;
@@ -564,6 +563,26 @@ fn check_kept_tests(matchers: &Matchers, events: &[EventRule]) -> Result<(), Pro
 
 fn keep_names(file: &MatchersFile) -> Vec<String> {
     file.keep.keys().cloned().collect()
+}
+
+/// A serde error with the numbers it quotes left out, as its strings are by
+/// [`without_values`](agent_core::config::without_values): a preset's errors quote nothing from
+/// the file, and a token may be all digits.
+fn without_numbers(message: &str) -> String {
+    const NUMBERS: [(&str, &str); 2] = [("integer `", "an integer"), ("floating point `", "a number")];
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some((at, marker, said)) =
+        NUMBERS.iter().filter_map(|&(marker, said)| Some((rest.find(marker)?, marker, said))).min()
+    {
+        out.push_str(&rest[..at]);
+        out.push_str(said);
+        let value = &rest[at + marker.len()..];
+        // Digits, a sign, a point or an exponent up to the closing backtick.
+        rest = value.find('`').map_or("", |end| &value[end + 1..]);
+    }
+    out.push_str(rest);
+    out
 }
 
 fn check_id(id: &str) -> Result<(), Problem> {

@@ -68,7 +68,8 @@ fn bad_presets_name_the_file_and_the_field() {
     refused(with(minimal(), "/matchers/result/0/when", json!("(RESULT")), "matchers.result[0].when", "invalid regex");
     refused(without(minimal(), "framing"), "", "missing field `framing`");
     refused(without(minimal(), "schema_version"), "schema_version", "missing field");
-    refused(with(minimal(), "/schema_version", json!(2)), "schema_version", "unsupported version 2");
+    refused(with(minimal(), "/schema_version", json!(2)), "schema_version", "unsupported version (this version");
+    refused(with(minimal(), "/schema_version", json!("1")), "schema_version", "not a version number");
     refused(with(minimal(), "/program", json!("rm")), "program", "not on the executable allow-list");
     refused(with(minimal(), "/program", json!("./mini-cli")), "program", "neither a bare program name");
     refused(with(minimal(), "/framing", json!("xml")), "framing", "unknown value, expected `jsonl` or `lines`");
@@ -147,6 +148,25 @@ fn parse_errors_say_what_was_expected_not_the_value() {
         let error = refused(preset, field, says);
         for shown in [error.to_string(), format!("{error:?}")] {
             assert!(!shown.contains("PRESETKEY"), "{shown}");
+        }
+    }
+}
+
+/// Nor a number: a token may be all digits.
+#[test]
+fn parse_errors_quote_no_number_either() {
+    for (preset, field, says) in [
+        (
+            with(minimal(), "/env", json!({"set": {"MY_TOKEN": 12345678901234_u64}})),
+            "env.set.MY_TOKEN",
+            "invalid type: an integer, expected a string",
+        ),
+        (with(minimal(), "/description", json!(-1234567.5)), "description", "invalid type: a number, expected"),
+        (with(minimal(), "/schema_version", json!(1234567)), "schema_version", "unsupported version"),
+    ] {
+        let error = refused(preset, field, says);
+        for shown in [error.to_string(), format!("{error:?}")] {
+            assert!(!shown.contains("1234567"), "{shown}");
         }
     }
 }
