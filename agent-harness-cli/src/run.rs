@@ -99,10 +99,15 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
 }
 
 fn timeout(secs: f64) -> Result<Duration, Failure> {
-    Duration::try_from_secs_f64(secs)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| Failure::usage(format!("--timeout {secs}: expected a positive number of seconds")))
+    let why = match Duration::try_from_secs_f64(secs) {
+        Ok(duration) if !duration.is_zero() => return Ok(duration),
+        Ok(_) if secs > 0.0 => "shorter than a nanosecond",
+        Err(_) if secs > 1.0 => "longer than a duration can be",
+        _ => "expected a positive number of seconds",
+    };
+    // 1e300 is not written out in 300 digits.
+    let given = Some(secs.to_string()).filter(|s| s.len() <= 24).unwrap_or_else(|| format!("{secs:e}"));
+    Err(Failure::usage(format!("--timeout {given}: {why}")))
 }
 
 /// SIGINT, SIGTERM and SIGHUP (a closed terminal or a lost ssh session), merged: each is
@@ -315,5 +320,26 @@ impl Run<'_> {
             }
         };
         let _ = tokio::time::timeout(DRAIN, async { tokio::join!(stop, drain) }).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_that_no_duration_holds_says_why() {
+        assert_eq!(timeout(1.5).unwrap(), Duration::from_millis(1500));
+        for (secs, says) in [
+            (0.0, "--timeout 0: expected a positive number"),
+            (-2.0, "--timeout -2: expected a positive number"),
+            (f64::NAN, "--timeout NaN: expected a positive number"),
+            (1e-12, "--timeout 0.000000000001: shorter than a nanosecond"),
+            (1e300, "--timeout 1e300: longer than a duration can be"),
+        ] {
+            let failure = timeout(secs).unwrap_err();
+            assert_eq!(failure.exit, Exit::Usage);
+            assert!(failure.message.starts_with(says), "{}", failure.message);
+        }
     }
 }
