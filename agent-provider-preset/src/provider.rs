@@ -126,6 +126,9 @@ impl PresetProvider {
                 format!("preset `{}` does not pass `{{max_turns}}`", self.preset.id),
             ));
         }
+        if preset_options.max_turns == Some(0) {
+            return Err(invalid("provider_options.max_turns", "must be at least 1".into()));
+        }
         if preset_options.approvals == Approvals::Ask && self.preset.approvals.is_none() {
             return Err(Error::Unsupported { provider: self.id.clone(), capability: Capability::Approvals });
         }
@@ -490,6 +493,14 @@ mod tests {
             // A preset with an approval conversation takes them.
             provider("claude-print").validate(&subscription(preset)).expect("claude-print asks approvals");
         }
+    }
+
+    #[test]
+    fn max_turns_of_zero_is_refused() {
+        let claude = provider("claude-print");
+        let error = claude.validate(&subscription(PresetOptions::new().max_turns(0))).unwrap_err();
+        assert!(matches!(error, Error::InvalidOption { option: "provider_options.max_turns", .. }), "{error:?}");
+        claude.validate(&subscription(PresetOptions::new().max_turns(1))).expect("one turn is a limit");
     }
 
     #[test]

@@ -380,6 +380,9 @@ pub struct PresetInfo {
 // ----- parsing ---------------------------------------------------------------------------------
 
 fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, Problem> {
+    // Editors on some systems begin a UTF-8 file with a byte-order mark, which JSON does not
+    // take.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let value: Value = serde_json::from_str(text).map_err(|e| Problem::new("", format!("not JSON: {e}")))?;
     let Value::Object(map) = &value else { return Err(Problem::new("", "expected a JSON object")) };
     if let Some(repeated) = agent_core::config::repeated_key(text) {
@@ -409,6 +412,10 @@ fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, Problem>
     let template = Template::parse(&file.args, "args")?;
     let framing = file.framing;
     let kept = keep_names(&file.matchers);
+    if kept.iter().any(String::is_empty) {
+        // `when` tests a kept value as `$name`, and `$` alone is no name.
+        return Err(Problem::new("matchers.keep", "a kept value needs a name"));
+    }
     let matchers = Matchers {
         session_id: matchers(&file.matchers.session_id, framing, "matchers.session_id", Some(&kept))?,
         result: matchers(&file.matchers.result, framing, "matchers.result", Some(&kept))?,
@@ -501,12 +508,19 @@ fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, Problem>
                     "holds a NUL character, which no command-line argument can carry",
                 ));
             }
+            if v.contains.as_deref().is_some_and(str::is_empty) {
+                return Err(Problem::new("version.contains", "an empty text, which every output contains"));
+            }
             Ok(VersionCheck { args: v.args, contains: v.contains, min })
         })
         .transpose()?;
     let success_exit_codes = file.success_exit_codes.unwrap_or_else(|| vec![0]);
     if success_exit_codes.is_empty() {
         return Err(Problem::new("success_exit_codes", "at least one exit code"));
+    }
+    if let Some(i) = success_exit_codes.iter().position(|code| !(0..=255).contains(code)) {
+        // A process's exit code is one byte: this one could never match.
+        return Err(Problem::new(format!("success_exit_codes[{i}]"), "an exit code is from 0 to 255"));
     }
     let approvals = file.approvals.map(|a| a.conversation);
     let capabilities = capabilities(&template, &matchers, &events, approvals, &file.capabilities)?;

@@ -73,6 +73,13 @@ fn bad_presets_name_the_file_and_the_field() {
     refused(with(minimal(), "/program", json!("rm")), "program", "not on the executable allow-list");
     refused(with(minimal(), "/program", json!("./mini-cli")), "program", "neither a bare program name");
     refused(with(minimal(), "/framing", json!("xml")), "framing", "unknown value, expected `jsonl` or `lines`");
+    // Values that could never take effect.
+    refused(with(minimal(), "/success_exit_codes", json!([0, 256])), "success_exit_codes[1]", "from 0 to 255");
+    refused(with(minimal(), "/success_exit_codes", json!([-1])), "success_exit_codes[0]", "from 0 to 255");
+    let empty_contains = with(minimal(), "/version", json!({"args": ["--version"], "contains": ""}));
+    refused(empty_contains, "version.contains", "an empty text");
+    let unnamed = with(minimal(), "/matchers/keep", json!({"": [{"when": "^X (?P<v>.*)$", "value": "v"}]}));
+    refused(unnamed, "matchers.keep", "needs a name");
     let error = refused(with(minimal(), "/id", json!("sk-ant-PASTED-KEY")), "id", "not an ID");
     assert!(!error.to_string().contains("PASTED"), "the value is not quoted: {error}");
     refused(with(minimal(), "/matchers/result", json!([])), "matchers.result", "at least one rule");
@@ -150,6 +157,13 @@ fn parse_errors_say_what_was_expected_not_the_value() {
             assert!(!shown.contains("PRESETKEY"), "{shown}");
         }
     }
+}
+
+#[test]
+fn a_file_that_begins_with_a_byte_order_mark_loads() {
+    let text = format!("\u{feff}{}", minimal());
+    let preset = Preset::from_json(&text, "dir/mini.json", &allow()).expect("loads");
+    assert_eq!(preset.id, "mini");
 }
 
 /// Nor a number: a token may be all digits.
