@@ -393,9 +393,10 @@ pub struct SessionOptions {
     /// In-memory replay buffer size (events); default 1000, from 1 to
     /// [`MAX_EVENT_BUFFER_SIZE`]. The buffer also keeps at most 32 MiB of the provider's
     /// output (the events' raw JSON; always the newest event), so a stream of lines of
-    /// megabytes keeps fewer events. A live subscriber that falls further behind than this buffer,
-    /// in sends (a send carries one event or more) or in bytes, catches up from the store
-    /// (without one, it ends with `Lagged`).
+    /// megabytes keeps fewer events. A live subscriber that falls this many sends behind (a send
+    /// carries one event or more) catches up from the store (without one, it ends with
+    /// `Lagged`); while one leaves more than 16 MiB of raw JSON unread, subscribers can be only
+    /// as far behind as this buffer holds.
     pub event_buffer_size: usize,
     /// Completed-turn cache size; defaults to the event buffer size.
     pub completed_turn_cache_size: Option<CacheSize>,

@@ -305,3 +305,34 @@ async fn without_a_store_a_subscriber_that_stops_reading_lines_of_megabytes_lags
     assert!(lagged.resume_after < subscribed_at + 100, "lagged after {}", lagged.resume_after - subscribed_at);
     assert!(idle.next().await.is_none(), "a lagged subscription ends");
 }
+
+/// Held events die with the session's buffer when the session ends: a subscriber that had not
+/// read them still gets them from the store, and a turn stream its terminal event, where both
+/// used to end as if the session had published nothing more.
+#[tokio::test]
+async fn held_events_a_subscriber_had_not_read_when_the_session_ended_come_from_the_store() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "one long line").await;
+    let mut idle = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    let stream = f.harness.stream(&turn, Replay::Latest, None).await.unwrap();
+    let subscribed_at = f.harness.status(&session).await.unwrap().last_seq;
+    // One line past the channel's bytes, then the turn's end: it goes out held.
+    let raw = agent_core::event::RawJson::parsed(format!("\"{}\"", "x".repeat(17 << 20)));
+    let kind = EventKind::MessageDelta { item_id: None, text: String::new().into() };
+    remote.sink().emit(Some(&turn.id), kind, Some(raw)).await.unwrap();
+    let tail = EventKind::MessageDelta { item_id: None, text: "tail".into() };
+    remote.emit_raw(Some(&turn.id), tail, r#""tail""#).await;
+    remote.complete(&turn.id, "done").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    f.harness.stop_session(&session, false).await.unwrap();
+    let last = f.store.latest_seq(&session.id).await.unwrap().expect("stored");
+
+    for expected in subscribed_at + 1..=last {
+        let event = idle.next().await.expect("more events").expect("no lag with a store");
+        assert_eq!(event.seq, expected, "delivery is contiguous");
+    }
+    assert!(idle.next().await.is_none());
+    let events = stream.collect().await.expect("the turn's end");
+    assert_eq!(events.last().unwrap().type_name(), "turn_completed");
+}

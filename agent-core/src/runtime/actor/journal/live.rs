@@ -4,9 +4,12 @@
 //! A subscriber that stops reading pins what the channel holds for it. In sends that is at most
 //! the channel's capacity; in bytes the channel keeps account of the raw JSON of the sends it
 //! may still hold, and past [`LIVE_BYTES`] it sends weak references instead, which only the
-//! replay ring keeps alive. A subscriber that reaches one the ring let go has fallen behind by
-//! more than the session buffers: it reads the events back from the store, or without one ends
-//! with `Lagged`, as when the channel itself moved past it.
+//! replay ring keeps alive (events without raw JSON always go strongly: they hold none of these
+//! bytes). A subscriber that reaches one the ring let go has fallen behind by more than the ring
+//! holds: it skips it, and the next event it gets shows the gap, which it reads back from the
+//! store, or without one ends with `Lagged`, as when the channel itself moved past it. The ring
+//! always keeps its newest event, and when the journal goes, that event is sent once more,
+//! strongly ([`Live::send_last`]), so there always is a next event.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -52,6 +55,8 @@ pub(super) struct Live {
     sent: VecDeque<usize>,
     /// Their sum.
     sent_bytes: usize,
+    /// How many sends held their events weakly.
+    held: u64,
 }
 
 impl Live {
@@ -61,6 +66,7 @@ impl Live {
             slots: capacity.next_power_of_two(),
             sent: VecDeque::new(),
             sent_bytes: 0,
+            held: 0,
         }
     }
 
@@ -91,6 +97,7 @@ impl Live {
                 }
             } else {
                 self.record(0);
+                self.held += 1;
                 LiveBatch::Held(pending.drain(..take).map(|event| Arc::downgrade(&event)).collect())
             };
             if self.tx.send(batch).is_err() {
@@ -102,10 +109,19 @@ impl Live {
         true
     }
 
+    /// Sends `newest`, the ring's newest event, again when the channel may hold held events
+    /// that die with the ring: the journal is going away.
+    pub(super) fn send_last(&mut self, newest: &Arc<Event>) {
+        if self.held > 0 {
+            let _ = self.tx.send(LiveBatch::One(Arc::clone(newest)));
+        }
+    }
+
     /// Whether a send of `bytes` may hold its events: it fits beside what the channel holds
-    /// unread, or nothing is unread.
+    /// unread, or nothing is unread. Events without raw JSON always may: they hold none of the
+    /// bytes bounded here, and a subscriber sees through them what it missed.
     fn has_room(&mut self, bytes: usize) -> bool {
-        if self.sent_bytes + bytes <= LIVE_BYTES {
+        if bytes == 0 || self.sent_bytes + bytes <= LIVE_BYTES {
             return true;
         }
         // Forget the sends every subscriber has read (the channel dropped them).

@@ -154,6 +154,13 @@ impl Drop for Journal {
     fn drop(&mut self) {
         // Subscribers get every published event before the channel closes.
         self.send_live();
+        // Held events die with the ring: the newest, sent again and held, shows a subscriber
+        // that has not read them yet that they are gone, as a later event would have.
+        if let Some(live) = &mut self.live
+            && let Some(newest) = self.ring.back()
+        {
+            live.send_last(newest);
+        }
     }
 }
 
@@ -290,10 +297,10 @@ impl Journal {
 
     fn publish(&mut self, event: Arc<Event>) {
         self.published_seq = event.seq;
+        let bytes = event.raw_len();
         if self.ring.len() == self.ring_capacity {
             self.evict();
         }
-        let bytes = event.raw_len();
         self.ring_bytes += bytes;
         // Events of megabytes: the oldest go until the ring is within its bytes again.
         while self.ring_bytes > RING_BYTES && !self.ring.is_empty() {
@@ -475,6 +482,30 @@ mod tests {
         megabyte_lines(&mut journal, 3);
         let batch = rx.try_recv().unwrap();
         assert!(matches!(batch, LiveBatch::One(_)), "{batch:?}");
+
+        // Held events die with the journal: its newest is sent again, strongly, so a subscriber
+        // sees that it missed them.
+        megabyte_lines(&mut journal, LIVE_BYTES >> 20);
+        let newest = journal.published_seq();
+        drop(journal);
+        let sends: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        assert!(matches!(sends.last(), Some(LiveBatch::One(e)) if e.seq == newest), "{sends:?}");
+        assert!(sends.iter().any(|batch| matches!(batch, LiveBatch::Held(_)) && batch.get(0).is_none()));
+    }
+
+    /// Events without raw JSON hold none of the bytes bounded: they are never held.
+    #[test]
+    fn events_without_raw_json_are_never_held() {
+        let mut journal = journal();
+        let (_exit, exit) = watch::channel(None);
+        let mut rx = journal.grant_live(None, None, false, exit).unwrap().rx.unwrap();
+        let line = |bytes: usize| Some(RawJson::parsed(format!("\"{}\"", "x".repeat(bytes - 2))));
+        for raw in [line(LIVE_BYTES + 2), line(10), None] {
+            journal.emit(None, EventKind::Warning { message: String::new() }, raw);
+            journal.send_live();
+        }
+        let sends: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        assert!(matches!(&sends[..], [LiveBatch::One(_), LiveBatch::Held(_), LiveBatch::One(_)]), "{sends:?}");
     }
 
     #[test]
