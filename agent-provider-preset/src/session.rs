@@ -345,14 +345,16 @@ impl Shared {
                 after_result = Some(tokio::time::Instant::now() + AFTER_RESULT);
             }
         };
+        let waiting = read_error.is_none() && reader.foreign().is_none() && reader.lingered_warning().is_none();
         let mut report = process.exit_report(EXIT_WAIT, STDERR_DRAIN).await;
         if let Some(error) = read_error {
             report = report.read_error(error);
         }
         // A CLI that closed stdout after its result line but did not exit was ended as one that
         // kept it open is: the outcome its lines gave stands.
+        // Ended by the exit wait: not by a cancel, a foreign conversation or after a read error.
         let ended = report.status.as_ref().is_some_and(|status| status.killed_by.is_some());
-        if reader.finished() && ended && reader.lingered_warning().is_none() {
+        if reader.finished() && ended && waiting && !handle.cancelled.load(Ordering::SeqCst) {
             reader.lingered(EXIT_WAIT);
         }
         if let Some(message) = reader.lingered_warning()
