@@ -230,9 +230,13 @@ impl FileStamp {
             return FileStamp::of_path(&path);
         }
         let search = command_path(command)?;
-        // As `execvp` searches: the first file that can run, else the first file found.
-        let mut found = std::env::split_paths(&search).filter_map(|dir| {
-            let candidate = dir.join(program);
+        // As the local exec searches: empty entries skipped, relative ones taken from the
+        // command's directory, and the first file that can run, else the first file found.
+        let mut found = std::env::split_paths(&search).filter(|dir| !dir.as_os_str().is_empty()).filter_map(|dir| {
+            let candidate = match &command.cwd {
+                Some(cwd) if dir.is_relative() => cwd.join(dir).join(program),
+                _ => dir.join(program),
+            };
             candidate.is_file().then(|| FileStamp::of_path(&candidate)).flatten()
         });
         let first = found.next()?;
@@ -440,5 +444,22 @@ mod tests {
         assert_eq!(FileStamp::of_command(&exec, &command), FileStamp::of_path(&cli));
         assert_eq!(FileStamp::of_command(&exec, &Command::new("some-cli").env_remove("PATH")), None);
         assert_eq!(FileStamp::of_command(&ScriptedExec::new(), &command), None);
+
+        // A file that cannot run is passed over for one that can, as the exec passes over it.
+        let plain_dir = programs.dir("plain");
+        std::fs::write(plain_dir.join("some-cli"), "echo 0.1.0").expect("written");
+        let path = std::env::join_paths([&plain_dir, &dir]).expect("a PATH");
+        let command = Command::new("some-cli").env("PATH", &path);
+        assert_eq!(FileStamp::of_command(&exec, &command), FileStamp::of_path(&cli));
+        let only_plain = FileStamp::of_command(&exec, &Command::new("some-cli").env("PATH", &plain_dir));
+        let problem = only_plain.as_ref().and_then(FileStamp::problem);
+        assert!(matches!(problem, Some(ProgramProblem::NotExecutable { .. })), "{only_plain:?}");
+
+        // A relative entry is taken from the command's directory, an empty one is no directory.
+        let (parent, name) = (dir.parent().expect("a parent"), dir.file_name().expect("a name"));
+        let relative = Command::new("some-cli").env("PATH", name).cwd(parent);
+        assert_eq!(FileStamp::of_command(&exec, &relative), FileStamp::of_path(&cli));
+        let empty = Command::new("some-cli").env("PATH", ":").cwd(&dir);
+        assert_eq!(FileStamp::of_command(&exec, &empty), None);
     }
 }
