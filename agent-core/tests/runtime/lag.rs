@@ -11,33 +11,51 @@ use crate::common::*;
 const EVENTS: u64 = 1_000_000;
 
 async fn flood(remote: &agent_core::testing::ScriptedSession, turn: &Turn, events: u64) {
-    for i in 0..events {
-        let kind = EventKind::MessageDelta { item_id: None, text: if i % 2 == 0 { "a".into() } else { "b".into() } };
-        remote.sink().emit(Some(&turn.id), kind, None).await.unwrap();
+    send_lines(remote, turn, events, |_| None).await;
+}
+
+/// Sends `lines` deltas to a turn, the raw JSON of line `n` from `raw`, and completes it.
+async fn send_lines(
+    remote: &agent_core::testing::ScriptedSession,
+    turn: &Turn,
+    lines: u64,
+    raw: fn(u64) -> Option<agent_core::event::RawJson>,
+) {
+    for n in 0..lines {
+        let kind = EventKind::MessageDelta { item_id: None, text: if n % 2 == 0 { "a".into() } else { "b".into() } };
+        remote.sink().emit(Some(&turn.id), kind, raw(n)).await.unwrap();
     }
     remote.complete(&turn.id, "flooded").await;
 }
 
-#[tokio::test]
-async fn a_subscriber_that_never_reads_catches_up_from_the_store_without_loss() {
+/// A megabyte of raw JSON.
+fn megabyte(n: u64) -> Option<agent_core::event::RawJson> {
+    Some(agent_core::event::RawJson::parsed(format!("\"{n}{}\"", "x".repeat((1 << 20) - 12))))
+}
+
+/// Sends `lines` to a turn while a subscriber reads nothing, then checks it gets every event
+/// in order: the session kept going, and the subscriber caught up from the store.
+async fn a_subscriber_that_never_reads_gets_every_line(lines: u64, raw: fn(u64) -> Option<agent_core::event::RawJson>) {
     let f = Fixture::new();
     let (session, remote) = f.session(opts()).await;
     let turn = f.admitted_turn(&session, "flood").await;
     let mut idle = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
     let subscribed_at = f.harness.status(&session).await.unwrap().last_seq;
 
-    flood(&remote, &turn, EVENTS).await;
-    // The session kept going while the subscriber read nothing.
+    send_lines(&remote, &turn, lines, raw).await;
     f.harness.await_turn(&turn, None).await.unwrap();
     let last = f.harness.status(&session).await.unwrap().last_seq;
-    assert_eq!(last, subscribed_at + EVENTS + 1);
+    assert_eq!(last, subscribed_at + lines + 1);
 
-    let mut expected = subscribed_at + 1;
-    while expected <= last {
+    for expected in subscribed_at + 1..=last {
         let event = idle.next().await.expect("more events").expect("no lag with a store");
         assert_eq!(event.seq, expected, "delivery is contiguous");
-        expected += 1;
     }
+}
+
+#[tokio::test]
+async fn a_subscriber_that_never_reads_catches_up_from_the_store_without_loss() {
+    a_subscriber_that_never_reads_gets_every_line(EVENTS, |_| None).await;
 }
 
 #[tokio::test]
@@ -200,12 +218,7 @@ async fn a_replay_of_lines_of_megabytes_reads_the_store_in_pages_of_megabytes_no
     let (f, store) = Fixture::controlled();
     let (session, remote) = f.session(opts()).await;
     let turn = f.admitted_turn(&session, "long lines").await;
-    for n in 0..100 {
-        let raw = agent_core::event::RawJson::parsed(format!("\"{n}{}\"", "x".repeat(LINE - 12)));
-        let kind = EventKind::MessageDelta { item_id: None, text: String::new().into() };
-        remote.sink().emit(Some(&turn.id), kind, Some(raw)).await.unwrap();
-    }
-    remote.complete(&turn.id, "done").await;
+    send_lines(&remote, &turn, 100, megabyte).await;
     f.harness.await_turn(&turn, None).await.unwrap();
     f.harness.stop_session(&session, false).await.unwrap();
 
@@ -246,34 +259,12 @@ async fn a_replay_whose_session_leaves_the_store_midway_fails_instead_of_ending_
     );
 }
 
-/// Sends `lines` deltas of a megabyte of raw JSON each to a turn and completes it.
-async fn megabyte_lines(remote: &agent_core::testing::ScriptedSession, turn: &Turn, lines: u64) {
-    for n in 0..lines {
-        let raw = agent_core::event::RawJson::parsed(format!("\"{n}{}\"", "x".repeat((1 << 20) - 12)));
-        let kind = EventKind::MessageDelta { item_id: None, text: String::new().into() };
-        remote.sink().emit(Some(&turn.id), kind, Some(raw)).await.unwrap();
-    }
-    remote.complete(&turn.id, "done").await;
-}
-
 /// A subscriber that stops reading while lines of megabytes stream is sent past 16 MiB only
 /// references the session's buffer holds (so it pins megabytes, not a gigabyte): with a store it
 /// reads back what its buffer let go, and gets every event in order.
 #[tokio::test]
 async fn a_subscriber_that_stops_reading_lines_of_megabytes_reads_back_what_the_buffer_let_go() {
-    let f = Fixture::new();
-    let (session, remote) = f.session(opts()).await;
-    let turn = f.admitted_turn(&session, "long lines").await;
-    let mut idle = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
-    let subscribed_at = f.harness.status(&session).await.unwrap().last_seq;
-    megabyte_lines(&remote, &turn, 100).await;
-    f.harness.await_turn(&turn, None).await.unwrap();
-    let last = f.harness.status(&session).await.unwrap().last_seq;
-    assert_eq!(last, subscribed_at + 101);
-    for expected in subscribed_at + 1..=last {
-        let event = idle.next().await.expect("more events").expect("no lag with a store");
-        assert_eq!(event.seq, expected, "delivery is contiguous");
-    }
+    a_subscriber_that_never_reads_gets_every_line(100, megabyte).await;
 }
 
 /// The same without a store: the subscriber learns where its events were lost once it is more
@@ -286,7 +277,7 @@ async fn without_a_store_a_subscriber_that_stops_reading_lines_of_megabytes_lags
     let turn = f.admitted_turn(&session, "long lines").await;
     let mut idle = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
     let subscribed_at = f.harness.status(&session).await.unwrap().last_seq;
-    megabyte_lines(&remote, &turn, 100).await;
+    send_lines(&remote, &turn, 100, megabyte).await;
     f.harness.await_turn(&turn, None).await.unwrap();
 
     let mut expected = subscribed_at + 1;
