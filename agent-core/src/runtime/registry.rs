@@ -38,7 +38,15 @@ pub(crate) const ENDED_RECORDS: usize = 1024;
 #[derive(Default)]
 struct Ended {
     order: VecDeque<(SessionId, u64)>,
-    reasons: HashMap<SessionId, (u64, ExitReason)>,
+    reasons: HashMap<SessionId, Exit>,
+}
+
+/// How a run of a session ended.
+struct Exit {
+    attempt: u64,
+    reason: ExitReason,
+    /// The last seq its subscribers were given: a store that failed may hold less.
+    published_seq: u64,
 }
 
 /// Live and starting sessions. A plain mutex: every critical section is a map operation.
@@ -95,16 +103,17 @@ impl Registry {
         self.ended.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Removes a live `id` that belongs to `attempt` and remembers how it ended.
-    pub(crate) fn finish(&self, id: &SessionId, attempt: u64, reason: ExitReason) {
+    /// Removes a live `id` that belongs to `attempt` and remembers how it ended, and the last
+    /// seq it published (0 when unknown).
+    pub(crate) fn finish(&self, id: &SessionId, attempt: u64, reason: ExitReason, published_seq: u64) {
         self.remove(id, attempt);
         let mut ended = self.ended();
-        ended.reasons.insert(id.clone(), (attempt, reason));
+        ended.reasons.insert(id.clone(), Exit { attempt, reason, published_seq });
         ended.order.push_back((id.clone(), attempt));
         while ended.order.len() > ENDED_RECORDS {
             let Some((oldest, attempt)) = ended.order.pop_front() else { break };
             // A later run of the same ID keeps its own record.
-            if ended.reasons.get(&oldest).is_some_and(|(a, _)| *a == attempt) {
+            if ended.reasons.get(&oldest).is_some_and(|exit| exit.attempt == attempt) {
                 ended.reasons.remove(&oldest);
             }
         }
@@ -115,7 +124,17 @@ impl Registry {
         if self.contains(id) {
             return None;
         }
-        self.ended().reasons.get(id).map(|(_, reason)| reason.clone())
+        self.ended().reasons.get(id).map(|exit| exit.reason.clone())
+    }
+
+    /// The last seq this harness's run of `id` published, when `stored` is that run's snapshot:
+    /// a run whose store failed may have given subscribers events its store never got, and a
+    /// resume must not give their seqs to other events (0 when this harness does not know).
+    pub(crate) fn published_seq(&self, id: &SessionId, stored: &SessionSnapshot) -> u64 {
+        if stored.owner.is_some() && !self.enrolled.wrote(stored) {
+            return 0;
+        }
+        self.ended().reasons.get(id).map_or(0, |exit| exit.published_seq)
     }
 
     /// Forgets how `id` ended (its history was purged).

@@ -198,6 +198,37 @@ async fn a_degraded_session_whose_store_stays_down_reads_back_as_abandoned() {
     assert_eq!(stored.snapshot.ended, Some(ExitReason::Closed { reason: CloseReason::Stopped }), "what is known");
 }
 
+/// The same session resumed in the harness that ran it, once the store is back: it goes on
+/// after the last seq its subscribers saw, though its final snapshot, which says how far it
+/// published, never reached the store — no seq names two events.
+#[tokio::test]
+async fn a_session_whose_store_stayed_down_to_its_end_resumes_after_what_it_published() {
+    let (f, store) = Fixture::controlled();
+    let (session, remote) = f.session(opts()).await;
+    let mut watching = f.harness.subscribe(&session, Replay::Start).await.unwrap();
+    let turn = f.admitted_turn(&session, "work").await;
+    store.set(WriteMode::Fail);
+    remote.complete(&turn.id, "done").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    f.harness.stop_session(&session, false).await.unwrap();
+    let mut published = 0;
+    while let Some(Ok(event)) = watching.next().await {
+        published = event.seq;
+    }
+    store.set(WriteMode::Normal);
+    let stored_latest = store.latest_seq(&session.id).await.unwrap().unwrap();
+    assert!(published > stored_latest, "the turn's end and the close were live-only");
+
+    let resumed = f.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
+    let latest = f.harness.status(&resumed).await.unwrap().last_seq;
+    assert!(latest > published, "the resumed run's events come after {published}, its latest is {latest}");
+    let mut events = f.harness.subscribe(&resumed, Replay::After(published)).await.unwrap();
+    // The turn's end never reached the store: the resume closes it there first.
+    let first = next(&mut events).await;
+    assert_eq!((first.seq, first.type_name()), (published + 1, "turn_interrupted"));
+    assert_eq!(next(&mut events).await.type_name(), "session_ready");
+}
+
 /// A store that stops answering mid-turn keeps neither a forced stop nor the harness's shutdown
 /// waiting, nor the provider running: the provider closes beside the last writes, each bounded
 /// by `startup_finalization_timeout`.

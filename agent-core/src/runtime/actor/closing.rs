@@ -195,7 +195,7 @@ impl Actor {
         }
         tracing::info!(reason = %reason, "session ended");
         if let Some(registry) = self.registry.upgrade() {
-            registry.finish(&self.session.id, self.attempt, reason.clone());
+            registry.finish(&self.session.id, self.attempt, reason.clone(), self.journal.published_seq());
         }
         let _ = self.exit.send(Some(reason));
         // Dropping the actor drops the live sender (ending subscriptions).

@@ -502,7 +502,8 @@ fn run_guarded(actor: impl Future<Output = ()>, crash: Crash, id: SessionId, att
             tracing::error!(%reason, "session ended");
             end_strays(&crash.exec, &id, crash.harness, crash.finalize_timeout).await;
             if let Some(registry) = crash.registry.upgrade() {
-                registry.finish(&id, attempt, reason);
+                // What the actor published is gone with it; its store has what was committed.
+                registry.finish(&id, attempt, reason, 0);
             }
         }
     })

@@ -74,8 +74,11 @@ pub(super) async fn plan(
             if let Some(pid) = registry.holder(&snapshot) {
                 return Err(Error::SessionLiveElsewhere { id: id.clone(), pid });
             }
-            // A degraded run published past what the store holds: its seqs are taken.
-            let latest_seq = store.latest_seq(id).await?.unwrap_or(0).max(snapshot.published_seq.unwrap_or(0));
+            // A degraded run published past what the store holds: its seqs are taken. Its final
+            // snapshot says how far, unless the store failed for that too; this harness's record
+            // of the run does.
+            let published = snapshot.published_seq.unwrap_or(0).max(registry.published_seq(id, &snapshot));
+            let latest_seq = store.latest_seq(id).await?.unwrap_or(0).max(published);
             let stale_turn = match &snapshot.current_turn_id {
                 Some(turn) => store.fetch_turn(id, turn).await?.filter(|t| !t.status.is_terminal()),
                 None => None,
