@@ -69,6 +69,20 @@ pub enum OpenError {
         /// The database path.
         path: PathBuf,
     },
+    /// The directory that holds the database cannot be written by this process: SQLite keeps
+    /// its `-wal` and `-shm` files beside the database, and cannot open it without them.
+    #[error(
+        "cannot open the store {}: directory {} cannot be written by this process, and SQLite keeps its -wal and \
+         -shm files beside the store",
+        path.display(),
+        dir.display()
+    )]
+    ReadOnlyDirectory {
+        /// The database path.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+    },
     /// Reading or creating the file failed.
     #[error("cannot access {}: {source}", path.display())]
     Io {
@@ -95,9 +109,13 @@ pub enum OpenError {
 impl OpenError {
     /// SQLite found the database locked by another connection.
     pub(crate) fn is_busy(&self) -> bool {
-        let OpenError::Sqlite { source, .. } = self else { return false };
+        self.sqlite_code() == Some(ErrorCode::DatabaseBusy)
+    }
+
+    /// SQLite's error code, for a failure SQLite reported.
+    pub(crate) fn sqlite_code(&self) -> Option<ErrorCode> {
+        let OpenError::Sqlite { source, .. } = self else { return None };
         source.downcast_ref::<rusqlite::Error>().and_then(rusqlite::Error::sqlite_error_code)
-            == Some(ErrorCode::DatabaseBusy)
     }
 }
 

@@ -64,7 +64,8 @@ impl SqliteStore {
     /// ([`OpenError::MissingDirectory`]), a file that is not SQLite ([`OpenError::NotSqlite`]),
     /// another application's SQLite database ([`OpenError::NotAStore`]), a store written by a
     /// newer version ([`OpenError::NewerSchema`]), a file this process cannot write
-    /// ([`OpenError::ReadOnly`]).
+    /// ([`OpenError::ReadOnly`]) or in a directory it cannot write
+    /// ([`OpenError::ReadOnlyDirectory`]).
     ///
     /// Opening does blocking file I/O; from async code call it through
     /// `tokio::task::spawn_blocking` if a stall of a few milliseconds matters.

@@ -50,9 +50,33 @@ pub(crate) fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connec
             Err(error) if error.is_busy() && std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
+            // SQLite says only that it cannot open the file, or that it is read-only.
+            Err(error)
+                if matches!(error.sqlite_code(), Some(ErrorCode::CannotOpen | ErrorCode::ReadOnly))
+                    && !writable(directory(path)) =>
+            {
+                return Err(OpenError::ReadOnlyDirectory { path: path.to_owned(), dir: directory(path).to_owned() });
+            }
             opened => return opened,
         }
     }
+}
+
+/// The directory that holds `path`.
+fn directory(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
+/// Whether this process may create files in `dir` (its permissions, a read-only mount, an
+/// immutable directory), as the kernel answers `access(2)`.
+fn writable(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(dir) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return true };
+    // SAFETY: `dir` is a NUL-terminated string that lives across the call, which only reads it.
+    unsafe { libc::access(dir.as_ptr(), libc::W_OK) == 0 }
 }
 
 fn open_writer_once(path: &Path, options: &SqliteOptions) -> Result<Connection, OpenError> {
@@ -133,10 +157,7 @@ fn classify(path: &Path, error: rusqlite::Error) -> OpenError {
 /// this process holds on it — those of a store already open on it included, which would let
 /// another process take itself for the last one and remove the WAL that store writes.
 fn prepare_file(path: &Path, create: bool) -> Result<(), OpenError> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
+    let dir = directory(path);
     if !dir.is_dir() {
         return Err(OpenError::MissingDirectory { path: path.to_owned(), dir: dir.to_owned() });
     }

@@ -256,6 +256,52 @@ fn a_file_this_process_cannot_write_is_refused_untouched() {
     assert_eq!(state(&path), before, "the file is left as it was");
 }
 
+/// The variable that makes [`a_store_in_a_directory_this_process_cannot_write_is_refused_by_name`]
+/// the child it starts as another user, naming the file to open.
+const IN_READ_ONLY_DIR: &str = "AGENT_STORE_SQLITE_TEST_READ_ONLY_DIR";
+
+/// A store this process may write, in a directory it may not: SQLite cannot make its side files
+/// there and says only "unable to open database file"; the error names the directory. Run as
+/// root, the test opens it from a child running as `nobody`.
+#[test]
+fn a_store_in_a_directory_this_process_cannot_write_is_refused_by_name() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+
+    let check = |path: &Path| {
+        let error = refused(path);
+        assert!(matches!(error, OpenError::ReadOnlyDirectory { .. }), "{error:?}");
+        assert!(error.to_string().contains("cannot be written by this process"), "{error}");
+    };
+    if let Some(path) = std::env::var_os(IN_READ_ONLY_DIR) {
+        check(Path::new(&path));
+        return;
+    }
+    let dir = TempDir::new("read-only-dir");
+    let path = dir.path().join("store.db");
+    drop(SqliteStore::open(&path).expect("a new store"));
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).unwrap();
+    let root = fs::metadata("/proc/self").expect("/proc").uid() == 0;
+    if root {
+        // `nobody` may reach and write the file, not add files beside it.
+        for dir in dir.path().ancestors().take_while(|d| d.starts_with(env!("CARGO_TARGET_TMPDIR"))) {
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "a_store_in_a_directory_this_process_cannot_write_is_refused_by_name", "--nocapture"])
+            .env(IN_READ_ONLY_DIR, &path)
+            .uid(65534)
+            .gid(65534)
+            .status()
+            .expect("the test binary runs as nobody");
+        assert!(status.success(), "the child opening {} as nobody failed: {status}", path.display());
+    } else {
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o555)).unwrap();
+        check(&path);
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
 /// Opens of one empty file at once (two runs given the same new path) all become the same store:
 /// the one that lost the race to make it waits for the other, within the busy timeout, rather
 /// than failing with "database is locked".
