@@ -75,6 +75,61 @@ impl EventQuery {
     }
 }
 
+/// Events read from a store per page, at most, by [`EventPager`].
+pub const EVENT_PAGE: usize = 1024;
+
+/// Bytes of provider output (the events' raw JSON) an [`EventPager`] page aims at: pages of
+/// events of megabytes hold fewer events.
+pub const EVENT_PAGE_BYTES: usize = 16 << 20;
+
+/// Sizes the pages of a long read of events ([`EventQuery::limit`]) by what the events weigh:
+/// small at first, growing fourfold to [`EVENT_PAGE`] events while pages are light, and
+/// shrinking to what [`EVENT_PAGE_BYTES`] holds when events are heavy — a page of 1,024 events
+/// of megabytes would be gigabytes at once. Replays read the store this way.
+///
+/// ```
+/// use agent_core::store::{EventPager, EventQuery};
+///
+/// let mut pager = EventPager::new();
+/// let query = EventQuery::after(0).limit(pager.limit());
+/// # let page: Vec<std::sync::Arc<agent_core::Event>> = Vec::new();
+/// // ... read `query`'s page from the store, then:
+/// pager.after(&page);
+/// assert!(pager.limit() > query.limit.unwrap());
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct EventPager {
+    limit: usize,
+}
+
+impl Default for EventPager {
+    fn default() -> Self {
+        EventPager::new()
+    }
+}
+
+impl EventPager {
+    /// A pager at its first, small page.
+    pub fn new() -> Self {
+        EventPager { limit: 4 }
+    }
+
+    /// How many events to ask for next.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Sizes the next page after `page`, the one read with [`EventPager::limit`].
+    pub fn after(&mut self, page: &[Arc<Event>]) {
+        let bytes: usize = page.iter().map(|e| e.raw_len()).sum();
+        self.limit = if bytes > EVENT_PAGE_BYTES / 2 {
+            (page.len() * EVENT_PAGE_BYTES / bytes).clamp(1, EVENT_PAGE)
+        } else {
+            (self.limit * 4).min(EVENT_PAGE)
+        };
+    }
+}
+
 /// Which requests to read.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]

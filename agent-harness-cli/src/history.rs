@@ -1,6 +1,6 @@
 //! `sessions`, `events` and `purge`: what a SQLite store holds, read without running anything.
 
-use agent_harness::store::EventQuery;
+use agent_harness::store::{EventPager, EventQuery};
 use agent_harness::{DynStore, Harness, SessionRef};
 
 use crate::args::{EventsArgs, PurgeArgs, SessionsArgs};
@@ -61,13 +61,24 @@ pub(crate) async fn events(args: EventsArgs) -> Result<Exit, Failure> {
         }
     };
     let mut live = running().await?;
+    // Pages sized by the events' bytes: a session's whole history may be gigabytes.
+    let mut pager = EventPager::new();
     loop {
-        let query = after.map_or_else(EventQuery::all, EventQuery::after);
-        let events =
-            store.read_events(&id, &query).await.map_err(|e| Failure::failed(format!("cannot read events: {e}")))?;
-        for event in &events {
-            renderer.event(event).map_err(|e| Failure::failed(format!("cannot write events: {e}")))?;
-            after = Some(event.seq);
+        loop {
+            let query = EventQuery::after(after.unwrap_or(0)).limit(pager.limit());
+            let events = store
+                .read_events(&id, &query)
+                .await
+                .map_err(|e| Failure::failed(format!("cannot read events: {e}")))?;
+            for event in &events {
+                renderer.event(event).map_err(|e| Failure::failed(format!("cannot write events: {e}")))?;
+                after = Some(event.seq);
+            }
+            let full = events.len() == pager.limit();
+            pager.after(&events);
+            if !full {
+                break;
+            }
         }
         // A session seen ended was read to its end above: its last events precede its last snapshot.
         if !args.follow || !live {

@@ -11,10 +11,10 @@ use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::ids::{SessionId, TurnId};
 use crate::request::{Request, RequestStatus};
-use crate::runtime::subscription::{Grant, Pager, past_latest};
+use crate::runtime::subscription::{Grant, past_latest};
 use crate::runtime::{Replay, SessionHandle, Subscription};
 use crate::session::{ExitReason, SessionRef, SessionSnapshot, SessionState, StoredSession};
-use crate::store::{DynStore, EventQuery, Expected, StoreError, WriteBatch};
+use crate::store::{DynStore, EventPager, EventQuery, Expected, StoreError, WriteBatch};
 use crate::turn::{Turn, TurnOutcome, TurnStatus};
 
 impl Harness {
@@ -351,7 +351,7 @@ pub(super) async fn outcome_in(
         Some(_) => {}
     }
     let mut after = 0;
-    let mut pager = Pager::new();
+    let mut pager = EventPager::new();
     loop {
         let page = EventQuery::after(after).turn(turn.clone()).limit(pager.limit());
         let events = store.read_events(session, &page).await.map_err(Error::from)?;

@@ -15,44 +15,8 @@ use tokio_util::sync::ReusableBoxFuture;
 use crate::event::Event;
 use crate::ids::{SessionId, TurnId};
 use crate::session::{ExitReason, SessionRef};
-use crate::store::{DynStore, EventQuery};
+use crate::store::{DynStore, EventPager, EventQuery};
 use crate::turn::{Turn, TurnRef};
-
-/// Events read from a store per replay page, at most.
-pub(crate) const REPLAY_PAGE: usize = 1024;
-
-/// Bytes of provider output (the events' raw JSON) a replay page aims at: pages of events of
-/// megabytes hold fewer events.
-const REPLAY_PAGE_BYTES: usize = 16 << 20;
-
-/// The size of the next replay page: small at first, growing to [`REPLAY_PAGE`] events while
-/// pages are light, and shrinking to what [`REPLAY_PAGE_BYTES`] holds when events are heavy —
-/// a store's page of 1,024 events of megabytes would be gigabytes at once.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Pager {
-    limit: usize,
-}
-
-impl Pager {
-    pub(crate) fn new() -> Self {
-        Pager { limit: 4 }
-    }
-
-    /// How many events to ask for next.
-    pub(crate) fn limit(&self) -> usize {
-        self.limit
-    }
-
-    /// Sizes the next page after `page` (one that was asked for [`Pager::limit`] events).
-    pub(crate) fn after(&mut self, page: &[Arc<Event>]) {
-        let bytes: usize = page.iter().map(|e| e.raw_len()).sum();
-        self.limit = if bytes > REPLAY_PAGE_BYTES / 2 {
-            (page.len() * REPLAY_PAGE_BYTES / bytes).clamp(1, REPLAY_PAGE)
-        } else {
-            (self.limit * 4).min(REPLAY_PAGE)
-        };
-    }
-}
 
 /// Where a subscription starts.
 ///
@@ -281,7 +245,7 @@ struct State {
     live: Option<(LiveBatch, usize)>,
     store: Option<DynStore>,
     last_seen: u64,
-    pager: Pager,
+    pager: EventPager,
     /// See [`Grant::turn_ended`].
     turn_ended: bool,
     /// The error to end with once the replay queue is delivered.
@@ -566,7 +530,7 @@ impl Subscription {
             live: None,
             store: grant.store,
             last_seen: after.unwrap_or(grant.live_from),
-            pager: Pager::new(),
+            pager: EventPager::new(),
             turn_ended: grant.turn_ended,
             failed: None,
             done: false,
