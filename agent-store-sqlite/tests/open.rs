@@ -211,6 +211,27 @@ fn an_empty_existing_file_becomes_a_store_and_reopens() {
     drop(SqliteStore::open(&path).expect("reopen"));
 }
 
+/// Makes `dir` and its parents up to the tests' directory readable by everyone (not writable).
+fn let_nobody_reach(dir: &Path) {
+    for dir in dir.ancestors().take_while(|d| d.starts_with(env!("CARGO_TARGET_TMPDIR"))) {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// Runs the test `test` of this binary as `nobody`, with `var` naming the store `path`, and
+/// checks that it passed.
+fn as_nobody(test: &str, var: &str, path: &Path) {
+    use std::os::unix::process::CommandExt;
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture"])
+        .env(var, path)
+        .uid(65534)
+        .gid(65534)
+        .status()
+        .expect("the test binary runs as nobody");
+    assert!(status.success(), "the child opening {} as nobody failed: {status}", path.display());
+}
+
 /// The variable that makes [`a_file_this_process_cannot_write_is_refused_untouched`] the child
 /// it starts as another user, naming the file to open.
 const AS_NOBODY: &str = "AGENT_STORE_SQLITE_TEST_READ_ONLY";
@@ -221,7 +242,6 @@ const AS_NOBODY: &str = "AGENT_STORE_SQLITE_TEST_READ_ONLY";
 #[test]
 fn a_file_this_process_cannot_write_is_refused_untouched() {
     use std::os::unix::fs::MetadataExt;
-    use std::os::unix::process::CommandExt;
 
     if let Some(path) = std::env::var_os(AS_NOBODY) {
         let error = refused(Path::new(&path));
@@ -237,18 +257,9 @@ fn a_file_this_process_cannot_write_is_refused_untouched() {
     let root = fs::metadata("/proc/self").expect("/proc").uid() == 0;
     if root {
         // `nobody` reads the file, and may make SQLite's side files beside it.
-        for dir in dir.path().ancestors().take_while(|d| d.starts_with(env!("CARGO_TARGET_TMPDIR"))) {
-            fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
-        }
+        let_nobody_reach(dir.path());
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
-        let status = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "a_file_this_process_cannot_write_is_refused_untouched", "--nocapture"])
-            .env(AS_NOBODY, &path)
-            .uid(65534)
-            .gid(65534)
-            .status()
-            .expect("the test binary runs as nobody");
-        assert!(status.success(), "the child opening {} as nobody failed: {status}", path.display());
+        as_nobody("a_file_this_process_cannot_write_is_refused_untouched", AS_NOBODY, &path);
     } else {
         let error = refused(&path);
         assert!(matches!(error, OpenError::ReadOnly { .. }), "{error:?}");
@@ -266,7 +277,6 @@ const IN_READ_ONLY_DIR: &str = "AGENT_STORE_SQLITE_TEST_READ_ONLY_DIR";
 #[test]
 fn a_store_in_a_directory_this_process_cannot_write_is_refused_by_name() {
     use std::os::unix::fs::MetadataExt;
-    use std::os::unix::process::CommandExt;
 
     let check = |path: &Path| {
         let error = refused(path);
@@ -284,17 +294,8 @@ fn a_store_in_a_directory_this_process_cannot_write_is_refused_by_name() {
     let root = fs::metadata("/proc/self").expect("/proc").uid() == 0;
     if root {
         // `nobody` may reach and write the file, not add files beside it.
-        for dir in dir.path().ancestors().take_while(|d| d.starts_with(env!("CARGO_TARGET_TMPDIR"))) {
-            fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        let status = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "a_store_in_a_directory_this_process_cannot_write_is_refused_by_name", "--nocapture"])
-            .env(IN_READ_ONLY_DIR, &path)
-            .uid(65534)
-            .gid(65534)
-            .status()
-            .expect("the test binary runs as nobody");
-        assert!(status.success(), "the child opening {} as nobody failed: {status}", path.display());
+        let_nobody_reach(dir.path());
+        as_nobody("a_store_in_a_directory_this_process_cannot_write_is_refused_by_name", IN_READ_ONLY_DIR, &path);
     } else {
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o555)).unwrap();
         check(&path);
