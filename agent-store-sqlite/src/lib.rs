@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
 
 pub use error::OpenError;
-pub use options::{DEFAULT_BUSY_TIMEOUT, SqliteOptions, Synchronous};
+pub use options::{DEFAULT_BUSY_TIMEOUT, DEFAULT_WRITE_LOCK_WAIT, SqliteOptions, Synchronous};
 pub use schema::SCHEMA_VERSION;
 
 use reader::Readers;

@@ -6,6 +6,10 @@ use std::time::Duration;
 /// `StoreError::Unavailable`.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a write waits for the database's write lock while another connection holds it
+/// (another process's transaction, a `VACUUM`) before it fails with `StoreError::Unavailable`.
+pub const DEFAULT_WRITE_LOCK_WAIT: Duration = Duration::from_secs(60);
+
 /// When SQLite forces a commit to stable storage (`PRAGMA synchronous`; the store always runs in
 /// WAL mode).
 ///
@@ -45,6 +49,11 @@ pub struct SqliteOptions {
     /// How long a connection waits on another connection's lock; default
     /// [`DEFAULT_BUSY_TIMEOUT`].
     pub busy_timeout: Duration,
+    /// How long a write waits for the write lock another connection holds, in waits of
+    /// `busy_timeout`, before it fails; default [`DEFAULT_WRITE_LOCK_WAIT`]. A failed write ends
+    /// the durability of the sessions it carried (their `StoreFailurePolicy` applies), while a
+    /// waiting one only holds them back: their CLIs wait on their output meanwhile.
+    pub write_lock_wait: Duration,
     /// Commit the writes queued by many sessions in one transaction (one `fsync` for all of
     /// them); default `true`. With `false` every write commits in a transaction of its own.
     pub group_commit: bool,
@@ -62,6 +71,7 @@ impl Default for SqliteOptions {
         SqliteOptions {
             synchronous: Synchronous::Full,
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            write_lock_wait: DEFAULT_WRITE_LOCK_WAIT,
             group_commit: true,
             create: true,
         }
@@ -83,6 +93,12 @@ impl SqliteOptions {
     /// Sets how long a connection waits on another connection's lock.
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
+        self
+    }
+
+    /// Sets how long a write waits for the write lock another connection holds.
+    pub fn write_lock_wait(mut self, wait: Duration) -> Self {
+        self.write_lock_wait = wait;
         self
     }
 

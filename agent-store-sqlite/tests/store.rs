@@ -61,10 +61,11 @@ async fn refused_writes_fail_as_write_refused_while_reads_go_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_lock_held_elsewhere_makes_writes_unavailable_and_retryable() {
+async fn a_write_lock_held_elsewhere_past_the_wait_makes_writes_unavailable_and_retryable() {
     let dir = TempDir::new("busy");
     let path = dir.path().join("store.db");
-    let store = SqliteStore::open_with(&path, SqliteOptions::new().busy_timeout(Duration::from_millis(50))).unwrap();
+    let options = SqliteOptions::new().busy_timeout(Duration::from_millis(50)).write_lock_wait(Duration::ZERO);
+    let store = SqliteStore::open_with(&path, options).unwrap();
     let id = sid("s-busy");
     let other = rusqlite::Connection::open(&path).unwrap();
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
@@ -73,6 +74,30 @@ async fn a_write_lock_held_elsewhere_makes_writes_unavailable_and_retryable() {
     assert!(busy.unwrap_err().is_retryable());
     other.execute_batch("COMMIT").unwrap();
     store.save_session(&snapshot(&id, SessionState::Idle)).await.expect("the retry succeeds");
+}
+
+/// A write lock another connection holds for longer than the busy timeout (a maintenance
+/// transaction, a `VACUUM`) holds writes back, within `write_lock_wait`, instead of failing
+/// them: a failed write would end the durability of the sessions it carried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_waits_out_a_lock_held_elsewhere_for_longer_than_the_busy_timeout() {
+    let dir = TempDir::new("busy-wait");
+    let path = dir.path().join("store.db");
+    let options = SqliteOptions::new().busy_timeout(Duration::from_millis(20)).write_lock_wait(Duration::from_secs(30));
+    let store = SqliteStore::open_with(&path, options).unwrap();
+    let id = sid("s-busy-wait");
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let released = std::thread::spawn(move || {
+        // Ten busy timeouts.
+        std::thread::sleep(Duration::from_millis(200));
+        other.execute_batch("COMMIT").unwrap();
+    });
+    let started = std::time::Instant::now();
+    store.save_session(&snapshot(&id, SessionState::Idle)).await.expect("the write waited for the lock");
+    assert!(started.elapsed() >= Duration::from_millis(150), "it did wait: {:?}", started.elapsed());
+    released.join().unwrap();
+    assert_eq!(store.fetch_session(&id).await.unwrap().map(|s| s.status), Some(SessionState::Idle));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,9 +11,10 @@
 use std::collections::HashSet;
 use std::path::Path;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use agent_core::{SessionId, SessionSnapshot, StoreError};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::checkpoint::Checkpointer;
@@ -102,7 +103,7 @@ fn run(mut conn: Connection, path: &Path, options: &SqliteOptions, mut rx: mpsc:
                         Err(_) => break,
                     }
                 }
-                commit_group(&conn, &mut group, &mut failed, syncer.as_ref(), &mut file);
+                commit_group(&conn, &mut group, &mut failed, syncer.as_ref(), &mut file, options.write_lock_wait);
             }
         }
         if next.is_none() {
@@ -203,10 +204,11 @@ fn commit_group(
     failed: &mut Failed,
     syncer: Option<&Syncer>,
     file: &mut FileIdentity,
+    lock_wait: Duration,
 ) {
     let results = match file.refusal().or_else(|| syncer.and_then(Syncer::refusal)) {
         Some(refused) => group.iter().map(|_| Err(refused.replicate())).collect(),
-        None => run_group(conn, group, failed),
+        None => run_group(conn, group, failed, lock_wait),
     };
     for ((write, _), result) in group.iter().zip(&results) {
         failed.record(&write.session, result.is_ok());
@@ -225,9 +227,14 @@ fn commit_group(
 
 /// Runs the group's transaction. Returns one result per write. `failed` is updated as the
 /// writes apply, so a write refused or failed in the group refuses the one queued behind it.
-fn run_group(conn: &Connection, group: &[(Box<Prepared>, Reply)], failed: &mut Failed) -> Vec<Result<(), StoreError>> {
+fn run_group(
+    conn: &Connection,
+    group: &[(Box<Prepared>, Reply)],
+    failed: &mut Failed,
+    lock_wait: Duration,
+) -> Vec<Result<(), StoreError>> {
     let every = |error: &StoreError| group.iter().map(|_| Err(error.replicate())).collect();
-    if let Err(error) = exec(conn, "BEGIN IMMEDIATE") {
+    if let Err(error) = begin(conn, lock_wait) {
         return every(&store_error(&error));
     }
     let mut results = Vec::with_capacity(group.len());
@@ -256,6 +263,31 @@ fn run_group(conn: &Connection, group: &[(Box<Prepared>, Reply)], failed: &mut F
     }
     results
 }
+
+/// Begins a group's transaction, taking the write lock: while another connection holds it past
+/// the busy timeout, tries again until `lock_wait` has passed. Nothing is applied before, so the
+/// group waits whole; the writes queued behind it wait too.
+fn begin(conn: &Connection, lock_wait: Duration) -> rusqlite::Result<()> {
+    let deadline = Instant::now() + lock_wait;
+    let mut warned = false;
+    loop {
+        match exec(conn, "BEGIN IMMEDIATE") {
+            Err(error)
+                if matches!(error.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked))
+                    && Instant::now() < deadline =>
+            {
+                if !std::mem::replace(&mut warned, true) {
+                    tracing::warn!(?lock_wait, "another connection holds the store's write lock; writes wait for it");
+                }
+                std::thread::sleep(LOCK_RETRY);
+            }
+            begun => return begun,
+        }
+    }
+}
+
+/// The pause between tries for the write lock, beside the busy timeout each try waits.
+const LOCK_RETRY: Duration = Duration::from_millis(10);
 
 fn rollback(conn: &Connection) {
     if !conn.is_autocommit()
@@ -484,7 +516,7 @@ mod tests {
             answers.push(answer);
         }
         let path = Path::new(conn.path().expect("a file"));
-        commit_group(conn, &mut group, failed, None, &mut FileIdentity::of(path));
+        commit_group(conn, &mut group, failed, None, &mut FileIdentity::of(path), Duration::ZERO);
         answers.into_iter().map(|mut a| a.try_recv().expect("every write is answered")).collect()
     }
 
@@ -496,7 +528,14 @@ mod tests {
             let mut file = FileIdentity::of(&path);
             let answer = |write: Box<Prepared>, file: &mut FileIdentity| {
                 let (reply, mut answer) = oneshot::channel();
-                commit_group(scratch.conn(), &mut vec![(write, reply)], &mut Failed::default(), None, file);
+                commit_group(
+                    scratch.conn(),
+                    &mut vec![(write, reply)],
+                    &mut Failed::default(),
+                    None,
+                    file,
+                    Duration::ZERO,
+                );
                 answer.try_recv().expect("answered")
             };
             let a = sid("a");
