@@ -100,6 +100,38 @@ async fn a_write_waits_out_a_lock_held_elsewhere_for_longer_than_the_busy_timeou
     assert_eq!(store.fetch_session(&id).await.unwrap().map(|s| s.status), Some(SessionState::Idle));
 }
 
+/// A lock held for good costs one wait, not one per queued write: after a wait ran out, writes
+/// fail at the busy timeout until one gets the lock again, and then wait again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_held_for_good_costs_one_wait() {
+    let dir = TempDir::new("busy-once");
+    let path = dir.path().join("store.db");
+    let wait = Duration::from_secs(2);
+    let options = SqliteOptions::new().busy_timeout(Duration::from_millis(20)).write_lock_wait(wait);
+    let store = SqliteStore::open_with(&path, options).unwrap();
+    let id = sid("s-busy-once");
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let timed = async || {
+        let started = std::time::Instant::now();
+        let result = store.save_session(&snapshot(&id, SessionState::Idle)).await;
+        (result, started.elapsed())
+    };
+    let (first, waited) = timed().await;
+    assert!(matches!(first, Err(StoreError::Unavailable(_))), "{first:?}");
+    assert!(waited >= wait, "the first write waited: {waited:?}");
+    let (second, waited) = timed().await;
+    assert!(matches!(second, Err(StoreError::Unavailable(_))), "{second:?}");
+    assert!(waited < wait / 2, "the next one did not wait again: {waited:?}");
+    other.execute_batch("COMMIT").unwrap();
+    timed().await.0.expect("the lock is free");
+    // Got once more, a lock held elsewhere is waited for again.
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (again, waited) = timed().await;
+    assert!(matches!(again, Err(StoreError::Unavailable(_))), "{again:?}");
+    assert!(waited >= wait, "waited again: {waited:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undecodable_stored_json_is_reported_as_corrupt() {
     let dir = TempDir::new("corrupt");

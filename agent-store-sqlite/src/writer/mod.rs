@@ -83,6 +83,7 @@ fn run(mut conn: Connection, path: &Path, options: &SqliteOptions, mut rx: mpsc:
     let mut file = FileIdentity::of(path);
     let mut group: Vec<(Box<Prepared>, Reply)> = Vec::with_capacity(max_group);
     let mut failed = Failed::default();
+    let mut lock = LockWait { wait: options.write_lock_wait, ran_out: false };
     let mut next = rx.blocking_recv();
     while let Some(job) = next.take() {
         match job {
@@ -103,7 +104,7 @@ fn run(mut conn: Connection, path: &Path, options: &SqliteOptions, mut rx: mpsc:
                         Err(_) => break,
                     }
                 }
-                commit_group(&conn, &mut group, &mut failed, syncer.as_ref(), &mut file, options.write_lock_wait);
+                commit_group(&conn, &mut group, &mut failed, syncer.as_ref(), &mut file, &mut lock);
             }
         }
         if next.is_none() {
@@ -204,11 +205,11 @@ fn commit_group(
     failed: &mut Failed,
     syncer: Option<&Syncer>,
     file: &mut FileIdentity,
-    lock_wait: Duration,
+    lock: &mut LockWait,
 ) {
     let results = match file.refusal().or_else(|| syncer.and_then(Syncer::refusal)) {
         Some(refused) => group.iter().map(|_| Err(refused.replicate())).collect(),
-        None => run_group(conn, group, failed, lock_wait),
+        None => run_group(conn, group, failed, lock),
     };
     for ((write, _), result) in group.iter().zip(&results) {
         failed.record(&write.session, result.is_ok());
@@ -231,10 +232,10 @@ fn run_group(
     conn: &Connection,
     group: &[(Box<Prepared>, Reply)],
     failed: &mut Failed,
-    lock_wait: Duration,
+    lock: &mut LockWait,
 ) -> Vec<Result<(), StoreError>> {
     let every = |error: &StoreError| group.iter().map(|_| Err(error.replicate())).collect();
-    if let Err(error) = begin(conn, lock_wait) {
+    if let Err(error) = begin(conn, lock) {
         return every(&store_error(&error));
     }
     let mut results = Vec::with_capacity(group.len());
@@ -264,25 +265,49 @@ fn run_group(
     results
 }
 
+/// How long a group waits for the write lock another connection holds
+/// ([`SqliteOptions::write_lock_wait`]): once a wait ran out, the groups after it fail at the
+/// busy timeout until one gets the lock again — a lock held for good costs one wait, not one
+/// per queued group (dropping the store waits for the writer).
+pub(crate) struct LockWait {
+    wait: Duration,
+    ran_out: bool,
+}
+
 /// Begins a group's transaction, taking the write lock: while another connection holds it past
-/// the busy timeout, tries again until `lock_wait` has passed. Nothing is applied before, so the
+/// the busy timeout, tries again within the [`LockWait`]. Nothing is applied before, so the
 /// group waits whole; the writes queued behind it wait too.
-fn begin(conn: &Connection, lock_wait: Duration) -> rusqlite::Result<()> {
-    let deadline = Instant::now() + lock_wait;
+fn begin(conn: &Connection, lock: &mut LockWait) -> rusqlite::Result<()> {
+    let wait = if lock.ran_out { Duration::ZERO } else { lock.wait };
+    let deadline = Instant::now() + wait;
     let mut warned = false;
     loop {
         match exec(conn, "BEGIN IMMEDIATE") {
             Err(error)
-                if matches!(error.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked))
-                    && Instant::now() < deadline =>
+                if matches!(error.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)) =>
             {
+                if Instant::now() >= deadline {
+                    lock.ran_out = true;
+                    return Err(error);
+                }
                 if !std::mem::replace(&mut warned, true) {
-                    tracing::warn!(?lock_wait, "another connection holds the store's write lock; writes wait for it");
+                    tracing::warn!(?wait, "another connection holds the store's write lock; writes wait for it");
                 }
                 std::thread::sleep(LOCK_RETRY);
             }
-            begun => return begun,
+            begun => {
+                lock.ran_out &= begun.is_err();
+                return begun;
+            }
         }
+    }
+}
+
+impl LockWait {
+    /// No wait beyond the busy timeout.
+    #[cfg(test)]
+    fn none() -> Self {
+        LockWait { wait: Duration::ZERO, ran_out: false }
     }
 }
 
@@ -516,7 +541,7 @@ mod tests {
             answers.push(answer);
         }
         let path = Path::new(conn.path().expect("a file"));
-        commit_group(conn, &mut group, failed, None, &mut FileIdentity::of(path), Duration::ZERO);
+        commit_group(conn, &mut group, failed, None, &mut FileIdentity::of(path), &mut LockWait::none());
         answers.into_iter().map(|mut a| a.try_recv().expect("every write is answered")).collect()
     }
 
@@ -534,7 +559,7 @@ mod tests {
                     &mut Failed::default(),
                     None,
                     file,
-                    Duration::ZERO,
+                    &mut LockWait::none(),
                 );
                 answer.try_recv().expect("answered")
             };
