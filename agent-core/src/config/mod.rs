@@ -544,23 +544,45 @@ fn at_path(root: &str, error: serde_path_to_error::Error<serde_json::Error>) -> 
 /// );
 /// ```
 pub fn without_values(message: &str) -> String {
+    strip_values(message, false)
+}
+
+/// [`without_values`], numbers too: for a text that promises to quote nothing of its input (a
+/// token may be all digits).
+///
+/// ```
+/// use agent_core::config::without_any_values;
+///
+/// assert_eq!(
+///     without_any_values("env.set.TOKEN: invalid type: integer `12345678`, expected a string"),
+///     "env.set.TOKEN: invalid type: an integer, expected a string",
+/// );
+/// ```
+pub fn without_any_values(message: &str) -> String {
+    strip_values(message, true)
+}
+
+fn strip_values(message: &str, numbers: bool) -> String {
     const STRING: &str = "string \"";
     const VARIANT: &str = "unknown variant `";
+    const INTEGER: &str = "integer `";
+    const FLOAT: &str = "floating point `";
+    let markers: &[&str] = if numbers { &[STRING, VARIANT, INTEGER, FLOAT] } else { &[STRING, VARIANT] };
     let mut out = String::with_capacity(message.len());
     let mut rest = message;
-    // Whichever value comes first: a string value may hold the other marker's words.
-    while let Some((at, marker)) =
-        [STRING, VARIANT].into_iter().filter_map(|marker| Some((rest.find(marker)?, marker))).min()
-    {
+    // Whichever value comes first: a string value may hold the other markers' words.
+    while let Some((at, marker)) = markers.iter().filter_map(|&marker| Some((rest.find(marker)?, marker))).min() {
         out.push_str(&rest[..at]);
         let value = &rest[at + marker.len()..];
-        rest = if marker == STRING {
-            out.push_str("a string");
-            after_debug_string(value)
-        } else {
-            out.push_str("unknown value");
-            after_variant(value)
+        let (said, after) = match marker {
+            STRING => ("a string", after_debug_string(value)),
+            VARIANT => ("unknown value", after_variant(value)),
+            // Digits, a sign, a point or an exponent up to the closing backtick.
+            INTEGER => ("an integer", value.find('`').map_or("", |end| &value[end + 1..])),
+            _ => ("a number", value.find('`').map_or("", |end| &value[end + 1..])),
         };
+        out.push_str(said);
+        rest = after;
     }
     out.push_str(rest);
     out

@@ -121,6 +121,18 @@ fn without_values_drops_the_values_serde_quotes_and_keeps_the_rest() {
     }
 }
 
+#[test]
+fn without_any_values_drops_numbers_too() {
+    for (message, stripped) in [
+        ("invalid type: integer `12345678`, expected a string", "invalid type: an integer, expected a string"),
+        ("invalid type: floating point `-1234567.5`, expected a string", "invalid type: a number, expected a string"),
+        (r#"invalid type: string "integer `1`", expected u32"#, "invalid type: a string, expected u32"),
+        ("invalid value: integer `-1", "invalid value: an integer"),
+    ] {
+        assert_eq!(without_any_values(message), stripped, "{message}");
+    }
+}
+
 /// Every field set, in the form `Serialize` writes.
 fn full() -> Value {
     json!({

@@ -405,7 +405,7 @@ fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Preset, Problem>
         let path = if path == "." { String::new() } else { path };
         // A value in the wrong place may be a secret (an `env` written as `"KEY=sk-…"`): the
         // error says where and what was expected, not what was given.
-        Problem::new(path, without_numbers(&agent_core::config::without_values(&error.into_inner().to_string())))
+        Problem::new(path, agent_core::config::without_any_values(&error.into_inner().to_string()))
     })?;
     check_id(&file.id)?;
     check_program(&file.program, allow)?;
@@ -577,26 +577,6 @@ fn check_kept_tests(matchers: &Matchers, events: &[EventRule]) -> Result<(), Pro
 
 fn keep_names(file: &MatchersFile) -> Vec<String> {
     file.keep.keys().cloned().collect()
-}
-
-/// A serde error with the numbers it quotes left out, as its strings are by
-/// [`without_values`](agent_core::config::without_values): a preset's errors quote nothing from
-/// the file, and a token may be all digits.
-fn without_numbers(message: &str) -> String {
-    const NUMBERS: [(&str, &str); 2] = [("integer `", "an integer"), ("floating point `", "a number")];
-    let mut out = String::with_capacity(message.len());
-    let mut rest = message;
-    while let Some((at, marker, said)) =
-        NUMBERS.iter().filter_map(|&(marker, said)| Some((rest.find(marker)?, marker, said))).min()
-    {
-        out.push_str(&rest[..at]);
-        out.push_str(said);
-        let value = &rest[at + marker.len()..];
-        // Digits, a sign, a point or an exponent up to the closing backtick.
-        rest = value.find('`').map_or("", |end| &value[end + 1..]);
-    }
-    out.push_str(rest);
-    out
 }
 
 fn check_id(id: &str) -> Result<(), Problem> {

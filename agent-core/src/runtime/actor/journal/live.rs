@@ -55,8 +55,8 @@ pub(super) struct Live {
     sent: VecDeque<usize>,
     /// Their sum.
     sent_bytes: usize,
-    /// How many sends held their events weakly.
-    held: u64,
+    /// Whether a send held its events weakly.
+    held: bool,
 }
 
 impl Live {
@@ -66,7 +66,7 @@ impl Live {
             slots: capacity.next_power_of_two(),
             sent: VecDeque::new(),
             sent_bytes: 0,
-            held: 0,
+            held: false,
         }
     }
 
@@ -97,7 +97,7 @@ impl Live {
                 }
             } else {
                 self.record(0);
-                self.held += 1;
+                self.held = true;
                 LiveBatch::Held(pending.drain(..take).map(|event| Arc::downgrade(&event)).collect())
             };
             if self.tx.send(batch).is_err() {
@@ -112,7 +112,7 @@ impl Live {
     /// Sends `newest`, the ring's newest event, again when the channel may hold held events
     /// that die with the ring: the journal is going away.
     pub(super) fn send_last(&mut self, newest: &Arc<Event>) {
-        if self.held > 0 {
+        if self.held {
             let _ = self.tx.send(LiveBatch::One(Arc::clone(newest)));
         }
     }
