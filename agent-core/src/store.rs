@@ -284,6 +284,20 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     async fn read_events(&self, session: &SessionId, query: &EventQuery) -> Result<Vec<Arc<Event>>, StoreError>;
     /// The highest stored seq of a session.
     async fn latest_seq(&self, session: &SessionId) -> Result<Option<u64>, StoreError>;
+    /// The newest stored event of one turn (a finished turn's terminal event), `None` when the
+    /// store holds none. The default reads the turn's events a page at a time; a backend that
+    /// indexes events by turn overrides it with one lookup.
+    async fn last_turn_event(&self, session: &SessionId, turn: &TurnId) -> Result<Option<Arc<Event>>, StoreError> {
+        let (mut after, mut pager, mut last) = (0, EventPager::new(), None);
+        loop {
+            let page =
+                self.read_events(session, &EventQuery::after(after).turn(turn.clone()).limit(pager.limit())).await?;
+            pager.after(&page);
+            let Some(newest) = page.last() else { return Ok(last) };
+            after = newest.seq;
+            last = page.into_iter().next_back();
+        }
+    }
 
     /// Commits a batch at once, for a backend whose writes never wait (an in-memory store):
     /// `Some` with the outcome [`Store::write`] would have had, or `None` (the default) when

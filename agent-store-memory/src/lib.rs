@@ -398,6 +398,13 @@ impl Store for MemoryStore {
         Ok(self.lock().get(session).and_then(|a| a.events.last_seq()))
     }
 
+    async fn last_turn_event(&self, session: &SessionId, turn: &TurnId) -> Result<Option<Arc<Event>>, StoreError> {
+        let map = self.lock();
+        let last =
+            map.get(session).and_then(|a| a.events.turn_positions(turn).next_back().map(|pos| a.events.get(pos)));
+        Ok(last.map(Arc::new))
+    }
+
     /// Applies the whole batch under one lock, after checking it: either all of it lands or
     /// none of it does.
     async fn write(&self, batch: &WriteBatch) -> Result<(), StoreError> {

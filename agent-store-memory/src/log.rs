@@ -540,7 +540,7 @@ impl EventLog {
     }
 
     /// Positions of `turn`'s events, ascending.
-    pub(crate) fn turn_positions(&self, turn: &TurnId) -> impl Iterator<Item = usize> + '_ {
+    pub(crate) fn turn_positions(&self, turn: &TurnId) -> impl DoubleEndedIterator<Item = usize> + '_ {
         let index = self.turns.index.get(turn).copied();
         let ranges = index.and_then(|i| self.by_turn.get(&i)).into_iter().flatten().copied();
         let open = self.open_range.filter(|&(open, _, _)| Some(open) == index).map(|(_, start, end)| (start, end));

@@ -257,6 +257,11 @@ impl Store for SqliteStore {
         self.read(move |conn| reader::latest_seq(conn, session.as_str())).await
     }
 
+    async fn last_turn_event(&self, session: &SessionId, turn: &TurnId) -> Result<Option<Arc<Event>>, StoreError> {
+        let (session, turn) = (session.clone(), turn.clone());
+        self.read(move |conn| reader::last_event_of_turn(conn, &session, &turn)).await
+    }
+
     /// Commits the whole batch in one savepoint of the writer's current group transaction:
     /// all of it lands or none of it does, and a failing batch does not affect the other
     /// sessions' batches committed in the same transaction. Returns after `COMMIT`.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use agent_core::store::{EventQuery, RequestQuery};
-use agent_core::{Event, Request, SessionId, StoreError};
+use agent_core::{Event, Request, SessionId, StoreError, TurnId};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::de::DeserializeOwned;
 
@@ -105,6 +105,9 @@ const EVENTS: &str = "WHERE e.session_key = (SELECT session_key FROM sessions WH
      ORDER BY e.seq LIMIT ?3";
 const EVENTS_OF_TURN: &str = "WHERE e.turn_key = \
      (SELECT position FROM turns WHERE session_id = ?1 AND turn_id = ?2) AND e.seq > ?3 ORDER BY e.seq LIMIT ?4";
+/// The newest event of one turn: the end of the same `events_by_turn` range.
+const LAST_EVENT_OF_TURN: &str = "WHERE e.turn_key = \
+     (SELECT position FROM turns WHERE session_id = ?1 AND turn_id = ?2) ORDER BY e.seq DESC LIMIT 1";
 
 /// Events of `session` matching `query`, ascending by seq.
 pub(crate) fn events(
@@ -134,6 +137,19 @@ pub(crate) fn events(
         out.push(Arc::new(decoder.decode(row)?));
     }
     Ok(out)
+}
+
+/// The newest event of `turn` in `session`.
+pub(crate) fn last_event_of_turn(
+    conn: &Connection,
+    session: &SessionId,
+    turn: &TurnId,
+) -> Result<Option<Arc<Event>>, StoreError> {
+    let sql = |e: rusqlite::Error| store_error(&e);
+    let mut stmt = conn.prepare_cached(&format!("SELECT {} {LAST_EVENT_OF_TURN}", events::COLUMNS)).map_err(sql)?;
+    let mut rows = stmt.query(params![session.as_str(), turn.as_str()]).map_err(sql)?;
+    let Some(row) = rows.next().map_err(sql)? else { return Ok(None) };
+    Ok(Some(Arc::new(Decoder::new(session.clone()).decode(row)?)))
 }
 
 /// The request statements, by filter. Each is a plain equality lookup on an index (checked by a
@@ -199,9 +215,11 @@ mod tests {
         ];
         let events = format!("SELECT {} {EVENTS}", events::COLUMNS);
         let of_turn = format!("SELECT {} {EVENTS_OF_TURN}", events::COLUMNS);
+        let last_of_turn = format!("SELECT {} {LAST_EVENT_OF_TURN}", events::COLUMNS);
         let event_plans = [
             (plan(&conn, &events, params!["s", 0, -1]), "events_by_seq"),
             (plan(&conn, &of_turn, params!["s", "t", 0, -1]), "events_by_turn"),
+            (plan(&conn, &last_of_turn, params!["s", "t"]), "events_by_turn"),
         ];
         drop(conn);
         let _ = std::fs::remove_dir_all(&dir);

@@ -350,6 +350,13 @@ pub(super) async fn outcome_in(
         }
         Some(_) => {}
     }
+    // A turn's terminal event is its last; only a store that holds events after it is read
+    // through from the start.
+    if let Some(last) = store.last_turn_event(session, turn).await.map_err(Error::from)?
+        && last.is_terminal()
+    {
+        return outcome(last);
+    }
     let mut after = 0;
     let mut pager = EventPager::new();
     loop {

@@ -117,6 +117,22 @@ async fn await_on_a_stopped_session_reads_the_store() {
     assert_eq!(outcome.result.text.as_deref(), Some("kept"));
 }
 
+/// A stored turn's outcome is its last event, looked up alone: the turn's other events are
+/// not read (here every read of a range of events fails).
+#[tokio::test]
+async fn await_on_a_stopped_session_reads_only_the_turns_end() {
+    let (f, store) = Fixture::controlled();
+    let (session, _) = f.session(opts()).await;
+    f.control.push_script((0..100).map(|i| Frame::delta(&format!("{i} "))).chain([Frame::complete("kept")]));
+    let turn = f.harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();
+    let live = f.harness.await_turn(&turn, None).await.unwrap();
+    f.harness.stop_session(&session, false).await.unwrap();
+    store.fail_reads(true);
+    let stored = f.harness.await_turn(&turn, None).await.unwrap();
+    assert_eq!(stored.result.text.as_deref(), Some("kept"));
+    assert_eq!(stored.event.seq, live.event.seq, "the terminal event itself");
+}
+
 #[tokio::test]
 async fn await_on_an_unknown_turn_is_turn_not_found() {
     let f = Fixture::new();

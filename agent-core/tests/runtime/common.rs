@@ -270,6 +270,10 @@ impl Store for ControlledStore {
     async fn latest_seq(&self, s: &SessionId) -> Result<Option<u64>, StoreError> {
         self.inner.latest_seq(s).await
     }
+    /// Not failed by `fail_reads`, which fails the reads of ranges of events only.
+    async fn last_turn_event(&self, s: &SessionId, t: &TurnId) -> Result<Option<Arc<Event>>, StoreError> {
+        self.inner.last_turn_event(s, t).await
+    }
     /// At once when the mode needs no waiting; hanging and slow writes go through `write`.
     fn write_now(&self, batch: &WriteBatch) -> Option<Result<(), StoreError>> {
         let mode = *self.mode.lock().unwrap();

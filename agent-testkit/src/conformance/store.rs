@@ -26,6 +26,7 @@ pub async fn run_all(store: DynStore) {
     explicit_nulls_round_trip(&store).await;
     gaps_are_allowed(&store).await;
     reads_filter_by_seq_turn_and_limit(&store).await;
+    last_turn_event_is_the_turns_newest(&store).await;
     batch_write_is_atomic(&store).await;
     batch_write_replaces(&store).await;
     delete_refuses_open_sessions(&store).await;
@@ -337,6 +338,33 @@ pub async fn reads_filter_by_seq_turn_and_limit(store: &DynStore) {
     assert!(read(EventQuery::all().turn(TurnId::from_string("none"))).await.is_empty());
     let other = sid("conf-read-missing");
     assert!(store.read_events(&other, &EventQuery::all()).await.unwrap().is_empty(), "unknown sessions read empty");
+    remove_session(store, &id).await;
+}
+
+/// [`Store::last_turn_event`] is the newest event of the turn asked for, wherever the turn's
+/// events lie among other turns' and however many writes brought them.
+pub async fn last_turn_event_is_the_turns_newest(store: &DynStore) {
+    let id = sid("conf-last-of-turn");
+    store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
+    let last = |turn: &str| {
+        let (store, id, turn) = (Arc::clone(store), id.clone(), TurnId::from_string(turn));
+        async move { store.last_turn_event(&id, &turn).await.unwrap().map(|e| (e.seq, e.turn_id.clone())) }
+    };
+    store.save_turn(&turn(&id, "first", TurnStatus::Running)).await.unwrap();
+    assert_eq!(last("first").await, None, "a turn without events has none");
+    let of = |seq: u64, turn: Option<&str>| event(&id, seq, turn, "x");
+    store.append_events(&id, &[of(1, None), of(2, Some("first")), of(3, Some("first"))]).await.unwrap();
+    assert_eq!(last("first").await, Some((3, Some(TurnId::from_string("first")))));
+    store.save_turn(&turn(&id, "second", TurnStatus::Running)).await.unwrap();
+    store.append_events(&id, &[of(4, Some("second")), of(5, Some("first")), of(6, None)]).await.unwrap();
+    store.append_events(&id, &[of(7, Some("second")), of(8, Some("second"))]).await.unwrap();
+    store.append_events(&id, &[of(9, Some("first")), of(10, None)]).await.unwrap();
+    assert_eq!(last("first").await, Some((9, Some(TurnId::from_string("first")))), "turns interleaved");
+    assert_eq!(last("second").await, Some((8, Some(TurnId::from_string("second")))));
+    assert_eq!(last("unknown").await, None, "an unknown turn has none");
+    let other = sid("conf-last-of-turn-missing");
+    let missing = store.last_turn_event(&other, &TurnId::from_string("first")).await.unwrap();
+    assert!(missing.is_none(), "an unknown session has none: {missing:?}");
     remove_session(store, &id).await;
 }
 
