@@ -375,7 +375,9 @@ impl Harness {
     /// [`Subscription`] for delivery and lag. A session that is not live (stopped, or from before
     /// a restart) replays from its store with `Replay::Start` / `Replay::After` and the
     /// subscription ends after the stored events; one that another harness sharing the store
-    /// runs is [`Error::SessionLiveElsewhere`], but for a turn of it that has ended.
+    /// runs is [`Error::SessionLiveElsewhere`], but for a turn of it that has ended. A finished
+    /// turn's subscription from at or past its terminal event ends at once with nothing, wherever
+    /// the turn is kept (use [`Harness::stream`] to be told instead).
     pub async fn subscribe(&self, target: impl Into<Target>, replay: Replay) -> Result<Subscription> {
         self.subscribe_inner(target.into(), replay, false).await
     }

@@ -194,6 +194,7 @@ impl Harness {
         {
             return Err(past_latest(after, latest));
         }
+        let (_, exit) = watch::channel(Some(ExitReason::NotLive));
         let mut turn_ended = false;
         if let Some(turn) = &turn {
             let Some(stored) = store.fetch_turn(&session_id, turn).await? else {
@@ -203,13 +204,13 @@ impl Harness {
             if let Some(pid) = elsewhere.filter(|_| !stored.status.is_terminal()) {
                 return Err(Error::SessionLiveElsewhere { id: session_id.clone(), pid });
             }
-            if for_stream && stored.status.is_terminal() {
-                ends_after(&store, &session_id, turn, replay.after().unwrap_or(0)).await?;
+            let after = replay.after().unwrap_or(0);
+            if turn_ended && ended_by(&store, &session_id, turn, after, for_stream).await? {
+                return Ok(Subscription::new(session_id, Some(turn.clone()), Some(after), Grant::empty(after, exit)));
             }
         } else if let Some(pid) = elsewhere {
             return Err(Error::SessionLiveElsewhere { id: session_id.clone(), pid });
         }
-        let (_, exit) = watch::channel(Some(ExitReason::NotLive));
         // The session's replay reaches the last event it published, stored or not (a degraded
         // run's are not), or fails saying which are missing; a turn's ends at its terminal.
         let upto = match &turn {
@@ -252,12 +253,10 @@ impl Harness {
                 reason: "the turn already finished; `Replay::Latest` cannot include its terminal event".into(),
             }),
             None => Ok(Grant::empty(0, exit)),
-            Some(after) => {
-                if for_stream {
-                    ends_after(&store, session_id, turn, after).await?;
-                }
-                Ok(Grant::stored_turn(store, exit))
+            Some(after) if ended_by(&store, session_id, turn, after, for_stream).await? => {
+                Ok(Grant::empty(after, exit))
             }
+            Some(_) => Ok(Grant::stored_turn(store, exit)),
         }
     }
 
@@ -292,17 +291,25 @@ impl Harness {
     }
 }
 
-/// For a stream of a finished turn from `after`: the turn's last event (its terminal event) lies
-/// after the cursor, or there is nothing to stream up to it — [`Error::ReplayUnavailable`], as
-/// for a finished turn the session still holds.
-async fn ends_after(store: &DynStore, session: &SessionId, turn: &TurnId, after: u64) -> Result<()> {
-    let next = store.read_events(session, &EventQuery::after(after).turn(turn.clone()).limit(1)).await?;
-    if next.is_empty() {
+/// Whether a finished turn's replay from `after` has nothing to give: its terminal event, the
+/// last of its events, is not after the cursor. A subscription then ends at once, as for a
+/// finished turn the session still holds; a stream, which must end with the terminal event,
+/// is [`Error::ReplayUnavailable`]. A turn whose last stored event is not its end goes on to a
+/// replay, which reports what is missing.
+async fn ended_by(store: &DynStore, session: &SessionId, turn: &TurnId, after: u64, for_stream: bool) -> Result<bool> {
+    let Some(last) = store.last_turn_event(session, turn).await? else { return Ok(false) };
+    if !last.is_terminal() || last.seq > after {
+        return Ok(false);
+    }
+    if for_stream {
         return Err(Error::ReplayUnavailable {
-            reason: format!("the turn already finished; its terminal event is not after the cursor (seq {after})"),
+            reason: format!(
+                "the turn already finished; its terminal event (seq {}) is not after the cursor (seq {after})",
+                last.seq
+            ),
         });
     }
-    Ok(())
+    Ok(true)
 }
 
 /// A turn the live session no longer holds and that has no store to look in.

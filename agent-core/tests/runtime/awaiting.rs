@@ -254,6 +254,35 @@ async fn a_stream_past_a_finished_turns_end_is_replay_unavailable_wherever_the_t
     assert_eq!(events.last().map(|e| e.seq), Some(terminal), "a stopped session's turn streams from its store");
 }
 
+/// Subscribing to a finished turn from at or past its terminal event ends the subscription at
+/// once, with nothing and no error, wherever the turn is: the session still holds it, keeps it
+/// only in its store, or has stopped. Before that, the terminal event comes last.
+#[tokio::test]
+async fn a_subscription_past_a_finished_turns_end_ends_empty_wherever_the_turn_is() {
+    let f = Fixture::new();
+    let (session, first, terminal) = evicted_first_turn(&f).await;
+    let seqs = |after: u64| {
+        let harness = f.harness.clone();
+        let first = first.clone();
+        async move {
+            let events = harness.subscribe(&first, Replay::After(after)).await.unwrap();
+            let events =
+                tokio::time::timeout(Duration::from_secs(5), futures::StreamExt::collect::<Vec<_>>(events)).await;
+            let events = events.expect("the subscription ends").into_iter();
+            events.map(|e| e.map(|e| e.seq)).collect::<Result<Vec<_>, _>>()
+        }
+    };
+    for (place, stopped) in [("evicted", false), ("stopped", true)] {
+        if stopped {
+            f.harness.stop_session(&session, false).await.unwrap();
+        }
+        assert_eq!(seqs(terminal - 1).await, Ok(vec![terminal]), "{place}: the terminal event ends it");
+        for after in [terminal, terminal + 2] {
+            assert_eq!(seqs(after).await, Ok(vec![]), "{place}: after {after}");
+        }
+    }
+}
+
 /// A store that says a turn finished but lacks its terminal event ends the turn's stream with
 /// `ReplayFailed` while the session runs, instead of waiting for the session to end.
 #[tokio::test]
