@@ -10,7 +10,9 @@
 //! takes longer than its deadline (the session's `request_timeout`, else
 //! `provider_command_timeout`), answers with a response that does not fit the request, or whose
 //! answer the provider refuses (a decision its CLI does not offer) denies it — the agent sees the
-//! denial, the session goes on.
+//! denial, the session goes on. A request with a deadline of its own no later than the handler's
+//! (a `request_timeout`, or a shorter one the CLI set) is the deadline's to deny: a handler still
+//! silent then leaves it to expire as `request_expired { reason: timeout }`.
 //!
 //! ```
 //! use agent_core::handler::{self, RequestPolicy};

@@ -122,6 +122,27 @@ async fn a_handler_that_panics_times_out_or_answers_wrongly_denies_and_the_sessi
     f.harness.await_turn(&turn, None).await.expect("the session keeps running");
 }
 
+/// A handler still silent at the session's `request_timeout` leaves the request to that
+/// deadline, which denies it as an expiry: always `request_expired { timeout }`, never the
+/// handler's failure racing it to a `request_resolved`. On the real clock: the handler's limit
+/// and the deadline fall on one instant, and only real timers let either fire first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_handler_leaves_the_request_to_its_timeout() {
+    let f = Fixture::new();
+    for i in 0..20 {
+        let hangs = handler::from_fn(|_| std::future::pending());
+        let options = opts().request_handler(hangs).request_timeout(Duration::from_millis(20));
+        let (remote, turn, _) = ask(&f, options, approval(&format!("a{i}"), "ls")).await;
+        let settled = settled(&f, &turn).await;
+        assert!(
+            matches!(settled.kind, EventKind::RequestExpired { reason: ExpiryReason::Timeout, .. }),
+            "run {i}: {:?}",
+            settled.kind
+        );
+        assert_eq!(remote.responses(), [Response::deny("the request timed out")], "run {i}");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_handler_answer_the_provider_refuses_becomes_a_denial_not_a_wait() {
     let f = Fixture::with(|b| b.request_handler(handler::from_fn(|_| async { Some(Response::approve()) })));

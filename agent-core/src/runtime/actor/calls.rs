@@ -192,8 +192,18 @@ impl Calls {
         });
     }
 
-    /// Asks the request handler, bounded by `timeout`; a panic or the deadline is a failure.
-    pub(super) fn handle(&mut self, handler: DynRequestHandler, request: Request, timeout: Duration, parent: &Span) {
+    /// Asks the request handler, bounded by `timeout`; a panic or running out is a failure,
+    /// which denies the request — but for running out with `deadline_settles`: the request's
+    /// own deadline is no later, and its denial settles the request as an expiry (two timers
+    /// at one instant must not race for it).
+    pub(super) fn handle(
+        &mut self,
+        handler: DynRequestHandler,
+        request: Request,
+        timeout: Duration,
+        deadline_settles: bool,
+        parent: &Span,
+    ) {
         let span = tracing::info_span!(parent: parent, "request_handler", request_id = %request.id);
         self.tasks.spawn(
             async move {
@@ -204,6 +214,7 @@ impl Calls {
                 });
                 let result = match call.catch_unwind().await {
                     Ok(Ok(answer)) => Ok(answer),
+                    Ok(Err(_)) if deadline_settles => Ok(None),
                     Ok(Err(_)) => Err(format!("the request handler did not answer within {timeout:?}")),
                     Err(_) => Err("the request handler panicked".to_owned()),
                 };

@@ -125,8 +125,9 @@ impl Actor {
         let span = tracing::info_span!(parent: parent, "request", request_id = %request.id, kind = %request.kind);
         span.in_scope(|| tracing::debug!("request created"));
         if let Some(handler) = self.request_handler.clone() {
-            let deadline = self.options.request_timeout.unwrap_or(self.options.provider_command_timeout);
-            self.calls.handle(handler, request.clone(), deadline, &span);
+            let limit = self.options.request_timeout.unwrap_or(self.options.provider_command_timeout);
+            let deadline_settles = timeout.is_some_and(|timeout| timeout <= limit);
+            self.calls.handle(handler, request.clone(), limit, deadline_settles, &span);
         }
         self.ledger.insert(request.clone(), deadline, span);
         self.journal.record_request(&request);
