@@ -367,7 +367,7 @@ mod tests {
             serde_json::json!({ "questions": "no" }),
             "provider_options.questions: invalid type: a string, expected a boolean",
         );
-        refused(serde_json::json!({ "config": { "a": 1 } }), "provider_options.config.a: invalid type: integer");
+        refused(serde_json::json!({ "config": { "a": 1 } }), "provider_options.config.a: invalid type: an integer");
         // A Claude option in a Codex config.
         refused(serde_json::json!({ "max_turns": 3 }), "provider_options.max_turns: unknown field `max_turns`");
         refused(serde_json::json!(["binary"]), "provider_options: expected a JSON object, found an array");

@@ -4,9 +4,9 @@
 //! request handler): what a CLI reads from a file, a preset ships and a gateway receives. It
 //! parses strictly: unknown fields are refused, and every error is an [`Error::InvalidConfig`]
 //! that starts with the path of the field at fault, from the top of the config
-//! (`mcp_servers.files.args[1]: invalid type: integer `1`, expected a string at line 6 column 52`),
-//! and says what was expected without quoting the string it was given, which may be a secret
-//! (see [`without_values`]).
+//! (`mcp_servers.files.args[1]: invalid type: an integer, expected a string at line 6 column 52`),
+//! and says what was expected without quoting the value it was given, which may be a secret — a
+//! token may be all digits (see [`without_any_values`]).
 //! Provider options stay JSON until the provider reads them with
 //! [`Provider::options_from_json`], so each provider owns its own form.
 //!
@@ -79,7 +79,7 @@ use crate::session::SessionRef;
 /// )
 /// .unwrap_err();
 /// assert_eq!(error.kind(), ErrorKind::InvalidConfig);
-/// assert!(error.to_string().contains("mcp_servers.files.args[1]: invalid type: integer `1`"), "{error}");
+/// assert!(error.to_string().contains("mcp_servers.files.args[1]: invalid type: an integer"), "{error}");
 ///
 /// // They say what was expected, not what was given (a key pasted in the wrong field).
 /// let error = SessionConfig::from_json_str(r#"{ "provider": "codex", "auth": "sk-live-0123" }"#).unwrap_err();
@@ -463,7 +463,7 @@ impl fmt::Debug for SessionConfig {
 /// Reads a provider's options from the JSON of [`SessionConfig::provider_options`] as `T`, for
 /// implementations of [`Provider::options_from_json`]. Errors are [`Error::InvalidConfig`]
 /// starting with the field's path from `provider_options` and naming the provider, without the
-/// string values the options held ([`without_values`]):
+/// values the options held ([`without_any_values`]):
 /// `provider_options.max_line_bytes: invalid type: a string, expected usize (provider `codex`)`.
 ///
 /// Give `T` `#[serde(deny_unknown_fields)]`, so options meant for another provider are refused
@@ -515,7 +515,7 @@ fn at_path(root: &str, error: serde_path_to_error::Error<serde_json::Error>) -> 
         (root, path) if path.starts_with('[') => format!("{root}{path}"),
         (root, path) => format!("{root}.{path}"),
     };
-    let message = without_values(&inner.to_string());
+    let message = without_any_values(&inner.to_string());
     if path.is_empty() { Error::InvalidConfig(message) } else { Error::InvalidConfig(format!("{path}: {message}")) }
 }
 
