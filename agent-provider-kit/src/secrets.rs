@@ -131,7 +131,7 @@ impl Secrets {
                     mcp.extend(env.values().cloned());
                     mcp_args.extend(args.iter().cloned());
                 }
-                McpServer::Http { headers, .. } => mcp.extend(headers.values().cloned()),
+                McpServer::Http { headers, .. } => mcp.extend(headers.values().flat_map(|value| header_secrets(value))),
                 _ => {}
             }
         }
@@ -227,6 +227,18 @@ fn host_vars(inherited: impl Fn(&str) -> bool) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A header value, and the credential in it after an authentication scheme
+/// (`Bearer <token>`, `Basic <base64>`, `token <token>`): a CLI that echoes the credential alone
+/// echoes that part.
+fn header_secrets(value: &str) -> impl Iterator<Item = String> {
+    let credential = value.trim().split_once(char::is_whitespace).and_then(|(scheme, credential)| {
+        let credential = credential.trim();
+        let is_scheme = !scheme.is_empty() && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        (is_scheme && !credential.is_empty()).then(|| credential.to_owned())
+    });
+    std::iter::once(value.to_owned()).chain(credential)
+}
+
 /// The values of at least [`MIN_SECRET_LEN`] bytes, longest first, each once.
 fn kept(values: impl IntoIterator<Item = String>) -> Arc<[String]> {
     let mut values: Vec<String> = values.into_iter().filter(|v| v.len() >= MIN_SECRET_LEN).collect();
@@ -257,6 +269,17 @@ mod tests {
     }
 
     #[test]
+    fn a_header_gives_its_credential_after_the_scheme_too() {
+        let of = |value: &str| header_secrets(value).collect::<Vec<_>>();
+        assert_eq!(of("Bearer tok-123456"), ["Bearer tok-123456", "tok-123456"]);
+        assert_eq!(of("Basic dXNlcjpwYXNzd29yZA=="), ["Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA=="]);
+        assert_eq!(of(" token  ghp_0123456789 "), [" token  ghp_0123456789 ", "ghp_0123456789"]);
+        assert_eq!(of("sk-plain-0123456789"), ["sk-plain-0123456789"], "no scheme: the value alone");
+        assert_eq!(of("Bearer "), ["Bearer "], "a scheme without a credential");
+        assert_eq!(of("k=v; other"), ["k=v; other"], "not a scheme");
+    }
+
+    #[test]
     fn a_session_gives_its_env_its_mcp_secrets_and_the_credentials_it_inherits() {
         let mut server = McpServer::stdio("mcp-files", ["--verbose"]);
         if let McpServer::Stdio { env, .. } = &mut server {
@@ -277,15 +300,17 @@ mod tests {
         let secrets = Secrets::of_session(&options, |name| name == "OPENAI_API_KEY");
         let text = "sk-session-12345 mcp-token-123 Bearer web-abcdef /tmp/project-1 debug";
         assert_eq!(secrets.redact(text), "[redacted] [redacted] [redacted] [redacted] debug");
-        assert_eq!(format!("{secrets:?}"), "Secrets(5)", "`--verbose` is one, `debug` is too short to be one");
+        assert_eq!(format!("{secrets:?}"), "Secrets(6)", "`--verbose` is one, `debug` is too short to be one");
+        // The header's token alone, as a CLI echoing it would print it.
+        assert_eq!(secrets.redact_credentials("token=web-abcdef"), "token=[redacted]");
         assert_eq!(secrets.redact("mcp-files --verbose"), "mcp-files [redacted]");
         // A path and an MCP argument are kept out of stderr tails only; the named credentials
         // and the MCP servers' environment and headers out of stdout too.
         let credentials: Vec<&str> = secrets.credentials().collect();
-        assert_eq!(credentials, ["Bearer web-abcdef", "sk-session-12345", "mcp-token-123"]);
+        assert_eq!(credentials, ["Bearer web-abcdef", "sk-session-12345", "mcp-token-123", "web-abcdef"]);
         let more = secrets.and(["provider-added-1".to_owned()]);
-        assert_eq!(more.credentials().count(), 4);
-        assert_eq!(format!("{more:?}"), "Secrets(6)");
+        assert_eq!(more.credentials().count(), 5);
+        assert_eq!(format!("{more:?}"), "Secrets(7)");
         let env = [
             ("CLI_TOKEN".to_owned(), "cli-token-12345".to_owned()),
             ("CLI_HOME".to_owned(), "/tmp/cli-home".to_owned()),

@@ -132,18 +132,15 @@ impl fmt::Debug for McpServer {
     }
 }
 
-/// A URL without its user info, query and fragment: what can be shown of it.
+/// A URL without its user info, query and fragment: what can be shown of it. The user info
+/// goes first, up to the authority's last `@`, so a password holding an unencoded `?` or `#`
+/// goes with it.
 fn redacted_url(url: &str) -> String {
-    let without_query = url.split(['?', '#']).next().unwrap_or_default();
-    match without_query.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
-            let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
-            let path = if path.is_empty() { String::new() } else { format!("/{path}") };
-            format!("{scheme}://{host}{path}")
-        }
-        None => crate::REDACTED.into(),
-    }
+    let Some((scheme, rest)) = url.split_once("://") else { return crate::REDACTED.into() };
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    let after_user = authority.rfind('@').map_or(rest, |at| &rest[at + 1..]);
+    let shown = after_user.split(['?', '#']).next().unwrap_or_default();
+    format!("{scheme}://{shown}")
 }
 
 /// A skill: a named directory or `SKILL.md` the provider makes available.

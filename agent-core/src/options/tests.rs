@@ -133,6 +133,17 @@ fn debug_never_shows_secret_values() {
     for name in ["OPENAI_API_KEY", "TOOL_TOKEN", "Authorization", "note", "mcp.example/v1", "tool-server"] {
         assert!(text.contains(name), "{name} stays visible: {text}");
     }
+    // A URL's user info goes whole, unencoded `?` and `#` in a password included.
+    for (url, shown) in [
+        ("https://user:sekrit?x@mcp.example/v1", "https://mcp.example/v1"),
+        ("https://user:sek#rit@mcp.example", "https://mcp.example"),
+        ("https://mcp.example/v1?token=sekrit@x#y", "https://mcp.example/v1"),
+        ("https://mcp.example?token=sekrit/x", "https://mcp.example"),
+        ("mcp.example/sekrit", "[redacted]"),
+    ] {
+        let text = format!("{:?}", McpServer::http(url));
+        assert!(text.contains(&format!("url: {shown:?}")) && !text.contains("sekrit"), "{url}: {text}");
+    }
     let turn = TurnOptions::new().metadata("note", "sekrit-turn-metadata");
     let text = format!("{turn:?}");
     assert!(!text.contains("sekrit") && text.contains("note"), "{text}");
