@@ -142,9 +142,10 @@ impl CliProcess {
 
     /// Stops the stderr task and kills the process (and everything it started) at once. A
     /// connection calls it when it is dropped, while its reader task may still hold the process.
+    /// Stdout still ends [`STDOUT_AFTER_EXIT`] after the exit, for a reader that goes on to its
+    /// end while a process that left the group holds it open.
     pub fn kill(&self) {
         self.stderr.abort();
-        self.exit_watch.abort();
         let _ = self.child.kill();
     }
 }
@@ -152,6 +153,7 @@ impl CliProcess {
 impl Drop for CliProcess {
     fn drop(&mut self) {
         self.kill();
+        self.exit_watch.abort();
     }
 }
 
@@ -459,6 +461,33 @@ mod tests {
         let took = started.elapsed();
         assert!(took >= STDOUT_AFTER_EXIT && took < Duration::from_secs(20), "{took:?}");
         assert_eq!(report.status, Some(ExitStatus::code(3)));
+    }
+
+    /// A reader that goes on after [`CliProcess::kill`] (a cancelled turn reading to the end)
+    /// is not held by a process that left the group.
+    #[tokio::test]
+    async fn a_killed_process_stdout_ends_though_an_escaped_one_holds_it() {
+        use agent_exec::LocalExec;
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+
+        let script = "setsid sleep 60 2>/dev/null & \
+                      while [ \"$(cut -d' ' -f6 /proc/$!/stat)\" = \"$(cut -d' ' -f6 /proc/$$/stat)\" ]; do sleep 0.01; done; \
+                      echo \"sleeper $!\"; while true; do sleep 0.1; done";
+        let child = LocalExec::new().spawn(Command::new("sh").arg("-c").arg(script)).await.expect("spawns");
+        let (process, stdout) = CliProcess::start("cli", child, Secrets::default()).expect("all three pipes");
+        let mut stdout = BufReader::new(stdout);
+        let mut first = String::new();
+        stdout.read_line(&mut first).await.expect("the sleeper's line");
+        let sleeper: u32 = first.trim().strip_prefix("sleeper ").and_then(|pid| pid.parse().ok()).expect("its PID");
+        process.kill();
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(20), stdout.read_to_end(&mut rest)).await;
+        // The process this test's shell started, by the PID it reported.
+        let kill = Command::new("kill").arg("-9").arg(sleeper.to_string());
+        let killed = LocalExec::new().spawn(kill).await.expect("kill runs").handle.wait().await;
+        assert_eq!(killed.ok(), Some(ExitStatus::code(0)), "the sleeper was still there to end");
+        read.expect("stdout ends after the kill though the sleeper holds it").expect("read");
+        assert!(rest.is_empty(), "{rest:?}");
     }
 
     #[test]

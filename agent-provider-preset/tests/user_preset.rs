@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::{
-    Error, ErrorKind, EventKind, Harness, SessionConfig, SessionOptions, SessionRef, TurnOptions, TurnStatus,
+    Error, ErrorKind, EventKind, Harness, SessionConfig, SessionOptions, SessionRef, SessionState, TurnOptions,
+    TurnStatus,
 };
 use agent_exec::LocalExec;
 use agent_provider_preset::{AllowList, OnBusy, PresetCatalog, PresetOptions};
@@ -778,6 +779,59 @@ async fn what_a_cli_left_outside_its_process_group_ends_with_the_session() {
         support::finish(harness, exec).await;
         harness.shutdown().await;
     }
+}
+
+/// Starts a sleeper outside its process group that keeps stdout open, then works until stopped.
+const HOLDER: &str = r#"
+if [ "$1" = "--version" ]; then echo "holder 1.0.0"; exit 0; fi
+setsid sh -c 'echo $$ > escaped.pid.new && mv escaped.pid.new escaped.pid && exec sleep 300' </dev/null 2>/dev/null &
+while [ ! -s escaped.pid ]; do sleep 0.01; done
+echo "WORKING"
+while true; do sleep 0.1; done
+"#;
+
+/// A cancel ends the turn at once though a process the CLI left outside its group holds its
+/// stdout open (the turn is not failed after `provider_command_timeout`, the session stays
+/// usable), and the sleeper ends with the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_is_not_held_up_by_a_process_that_keeps_stdout_open() {
+    let programs = ProgramDir::new("preset-holder");
+    let script = programs.script("holder", HOLDER);
+    let preset = json!({
+        "schema_version": 1, "id": "holder", "program": script, "framing": "lines",
+        "args": ["--", "{prompt}"],
+        "version": {"args": ["--version"], "contains": "holder", "min": "1.0.0"},
+        "matchers": {"result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]},
+        "events": [{"when": "^(?P<m>WORKING)$", "emit": "warning", "message": "m"}]
+    });
+    let catalog = catalog_of(&programs, &script, &preset);
+    let workspace = programs.dir("work");
+    let (exec, harness) = harness_of(&catalog);
+    let options = SessionOptions::new(&workspace).provider_command_timeout(Duration::from_secs(60));
+    let session = harness.start_session("preset:holder", options).await.expect("session starts");
+    let mut turn = watch(&harness, &session, "go").await;
+    turn.until(|e| matches!(e.kind, EventKind::Warning { .. })).await;
+    let pid: u32 = std::fs::read_to_string(workspace.join("escaped.pid")).expect("pid").trim().parse().expect("a pid");
+    let cancelled = std::time::Instant::now();
+    harness.cancel(turn.turn()).await.expect("cancel");
+    let events = turn.into_events().await;
+    assert_eq!(terminal(&events).status, TurnStatus::Interrupted, "{}", names(&events));
+    assert!(cancelled.elapsed() < Duration::from_secs(20), "the turn ended {:?} after the cancel", cancelled.elapsed());
+    let status = harness.status(&session).await.expect("status");
+    assert_eq!(status.status, SessionState::Idle, "the session goes on");
+
+    harness.stop_session(&session, false).await.expect("stopped");
+    let gone = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |stat| stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !gone(pid) {
+        assert!(std::time::Instant::now() < deadline, "{pid} outlived its session");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    support::finish(&harness, &exec).await;
+    harness.shutdown().await;
 }
 
 /// A runtime dropped with a session still live ends what the session's CLI left outside its
