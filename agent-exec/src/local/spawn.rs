@@ -58,9 +58,14 @@ pub(super) struct Spawned {
 }
 
 impl Spawned {
+    /// Kills the child's process group, leaving the child to reap.
+    pub(super) fn kill(&self) {
+        let _ = sys::killpg(self.pid, Signal::KILL);
+    }
+
     /// Kills and reaps a child nobody is waiting for.
     pub(super) fn discard(self) {
-        let _ = sys::killpg(self.pid, Signal::KILL);
+        self.kill();
         sys::reap(self.pid);
     }
 }

@@ -37,7 +37,10 @@ impl Unclaimed {
 impl Drop for Unclaimed {
     fn drop(&mut self) {
         let Some(child) = self.0.take() else { return };
-        // Off the dropping thread (a runtime worker): the reap waits for the child's exit.
+        // Killed here at once: queued behind other spawns, the child would run on meanwhile,
+        // long enough to start what leaves its group. Its PID stays its own until reaped.
+        child.kill();
+        // Reaped off the dropping thread (a runtime worker): the reap waits for the exit.
         let Ok(queue) = queue() else { return child.discard() };
         if let Err(mpsc::SendError(Job::Discard(child))) = queue.send(Job::Discard(child)) {
             child.discard();
@@ -74,6 +77,10 @@ fn serve(jobs: mpsc::Receiver<Job>) {
     for job in jobs {
         match job {
             Job::Spawn { prepared, reply } => {
+                if reply.is_closed() {
+                    // The caller stopped waiting before its turn came: nothing to start.
+                    continue;
+                }
                 let started = spawn::spawn(&prepared, slots.as_mut()).map(|child| Unclaimed(Some(child)));
                 if let Err(Ok(unclaimed)) = reply.send(started) {
                     unclaimed.claim().discard();
