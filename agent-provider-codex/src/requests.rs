@@ -123,10 +123,17 @@ pub(crate) fn build(
             Built::Ask { spec, kind: PendingKind::Elicitation }
         }
         ServerRequest::LegacyExec(p) => {
-            let command = p.command.join(" ");
+            let line = p.command.join(" ");
+            let command = match p.command.as_slice() {
+                [shell, flag, script] if is_shell(shell) && is_script_flag(flag) => script.clone(),
+                _ => line.clone(),
+            };
             let mut spec = RequestSpec::new(RequestKind::CommandApproval, format!("Run `{command}`"), provider_ref)
                 .scopes([Scope::Once, Scope::Session])
-                .meta("command", command);
+                .meta("command", command.as_str());
+            if command != line {
+                spec = spec.meta("command_line", line);
+            }
             spec = meta_opt(spec, "cwd", p.cwd);
             spec = meta_opt(spec, "reason", p.reason);
             spec = meta_opt(spec, "item_id", p.call_id);
@@ -177,7 +184,8 @@ fn meta_opt(spec: RequestSpec, key: &str, value: Option<impl Into<Value>>) -> Re
 }
 
 fn command_approval(provider_ref: String, p: wire::CommandApproval) -> Built {
-    let command = p.command.clone().unwrap_or_default();
+    let line = p.command.clone().unwrap_or_default();
+    let command = shell_script(&line).unwrap_or_else(|| line.clone());
     let prompt = match p.reason.as_deref().filter(|r| !r.is_empty()) {
         Some(reason) => format!("Run `{command}`: {reason}"),
         None => format!("Run `{command}`"),
@@ -187,7 +195,10 @@ fn command_approval(provider_ref: String, p: wire::CommandApproval) -> Built {
     let mut spec = RequestSpec::new(RequestKind::CommandApproval, prompt, provider_ref)
         .scopes(scopes.clone())
         .choices(choices)
-        .meta("command", command);
+        .meta("command", command.as_str());
+    if command != line {
+        spec = spec.meta("command_line", line);
+    }
     for (key, amendment) in amendments {
         spec = spec.meta(key, amendment);
     }
@@ -200,6 +211,45 @@ fn command_approval(provider_ref: String, p: wire::CommandApproval) -> Built {
     spec = meta_opt(spec, "network_approval_context", p.network_approval_context);
     spec = meta_opt(spec, "command_actions", p.command_actions);
     Built::Ask { spec, kind: PendingKind::Command { scopes, offered } }
+}
+
+/// The script of a command codex runs through a shell (`/bin/bash -lc 'cargo test'`): what the
+/// agent asked to run, as claude and pi give it, and what a policy matches (`cargo test`).
+/// `None` when the line is not one shell, its flag and one shell word that reads without
+/// doubt: single quotes, backslash escapes and plain characters; anything else (double quotes,
+/// an expansion, a second word) leaves the line as it is.
+pub(crate) fn shell_script(line: &str) -> Option<String> {
+    let (shell, rest) = line.split_once(' ')?;
+    let (flag, word) = rest.split_once(' ')?;
+    if !is_shell(shell) || !is_script_flag(flag) {
+        return None;
+    }
+    let (mut script, mut chars) = (String::new(), word.chars());
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => loop {
+                match chars.next()? {
+                    '\'' => break,
+                    quoted => script.push(quoted),
+                }
+            },
+            '\\' => script.push(chars.next()?),
+            c if c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c) => script.push(c),
+            _ => return None,
+        }
+    }
+    (!script.is_empty()).then_some(script)
+}
+
+/// A POSIX shell codex may run commands through, by path or name.
+fn is_shell(program: &str) -> bool {
+    let name = program.rsplit('/').next().unwrap_or(program);
+    matches!(name, "bash" | "sh" | "zsh" | "dash" | "ksh")
+}
+
+/// The flag before a shell's script: `-c`, or `-lc` for a login shell.
+fn is_script_flag(flag: &str) -> bool {
+    matches!(flag, "-c" | "-lc")
 }
 
 /// The decisions of a command approval beyond accept, decline and cancel, as choices, with the
@@ -586,6 +636,60 @@ mod tests {
         assert!(matches!(refused, Err(Error::InvalidResponse(_))), "{refused:?}");
         // Approve keeps its meaning next to the choices.
         assert_eq!(encode(&approval, kind, &Response::approve()).unwrap().result, json!({"decision": "accept"}));
+    }
+
+    #[test]
+    fn a_shell_wrapped_command_gives_its_script() {
+        let cases = [
+            (
+                "/bin/bash -lc 'touch approved.txt && echo created-file'",
+                Some("touch approved.txt && echo created-file"),
+            ),
+            ("bash -lc ls", Some("ls")),
+            ("/bin/zsh -lc 'echo '\\''hi'\\'''", Some("echo 'hi'")),
+            ("/bin/sh -c 'a b'\\ c", Some("a b c")),
+            ("/bin/bash -lc 'cargo test' extra", None),
+            ("/bin/bash -lc \"cargo test\"", None),
+            ("/bin/bash -lc $(curl x)", None),
+            ("/bin/bash -lc 'unterminated", None),
+            ("/bin/bash -lc ''", None),
+            ("/bin/bash -lc", None),
+            ("/usr/bin/fish -c 'cargo test'", None),
+            ("/bin/bash -x 'cargo test'", None),
+            ("cargo test -p x", None),
+        ];
+        for (line, script) in cases {
+            assert_eq!(shell_script(line).as_deref(), script, "{line}");
+        }
+    }
+
+    /// A policy allowing `cargo test` allows it as codex asks for it, through its shell, and
+    /// still not what runs more than that.
+    #[test]
+    fn a_policy_matches_the_script_codex_runs_through_a_shell() {
+        let policy = agent_core::handler::RequestPolicy::new().approve_commands(["cargo test"]);
+        let decide = |request: ServerRequest| {
+            let Built::Ask { spec, .. } = build(&RpcId::Num(1), request, |_| None) else { panic!("asked") };
+            let request: agent_core::Request = serde_json::from_value(json!({
+                "id": "req_1", "session_id": "s", "turn_id": "t", "kind": spec.kind, "prompt": spec.prompt,
+                "scopes": spec.scopes, "metadata": spec.metadata, "status": "pending", "provider_ref": "1",
+                "created_at": "2026-01-01T00:00:00Z",
+            }))
+            .expect("a request");
+            (spec.metadata["command"].clone(), policy.decide(&request))
+        };
+        let modern = |line: &str| {
+            let params = json!({"threadId": "th", "turnId": "tu", "itemId": "i", "command": line});
+            ServerRequest::CommandApproval(serde_json::from_value(params).unwrap())
+        };
+        let legacy = |argv: &[&str]| {
+            ServerRequest::LegacyExec(serde_json::from_value(json!({"callId": "c", "command": argv})).unwrap())
+        };
+        let approve = Some(Response::approve());
+        assert_eq!(decide(modern("/bin/bash -lc 'cargo test -p x'")), (json!("cargo test -p x"), approve.clone()));
+        assert_eq!(decide(legacy(&["/bin/zsh", "-lc", "cargo test"])), (json!("cargo test"), approve));
+        assert_eq!(decide(modern("/bin/bash -lc 'cargo test && rm -rf ~'")).1, None);
+        assert_eq!(decide(legacy(&["cargo", "test;", "rm"])), (json!("cargo test; rm"), None));
     }
 
     #[test]

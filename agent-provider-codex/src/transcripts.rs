@@ -447,7 +447,11 @@ fn approval_requests_keep_what_the_host_needs() {
     let [command] = requests_of("approval_accept").try_into().unwrap();
     assert_eq!(command.kind, RequestKind::CommandApproval);
     assert_eq!(command.provider_ref.0, "0");
-    assert_eq!(command.prompt, "Run `/bin/bash -lc 'touch approved.txt && echo created-file'`");
+    // What the agent asked to run, without the shell codex runs it through (as claude and pi
+    // give it, and as a policy matches it); the line codex runs beside it.
+    assert_eq!(command.prompt, "Run `touch approved.txt && echo created-file`");
+    assert_eq!(command.metadata["command"], "touch approved.txt && echo created-file");
+    assert_eq!(command.metadata["command_line"], "/bin/bash -lc 'touch approved.txt && echo created-file'");
     // codex lists only `accept` (and an execpolicy amendment) but honours `acceptForSession`.
     assert_eq!(command.scopes, vec![Scope::Once, Scope::Session]);
     assert_eq!(command.metadata["cwd"], "<workdir>/workspace");
