@@ -114,6 +114,18 @@ pub fn refuse_session_options<T: std::any::Any + Send + Sync>(turn: &TurnOptions
     Err(Error::InvalidOption { option: "provider_options", reason })
 }
 
+/// Refuses a session given `T`, a provider's per-turn options type, which the session would
+/// ignore (for [`Provider::validate`]); `session_type` names the provider's session options
+/// type. As for [`refuse_session_options`], other providers' types pass.
+pub fn refuse_turn_options<T: std::any::Any + Send + Sync>(options: &SessionOptions, session_type: &str) -> Result<()> {
+    if options.provider_options.get::<T>().is_none() {
+        return Ok(());
+    }
+    let name = std::any::type_name::<T>().rsplit("::").next().unwrap_or_default();
+    let reason = format!("{name} apply to one turn and are set on its TurnOptions; a session takes {session_type}");
+    Err(Error::InvalidOption { option: "provider_options", reason })
+}
+
 /// The provider conversation a session opens, resolved by the runtime from
 /// [`SessionOptions::conversation`](crate::SessionOptions::conversation) (a stored session named
 /// as the source is looked up in the store; its recorded provider session ID is used).
@@ -580,5 +592,19 @@ mod tests {
         }
         let none = refuse_session_options::<SessionOnly>(&turn, None).unwrap_err().to_string();
         assert!(none.contains("takes no per-turn options"), "{none}");
+    }
+
+    #[test]
+    fn a_turn_options_type_given_to_a_session_is_refused_and_others_pass() {
+        let mut session = SessionOptions::new(std::env::temp_dir()).provider_option(OtherProviders);
+        assert!(refuse_turn_options::<SessionOnly>(&session, "Whole").is_ok());
+        session.provider_options.insert(SessionOnly);
+        match refuse_turn_options::<SessionOnly>(&session, "Whole").unwrap_err() {
+            Error::InvalidOption { option: "provider_options", reason } => assert_eq!(
+                reason,
+                "SessionOnly apply to one turn and are set on its TurnOptions; a session takes Whole"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 }

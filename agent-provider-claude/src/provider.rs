@@ -242,6 +242,7 @@ impl Provider for ClaudeProvider {
 
     fn validate(&self, options: &SessionOptions) -> Result<()> {
         require_capabilities(&self.id, &self.capabilities(options), options)?;
+        agent_core::provider::refuse_turn_options::<crate::ClaudeTurnOptions>(options, "ClaudeOptions")?;
         let claude = options.provider_options.get::<ClaudeOptions>().cloned().unwrap_or_default();
         validate::validate(options, &claude)
     }

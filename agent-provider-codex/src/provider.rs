@@ -371,6 +371,7 @@ impl Provider for CodexProvider {
 
     fn validate(&self, options: &SessionOptions) -> Result<()> {
         require_capabilities(&self.id, &self.capabilities(options), options)?;
+        agent_core::provider::refuse_turn_options::<crate::CodexTurnOptions>(options, "CodexOptions")?;
         let codex = options.provider_options.get::<CodexOptions>().cloned().unwrap_or_default();
         validate::validate(options, &codex)
     }

@@ -246,6 +246,14 @@ impl CodexSession {
 impl ProviderSession for CodexSession {
     fn validate_turn(&self, options: &TurnOptions, input: &TurnInput) -> Result<()> {
         agent_core::provider::refuse_session_options::<crate::CodexOptions>(options, Some("CodexTurnOptions"))?;
+        let effort = options.provider_options.get::<CodexTurnOptions>().and_then(|o| o.effort.as_deref());
+        if effort.is_some_and(|effort| effort.trim().is_empty() || effort.contains('\0')) {
+            return Err(Error::InvalidOption {
+                option: "provider_options",
+                reason: "CodexTurnOptions::effort must be a non-blank effort name codex advertises for the model"
+                    .into(),
+            });
+        }
         // An item codex cannot take (a relative image path, a skill the session lacks).
         input::items(input, &self.skills, true).map(drop)
     }

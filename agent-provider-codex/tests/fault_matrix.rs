@@ -1112,6 +1112,26 @@ async fn a_skill_without_its_skill_md_is_refused_before_spawning() {
     case.finish().await;
 }
 
+/// Codex options in the wrong place are refused, not ignored: per-turn options given to the
+/// session, and a blank effort given to a turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_options_in_the_wrong_place_are_refused() {
+    let case = Case::new(FakeScript::new().handshake());
+    let options = case.options().provider_option(agent_provider_codex::CodexTurnOptions::new().effort("high"));
+    let started = case.harness.start_session("codex", options).await;
+    let Err(Error::InvalidOption { option: "provider_options", reason }) = started else { panic!("got {started:?}") };
+    assert!(reason.contains("CodexTurnOptions apply to one turn") && reason.contains("CodexOptions"), "{reason}");
+    assert!(case.exec.commands().is_empty(), "nothing was spawned");
+
+    let session = case.harness.start_session("codex", case.options()).await.expect("session starts");
+    let blank = TurnOptions::new().provider_option(agent_provider_codex::CodexTurnOptions::new().effort(" "));
+    let refused = case.harness.start_turn(&session, "go", blank).await;
+    let Err(Error::InvalidOption { option: "provider_options", reason }) = refused else { panic!("got {refused:?}") };
+    assert!(reason.contains("effort"), "{reason}");
+    assert_eq!(case.harness.status(&session).await.expect("status").status, SessionState::Idle, "no turn runs");
+    case.finish().await;
+}
+
 /// A codex that starts a helper in a session of its own (`setsid`), outside the process group
 /// its teardown ends, and then exits before the handshake: the failed start ends the helper too,
 /// as an ended session's close would.

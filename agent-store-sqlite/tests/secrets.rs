@@ -26,6 +26,9 @@ const SECRETS: [&str; 7] = [
     "sekrit-answer-7",
 ];
 
+/// A provider's option holding a secret.
+struct DeployKey(#[allow(dead_code)] &'static str);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planted_secrets_never_reach_the_database_files() {
     let dir = TempDir::new("secrets");
@@ -48,7 +51,7 @@ async fn planted_secrets_never_reach_the_database_files() {
         .mcp_server("tools", stdio)
         .mcp_server("web", http)
         .system_prompt(SECRETS[4])
-        .provider_option(String::from(SECRETS[5]));
+        .provider_option(DeployKey(SECRETS[5]));
     let session = harness.start_session("scripted", options).await.unwrap();
     let remote = control.session(&session.id).await;
     let turn = harness.start_turn(&session, "Deploy it", TurnOptions::new()).await.unwrap();

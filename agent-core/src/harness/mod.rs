@@ -342,6 +342,7 @@ impl Harness {
         if options.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
             return Err(Error::invalid("model", "must not be empty when set"));
         }
+        options.provider_options.check_types()?;
         let handle = self.live(&session.id).await?;
         let now = Timestamp::now();
         let turn = Turn {

@@ -255,6 +255,27 @@ impl ProviderOptions {
         names.sort_unstable();
         names
     }
+
+    /// Refuses a value no provider reads: one of a type from the standard library (an
+    /// `Arc<CodexOptions>`, a `Box` or `Option` of options, a `String`), a primitive or a
+    /// reference. Providers look their options up by their exact type, so such a value would be
+    /// ignored without a word — a wrapped `CodexOptions` runs the CLI with none of its settings.
+    pub(crate) fn check_types(&self) -> Result<()> {
+        let Some(name) = self.type_names().into_iter().find(|name| is_no_options_type(name)) else { return Ok(()) };
+        let reason = format!(
+            "a `{name}` is no provider's options type: set a provider's options value itself \
+             (CodexOptions, ClaudeOptions, …), not wrapped in an Arc, Box or Option"
+        );
+        Err(Error::InvalidOption { option: "provider_options", reason })
+    }
+}
+
+/// Whether values of the type named `name` (as `std::any::type_name` names it) can be no
+/// provider's options: the standard library's types, primitives, references, tuples, slices.
+fn is_no_options_type(name: &str) -> bool {
+    ["alloc::", "core::", "std::"].iter().any(|std| name.starts_with(std))
+        || name.starts_with(['&', '(', '[', '*'])
+        || !name.contains("::")
 }
 
 impl fmt::Debug for ProviderOptions {

@@ -109,6 +109,29 @@ fn values_no_cli_can_take_are_refused_by_name() {
     assert!(error.len() < 400 && error.contains("more bytes"), "{} bytes", error.len());
 }
 
+/// A value no provider reads by its type is refused, not ignored: a wrapped options value, a
+/// standard type, a primitive. A provider's own type passes, whichever provider's it is.
+#[test]
+fn provider_options_of_no_providers_type_are_refused() {
+    #[derive(Debug)]
+    struct Extras;
+    let refused = |options: SessionOptions, named: &str| {
+        let error = options.validate().unwrap_err();
+        assert!(
+            matches!(&error, Error::InvalidOption { option: "provider_options", reason } if reason.contains(named)),
+            "{error}"
+        );
+    };
+    refused(SessionOptions::new(tmp()).provider_option(Arc::new(Extras)), "alloc::sync::Arc<");
+    refused(SessionOptions::new(tmp()).provider_option(Box::new(Extras)), "alloc::boxed::Box<");
+    refused(SessionOptions::new(tmp()).provider_option(Some(Extras)), "core::option::Option<");
+    refused(SessionOptions::new(tmp()).provider_option(String::from("x")), "alloc::string::String");
+    refused(SessionOptions::new(tmp()).provider_option(7_u32), "`u32`");
+    refused(SessionOptions::new(tmp()).provider_option("x"), "`&str`");
+    refused(SessionOptions::new(tmp()).provider_option((Extras, 1)), "`(");
+    assert!(SessionOptions::new(tmp()).provider_option(Extras).validate().is_ok());
+}
+
 #[test]
 fn debug_never_shows_secret_values() {
     // Every field that can hold a secret carries one; the Debug impls name every field, so a

@@ -108,6 +108,7 @@ impl SessionOptions {
         if self.env.set.values().any(|v| v.contains('\0')) {
             return Err(Error::invalid("env", "values must not contain NUL"));
         }
+        self.provider_options.check_types()?;
         Ok(id.or_else(|| match &self.conversation {
             Conversation::Resume(ConversationSource::Session(source)) => Some(source.clone()),
             _ => None,

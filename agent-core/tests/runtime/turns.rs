@@ -465,7 +465,7 @@ async fn without_a_store_a_caller_chosen_turn_id_is_never_reused_even_after_evic
 }
 
 #[tokio::test]
-async fn malformed_caller_turn_ids_and_empty_models_are_refused_and_nothing_is_recorded() {
+async fn malformed_caller_turn_ids_models_and_options_are_refused_and_nothing_is_recorded() {
     let f = Fixture::new();
     let (session, remote) = f.session(opts()).await;
     let before = f.harness.status(&session).await.unwrap().last_seq;
@@ -483,6 +483,10 @@ async fn malformed_caller_turn_ids_and_empty_models_are_refused_and_nothing_is_r
     let zero = TurnOptions::new().call_timeout(std::time::Duration::ZERO);
     let err = f.harness.start_turn(&session, "go", zero).await.unwrap_err();
     assert!(matches!(err, Error::InvalidOption { option: "call_timeout", .. }), "{err:?}");
+    // Options wrapped where no provider looks them up.
+    let wrapped = TurnOptions::new().provider_option(std::sync::Arc::new(TurnOptions::new()));
+    let err = f.harness.start_turn(&session, "go", wrapped).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidOption { option: "provider_options", .. }), "{err:?}");
     assert_eq!(f.harness.status(&session).await.unwrap().last_seq, before, "no event was recorded");
     assert!(f.dyn_store().list_turns(&session.id).await.unwrap().is_empty(), "no turn was stored");
     assert!(remote.commands().is_empty(), "the provider heard nothing");
