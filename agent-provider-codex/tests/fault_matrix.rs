@@ -1112,6 +1112,26 @@ async fn a_skill_without_its_skill_md_is_refused_before_spawning() {
     case.finish().await;
 }
 
+/// A harness built without an exec says so at the start, whatever the auth mode — not that
+/// the auth guard refuses an exec that is not local.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_harness_without_an_exec_says_so() {
+    let case = Case::new(FakeScript::new().handshake());
+    let harness = Harness::builder()
+        .provider(agent_provider_codex::CodexProvider::new())
+        .store(StoreChoice::Disabled)
+        .build()
+        .expect("builds");
+    for auth in [AuthMode::Subscription, AuthMode::Inherit] {
+        let started = harness.start_session("codex", case.options().auth(auth)).await;
+        let Err(Error::Exec(agent_core::exec::ExecError::Backend(reason))) = started else {
+            panic!("{auth:?}: got {started:?}")
+        };
+        assert!(reason.contains("no exec configured"), "{auth:?}: {reason}");
+    }
+    assert!(case.exec.commands().is_empty(), "the case's own exec was not asked");
+}
+
 /// Codex options in the wrong place are refused, not ignored: per-turn options given to the
 /// session, and a blank effort given to a turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -692,4 +692,11 @@ impl Exec for NoExec {
             "no exec configured: add one with HarnessBuilder::exec (e.g. agent_exec::LocalExec)".into(),
         ))
     }
+
+    /// Local, though it runs nothing anywhere: the auth guard refuses an exec that is not
+    /// (`AuthMode::Subscription`), and a harness built without an exec would be told to weaken
+    /// its auth mode rather than that it lacks an exec, which its first spawn says.
+    fn is_local(&self) -> bool {
+        true
+    }
 }
