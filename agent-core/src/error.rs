@@ -364,6 +364,9 @@ impl Error {
                 | Error::Timeout { .. }
                 | Error::StartupTimeout { .. }
                 | Error::TurnInProgress { .. }
+                // `max_provider_processes`, as `CapacityReached` is `max_sessions`: a slot frees
+                // when a session ends.
+                | Error::Exec(crate::exec::ExecError::LimitReached { .. })
         ) || matches!(self, Error::Store(e) if e.is_retryable())
     }
 

@@ -503,7 +503,14 @@ fn validate_choice(request: &Request, value: &str) -> Result<()> {
         return Ok(());
     }
     let offered: Vec<String> = request.choices.iter().map(|choice| format!("`{}`", choice.value)).collect();
-    Err(Error::InvalidResponse(if offered.is_empty() {
+    Err(Error::InvalidResponse(if offered.is_empty() && request.questions.iter().any(|q| !q.choices.is_empty()) {
+        // The choices are its questions': a question's choice is an answer.
+        format!(
+            "`{value}` is not a choice of this {} request, whose choices are its questions': answer with \
+             Response::answer (one question) or Response::answers (by question ID)",
+            request.kind
+        )
+    } else if offered.is_empty() {
         format!("`{value}` is not a choice of this {} request: it offers none", request.kind)
     } else {
         format!("`{value}` is not a choice of this {} request; it offers {}", request.kind, offered.join(", "))
@@ -696,6 +703,9 @@ mod tests {
         let mut question = Question::new("db", "Which?").with_choices([Choice::new("Postgres"), Choice::new("MySQL")]);
         let r = request(RequestKind::Question, vec![question.clone()], vec![]);
         assert!(Response::answer("MySQL").validate_for(&r).is_ok());
+        // A question's choice is an answer; `choose` takes the request's own choices.
+        let err = Response::choose("MySQL").validate_for(&r).unwrap_err();
+        assert!(matches!(err, Error::InvalidResponse(ref m) if m.contains("Response::answer")), "{err}");
         let err = Response::answer("Oracle").validate_for(&r).unwrap_err();
         assert!(
             matches!(err, Error::InvalidResponse(ref m) if m.contains("(Postgres, MySQL)") && !m.contains("Oracle"))

@@ -758,6 +758,7 @@ async fn max_provider_processes_bounds_running_clis_across_sessions() {
         matches!(refused, Error::Exec(ExecError::LimitReached { limit: 1 })),
         "a second running CLI is refused: {refused:?}"
     );
+    assert!(refused.is_retryable(), "a slot frees when a session ends");
     harness.stop_session(&first, false).await.unwrap();
     let second = harness.start_session("codex", options()).await.expect("the stopped CLI freed its slot");
     harness.stop_session(&second, false).await.unwrap();

@@ -119,6 +119,23 @@ impl OpenError {
     }
 }
 
+/// A store that could not be opened, as a shared store error: [`StoreError::Unavailable`] when
+/// another connection held the database locked (retrying may succeed), else
+/// [`StoreError::Backend`] holding the [`OpenError`] (to downcast to).
+impl From<OpenError> for StoreError {
+    fn from(error: OpenError) -> StoreError {
+        if error.is_busy() { StoreError::Unavailable(error.to_string()) } else { StoreError::Backend(Box::new(error)) }
+    }
+}
+
+/// So that `SqliteStore::open(path)?` works in a function returning the harness's `Result`:
+/// [`agent_core::Error::Store`] with the [`StoreError`] above.
+impl From<OpenError> for agent_core::Error {
+    fn from(error: OpenError) -> agent_core::Error {
+        agent_core::Error::Store(error.into())
+    }
+}
+
 /// Maps a SQLite failure to the shared store error a session acts on.
 pub(crate) fn store_error(error: &rusqlite::Error) -> StoreError {
     let message = error.to_string();

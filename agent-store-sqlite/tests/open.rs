@@ -45,6 +45,15 @@ fn a_path_in_a_missing_directory_is_refused_and_nothing_is_created() {
     assert!(matches!(&error, OpenError::MissingDirectory { dir, .. } if *dir == missing), "{error:?}");
     assert!(error.to_string().contains("does not exist"), "{error}");
     assert!(!missing.exists(), "the directory must not be created");
+    // With `?` in a function returning the harness's `Result`, the error stays reachable.
+    let open = || -> agent_core::Result<SqliteStore> { Ok(SqliteStore::open(&path)?) };
+    match open() {
+        Err(agent_core::Error::Store(agent_core::StoreError::Backend(source))) => {
+            let source = source.downcast_ref::<OpenError>();
+            assert!(matches!(source, Some(OpenError::MissingDirectory { .. })), "{source:?}");
+        }
+        other => panic!("expected a store error, got {other:?}"),
+    }
 }
 
 #[test]

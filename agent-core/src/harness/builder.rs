@@ -70,8 +70,8 @@ impl HarnessBuilder {
         let store = match self.store {
             None => {
                 return Err(Error::InvalidConfig(
-                    "no store configured: use HarnessBuilder::store(StoreChoice::Custom(..)) (e.g. \
-                     agent_store_memory::MemoryStore) or StoreChoice::Disabled"
+                    "no store configured: use HarnessBuilder::store(StoreChoice::Custom(..)) (e.g. a \
+                     MemoryStore, agent_harness::stores::memory) or StoreChoice::Disabled"
                         .into(),
                 ));
             }

@@ -689,7 +689,8 @@ struct NoExec;
 impl Exec for NoExec {
     async fn spawn(&self, _command: ExecCommand) -> Result<Child, ExecError> {
         Err(ExecError::Backend(
-            "no exec configured: add one with HarnessBuilder::exec (e.g. agent_exec::LocalExec)".into(),
+            "no exec configured: add one with HarnessBuilder::exec (e.g. LocalExec, agent_harness::execs::local)"
+                .into(),
         ))
     }
 

@@ -149,6 +149,7 @@ mod tests {
         let second = limit.spawn(&Fake, Command::new("cli")).await.unwrap();
         let refused = limit.clone().spawn(&Fake, Command::new("cli")).await.unwrap_err();
         assert!(matches!(refused, ExecError::LimitReached { limit: 2 }), "a clone shares the slots: {refused:?}");
+        assert!(crate::Error::from(refused).is_retryable(), "a slot frees when a process exits");
 
         first.handle.kill().unwrap();
         first.handle.wait().await.unwrap();

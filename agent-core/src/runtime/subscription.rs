@@ -559,8 +559,9 @@ impl Subscription {
         self.exit.borrow().clone()
     }
 
-    /// The next item (an inherent name, so `TurnStream` does not need `StreamExt`).
-    async fn next_item(&mut self) -> Option<Result<Arc<Event>, SubscriptionError>> {
+    /// The next event, or why the subscription ends; `None` once it has ended. The stream's
+    /// `next`, without importing a `StreamExt`.
+    pub async fn next(&mut self) -> Option<Result<Arc<Event>, SubscriptionError>> {
         futures::StreamExt::next(self).await
     }
 
@@ -685,8 +686,8 @@ impl TurnStream {
         let inner = Box::pin(futures::stream::unfold(Some(subscription), move |state| async move {
             let mut subscription = state?;
             let item = match idle_timeout {
-                None => subscription.next_item().await,
-                Some(limit) => match tokio::time::timeout(limit, subscription.next_item()).await {
+                None => subscription.next().await,
+                Some(limit) => match tokio::time::timeout(limit, subscription.next()).await {
                     Ok(item) => item,
                     Err(_) => return Some((Err(StreamError::IdleTimeout(limit)), None)),
                 },
