@@ -14,7 +14,6 @@ use agent_harness::{
     Durability, EventKind, Harness, Replay, SessionOptions, StoreChoice, SubscriptionError, TurnOptions,
 };
 use agent_testkit::fake_cli::{FakeScript, SCRIPT_ENV};
-use futures::StreamExt;
 use serde_json::{Value, json};
 
 /// A harness with the Codex provider and the local exec, storing in `store`.

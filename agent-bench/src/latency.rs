@@ -11,7 +11,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use agent_harness::stores::memory::MemoryStore;
 use agent_harness::{EventKind, Replay, StoreChoice, TurnOptions};
 use agent_testkit::fake_cli::FakeScript;
-use futures::StreamExt;
 use serde_json::{Value, json};
 
 use crate::direct::Fake;

@@ -12,7 +12,6 @@ use agent_core::testing::{ScriptedControl, ScriptedProvider};
 use agent_core::{EventKind, Harness, Replay, SessionOptions, StoreChoice, TurnOptions};
 use agent_store_memory::MemoryStore;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use futures::StreamExt;
 
 const BURST: u64 = 20_000;
 

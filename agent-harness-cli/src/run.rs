@@ -16,7 +16,6 @@ use agent_harness::{
     Conversation, ConversationSource, EventKind, Harness, Replay, Request, RequestStatus, SessionOptions, SessionRef,
     Subscription, Turn, TurnInput, TurnOptions, TurnStatus,
 };
-use futures::StreamExt;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::Instant;
 

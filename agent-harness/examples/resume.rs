@@ -7,7 +7,6 @@ use agent_harness::execs::local::LocalExec;
 use agent_harness::providers::codex::CodexProvider;
 use agent_harness::stores::sqlite::SqliteStore;
 use agent_harness::{Harness, Replay, SessionId, SessionOptions, TurnOptions};
-use futures::StreamExt;
 
 #[tokio::main]
 async fn main() -> agent_harness::Result<()> {

@@ -35,7 +35,6 @@ use agent_store_memory::MemoryStore;
 use agent_testkit::events::{Watched, names, sole_terminal as end};
 use agent_testkit::fake_cli::{ExpectKind, FakeCli, FakeCliEnv, FakeScript, FakeStep, InterruptMode};
 use agent_testkit::recording::RecordingExec;
-use futures::StreamExt;
 use tokio::time::Instant;
 
 /// `startup_timeout` of the cases.

@@ -35,7 +35,6 @@ use agent_store_memory::MemoryStore;
 use agent_testkit::events::{names, terminal as end};
 use agent_testkit::fake_cli::{ExpectKind, FakeCli, FakeCliEnv, FakeScript, InterruptMode};
 use agent_testkit::recording::RecordingExec;
-use futures::StreamExt;
 use serde_json::json;
 use tokio::time::Instant;
 

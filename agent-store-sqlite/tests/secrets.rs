@@ -14,7 +14,6 @@ use agent_core::{
 };
 use agent_store_sqlite::SqliteStore;
 use common::TempDir;
-use futures::StreamExt;
 
 const SECRETS: [&str; 7] = [
     "sekrit-env-value-1",

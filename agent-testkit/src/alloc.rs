@@ -114,7 +114,6 @@ async fn per_streamed_delta(
     warm_up: u64,
 ) -> f64 {
     use agent_core::{EventKind, Replay, TurnOptions};
-    use tokio_stream::StreamExt;
 
     let options = options.event_buffer_size(usize::try_from(deltas).unwrap_or(usize::MAX).saturating_add(64));
     let session = harness.start_session(provider, options).await.expect("session starts");

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::{Event, EventKind, Subscription, Turn, TurnEnd};
-use tokio_stream::StreamExt;
 
 /// A turn and a subscription to its session taken before the turn started: none of its events
 /// can be missed, even when the session ends right after the turn.

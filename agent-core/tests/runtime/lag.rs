@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use agent_core::*;
-use futures::StreamExt;
 
 use crate::common::*;
 

@@ -432,7 +432,6 @@ trait SubscriptionExt {
 
 impl SubscriptionExt for Subscription {
     async fn next_is_end(&mut self) -> bool {
-        use futures::StreamExt;
         loop {
             match tokio::time::timeout(Duration::from_secs(60), self.next()).await {
                 Ok(None) => return true,
