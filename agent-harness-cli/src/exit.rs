@@ -18,7 +18,8 @@ pub(crate) enum Exit {
     TimedOut,
     /// The command line or its inputs are wrong (64, `EX_USAGE`).
     Usage,
-    /// The provider's CLI is missing or too old (69, `EX_UNAVAILABLE`).
+    /// The provider's CLI cannot be brought up: missing, too old, no version, exiting during its
+    /// start (69, `EX_UNAVAILABLE`).
     Unavailable,
 }
 

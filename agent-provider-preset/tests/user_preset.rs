@@ -727,17 +727,23 @@ while [ ! -s escaped.pid ]; do sleep 0.01; done
 echo "RESULT left one behind"
 "#;
 
-/// The catalog of a preset running [`ESCAPER`] from `programs`.
-fn escaper_catalog(programs: &ProgramDir) -> PresetCatalog {
-    let script = programs.script("escaper", ESCAPER);
+/// The catalog of a line-framed preset `id` running the shell script `body` from `programs`
+/// (which answers `--version` with `<id> 1.0.0`), whose `RESULT <text>` line is its result.
+fn script_catalog(programs: &ProgramDir, id: &str, body: &str, events: Value) -> PresetCatalog {
+    let script = programs.script(id, body);
     let preset = json!({
-        "schema_version": 1, "id": "escaper", "program": script, "framing": "lines",
+        "schema_version": 1, "id": id, "program": script, "framing": "lines",
         "args": ["--", "{prompt}"],
-        "version": {"args": ["--version"], "contains": "escaper", "min": "1.0.0"},
+        "version": {"args": ["--version"], "contains": id, "min": "1.0.0"},
         "matchers": {"result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]},
-        "events": [{"when": "^RESULT ", "emit": "drop"}]
+        "events": events
     });
     catalog_of(programs, &script, &preset)
+}
+
+/// The catalog of a preset running [`ESCAPER`] from `programs`.
+fn escaper_catalog(programs: &ProgramDir) -> PresetCatalog {
+    script_catalog(programs, "escaper", ESCAPER, json!([{"when": "^RESULT ", "emit": "drop"}]))
 }
 
 /// What a session's CLI left running outside its process group, which ending the group misses,
@@ -796,15 +802,8 @@ while true; do sleep 0.1; done
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_is_not_held_up_by_a_process_that_keeps_stdout_open() {
     let programs = ProgramDir::new("preset-holder");
-    let script = programs.script("holder", HOLDER);
-    let preset = json!({
-        "schema_version": 1, "id": "holder", "program": script, "framing": "lines",
-        "args": ["--", "{prompt}"],
-        "version": {"args": ["--version"], "contains": "holder", "min": "1.0.0"},
-        "matchers": {"result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]},
-        "events": [{"when": "^(?P<m>WORKING)$", "emit": "warning", "message": "m"}]
-    });
-    let catalog = catalog_of(&programs, &script, &preset);
+    let working = json!([{"when": "^(?P<m>WORKING)$", "emit": "warning", "message": "m"}]);
+    let catalog = script_catalog(&programs, "holder", HOLDER, working);
     let workspace = programs.dir("work");
     let (exec, harness) = harness_of(&catalog);
     let options = SessionOptions::new(&workspace).provider_command_timeout(Duration::from_secs(60));

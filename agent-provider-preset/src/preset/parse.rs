@@ -403,7 +403,15 @@ fn capabilities(
                 "a preset cannot provide this (presets pass a text prompt to one process per turn)",
             ));
         }
-        let possible = derived.iter().find(|(c, _)| *c == capability).and_then(|(_, s)| *s).is_some();
+        let derived_support = derived.iter().find(|(c, _)| *c == capability).and_then(|(_, s)| *s);
+        if *support == Support::Native && derived_support.is_some_and(|derived| derived != Support::Native) {
+            // A claim may lower what the parts give, never raise it.
+            return Err(Problem::new(
+                path,
+                "claimed native, but the preset provides it emulated (it stops the turn's process)",
+            ));
+        }
+        let possible = derived_support.is_some();
         if support.is_available() && !possible {
             let why = match capability {
                 Capability::TokenStreaming => "no `events` rule emits `message_delta`",

@@ -107,6 +107,8 @@ fn bad_presets_name_the_file_and_the_field() {
     refused(asking, "approvals", "needs `\"framing\": \"jsonl\"`");
     refused(with(minimal(), "/capabilities", json!({"images": "native"})), "capabilities.images", "cannot provide");
     refused(with(minimal(), "/capabilities", json!({"resume": "native"})), "capabilities.resume", "claimed, but");
+    // Claims lower what the parts give, never raise it: a preset's cancel stops the process.
+    refused(with(minimal(), "/capabilities", json!({"cancel": "native"})), "capabilities.cancel", "claimed native");
     refused(
         with(minimal(), "/capabilities", json!({"teleport": "native"})),
         "capabilities.teleport",

@@ -341,8 +341,9 @@ pub async fn reads_filter_by_seq_turn_and_limit(store: &DynStore) {
     remove_session(store, &id).await;
 }
 
-/// [`Store::last_turn_event`] is the newest event of the turn asked for, wherever the turn's
-/// events lie among other turns' and however many writes brought them.
+/// [`Store::last_turn_event`](agent_core::store::Store::last_turn_event) is the newest event of
+/// the turn asked for, wherever the turn's events lie among other turns' and however many writes
+/// brought them.
 pub async fn last_turn_event_is_the_turns_newest(store: &DynStore) {
     let id = sid("conf-last-of-turn");
     store.save_session(&snapshot(&id, SessionState::Running)).await.unwrap();
