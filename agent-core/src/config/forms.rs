@@ -40,16 +40,27 @@ enum Transport {
     Http,
 }
 
-/// Every field of every transport, so each error keeps its path.
+/// Every field of every transport, so each error keeps its path. A field is `None` when it is
+/// absent; a `null` is refused, as the schema says.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename = "McpServer")]
 struct McpServerFields {
     transport: Transport,
+    #[serde(default, deserialize_with = "present")]
     command: Option<String>,
+    #[serde(default, deserialize_with = "present")]
     args: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "present")]
     env: Option<BTreeMap<String, String>>,
+    #[serde(default, deserialize_with = "present")]
     url: Option<String>,
+    #[serde(default, deserialize_with = "present")]
     headers: Option<BTreeMap<String, String>>,
+}
+
+/// A field that is there, which must hold a `T` (not `null`).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(deserializer: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(deserializer).map(Some)
 }
 
 impl<'de> Deserialize<'de> for McpServerForm {
@@ -207,6 +218,7 @@ enum Mode {
 #[serde(deny_unknown_fields, rename = "Conversation")]
 struct ConversationFields {
     mode: Mode,
+    #[serde(default, deserialize_with = "present")]
     from: Option<SourceForm>,
 }
 

@@ -264,6 +264,32 @@ fn wrong_types_are_refused_by_path() {
         "an http server takes no `command`",
     );
     check_error(r#"{ "provider": "codex", "conversation": { "mode": "resume" } }"#, "conversation", "needs `from`");
+    // `null` is no value of these fields, as the schema says (absent is their default).
+    for (config, path, says) in [
+        (
+            r#"{ "provider": "codex", "mcp_servers": { "f": { "transport": "stdio", "command": "x", "args": null } } }"#,
+            "mcp_servers.f.args",
+            "invalid type: null",
+        ),
+        (
+            r#"{ "provider": "codex", "mcp_servers": { "f": { "transport": "stdio", "command": "x", "env": null } } }"#,
+            "mcp_servers.f.env",
+            "invalid type: null",
+        ),
+        (
+            r#"{ "provider": "codex", "mcp_servers": { "f": { "transport": "http", "url": "u", "headers": null } } }"#,
+            "mcp_servers.f.headers",
+            "invalid type: null",
+        ),
+        (
+            r#"{ "provider": "codex", "conversation": { "mode": "new", "from": null } }"#,
+            "conversation.from",
+            // serde's text reader says `expected value` here, its value reader `invalid type: null`.
+            "",
+        ),
+    ] {
+        check_error(config, path, says);
+    }
 }
 
 #[test]
