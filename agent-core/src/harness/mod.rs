@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::exec::{Child, Command as ExecCommand, DynExec, Exec, ExecError};
 use crate::handler::DynRequestHandler;
 use crate::ids::{ProviderId, SessionId, TurnId};
-use crate::options::{SessionOptions, StoreChoice, TurnOptions};
+use crate::options::{Conversation, ConversationSource, SessionOptions, StoreChoice, TurnOptions};
 use crate::provider::{DynProvider, require_capabilities};
 use crate::request::{Request, Response};
 use crate::runtime::limited::ProcessLimit;
@@ -260,6 +260,7 @@ impl Harness {
         let span = tracing::info_span!(parent: None, "session", session_id = %id, provider = %provider_id);
         span.follows_from(command);
         let run_store = RunStore::of(&options.store);
+        let new_session = !matches!(options.conversation, Conversation::Resume(ConversationSource::Session(_)));
         let (tx, rx) = oneshot::channel();
         let startup = Startup {
             session: SessionRef { provider: provider_id, id: id.clone() },
@@ -272,7 +273,10 @@ impl Harness {
             span: span.clone(),
         };
         tokio::spawn(startup.task(tx).instrument(span));
-        let started = rx.await.map_err(|_| Error::SessionDown {
+        let mut answer = Unread { rx: Some(rx), harness: self.clone(), run_store: run_store.clone(), new_session };
+        let started = answer.rx.as_mut().expect("set above").await;
+        answer.rx = None;
+        let started = started.map_err(|_| Error::SessionDown {
             id: id.clone(),
             reason: ExitReason::Crashed { reason: "session startup ended unexpectedly".into() },
         })?;
@@ -678,6 +682,37 @@ impl Future for SessionMonitor {
 impl fmt::Debug for SessionMonitor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SessionMonitor").finish_non_exhaustive()
+    }
+}
+
+/// The answer of a start whose caller may stop waiting for it. The startup tears a session
+/// down when its caller is gone before the hand-off; a caller whose future is dropped after the
+/// session was handed over but before it read it (a `select!` whose other branch won) leaves it
+/// here, live and out of anyone's reach: it is stopped, and a new one's history deleted, as the
+/// startup takes back what it stored (a resumed session keeps its history, closed).
+struct Unread {
+    /// Taken once the answer is read.
+    rx: Option<oneshot::Receiver<Result<SessionRef>>>,
+    harness: Harness,
+    run_store: Option<RunStore>,
+    new_session: bool,
+}
+
+impl Drop for Unread {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else { return };
+        rx.close();
+        let Ok(Ok(session)) = rx.try_recv() else { return };
+        // Without a runtime the harness's own end stops it.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (harness, new_session) = (self.harness.clone(), self.new_session);
+        harness.inner.remember_store(&session.id, self.run_store.take());
+        runtime.spawn(async move {
+            tracing::info!(session_id = %session.id, "caller went away before it read its started session; stopping it");
+            if harness.stop_session(&session, true).await.is_ok() && new_session {
+                let _ = harness.purge_session(&session).await;
+            }
+        });
     }
 }
 

@@ -142,6 +142,33 @@ async fn a_caller_that_goes_away_during_the_initial_commit_leaves_nothing_stored
     f.session(opts().id("gone")).await;
 }
 
+/// A caller whose `start_session` future is dropped after the session was handed to it but
+/// before it read it (a `select!` whose other branch won) leaves no live session nobody holds:
+/// the session is torn down and taken back, as when the caller went away earlier.
+#[tokio::test(start_paused = true)]
+async fn a_caller_that_drops_the_started_session_unread_leaves_nothing_running() {
+    let (f, store) = Fixture::controlled();
+    let mut start = Box::pin(f.harness.start_session(PROVIDER, opts().id("unread")));
+    assert!(futures::poll!(start.as_mut()).is_pending(), "the start runs in its own task");
+    let remote = f.control.session(&SessionId::new("unread").unwrap()).await;
+    // The startup hands the session over; the future that would read it is never polled again.
+    while f.harness.list_sessions().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
+    drop(start);
+    let dropped = tokio::time::Instant::now();
+    while !(remote.is_closed() && f.harness.list_sessions().is_empty()) {
+        assert!(dropped.elapsed() < Duration::from_secs(600), "the session nobody holds still runs");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let id = SessionId::new("unread").unwrap();
+    assert_eq!(store.fetch_session(&id).await.unwrap(), None, "the new session was taken back");
+    f.session(opts().id("unread")).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_caller_that_goes_away_during_a_resumes_commit_leaves_the_session_closed_and_whole() {
     let (f, store) = Fixture::controlled();
