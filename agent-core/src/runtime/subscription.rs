@@ -254,6 +254,19 @@ struct State {
 }
 
 impl State {
+    /// Nothing more is delivered. What the subscription held to deliver goes with it: a held
+    /// receiver would keep the session's live channel, and the batches in its slots, allocated
+    /// for as long as the ended subscription is kept.
+    fn end(&mut self) {
+        self.done = true;
+        self.rx = None;
+        self.live = None;
+        self.store = None;
+        self.reading = None;
+        self.replay = VecDeque::new();
+        self.fallback = Vec::new();
+    }
+
     fn matches(&self, event: &Event) -> bool {
         match &self.turn {
             None => true,
@@ -264,7 +277,7 @@ impl State {
     /// Marks the end after a turn-scoped subscription saw its terminal event.
     fn deliver(&mut self, event: Arc<Event>) -> Option<Result<Arc<Event>, SubscriptionError>> {
         if self.turn.is_some() && event.is_terminal() {
-            self.done = true;
+            self.end();
         }
         Some(Ok(event))
     }
@@ -283,7 +296,7 @@ impl State {
                 continue;
             }
             if let Some(error) = self.failed.take() {
-                self.done = true;
+                self.end();
                 return Step::Item(Some(Err(error)));
             }
             if let Some(read) = self.reading.take() {
@@ -296,7 +309,7 @@ impl State {
             }
             let Some(rx) = self.rx.as_mut() else {
                 // A finished turn or a stopped session: replay only.
-                self.done = true;
+                self.end();
                 return Step::Item(None);
             };
             let event = match self.live.take() {
@@ -322,7 +335,7 @@ impl State {
                     Err(broadcast::error::TryRecvError::Lagged(_)) if self.store.is_some() => continue,
                     Err(broadcast::error::TryRecvError::Lagged(_)) => return Step::Item(self.lagged()),
                     Err(broadcast::error::TryRecvError::Closed) => {
-                        self.done = true;
+                        self.end();
                         return Step::Item(None);
                     }
                 },
@@ -364,7 +377,7 @@ impl State {
                         Err(broadcast::error::RecvError::Lagged(_)) if self.store.is_some() => {}
                         Err(broadcast::error::RecvError::Lagged(_)) => return self.lagged(),
                         Err(broadcast::error::RecvError::Closed) => {
-                            self.done = true;
+                            self.end();
                             return None;
                         }
                     }
@@ -374,7 +387,7 @@ impl State {
     }
 
     fn lagged(&mut self) -> Option<Result<Arc<Event>, SubscriptionError>> {
-        self.done = true;
+        self.end();
         Some(Err(Lagged { resume_after: self.last_seen }.into()))
     }
 

@@ -287,3 +287,28 @@ async fn a_cursor_past_the_latest_event_is_refused_not_followed() {
         }
     }
 }
+
+/// A subscription that has ended holds nothing of the session: kept after its end, it keeps
+/// neither the events it delivered nor the session's store (nor its live channel) allocated.
+#[tokio::test]
+async fn an_ended_subscription_lets_go_of_what_it_delivered() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts()).await;
+    let store = f.dyn_store();
+    let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    f.control.push_script([Frame::delta("held?"), Frame::complete("done")]);
+    let turn = f.harness.start_turn(&session, "go", TurnOptions::new()).await.unwrap();
+    f.harness.await_turn(&turn, None).await.unwrap();
+    f.harness.stop_session(&session, false).await.unwrap();
+    let mut delivered = Vec::new();
+    while let Some(event) = events.next().await {
+        delivered.push(std::sync::Arc::downgrade(&event.unwrap()));
+    }
+    assert!(delivered.len() >= 3, "the turn's events were delivered: {}", delivered.len());
+    assert!(events.next().await.is_none(), "ended");
+    let held = delivered.iter().filter(|event| event.strong_count() > 0).count();
+    assert_eq!(held, 0, "the ended subscription, still kept, holds {held} events");
+    let kept = std::sync::Arc::strong_count(&store);
+    drop(events);
+    assert_eq!(std::sync::Arc::strong_count(&store), kept, "the ended subscription held the store");
+}
