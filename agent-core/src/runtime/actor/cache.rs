@@ -2,6 +2,7 @@
 //! every turn ID the session used.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
@@ -34,8 +35,11 @@ pub(super) struct TurnCache {
     /// from "forgotten".
     pruned: bool,
     /// Every turn ID the session used, so a caller-chosen ID is never reused even after the
-    /// turn left the cache and the session has no store to ask.
-    used: HashSet<TurnId>,
+    /// turn left the cache and the session has no store to ask: as a 64-bit hash with a key of
+    /// this session's (`used_keys`), 8 bytes a turn where the ID took a hundred. A fresh ID
+    /// would be refused as used one time in 2^64 per turn before it.
+    used: HashSet<u64>,
+    used_keys: RandomState,
     waiters: HashMap<TurnId, Vec<oneshot::Sender<Arc<Event>>>>,
 }
 
@@ -47,6 +51,7 @@ impl TurnCache {
             limit,
             pruned: false,
             used: HashSet::new(),
+            used_keys: RandomState::new(),
             waiters: HashMap::new(),
         }
     }
@@ -57,11 +62,11 @@ impl TurnCache {
 
     /// Records that the session uses `turn`; `false` when it used it before.
     pub(super) fn use_id(&mut self, turn: &TurnId) -> bool {
-        self.used.insert(turn.clone())
+        self.used.insert(self.used_keys.hash_one(turn.as_str()))
     }
 
     pub(super) fn used(&self, turn: &TurnId) -> bool {
-        self.used.contains(turn)
+        self.used.contains(&self.used_keys.hash_one(turn.as_str()))
     }
 
     /// Keeps a turn that just finished with `terminal` (sequenced, maybe not yet published).
