@@ -92,6 +92,10 @@ impl Aggregate {
             self.save_request(request);
         }
         self.append(&batch.events);
+        if batch.snapshot.as_ref().is_some_and(|s| s.status == SessionState::Closed) {
+            // Its last writes: room kept for more events would stay unused.
+            self.events.shrink();
+        }
     }
 
     /// Appends the new events of a checked write (those above the latest seq; the others are
@@ -414,5 +418,30 @@ impl Store for MemoryStore {
     /// The same write as [`Store::write`]: it never waits.
     fn write_now(&self, batch: &WriteBatch) -> Option<Result<(), StoreError>> {
         Some(self.write_batch(batch))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_testkit::conformance::store::{event, snapshot};
+
+    use super::*;
+
+    /// A session's last write (its snapshot closed) gives back the room its log kept for more.
+    #[test]
+    fn a_closed_session_keeps_no_room_for_more_events() {
+        let store = MemoryStore::new();
+        let id = SessionId::new("closing").unwrap();
+        let mut first = WriteBatch::new(id.clone());
+        first.snapshot = Some(snapshot(&id, SessionState::Idle));
+        first.events = vec![event(&id, 1, None, "ready")];
+        store.write_batch(&first).unwrap();
+        let spare = || store.lock().get(&id).unwrap().events.spare();
+        assert!(spare() > 0, "room for the events to come");
+        let mut last = WriteBatch::new(id.clone());
+        last.snapshot = Some(snapshot(&id, SessionState::Closed));
+        last.events = vec![event(&id, 2, None, "closed")];
+        store.write_batch(&last).unwrap();
+        assert_eq!(spare(), 0);
     }
 }

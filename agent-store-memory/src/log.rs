@@ -38,7 +38,10 @@ use self::codec::{Reader, put_str, put_varint, unzigzag, zigzag};
 use self::frame::{Place, Text, put_part, put_text, shared_ends, text_place, unescape};
 
 /// Size of a chunk of encoded events; an event larger than this gets a chunk of its own size.
+/// A session's first chunk is [`FIRST_CHUNK`], each next one twice the one before, up to this:
+/// a short session does not hold 64 KiB.
 const CHUNK: usize = 64 << 10;
+const FIRST_CHUNK: usize = 4 << 10;
 
 /// `flags` bits of an encoded event.
 const ID_IN_SEQUENCE: u8 = 1;
@@ -429,7 +432,8 @@ impl EventLog {
     fn place(&mut self, record: &[u8]) {
         let fits = self.chunks.last().is_some_and(|chunk| chunk.capacity() - chunk.len() >= record.len());
         if !fits {
-            self.chunks.push(Vec::with_capacity(CHUNK.max(record.len())));
+            let size = self.chunks.last().map_or(FIRST_CHUNK, |last| (last.capacity() * 2).clamp(FIRST_CHUNK, CHUNK));
+            self.chunks.push(Vec::with_capacity(size.max(record.len())));
         }
         let index = self.chunks.len() - 1;
         let chunk = &mut self.chunks[index];
@@ -438,6 +442,21 @@ impl EventLog {
         let index = u32::try_from(index).expect("fewer than 2^32 chunks");
         let offset = u32::try_from(offset).expect("chunks under 4 GiB");
         self.starts.push(u64::from(index) << 32 | u64::from(offset));
+    }
+
+    /// Gives back the room kept for events to come (a closed session's; one appended later
+    /// gets a new chunk).
+    pub(crate) fn shrink(&mut self) {
+        if let Some(last) = self.chunks.last_mut() {
+            last.shrink_to_fit();
+        }
+        self.starts.shrink_to_fit();
+    }
+
+    /// Bytes allocated for events and not yet used.
+    #[cfg(test)]
+    pub(crate) fn spare(&self) -> usize {
+        self.chunks.iter().map(|chunk| chunk.capacity() - chunk.len()).sum()
     }
 
     /// The event at `pos` (`pos < len`).
@@ -725,10 +744,39 @@ mod tests {
         // Kept in two parts around the text, each plain delta costs its text and a few bytes;
         // as one difference from the first frame, it would also keep what lies between its
         // text and the time.
-        let (start, end) = (split(log.starts[2]), split(log.starts[199]));
-        assert_eq!(start.0, end.0, "one chunk");
-        let per_delta = (end.1 - start.1) / 197;
+        let per_delta = log.chunks.iter().map(Vec::len).sum::<usize>() / written.len();
         assert!(per_delta < text.len() + 24, "{per_delta} bytes per delta");
+    }
+
+    /// A short session holds a small chunk, and once shrunk (closed) only what it wrote; a
+    /// long one's chunks grow to [`CHUNK`].
+    #[test]
+    fn chunks_start_small_grow_and_shrink_when_closed() {
+        let session = SessionId::new("s").unwrap();
+        let mut log = EventLog::new(session.clone());
+        let text = "a delta of a few words";
+        let delta = |seq: u64| {
+            let (raw, shared) = delta_frame(text, 1_764_561_234_000 + seq);
+            let mut event =
+                event(&session, seq, &format!("evt_x.{seq}"), EventKind::MessageDelta { item_id: None, text: shared });
+            event.raw = Some(raw);
+            event
+        };
+        let written: Vec<Event> = (1..=10_000).map(delta).collect();
+        for event in &written[..3] {
+            log.push(event);
+        }
+        assert_eq!(log.chunks.len(), 1);
+        assert_eq!(log.chunks[0].capacity(), FIRST_CHUNK, "a short session's first chunk");
+        log.shrink();
+        assert_eq!(log.chunks[0].capacity(), log.chunks[0].len(), "shrunk to what it holds");
+        for event in &written[3..] {
+            log.push(event);
+        }
+        assert!(log.chunks[1..].iter().any(|chunk| chunk.capacity() == CHUNK), "grown to CHUNK");
+        for (pos, event) in written.iter().enumerate() {
+            assert_eq!(&log.get(pos), event, "event at {pos}");
+        }
     }
 
     #[test]
