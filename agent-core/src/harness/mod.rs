@@ -115,12 +115,17 @@ impl Inner {
         self.session_stores.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Records where a run that started keeps its history; the run before it is forgotten.
+    /// Records where a run that started keeps its history; the run before it is forgotten. So
+    /// are runs in a custom store since dropped, and store-less runs this harness no longer
+    /// knows of (neither live nor among its recently ended ones), which hold nothing to find.
     fn remember_store(&self, id: &SessionId, run: Option<RunStore>) {
         let mut stores = self.session_stores();
         match run {
             Some(run) => {
-                stores.retain(|_, run| !matches!(run, RunStore::Custom(store) if store.strong_count() == 0));
+                stores.retain(|id, run| match run {
+                    RunStore::Custom(store) => store.strong_count() > 0,
+                    RunStore::Disabled => self.registry.knows(id),
+                });
                 stores.insert(id.clone(), run);
             }
             None => {
@@ -734,5 +739,27 @@ impl Exec for NoExec {
     /// its auth mode rather than that it lacks an exec, which its first spawn says.
     fn is_local(&self) -> bool {
         true
+    }
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use super::*;
+    use crate::runtime::registry::ENDED_RECORDS;
+    use crate::testing::ScriptedProvider;
+
+    /// Where store-less runs kept nothing is remembered only for the sessions the harness still
+    /// knows of: a service starting sessions without a store for good holds a bounded map.
+    #[tokio::test]
+    async fn store_less_runs_are_remembered_only_while_the_harness_knows_them() {
+        let (provider, _control) = ScriptedProvider::new("scripted");
+        let harness = Harness::builder().provider(provider).store(StoreChoice::Disabled).build().unwrap();
+        for _ in 0..ENDED_RECORDS + 64 {
+            let options = SessionOptions::new(std::env::temp_dir()).store(StoreChoice::Disabled);
+            let session = harness.start_session("scripted", options).await.unwrap();
+            harness.stop_session(&session, false).await.unwrap();
+        }
+        let remembered = harness.inner.session_stores().len();
+        assert!(remembered <= ENDED_RECORDS + 1, "{remembered} runs remembered");
     }
 }

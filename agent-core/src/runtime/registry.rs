@@ -137,6 +137,11 @@ impl Registry {
         self.ended().reasons.get(id).map_or(0, |exit| exit.published_seq)
     }
 
+    /// Whether `id` is live or among the recently ended sessions.
+    pub(crate) fn knows(&self, id: &SessionId) -> bool {
+        self.contains(id) || self.ended().reasons.contains_key(id)
+    }
+
     /// Forgets how `id` ended (its history was purged).
     pub(crate) fn forget(&self, id: &SessionId) {
         self.ended().reasons.remove(id);
