@@ -13,9 +13,11 @@ use crate::error::{corrupt_json, store_error};
 use crate::events::{self, Decoder};
 use crate::options::SqliteOptions;
 
-/// Read connections kept open between reads. More concurrent reads open extra connections,
-/// closed when they finish.
-const MAX_IDLE_READERS: usize = 4;
+/// Reads that run at once, each on a connection of its own kept open between reads; more wait
+/// for one. Not more connections opened and closed for a burst: SQLite keeps the descriptor of
+/// a connection closed while another one of this process locks the file (the writer always
+/// does) for reuse, so the process's descriptors would follow the largest burst for good.
+const MAX_READERS: usize = 8;
 
 /// The read side of a store.
 #[derive(Debug)]
@@ -23,11 +25,17 @@ pub(crate) struct Readers {
     path: PathBuf,
     options: SqliteOptions,
     idle: Mutex<Vec<Connection>>,
+    running: Arc<tokio::sync::Semaphore>,
 }
 
 impl Readers {
     pub(crate) fn new(path: PathBuf, options: SqliteOptions) -> Self {
-        Readers { path, options, idle: Mutex::new(Vec::new()) }
+        Readers {
+            path,
+            options,
+            idle: Mutex::new(Vec::new()),
+            running: Arc::new(tokio::sync::Semaphore::new(MAX_READERS)),
+        }
     }
 
     fn idle(&self) -> MutexGuard<'_, Vec<Connection>> {
@@ -42,16 +50,16 @@ impl Readers {
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let this = Arc::clone(self);
+        // Held by the read itself, which goes on when its caller stops waiting. Never closed.
+        let running = Arc::clone(&self.running).acquire_owned().await.expect("the semaphore is never closed");
         tokio::task::spawn_blocking(move || {
             let conn = match this.idle().pop() {
                 Some(conn) => conn,
                 None => crate::open::open_reader(&this.path, &this.options).map_err(|e| store_error(&e))?,
             };
             let result = read(&conn);
-            let mut idle = this.idle();
-            if idle.len() < MAX_IDLE_READERS {
-                idle.push(conn);
-            }
+            this.idle().push(conn);
+            drop(running);
             result
         })
         .await
@@ -197,6 +205,38 @@ mod tests {
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
         let steps = stmt.query_map(params, |row| row.get::<_, String>(3)).unwrap();
         steps.map(Result::unwrap).collect::<Vec<_>>().join("\n")
+    }
+
+    /// A burst of reads runs at most [`MAX_READERS`] at once, on as many connections kept for
+    /// the next reads: the connections (and their descriptors) do not follow the burst.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_of_reads_runs_on_a_bounded_pool() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        let dir = std::env::temp_dir().join(format!("agent-store-sqlite-burst-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("store.db");
+        let writer = crate::open::open_writer(&path, &SqliteOptions::default()).unwrap();
+        let readers = Arc::new(Readers::new(path, SqliteOptions::default()));
+        let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let reads = (0..64).map(|_| {
+            let (running, most) = (Arc::clone(&running), Arc::clone(&most));
+            readers.run(move |conn| {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                let version: i64 = conn.query_row("SELECT 1", [], |row| row.get(0)).map_err(|e| store_error(&e))?;
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok(version)
+            })
+        });
+        let read = futures::future::join_all(reads).await;
+        assert!(read.iter().all(|r| matches!(r, Ok(1))), "{read:?}");
+        let most = most.load(Ordering::SeqCst);
+        assert!(most <= MAX_READERS, "{most} reads ran at once");
+        assert!(readers.idle().len() <= MAX_READERS, "{} connections kept", readers.idle().len());
+        drop((readers, writer));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
