@@ -97,6 +97,11 @@ pub fn require_capabilities(provider: &ProviderId, caps: &Capabilities, options:
     }
 }
 
+/// The name of the type `T` without its path (`CodexOptions`).
+fn short_type_name<T>() -> &'static str {
+    std::any::type_name::<T>().rsplit("::").next().unwrap_or_default()
+}
+
 /// Refuses a turn given `T`, a provider's session options type, which a turn cannot change,
 /// instead of ignoring it (for [`ProviderSession::validate_turn`]). `instead` names the
 /// provider's per-turn options type, where it has one. Option types of other providers pass:
@@ -105,7 +110,7 @@ pub fn refuse_session_options<T: std::any::Any + Send + Sync>(turn: &TurnOptions
     if turn.provider_options.get::<T>().is_none() {
         return Ok(());
     }
-    let name = std::any::type_name::<T>().rsplit("::").next().unwrap_or_default();
+    let name = short_type_name::<T>();
     let turn_options = match instead {
         Some(turn_type) => format!("a turn takes {turn_type}"),
         None => "the provider takes no per-turn options".to_owned(),
@@ -121,7 +126,7 @@ pub fn refuse_turn_options<T: std::any::Any + Send + Sync>(options: &SessionOpti
     if options.provider_options.get::<T>().is_none() {
         return Ok(());
     }
-    let name = std::any::type_name::<T>().rsplit("::").next().unwrap_or_default();
+    let name = short_type_name::<T>();
     let reason = format!("{name} apply to one turn and are set on its TurnOptions; a session takes {session_type}");
     Err(Error::InvalidOption { option: "provider_options", reason })
 }

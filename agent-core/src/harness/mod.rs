@@ -122,10 +122,8 @@ impl Inner {
         let mut stores = self.session_stores();
         match run {
             Some(run) => {
-                stores.retain(|id, run| match run {
-                    RunStore::Custom(store) => store.strong_count() > 0,
-                    RunStore::Disabled => self.registry.knows(id),
-                });
+                stores.retain(|_, run| !matches!(run, RunStore::Custom(store) if store.strong_count() == 0));
+                self.registry.retain_known(&mut stores, |run| !matches!(run, RunStore::Disabled));
                 stores.insert(id.clone(), run);
             }
             None => {

@@ -137,9 +137,11 @@ impl Registry {
         self.ended().reasons.get(id).map_or(0, |exit| exit.published_seq)
     }
 
-    /// Whether `id` is live or among the recently ended sessions.
-    pub(crate) fn knows(&self, id: &SessionId) -> bool {
-        self.contains(id) || self.ended().reasons.contains_key(id)
+    /// Keeps the entries of `map` that `keep` keeps, and those of IDs live or among the
+    /// recently ended sessions (one look at each under one lock of each).
+    pub(crate) fn retain_known<T>(&self, map: &mut HashMap<SessionId, T>, keep: impl Fn(&T) -> bool) {
+        let (slots, ended) = (self.slots(), self.ended());
+        map.retain(|id, value| keep(value) || slots.contains_key(id) || ended.reasons.contains_key(id));
     }
 
     /// Forgets how `id` ended (its history was purged).
