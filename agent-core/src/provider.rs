@@ -477,14 +477,14 @@ impl fmt::Debug for Sink {
 /// [`agent_provider_kit`'s line reader]: https://docs.rs/agent-provider-kit
 pub struct SinkBuffer {
     sink: Sink,
+    /// Grows as the reads need and keeps its capacity across flushes: a streaming session's
+    /// reaches [`SINK_BUFFER_CAPACITY`] once, an idle one's stays at the few messages of its
+    /// handshake instead of reserving 256 (~29 KB) for the session's life.
     pending: Vec<ProviderMessage>,
 }
 
 impl SinkBuffer {
     async fn push(&mut self, message: ProviderMessage) -> Result<(), SinkClosed> {
-        if self.pending.capacity() == 0 {
-            self.pending.reserve_exact(SINK_BUFFER_CAPACITY);
-        }
         self.pending.push(message);
         if self.pending.len() >= SINK_BUFFER_CAPACITY {
             return self.flush().await;
