@@ -246,9 +246,6 @@ impl Writer {
     }
 }
 
-/// Writes the lines of `file` one at a time, `rate` per second on a fixed schedule (a late line
-/// is written at once, so the schedule catches up), each stamped with [`NOW_NS`] just before its
-/// write. Returns the bytes written.
 /// The chunk an unpaced file copy reads and writes: as large as a default pipe holds.
 const COPY_CHUNK: usize = 64 * 1024;
 
@@ -274,6 +271,9 @@ fn chunked_copy(file: &mut File) -> std::io::Result<u64> {
     }
 }
 
+/// Writes the lines of `file` one at a time, `rate` per second on a fixed schedule (a late line
+/// is written at once, so the schedule catches up), each stamped with [`NOW_NS`] just before its
+/// write. Returns the bytes written.
 fn paced_copy(mut file: impl BufRead, out: &mut impl Write, rate: u32) -> std::io::Result<u64> {
     let interval = Duration::from_secs(1) / rate.max(1);
     let started = Instant::now();
