@@ -217,7 +217,10 @@ impl Actor {
     }
 
     /// Runs the actor until the session ends.
-    pub(crate) async fn run(mut self) {
+    ///
+    /// Not an `async fn`: this future is most of a session's memory, and an `async fn` would keep
+    /// room for the actor three times (its argument, its local and the block's capture).
+    pub(crate) fn run(mut self) -> impl Future<Output = ()> + Send + 'static {
         let span = self.span.clone();
         async move {
             tracing::debug!("session runtime started");
@@ -238,7 +241,9 @@ impl Actor {
                 self.settle_deliveries();
                 self.journal.wake();
                 if let Some(reason) = self.exiting.take() {
-                    self.shutdown(reason).await;
+                    // Boxed: it runs once, and kept in place it would more than double the
+                    // room every live session's task reserves.
+                    Box::pin(self.shutdown(reason)).await;
                     return;
                 }
                 match self.journal.start_flush() {
@@ -301,7 +306,6 @@ impl Actor {
             }
         }
         .instrument(span)
-        .await
     }
 
     /// Wakes the waiters of the terminal events published since the last wake-up, and lets the
