@@ -24,7 +24,7 @@ use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EndCause, EventKind, ItemId, TurnId, TurnResult, TurnStatus};
 use agent_provider_kit::clones::Clones;
 use agent_provider_kit::framing::Bytes;
-use agent_provider_kit::permission_prompt::{ToolUseRequest, reused_request_id};
+use agent_provider_kit::permission_prompt::{ControlId, ToolUseRequest, reused_request_id};
 use serde_json::{Value, json};
 
 use crate::requests::{self, PendingTool, SessionRule};
@@ -173,7 +173,7 @@ impl Normalizer {
 
     /// Puts back a pending tool whose answer was not sent.
     pub(crate) fn restore_request(&mut self, pending: PendingTool) {
-        self.requests.insert(pending.request_id.clone(), pending);
+        self.requests.insert(pending.request_id.as_str().to_owned(), pending);
     }
 
     /// Remembers the session rules of the session's earlier approvals for the session (a resumed
@@ -257,9 +257,9 @@ impl Normalizer {
             },
             "control_request" => self.on_control_request(line, actions),
             "control_cancel_request" => {
-                let id = &*line.request_id;
-                if self.requests.remove(id).is_some() {
-                    actions.push(Action::Resolved { provider_ref: ProviderRef(id.to_owned()), raw: None });
+                let Some(id) = line.control_id() else { return };
+                if self.requests.remove(id.as_str()).is_some() {
+                    actions.push(Action::Resolved { provider_ref: ProviderRef(id.as_str().to_owned()), raw: None });
                 }
             }
             // A reply nobody waits for (a caller gave up); keep-alives.
@@ -521,7 +521,8 @@ impl Normalizer {
     }
 
     fn on_control_request(&mut self, line: &Envelope<'_>, actions: &mut Vec<Action>) {
-        let id = line.request_id.to_string();
+        // Without an ID the CLI can match, the answer goes under `""`: nothing else could reach it.
+        let id = line.control_id().unwrap_or_else(|| ControlId::from(""));
         let request = line.request.and_then(|r| serde_json::from_str::<ToolUseRequest>(r.get()).ok());
         let Some(request) = request else {
             actions.push(Action::Write(wire::control_response(&id, Err("malformed control request".into()))));
@@ -551,14 +552,14 @@ impl Normalizer {
                 return self.other(actions, "control_request/can_use_tool (allowed for the session)".into());
             }
         }
-        if self.requests.remove(&id).is_some() {
+        if self.requests.remove(id.as_str()).is_some() {
             let (deny, message) = reused_request_id("claude", &id);
             actions.push(Action::Write(deny));
-            actions.push(Action::Resolved { provider_ref: ProviderRef(id), raw: None });
+            actions.push(Action::Resolved { provider_ref: ProviderRef(id.as_str().to_owned()), raw: None });
             return self.emit(actions, EventKind::Warning { message });
         }
         let (spec, pending) = requests::request_spec(&id, request);
-        self.requests.insert(id, pending);
+        self.requests.insert(id.as_str().to_owned(), pending);
         actions.push(Action::Request { turn, spec: Box::new(spec), raw: None });
     }
 

@@ -8,7 +8,7 @@
 
 use agent_core::request::RequestSpec;
 use agent_core::{Response, Result, Scope};
-use agent_provider_kit::permission_prompt::{self, ToolUseRequest};
+use agent_provider_kit::permission_prompt::{self, ControlId, ToolUseRequest};
 pub(crate) use agent_provider_kit::permission_prompt::{ASK_USER_QUESTION, PendingTool};
 use serde_json::{Map, Value};
 
@@ -51,7 +51,7 @@ fn canonical(input: &Value) -> String {
 
 /// The harness request for a `can_use_tool` (approvals offer the session scope this provider
 /// emulates), and what to keep pending.
-pub(crate) fn request_spec(request_id: &str, request: ToolUseRequest) -> (RequestSpec, PendingTool) {
+pub(crate) fn request_spec(request_id: &ControlId, request: ToolUseRequest) -> (RequestSpec, PendingTool) {
     request.into_request(request_id, &[Scope::Once, Scope::Session])
 }
 
@@ -87,7 +87,7 @@ mod tests {
             "tool_use_id": "toolu_1",
         }))
         .unwrap();
-        request_spec("r1", request)
+        request_spec(&"r1".into(), request)
     }
 
     #[test]
@@ -95,7 +95,7 @@ mod tests {
         let (spec, pending) = bash();
         assert_eq!(spec.kind, RequestKind::CommandApproval);
         assert_eq!(spec.scopes, [Scope::Once, Scope::Session]);
-        assert_eq!(pending.request_id, "r1");
+        assert_eq!(pending.request_id.as_str(), "r1");
     }
 
     #[test]

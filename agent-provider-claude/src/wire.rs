@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 
-pub(crate) use agent_provider_kit::permission_prompt::control_response;
+pub(crate) use agent_provider_kit::permission_prompt::{ControlId, control_response};
 use agent_provider_kit::scan::Scanner;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -21,11 +21,11 @@ use serde_json::value::RawValue;
 pub(crate) struct Envelope<'a> {
     #[serde(rename = "type", borrow)]
     pub(crate) kind: Cow<'a, str>,
-    /// `""` when absent.
-    #[serde(default, borrow)]
+    /// `""` when absent, `null` or not a string (see [`lenient_str`]).
+    #[serde(default, borrow, deserialize_with = "lenient_str")]
     pub(crate) subtype: Cow<'a, str>,
-    /// `""` when absent.
-    #[serde(default, borrow)]
+    /// `""` when absent, `null` or not a string (see [`lenient_str`]).
+    #[serde(default, borrow, deserialize_with = "lenient_str")]
     pub(crate) session_id: Cow<'a, str>,
     /// `stream_event`: the API event, read in the same pass as the envelope (the hot path).
     #[serde(default, borrow)]
@@ -36,9 +36,10 @@ pub(crate) struct Envelope<'a> {
     /// `control_request`: the request body.
     #[serde(default, borrow)]
     pub(crate) request: Option<&'a RawValue>,
-    /// `control_request` / `control_cancel_request`: the CLI's request ID; `""` when absent.
+    /// `control_request` / `control_cancel_request`: the CLI's request ID, raw: a string, or a
+    /// number a CLI that counts its requests writes (see [`Envelope::control_id`]).
     #[serde(default, borrow)]
-    pub(crate) request_id: Cow<'a, str>,
+    pub(crate) request_id: Option<&'a RawValue>,
     /// `user` lines replayed by the CLI (`set_model` output, resumed history).
     #[serde(default, rename = "isReplay")]
     pub(crate) is_replay: bool,
@@ -49,6 +50,11 @@ pub(crate) struct Envelope<'a> {
 }
 
 impl<'a> Envelope<'a> {
+    /// The CLI's request ID, if it wrote one it can be answered under (a string or a number).
+    pub(crate) fn control_id(&self) -> Option<ControlId> {
+        ControlId::of(&serde_json::from_str(self.request_id?.get()).ok()?)
+    }
+
     /// Parses one line: a `stream_event` by the kit's [`Scanner`] (see [`scan_stream_event`]),
     /// anything else — and any stream event the scanner declines — by serde. A parse has read
     /// the whole line, so an envelope means the line is JSON.
@@ -108,7 +114,7 @@ fn scan_stream_event<'a>(line: &'a str, mut scratch: Option<&'a mut String>) -> 
         event: Some(event?),
         message: None,
         request: None,
-        request_id: Cow::Borrowed(""),
+        request_id: None,
         is_replay: false,
         error: None,
     })
@@ -180,7 +186,63 @@ pub(crate) fn assert_scan_agrees(line: &str) {
     };
     assert_eq!(parts(&fast), parts(&serde), "{line}");
     assert_eq!(parts(&owned), parts(&serde), "{line}");
-    assert_eq!((&*fast.request_id, fast.is_replay), (&*serde.request_id, serde.is_replay), "{line}");
+    let id = |e: &Envelope<'_>| e.request_id.map(|r| r.get().to_owned());
+    assert_eq!((id(&fast), fast.is_replay), (id(&serde), serde.is_replay), "{line}");
+}
+
+/// An envelope's string field as serde would borrow it, where a newer CLI's `null` (or another
+/// type) reads as `""` instead of failing the whole line: a `result` whose `subtype` is `null`
+/// must still end its turn.
+fn lenient_str<'de: 'a, 'a, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Cow<'a, str>, D::Error> {
+    struct Lenient;
+
+    impl<'de> serde::de::Visitor<'de> for Lenient {
+        type Value = Cow<'de, str>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string, or anything read as none")
+        }
+
+        fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Self::Value, E> {
+            Ok(Cow::Borrowed(text))
+        }
+
+        fn visit_str<E>(self, text: &str) -> Result<Self::Value, E> {
+            Ok(Cow::Owned(text.to_owned()))
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(Cow::Borrowed(""))
+        }
+
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(Cow::Borrowed(""))
+        }
+
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(Cow::Borrowed(""))
+        }
+
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(Cow::Borrowed(""))
+        }
+
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(Cow::Borrowed(""))
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            Ok(Cow::Borrowed(""))
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+            Ok(Cow::Borrowed(""))
+        }
+    }
+
+    deserializer.deserialize_any(Lenient)
 }
 
 /// Fills `slot`; `None` if it was filled already (a duplicate field, which serde refuses).

@@ -220,6 +220,45 @@ async fn permission_answers_and_unserved_control_requests() {
     fixture.harness.stop_session(&session, false).await.unwrap();
 }
 
+/// A CLI that numbers its control requests waits for answers under the same numbers, and a
+/// `result` whose `subtype` and `session_id` a newer CLI writes as `null` still ends the turn:
+/// either, refused, would leave the CLI and the turn waiting for ever.
+#[tokio::test(start_paused = true)]
+async fn numbered_control_requests_and_null_result_fields_end_the_turn() {
+    let hook = json!({"type": "control_request", "request_id": 6, "request": {"subtype": "hook_callback", "callback_id": "h"}});
+    let can_use_tool = json!({"type": "control_request", "request_id": 7, "request": {
+        "subtype": "can_use_tool", "tool_name": "Bash", "input": {"command": "ls"}, "tool_use_id": "toolu_1"}});
+    let mut end: Value = serde_json::from_str(&result(false, "done", 0.1)).unwrap();
+    end["subtype"] = Value::Null;
+    end["session_id"] = Value::Null;
+    let claude = initialized()
+        .expect_line(user_line())
+        .stdout(hook.to_string())
+        .expect_line(LineMatch::contains("\"request_id\":6"))
+        .stdout(can_use_tool.to_string())
+        .expect_line(LineMatch::contains("\"request_id\":7"))
+        .stdout(end.to_string())
+        .wait_eof()
+        .exit(0);
+    let fixture = Fixture::new(claude);
+    let session = fixture.session(fixture.options()).await;
+    let asked = std::sync::Mutex::new(Vec::new());
+    let events = fixture
+        .run(&session, |request| {
+            asked.lock().unwrap().push(request.provider_ref.0.clone());
+            Some(Response::approve())
+        })
+        .await;
+    assert_eq!(*asked.lock().unwrap(), ["7"]);
+    assert_eq!(events.last().and_then(|e| e.kind.terminal_end()).unwrap().status, TurnStatus::Completed);
+    let sent = fixture.sent();
+    let hook_answer = sent.iter().find(|m| m["response"]["request_id"] == json!(6)).expect("the hook was answered");
+    assert_eq!(hook_answer["response"]["subtype"], "error");
+    let answer = sent.iter().find(|m| m["response"]["request_id"] == json!(7)).expect("the permission was answered");
+    assert_eq!(answer["response"]["response"]["behavior"], "allow");
+    fixture.harness.stop_session(&session, false).await.unwrap();
+}
+
 /// A whole turn in one write, with a control response nobody waits for and a line that is not
 /// JSON in the middle: the reader takes them from one read, and every line after them is still
 /// read, in order.

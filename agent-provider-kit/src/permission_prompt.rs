@@ -28,7 +28,7 @@
 //!     "subtype": "can_use_tool", "tool_name": "Bash",
 //!     "input": {"command": "touch x"}, "tool_use_id": "toolu_1",
 //! }))?;
-//! let (spec, pending) = request.into_request("req-1", &[Scope::Once]);
+//! let (spec, pending) = request.into_request(&"req-1".into(), &[Scope::Once]);
 //! assert_eq!(spec.kind, RequestKind::CommandApproval);
 //! let denied = encode(&pending, &Response::deny("not today"))?;
 //! assert_eq!(denied.result["behavior"], "deny");
@@ -49,6 +49,53 @@ const FILE_TOOLS: &[&str] = &["Write", "Edit", "MultiEdit", "NotebookEdit"];
 
 /// The default denial text when the host gives none.
 pub const DENIED: &str = "The user denied this tool use.";
+
+/// A control request's `request_id` as the CLI wrote it. Claude Code writes strings; a CLI that
+/// numbers its requests writes numbers, and waits for an answer under the same JSON value, so
+/// an answer carries it back in the type it came in ([`ControlId::to_json`]). Its text — a
+/// string's value, a number's digits — is the key a request is kept under and its provider
+/// reference.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ControlId {
+    text: String,
+    number: bool,
+}
+
+impl ControlId {
+    /// The ID in `value`: a string or a number; `None` for anything else.
+    pub fn of(value: &Value) -> Option<ControlId> {
+        match value {
+            Value::String(text) => Some(ControlId { text: text.clone(), number: false }),
+            Value::Number(number) => Some(ControlId { text: number.to_string(), number: true }),
+            _ => None,
+        }
+    }
+
+    /// The key and provider reference: a string's value, a number's digits.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The ID as the CLI wrote it.
+    pub fn to_json(&self) -> Value {
+        match self.number.then(|| self.text.parse::<serde_json::Number>().ok()).flatten() {
+            Some(number) => Value::Number(number),
+            None => Value::String(self.text.clone()),
+        }
+    }
+}
+
+impl From<&str> for ControlId {
+    fn from(text: &str) -> Self {
+        ControlId { text: text.to_owned(), number: false }
+    }
+}
+
+impl std::fmt::Display for ControlId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
 
 /// The `request` body of a `control_request` line (`can_use_tool` and the other subtypes).
 #[derive(Clone, Debug, Deserialize)]
@@ -88,7 +135,7 @@ pub struct ToolUseRequest {
 #[non_exhaustive]
 pub struct PendingTool {
     /// The CLI's `request_id`.
-    pub request_id: String,
+    pub request_id: ControlId,
     /// The tool's name.
     pub tool_name: String,
     /// The tool's input as asked.
@@ -120,7 +167,7 @@ impl ToolUseRequest {
 
     /// The harness request for this tool use (`request_id` is the CLI's, its provider
     /// reference), offering `scopes` for an approval, and what to keep pending.
-    pub fn into_request(self, request_id: &str, scopes: &[Scope]) -> (RequestSpec, PendingTool) {
+    pub fn into_request(self, request_id: &ControlId, scopes: &[Scope]) -> (RequestSpec, PendingTool) {
         let tool = self.tool_name.unwrap_or_default();
         let input = self.input.unwrap_or(Value::Object(Map::new()));
         let kind = kind_of(&tool);
@@ -145,7 +192,7 @@ impl ToolUseRequest {
             }
         };
         let question_ids = questions.iter().map(|q| q.id.clone()).collect();
-        let mut spec = RequestSpec::new(kind, prompt, request_id);
+        let mut spec = RequestSpec::new(kind, prompt, request_id.as_str());
         if kind == RequestKind::Question {
             spec = spec.questions(questions);
         } else {
@@ -171,7 +218,7 @@ impl ToolUseRequest {
             spec = spec.meta("permission_suggestions", suggestions);
         }
         let pending = PendingTool {
-            request_id: request_id.to_owned(),
+            request_id: request_id.clone(),
             tool_name: tool,
             input,
             tool_use_id: self.tool_use_id,
@@ -315,7 +362,8 @@ fn answers(pending: &PendingTool, answer: &Answer) -> Result<Map<String, Value>>
 
 /// The control response line answering the CLI's request `request_id`: `Ok(payload)` is a
 /// `success` (with the payload when there is one), `Err(text)` an `error`.
-pub fn control_response(request_id: &str, outcome: Result<Option<Value>, String>) -> Value {
+pub fn control_response(request_id: &ControlId, outcome: Result<Option<Value>, String>) -> Value {
+    let request_id = request_id.to_json();
     match outcome {
         Ok(Some(response)) => json!({
             "type": "control_response",
@@ -336,7 +384,7 @@ pub fn control_response(request_id: &str, outcome: Result<Option<Value>, String>
 /// it waited: an answer given for one tool use could reach the other, so neither is approved.
 /// Returns the control response denying the ID (once: it settles the CLI's waiter) and the
 /// warning to show; the provider ends the waiting request itself.
-pub fn reused_request_id(cli: &str, request_id: &str) -> (Value, String) {
+pub fn reused_request_id(cli: &str, request_id: &ControlId) -> (Value, String) {
     let message = format!("{cli} reused control request ID `{request_id}` while a request under it waited");
     let deny = json!({"behavior": "deny", "message": format!("{message}; both were denied")});
     (control_response(request_id, Ok(Some(deny))), format!("{message}: both were denied"))
@@ -356,7 +404,7 @@ mod tests {
             "input": {"command": "touch x && echo hi", "description": "Make x"},
             "tool_use_id": "toolu_1", "blocked_path": "/w/x",
         }))
-        .into_request("r1", &[Scope::Once, Scope::Session])
+        .into_request(&"r1".into(), &[Scope::Once, Scope::Session])
     }
 
     #[test]
@@ -372,7 +420,7 @@ mod tests {
         assert_eq!(pending.tool_use_id.as_deref(), Some("toolu_1"));
         let (once, _) =
             tool_use(json!({"subtype": "can_use_tool", "tool_name": "Write", "input": {"file_path": "/a"}}))
-                .into_request("r2", &[Scope::Once]);
+                .into_request(&"r2".into(), &[Scope::Once]);
         assert_eq!((once.kind, once.prompt.as_str()), (RequestKind::FileChangeApproval, "Write /a"));
         assert_eq!(once.scopes, [Scope::Once]);
     }
@@ -408,7 +456,7 @@ mod tests {
         let (spec, pending) = tool_use(
             json!({"subtype": "can_use_tool", "tool_name": "AskUserQuestion", "input": input, "tool_use_id": "t"}),
         )
-        .into_request("q1", &[Scope::Once, Scope::Session]);
+        .into_request(&"q1".into(), &[Scope::Once, Scope::Session]);
         assert_eq!(spec.kind, RequestKind::Question);
         assert!(spec.scopes.is_empty());
         assert_eq!(spec.questions[0].id, "Which color?");
@@ -431,11 +479,24 @@ mod tests {
 
     #[test]
     fn control_responses_carry_the_clis_request_id() {
+        let r = ControlId::from("r");
         assert_eq!(
-            control_response("r", Ok(None)),
+            control_response(&r, Ok(None)),
             json!({"type": "control_response", "response": {"subtype": "success", "request_id": "r"}})
         );
-        assert_eq!(control_response("r", Err("no".into()))["response"]["error"], "no");
-        assert_eq!(control_response("r", Ok(Some(json!({"a": 1}))))["response"]["response"], json!({"a": 1}));
+        assert_eq!(control_response(&r, Err("no".into()))["response"]["error"], "no");
+        assert_eq!(control_response(&r, Ok(Some(json!({"a": 1}))))["response"]["response"], json!({"a": 1}));
+    }
+
+    #[test]
+    fn a_numbered_request_is_answered_under_its_number() {
+        let seven = ControlId::of(&json!(7)).expect("a number is an ID");
+        assert_eq!(seven.as_str(), "7");
+        assert_eq!(control_response(&seven, Ok(None))["response"]["request_id"], json!(7));
+        let text = ControlId::of(&json!("7")).expect("a string is an ID");
+        assert_eq!(control_response(&text, Ok(None))["response"]["request_id"], json!("7"));
+        assert_eq!(ControlId::of(&json!(1.5)).map(|id| id.to_json()), Some(json!(1.5)));
+        assert_eq!(ControlId::of(&json!(null)), None);
+        assert_eq!(ControlId::of(&json!({"id": 1})), None);
     }
 }

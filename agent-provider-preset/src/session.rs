@@ -416,9 +416,9 @@ impl Shared {
                     let id = pending.request_id.clone();
                     let reused = {
                         let mut waiting = lock(&handle.pending);
-                        let earlier = waiting.remove(&id);
+                        let earlier = waiting.remove(id.as_str());
                         if earlier.is_none() {
-                            waiting.insert(id.clone(), pending);
+                            waiting.insert(id.as_str().to_owned(), pending);
                         }
                         earlier.is_some()
                     };
@@ -430,7 +430,7 @@ impl Shared {
                     if let Err(error) = process.write_line(&encode_line(&deny)).await {
                         tracing::debug!(%error, preset = %self.preset.id, "could not deny a reused request ID");
                     }
-                    self.sink.request_resolved(agent_core::request::ProviderRef(id), None).await?;
+                    self.sink.request_resolved(agent_core::request::ProviderRef(id.as_str().to_owned()), None).await?;
                     self.sink.emit(turn, EventKind::Warning { message }, None).await?;
                 }
                 Action::Resolved(provider_ref) => {
@@ -572,7 +572,7 @@ impl ProviderSession for PresetSession {
         let encoded = match permission_prompt::encode(&pending, response) {
             Ok(encoded) => encoded,
             Err(error) => {
-                lock(&handle.pending).insert(pending.request_id.clone(), pending);
+                lock(&handle.pending).insert(pending.request_id.as_str().to_owned(), pending);
                 return Err(error);
             }
         };

@@ -27,7 +27,7 @@ use agent_core::event::{RawJson, Usage};
 use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EventKind, TurnStatus};
-use agent_provider_kit::permission_prompt::{PendingTool, ToolUseRequest, control_response};
+use agent_provider_kit::permission_prompt::{ControlId, PendingTool, ToolUseRequest, control_response};
 use agent_provider_kit::rpc::ExitReport;
 use serde_json::Value;
 
@@ -277,10 +277,20 @@ impl<'p> TurnReader<'p> {
 fn conversation_line(meta: &ApprovalMeta, text: &str, json: &Value, actions: &mut Vec<Action>) -> bool {
     match json.get("type").and_then(Value::as_str) {
         Some("control_request") => {
-            let id = json.get("request_id").and_then(Value::as_str).unwrap_or_default().to_owned();
+            // A string, or a number a CLI that counts its requests writes (answered as one).
+            let id = json.get("request_id").and_then(ControlId::of);
             let request = json.get("request").and_then(|r| serde_json::from_value::<ToolUseRequest>(r.clone()).ok());
+            let Some(id) = id.filter(|id| !id.as_str().is_empty()) else {
+                // Nothing the CLI could match an answer with: it is left to its own timeout.
+                let message = "the CLI wrote a control request without a string or number `request_id`: it was not \
+                               answered"
+                    .to_owned();
+                let raw = Some(RawJson::parsed(text.to_owned()));
+                actions.push(Action::Emit { kind: EventKind::Warning { message }, raw });
+                return true;
+            };
             match request {
-                Some(request) if request.is_tool_use() && !id.is_empty() => {
+                Some(request) if request.is_tool_use() => {
                     let (mut spec, pending) = request.into_request(&id, &[agent_core::Scope::Once]);
                     if let Some(risk) = &meta.risk {
                         spec = spec.meta("risk", risk.clone());
@@ -302,8 +312,8 @@ fn conversation_line(meta: &ApprovalMeta, text: &str, json: &Value, actions: &mu
             true
         }
         Some("control_cancel_request") => {
-            if let Some(id) = json.get("request_id").and_then(Value::as_str) {
-                actions.push(Action::Resolved(ProviderRef(id.to_owned())));
+            if let Some(id) = json.get("request_id").and_then(ControlId::of) {
+                actions.push(Action::Resolved(ProviderRef(id.as_str().to_owned())));
             }
             true
         }
@@ -560,6 +570,38 @@ mod tests {
         let outcome = reader.outcome(&exit(0), None);
         assert_eq!((outcome.status, outcome.text.as_deref()), (TurnStatus::Completed, Some("Done.")));
         assert_eq!(outcome.usage.and_then(|u| u.cost_usd), Some(0.01));
+    }
+
+    /// A CLI that numbers its control requests is answered under the numbers; one without an ID
+    /// it could match an answer with gets a warning instead of an answer under `""`.
+    #[test]
+    fn numbered_control_requests_are_answered_under_their_numbers() {
+        let preset = shipped("claude-print.json");
+        let meta = ApprovalMeta { risk: None, audience: None, timeout: Duration::from_secs(9) };
+        let mut reader = TurnReader::new(&preset, None, Some(meta));
+        let lines = [
+            r#"{"type":"control_request","request_id":7,"request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"ls"},"tool_use_id":"toolu_1"}}"#,
+            r#"{"type":"control_request","request_id":8,"request":{"subtype":"hook_callback","callback_id":"hook_0"}}"#,
+            r#"{"type":"control_cancel_request","request_id":7}"#,
+            r#"{"type":"control_request","request_id":null,"request":{"subtype":"hook_callback","callback_id":"hook_1"}}"#,
+        ];
+        let mut actions = Vec::new();
+        for line in lines {
+            reader.on_line(line, &|_| false, &mut actions);
+        }
+        let seen: Vec<String> = actions
+            .iter()
+            .map(|action| match action {
+                Action::Request { pending, .. } => format!("request {}", pending.request_id.to_json()),
+                Action::Write(line) => {
+                    format!("write {} {}", line["response"]["subtype"], line["response"]["request_id"])
+                }
+                Action::Resolved(r) => format!("resolved {}", r.0),
+                Action::Emit { kind, .. } => kind.type_name().to_owned(),
+                Action::CloseStdin => "close stdin".to_owned(),
+            })
+            .collect();
+        assert_eq!(seen, ["request 7", "write \"error\" 8", "resolved 7", "warning"]);
     }
 
     /// Pi's retry and error lines, from pi 1.6.0: a failed message ends the turn only at the
