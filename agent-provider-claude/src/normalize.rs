@@ -24,7 +24,8 @@ use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EndCause, EventKind, ItemId, TurnId, TurnResult, TurnStatus};
 use agent_provider_kit::clones::Clones;
 use agent_provider_kit::framing::Bytes;
-use agent_provider_kit::permission_prompt::{ControlId, ToolUseRequest, reused_request_id};
+use agent_provider_kit::permission_prompt::{ToolUseRequest, reused_request_id};
+use agent_provider_kit::rpc::CliRequestId;
 use serde_json::{Value, json};
 
 use crate::requests::{self, PendingTool, SessionRule};
@@ -522,7 +523,7 @@ impl Normalizer {
 
     fn on_control_request(&mut self, line: &Envelope<'_>, actions: &mut Vec<Action>) {
         // Without an ID the CLI can match, the answer goes under `""`: nothing else could reach it.
-        let id = line.control_id().unwrap_or_else(|| ControlId::from(""));
+        let id = line.control_id().unwrap_or_else(|| CliRequestId::from(""));
         let request = line.request.and_then(|r| serde_json::from_str::<ToolUseRequest>(r.get()).ok());
         let Some(request) = request else {
             actions.push(Action::Write(wire::control_response(&id, Err("malformed control request".into()))));

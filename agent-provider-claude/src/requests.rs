@@ -8,8 +8,9 @@
 
 use agent_core::request::RequestSpec;
 use agent_core::{Response, Result, Scope};
-use agent_provider_kit::permission_prompt::{self, ControlId, ToolUseRequest};
+use agent_provider_kit::permission_prompt::{self, ToolUseRequest};
 pub(crate) use agent_provider_kit::permission_prompt::{ASK_USER_QUESTION, PendingTool};
+use agent_provider_kit::rpc::CliRequestId;
 use serde_json::{Map, Value};
 
 /// An "allow for this session" decision: a tool and the pattern of its input.
@@ -51,7 +52,7 @@ fn canonical(input: &Value) -> String {
 
 /// The harness request for a `can_use_tool` (approvals offer the session scope this provider
 /// emulates), and what to keep pending.
-pub(crate) fn request_spec(request_id: &ControlId, request: ToolUseRequest) -> (RequestSpec, PendingTool) {
+pub(crate) fn request_spec(request_id: &CliRequestId, request: ToolUseRequest) -> (RequestSpec, PendingTool) {
     request.into_request(request_id, &[Scope::Once, Scope::Session])
 }
 

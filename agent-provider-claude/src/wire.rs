@@ -10,7 +10,8 @@
 
 use std::borrow::Cow;
 
-pub(crate) use agent_provider_kit::permission_prompt::{ControlId, control_response};
+pub(crate) use agent_provider_kit::permission_prompt::control_response;
+pub(crate) use agent_provider_kit::rpc::CliRequestId;
 use agent_provider_kit::scan::Scanner;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -51,8 +52,8 @@ pub(crate) struct Envelope<'a> {
 
 impl<'a> Envelope<'a> {
     /// The CLI's request ID, if it wrote one it can be answered under (a string or a number).
-    pub(crate) fn control_id(&self) -> Option<ControlId> {
-        ControlId::of(&serde_json::from_str(self.request_id?.get()).ok()?)
+    pub(crate) fn control_id(&self) -> Option<CliRequestId> {
+        CliRequestId::of(&serde_json::from_str(self.request_id?.get()).ok()?)
     }
 
     /// Parses one line: a `stream_event` by the kit's [`Scanner`] (see [`scan_stream_event`]),

@@ -41,6 +41,8 @@ use agent_core::{Answer, Choice, Error, Question, RequestKind, Response, Result,
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::rpc::CliRequestId;
+
 /// The CLI's question tool.
 pub const ASK_USER_QUESTION: &str = "AskUserQuestion";
 
@@ -49,53 +51,6 @@ const FILE_TOOLS: &[&str] = &["Write", "Edit", "MultiEdit", "NotebookEdit"];
 
 /// The default denial text when the host gives none.
 pub const DENIED: &str = "The user denied this tool use.";
-
-/// A control request's `request_id` as the CLI wrote it. Claude Code writes strings; a CLI that
-/// numbers its requests writes numbers, and waits for an answer under the same JSON value, so
-/// an answer carries it back in the type it came in ([`ControlId::to_json`]). Its text — a
-/// string's value, a number's digits — is the key a request is kept under and its provider
-/// reference.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ControlId {
-    text: String,
-    number: bool,
-}
-
-impl ControlId {
-    /// The ID in `value`: a string or a number; `None` for anything else.
-    pub fn of(value: &Value) -> Option<ControlId> {
-        match value {
-            Value::String(text) => Some(ControlId { text: text.clone(), number: false }),
-            Value::Number(number) => Some(ControlId { text: number.to_string(), number: true }),
-            _ => None,
-        }
-    }
-
-    /// The key and provider reference: a string's value, a number's digits.
-    pub fn as_str(&self) -> &str {
-        &self.text
-    }
-
-    /// The ID as the CLI wrote it.
-    pub fn to_json(&self) -> Value {
-        match self.number.then(|| self.text.parse::<serde_json::Number>().ok()).flatten() {
-            Some(number) => Value::Number(number),
-            None => Value::String(self.text.clone()),
-        }
-    }
-}
-
-impl From<&str> for ControlId {
-    fn from(text: &str) -> Self {
-        ControlId { text: text.to_owned(), number: false }
-    }
-}
-
-impl std::fmt::Display for ControlId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.text)
-    }
-}
 
 /// The `request` body of a `control_request` line (`can_use_tool` and the other subtypes).
 #[derive(Clone, Debug, Deserialize)]
@@ -135,7 +90,7 @@ pub struct ToolUseRequest {
 #[non_exhaustive]
 pub struct PendingTool {
     /// The CLI's `request_id`.
-    pub request_id: ControlId,
+    pub request_id: CliRequestId,
     /// The tool's name.
     pub tool_name: String,
     /// The tool's input as asked.
@@ -167,7 +122,7 @@ impl ToolUseRequest {
 
     /// The harness request for this tool use (`request_id` is the CLI's, its provider
     /// reference), offering `scopes` for an approval, and what to keep pending.
-    pub fn into_request(self, request_id: &ControlId, scopes: &[Scope]) -> (RequestSpec, PendingTool) {
+    pub fn into_request(self, request_id: &CliRequestId, scopes: &[Scope]) -> (RequestSpec, PendingTool) {
         let tool = self.tool_name.unwrap_or_default();
         let input = self.input.unwrap_or(Value::Object(Map::new()));
         let kind = kind_of(&tool);
@@ -362,7 +317,7 @@ fn answers(pending: &PendingTool, answer: &Answer) -> Result<Map<String, Value>>
 
 /// The control response line answering the CLI's request `request_id`: `Ok(payload)` is a
 /// `success` (with the payload when there is one), `Err(text)` an `error`.
-pub fn control_response(request_id: &ControlId, outcome: Result<Option<Value>, String>) -> Value {
+pub fn control_response(request_id: &CliRequestId, outcome: Result<Option<Value>, String>) -> Value {
     let request_id = request_id.to_json();
     match outcome {
         Ok(Some(response)) => json!({
@@ -384,7 +339,7 @@ pub fn control_response(request_id: &ControlId, outcome: Result<Option<Value>, S
 /// it waited: an answer given for one tool use could reach the other, so neither is approved.
 /// Returns the control response denying the ID (once: it settles the CLI's waiter) and the
 /// warning to show; the provider ends the waiting request itself.
-pub fn reused_request_id(cli: &str, request_id: &ControlId) -> (Value, String) {
+pub fn reused_request_id(cli: &str, request_id: &CliRequestId) -> (Value, String) {
     let message = format!("{cli} reused control request ID `{request_id}` while a request under it waited");
     let deny = json!({"behavior": "deny", "message": format!("{message}; both were denied")});
     (control_response(request_id, Ok(Some(deny))), format!("{message}: both were denied"))
@@ -479,7 +434,7 @@ mod tests {
 
     #[test]
     fn control_responses_carry_the_clis_request_id() {
-        let r = ControlId::from("r");
+        let r = CliRequestId::from("r");
         assert_eq!(
             control_response(&r, Ok(None)),
             json!({"type": "control_response", "response": {"subtype": "success", "request_id": "r"}})
@@ -490,13 +445,13 @@ mod tests {
 
     #[test]
     fn a_numbered_request_is_answered_under_its_number() {
-        let seven = ControlId::of(&json!(7)).expect("a number is an ID");
+        let seven = CliRequestId::of(&json!(7)).expect("a number is an ID");
         assert_eq!(seven.as_str(), "7");
         assert_eq!(control_response(&seven, Ok(None))["response"]["request_id"], json!(7));
-        let text = ControlId::of(&json!("7")).expect("a string is an ID");
+        let text = CliRequestId::of(&json!("7")).expect("a string is an ID");
         assert_eq!(control_response(&text, Ok(None))["response"]["request_id"], json!("7"));
-        assert_eq!(ControlId::of(&json!(1.5)).map(|id| id.to_json()), Some(json!(1.5)));
-        assert_eq!(ControlId::of(&json!(null)), None);
-        assert_eq!(ControlId::of(&json!({"id": 1})), None);
+        assert_eq!(CliRequestId::of(&json!(1.5)).map(|id| id.to_json()), Some(json!(1.5)));
+        assert_eq!(CliRequestId::of(&json!(null)), None);
+        assert_eq!(CliRequestId::of(&json!({"id": 1})), None);
     }
 }

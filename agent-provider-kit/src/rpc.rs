@@ -36,6 +36,7 @@ use std::time::Duration;
 use agent_core::event::RawJson;
 use agent_core::exec::{ChildHandle, ExitStatus};
 use serde::Deserialize;
+use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -113,6 +114,53 @@ impl ReplyKey for ControlRequestId {
         }
         let reply = serde_json::from_str::<Reply>(message).ok()?;
         (reply.r#type == "control_response").then_some(ControlRequestId(reply.response.request_id))
+    }
+}
+
+/// The ID of a request the CLI made — a control request's `request_id` (Claude Code), a
+/// dialog's `id` (Pi) — as the CLI wrote it. The CLIs write strings; one that numbers its
+/// requests writes numbers, and waits for an answer under the same JSON value, so an answer
+/// carries it back in the type it came in ([`CliRequestId::to_json`]). Its text — a string's
+/// value, a number's digits — is the key a request is kept under and its provider reference.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CliRequestId {
+    text: String,
+    number: bool,
+}
+
+impl CliRequestId {
+    /// The ID in `value`: a string or a number; `None` for anything else.
+    pub fn of(value: &Value) -> Option<CliRequestId> {
+        match value {
+            Value::String(text) => Some(CliRequestId { text: text.clone(), number: false }),
+            Value::Number(number) => Some(CliRequestId { text: number.to_string(), number: true }),
+            _ => None,
+        }
+    }
+
+    /// The key and provider reference: a string's value, a number's digits.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The ID as the CLI wrote it.
+    pub fn to_json(&self) -> Value {
+        match self.number.then(|| self.text.parse::<serde_json::Number>().ok()).flatten() {
+            Some(number) => Value::Number(number),
+            None => Value::String(self.text.clone()),
+        }
+    }
+}
+
+impl From<&str> for CliRequestId {
+    fn from(text: &str) -> Self {
+        CliRequestId { text: text.to_owned(), number: false }
+    }
+}
+
+impl fmt::Display for CliRequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
     }
 }
 

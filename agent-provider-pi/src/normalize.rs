@@ -17,6 +17,7 @@ use agent_core::event::{FileChangeEntry, RawJson, TextArena, ToolKind, ToolStatu
 use agent_core::exec::ExitStatus;
 use agent_core::request::RequestSpec;
 use agent_core::{EndCause, EventKind, ItemId, TurnEnd, TurnId, TurnResult, TurnStatus};
+use agent_provider_kit::rpc::CliRequestId;
 use serde_json::{Value, json};
 
 use crate::extension::DENIED_REASON;
@@ -146,7 +147,7 @@ struct Running {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Dialog {
     /// The `extension_ui_request` id.
-    pub(crate) id: String,
+    pub(crate) id: CliRequestId,
     /// `confirm`, `select`, `input` or `editor`.
     pub(crate) method: String,
     pub(crate) turn: TurnId,
@@ -275,7 +276,7 @@ impl Normalizer {
 
     /// Puts back a dialog whose answer could not be encoded.
     pub(crate) fn restore_dialog(&mut self, dialog: Dialog) {
-        self.dialogs.insert(dialog.id.clone(), dialog);
+        self.dialogs.insert(dialog.id.as_str().to_owned(), dialog);
     }
 
     /// An approval of `tool_call` was denied, for `reason`: its failed result is a decline, and
@@ -410,14 +411,19 @@ impl Normalizer {
 
     /// A response nobody waited for: a barrier's, or a late or id-less one.
     fn on_response(&mut self, frame: &Frame<'_>, actions: &mut Vec<Action>) {
-        let barrier = frame.id.as_deref().and_then(|id| id.strip_prefix(BARRIER_PREFIX)).and_then(|n| n.parse().ok());
+        let barrier = frame
+            .id
+            .as_ref()
+            .and_then(Value::as_str)
+            .and_then(|id| id.strip_prefix(BARRIER_PREFIX))
+            .and_then(|n| n.parse().ok());
         if let Some(n) = barrier {
             if self.turn.as_ref().is_some_and(|r| r.ending == Ending::Barrier(n)) {
                 actions.extend(self.finish(None));
             }
             return;
         }
-        if frame.id.as_deref().is_some_and(|id| id.starts_with(STATS_PREFIX)) {
+        if frame.id.as_ref().and_then(Value::as_str).is_some_and(|id| id.starts_with(STATS_PREFIX)) {
             // The session's totals after a turn: a session-level usage event.
             if let Some(usage) = frame.data.as_ref().and_then(|d| stats_usage(&d["tokens"], &d["cost"])) {
                 actions.push(Action::Emit { turn: None, kind: EventKind::UsageUpdated(Box::new(usage)), raw: None });

@@ -118,7 +118,7 @@ impl PiSession {
 /// The `extension_ui_response` for `response` to `dialog`, and whether the turn is to be
 /// aborted afterwards (a cancelled request).
 pub(crate) fn encode(dialog: &Dialog, response: &Response) -> Result<(Value, bool)> {
-    let mut line = json!({"type": "extension_ui_response", "id": dialog.id});
+    let mut line = json!({"type": "extension_ui_response", "id": dialog.id.to_json()});
     let cancel = matches!(response, Response::Cancel { .. });
     match (dialog.method.as_str(), response) {
         ("confirm", Response::Approve { .. }) => line["confirmed"] = json!(true),
@@ -290,9 +290,10 @@ impl ProviderSession for PiSession {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agent_provider_kit::rpc::CliRequestId;
 
     fn dialog(method: &str) -> Dialog {
-        Dialog { id: "d1".into(), method: method.into(), turn: TurnId::generate(), tool_call: None }
+        Dialog { id: CliRequestId::from("d1"), method: method.into(), turn: TurnId::generate(), tool_call: None }
     }
 
     #[test]

@@ -255,6 +255,41 @@ fn a_dialog_while_no_turn_runs_is_dismissed() {
     assert!(!actions.iter().any(|a| matches!(a, Action::Request { .. })));
 }
 
+/// Dialogs a newer pi might show: one whose method this provider does not know (or that has
+/// none) may be one pi waits on, so it is dismissed; a numbered one is asked and answered under
+/// its number; one without an ID is reported, since nothing could answer it.
+#[test]
+fn dialogs_this_provider_cannot_read_are_dismissed_or_reported() {
+    let mut normalizer = Normalizer::new();
+    let turn = TurnId::from_string("t1");
+    normalizer.begin_turn(turn.clone()).unwrap();
+    normalizer.admitted(&turn, Some("started"));
+    let lines = [
+        r#"{"type":"extension_ui_request","id":"d-1","method":"multiselect","title":"Pick","options":["a","b"]}"#,
+        r#"{"type":"extension_ui_request","id":"d-2","title":"No method"}"#,
+        r#"{"type":"extension_ui_request","id":"d-3","method":"setStatus","statusKey":"k","statusText":"busy"}"#,
+        r#"{"type":"extension_ui_request","id":7,"method":"confirm","title":"Sure?","message":"x"}"#,
+        r#"{"type":"extension_ui_request","method":"confirm","title":"Sure?","message":"x"}"#,
+    ];
+    let mut actions = Vec::new();
+    for line in lines {
+        normalizer.on_line(line, &mut actions);
+    }
+    let seen: Vec<String> = actions
+        .iter()
+        .filter_map(|action| match action {
+            Action::Write(line) => Some(format!("write {} {}", line["id"], line["cancelled"])),
+            Action::Request { spec, .. } => Some(format!("request {}", spec.provider_ref.0)),
+            Action::Emit { kind: EventKind::Warning { .. }, .. } => Some("warning".to_owned()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seen, ["write \"d-1\" true", "warning", "write \"d-2\" true", "warning", "request 7", "warning"]);
+    let dialog = normalizer.take_dialog("7").expect("the numbered dialog waits");
+    let (answer, _) = crate::session::encode(&dialog, &agent_core::Response::approve()).unwrap();
+    assert_eq!(answer, serde_json::json!({"type": "extension_ui_response", "id": 7, "confirmed": true}));
+}
+
 #[test]
 fn a_1_6_turn_ends_at_agent_settled_not_at_agent_end() {
     let mut normalizer = Normalizer::new();

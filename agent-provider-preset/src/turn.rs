@@ -27,7 +27,8 @@ use agent_core::event::{RawJson, Usage};
 use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EventKind, TurnStatus};
-use agent_provider_kit::permission_prompt::{ControlId, PendingTool, ToolUseRequest, control_response};
+use agent_provider_kit::permission_prompt::{PendingTool, ToolUseRequest, control_response};
+use agent_provider_kit::rpc::CliRequestId;
 use agent_provider_kit::rpc::ExitReport;
 use serde_json::Value;
 
@@ -278,7 +279,7 @@ fn conversation_line(meta: &ApprovalMeta, text: &str, json: &Value, actions: &mu
     match json.get("type").and_then(Value::as_str) {
         Some("control_request") => {
             // A string, or a number a CLI that counts its requests writes (answered as one).
-            let id = json.get("request_id").and_then(ControlId::of);
+            let id = json.get("request_id").and_then(CliRequestId::of);
             let request = json.get("request").and_then(|r| serde_json::from_value::<ToolUseRequest>(r.clone()).ok());
             let Some(id) = id.filter(|id| !id.as_str().is_empty()) else {
                 // Nothing the CLI could match an answer with: it is left to its own timeout.
@@ -312,7 +313,7 @@ fn conversation_line(meta: &ApprovalMeta, text: &str, json: &Value, actions: &mu
             true
         }
         Some("control_cancel_request") => {
-            if let Some(id) = json.get("request_id").and_then(ControlId::of) {
+            if let Some(id) = json.get("request_id").and_then(CliRequestId::of) {
                 actions.push(Action::Resolved(ProviderRef(id.as_str().to_owned())));
             }
             true

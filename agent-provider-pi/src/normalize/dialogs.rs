@@ -4,6 +4,7 @@
 
 use agent_core::request::RequestSpec;
 use agent_core::{Choice, EventKind, Question, RequestKind};
+use agent_provider_kit::rpc::CliRequestId;
 use serde_json::json;
 
 use super::{Action, Dialog, Ending, Frame, Normalizer};
@@ -11,15 +12,25 @@ use crate::extension::{APPROVAL_TITLES, REASON_TITLE, approval_title};
 
 impl Normalizer {
     pub(super) fn on_dialog(&mut self, frame: Frame<'_>, actions: &mut Vec<Action>) {
-        let (Some(id), Some(method)) = (frame.id.clone(), frame.method.clone()) else { return };
+        let Some(id) = frame.id.as_ref().and_then(CliRequestId::of) else {
+            // Nothing pi could match an answer with: a dialog without one waits for its timeout.
+            let message = "pi asked through an extension dialog without a string or number `id`: it could not be \
+                           answered"
+                .to_owned();
+            actions.push(self.emit(EventKind::Warning { message }));
+            return;
+        };
+        let method = frame.method.clone().unwrap_or_default();
+        let dismiss =
+            |id: &CliRequestId| json!({"type": "extension_ui_response", "id": id.to_json(), "cancelled": true});
         let title = frame.title.clone().unwrap_or_default();
         let text = frame.message.and_then(|m| serde_json::from_str::<String>(m.get()).ok());
         if method == "input" && title == REASON_TITLE {
             // The gate asks why its last approval was denied: the answer was given with the
             // denial, and asks nobody.
             let answer = match self.deny_reason.take().filter(|reason| !reason.trim().is_empty()) {
-                Some(reason) => json!({"type": "extension_ui_response", "id": id, "value": reason}),
-                None => json!({"type": "extension_ui_response", "id": id, "cancelled": true}),
+                Some(reason) => json!({"type": "extension_ui_response", "id": id.to_json(), "value": reason}),
+                None => dismiss(&id),
             };
             actions.push(Action::Write(answer));
             return;
@@ -47,7 +58,7 @@ impl Normalizer {
                     None => (RequestKind::Confirmation, join(&title, text.as_deref())),
                 };
                 let mut spec =
-                    RequestSpec::new(kind, prompt, id.clone()).meta("method", "confirm").meta("title", title);
+                    RequestSpec::new(kind, prompt, id.as_str()).meta("method", "confirm").meta("title", title);
                 match (approval, &text) {
                     (Some("bash"), Some(command)) => spec = spec.meta("command", command.clone()),
                     (Some(_), Some(path)) => spec = spec.meta("path", path.clone()),
@@ -70,7 +81,7 @@ impl Normalizer {
                 let mut question = Question::new("answer", title.clone()).with_choices(choices);
                 question.allow_other = method != "select";
                 let prompt = join(&title, text.as_deref());
-                let mut spec = RequestSpec::new(RequestKind::Question, prompt, id.clone())
+                let mut spec = RequestSpec::new(RequestKind::Question, prompt, id.as_str())
                     .questions([question])
                     .meta("method", method.clone());
                 if let Some(placeholder) = &frame.placeholder {
@@ -78,13 +89,25 @@ impl Normalizer {
                 }
                 (spec, None)
             }
-            // Fire-and-forget methods (notify, setStatus, setWidget, setTitle, set_editor_text).
+            // Fire-and-forget methods: nothing waits for an answer.
             "notify" if matches!(frame.notify_type.as_deref(), Some("warning" | "error")) => {
                 actions.push(self.emit(EventKind::Warning { message: text.unwrap_or_default() }));
                 return;
             }
-            _ => {
+            "notify" | "setStatus" | "setWidget" | "setTitle" | "set_editor_text" => {
                 actions.push(self.provider_event("extension_ui_request"));
+                return;
+            }
+            // A method this provider does not know may be a dialog pi waits on: dismissed, as a
+            // user closing it would (pi drops an answer nothing waits for).
+            _ => {
+                actions.push(Action::Write(dismiss(&id)));
+                actions.push(self.provider_event("extension_ui_request"));
+                let shown = if method.is_empty() { "no method".to_owned() } else { format!("method `{method}`") };
+                let message = format!(
+                    "pi asked through an extension dialog with {shown}, which this provider does not know: it was dismissed"
+                );
+                actions.push(self.emit(EventKind::Warning { message }));
                 return;
             }
         };
@@ -97,12 +120,12 @@ impl Normalizer {
         match self.turn.as_ref().filter(|r| r.admitted && r.ending == Ending::Running) {
             Some(running) => {
                 let turn = running.id.clone();
-                self.dialogs.insert(id.clone(), Dialog { id, method, turn: turn.clone(), tool_call });
+                self.dialogs.insert(id.as_str().to_owned(), Dialog { id, method, turn: turn.clone(), tool_call });
                 actions.push(Action::Request { turn, spec: Box::new(spec), raw: None });
             }
             None => {
                 // No turn to ask in: dismiss it, as a user closing the dialog would.
-                actions.push(Action::Write(json!({"type": "extension_ui_response", "id": id, "cancelled": true})));
+                actions.push(Action::Write(dismiss(&id)));
                 actions.push(self.provider_event("extension_ui_request"));
             }
         }

@@ -11,8 +11,9 @@ use serde_json::value::RawValue;
 pub(super) struct Frame<'a> {
     #[serde(rename = "type", borrow)]
     pub(super) kind: &'a str,
+    /// A dialog's ID as pi wrote it (a string; a number is answered as one).
     #[serde(default)]
-    pub(super) id: Option<String>,
+    pub(super) id: Option<Value>,
     #[serde(default)]
     pub(super) success: Option<bool>,
     #[serde(default, borrow)]
