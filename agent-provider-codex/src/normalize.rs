@@ -552,8 +552,8 @@ impl Normalizer {
         let route = Route::Current;
         let Some(turn) = self.turn.as_mut() else { return Vec::new() };
         let open = turn.take_item(&item.id);
-        let status = tool_status(item.status.as_deref());
-        let kinds = match item.kind.as_str() {
+        let (status, known) = tool_status(item.status.as_deref());
+        let mut kinds = match item.kind.as_str() {
             "agentMessage" => {
                 let text = item.text.unwrap_or_default();
                 turn.last_message = Some(text.clone());
@@ -591,6 +591,13 @@ impl Normalizer {
             }
             _ => vec![EventKind::ProviderEvent { method: "item/completed".into() }],
         };
+        if !known && kinds.iter().any(|kind| matches!(kind, EventKind::ToolCompleted { .. })) {
+            let status = item.status.as_deref().unwrap_or_default();
+            let message = format!(
+                "codex ended a tool call with status `{status}`, which this provider does not know: reported as completed"
+            );
+            kinds.push(EventKind::Warning { message });
+        }
         kinds.into_iter().map(|kind| self.emit(&route, kind)).collect()
     }
 

@@ -464,16 +464,22 @@ pub(crate) struct TokenUsage {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Tokens {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count")]
     pub(crate) total_tokens: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count")]
     pub(crate) input_tokens: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count")]
     pub(crate) cached_input_tokens: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count")]
     pub(crate) output_tokens: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count")]
     pub(crate) reasoning_output_tokens: u64,
+}
+
+/// A token count, `null` read as none counted: one counter a newer codex leaves `null` must not
+/// lose the whole turn's usage.
+fn count<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    Ok(Option::<u64>::deserialize(deserializer)?.unwrap_or(0))
 }
 
 impl Tokens {

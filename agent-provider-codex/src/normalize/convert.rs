@@ -26,11 +26,15 @@ pub(super) fn tool_of(item: &Item) -> Option<(ToolKind, String, Value)> {
     }
 }
 
-pub(super) fn tool_status(status: Option<&str>) -> ToolStatus {
+/// A completed item's status, and whether codex wrote one this provider knows (the schema's
+/// `completed`, `failed`, `declined`; none at all for items without one). An unknown status
+/// reads as completed, and the caller says so.
+pub(super) fn tool_status(status: Option<&str>) -> (ToolStatus, bool) {
     match status {
-        Some("failed") => ToolStatus::Failed,
-        Some("declined") => ToolStatus::Declined,
-        _ => ToolStatus::Completed,
+        Some("failed") => (ToolStatus::Failed, true),
+        Some("declined") => (ToolStatus::Declined, true),
+        None | Some("completed") => (ToolStatus::Completed, true),
+        Some(_) => (ToolStatus::Completed, false),
     }
 }
 

@@ -243,6 +243,32 @@ fn usage_is_per_turn_even_after_a_restored_total() {
     assert_eq!(usage.total_tokens, Some(30));
 }
 
+/// A newer codex may leave a counter `null`, or end a tool call with a status this provider
+/// does not know: the usage keeps the other counters, and the tool's end says what it could not
+/// read instead of passing it off as a plain success.
+#[test]
+fn a_null_counter_and_an_unknown_tool_status_lose_nothing_silently() {
+    let mut n = running();
+    let update = json!({"threadId": "th", "turnId": "tu", "tokenUsage": {
+        "total": {"totalTokens": 40, "inputTokens": 30, "cachedInputTokens": null, "outputTokens": 10, "reasoningOutputTokens": null}}});
+    let actions = feed(&mut n, note("thread/tokenUsage/updated", update));
+    let [(_, EventKind::UsageUpdated(usage))] = emitted(&actions)[..] else { panic!("{actions:?}") };
+    assert_eq!((usage.total_tokens, usage.input_tokens, usage.output_tokens), (Some(40), Some(30), Some(10)));
+
+    let command = |status: &str| {
+        note(
+            "item/completed",
+            item("commandExecution", "c1", json!({"command": "ls", "status": status, "exitCode": 0})),
+        )
+    };
+    let names = |actions: &[Action]| emitted(actions).iter().map(|(_, kind)| kind.type_name()).collect::<Vec<_>>();
+    assert_eq!(names(&feed(&mut n, command("completed"))), ["tool_completed"]);
+    let actions = feed(&mut n, command("superseded"));
+    assert_eq!(names(&actions), ["tool_completed", "warning"]);
+    let [_, (_, EventKind::Warning { message })] = emitted(&actions)[..] else { panic!("{actions:?}") };
+    assert!(message.contains("`superseded`"), "{message}");
+}
+
 /// Another thread's totals (a subagent's) are not this thread's: they neither count in a turn's
 /// usage nor become the next turn's baseline.
 #[test]
