@@ -504,7 +504,22 @@ impl Harness {
             return Err(self.not_live(&request.session_id).await);
         };
         let request_id = request.id.clone();
-        match handle.call(|reply| Command::Respond { request: request_id, response, reply }).await? {
+        let answer = match handle.call(|reply| Command::Respond { request: request_id, response, reply }).await {
+            Ok(answer) => answer,
+            // The session went down with the call in flight: once it has ended, the store says
+            // how the request was settled (expired with the session), as for an ended session.
+            Err(error @ (Error::SessionNotFound { .. } | Error::SessionDown { .. })) => {
+                handle.exit_reason().await;
+                if let Some(store) = &handle.store
+                    && let Some(stored) = store.fetch_request(&request.session_id, &request.id).await?
+                {
+                    return Err(settled_error(&stored));
+                }
+                return Err(error);
+            }
+            Err(error) => return Err(error),
+        };
+        match answer {
             // Not held by the live session: the store may know how it was settled.
             Err(Error::RequestNotFound { session_id, request_id }) => {
                 if let Some(store) = &handle.store

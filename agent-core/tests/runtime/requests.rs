@@ -396,3 +396,30 @@ async fn an_answer_refused_after_its_turn_was_cancelled_expires_the_request() {
     assert_eq!(stored.status, RequestStatus::Expired);
     assert_eq!(stored.metadata.get("expiration_reason"), Some(&serde_json::json!("cancelled")));
 }
+
+/// An answer that reaches a session already shutting down (its final write in flight) is told
+/// what the session settled the request as, as an answer after the session ended is — not that
+/// the session went down.
+#[tokio::test]
+async fn an_answer_sent_while_the_session_shuts_down_finds_the_request_expired() {
+    let (f, store) = Fixture::controlled();
+    let (session, remote) = f.session(opts()).await;
+    let (_, request) = pending(&f, &session, &remote, approval("a-down")).await;
+
+    // The forced stop expires the request; the shutdown's final write waits at the store.
+    store.set(WriteMode::Gated);
+    let harness = f.harness.clone();
+    let stopping = session.clone();
+    let stop = tokio::spawn(async move { harness.stop_session(&stopping, true).await });
+    store.arrival().await;
+    let harness = f.harness.clone();
+    let answered = request.clone();
+    let answer = tokio::spawn(async move { harness.respond(&answered, Response::approve()).await });
+    tokio::task::yield_now().await;
+    store.open_gate();
+
+    let err = answer.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::RequestExpired { ref request_id } if *request_id == request.id), "{err:?}");
+    stop.await.unwrap().unwrap();
+    assert!(remote.responses().is_empty(), "nothing reached the provider");
+}
