@@ -83,10 +83,14 @@ impl TurnCache {
         }
     }
 
-    /// A receiver of `turn`'s terminal event, once published.
+    /// A receiver of `turn`'s terminal event, once published. The waiters whose callers went
+    /// away (an `await_turn` that timed out, a `select!` that took another branch) go first:
+    /// a caller polling a long turn would otherwise add one for every try until it ends.
     pub(super) fn waiter(&mut self, turn: TurnId) -> oneshot::Receiver<Arc<Event>> {
         let (tx, rx) = oneshot::channel();
-        self.waiters.entry(turn).or_default().push(tx);
+        let waiters = self.waiters.entry(turn).or_default();
+        waiters.retain(|waiter| !waiter.is_closed());
+        waiters.push(tx);
         rx
     }
 
@@ -117,5 +121,24 @@ impl TurnCache {
             evicted.push(oldest);
         }
         evicted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiters_that_went_away_are_not_kept() {
+        let mut cache = TurnCache::new(CacheSize::Unbounded);
+        let turn = TurnId::from_string("t1");
+        let kept = cache.waiter(turn.clone());
+        for _ in 0..1000 {
+            drop(cache.waiter(turn.clone()));
+        }
+        assert_eq!(cache.waiters[&turn].len(), 2, "the waiter kept, and the last one dropped");
+        drop(kept);
+        drop(cache.waiter(turn.clone()));
+        assert_eq!(cache.waiters[&turn].len(), 1);
     }
 }
