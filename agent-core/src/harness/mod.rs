@@ -583,6 +583,12 @@ impl Harness {
     /// `start_session` may still return it), or not at all if its start fails. History stays
     /// in the store.
     pub async fn stop_session(&self, session: &SessionRef, force: bool) -> Result<()> {
+        self.stop_inner(session, force, false).await
+    }
+
+    /// [`Harness::stop_session`], deleting the session's stored history as it ends when
+    /// `discard` (see [`Command::Stop`]).
+    async fn stop_inner(&self, session: &SessionRef, force: bool, discard: bool) -> Result<()> {
         let command = telemetry::command_span(Cmd::StopSession, &session.provider, Some(&session.id));
         command.record("force", force);
         let stop = async {
@@ -606,7 +612,7 @@ impl Harness {
                     None => Ok(()),
                 };
             };
-            match handle.call(|reply| Command::Stop { force, reply }).await {
+            match handle.call(|reply| Command::Stop { force, discard, reply }).await {
                 Ok(Ok(())) | Err(_) => {}
                 Ok(Err(error)) => return Err(error),
             }
@@ -707,7 +713,9 @@ impl fmt::Debug for SessionMonitor {
 /// down when its caller is gone before the hand-off; a caller whose future is dropped after the
 /// session was handed over but before it read it (a `select!` whose other branch won) leaves it
 /// here, live and out of anyone's reach: it is stopped, and a new one's history deleted, as the
-/// startup takes back what it stored (a resumed session keeps its history, closed).
+/// startup takes back what it stored (a resumed session keeps its history, closed). The delete
+/// is the session's own last write, while its ID is still held: a retry under the ID waits
+/// (`SessionAlreadyExists`) and then finds nothing, never a closed session that refuses it.
 struct Unread {
     /// Taken once the answer is read.
     rx: Option<oneshot::Receiver<Result<SessionRef>>>,
@@ -727,8 +735,8 @@ impl Drop for Unread {
         harness.inner.remember_store(&session.id, self.run_store.take());
         runtime.spawn(async move {
             tracing::info!(session_id = %session.id, "caller went away before it read its started session; stopping it");
-            if harness.stop_session(&session, true).await.is_ok() && new_session {
-                let _ = harness.purge_session(&session).await;
+            if let Err(error) = harness.stop_inner(&session, true, new_session).await {
+                tracing::warn!(session_id = %session.id, %error, "could not stop a session nobody read");
             }
         });
     }

@@ -56,7 +56,9 @@ impl Harness {
 
     /// Deletes a stopped session's stored history from its store (the default store, or the
     /// custom store its last run in this harness used). Refuses a live ID, and one its store
-    /// holds nothing of ([`Error::SessionNotFound`]).
+    /// holds nothing of ([`Error::SessionNotFound`]) — unless this harness still remembers how
+    /// it ended (an earlier purge deleted it and was dropped before it returned): that is
+    /// forgotten, and the purge is `Ok`.
     pub async fn purge_session(&self, session: &SessionRef) -> Result<()> {
         match self.inner.store_of(&session.id) {
             Some(store) => self.purge_session_in(&store, session).await,
@@ -90,6 +92,12 @@ impl Harness {
                     return Err(Error::SessionLiveElsewhere { id: id.clone(), pid });
                 }
                 None if store.latest_seq(id).await?.is_none() => {
+                    // Nothing stored, but remembered here: an earlier purge deleted it and its
+                    // caller went away before it could forget the session. This one finishes.
+                    if self.inner.registry.exit_reason(id).is_some() {
+                        self.inner.forget(id);
+                        return Ok(());
+                    }
                     return Err(Error::SessionNotFound { id: id.clone() });
                 }
                 _ => {}

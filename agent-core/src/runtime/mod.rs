@@ -77,6 +77,9 @@ pub(crate) enum Command {
     },
     Stop {
         force: bool,
+        /// Delete the session's stored history once it ended, before its ID is free again (a
+        /// new session whose starter went away without reading it).
+        discard: bool,
         reply: oneshot::Sender<Result<()>>,
     },
     /// The harness shuts down: close whatever is running.

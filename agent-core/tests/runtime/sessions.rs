@@ -169,6 +169,40 @@ async fn a_caller_that_drops_the_started_session_unread_leaves_nothing_running()
     f.session(opts().id("unread")).await;
 }
 
+/// A caller that retries under the same ID after dropping its start unread waits while the
+/// session is torn down (`SessionAlreadyExists`), then starts afresh: the history is deleted
+/// before the ID is free, so the retry never finds a closed session it must refuse
+/// (`SessionIdAlreadyUsed`, which reads as final).
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_a_start_dropped_unread_finds_the_id_free_and_nothing_stored() {
+    let (f, store) = Fixture::controlled();
+    let mut start = Box::pin(f.harness.start_session(PROVIDER, opts().id("again")));
+    assert!(futures::poll!(start.as_mut()).is_pending(), "the start runs in its own task");
+    while f.harness.list_sessions().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
+    // Slow writes: the teardown's writes take a while, and the retry comes at once.
+    store.set(WriteMode::Slow);
+    drop(start);
+    let (mut waited, dropped) = (0, tokio::time::Instant::now());
+    let session = loop {
+        match f.harness.start_session(PROVIDER, opts().id("again")).await {
+            Ok(session) => break session,
+            Err(Error::SessionAlreadyExists { .. }) => waited += 1,
+            Err(other) => panic!("the retry after {waited} waits: {other:?}"),
+        }
+        assert!(dropped.elapsed() < Duration::from_secs(600), "the ID never came free");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    assert!(waited > 0, "the retry came while the first session was still live");
+    let events = store.read_events(&session.id, &agent_core::store::EventQuery::all()).await.unwrap();
+    let names: Vec<_> = events.iter().map(|e| e.type_name()).collect();
+    assert_eq!(names, ["session_ready"], "the retry's history is its own");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_caller_that_goes_away_during_a_resumes_commit_leaves_the_session_closed_and_whole() {
     let (f, store) = Fixture::controlled();
@@ -432,6 +466,26 @@ async fn purge_refuses_a_live_session_and_removes_a_stopped_one() {
     f.harness.purge_session(&session).await.unwrap();
     assert!(f.harness.list_stored_sessions().await.unwrap().is_empty());
     f.session(opts().id("purge-me")).await;
+}
+
+/// A purge whose caller went away after the store deleted the history (the store's answer
+/// never came back) leaves this harness remembering the session; the next purge finishes the
+/// job instead of saying the session was never there.
+#[tokio::test(start_paused = true)]
+async fn a_purge_dropped_after_its_delete_committed_is_finished_by_the_next() {
+    let (f, store) = Fixture::controlled();
+    let (session, _) = f.session(opts().id("half-purged")).await;
+    f.harness.stop_session(&session, false).await.unwrap();
+    store.set(WriteMode::LostAnswer);
+    let dropped = tokio::time::timeout(Duration::from_secs(5), f.harness.purge_session(&session)).await;
+    assert!(dropped.is_err(), "the purge waits for an answer that never comes");
+    assert_eq!(store.fetch_session(&session.id).await.unwrap(), None, "the delete committed");
+
+    f.harness.purge_session(&session).await.unwrap();
+    let err = f.harness.status(&session).await.unwrap_err();
+    assert!(matches!(err, Error::SessionNotFound { .. }), "{err:?}");
+    let err = f.harness.purge_session(&session).await.unwrap_err();
+    assert!(matches!(err, Error::SessionNotFound { .. }), "{err:?}");
 }
 
 #[tokio::test]

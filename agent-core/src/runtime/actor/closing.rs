@@ -12,13 +12,14 @@ use crate::time::Timestamp;
 use crate::turn::{EndCause, TurnResult, TurnStatus};
 
 impl Actor {
-    pub(super) fn stop(&mut self, force: bool, reply: oneshot::Sender<Result<()>>) {
+    pub(super) fn stop(&mut self, force: bool, discard: bool, reply: oneshot::Sender<Result<()>>) {
         if let Some(current) = &self.current
             && !force
         {
             let _ = reply.send(Err(Error::TurnInProgress { current: Box::new(current.turn.clone()) }));
             return;
         }
+        self.discard |= discard;
         self.close(if force { CloseReason::ForcedStop } else { CloseReason::Stopped });
         let _ = reply.send(Ok(()));
     }
@@ -162,7 +163,12 @@ impl Actor {
         }
         self.settle_deliveries();
         self.journal.send_live();
-        self.journal.offer_final_snapshot(&self.snapshot, finalize).await;
+        // A discarded session's history goes while its ID is still held, so a start under the
+        // ID that follows finds nothing of it.
+        let discarded = self.discard && self.journal.discard(finalize).await;
+        if !discarded {
+            self.journal.offer_final_snapshot(&self.snapshot, finalize).await;
+        }
         match close.await {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(_))) => tracing::warn!(close_timeout = ?finalize, "provider did not close in time; dropping it"),
@@ -195,7 +201,12 @@ impl Actor {
         }
         tracing::info!(reason = %reason, "session ended");
         if let Some(registry) = self.registry.upgrade() {
-            registry.finish(&self.session.id, self.attempt, reason.clone(), self.journal.published_seq());
+            if discarded {
+                // Nothing of it is left to say how it ended.
+                registry.remove(&self.session.id, self.attempt);
+            } else {
+                registry.finish(&self.session.id, self.attempt, reason.clone(), self.journal.published_seq());
+            }
         }
         let _ = self.exit.send(Some(reason));
         // Dropping the actor drops the live sender (ending subscriptions).

@@ -161,6 +161,8 @@ pub(crate) struct Actor {
     registry: Weak<Registry>,
     attempt: u64,
     exiting: Option<ExitReason>,
+    /// Delete the stored history as the session ends (see [`Command::Stop`]).
+    discard: bool,
     stale_frames: u64,
     span: Span,
     /// What the provider spawns through (see [`ActorParts::exec`]).
@@ -209,6 +211,7 @@ impl Actor {
             registry: parts.registry,
             attempt: parts.attempt,
             exiting: None,
+            discard: false,
             stale_frames: 0,
             span: parts.span,
             exec: parts.exec,
@@ -353,7 +356,7 @@ impl Actor {
             }
             Command::Cancel { turn, reason, reply } => self.cancel(turn, reason, reply),
             Command::Steer { turn, input, reply } => self.steer(turn, input, reply),
-            Command::Stop { force, reply } => self.stop(force, reply),
+            Command::Stop { force, discard, reply } => self.stop(force, discard, reply),
             Command::Shutdown => self.close(CloseReason::HarnessShutdown),
         }
     }

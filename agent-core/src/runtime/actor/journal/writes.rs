@@ -229,6 +229,26 @@ impl Journal {
         Ok(actions)
     }
 
+    /// Deletes the session's stored history from the store it was started with (nothing to
+    /// delete without one). False when the delete failed or timed out: the history stays,
+    /// closed, as after a stop.
+    pub(in crate::runtime::actor) async fn discard(&mut self, timeout: std::time::Duration) -> bool {
+        let Some(home) = &self.home_store else { return true };
+        let mut batch = WriteBatch::new(self.session.id.clone());
+        batch.delete_first = true;
+        match tokio::time::timeout(timeout, write_batch(home, &batch)).await {
+            Ok(Ok(())) => true,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "the discarded session's history could not be deleted");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(?timeout, "deleting the discarded session's history timed out");
+                false
+            }
+        }
+    }
+
     /// Offers the final snapshot to the store of a session that degraded, so that its stored
     /// snapshot never reads back as running (its history there stays incomplete, and the
     /// snapshot says so in `durability`).
