@@ -451,6 +451,18 @@ impl Provider for PiProvider {
                 reason: format!("pi opened session `{session_id}` when asked for `{wanted}`"),
             });
         }
+        // Pi writes a session's file only once a reply is in it: a continued session that holds
+        // no message is one whose file lost its conversation (cut to its header), and going on
+        // would be a fresh conversation reported as continued.
+        if let Some((mode, provider_session_id)) = ctx.conversation.continued()
+            && state["messageCount"].as_u64() == Some(0)
+        {
+            let reason = format!(
+                "pi opened session `{provider_session_id}` with no messages: its session file holds none of the \
+                 conversation (no fresh session was started)"
+            );
+            return Err(Error::ResumeFailed { mode, reason });
+        }
         if let Some(wanted) = &options.model {
             let provider = state["model"]["provider"].as_str().unwrap_or_default();
             let id = state["model"]["id"].as_str().unwrap_or_default();

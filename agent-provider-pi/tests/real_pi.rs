@@ -352,6 +352,33 @@ async fn a_session_file_pi_refuses_fails_the_resume() {
     }
 }
 
+/// A session file cut to its header (pi opens it, with no messages) fails the resume: going on
+/// would be a fresh conversation reported as resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_file_cut_to_its_header_fails_the_resume() {
+    for cli in clis() {
+        let pi = Pi::start(cli, Scenario::new().text("noted")).await;
+        let session = pi.session(pi.options()).await;
+        pi.run(&session, "remember PINEAPPLE", |_| None).await;
+        let conversation = pi.harness.status(&session).await.expect("status").provider_session_id.expect("pi's ID");
+        pi.harness.stop_session(&session, false).await.expect("stop");
+        let file = files_under(pi.env.dir())
+            .into_iter()
+            .find(|f| f.to_string_lossy().ends_with(&format!("_{conversation}.jsonl")))
+            .expect("pi's session file");
+        let text = std::fs::read_to_string(&file).unwrap();
+        std::fs::write(&file, format!("{}\n", text.lines().next().unwrap_or_default())).unwrap();
+        match pi.harness.start_session("pi", pi.options().resume_session(session.id.clone())).await {
+            Err(agent_core::Error::ResumeFailed { reason, .. }) => {
+                assert!(reason.contains("no messages"), "pi {}: {reason}", pi.version());
+            }
+            other => panic!("pi {}: a session file with no messages must fail the resume, got {other:?}", pi.version()),
+        }
+        assert!(pi.server.model_requests().len() == 1, "pi {}: no turn ran on a fresh conversation", pi.version());
+        pi.finish().await;
+    }
+}
+
 /// Every file under `dir`.
 fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut files = Vec::new();
