@@ -327,14 +327,7 @@ async fn a_stopped_session_resumes_under_its_id_with_its_history() {
 async fn a_session_file_pi_refuses_fails_the_resume() {
     for cli in clis() {
         let pi = Pi::start(cli, Scenario::new().text("noted")).await;
-        let session = pi.session(pi.options()).await;
-        pi.run(&session, "remember this", |_| None).await;
-        let conversation = pi.harness.status(&session).await.expect("status").provider_session_id.expect("pi's ID");
-        pi.harness.stop_session(&session, false).await.expect("stop");
-        let file = files_under(pi.env.dir())
-            .into_iter()
-            .find(|f| f.to_string_lossy().ends_with(&format!("_{conversation}.jsonl")))
-            .expect("pi's session file");
+        let (session, conversation, file) = stopped_with_its_file(&pi, "remember this").await;
         std::fs::write(&file, "not a pi session\n").unwrap();
         match pi.harness.start_session("pi", pi.options().resume_session(session.id.clone())).await {
             Err(agent_core::Error::ResumeFailed { reason, .. }) => {
@@ -358,14 +351,7 @@ async fn a_session_file_pi_refuses_fails_the_resume() {
 async fn a_session_file_cut_to_its_header_fails_the_resume() {
     for cli in clis() {
         let pi = Pi::start(cli, Scenario::new().text("noted")).await;
-        let session = pi.session(pi.options()).await;
-        pi.run(&session, "remember PINEAPPLE", |_| None).await;
-        let conversation = pi.harness.status(&session).await.expect("status").provider_session_id.expect("pi's ID");
-        pi.harness.stop_session(&session, false).await.expect("stop");
-        let file = files_under(pi.env.dir())
-            .into_iter()
-            .find(|f| f.to_string_lossy().ends_with(&format!("_{conversation}.jsonl")))
-            .expect("pi's session file");
+        let (session, _, file) = stopped_with_its_file(&pi, "remember PINEAPPLE").await;
         let text = std::fs::read_to_string(&file).unwrap();
         std::fs::write(&file, format!("{}\n", text.lines().next().unwrap_or_default())).unwrap();
         match pi.harness.start_session("pi", pi.options().resume_session(session.id.clone())).await {
@@ -377,6 +363,19 @@ async fn a_session_file_cut_to_its_header_fails_the_resume() {
         assert!(pi.server.model_requests().len() == 1, "pi {}: no turn ran on a fresh conversation", pi.version());
         pi.finish().await;
     }
+}
+
+/// A session that ran one turn with `prompt` and was stopped, pi's ID of it and pi's file of it.
+async fn stopped_with_its_file(pi: &Pi, prompt: &str) -> (agent_core::SessionRef, String, std::path::PathBuf) {
+    let session = pi.session(pi.options()).await;
+    pi.run(&session, prompt, |_| None).await;
+    let conversation = pi.harness.status(&session).await.expect("status").provider_session_id.expect("pi's ID");
+    pi.harness.stop_session(&session, false).await.expect("stop");
+    let file = files_under(pi.env.dir())
+        .into_iter()
+        .find(|f| f.to_string_lossy().ends_with(&format!("_{conversation}.jsonl")))
+        .expect("pi's session file");
+    (session, conversation, file)
 }
 
 /// Every file under `dir`.
