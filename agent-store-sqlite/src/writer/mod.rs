@@ -163,20 +163,29 @@ impl Failed {
     }
 }
 
-/// The database file the writer opened, checked before every group: SQLite in WAL mode goes on
-/// committing to a file that was deleted (or renamed, or replaced by another) while open, and
-/// those writes are gone once the connection closes. From the first time the path no longer
-/// names that file, every write is refused.
+/// The database file the writer opened and its write-ahead log, checked before every group:
+/// SQLite in WAL mode goes on committing to a file that was deleted (or renamed, or replaced by
+/// another) while open — the database, or the `-wal` file every commit goes to first — and
+/// those writes are gone once the connection closes or the process dies. From the first time
+/// either path no longer names the file the connection has open, every write is refused.
 struct FileIdentity {
     path: std::path::PathBuf,
+    wal: std::path::PathBuf,
     /// Device and inode at open; `None` when they could not be read then (nothing is checked).
     opened: Option<(u64, u64)>,
-    gone: bool,
+    /// The WAL's, from the first time it was seen (SQLite makes it at the first transaction
+    /// and keeps it while a connection is open).
+    wal_seen: Option<(u64, u64)>,
+    gone: Option<&'static str>,
 }
 
 impl FileIdentity {
     fn of(path: &Path) -> Self {
-        FileIdentity { path: path.to_owned(), opened: Self::identity(path), gone: false }
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let wal = std::path::PathBuf::from(wal);
+        let wal_seen = Self::identity(&wal);
+        FileIdentity { path: path.to_owned(), wal, opened: Self::identity(path), wal_seen, gone: None }
     }
 
     fn identity(path: &Path) -> Option<(u64, u64)> {
@@ -184,13 +193,24 @@ impl FileIdentity {
         std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
     }
 
-    /// Why no write may be committed any more, if the file is gone.
+    /// Why no write may be committed any more, if a file is gone.
     fn refusal(&mut self) -> Option<StoreError> {
         let opened = self.opened?;
-        self.gone = self.gone || Self::identity(&self.path) != Some(opened);
-        self.gone.then(|| {
+        if self.gone.is_none() {
+            if Self::identity(&self.path) != Some(opened) {
+                self.gone = Some("database file");
+            } else {
+                let wal = Self::identity(&self.wal);
+                match self.wal_seen {
+                    Some(seen) if wal != Some(seen) => self.gone = Some("write-ahead log"),
+                    Some(_) => {}
+                    None => self.wal_seen = wal,
+                }
+            }
+        }
+        self.gone.map(|what| {
             StoreError::WriteRefused(format!(
-                "the database file {} was deleted or replaced while open: nothing more is written to it",
+                "the {what} of {} was deleted or replaced while open: nothing more is written to it",
                 self.path.display()
             ))
         })
@@ -578,6 +598,39 @@ mod tests {
             }
             assert_eq!(stored_seqs(scratch.conn(), &a), [1, 2], "nothing after the deletion was applied");
         }
+    }
+
+    /// A commit goes to the WAL first: one deleted while open takes every later commit with it
+    /// when the process dies, though the database file is still there.
+    #[test]
+    fn writes_are_refused_once_the_wal_was_deleted() {
+        let scratch = Scratch::new("wal-deleted");
+        let path = scratch.dir.join("store.db");
+        let mut file = FileIdentity::of(&path);
+        let answer = |write: Box<Prepared>, file: &mut FileIdentity| {
+            let (reply, mut answer) = oneshot::channel();
+            commit_group(
+                scratch.conn(),
+                &mut vec![(write, reply)],
+                &mut Failed::default(),
+                None,
+                file,
+                &mut LockWait::none(),
+            );
+            answer.try_recv().expect("answered")
+        };
+        let a = sid("a");
+        answer(new_session(&a, 1..=2), &mut file).expect("written while the WAL is there");
+        answer(events_write(&a, 3..=4, true), &mut file).expect("and again");
+        let mut wal = path.clone().into_os_string();
+        wal.push("-wal");
+        std::fs::remove_file(&wal).expect("the WAL exists once something was committed");
+        let refused = answer(events_write(&a, 5..=6, true), &mut file);
+        assert!(
+            matches!(&refused, Err(StoreError::WriteRefused(why)) if why.contains("write-ahead log")),
+            "{refused:?}"
+        );
+        assert_eq!(stored_seqs(scratch.conn(), &a), [1, 2, 3, 4], "nothing after the deletion was applied");
     }
 
     fn stored_seqs(conn: &Connection, session: &SessionId) -> Vec<i64> {
