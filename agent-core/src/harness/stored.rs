@@ -161,9 +161,12 @@ impl Harness {
     /// A stored snapshot as it reads back while its session is not live here: a snapshot that
     /// says a runtime holds it is stale — its end was never recorded — so it reads as abandoned,
     /// with what this harness knows of its end if anything; unless another harness sharing the
-    /// store holds it live, when it reads as written.
+    /// store holds it live, when it reads as written. So does one whose startup never completed
+    /// (its marker still set: an initial commit that landed after its start failed), unless
+    /// the start is still under way, here or in a harness sharing the store.
     pub(super) fn read_back(&self, mut snapshot: SessionSnapshot) -> SessionSnapshot {
-        if snapshot.is_open() && self.inner.registry.holder(&snapshot).is_none() {
+        let starting_here = snapshot.startup.is_some() && self.inner.registry.contains(&snapshot.id);
+        if snapshot.status.is_live() && !starting_here && self.inner.registry.holder(&snapshot).is_none() {
             let last_status = snapshot.status;
             snapshot.status = SessionState::Abandoned;
             let known = self.inner.registry.ended_with(&snapshot.id, Some(&snapshot));

@@ -557,6 +557,34 @@ async fn an_initial_commit_that_landed_after_its_timeout_is_taken_back() {
     assert_eq!(store.latest_seq(&id).await.unwrap(), None);
 }
 
+/// An initial commit still queued when its start gave up (the undo found nothing to take back)
+/// lands later, its startup marker set: listed, it reads as abandoned, not as an idle session
+/// that nothing runs and that never ended; a start of it under way here reads as written.
+#[tokio::test(start_paused = true)]
+async fn an_unacknowledged_startup_snapshot_nobody_holds_reads_back_abandoned() {
+    let (f, store) = Fixture::controlled();
+    let mut snapshot = agent_testkit_snapshot("late");
+    snapshot.status = SessionState::Idle;
+    snapshot.startup =
+        Some(serde_json::from_value(serde_json::json!({"attempt_id": "a1", "acknowledged": false})).unwrap());
+    store.save_session(&snapshot).await.unwrap();
+    let listed = f.harness.list_stored_sessions().await.unwrap();
+    let [stored] = &listed[..] else { panic!("{listed:?}") };
+    assert_eq!(stored.snapshot.status, SessionState::Abandoned, "{stored:?}");
+    assert_eq!(stored.snapshot.ended, Some(ExitReason::Abandoned { last_status: SessionState::Idle }));
+    assert!(!stored.live);
+
+    // Its own start, holding the ID while its initial commit waits at the store.
+    store.set(WriteMode::Gated);
+    let harness = f.harness.clone();
+    let start = tokio::spawn(async move { harness.start_session(PROVIDER, opts().id("late")).await });
+    store.arrival().await;
+    let listed = f.harness.list_stored_sessions().await.unwrap();
+    assert_eq!(listed[0].snapshot.status, SessionState::Idle, "a start under way is not abandoned: {listed:?}");
+    store.open_gate();
+    start.await.unwrap().unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_resume_whose_commit_landed_after_its_timeout_leaves_the_stored_session_as_it_was() {
     let (f, store) = Fixture::controlled();
