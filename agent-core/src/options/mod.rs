@@ -375,7 +375,9 @@ pub enum AuthMode {
 /// How many completed turns a live session keeps for `await_turn`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CacheSize {
-    /// At most this many (0 disables the cache).
+    /// At most this many (0 disables the cache), and at most 32 MiB of their final texts and
+    /// raw JSON but for the newest turn: a turn whose end left the cache is awaited from the
+    /// store.
     Bounded(usize),
     /// Keep every completed turn for the session's life.
     Unbounded,

@@ -10,11 +10,16 @@ use tokio::sync::oneshot;
 use crate::event::Event;
 use crate::ids::TurnId;
 use crate::options::CacheSize;
-use crate::turn::Turn;
 
-struct CompletedTurn {
-    turn: Turn,
-    terminal: Arc<Event>,
+/// Bytes of final text and raw JSON the terminal events of a bounded cache keep at most, beside
+/// its count: a turn's final text may be as long as a CLI line (16 MiB by default), and a long
+/// session's last thousand turns would otherwise keep gigabytes. The newest turn always stays.
+const CACHE_BYTES: usize = 32 << 20;
+
+/// What a cached terminal event holds of the CLI's output: its final text and its raw JSON.
+fn weight(terminal: &Event) -> usize {
+    let text = terminal.kind.terminal_end().and_then(|end| end.result.text.as_ref()).map_or(0, String::len);
+    text + terminal.raw.as_ref().map_or(0, |raw| raw.get().len())
 }
 
 /// What the cache knows of a turn that is not the current one.
@@ -28,9 +33,13 @@ pub(super) enum Finished {
 }
 
 pub(super) struct TurnCache {
-    completed: HashMap<TurnId, CompletedTurn>,
+    /// Finished turns' terminal events (shared with the replay ring and the store's batch): a
+    /// turn's end is all `await_turn` needs.
+    completed: HashMap<TurnId, Arc<Event>>,
     order: VecDeque<TurnId>,
     limit: CacheSize,
+    /// The [`weight`] of the cached terminal events.
+    bytes: usize,
     /// Set once a turn was evicted: a store-less session can no longer tell "never existed"
     /// from "forgotten".
     pruned: bool,
@@ -49,6 +58,7 @@ impl TurnCache {
             completed: HashMap::new(),
             order: VecDeque::new(),
             limit,
+            bytes: 0,
             pruned: false,
             used: HashSet::new(),
             used_keys: RandomState::new(),
@@ -70,14 +80,17 @@ impl TurnCache {
     }
 
     /// Keeps a turn that just finished with `terminal` (sequenced, maybe not yet published).
-    pub(super) fn insert(&mut self, turn: Turn, terminal: Arc<Event>) {
-        self.order.push_back(turn.id.clone());
-        self.completed.insert(turn.id.clone(), CompletedTurn { turn, terminal });
+    pub(super) fn insert(&mut self, turn: TurnId, terminal: Arc<Event>) {
+        self.bytes += weight(&terminal);
+        self.order.push_back(turn.clone());
+        if let Some(replaced) = self.completed.insert(turn, terminal) {
+            self.bytes -= weight(&replaced);
+        }
     }
 
     pub(super) fn finished(&self, turn: &TurnId, published_seq: u64) -> Finished {
         match self.completed.get(turn) {
-            Some(done) if done.terminal.seq <= published_seq => Finished::Published(Arc::clone(&done.terminal)),
+            Some(terminal) if terminal.seq <= published_seq => Finished::Published(Arc::clone(terminal)),
             Some(_) => Finished::Unpublished,
             None => Finished::Unknown,
         }
@@ -103,19 +116,21 @@ impl TurnCache {
         }
     }
 
-    /// Drops the oldest finished turns beyond the limit whose terminal events are published;
-    /// returns their IDs (their requests go with them).
+    /// Drops the oldest finished turns beyond the limit — in turns, or in [`CACHE_BYTES`] but
+    /// for the newest — whose terminal events are published; returns their IDs (their requests
+    /// go with them).
     pub(super) fn evict(&mut self, published_seq: u64) -> Vec<TurnId> {
         let CacheSize::Bounded(limit) = self.limit else { return Vec::new() };
         let mut evicted = Vec::new();
-        while self.order.len() > limit {
+        while self.order.len() > limit || (self.bytes > CACHE_BYTES && self.order.len() > 1) {
             let Some(oldest) = self.order.front() else { break };
-            if self.completed.get(oldest).is_some_and(|c| c.terminal.seq > published_seq) {
+            if self.completed.get(oldest).is_some_and(|terminal| terminal.seq > published_seq) {
                 break;
             }
             let oldest = self.order.pop_front().expect("front exists");
-            if let Some(done) = self.completed.remove(&oldest) {
-                tracing::trace!(turn_id = %done.turn.id, "completed turn evicted from the cache");
+            if let Some(terminal) = self.completed.remove(&oldest) {
+                self.bytes -= weight(&terminal);
+                tracing::trace!(turn_id = %oldest, "completed turn evicted from the cache");
             }
             self.pruned = true;
             evicted.push(oldest);
@@ -127,6 +142,46 @@ impl TurnCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::{EventKind, SCHEMA_VERSION};
+    use crate::ids::{EventId, ProviderId, SessionId};
+    use crate::time::Timestamp;
+    use crate::turn::{TurnResult, TurnStatus};
+
+    fn terminal(seq: u64, text: &str) -> Arc<Event> {
+        Arc::new(Event {
+            schema_version: SCHEMA_VERSION,
+            id: EventId::from_string(format!("evt_{seq}")),
+            seq,
+            session_id: SessionId::new("s1").unwrap(),
+            turn_id: Some(TurnId::from_string(format!("t{seq}"))),
+            provider: ProviderId::new("p"),
+            at: Timestamp::from_unix_micros(0),
+            kind: EventKind::terminal(TurnStatus::Completed, TurnResult::text(text)),
+            raw: None,
+        })
+    }
+
+    /// Turns that ended with long final texts are kept by their bytes too, but for the newest;
+    /// an unbounded cache keeps them all, as asked.
+    #[test]
+    fn long_final_texts_are_bounded_by_bytes() {
+        let text = "x".repeat(12 << 20);
+        for (limit, kept) in [(CacheSize::Bounded(1000), 2), (CacheSize::Unbounded, 5)] {
+            let mut cache = TurnCache::new(limit);
+            for seq in 1..=5 {
+                cache.insert(TurnId::from_string(format!("t{seq}")), terminal(seq, &text));
+                cache.evict(seq);
+            }
+            assert_eq!(cache.order.len(), kept, "{limit:?}");
+            assert!(matches!(cache.finished(&TurnId::from_string("t5"), 5), Finished::Published(_)));
+        }
+        let mut cache = TurnCache::new(CacheSize::Bounded(1000));
+        cache.insert(TurnId::from_string("t1"), terminal(1, &"y".repeat(40 << 20)));
+        assert!(cache.evict(1).is_empty(), "the newest stays, however long");
+        cache.insert(TurnId::from_string("t2"), terminal(2, "short"));
+        assert_eq!(cache.evict(1), [TurnId::from_string("t1")]);
+        assert_eq!(cache.bytes, 5);
+    }
 
     #[test]
     fn waiters_that_went_away_are_not_kept() {

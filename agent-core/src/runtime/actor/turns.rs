@@ -312,6 +312,6 @@ impl Actor {
         self.journal.record_turn(&current.turn);
         self.record_snapshot();
         let terminal = self.journal.emit_shared(Some(turn_id), kind, raw);
-        self.cache.insert(current.turn, terminal);
+        self.cache.insert(current.turn.id, terminal);
     }
 }
