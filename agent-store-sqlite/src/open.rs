@@ -57,6 +57,10 @@ pub(crate) fn open_writer(path: &Path, options: &SqliteOptions) -> Result<Connec
             {
                 return Err(OpenError::ReadOnlyDirectory { path: path.to_owned(), dir: directory(path).to_owned() });
             }
+            // The file itself, in a directory this process may write (its mode, its owner).
+            Err(error) if error.sqlite_code() == Some(ErrorCode::CannotOpen) && !writable(path) => {
+                return Err(OpenError::ReadOnly { path: path.to_owned() });
+            }
             opened => return opened,
         }
     }
@@ -70,8 +74,8 @@ fn directory(path: &Path) -> &Path {
     }
 }
 
-/// Whether this process may create files in `dir` (its permissions, a read-only mount, an
-/// immutable directory), as the kernel answers `access(2)`.
+/// Whether this process may write `dir` — create files in a directory, write a file — (its
+/// permissions, a read-only mount, an immutable file), as the kernel answers `access(2)`.
 fn writable(dir: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(dir) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return true };
@@ -158,19 +162,32 @@ fn classify(path: &Path, error: rusqlite::Error) -> OpenError {
 /// another process take itself for the last one and remove the WAL that store writes.
 fn prepare_file(path: &Path, create: bool) -> Result<(), OpenError> {
     let dir = directory(path);
-    if !dir.is_dir() {
-        return Err(OpenError::MissingDirectory { path: path.to_owned(), dir: dir.to_owned() });
-    }
     let io_error = |source: io::Error| OpenError::Io { path: path.to_owned(), source };
+    match fs::metadata(dir) {
+        Ok(metadata) if metadata.is_dir() => {}
+        Ok(_) => return Err(OpenError::MissingDirectory { path: path.to_owned(), dir: dir.to_owned() }),
+        Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
+            return Err(OpenError::MissingDirectory { path: path.to_owned(), dir: dir.to_owned() });
+        }
+        // There, but not for this process (a parent it may not search): said as it is.
+        Err(e) => return Err(io_error(e)),
+    }
     if create {
         match OpenOptions::new().read(true).write(true).create_new(true).mode(FILE_MODE).open(path) {
             Ok(_) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied && !writable(dir) => {
+                return Err(OpenError::ReadOnlyDirectory { path: path.to_owned(), dir: dir.to_owned() });
+            }
             Err(e) => return Err(io_error(e)),
         }
     }
     let metadata = match fs::metadata(path) {
         Ok(metadata) => metadata,
+        // A link to nothing is not a file a store can be made in, even by an open that may.
+        Err(e) if e.kind() == io::ErrorKind::NotFound && fs::symlink_metadata(path).is_ok() => {
+            return Err(OpenError::NotAFile { path: path.to_owned() });
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(OpenError::NoStore { path: path.to_owned() }),
         Err(e) => return Err(io_error(e)),
     };

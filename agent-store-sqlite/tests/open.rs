@@ -375,3 +375,65 @@ async fn a_second_open_in_one_process_keeps_the_first_ones_locks() {
     assert!(own_locks(&path) >= held, "closing the second store dropped the first one's locks");
     assert!(agent_core::Store::list_sessions(&first).await.expect("read").is_empty());
 }
+
+/// A link to nothing is not a file a store can be made in: refused as such, and nothing is
+/// made where it points.
+#[test]
+fn a_link_to_nothing_is_refused_as_not_a_file() {
+    let dir = TempDir::new("open-dangling");
+    let path = dir.path().join("store.db");
+    std::os::unix::fs::symlink(dir.path().join("nowhere.db"), &path).unwrap();
+    let error = refused(&path);
+    assert!(matches!(error, OpenError::NotAFile { .. }), "{error:?}");
+    assert!(!dir.path().join("nowhere.db").exists(), "nothing was made where the link points");
+}
+
+/// The variable that makes [`what_keeps_this_process_out_is_named`] the child it starts as
+/// another user, naming the directory its cases are in.
+const KEPT_OUT: &str = "AGENT_STORE_SQLITE_TEST_KEPT_OUT";
+
+/// Where this process may not go, the error says what stops it: a directory it may not search
+/// is not a missing one, a new store in a directory it may not write names the directory, and
+/// a file it may not open is read-only to it rather than a bare SQLite failure. Run as root,
+/// which may go anywhere, the test opens them from a child running as `nobody`.
+#[test]
+fn what_keeps_this_process_out_is_named() {
+    use std::os::unix::fs::MetadataExt;
+
+    let check = |base: &Path| {
+        let error = refused(&base.join("locked/in/store.db"));
+        assert!(
+            matches!(&error, OpenError::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied),
+            "{error:?}"
+        );
+        let error = refused(&base.join("ro/store.db"));
+        assert!(matches!(error, OpenError::ReadOnlyDirectory { .. }), "{error:?}");
+        let error = refused(&base.join("rw/store.db"));
+        assert!(matches!(error, OpenError::ReadOnly { .. }), "{error:?}");
+    };
+    if let Some(base) = std::env::var_os(KEPT_OUT) {
+        check(Path::new(&base));
+        return;
+    }
+    let dir = TempDir::new("kept-out");
+    let base = dir.path();
+    fs::create_dir_all(base.join("locked/in")).unwrap();
+    fs::create_dir_all(base.join("ro")).unwrap();
+    fs::create_dir_all(base.join("rw")).unwrap();
+    fs::write(base.join("rw/store.db"), b"").unwrap();
+    let_nobody_reach(base);
+    fs::set_permissions(base.join("locked"), fs::Permissions::from_mode(0o000)).unwrap();
+    fs::set_permissions(base.join("ro"), fs::Permissions::from_mode(0o555)).unwrap();
+    fs::set_permissions(base.join("rw"), fs::Permissions::from_mode(0o777)).unwrap();
+    fs::set_permissions(base.join("rw/store.db"), fs::Permissions::from_mode(0o000)).unwrap();
+    let root = fs::metadata("/proc/self").expect("/proc").uid() == 0;
+    if root {
+        as_nobody("what_keeps_this_process_out_is_named", KEPT_OUT, base);
+    } else {
+        check(base);
+    }
+    assert!(!base.join("ro/store.db").exists(), "nothing was made in the read-only directory");
+    assert_eq!(fs::metadata(base.join("rw/store.db")).unwrap().len(), 0, "the file is left as it was");
+    // The scratch directory is removed by its owner.
+    fs::set_permissions(base.join("locked"), fs::Permissions::from_mode(0o755)).unwrap();
+}
