@@ -486,6 +486,16 @@ mod tests {
                 if message.contains("must not start with `-`")),
             "{actions:?}"
         );
+        // Nor one too long to pass back as one argument: every later turn's spawn would fail.
+        let mut fresh = TurnReader::new(&resuming, None, None);
+        let long = format!("SESSION {}", "s".repeat(200_000));
+        let actions = feed(&mut fresh, &[&long, "RESULT done"]);
+        assert_eq!(fresh.session_id(), None);
+        assert!(
+            matches!(&actions[..], [Action::Emit { kind: EventKind::Warning { message }, .. }]
+                if message.contains("longer than 4096 bytes") && message.len() < 200),
+            "{actions:?}"
+        );
         let mut total = None;
         let mut huge = Usage::default();
         huge.input_tokens = Some(u64::MAX);

@@ -57,11 +57,17 @@ pub enum ConversationSource {
     Provider(String),
 }
 
+/// The longest provider conversation ID taken, in bytes: a path's length, far beyond the UUIDs
+/// the CLIs use, and far below the longest argument Linux passes (128 KiB).
+pub const MAX_PROVIDER_CONVERSATION_ID: usize = 4096;
+
 /// Why `id` cannot be a provider conversation ID, if it cannot: blank, starting with `-` (a CLI
 /// given `--resume <id>` would read it as an option of its own — `--help`, or a flag the auth
-/// guard refuses in `extra_args`), or holding a control character. Checked for the IDs callers
-/// pass ([`SessionOptions::validate`]), the IDs a stored session records when it is resumed,
-/// and the IDs a preset reads from its CLI's output.
+/// guard refuses in `extra_args`), holding a control character, or longer than
+/// [`MAX_PROVIDER_CONVERSATION_ID`] bytes (passed back as one argument, it would fail every
+/// later turn's spawn). Checked for the IDs callers pass ([`SessionOptions::validate`]), the IDs
+/// a stored session records when it is resumed, and the IDs a preset reads from its CLI's
+/// output.
 ///
 /// ```
 /// use agent_core::options::provider_conversation_problem;
@@ -70,10 +76,13 @@ pub enum ConversationSource {
 /// assert!(provider_conversation_problem("--settings={}").is_some());
 /// assert!(provider_conversation_problem(" ").is_some());
 /// assert!(provider_conversation_problem("a\nb").is_some());
+/// assert!(provider_conversation_problem(&"s".repeat(200_000)).is_some());
 /// ```
 pub fn provider_conversation_problem(id: &str) -> Option<&'static str> {
     if id.trim().is_empty() {
         Some("must not be empty")
+    } else if id.len() > MAX_PROVIDER_CONVERSATION_ID {
+        Some("is longer than 4096 bytes")
     } else if id.starts_with('-') {
         Some("must not start with `-` (the CLI would read it as an option)")
     } else if id.chars().any(char::is_control) {

@@ -22,7 +22,9 @@ use crate::store::{DynStore, Store};
 mod conversation;
 mod validate;
 
-pub use conversation::{Conversation, ConversationMode, ConversationSource, provider_conversation_problem};
+pub use conversation::{
+    Conversation, ConversationMode, ConversationSource, MAX_PROVIDER_CONVERSATION_ID, provider_conversation_problem,
+};
 
 /// Default `event_buffer_size`.
 pub const DEFAULT_EVENT_BUFFER_SIZE: usize = 1000;
