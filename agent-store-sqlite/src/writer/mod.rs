@@ -565,24 +565,20 @@ mod tests {
         answers.into_iter().map(|mut a| a.try_recv().expect("every write is answered")).collect()
     }
 
+    /// Commits `write` alone, checking `file` first as the writer does; its answer.
+    fn commit_checked(conn: &Connection, write: Box<Prepared>, file: &mut FileIdentity) -> Result<(), StoreError> {
+        let (reply, mut answer) = oneshot::channel();
+        commit_group(conn, &mut vec![(write, reply)], &mut Failed::default(), None, file, &mut LockWait::none());
+        answer.try_recv().expect("answered")
+    }
+
     #[test]
     fn writes_are_refused_once_the_file_was_deleted_or_replaced() {
         for replace in [false, true] {
             let scratch = Scratch::new(if replace { "replaced" } else { "deleted" });
             let path = scratch.dir.join("store.db");
             let mut file = FileIdentity::of(&path);
-            let answer = |write: Box<Prepared>, file: &mut FileIdentity| {
-                let (reply, mut answer) = oneshot::channel();
-                commit_group(
-                    scratch.conn(),
-                    &mut vec![(write, reply)],
-                    &mut Failed::default(),
-                    None,
-                    file,
-                    &mut LockWait::none(),
-                );
-                answer.try_recv().expect("answered")
-            };
+            let answer = |write, file: &mut FileIdentity| commit_checked(scratch.conn(), write, file);
             let a = sid("a");
             answer(new_session(&a, 1..=2), &mut file).expect("written while the file is there");
             std::fs::remove_file(&path).unwrap();
@@ -607,18 +603,7 @@ mod tests {
         let scratch = Scratch::new("wal-deleted");
         let path = scratch.dir.join("store.db");
         let mut file = FileIdentity::of(&path);
-        let answer = |write: Box<Prepared>, file: &mut FileIdentity| {
-            let (reply, mut answer) = oneshot::channel();
-            commit_group(
-                scratch.conn(),
-                &mut vec![(write, reply)],
-                &mut Failed::default(),
-                None,
-                file,
-                &mut LockWait::none(),
-            );
-            answer.try_recv().expect("answered")
-        };
+        let answer = |write, file: &mut FileIdentity| commit_checked(scratch.conn(), write, file);
         let a = sid("a");
         answer(new_session(&a, 1..=2), &mut file).expect("written while the WAL is there");
         answer(events_write(&a, 3..=4, true), &mut file).expect("and again");
