@@ -349,3 +349,32 @@ impl Captured {
         String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
     }
 }
+
+/// Waits (a bounded number of yields) until the stored snapshot of `session` no longer has its
+/// startup marker, and says whether it got there.
+pub(crate) async fn acknowledged(f: &Fixture, session: &SessionRef) -> bool {
+    for _ in 0..1000 {
+        if f.store.fetch_session(&session.id).await.unwrap().is_some_and(|s| s.startup.is_none()) {
+            return true;
+        }
+        tokio::task::yield_now().await;
+    }
+    false
+}
+
+/// Reads a subscription to its end.
+pub(crate) trait SubscriptionExt {
+    async fn next_is_end(&mut self) -> bool;
+}
+
+impl SubscriptionExt for Subscription {
+    async fn next_is_end(&mut self) -> bool {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(60), self.next()).await {
+                Ok(None) => return true,
+                Ok(Some(Ok(_))) => continue,
+                _ => return false,
+            }
+        }
+    }
+}

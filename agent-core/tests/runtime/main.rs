@@ -15,5 +15,6 @@ mod racing;
 mod requests;
 mod resume;
 mod sessions;
+mod sharing;
 mod store_failure;
 mod turns;
