@@ -36,7 +36,7 @@ use crate::time::Timestamp;
 use crate::turn::{Turn, TurnInput, TurnOutcome, TurnStatus};
 
 pub use self::builder::HarnessBuilder;
-use self::stored::{forgotten, outcome, settled_error};
+use self::stored::{forgotten, outcome, settled_in};
 use self::telemetry::Cmd;
 
 /// Default local deadline of a `start_turn` call (not of the turn).
@@ -496,10 +496,9 @@ impl Harness {
 
     async fn respond_inner(&self, request: &Request, response: Response) -> Result<()> {
         let Some(handle) = self.inner.registry.get(&request.session_id) else {
-            if let Some(store) = self.inner.store_of(&request.session_id)
-                && let Some(stored) = store.fetch_request(&request.session_id, &request.id).await?
-            {
-                return Err(settled_error(&stored));
+            let store = self.inner.store_of(&request.session_id);
+            if let Some(settled) = settled_in(store.as_ref(), request).await? {
+                return Err(settled);
             }
             return Err(self.not_live(&request.session_id).await);
         };
@@ -510,24 +509,14 @@ impl Harness {
             // how the request was settled (expired with the session), as for an ended session.
             Err(error @ (Error::SessionNotFound { .. } | Error::SessionDown { .. })) => {
                 handle.exit_reason().await;
-                if let Some(store) = &handle.store
-                    && let Some(stored) = store.fetch_request(&request.session_id, &request.id).await?
-                {
-                    return Err(settled_error(&stored));
-                }
-                return Err(error);
+                return Err(settled_in(handle.store.as_ref(), request).await?.unwrap_or(error));
             }
             Err(error) => return Err(error),
         };
         match answer {
             // Not held by the live session: the store may know how it was settled.
-            Err(Error::RequestNotFound { session_id, request_id }) => {
-                if let Some(store) = &handle.store
-                    && let Some(stored) = store.fetch_request(&session_id, &request_id).await?
-                {
-                    return Err(settled_error(&stored));
-                }
-                Err(Error::RequestNotFound { session_id, request_id })
+            Err(error @ Error::RequestNotFound { .. }) => {
+                Err(settled_in(handle.store.as_ref(), request).await?.unwrap_or(error))
             }
             result => result,
         }

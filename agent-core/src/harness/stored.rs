@@ -334,8 +334,15 @@ pub(super) fn forgotten(session_id: &SessionId, turn: &TurnId, pruned: bool) -> 
     }
 }
 
+/// How `store` says `request` was settled, as the error an answer to it gets; `None` when
+/// there is no store or it holds nothing of the request.
+pub(super) async fn settled_in(store: Option<&DynStore>, request: &Request) -> Result<Option<Error>> {
+    let Some(store) = store else { return Ok(None) };
+    Ok(store.fetch_request(&request.session_id, &request.id).await?.as_ref().map(settled_error))
+}
+
 /// The error for answering a request the store says was settled.
-pub(super) fn settled_error(request: &Request) -> Error {
+fn settled_error(request: &Request) -> Error {
     match request.status {
         RequestStatus::Resolved => Error::AlreadyResolved { request_id: request.id.clone() },
         _ => Error::RequestExpired { request_id: request.id.clone() },
