@@ -11,7 +11,7 @@ use crate::event::Event;
 use crate::request::Request;
 use crate::runtime::write_batch;
 use crate::session::{Durability, SessionSnapshot};
-use crate::store::{QueuedWrite, StoreError, WriteBatch};
+use crate::store::{DynStore, QueuedWrite, StoreError, WriteBatch};
 use crate::time::Timestamp;
 use crate::turn::Turn;
 
@@ -236,17 +236,7 @@ impl Journal {
         let Some(home) = &self.home_store else { return true };
         let mut batch = WriteBatch::new(self.session.id.clone());
         batch.delete_first = true;
-        match tokio::time::timeout(timeout, write_batch(home, &batch)).await {
-            Ok(Ok(())) => true,
-            Ok(Err(error)) => {
-                tracing::warn!(%error, "the discarded session's history could not be deleted");
-                false
-            }
-            Err(_) => {
-                tracing::warn!(?timeout, "deleting the discarded session's history timed out");
-                false
-            }
-        }
+        last_write(home, &batch, timeout, "deleting the discarded session's history").await
     }
 
     /// Offers the final snapshot to the store of a session that degraded, so that its stored
@@ -260,10 +250,24 @@ impl Journal {
         let (None, Some(home)) = (&self.store, &self.home_store) else { return };
         let mut batch = WriteBatch::new(self.session.id.clone());
         batch.snapshot = Some(snapshot.clone());
-        match tokio::time::timeout(timeout, write_batch(home, &batch)).await {
-            Ok(Ok(())) => tracing::debug!("final snapshot of a degraded session stored"),
-            Ok(Err(error)) => tracing::warn!(%error, "the final snapshot could not be stored"),
-            Err(_) => tracing::warn!(?timeout, "storing the final snapshot timed out"),
+        if last_write(home, &batch, timeout, "storing the final snapshot of a degraded session").await {
+            tracing::debug!("final snapshot of a degraded session stored");
+        }
+    }
+}
+
+/// One of a session's last writes, to the store it was started with, bounded by `timeout`;
+/// true when it was written. A failure is only logged: the session is ending anyway.
+async fn last_write(home: &DynStore, batch: &WriteBatch, timeout: std::time::Duration, what: &str) -> bool {
+    match tokio::time::timeout(timeout, write_batch(home, batch)).await {
+        Ok(Ok(())) => true,
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "{what} failed");
+            false
+        }
+        Err(_) => {
+            tracing::warn!(?timeout, "{what} timed out");
+            false
         }
     }
 }
