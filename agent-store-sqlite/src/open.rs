@@ -74,13 +74,13 @@ fn directory(path: &Path) -> &Path {
     }
 }
 
-/// Whether this process may write `dir` — create files in a directory, write a file — (its
+/// Whether this process may write `path` — create files in a directory, write a file — (its
 /// permissions, a read-only mount, an immutable file), as the kernel answers `access(2)`.
-fn writable(dir: &Path) -> bool {
+fn writable(path: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
-    let Ok(dir) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return true };
-    // SAFETY: `dir` is a NUL-terminated string that lives across the call, which only reads it.
-    unsafe { libc::access(dir.as_ptr(), libc::W_OK) == 0 }
+    let Ok(path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return true };
+    // SAFETY: `path` is a NUL-terminated string that lives across the call, which only reads it.
+    unsafe { libc::access(path.as_ptr(), libc::W_OK) == 0 }
 }
 
 fn open_writer_once(path: &Path, options: &SqliteOptions) -> Result<Connection, OpenError> {
@@ -201,7 +201,7 @@ fn prepare_file(path: &Path, create: bool) -> Result<(), OpenError> {
 }
 
 /// `path` with `suffix` appended to its file name (SQLite's `-wal` and `-shm` files).
-fn side_file(path: &Path, suffix: &str) -> PathBuf {
+pub(crate) fn side_file(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)
