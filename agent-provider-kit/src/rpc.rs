@@ -159,7 +159,7 @@ impl From<&str> for CliRequestId {
 }
 
 impl fmt::Display for CliRequestId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
     }
 }
