@@ -119,6 +119,11 @@ impl EventPager {
         self.limit
     }
 
+    /// Asks for one event next (the pages after it grow again).
+    pub(crate) fn one_at_a_time(&mut self) {
+        self.limit = 1;
+    }
+
     /// Sizes the next page after `page`, the one read with [`EventPager::limit`].
     pub fn after(&mut self, page: &[Arc<Event>]) {
         let bytes: usize = page.iter().map(|e| e.raw_len()).sum();

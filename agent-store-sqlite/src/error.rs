@@ -155,7 +155,9 @@ pub(crate) fn store_error(error: &rusqlite::Error) -> StoreError {
     }
 }
 
-/// A stored JSON document that does not decode.
+/// A stored JSON document that does not decode. `what` names the row (see
+/// [`snapshot_name`](crate::reader::snapshot_name) and its neighbours), so that a caller knows
+/// which one to repair or remove.
 pub(crate) fn corrupt_json(what: &str, error: &serde_json::Error) -> StoreError {
     StoreError::Corrupt(format!("stored {what} is not valid: {error}"))
 }

@@ -19,6 +19,10 @@ pub(crate) const COLUMNS: &str = "e.seq, e.turn_key, t.turn_id, p.prefix, e.even
      e.document FROM events e LEFT JOIN turns t ON t.position = e.turn_key \
      LEFT JOIN event_prefixes p ON p.prefix_key = e.prefix_key";
 
+/// What an error calls each of [`COLUMNS`].
+const COLUMN_NAMES: [&str; 10] =
+    ["seq", "turn key", "turn ID", "ID prefix", "ID", "time", "provider", "kind", "raw payload", "envelope"];
+
 /// The insert of event rows, without its `VALUES`.
 pub(crate) const INSERT_INTO: &str =
     "INSERT INTO events (session_key, seq, turn_key, prefix_key, event_id, at, provider, kind, raw, document)";
@@ -40,32 +44,49 @@ impl Decoder {
         Decoder { session, turn: None, provider: None }
     }
 
-    /// The event of one row.
+    /// The event of one row. An error names the session and the row's seq, so that a caller
+    /// knows which event to repair, or where to read on from.
     pub(crate) fn decode(&mut self, row: &Row<'_>) -> Result<Event, StoreError> {
+        let seq: i64 = row.get(0).map_err(|e| store_error(&e))?;
+        self.decode_at(row, seq).map_err(|error| match error {
+            StoreError::Corrupt(reason) => {
+                StoreError::Corrupt(format!("event {seq} of session `{}`: {reason}", self.session))
+            }
+            other => other,
+        })
+    }
+
+    fn decode_at(&mut self, row: &Row<'_>, seq: i64) -> Result<Event, StoreError> {
         let sql = |e: rusqlite::Error| store_error(&e);
         if let Some(document) = text(row, 9)? {
-            return serde_json::from_str(document).map_err(|e| corrupt_json("event", &e));
+            let event: Event = serde_json::from_str(document).map_err(|e| corrupt_json("envelope", &e))?;
+            // The row's seq orders and finds the event: a document that says otherwise would
+            // come back out of order. (Its session may differ: an event naming another session
+            // is stored as it was written.)
+            if i64::try_from(event.seq) != Ok(seq) {
+                return Err(StoreError::Corrupt(format!("the stored envelope is event {}", event.seq)));
+            }
+            return Ok(event);
         }
-        let seq: i64 = row.get(0).map_err(sql)?;
         let seq = u64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("stored seq {seq} is negative")))?;
         let turn_key: Option<i64> = row.get(1).map_err(sql)?;
         let turn_id = match (turn_key, text(row, 2)?) {
             (None, _) => None,
             (Some(_), Some(turn)) => Some(self.turn(turn)),
             (Some(key), None) => {
-                return Err(StoreError::Corrupt(format!("event {seq} names turn key {key}, which is not stored")));
+                return Err(StoreError::Corrupt(format!("it names turn key {key}, which is not stored")));
             }
         };
         let id = match (text(row, 3)?, text(row, 4)?) {
             (Some(prefix), _) => EventId::in_sequence(prefix, seq),
             (None, Some(id)) => EventId::from_string(id),
-            (None, None) => return Err(StoreError::Corrupt(format!("event {seq} has no stored ID"))),
+            (None, None) => return Err(StoreError::Corrupt("it has no stored ID".into())),
         };
-        let missing = |what: &str| StoreError::Corrupt(format!("event {seq} has no stored {what}"));
+        let missing = |what: &str| StoreError::Corrupt(format!("it has no stored {what}"));
         let at: i64 = row.get::<_, Option<i64>>(5).map_err(sql)?.ok_or_else(|| missing("time"))?;
         let provider = self.provider(text(row, 6)?.ok_or_else(|| missing("provider"))?);
         let kind: EventKind = serde_json::from_str(text(row, 7)?.ok_or_else(|| missing("kind"))?)
-            .map_err(|e| corrupt_json("event kind", &e))?;
+            .map_err(|e| corrupt_json("kind", &e))?;
         let raw = text(row, 8)?
             .map(|raw| RawJson::from_string(raw.to_owned()))
             .transpose()
@@ -103,8 +124,8 @@ fn text<'r>(row: &'r Row<'_>, column: usize) -> Result<Option<&'r str>, StoreErr
         ValueRef::Null => Ok(None),
         ValueRef::Text(bytes) => std::str::from_utf8(bytes)
             .map(Some)
-            .map_err(|e| StoreError::Corrupt(format!("a stored event column is not UTF-8: {e}"))),
-        other => Err(StoreError::Corrupt(format!("a stored event column has type {:?}", other.data_type()))),
+            .map_err(|e| StoreError::Corrupt(format!("its {} is not UTF-8: {e}", COLUMN_NAMES[column]))),
+        other => Err(StoreError::Corrupt(format!("its {} has type {:?}", COLUMN_NAMES[column], other.data_type()))),
     }
 }
 

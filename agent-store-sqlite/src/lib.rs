@@ -156,13 +156,15 @@ impl Store for SqliteStore {
     async fn fetch_session(&self, id: &SessionId) -> Result<Option<SessionSnapshot>, StoreError> {
         let id = id.clone();
         self.read(move |conn| {
-            reader::one(conn, "snapshot", "SELECT snapshot FROM sessions WHERE id = ?1", [id.as_str()])
+            let what = reader::snapshot_name(id.as_str());
+            reader::one(conn, &what, "SELECT snapshot FROM sessions WHERE id = ?1", [id.as_str()])
         })
         .await
     }
 
     async fn list_sessions(&self) -> Result<Vec<SessionSnapshot>, StoreError> {
-        self.read(|conn| reader::all(conn, "snapshot", "SELECT snapshot FROM sessions ORDER BY id", [])).await
+        self.read(|conn| reader::all(conn, reader::snapshot_name, "SELECT snapshot, id FROM sessions ORDER BY id", []))
+            .await
     }
 
     /// Refuses an open snapshot ([`SessionSnapshot::is_open`]) with [`StoreError::SessionLive`];
@@ -182,7 +184,7 @@ impl Store for SqliteStore {
         self.read(move |conn| {
             reader::one(
                 conn,
-                "turn",
+                &reader::turn_name(session.as_str(), turn.as_str()),
                 "SELECT record FROM turns WHERE session_id = ?1 AND turn_id = ?2 AND record IS NOT NULL",
                 [session.as_str(), turn.as_str()],
             )
@@ -195,8 +197,8 @@ impl Store for SqliteStore {
         self.read(move |conn| {
             reader::all(
                 conn,
-                "turn",
-                "SELECT record FROM turns WHERE session_id = ?1 AND record IS NOT NULL ORDER BY position",
+                |turn| reader::turn_name(session.as_str(), turn),
+                "SELECT record, turn_id FROM turns WHERE session_id = ?1 AND record IS NOT NULL ORDER BY position",
                 [session.as_str()],
             )
         })
@@ -214,7 +216,7 @@ impl Store for SqliteStore {
         self.read(move |conn| {
             reader::one(
                 conn,
-                "request",
+                &reader::request_name(session.as_str(), request.as_str()),
                 "SELECT record FROM requests WHERE session_id = ?1 AND request_id = ?2",
                 [session.as_str(), request.as_str()],
             )
@@ -227,8 +229,8 @@ impl Store for SqliteStore {
         self.read(move |conn| {
             reader::all(
                 conn,
-                "request",
-                "SELECT record FROM requests WHERE session_id = ?1 ORDER BY position",
+                |request| reader::request_name(session.as_str(), request),
+                "SELECT record, request_id FROM requests WHERE session_id = ?1 ORDER BY position",
                 [session.as_str()],
             )
         })

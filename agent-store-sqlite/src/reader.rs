@@ -72,11 +72,26 @@ impl Readers {
     }
 }
 
+/// How an error names a stored snapshot.
+pub(crate) fn snapshot_name(session: &str) -> String {
+    format!("snapshot of session `{session}`")
+}
+
+/// How an error names a stored turn.
+pub(crate) fn turn_name(session: &str, turn: &str) -> String {
+    format!("turn `{turn}` of session `{session}`")
+}
+
+/// How an error names a stored request.
+pub(crate) fn request_name(session: &str, request: &str) -> String {
+    format!("request `{request}` of session `{session}`")
+}
+
 fn decode<T: DeserializeOwned>(what: &str, json: &str) -> Result<T, StoreError> {
     serde_json::from_str(json).map_err(|e| corrupt_json(what, &e))
 }
 
-/// One JSON document selected by `sql` with `params`.
+/// One JSON document selected by `sql` with `params`; `what` names it in an error.
 pub(crate) fn one<T: DeserializeOwned>(
     conn: &Connection,
     what: &str,
@@ -90,10 +105,12 @@ pub(crate) fn one<T: DeserializeOwned>(
     json.map(|json| decode(what, &json)).transpose()
 }
 
-/// Every JSON document selected by `sql` with `params`, in the query's order.
+/// Every JSON document selected by `sql` with `params`, in the query's order. `sql` selects
+/// the document and then the row's key (an ID), which `what(key)` turns into the row's name in
+/// an error: one row that does not decode says which it is.
 pub(crate) fn all<T: DeserializeOwned>(
     conn: &Connection,
-    what: &str,
+    what: impl Fn(&str) -> String,
     sql: &str,
     params: impl rusqlite::Params,
 ) -> Result<Vec<T>, StoreError> {
@@ -102,7 +119,10 @@ pub(crate) fn all<T: DeserializeOwned>(
     let mut out = Vec::new();
     while let Some(row) = rows.next().map_err(|e| store_error(&e))? {
         let json = row.get_ref(0).and_then(|v| Ok(v.as_str()?)).map_err(|e| store_error(&e))?;
-        out.push(decode(what, json)?);
+        out.push(serde_json::from_str(json).map_err(|e| {
+            let key = row.get_ref(1).ok().and_then(|v| v.as_str().ok()).unwrap_or("?");
+            corrupt_json(&what(key), &e)
+        })?);
     }
     Ok(out)
 }
@@ -162,22 +182,24 @@ pub(crate) fn last_event_of_turn(
 
 /// The request statements, by filter. Each is a plain equality lookup on an index (checked by a
 /// test below), and `ORDER BY position` keeps creation order whatever the index order is.
-const REQUESTS: &str = "SELECT record FROM requests WHERE session_id = ?1 ORDER BY position";
-const REQUESTS_OF_TURN: &str = "SELECT record FROM requests WHERE session_id = ?1 AND turn_id = ?2 ORDER BY position";
+const REQUESTS: &str = "SELECT record, request_id FROM requests WHERE session_id = ?1 ORDER BY position";
+const REQUESTS_OF_TURN: &str =
+    "SELECT record, request_id FROM requests WHERE session_id = ?1 AND turn_id = ?2 ORDER BY position";
 const REQUESTS_WITH_STATUS: &str =
-    "SELECT record FROM requests WHERE session_id = ?1 AND status = ?2 ORDER BY position";
-const REQUESTS_OF_TURN_WITH_STATUS: &str =
-    "SELECT record FROM requests WHERE session_id = ?1 AND turn_id = ?2 AND status = ?3 ORDER BY position";
+    "SELECT record, request_id FROM requests WHERE session_id = ?1 AND status = ?2 ORDER BY position";
+const REQUESTS_OF_TURN_WITH_STATUS: &str = "SELECT record, request_id FROM requests \
+     WHERE session_id = ?1 AND turn_id = ?2 AND status = ?3 ORDER BY position";
 
 /// Requests of `session` matching `query`, in creation order.
 pub(crate) fn requests(conn: &Connection, session: &str, query: &RequestQuery) -> Result<Vec<Request>, StoreError> {
     let status = query.status.map(crate::rows::status_name).transpose()?;
+    let what = |request: &str| request_name(session, request);
     match (&query.turn, &status) {
-        (None, None) => all(conn, "request", REQUESTS, params![session]),
-        (Some(turn), None) => all(conn, "request", REQUESTS_OF_TURN, params![session, turn.as_str()]),
-        (None, Some(status)) => all(conn, "request", REQUESTS_WITH_STATUS, params![session, status]),
+        (None, None) => all(conn, what, REQUESTS, params![session]),
+        (Some(turn), None) => all(conn, what, REQUESTS_OF_TURN, params![session, turn.as_str()]),
+        (None, Some(status)) => all(conn, what, REQUESTS_WITH_STATUS, params![session, status]),
         (Some(turn), Some(status)) => {
-            all(conn, "request", REQUESTS_OF_TURN_WITH_STATUS, params![session, turn.as_str(), status])
+            all(conn, what, REQUESTS_OF_TURN_WITH_STATUS, params![session, turn.as_str(), status])
         }
     }
 }

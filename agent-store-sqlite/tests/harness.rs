@@ -140,6 +140,48 @@ async fn a_harness_restarted_on_the_same_file_sees_its_sessions_stored_and_appli
     }
 }
 
+/// A replay from the file that meets a row it cannot read (damaged, or written by a newer
+/// release) delivers every event before it, then fails naming the row, with `resume_after` the
+/// last event delivered — where it used to fail its whole first page with `resume_after: 0`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_delivers_the_events_before_a_row_it_cannot_read() {
+    let dir = TempDir::new("damaged-row");
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::open(&path).expect("open");
+    let (harness, control) = harness(&store);
+    let session = harness.start_session("scripted", options(dir.path(), "s").event_buffer_size(2)).await.unwrap();
+    control.push_script([Frame::delta("a"), Frame::delta("b"), Frame::delta("c"), Frame::complete("abc")]);
+    let turn = harness.start_turn(&session, "Work", TurnOptions::new()).await.unwrap();
+    harness.await_turn(&turn, Some(WAIT)).await.expect("the turn completes");
+    harness.stop_session(&session, false).await.unwrap();
+    let stored = store.read_events(&session.id, &EventQuery::all()).await.unwrap();
+    let bad = stored.iter().find(|e| matches!(&e.kind, EventKind::MessageDelta { text, .. } if text == "a")).unwrap();
+    let damage = rusqlite::Connection::open(&path).unwrap();
+    let changed = damage
+        .execute("UPDATE events SET kind = '{\"type\":\"future_kind\",\"data\":{}}' WHERE seq = ?1", [bad.seq as i64])
+        .unwrap();
+    assert_eq!(changed, 1);
+
+    let mut replay = harness.subscribe(&session, Replay::After(0)).await.unwrap();
+    let mut delivered = Vec::new();
+    let failure = loop {
+        match tokio::time::timeout(WAIT, replay.next()).await.expect("the replay goes on") {
+            Some(Ok(event)) => delivered.push(event.seq),
+            Some(Err(failure)) => break failure,
+            None => panic!("the replay ended without a word after {delivered:?}"),
+        }
+    };
+    assert_eq!(delivered, (1..bad.seq).collect::<Vec<_>>(), "every event before the bad row");
+    match failure {
+        agent_core::SubscriptionError::ReplayFailed { resume_after, reason } => {
+            assert_eq!(resume_after, bad.seq - 1);
+            assert!(reason.contains(&format!("event {} of session `s`", bad.seq)), "{reason}");
+        }
+        other => panic!("expected ReplayFailed, got {other:?}"),
+    }
+    assert!(replay.next().await.is_none(), "the subscription ends with its failure");
+}
+
 /// A session on a fresh store with a running turn whose first event is committed.
 async fn running_session(
     dir: &TempDir,

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::store::{EventQuery, Store, WriteBatch};
-use agent_core::{Event, SessionId, SessionState, StoreError, TurnStatus};
+use agent_core::{Event, RequestStatus, SessionId, SessionState, StoreError, TurnId, TurnStatus};
 use agent_store_sqlite::{SqliteOptions, SqliteStore};
-use agent_testkit::conformance::store::{event, snapshot, turn};
+use agent_testkit::conformance::store::{event, request, snapshot, turn};
 use common::TempDir;
 
 fn sid(id: &str) -> SessionId {
@@ -154,6 +154,47 @@ async fn undecodable_stored_json_is_reported_as_corrupt() {
     assert!(matches!(snapshot, Err(StoreError::Corrupt(_))), "{snapshot:?}");
     let retry = store.append_events(&id, &[event(&id, 1, None, "a")]).await;
     assert!(matches!(retry, Err(StoreError::Corrupt(_))), "a retry compared with a corrupt event: {retry:?}");
+}
+
+/// A row this build cannot read (damaged, or written by a newer release) is named in the error:
+/// the session, and the turn, request or event seq, so a caller knows which one to repair.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_that_does_not_decode_is_named_in_the_error() {
+    let dir = TempDir::new("named");
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let (a, b) = (sid("a"), sid("b"));
+    let mut batch = WriteBatch::new(a.clone());
+    batch.snapshot = Some(snapshot(&a, SessionState::Idle));
+    batch.turns = vec![turn(&a, "t1", TurnStatus::Completed), turn(&a, "t2", TurnStatus::Completed)];
+    batch.requests = vec![request(&a, "t1", "r1", RequestStatus::Resolved)];
+    batch.events = (1..=4).map(|seq| event(&a, seq, None, "x")).collect();
+    store.write(&batch).await.unwrap();
+    store.save_session(&snapshot(&b, SessionState::Idle)).await.unwrap();
+    let other = rusqlite::Connection::open(&path).unwrap();
+    let damage = |sql: &str| assert_eq!(other.execute(sql, []).unwrap(), 1, "{sql}");
+    damage("UPDATE sessions SET snapshot = json_set(snapshot, '$.status', 'paused') WHERE id = 'b'");
+    damage("UPDATE turns SET record = json_set(record, '$.status', 'later') WHERE turn_id = 't2'");
+    damage("UPDATE requests SET record = '[]' WHERE request_id = 'r1'");
+    damage("UPDATE events SET kind = '{\"type\":\"future_kind\",\"data\":{}}' WHERE seq = 3");
+    let elsewhere = serde_json::to_string(&*event(&a, 99, None, "x")).unwrap();
+    other.execute("UPDATE events SET document = ?1 WHERE seq = 2", [elsewhere]).unwrap();
+
+    let corrupt = |result: Result<(), StoreError>, names: &str| match result {
+        Err(StoreError::Corrupt(reason)) => assert!(reason.contains(names), "{names:?} not in {reason:?}"),
+        other => panic!("expected Corrupt naming {names:?}, got {other:?}"),
+    };
+    corrupt(store.list_sessions().await.map(drop), "snapshot of session `b`");
+    corrupt(store.fetch_session(&b).await.map(drop), "snapshot of session `b`");
+    assert!(store.fetch_session(&a).await.unwrap().is_some(), "the other sessions still read");
+    corrupt(store.list_turns(&a).await.map(drop), "turn `t2` of session `a`");
+    corrupt(store.fetch_turn(&a, &TurnId::new("t2").unwrap()).await.map(drop), "turn `t2` of session `a`");
+    corrupt(store.list_requests(&a).await.map(drop), "request `r1` of session `a`");
+    corrupt(store.read_events(&a, &EventQuery::after(2)).await.map(drop), "event 3 of session `a`");
+    // A whole envelope kept in a row of another seq would come back out of order.
+    corrupt(store.read_events(&a, &EventQuery::all()).await.map(drop), "event 2 of session `a`");
+    let past = store.read_events(&a, &EventQuery::after(3)).await.unwrap();
+    assert_eq!(past.iter().map(|e| e.seq).collect::<Vec<_>>(), [4], "the rows after it still read");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,7 +15,7 @@ use tokio_util::sync::ReusableBoxFuture;
 use crate::event::Event;
 use crate::ids::{SessionId, TurnId};
 use crate::session::{ExitReason, SessionRef};
-use crate::store::{DynStore, EventPager, EventQuery};
+use crate::store::{DynStore, EventPager, EventQuery, StoreError};
 use crate::turn::{Turn, TurnRef};
 
 /// Where a subscription starts.
@@ -404,6 +404,14 @@ impl State {
         }
         let events = match read.store.read_events(&self.session_id, &query).await {
             Ok(events) => events,
+            // A row the store cannot read (damaged, or from a newer release) fails its whole
+            // page: the events before it are read one at a time, so that they are delivered
+            // and the failure's `resume_after` is the last one that reads.
+            Err(StoreError::Corrupt(_)) if limit > 1 => {
+                self.pager.one_at_a_time();
+                self.reading = Some(read);
+                return;
+            }
             Err(error) => {
                 tracing::warn!(%error, session_id = %self.session_id, "replay read failed");
                 let reason = format!("the store could not be read: {error}");

@@ -469,7 +469,8 @@ fn stored_snapshot(conn: &Connection, write: &Prepared) -> Result<Option<Session
         .prepare_cached("SELECT snapshot FROM sessions WHERE id = ?1")
         .and_then(|mut stmt| stmt.query_row([write.session.as_str()], |row| row.get(0)).optional())
         .map_err(|e| store_error(&e))?;
-    stored.map(|json| serde_json::from_str(&json).map_err(|e| corrupt_json("snapshot", &e))).transpose()
+    let what = || crate::reader::snapshot_name(write.session.as_str());
+    stored.map(|json| serde_json::from_str(&json).map_err(|e| corrupt_json(&what(), &e))).transpose()
 }
 
 fn delete_session(conn: &Connection, session: &str) -> rusqlite::Result<()> {
