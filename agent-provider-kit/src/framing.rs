@@ -63,7 +63,10 @@ pub enum Line<'a> {
 ///
 /// Memory stays bounded by the read buffer plus `max`, whatever the stream holds. A line that
 /// fits in the read buffer is handed out from it without copying; a line spread over several
-/// reads is gathered in one buffer that is reused for every line. The read buffer starts at
+/// reads is gathered in one buffer that is reused for every line — except a line of
+/// [`OWN_CHUNK`] bytes or more, whose buffer becomes the line's own chunk, so that what a
+/// provider keeps of it (its raw JSON, a text in it) shares those bytes instead of copying a
+/// line of megabytes once more each. The read buffer starts at
 /// 4 KiB and grows to 64 KiB the first time a read fills it. A reader made
 /// [`redacting`](LineReader::redacting) a session's credentials hands out a line that holds one
 /// as a copy with each replaced.
@@ -73,6 +76,9 @@ pub struct LineReader<R> {
     max: usize,
     /// A line spread over several reads, gathered; reused.
     line: Vec<u8>,
+    /// The last line handed out, when it was gathered and is at least [`OWN_CHUNK`] bytes: its
+    /// own chunk (let go on the next call).
+    own: Bytes,
     /// Bytes of the read buffer the last line was handed out from, consumed on the next call.
     consume: usize,
     /// The first [`TOO_LONG_HEAD`] bytes of the last line handed out as [`Line::TooLong`].
@@ -80,6 +86,10 @@ pub struct LineReader<R> {
     /// The credentials replaced in the lines handed out, if any.
     redact: Option<Redactor>,
 }
+
+/// The length from which a gathered line becomes a chunk of its own (see [`LineReader`]): large
+/// enough that the allocation it takes is nothing beside the copies it saves.
+pub const OWN_CHUNK: usize = 64 * 1024;
 
 /// How much of a line over the cap [`LineReader::too_long_head`] keeps: enough for a provider
 /// to tell what kind of message was dropped (claude's `{"type":"result",…`).
@@ -94,7 +104,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     /// Like [`LineReader::new`], starting with a read buffer of `first` bytes.
     fn with_first_buffer(inner: R, max: usize, first: usize) -> Self {
         let inner = ReadBuffer::new(inner, first.max(1));
-        LineReader { inner, max, line: Vec::new(), consume: 0, head: Vec::new(), redact: None }
+        LineReader { inner, max, line: Vec::new(), own: Bytes::new(), consume: 0, head: Vec::new(), redact: None }
     }
 
     /// Replaces each of `secrets`' credentials ([`Secrets::credentials`]) in the lines handed
@@ -144,14 +154,16 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     }
 
     /// [`LineReader::next_line`], with the chunk of the stream the line lies in when one read
-    /// brought all of it (most lines): a line kept with [`RawJson::parsed_in`] and that chunk
-    /// shares the bytes instead of copying them ([`keep_line`] does either). `None` for a line
-    /// gathered from several reads, which [`keep_line`] copies.
+    /// brought all of it (most lines), or when it was gathered from several reads and is at
+    /// least [`OWN_CHUNK`] bytes (its own chunk): a line kept with [`RawJson::parsed_in`] and
+    /// that chunk shares the bytes instead of copying them ([`keep_line`] does either). `None`
+    /// for a shorter line gathered from several reads, which [`keep_line`] copies.
     ///
     /// [`RawJson::parsed_in`]: agent_core::event::RawJson::parsed_in
     pub async fn next_line_in_chunk(&mut self) -> std::io::Result<Option<(Line<'_>, Option<&Bytes>)>> {
         self.inner.consume(std::mem::take(&mut self.consume));
         self.line.clear();
+        self.own = Bytes::new();
         // Bytes of an over-long line dropped so far; `Some` once the line is over the cap.
         let mut skipped: Option<usize> = None;
         // The last byte of the line so far is `\r` (not part of the line if a newline follows).
@@ -219,6 +231,14 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                         if let Some(redact) = self.redact.as_mut().filter(|redact| redact.finds(&self.line)) {
                             let line = std::mem::take(&mut self.line);
                             redact.redact_into(&line, &mut self.line);
+                        }
+                        if self.line.len() >= OWN_CHUNK {
+                            // Shrunk in place (a large allocation is remapped, not copied), so
+                            // that the chunk holds no spare room for as long as it is kept.
+                            let mut line = std::mem::take(&mut self.line);
+                            line.shrink_to_fit();
+                            self.own = Bytes::from(line);
+                            return Ok(Some((Line::Text(&self.own), Some(&self.own))));
                         }
                         Line::Text(&self.line)
                     }
@@ -622,6 +642,44 @@ mod tests {
             lines,
             vec![text("{\"a\":1}"), text("partial"), Owned::TooLong(1024 * 1024), text("after"), text("last")]
         );
+    }
+
+    /// A line of megabytes gathered from many reads is handed out as a chunk of its own, so
+    /// that its raw JSON and a text in it share its bytes; a short gathered line is not (it is
+    /// copied when kept, and the gathering buffer is reused).
+    #[tokio::test]
+    async fn a_long_gathered_line_is_its_own_chunk() {
+        let long = [br#"{"text":""#.to_vec(), vec![b'x'; 3 << 20], br#""}"#.to_vec()].concat();
+        let (mut writer, reader) = tokio::io::duplex(1 << 12);
+        let written = long.clone();
+        let write = async move {
+            writer.write_all(b"{\"short\":\"longer than a read\"}\n").await.expect("writes");
+            writer.write_all(&written).await.expect("writes");
+            writer.write_all(b"\n").await.expect("writes");
+        };
+        let read = async {
+            let mut lines = LineReader::with_first_buffer(reader, 4 << 20, 16);
+            let Some((Line::Text(short), chunk)) = lines.next_line_in_chunk().await.expect("reads") else {
+                panic!("a line")
+            };
+            assert_eq!(short, br#"{"short":"longer than a read"}"#);
+            assert!(chunk.is_none(), "a short gathered line is copied when kept");
+            let Some((Line::Text(text), Some(chunk))) = lines.next_line_in_chunk().await.expect("reads") else {
+                panic!("a long gathered line comes with its chunk")
+            };
+            assert_eq!(text, &long[..]);
+            let text = std::str::from_utf8(text).expect("UTF-8");
+            let raw = keep_line(text, Some(chunk));
+            assert_eq!(raw.get().as_ptr(), chunk.as_ptr(), "the raw JSON shares the line's bytes");
+            assert_eq!(chunk.len(), long.len(), "the chunk holds the line and no spare room");
+            let body = &text[9..text.len() - 2];
+            let kept = agent_core::event::TextArena::new().keep(body, Some(chunk));
+            assert_eq!(kept.as_ptr(), body.as_ptr(), "a text in it is a slice, not a copy");
+            drop(raw);
+            assert!(lines.next_line_in_chunk().await.expect("reads").is_none());
+            assert!(lines.own.is_empty(), "the reader lets the line go");
+        };
+        tokio::join!(write, read);
     }
 
     /// A redacting reader replaces a credential in every line that holds one, whether the line
