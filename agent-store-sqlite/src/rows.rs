@@ -225,6 +225,9 @@ impl Prepared {
             distinct &= matches!(id, IdForm::Own { .. }) && previous.is_none_or(|p| p < seq);
             previous = Some(seq);
             let document = needs_document(event, &self.session);
+            // A kind's JSON is about as long as its raw payload (a delta's text is in both):
+            // room made once for an event of megabytes, where doubling would take twice that.
+            json.reserve(event.raw.as_ref().map_or(0, |raw| raw.get().len()) + 128);
             let start = json.len();
             let written = if document {
                 serde_json::to_writer(&mut json, &**event)
@@ -269,6 +272,23 @@ fn encode<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, StoreError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An event of megabytes is encoded into room made for it once, not into a buffer doubled
+    /// up to twice its size.
+    #[test]
+    fn a_large_event_is_encoded_without_doubling() {
+        let text = "x".repeat(4 << 20);
+        let raw = format!(r#"{{"method":"item/agentMessage/delta","params":{{"delta":"{text}"}}}}"#);
+        let json = format!(
+            r#"{{"schema_version":1,"id":"evt_1","seq":1,"session_id":"s","turn_id":null,"provider":"codex","at":"2026-01-01T00:00:00Z","type":"message_delta","data":{{"text":"{text}"}},"raw":{raw}}}"#
+        );
+        let event: Arc<Event> = Arc::new(serde_json::from_str(&json).expect("an event"));
+        let mut prepared = Prepared::new(SessionId::new("s").unwrap());
+        prepared.push_events(&[event]).expect("encodes");
+        let kind = prepared.events[0].json.len();
+        assert!(kind > text.len(), "the kind holds the text");
+        assert!(prepared.text.capacity() <= raw.len() + 256, "{} for {kind}", prepared.text.capacity());
+    }
 
     #[test]
     fn an_id_is_stored_by_prefix_exactly_when_its_text_is_made_for_its_own_seq() {
