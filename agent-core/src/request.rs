@@ -502,6 +502,8 @@ fn validate_choice(request: &Request, value: &str) -> Result<()> {
     if request.choices.iter().any(|choice| choice.value == value) {
         return Ok(());
     }
+    // Quoted in the error, but not whole: a caller's mistake of megabytes is not echoed back.
+    let value = &crate::ids::refused_id(value.to_owned());
     let offered: Vec<String> = request.choices.iter().map(|choice| format!("`{}`", choice.value)).collect();
     Err(Error::InvalidResponse(if offered.is_empty() && request.questions.iter().any(|q| !q.choices.is_empty()) {
         // The choices are its questions': a question's choice is an answer.
@@ -751,6 +753,13 @@ mod tests {
         }
         match Response::choose("accept_with_execpolicy_amendment").validate_for(&plain) {
             Err(Error::InvalidResponse(message)) => assert!(message.contains("offers none"), "{message}"),
+            other => panic!("expected InvalidResponse, got {other:?}"),
+        }
+        // A value of megabytes is quoted by its beginning, not echoed whole.
+        match Response::choose("x".repeat(10 << 20)).validate_for(&offered) {
+            Err(Error::InvalidResponse(message)) => {
+                assert!(message.len() < 1024 && message.contains("more bytes"), "{} bytes", message.len())
+            }
             other => panic!("expected InvalidResponse, got {other:?}"),
         }
         // Any kind of request may offer decisions; approve, deny and cancel keep working.

@@ -551,8 +551,8 @@ impl Harness {
         command.record("turn_id", tracing::field::display(&turn.id));
         let input = input.into();
         let steer = async {
-            if input.is_empty() {
-                return Err(Error::invalid("input", "must not be empty"));
+            if let Some(problem) = input.problem() {
+                return Err(Error::invalid("input", problem));
             }
             let handle = self.live(&turn.session_id).await?;
             handle.call(|reply| Command::Steer { turn: turn.id.clone(), input, reply }).await?

@@ -123,12 +123,12 @@ impl fmt::Debug for McpServer {
                 .debug_struct("Stdio")
                 .field("command", command)
                 .field("args", &format_args!("[{} redacted]", args.len()))
-                .field("env_keys", &env.keys().collect::<Vec<_>>())
+                .field("env_keys", &env.keys().map(|k| Shown(k)).collect::<Vec<_>>())
                 .finish(),
             McpServer::Http { url, headers } => f
                 .debug_struct("Http")
                 .field("url", &redacted_url(url))
-                .field("header_names", &headers.keys().collect::<Vec<_>>())
+                .field("header_names", &headers.keys().map(|k| Shown(k)).collect::<Vec<_>>())
                 .finish(),
         }
     }
@@ -191,10 +191,35 @@ impl Env {
 }
 
 impl fmt::Debug for Env {
-    // Values can be credentials: names only.
+    // Values can be credentials: names only (and of a name that is not one, its beginning).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let Env { set, unset } = self;
-        f.debug_struct("Env").field("set", &set.keys().collect::<Vec<_>>()).field("unset", unset).finish()
+        f.debug_struct("Env")
+            .field("set", &set.keys().map(|k| Shown(k)).collect::<Vec<_>>())
+            .field("unset", &unset.iter().map(|k| Shown(k)).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// A variable or header name as `Debug` output and errors show it: whole when it is a plain
+/// name (letters, digits, `_`, `-`, `.`), else only its first characters — a name holding `=`,
+/// `:` or white space is most often a pasted `NAME=value` or `Authorization: Bearer …`, whose
+/// value is a credential.
+pub(crate) struct Shown<'a>(pub(crate) &'a str);
+
+impl Shown<'_> {
+    fn is_plain(&self) -> bool {
+        !self.0.is_empty() && self.0.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    }
+}
+
+impl fmt::Debug for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_plain() {
+            return fmt::Debug::fmt(self.0, f);
+        }
+        let beginning: String = self.0.chars().take(3).flat_map(char::escape_debug).collect();
+        write!(f, "\"{beginning}…\"")
     }
 }
 

@@ -109,6 +109,36 @@ fn values_no_cli_can_take_are_refused_by_name() {
     assert!(error.len() < 400 && error.contains("more bytes"), "{} bytes", error.len());
 }
 
+/// A credential pasted into a name (`NAME=value`, `Authorization: Bearer …`) is refused, and
+/// neither the error nor `Debug` output quotes more than the name's first characters.
+#[test]
+fn a_credential_pasted_into_a_name_is_not_quoted() {
+    const KEY: &str = "sk-live-0123456789abcdef";
+    let pair = format!("OPENAI_API_KEY={KEY}");
+    let header = format!("Authorization: Bearer {KEY}");
+    let stdio = McpServer::Stdio { command: "mcp".into(), args: vec![], env: [(pair.clone(), "x".into())].into() };
+    let http = McpServer::Http { url: "https://mcp.example".into(), headers: [(header.clone(), "x".into())].into() };
+    for (options, option) in [
+        (SessionOptions::new(tmp()).env(pair.as_str(), ""), "env"),
+        (SessionOptions::new(tmp()).env_remove(pair.as_str()), "env"),
+        (SessionOptions::new(tmp()).mcp_server("m", stdio), "mcp_servers"),
+        (SessionOptions::new(tmp()).mcp_server("m", http), "mcp_servers"),
+    ] {
+        let debug = format!("{options:?}");
+        assert!(!debug.contains("0123456789"), "{debug}");
+        match options.validate() {
+            Err(Error::InvalidOption { option: refused, reason }) => {
+                assert_eq!(refused, option);
+                assert!(!reason.contains("0123456789") && !reason.contains("API_KEY"), "{reason}");
+            }
+            other => panic!("{option}: {other:?}"),
+        }
+    }
+    // A plain name is shown whole.
+    let debug = format!("{:?}", SessionOptions::new(tmp()).env("OPENAI_BASE_URL", "http://127.0.0.1:1"));
+    assert!(debug.contains("\"OPENAI_BASE_URL\""), "{debug}");
+}
+
 /// A value no provider reads by its type is refused, not ignored: a wrapped options value, a
 /// standard type, a primitive. A provider's own type passes, whichever provider's it is.
 #[test]

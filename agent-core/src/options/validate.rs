@@ -101,8 +101,8 @@ impl SessionOptions {
             }
         }
         for key in self.env.set.keys().chain(self.env.unset.iter()) {
-            if !is_variable_name(key) {
-                return Err(Error::invalid("env", format!("invalid variable name {key:?}")));
+            if let Some(problem) = variable_name_problem(key) {
+                return Err(Error::invalid("env", problem));
             }
         }
         if self.env.set.values().any(|v| v.contains('\0')) {
@@ -116,10 +116,21 @@ impl SessionOptions {
     }
 }
 
-/// A name an environment can hold: not blank, without `=` or NUL. (White space around a name
-/// that the auth guard knows, such as ` OPENAI_API_KEY`, is the guard's to refuse, by name.)
-fn is_variable_name(name: &str) -> bool {
-    !name.trim().is_empty() && !name.contains(['=', '\0'])
+/// What keeps `name` from being a name an environment can hold (blank, or with `=` or NUL in
+/// it), in words that quote no more of it than [`Shown`] does: a name holding `=` is most often
+/// a whole `NAME=value` pair, its value a credential. (White space around a name that the auth
+/// guard knows, such as ` OPENAI_API_KEY`, is the guard's to refuse, by name.)
+fn variable_name_problem(name: &str) -> Option<String> {
+    let what = if name.trim().is_empty() {
+        return Some("a variable name is blank".to_owned());
+    } else if name.contains('=') {
+        "has `=` in it (a `NAME=value` pair goes in as a name and a value)"
+    } else if name.contains('\0') {
+        "has a NUL in it"
+    } else {
+        return None;
+    };
+    Some(format!("the variable name {:?} {what}", Shown(name)))
 }
 
 /// What is wrong with the MCP server `name`, if anything, in words that quote no value (an
@@ -134,8 +145,8 @@ fn mcp_server_problem(name: &str, server: &McpServer) -> Option<String> {
                 Some("needs a command".to_owned())
             } else if command.contains('\0') || args.iter().any(|a| a.contains('\0')) {
                 Some("has a NUL in its command or arguments".to_owned())
-            } else if let Some(key) = env.keys().find(|k| !is_variable_name(k)) {
-                Some(format!("has an invalid variable name {key:?}"))
+            } else if let Some(problem) = env.keys().find_map(|k| variable_name_problem(k)) {
+                Some(format!("has an invalid environment: {problem}"))
             } else if env.values().any(|v| v.contains('\0')) {
                 Some("has a NUL in an environment value".to_owned())
             } else {
@@ -154,7 +165,7 @@ fn mcp_server_problem(name: &str, server: &McpServer) -> Option<String> {
             } else if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
                 Some("has white space or a control character in its URL".to_owned())
             } else if let Some(header) = headers.keys().find(|h| !token(h)) {
-                Some(format!("has an invalid header name {header:?}"))
+                Some(format!("has an invalid header name {:?} (a name is one token: no spaces, no `:`)", Shown(header)))
             } else if headers.values().any(|v| v.chars().any(|c| c.is_control() && c != '\t')) {
                 Some("has a control character (a line break, a NUL) in a header value".to_owned())
             } else {

@@ -334,6 +334,11 @@ async fn a_steer_is_refused_input_its_turn_could_not_take() {
     let input = vec![InputItem::Text { text: "and".into() }, InputItem::LocalImage { path: "/tmp/x.png".into() }];
     let err = f.harness.steer(&turn, input).await.unwrap_err();
     assert!(matches!(err, Error::Unsupported { capability: Capability::Images, .. }), "{err:?}");
+    // Input `start_turn` refuses is refused here too.
+    for input in [TurnInput::from("  "), TurnInput::Items(vec![InputItem::Text { text: " ".into() }])] {
+        let err = f.harness.steer(&turn, input).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidOption { option: "input", .. }), "{err:?}");
+    }
     assert!(!remote.commands().iter().any(|c| matches!(c, Recorded::Steer { .. })), "nothing reached the provider");
 }
 
