@@ -103,7 +103,8 @@ use crate::session::SessionRef;
 pub struct SessionConfig {
     /// The provider the session runs on: `codex`, `claude`, `pi` or a preset's ID.
     pub provider: ProviderId,
-    /// The session ID; generated when left out. 1 to 128 ASCII letters, digits and `-_.:@`.
+    /// The session ID; generated when left out. 1 to 128 ASCII letters, digits and `-_.:@`, other
+    /// than `.` and `..`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<SessionId>,
     /// The agent's working directory; absolute, and an existing directory when the session

@@ -16,11 +16,11 @@ impl JsonSchema for SessionId {
 
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({
-            "description": "A caller-chosen session ID: ASCII letters, digits and `-_.:@`.",
+            "description": "A caller-chosen session ID: ASCII letters, digits and `-_.:@`, other than `.` and `..`.",
             "type": "string",
             "minLength": 1,
             "maxLength": MAX_SESSION_ID_LEN,
-            "pattern": "^[A-Za-z0-9._:@-]+$",
+            "pattern": "^(?!\\.\\.?$)[A-Za-z0-9._:@-]+$",
         })
     }
 }

@@ -155,7 +155,8 @@ string_id!(
     /// A logical session ID: stable across the session's life, chosen by the caller or generated.
     ///
     /// Caller-chosen IDs are 1 to [`MAX_SESSION_ID_LEN`] bytes of ASCII letters, digits and
-    /// `-_.:@`, so they are safe in file names, URLs, log lines and SQL without quoting.
+    /// `-_.:@`, other than `.` and `..`, so they are safe in file names, URLs, log lines and SQL
+    /// without quoting.
     SessionId,
     session_id_problem
 );
@@ -234,6 +235,10 @@ fn session_id_problem(id: &str) -> Option<&'static str> {
     if !id.chars().all(allowed) {
         return Some("may contain only ASCII letters, digits and -_.:@");
     }
+    if id == "." || id == ".." {
+        // As a file name, the directory itself or its parent.
+        return Some("must not be `.` or `..`");
+    }
     None
 }
 
@@ -246,7 +251,7 @@ generated_id!(
 
 impl TurnId {
     /// Validates a caller-chosen turn ID: 1 to [`MAX_SESSION_ID_LEN`] bytes of ASCII letters,
-    /// digits and `-_.:@`, like a session ID.
+    /// digits and `-_.:@`, other than `.` and `..`, like a session ID.
     pub fn new(id: impl Into<String>) -> Result<Self, Error> {
         let id = id.into();
         match Self::problem(&id) {
@@ -495,7 +500,8 @@ mod tests {
     fn caller_ids_are_validated() {
         assert!(SessionId::new("issue-123-implementation").is_ok());
         assert!(SessionId::new("a.b:c@d_e").is_ok());
-        for bad in ["", "has space", "slash/inside", "ünïcode", &"x".repeat(129)] {
+        assert!(SessionId::new("...").is_ok() && SessionId::new(".hidden").is_ok());
+        for bad in ["", "has space", "slash/inside", "ünïcode", &"x".repeat(129), ".", ".."] {
             let err = SessionId::new(bad).unwrap_err();
             assert!(matches!(err, Error::InvalidSessionId { .. }), "{bad:?} gave {err:?}");
         }
@@ -542,7 +548,7 @@ mod tests {
     #[test]
     fn caller_turn_ids_follow_the_session_id_rules() {
         assert!(TurnId::new("step-1").is_ok());
-        for bad in ["", " ", "\t", "has space", &"x".repeat(129)] {
+        for bad in ["", " ", "\t", "has space", &"x".repeat(129), ".", ".."] {
             let err = TurnId::new(bad).unwrap_err();
             assert!(matches!(err, Error::InvalidTurnId { .. }), "{bad:?} gave {err:?}");
         }
