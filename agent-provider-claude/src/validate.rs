@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use agent_core::exec::EnvSpec;
 use agent_core::{ApprovalPolicy, Error, McpServer, Result, SessionOptions, Skill};
+use agent_provider_kit::process::MAX_ARGUMENT;
 use serde_json::{Map, Value, json};
 
 use crate::options::{ClaudeOptions, PermissionMode};
@@ -80,9 +81,6 @@ pub(crate) fn permission_mode(options: &SessionOptions, claude: &ClaudeOptions) 
         )),
     }
 }
-
-/// The longest argument Linux passes to a program (`MAX_ARG_STRLEN`, its NUL included).
-const MAX_ARGUMENT: usize = 128 * 1024 - 1;
 
 /// What goes on claude's command line as text: no NUL (an argument ends there), none longer
 /// than Linux takes, each named as its option before anything is spawned.

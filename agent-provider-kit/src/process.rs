@@ -157,6 +157,10 @@ impl Drop for CliProcess {
     }
 }
 
+/// The longest argument Linux passes to a program (`MAX_ARG_STRLEN`, 32 pages, its NUL
+/// included): a longer one fails the spawn with "argument list too long", whatever the total.
+pub const MAX_ARGUMENT: usize = 128 * 1024 - 1;
+
 /// How long a CLI's stdout is still read after the CLI exited, before it counts as closed.
 pub const STDOUT_AFTER_EXIT: Duration = Duration::from_millis(500);
 

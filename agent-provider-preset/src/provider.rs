@@ -27,7 +27,7 @@ use crate::options::{Approvals, DEFAULT_APPROVAL_TIMEOUT, PresetOptions, merge_j
 use crate::preset::Preset;
 use crate::prompt_file::PromptFile;
 use crate::session::{PresetSession, RunConfig};
-use crate::template::Placeholder;
+use crate::template::{Placeholder, Values};
 use crate::turn::ApprovalMeta;
 
 /// The prefix of every preset provider's ID: `preset:<preset id>`.
@@ -137,6 +137,17 @@ impl PresetProvider {
         }
         if preset_options.approval_timeout.is_zero() {
             return Err(invalid("provider_options.approval_timeout", "must be longer than zero".into()));
+        }
+        // The session's own values on the command line (a turn's prompt and model are checked
+        // with the turn): none may pass as an option, or be longer than an argument can be.
+        let values = Values {
+            model: options.model.as_deref(),
+            system_prompt: options.system_prompt.as_deref(),
+            approvals: preset_options.approvals == Approvals::Ask,
+            ..Values::default()
+        };
+        if let Some((option, reason)) = self.preset.template.argument_problem(&values) {
+            return Err(invalid(option, reason));
         }
         if self.preset.approvals.is_none() {
             // Settings of approvals a preset without an approval conversation never asks.

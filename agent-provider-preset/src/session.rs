@@ -204,12 +204,13 @@ impl PresetSession {
 }
 
 impl Shared {
-    /// Renders the argv for a turn continuing the key's conversation, and starts the process.
-    async fn spawn(&self, prompt: &str, model: Option<&str>) -> Result<(Arc<CliProcess>, ChildOutput)> {
+    /// What the template is rendered with for a turn of `prompt` on `model`, continuing the
+    /// key's conversation, handed to `with`.
+    fn with_values<R>(&self, prompt: &str, model: Option<&str>, with: impl FnOnce(&Values<'_>) -> R) -> R {
         let session_id = self.conversation.state().session_id.clone();
         let cwd = self.run.cwd.to_string_lossy();
         let system_prompt_file = self.run.system_prompt_file.as_ref().map(|file| file.path().to_string_lossy());
-        let values = Values {
+        with(&Values {
             prompt,
             model,
             max_turns: self.run.max_turns.as_deref(),
@@ -219,8 +220,13 @@ impl Shared {
             cwd: &cwd,
             approvals: self.run.approvals.is_some(),
             extra_args: &self.run.extra,
-        };
-        let args = self.run.leading.iter().cloned().chain(self.preset.template.render(&values));
+        })
+    }
+
+    /// Renders the argv for a turn continuing the key's conversation, and starts the process.
+    async fn spawn(&self, prompt: &str, model: Option<&str>) -> Result<(Arc<CliProcess>, ChildOutput)> {
+        let argv = self.with_values(prompt, model, |values| self.preset.template.render(values));
+        let args = self.run.leading.iter().cloned().chain(argv);
         let mut command = Command::new(self.run.program.clone()).args(args).session(self.session_id.clone());
         command.env = self.run.env.clone();
         command.cwd = Some(self.run.cwd.clone());
@@ -518,7 +524,15 @@ impl ProviderSession for PresetSession {
             let reason = "holds a NUL character, which no command-line argument can carry".into();
             return Err(Error::InvalidOption { option: "model", reason });
         }
-        prompt_text(input).map(drop)
+        let prompt = prompt_text(input)?;
+        // What would fail the spawn, or reach the CLI as an option, is refused before the turn
+        // is recorded.
+        let shared = &self.shared;
+        let model = options.model.as_deref().or(shared.run.model.as_deref());
+        match shared.with_values(&prompt, model, |values| shared.preset.template.argument_problem(values)) {
+            Some((option, reason)) => Err(Error::InvalidOption { option, reason }),
+            None => Ok(()),
+        }
     }
 
     async fn start_turn(&self, turn: TurnStart) -> Result<Admission> {

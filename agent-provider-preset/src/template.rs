@@ -360,6 +360,82 @@ impl Template {
         argv
     }
 
+    /// What keeps `values` from reaching the CLI as the template means them, if anything, with
+    /// the option the value came from (`input` for the prompt, `model`, `system_prompt`):
+    /// - a caller's value (the prompt, the model, the system prompt) passed as an argument of
+    ///   its own, before any `--`, that starts with `-` — the CLI would read it as an option
+    ///   (`--dangerously-skip-permissions` for a prompt); or
+    /// - an argument longer than Linux passes to a program ([`MAX_ARGUMENT`]), which would fail
+    ///   every spawn of the turn.
+    ///
+    /// [`MAX_ARGUMENT`]: agent_provider_kit::process::MAX_ARGUMENT
+    pub(crate) fn argument_problem(&self, values: &Values<'_>) -> Option<(&'static str, String)> {
+        use agent_provider_kit::process::MAX_ARGUMENT;
+        let option = |placeholder: Placeholder| match placeholder {
+            Placeholder::Prompt => Some("input"),
+            Placeholder::Model => Some("model"),
+            Placeholder::SystemPrompt => Some("system_prompt"),
+            _ => None,
+        };
+        let mut after_options = false;
+        let args = self.elements.iter().flat_map(|element| match element {
+            Element::Arg(arg) => std::slice::from_ref(arg),
+            Element::Group { test, args } if values.holds(*test) => args.as_slice(),
+            Element::Group { .. } | Element::ExtraArgs => &[],
+        });
+        for arg in args {
+            match arg.0.as_slice() {
+                [Piece::Text(text)] if text == "--" => after_options = true,
+                [Piece::Value(placeholder)] if !after_options => {
+                    if let Some(option) = option(*placeholder)
+                        && values.get(*placeholder).is_some_and(|value| value.starts_with('-'))
+                    {
+                        return Some((
+                            option,
+                            format!(
+                                "starts with `-`, and the preset passes `{{{}}}` as an argument of its own, where \
+                                 the CLI would read it as an option; start it otherwise, or use a preset that \
+                                 passes it after `--`, as `--flag={{{}}}` or on stdin",
+                                placeholder.name(),
+                                placeholder.name()
+                            ),
+                        ));
+                    }
+                }
+                _ => {}
+            }
+            let len: usize = arg
+                .0
+                .iter()
+                .map(|piece| match piece {
+                    Piece::Text(text) => text.len(),
+                    Piece::Value(placeholder) => values.get(*placeholder).map_or(0, str::len),
+                })
+                .sum();
+            if len > MAX_ARGUMENT
+                && let Some((placeholder, option)) = arg.placeholders().find_map(|p| Some((p, option(p)?)))
+            {
+                let instead = match placeholder {
+                    Placeholder::Prompt => {
+                        "a prompt this long needs a preset that sends it on stdin (`\"prompt\": \"stdin\"`)"
+                    }
+                    Placeholder::SystemPrompt => {
+                        "a system prompt this long needs a preset that passes `{system_prompt_file}`"
+                    }
+                    _ => "the CLI cannot be given it",
+                };
+                return Some((
+                    option,
+                    format!(
+                        "makes a command-line argument of {len} bytes, where Linux allows at most {MAX_ARGUMENT}; \
+                         {instead}"
+                    ),
+                ));
+            }
+        }
+        None
+    }
+
     /// True when some argument uses `placeholder`.
     pub(crate) fn uses(&self, placeholder: Placeholder) -> bool {
         self.elements.iter().any(|element| match element {
@@ -428,6 +504,40 @@ mod tests {
         let problem = Template::parse(&args, "args").expect_err("refused");
         assert_eq!(problem.path, path, "{problem:?}");
         assert!(problem.message.contains(says), "{problem:?}");
+    }
+
+    /// A caller's value that would reach the CLI as an option, or as an argument longer than
+    /// Linux passes, is found before anything runs; the same value after `--`, inside a
+    /// `--flag=` argument or in a group that is not added passes.
+    #[test]
+    fn a_value_that_would_read_as_an_option_or_not_fit_is_found() {
+        let template = Template::parse(
+            &json!([
+                "-p", "{prompt}",
+                {"if": "model", "then": ["{model}"]},
+                {"if": "system_prompt", "then": ["--system={system_prompt}"]},
+            ]),
+            "args",
+        )
+        .unwrap();
+        let problem = |values: Values<'_>| template.argument_problem(&values).map(|(option, _)| option);
+        assert_eq!(problem(Values { prompt: "--dangerously-skip-permissions", ..Values::default() }), Some("input"));
+        assert_eq!(problem(Values { prompt: "hi", model: Some("--yolo"), ..Values::default() }), Some("model"));
+        assert_eq!(problem(Values { prompt: "hi", system_prompt: Some("-x"), ..Values::default() }), None);
+        assert_eq!(problem(Values { prompt: "hi", model: Some("m-1"), ..Values::default() }), None);
+        let long = "p".repeat(128 << 10);
+        assert_eq!(problem(Values { prompt: &long, ..Values::default() }), Some("input"));
+        let long_system = Values { prompt: "hi", system_prompt: Some(&long), ..Values::default() };
+        assert_eq!(problem(long_system), Some("system_prompt"));
+
+        let after =
+            Template::parse(&json!([{"if": "model", "then": ["--model={model}"]}, "--", "{prompt}"]), "args").unwrap();
+        let values = Values { prompt: "--not-an-option", model: Some("-m"), ..Values::default() };
+        assert_eq!(after.argument_problem(&values), None);
+        // A `--` in a group counts only when the group is added.
+        let grouped = Template::parse(&json!([{"if": "model", "then": ["--"]}, "{prompt}"]), "args").unwrap();
+        assert!(grouped.argument_problem(&Values { prompt: "-x", ..Values::default() }).is_some());
+        assert!(grouped.argument_problem(&Values { prompt: "-x", model: Some("m"), ..Values::default() }).is_none());
     }
 
     #[test]

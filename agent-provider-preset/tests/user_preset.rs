@@ -741,6 +741,46 @@ fn script_catalog(programs: &ProgramDir, id: &str, body: &str, events: Value) ->
     catalog_of(programs, &script, &preset)
 }
 
+/// A preset that passes the prompt and the model as arguments of their own, before any `--`:
+/// a prompt or a model starting with `-` would reach the CLI as one of its options
+/// (`--dangerously-skip-permissions`), and is refused by name before anything runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_the_cli_would_read_as_an_option_is_refused() {
+    let programs = ProgramDir::new("preset-flags");
+    let script =
+        programs.script("flags", "[ \"$1\" = --version ] && { echo flags 1.0.0; exit 0; }\necho \"RESULT $*\"\n");
+    let preset = json!({
+        "schema_version": 1, "id": "flags", "program": script, "framing": "lines",
+        "args": ["-p", "{prompt}", {"if": "model", "then": ["{model}"]}],
+        "version": {"args": ["--version"], "contains": "flags", "min": "1.0.0"},
+        "matchers": {"result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]},
+        "events": [{"when": "^RESULT ", "emit": "drop"}]
+    });
+    let catalog = catalog_of(&programs, &script, &preset);
+    let (exec, harness) = harness_of(&catalog);
+    let cwd = programs.dir("work");
+    let refused = harness.start_session("preset:flags", SessionOptions::new(&cwd).model("--yolo")).await.unwrap_err();
+    assert!(
+        matches!(&refused, Error::InvalidOption { option: "model", reason } if reason.contains("`{model}`")),
+        "{refused:?}"
+    );
+    assert!(exec.commands().is_empty(), "nothing was spawned");
+    let session = harness.start_session("preset:flags", SessionOptions::new(&cwd)).await.expect("session starts");
+    let spawned = exec.commands().len();
+    for (prompt, model) in [("--dangerously-skip-permissions", None), ("hello", Some("-m"))] {
+        let mut options = TurnOptions::new();
+        if let Some(model) = model {
+            options = options.model(model);
+        }
+        let refused = harness.start_turn(&session, prompt, options).await.unwrap_err();
+        assert!(matches!(&refused, Error::InvalidOption { option: "input" | "model", .. }), "{refused:?}");
+    }
+    assert_eq!(exec.commands().len(), spawned, "no turn was spawned");
+    let (_, events) = support::run(&harness, &session, "hello", |_| None).await;
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("-p hello"));
+    harness.stop_session(&session, false).await.unwrap();
+}
+
 /// The catalog of a preset running [`ESCAPER`] from `programs`.
 fn escaper_catalog(programs: &ProgramDir) -> PresetCatalog {
     script_catalog(programs, "escaper", ESCAPER, json!([{"when": "^RESULT ", "emit": "drop"}]))
@@ -891,13 +931,11 @@ async fn sessions_with_the_same_exec_of_their_own_probe_the_cli_once() {
 async fn a_prompt_too_long_for_the_command_line_says_so() {
     let mini = Mini::start();
     let session = mini.session(mini.options(PresetOptions::new())).await;
-    // Linux takes at most 128 KiB in one argument.
-    let (_, events) = support::run(&mini.harness, &session, &"p".repeat(200 << 10), |_| None).await;
-    let end = terminal(&events);
-    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
-    let reason = end.result.reason.as_deref().unwrap_or_default();
-    assert!(reason.contains("longer than the system takes") && reason.contains("\"prompt\": \"stdin\""), "{reason}");
-    assert!(!reason.contains("could not be started"), "{reason}");
+    // Linux takes at most 128 KiB in one argument: refused before the turn is recorded.
+    let refused = mini.harness.start_turn(&session, "p".repeat(200 << 10), TurnOptions::new()).await.unwrap_err();
+    let Error::InvalidOption { option: "input", reason } = &refused else { panic!("{refused:?}") };
+    assert!(reason.contains("Linux allows at most") && reason.contains("\"prompt\": \"stdin\""), "{reason}");
+    assert!(mini.harness.status(&session).await.unwrap().current_turn.is_none(), "no turn was recorded");
     let (_, next) = support::run(&mini.harness, &session, "short", |_| None).await;
     assert_eq!(terminal(&next).status, TurnStatus::Completed, "{}", names(&next));
     mini.finish().await;
