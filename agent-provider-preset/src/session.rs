@@ -593,8 +593,11 @@ impl ProviderSession for PresetSession {
         let Some(process) = lock(&handle.process).clone() else { return Err(expired()) };
         let line = control_response(&pending.request_id, Ok(Some(encoded.result)));
         if let Err(error) = process.write_line(&encode_line(&line)).await {
-            // The process is gone: the tool cannot run, and the turn ends with its exit.
-            return Err(self.rejected(format!("the turn's process no longer reads its stdin ({error})")));
+            // The CLI wrote its result (its stdin is closed) or is gone: the request can no
+            // longer be answered and expires with the turn, as a native provider's does once
+            // its turn ended.
+            tracing::debug!(%error, request_id = %request.id, "the turn's process no longer reads its stdin");
+            return Err(expired());
         }
         if encoded.denied
             && let Some(id) = pending.tool_use_id

@@ -127,24 +127,6 @@ impl Mini {
     }
 }
 
-/// A catalog of `preset` (its `id` names its file) from a presets directory in `programs`,
-/// allowed to run `script`; it must load.
-fn catalog_of(programs: &ProgramDir, script: &Path, preset: &Value) -> PresetCatalog {
-    let presets = programs.dir("presets");
-    let file = presets.join(format!("{}.json", preset["id"].as_str().expect("an id")));
-    std::fs::write(file, preset.to_string()).expect("preset written");
-    let catalog = PresetCatalog::builder(AllowList::shipped().allow(script)).dir(&presets).load();
-    assert!(catalog.errors().is_empty(), "{:?}", catalog.errors());
-    catalog
-}
-
-/// A harness running `catalog`'s presets through a recording local exec, on a memory store.
-fn harness_of(catalog: &PresetCatalog) -> (Arc<RecordingExec>, Harness) {
-    let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
-    let harness = support::harness(catalog, &exec, Arc::new(MemoryStore::new()));
-    (exec, harness)
-}
-
 fn said(events: &[Arc<agent_core::Event>]) -> Vec<String> {
     events
         .iter()
@@ -601,56 +583,6 @@ fn bad_presets_are_reported_by_file_and_field_and_the_others_still_load() {
     assert!(nothing_allowed.errors().iter().all(|e| e.field == "program"), "{:?}", nothing_allowed.errors());
 }
 
-/// A CLI on Claude's permission prompt that asks twice under one request ID, then writes what it
-/// was answered to `answers` in its working directory.
-const TWICE_ASKED: &str = r#"
-if [ "$1" = "--version" ]; then echo "asker 1.0.0"; exit 0; fi
-read -r prompt
-ask() {
-  echo "{\"type\":\"control_request\",\"request_id\":\"r1\",\"request\":{\"subtype\":\"can_use_tool\",\"tool_name\":\"Bash\",\"input\":{\"command\":\"$2\"},\"tool_use_id\":\"$1\"}}"
-}
-ask t1 ls
-ask t2 "rm -rf /"
-read -r answer
-echo "$answer" > answers
-echo '{"type":"result","is_error":false,"result":"done"}'
-"#;
-
-/// A request ID reused while a request under it waits: an answer given for one tool use could
-/// reach the other, so neither is approved — one deny for the ID, the waiting request ended, a
-/// warning.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reused_request_id_denies_both_requests_and_approves_nothing() {
-    let programs = ProgramDir::new("preset-asker");
-    let script = programs.script("asker", TWICE_ASKED);
-    let preset = json!({
-        "schema_version": 1, "id": "asker", "program": script, "framing": "jsonl",
-        "args": [{"if": "!approvals", "then": ["--", "{prompt}"]}],
-        "version": {"args": ["--version"], "contains": "asker", "min": "1.0.0"},
-        "matchers": {"result": [{"when": {"/type": "result"}, "value": "/result"}]},
-        "approvals": {"conversation": "claude_control"}
-    });
-    let catalog = catalog_of(&programs, &script, &preset);
-    let workspace = programs.dir("work");
-    let (exec, harness) = harness_of(&catalog);
-    let options = SessionOptions::new(&workspace)
-        .provider_option(PresetOptions::new().approvals(agent_provider_preset::Approvals::Ask));
-    let session = harness.start_session("preset:asker", options).await.expect("session starts");
-
-    let (_, events) = support::run(&harness, &session, "go", |_| None).await;
-    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
-    let created = events.iter().filter(|e| matches!(e.kind, EventKind::RequestCreated(_))).count();
-    let expired = events.iter().filter(|e| e.type_name() == "request_expired").count();
-    assert_eq!((created, expired), (1, 1), "the first shown and ended, the second never: {}", names(&events));
-    assert!(events.iter().any(|e| matches!(&e.kind, EventKind::Warning { message } if message.contains("reused"))));
-    let answer: Value = serde_json::from_str(&std::fs::read_to_string(workspace.join("answers")).expect("answered"))
-        .expect("a JSON answer");
-    assert_eq!(answer["response"]["request_id"], "r1", "{answer}");
-    assert_eq!(answer["response"]["response"]["behavior"], "deny", "{answer}");
-    support::finish(&harness, &exec).await;
-    harness.shutdown().await;
-}
-
 /// A key is one conversation: resuming another one on a key other live sessions hold would
 /// move their next turns into it without a word, so it is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -703,9 +635,9 @@ async fn a_large_stdin_prompt_to_a_cli_that_writes_first_does_not_deadlock() {
         "matchers": {"result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]},
         "events": [{"when": "^0+$", "emit": "drop"}, {"when": "^RESULT ", "emit": "drop"}]
     });
-    let catalog = catalog_of(&programs, &script, &preset);
+    let catalog = support::catalog_of(&programs, &script, &preset);
     let workspace = programs.dir("work");
-    let (exec, harness) = harness_of(&catalog);
+    let (exec, harness) = support::harness_of(&catalog);
     let session =
         harness.start_session("preset:chatty", SessionOptions::new(&workspace)).await.expect("session starts");
 
@@ -738,7 +670,7 @@ fn script_catalog(programs: &ProgramDir, id: &str, body: &str, events: Value) ->
         "matchers": {"result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]},
         "events": events
     });
-    catalog_of(programs, &script, &preset)
+    support::catalog_of(programs, &script, &preset)
 }
 
 /// A preset that passes the prompt and the model as arguments of their own, before any `--`:
@@ -756,8 +688,8 @@ async fn a_value_the_cli_would_read_as_an_option_is_refused() {
         "matchers": {"result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]},
         "events": [{"when": "^RESULT ", "emit": "drop"}]
     });
-    let catalog = catalog_of(&programs, &script, &preset);
-    let (exec, harness) = harness_of(&catalog);
+    let catalog = support::catalog_of(&programs, &script, &preset);
+    let (exec, harness) = support::harness_of(&catalog);
     let cwd = programs.dir("work");
     let refused = harness.start_session("preset:flags", SessionOptions::new(&cwd).model("--yolo")).await.unwrap_err();
     assert!(
@@ -801,7 +733,7 @@ async fn what_a_cli_left_outside_its_process_group_ends_with_the_session() {
     let mut twins = Vec::new();
     for name in ["one", "two"] {
         let workspace = programs.dir(name);
-        let (exec, harness) = harness_of(&catalog);
+        let (exec, harness) = support::harness_of(&catalog);
         let options = SessionOptions::new(&workspace).id("twin");
         let session = harness.start_session("preset:escaper", options).await.expect("session starts");
         let (_, events) = support::run(&harness, &session, "go", |_| None).await;
@@ -845,7 +777,7 @@ async fn a_cancel_is_not_held_up_by_a_process_that_keeps_stdout_open() {
     let working = json!([{"when": "^(?P<m>WORKING)$", "emit": "warning", "message": "m"}]);
     let catalog = script_catalog(&programs, "holder", HOLDER, working);
     let workspace = programs.dir("work");
-    let (exec, harness) = harness_of(&catalog);
+    let (exec, harness) = support::harness_of(&catalog);
     let options = SessionOptions::new(&workspace).provider_command_timeout(Duration::from_secs(60));
     let session = harness.start_session("preset:holder", options).await.expect("session starts");
     let mut turn = watch(&harness, &session, "go").await;
@@ -882,7 +814,7 @@ fn what_a_cli_left_outside_its_process_group_ends_when_the_runtime_is_dropped() 
     let workspace = programs.dir("work");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let (harness, pid) = runtime.block_on(async {
-        let (_exec, harness) = harness_of(&catalog);
+        let (_exec, harness) = support::harness_of(&catalog);
         let session =
             harness.start_session("preset:escaper", SessionOptions::new(&workspace)).await.expect("session starts");
         let (_, events) = support::run(&harness, &session, "go", |_| None).await;

@@ -16,6 +16,7 @@ use agent_exec::LocalExec;
 use agent_provider_preset::{AllowList, PresetCatalog, PresetOptions, PresetResult};
 use agent_store_memory::MemoryStore;
 use agent_testkit::events::names;
+use agent_testkit::programs::ProgramDir;
 use agent_testkit::recording::RecordingExec;
 use agent_testkit::{Cli, FakeModel, OfflineEnv, Provider, Scenario};
 use serde_json::Value;
@@ -179,4 +180,22 @@ pub fn model_history(server: &FakeModel, index: usize) -> String {
     let requests = server.model_requests();
     let body: &Value = requests.get(index).and_then(|r| r.body.as_ref()).expect("a JSON request body");
     ["messages", "input"].iter().filter_map(|key| body.get(*key)).map(Value::to_string).collect::<Vec<_>>().join("\n")
+}
+
+/// A catalog of `preset` (its `id` names its file) from a presets directory in `programs`,
+/// allowed to run `script`; it must load.
+pub fn catalog_of(programs: &ProgramDir, script: &Path, preset: &Value) -> PresetCatalog {
+    let presets = programs.dir("presets");
+    let file = presets.join(format!("{}.json", preset["id"].as_str().expect("an id")));
+    std::fs::write(file, preset.to_string()).expect("preset written");
+    let catalog = PresetCatalog::builder(AllowList::shipped().allow(script)).dir(&presets).load();
+    assert!(catalog.errors().is_empty(), "{:?}", catalog.errors());
+    catalog
+}
+
+/// A harness running `catalog`'s presets through a recording local exec, on a memory store.
+pub fn harness_of(catalog: &PresetCatalog) -> (Arc<RecordingExec>, Harness) {
+    let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
+    let harness = harness(catalog, &exec, Arc::new(MemoryStore::new()));
+    (exec, harness)
 }
