@@ -198,6 +198,8 @@ impl Normalizer {
         if let Some(running) = &self.turn {
             return Err(running.id.clone());
         }
+        // A reason the gate never asked for belongs to the turn that denied.
+        self.deny_reason = None;
         self.turn = Some(Running {
             id: turn,
             admitted: false,
@@ -700,6 +702,36 @@ fn add_usage(total: &mut Usage, add: &Usage) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The reason of a denial is given when the gate asks why, in the turn that denied; a turn
+    /// after it whose gate asks (without a denial of its own) gets a dismissal, not that reason.
+    #[test]
+    fn a_denial_reason_does_not_outlive_its_turn() {
+        let ask = r#"{"type":"extension_ui_request","id":"d1","method":"input","title":"agent-harness: why was this denied?"}"#;
+        let answers = |normalizer: &mut Normalizer| {
+            let mut actions = Vec::new();
+            normalizer.on_line(ask, &mut actions);
+            actions
+                .into_iter()
+                .filter_map(|action| match action {
+                    Action::Write(line) => Some(line),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut normalizer = Normalizer::new();
+        let first = TurnId::new("t1").unwrap();
+        normalizer.begin_turn(first.clone()).unwrap();
+        normalizer.denied("call-1", Some("too risky".into()));
+        assert_eq!(
+            answers(&mut normalizer),
+            [json!({"type": "extension_ui_response", "id": "d1", "value": "too risky"})]
+        );
+        normalizer.denied("call-2", Some("never asked for".into()));
+        normalizer.abort_turn(&first);
+        normalizer.begin_turn(TurnId::new("t2").unwrap()).unwrap();
+        assert_eq!(answers(&mut normalizer), [json!({"type": "extension_ui_response", "id": "d1", "cancelled": true})]);
+    }
 
     #[test]
     fn a_deltas_raw_json_is_the_delta_alone_in_a_buffer_of_its_size() {
