@@ -84,6 +84,21 @@ impl CatalogBuilder {
     }
 }
 
+/// The largest preset file read: presets are a few KB, and a directory may hold anything.
+const MAX_PRESET_FILE: u64 = 1 << 20;
+
+/// The text of the preset file at `path`, read up to [`MAX_PRESET_FILE`] bytes.
+fn read_preset(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(MAX_PRESET_FILE + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_PRESET_FILE {
+        let message = format!("the file is larger than {MAX_PRESET_FILE} bytes");
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, message));
+    }
+    String::from_utf8(bytes).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "the file is not UTF-8"))
+}
+
 fn load_dir(dir: &Path, allow: &AllowList, presets: &mut BTreeMap<String, Arc<Preset>>, errors: &mut Vec<PresetError>) {
     let shown = dir.display().to_string();
     let entries = match std::fs::read_dir(dir) {
@@ -104,7 +119,7 @@ fn load_dir(dir: &Path, allow: &AllowList, presets: &mut BTreeMap<String, Arc<Pr
     let mut here: BTreeMap<String, String> = BTreeMap::new();
     for file in files {
         let origin = file.display().to_string();
-        let text = match std::fs::read_to_string(&file) {
+        let text = match read_preset(&file) {
             Ok(text) => text,
             Err(error) => {
                 // Unreadable (not UTF-8, no permission), it still replaces the preset its file

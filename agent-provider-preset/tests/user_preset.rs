@@ -538,6 +538,8 @@ fn bad_presets_are_reported_by_file_and_field_and_the_others_still_load() {
     codex["id"] = json!("codex-exec");
     codex["description"] = json!("my own codex");
     write("h-codex.json", &codex);
+    // A preset is a few KB: a file of megabytes is not read whole.
+    std::fs::write(dir.join("i-huge.json"), " ".repeat(2 << 20)).expect("written");
 
     let catalog = PresetCatalog::builder(AllowList::shipped().allow(&script)).dir(&dir).load();
     let ids: Vec<&str> = catalog.presets().map(|p| p.id()).collect();
@@ -562,6 +564,7 @@ fn bad_presets_are_reported_by_file_and_field_and_the_others_still_load() {
         ("e-outside.json", "program", "`/bin/sh` is not on the executable allow-list"),
         ("f-twice.json", "id", "`mini-agent` is already defined by"),
         ("g-not-json.json", "", "not JSON"),
+        ("i-huge.json", "", "cannot read: the file is larger than 1048576 bytes"),
     ];
     assert_eq!(errors.len(), expect.len(), "{errors:#?}");
     for ((file, field, message), (want_file, want_field, says)) in errors.iter().zip(expect) {
