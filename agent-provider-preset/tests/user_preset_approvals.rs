@@ -4,13 +4,47 @@
 
 mod support;
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::{Error, EventKind, Replay, Response, SessionOptions, TurnOptions, TurnStatus};
-use agent_provider_preset::PresetOptions;
+use agent_core::{Error, EventKind, Harness, Replay, Response, SessionOptions, SessionRef, TurnOptions, TurnStatus};
+use agent_provider_preset::{Approvals, PresetOptions};
 use agent_testkit::events::{names, terminal};
 use agent_testkit::programs::ProgramDir;
+use agent_testkit::recording::RecordingExec;
 use serde_json::{Value, json};
+
+/// A session, asking approvals, of a preset `id` whose CLI is the shell script `body` on Claude's
+/// permission prompt (answering `--version` with `<id> 1.0.0`); the script runs in `workspace`.
+struct Asker {
+    /// Holds the script, the preset and the workspace (removed on drop).
+    programs: ProgramDir,
+    workspace: PathBuf,
+    exec: Arc<RecordingExec>,
+    harness: Harness,
+    session: SessionRef,
+}
+
+impl Asker {
+    async fn start(id: &str, body: &str) -> Asker {
+        let programs = ProgramDir::new(&format!("preset-{id}"));
+        let script = programs.script(id, body);
+        let preset = json!({
+            "schema_version": 1, "id": id, "program": script, "framing": "jsonl",
+            "args": [{"if": "!approvals", "then": ["--", "{prompt}"]}],
+            "version": {"args": ["--version"], "contains": id, "min": "1.0.0"},
+            "matchers": {"result": [{"when": {"/type": "result"}, "value": "/result"}]},
+            "approvals": {"conversation": "claude_control"}
+        });
+        let catalog = support::catalog_of(&programs, &script, &preset);
+        let workspace = programs.dir("work");
+        let (exec, harness) = support::harness_of(&catalog);
+        let options = SessionOptions::new(&workspace).provider_option(PresetOptions::new().approvals(Approvals::Ask));
+        let session = harness.start_session(format!("preset:{id}").as_str(), options).await.expect("session starts");
+        Asker { programs, workspace, exec, harness, session }
+    }
+}
 
 /// A CLI on Claude's permission prompt that asks twice under one request ID, then writes what it
 /// was answered to `answers` in its working directory.
@@ -32,21 +66,7 @@ echo '{"type":"result","is_error":false,"result":"done"}'
 /// warning.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reused_request_id_denies_both_requests_and_approves_nothing() {
-    let programs = ProgramDir::new("preset-asker");
-    let script = programs.script("asker", TWICE_ASKED);
-    let preset = json!({
-        "schema_version": 1, "id": "asker", "program": script, "framing": "jsonl",
-        "args": [{"if": "!approvals", "then": ["--", "{prompt}"]}],
-        "version": {"args": ["--version"], "contains": "asker", "min": "1.0.0"},
-        "matchers": {"result": [{"when": {"/type": "result"}, "value": "/result"}]},
-        "approvals": {"conversation": "claude_control"}
-    });
-    let catalog = support::catalog_of(&programs, &script, &preset);
-    let workspace = programs.dir("work");
-    let (exec, harness) = support::harness_of(&catalog);
-    let options = SessionOptions::new(&workspace)
-        .provider_option(PresetOptions::new().approvals(agent_provider_preset::Approvals::Ask));
-    let session = harness.start_session("preset:asker", options).await.expect("session starts");
+    let Asker { programs: _programs, workspace, exec, harness, session } = Asker::start("asker", TWICE_ASKED).await;
 
     let (_, events) = support::run(&harness, &session, "go", |_| None).await;
     assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
@@ -79,21 +99,7 @@ sleep 1
 /// ended, and the request expires with the turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_after_the_result_line_is_expired() {
-    let programs = ProgramDir::new("preset-late");
-    let script = programs.script("late", ASKS_THEN_ENDS);
-    let preset = json!({
-        "schema_version": 1, "id": "late", "program": script, "framing": "jsonl",
-        "args": [{"if": "!approvals", "then": ["--", "{prompt}"]}],
-        "version": {"args": ["--version"], "contains": "late", "min": "1.0.0"},
-        "matchers": {"result": [{"when": {"/type": "result"}, "value": "/result"}]},
-        "approvals": {"conversation": "claude_control"}
-    });
-    let catalog = support::catalog_of(&programs, &script, &preset);
-    let workspace = programs.dir("work");
-    let (exec, harness) = support::harness_of(&catalog);
-    let options = SessionOptions::new(&workspace)
-        .provider_option(PresetOptions::new().approvals(agent_provider_preset::Approvals::Ask));
-    let session = harness.start_session("preset:late", options).await.expect("session starts");
+    let Asker { programs: _programs, workspace, exec, harness, session } = Asker::start("late", ASKS_THEN_ENDS).await;
     let turn = harness.start_turn(&session, "go", TurnOptions::new()).await.expect("turn");
     let mut stream = harness.stream(&turn, Replay::Start, Some(support::IDLE)).await.expect("stream");
     let request = loop {
