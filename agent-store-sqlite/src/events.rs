@@ -1,9 +1,10 @@
-//! The stored form of an event (schema version 3): how a row is written and read back.
+//! The stored form of an event (schema version 4): how a row is written and read back.
 //!
 //! A row holds the session's integer key, the seq, the turn's integer key (`turns.position`),
 //! the ID (a reference to one of the session's `event_prefixes` for an ID made in sequence for
-//! its own seq, else the ID's text), the time in microseconds, the provider, the kind's JSON and
-//! the `raw` payload byte for byte. A row whose `document` is set holds the whole envelope as
+//! its own seq, else the ID's text), the time in microseconds, the provider, the kind's JSON,
+//! the `raw` payload byte for byte and, for a delta whose text is stored only in that payload,
+//! where the text starts there (`text_at`; the kind's JSON then holds it empty). A row whose `document` is set holds the whole envelope as
 //! JSON instead (an event the parts cannot rebuild exactly, or a version 2 document that did not
 //! decode, kept for the reader to report).
 
@@ -13,22 +14,34 @@ use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::error::{corrupt_json, store_error};
+use crate::rows::{delta_text_mut, text_from_place};
 
 /// The columns [`Decoder::decode`] reads, from `events e` joined with the turn and the prefix.
 pub(crate) const COLUMNS: &str = "e.seq, e.turn_key, t.turn_id, p.prefix, e.event_id, e.at, e.provider, e.kind, e.raw, \
-     e.document FROM events e LEFT JOIN turns t ON t.position = e.turn_key \
+     e.document, e.text_at FROM events e LEFT JOIN turns t ON t.position = e.turn_key \
      LEFT JOIN event_prefixes p ON p.prefix_key = e.prefix_key";
 
 /// What an error calls each of [`COLUMNS`].
-const COLUMN_NAMES: [&str; 10] =
-    ["seq", "turn key", "turn ID", "ID prefix", "ID", "time", "provider", "kind", "raw payload", "envelope"];
+const COLUMN_NAMES: [&str; 11] = [
+    "seq",
+    "turn key",
+    "turn ID",
+    "ID prefix",
+    "ID",
+    "time",
+    "provider",
+    "kind",
+    "raw payload",
+    "envelope",
+    "text place",
+];
 
 /// The insert of event rows, without its `VALUES`.
 pub(crate) const INSERT_INTO: &str =
-    "INSERT INTO events (session_key, seq, turn_key, prefix_key, event_id, at, provider, kind, raw, document)";
+    "INSERT INTO events (session_key, seq, turn_key, prefix_key, event_id, at, provider, kind, raw, document, text_at)";
 
 /// The columns of [`INSERT_INTO`].
-pub(crate) const INSERT_COLUMNS: usize = 10;
+pub(crate) const INSERT_COLUMNS: usize = 11;
 
 /// Rebuilds the events of one session from rows selected with [`COLUMNS`], sharing the turn
 /// and provider IDs of consecutive events as the runtime does.
@@ -85,12 +98,19 @@ impl Decoder {
         let missing = |what: &str| StoreError::Corrupt(format!("it has no stored {what}"));
         let at: i64 = row.get::<_, Option<i64>>(5).map_err(sql)?.ok_or_else(|| missing("time"))?;
         let provider = self.provider(text(row, 6)?.ok_or_else(|| missing("provider"))?);
-        let kind: EventKind = serde_json::from_str(text(row, 7)?.ok_or_else(|| missing("kind"))?)
+        let mut kind: EventKind = serde_json::from_str(text(row, 7)?.ok_or_else(|| missing("kind"))?)
             .map_err(|e| corrupt_json("kind", &e))?;
         let raw = text(row, 8)?
             .map(|raw| RawJson::from_string(raw.to_owned()))
             .transpose()
             .map_err(|e| corrupt_json("raw payload", &e))?;
+        if let Some(at) = row.get::<_, Option<i64>>(10).map_err(sql)? {
+            let placed = raw.as_ref().and_then(|raw| text_from_place(raw, at));
+            match (delta_text_mut(&mut kind), placed) {
+                (Some(text), Some(placed)) if text.is_empty() => *text = placed,
+                _ => return Err(StoreError::Corrupt(format!("its text is not at {at} of its raw payload"))),
+            }
+        }
         Ok(Event::from_parts(
             id,
             seq,

@@ -5,15 +5,18 @@
 //! byte, its time as an integer, its ID either as a reference to the session's prefix (an ID
 //! made in sequence for its own seq, `<prefix>.<seq>`) or as text. The envelope is rebuilt on
 //! read. An event the parts cannot hold exactly — another session's ID in the envelope, another
-//! envelope version — is stored as its whole JSON document instead.
+//! envelope version — is stored as its whole JSON document instead. A delta's text that lies in
+//! its raw payload as it is (no escapes) is stored once, as its place there (schema version 4).
 
 use std::collections::HashSet;
 use std::ops::Range;
 use std::sync::Arc;
 
-use agent_core::event::SCHEMA_VERSION;
+use agent_core::event::{RawJson, SCHEMA_VERSION, SharedStr};
 use agent_core::store::{Expected, WriteBatch};
-use agent_core::{Event, EventId, Request, RequestStatus, SessionId, SessionSnapshot, StoreError, Turn, TurnId};
+use agent_core::{
+    Event, EventId, EventKind, Request, RequestStatus, SessionId, SessionSnapshot, StoreError, Turn, TurnId,
+};
 
 /// What a write does with the session's stored aggregate before its records are applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +75,9 @@ pub(crate) struct EventRow {
     pub(crate) json: Range<usize>,
     /// `json` is the whole envelope (`document` column) rather than the kind (`kind` column).
     pub(crate) document: bool,
+    /// Where the delta's text starts in the raw payload, when the kind's JSON holds it empty
+    /// (see [`text_place`]).
+    pub(crate) text_at: Option<i64>,
     /// Bound field by field, and compared with the stored event when a seq is appended again.
     pub(crate) event: Arc<Event>,
 }
@@ -114,6 +120,47 @@ pub(crate) fn parse_seq(digits: &str) -> Option<u64> {
         && digits.bytes().all(|b| b.is_ascii_digit())
         && (digits.len() == 1 || !digits.starts_with('0'));
     if canonical { digits.parse().ok() } else { None }
+}
+
+/// The text of a delta kind.
+pub(crate) fn delta_text(kind: &EventKind) -> Option<&SharedStr> {
+    match kind {
+        EventKind::MessageDelta { text, .. }
+        | EventKind::ReasoningDelta { text, .. }
+        | EventKind::CommandOutputDelta { text, .. } => Some(text),
+        _ => None,
+    }
+}
+
+/// The text of a delta kind, to fill in.
+pub(crate) fn delta_text_mut(kind: &mut EventKind) -> Option<&mut SharedStr> {
+    match kind {
+        EventKind::MessageDelta { text, .. }
+        | EventKind::ReasoningDelta { text, .. }
+        | EventKind::CommandOutputDelta { text, .. } => Some(text),
+        _ => None,
+    }
+}
+
+/// Where a delta's text starts in `raw`, when it is stored there only: the text is a slice of
+/// the payload (as providers cut a text written without escapes), holds no quote or backslash,
+/// and a quote follows it — so the reader takes it back as the bytes from that place to the
+/// next quote ([`text_from_place`]). Any other text stays in the kind's JSON.
+pub(crate) fn text_place(kind: &EventKind, raw: Option<&RawJson>) -> Option<usize> {
+    let (text, raw) = (delta_text(kind)?, raw?.get());
+    if text.is_empty() || !text.lies_in(raw.as_bytes()) {
+        return None;
+    }
+    let start = text.as_ptr() as usize - raw.as_ptr() as usize;
+    let closed = raw.as_bytes().get(start + text.len()) == Some(&b'"');
+    (closed && !text.bytes().any(|b| b == b'"' || b == b'\\')).then_some(start)
+}
+
+/// The text [`text_place`] placed at `at` in `raw`: a slice of the payload, not a copy.
+pub(crate) fn text_from_place(raw: &RawJson, at: i64) -> Option<SharedStr> {
+    let body = raw.get().get(usize::try_from(at).ok()?..)?;
+    let end = body.bytes().position(|b| b == b'"')?;
+    Some(raw.share(&body[..end]))
 }
 
 /// True when `event` is stored as its whole document rather than in parts: the parts rebuild an
@@ -225,10 +272,15 @@ impl Prepared {
             distinct &= matches!(id, IdForm::Own { .. }) && previous.is_none_or(|p| p < seq);
             previous = Some(seq);
             let document = needs_document(event, &self.session);
-            // A kind's JSON is about as long as its raw payload (a delta's text is in both):
-            // room made once for an event of megabytes, where doubling would take twice that.
-            json.reserve(event.raw.as_ref().map_or(0, |raw| raw.get().len()) + 128);
+            let place = if document { None } else { text_place(&event.kind, event.raw.as_ref()) };
+            if place.is_none() {
+                // A kind's JSON is about as long as its raw payload (a text kept in it is in
+                // both): room made once for an event of megabytes, where doubling would take
+                // twice that.
+                json.reserve(event.raw.as_ref().map_or(0, |raw| raw.get().len()) + 128);
+            }
             let start = json.len();
+            let mut text_at = None;
             let written = if document {
                 serde_json::to_writer(&mut json, &**event)
             } else {
@@ -237,10 +289,27 @@ impl Prepared {
                 if let Some(raw) = &event.raw {
                     raw.as_raw_value().map_err(|e| StoreError::Backend(Box::new(e)))?;
                 }
-                serde_json::to_writer(&mut json, &event.kind)
+                match place {
+                    Some(at) => {
+                        text_at = i64::try_from(at).ok();
+                        let mut kind = event.kind.clone();
+                        if let Some(text) = delta_text_mut(&mut kind) {
+                            *text = SharedStr::default();
+                        }
+                        serde_json::to_writer(&mut json, &kind)
+                    }
+                    None => serde_json::to_writer(&mut json, &event.kind),
+                }
             };
             written.map_err(|e| StoreError::Backend(Box::new(e)))?;
-            self.events.push(EventRow { seq, id, json: start..json.len(), document, event: Arc::clone(event) });
+            self.events.push(EventRow {
+                seq,
+                id,
+                json: start..json.len(),
+                document,
+                text_at,
+                event: Arc::clone(event),
+            });
         }
         // serde_json writes UTF-8; the check is one pass over the buffer.
         self.text = String::from_utf8(json).map_err(|e| StoreError::Backend(Box::new(e)))?;

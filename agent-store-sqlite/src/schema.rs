@@ -12,7 +12,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::OpenError;
 
 /// The newest schema version this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// One step of a migration.
 #[derive(Clone, Copy)]
@@ -29,6 +29,7 @@ const MIGRATIONS: [&[Step]; SCHEMA_VERSION as usize] = [
     &[Step::Sql(V1)],
     &[Step::Sql(V2)],
     &[Step::Sql(V3_TABLES), Step::Rust(crate::v3::move_events), Step::Sql(V3_SWAP)],
+    &[Step::Sql(V4)],
 ];
 
 /// Version 1. Records are JSON documents in TEXT columns, written with agent-core's serde forms,
@@ -166,6 +167,14 @@ CREATE INDEX events_by_turn ON events (turn_key, seq) WHERE turn_key IS NOT NULL
 CREATE UNIQUE INDEX events_by_id ON events (session_key, event_id) WHERE event_id IS NOT NULL;
 ";
 
+/// Version 4: a delta's text stored once. `events.text_at`, when set, is where the event's text
+/// starts in its `raw` payload — it runs to the next `"`, so it holds neither a quote nor an
+/// escape — and the kind's JSON holds an empty text in its place. Rows written before keep the
+/// text in the kind and `text_at` `NULL`.
+const V4: &str = "
+ALTER TABLE events ADD COLUMN text_at INTEGER;
+";
+
 /// What an opened file holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Found {
@@ -202,7 +211,7 @@ pub(crate) fn inspect(conn: &Connection) -> rusqlite::Result<Found> {
     let tables_there = match version {
         0 => false,
         1 | 2 => has_tables(conn, V1_TABLES)?,
-        3 => has_tables(conn, V1_TABLES)? && has_tables(conn, V3_ADDED_TABLES)?,
+        3 | 4 => has_tables(conn, V1_TABLES)? && has_tables(conn, V3_ADDED_TABLES)?,
         _ => has_tables(conn, LASTING_TABLES)?,
     };
     Ok(if tables_there { Found::Version(version) } else { Found::Foreign })

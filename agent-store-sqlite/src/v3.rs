@@ -39,10 +39,10 @@ pub(crate) fn move_events(conn: &Connection) -> rusqlite::Result<()> {
           ORDER BY e.session_id, e.seq",
     )?;
     let mut rows = read.query([])?;
-    let mut insert = conn.prepare(&format!(
-        "{} VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        events::INSERT_INTO.replace("INTO events", "INTO events_v3")
-    ))?;
+    let mut insert = conn.prepare(
+        "INSERT INTO events_v3 (session_key, seq, turn_key, prefix_key, event_id, at, provider, kind, raw, document)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    )?;
     let mut turns = TurnKeys::default();
     let (mut moved, mut compact, mut orphaned) = (0u64, 0u64, 0u64);
     while let Some(row) = rows.next()? {

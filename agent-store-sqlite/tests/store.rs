@@ -5,8 +5,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_core::event::{RawJson, SharedStr};
 use agent_core::store::{EventQuery, Store, WriteBatch};
-use agent_core::{Event, RequestStatus, SessionId, SessionState, StoreError, TurnId, TurnStatus};
+use agent_core::{Event, EventKind, RequestStatus, SessionId, SessionState, StoreError, TurnId, TurnStatus};
 use agent_store_sqlite::{SqliteOptions, SqliteStore};
 use agent_testkit::conformance::store::{event, request, snapshot, turn};
 use common::TempDir;
@@ -261,5 +262,70 @@ async fn concurrent_sessions_commit_beside_conflicting_batches() {
         assert!(
             events.iter().all(|e| matches!(&e.kind, agent_core::EventKind::MessageDelta { text, .. } if text == "x"))
         );
+    }
+}
+
+/// A delta's text that its raw payload holds as it is (a slice of the payload, as providers cut
+/// a text written without escapes, with a quote after it) is stored once, as its place in the
+/// payload, and read back as a slice of the payload read back. Any other text stays in the
+/// kind's JSON. A place that does not hold the text reads as corrupt, naming the event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delta_text_in_its_raw_payload_is_stored_once() {
+    let dir = TempDir::new("text-once");
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let id = sid("s-text");
+    store.save_session(&snapshot(&id, SessionState::Idle)).await.unwrap();
+    let delta = |seq: u64, body: &str, text: &str| -> Arc<Event> {
+        let raw = RawJson::parsed(format!(
+            r#"{{"method":"item/agentMessage/delta","params":{{"delta":"{body}"}},"n":{seq}}}"#
+        ));
+        let text = match raw.get().find(text) {
+            Some(start) if !text.is_empty() => raw.share(&raw.get()[start..start + text.len()]),
+            _ => SharedStr::from(text),
+        };
+        let mut event = (*event(&id, seq, None, "x")).clone();
+        event.kind = EventKind::MessageDelta { item_id: Some("msg_1".into()), text };
+        event.raw = Some(raw);
+        Arc::new(event)
+    };
+    let written = vec![
+        delta(1, "plain words", "plain words"),
+        delta(2, r#"say \"hi\""#, "say \"hi\""),
+        delta(3, r"tab\tx", r"tab\tx"),
+        delta(4, "plain words", "plain"),
+        delta(5, "", ""),
+    ];
+    store.append_events(&id, &written).await.unwrap();
+
+    let other = rusqlite::Connection::open(&path).unwrap();
+    let rows: Vec<(i64, String, Option<i64>)> = other
+        .prepare("SELECT seq, kind, text_at FROM events ORDER BY seq")
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let placed: Vec<i64> = rows.iter().filter(|(_, _, at)| at.is_some()).map(|(seq, _, _)| *seq).collect();
+    assert_eq!(placed, [1], "only a text as it is in the payload, up to a quote, is placed: {rows:?}");
+    assert!(!rows[0].1.contains("plain"), "the placed text is not in the kind too: {}", rows[0].1);
+    assert!(rows[1].1.contains(r#"say \"hi\""#), "an escaped text stays in the kind: {}", rows[1].1);
+
+    let read = store.read_events(&id, &EventQuery::all()).await.unwrap();
+    assert_eq!(read, written);
+    let EventKind::MessageDelta { text, .. } = &read[0].kind else { panic!("a delta: {:?}", read[0].kind) };
+    assert!(text.lies_in(read[0].raw.as_ref().unwrap().get().as_bytes()), "read back as a slice of the payload");
+
+    for (sql, seq) in
+        [("UPDATE events SET text_at = 4000 WHERE seq = 1", 1), ("UPDATE events SET text_at = 5 WHERE seq = 2", 2)]
+    {
+        assert_eq!(other.execute(sql, []).unwrap(), 1);
+        let read = store.read_events(&id, &EventQuery::after(seq - 1)).await;
+        match read {
+            Err(StoreError::Corrupt(reason)) => {
+                assert!(reason.contains(&format!("event {seq} of session `s-text`")), "{reason}");
+            }
+            other => panic!("a place without its text must read as corrupt: {other:?}"),
+        }
     }
 }

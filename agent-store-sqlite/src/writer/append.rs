@@ -141,13 +141,15 @@ impl<'w> Append<'w> {
             for column in 6..=9 {
                 stmt.raw_bind_parameter(offset + column, rusqlite::types::Null)?;
             }
-            stmt.raw_bind_parameter(offset + 10, json)
+            stmt.raw_bind_parameter(offset + 10, json)?;
+            stmt.raw_bind_parameter(offset + 11, rusqlite::types::Null)
         } else {
             stmt.raw_bind_parameter(offset + 6, event.at.unix_micros())?;
             stmt.raw_bind_parameter(offset + 7, event.provider.as_str())?;
             stmt.raw_bind_parameter(offset + 8, json)?;
             stmt.raw_bind_parameter(offset + 9, event.raw.as_ref().map(|raw| raw.get()))?;
-            stmt.raw_bind_parameter(offset + 10, rusqlite::types::Null)
+            stmt.raw_bind_parameter(offset + 10, rusqlite::types::Null)?;
+            stmt.raw_bind_parameter(offset + 11, row.text_at)
         }
     }
 
