@@ -4,9 +4,9 @@
 //! the ID (a reference to one of the session's `event_prefixes` for an ID made in sequence for
 //! its own seq, else the ID's text), the time in microseconds, the provider, the kind's JSON,
 //! the `raw` payload byte for byte and, for a delta whose text is stored only in that payload,
-//! where the text starts there (`text_at`; the kind's JSON then holds it empty). A row whose `document` is set holds the whole envelope as
-//! JSON instead (an event the parts cannot rebuild exactly, or a version 2 document that did not
-//! decode, kept for the reader to report).
+//! where the text starts there (`text_at`; the kind's JSON then holds it empty). A row whose
+//! `document` is set holds the whole envelope as JSON instead (an event the parts cannot rebuild
+//! exactly, or a version 2 document that did not decode, kept for the reader to report).
 
 use agent_core::event::RawJson;
 use agent_core::{Event, EventId, EventKind, ProviderId, SessionId, StoreError, Timestamp, TurnId};

@@ -146,14 +146,15 @@ pub(crate) fn delta_text_mut(kind: &mut EventKind) -> Option<&mut SharedStr> {
 /// the payload (as providers cut a text written without escapes), holds no quote or backslash,
 /// and a quote follows it — so the reader takes it back as the bytes from that place to the
 /// next quote ([`text_from_place`]). Any other text stays in the kind's JSON.
-pub(crate) fn text_place(kind: &EventKind, raw: Option<&RawJson>) -> Option<usize> {
+pub(crate) fn text_place(kind: &EventKind, raw: Option<&RawJson>) -> Option<i64> {
     let (text, raw) = (delta_text(kind)?, raw?.get());
     if text.is_empty() || !text.lies_in(raw.as_bytes()) {
         return None;
     }
     let start = text.as_ptr() as usize - raw.as_ptr() as usize;
     let closed = raw.as_bytes().get(start + text.len()) == Some(&b'"');
-    (closed && !text.bytes().any(|b| b == b'"' || b == b'\\')).then_some(start)
+    let plain = !text.bytes().any(|b| b == b'"' || b == b'\\');
+    if closed && plain { i64::try_from(start).ok() } else { None }
 }
 
 /// The text [`text_place`] placed at `at` in `raw`: a slice of the payload, not a copy.
@@ -280,7 +281,6 @@ impl Prepared {
                 json.reserve(event.raw.as_ref().map_or(0, |raw| raw.get().len()) + 128);
             }
             let start = json.len();
-            let mut text_at = None;
             let written = if document {
                 serde_json::to_writer(&mut json, &**event)
             } else {
@@ -290,8 +290,7 @@ impl Prepared {
                     raw.as_raw_value().map_err(|e| StoreError::Backend(Box::new(e)))?;
                 }
                 match place {
-                    Some(at) => {
-                        text_at = i64::try_from(at).ok();
+                    Some(_) => {
                         let mut kind = event.kind.clone();
                         if let Some(text) = delta_text_mut(&mut kind) {
                             *text = SharedStr::default();
@@ -307,7 +306,7 @@ impl Prepared {
                 id,
                 json: start..json.len(),
                 document,
-                text_at,
+                text_at: place,
                 event: Arc::clone(event),
             });
         }
