@@ -19,8 +19,9 @@ pub const SCHEMA_VERSION: u32 = 4;
 enum Step {
     /// Statements.
     Sql(&'static str),
-    /// Work SQL cannot do alone, on the migration's transaction.
-    Rust(fn(&Connection) -> rusqlite::Result<()>),
+    /// Work SQL cannot do alone, on the migration's transaction. Its error may name the row
+    /// that stopped it.
+    Rust(fn(&Connection) -> Result<(), crate::v3::MoveError>),
 }
 
 /// `MIGRATIONS[n]` upgrades a database from version `n` to `n + 1`; version 0 is an empty file.
@@ -251,7 +252,9 @@ pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), OpenErro
         for step in *steps {
             match step {
                 Step::Sql(sql) => tx.execute_batch(sql).map_err(sqlite)?,
-                Step::Rust(run) => run(&tx).map_err(sqlite)?,
+                Step::Rust(run) => {
+                    run(&tx).map_err(|source| OpenError::Sqlite { path: path.to_owned(), source: Box::new(source) })?
+                }
             }
         }
         tx.execute(

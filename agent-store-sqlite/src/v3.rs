@@ -11,6 +11,23 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::events;
 use crate::rows::{IdForm, needs_document};
 
+/// Why the events could not be moved: SQLite's error, and the version 2 row it came from when a
+/// row's columns would not read (a hand-damaged file: a seq that is not an integer, say), so that
+/// the row can be repaired or removed.
+#[derive(Debug, thiserror::Error)]
+#[error("{}{source}", row.as_ref().map(|row| format!("{row}: ")).unwrap_or_default())]
+pub(crate) struct MoveError {
+    row: Option<String>,
+    #[source]
+    source: rusqlite::Error,
+}
+
+impl From<rusqlite::Error> for MoveError {
+    fn from(source: rusqlite::Error) -> Self {
+        MoveError { row: None, source }
+    }
+}
+
 /// A version 2 event row.
 struct OldRow {
     session_id: String,
@@ -32,9 +49,9 @@ struct OldRow {
 /// `event_id` column did. A turn named by events without a record gets a `turns_v3` row without
 /// one. Events of a session without a snapshot row — no version of the writer stores those —
 /// are kept in `events_without_session` with their version 2 columns.
-pub(crate) fn move_events(conn: &Connection) -> rusqlite::Result<()> {
+pub(crate) fn move_events(conn: &Connection) -> Result<(), MoveError> {
     let mut read = conn.prepare(
-        "SELECT e.session_id, s.session_key, e.seq, e.turn_id, e.event_id, e.event
+        "SELECT e.session_id, s.session_key, e.seq, e.turn_id, e.event_id, e.event, e.rowid
            FROM events e LEFT JOIN sessions_v3 s ON s.id = e.session_id
           ORDER BY e.session_id, e.seq",
     )?;
@@ -46,14 +63,7 @@ pub(crate) fn move_events(conn: &Connection) -> rusqlite::Result<()> {
     let mut turns = TurnKeys::default();
     let (mut moved, mut compact, mut orphaned) = (0u64, 0u64, 0u64);
     while let Some(row) = rows.next()? {
-        let old = OldRow {
-            session_id: row.get(0)?,
-            session_key: row.get(1)?,
-            seq: row.get(2)?,
-            turn_id: row.get(3)?,
-            event_id: row.get(4)?,
-            document: row.get(5)?,
-        };
+        let old = OldRow::read(row)?;
         let Some(session_key) = old.session_key else {
             keep_without_session(conn, &old)?;
             orphaned += 1;
@@ -102,6 +112,31 @@ pub(crate) fn move_events(conn: &Connection) -> rusqlite::Result<()> {
         tracing::warn!(orphaned, "events of sessions without a snapshot kept in `events_without_session`");
     }
     Ok(())
+}
+
+impl OldRow {
+    /// The row's columns; an error names the row (its rowid, and its session as far as it
+    /// reads).
+    fn read(row: &rusqlite::Row<'_>) -> Result<OldRow, MoveError> {
+        let read = || -> rusqlite::Result<OldRow> {
+            Ok(OldRow {
+                session_id: row.get(0)?,
+                session_key: row.get(1)?,
+                seq: row.get(2)?,
+                turn_id: row.get(3)?,
+                event_id: row.get(4)?,
+                document: row.get(5)?,
+            })
+        };
+        read().map_err(|source| {
+            let rowid = row.get::<_, i64>(6).map_or_else(|_| "?".to_owned(), |rowid| rowid.to_string());
+            let session = match row.get_ref(0) {
+                Ok(rusqlite::types::ValueRef::Text(id)) => format!(" of session `{}`", String::from_utf8_lossy(id)),
+                _ => String::new(),
+            };
+            MoveError { row: Some(format!("moving events to schema version 3, event row {rowid}{session}")), source }
+        })
+    }
 }
 
 /// The event of `old` and its kind's JSON, when the parts rebuild exactly what version 2 read.

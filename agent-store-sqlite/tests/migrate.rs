@@ -184,3 +184,29 @@ async fn a_version_1_file_migrates_keeps_its_records_and_follows_the_current_rul
     assert_eq!(store.latest_seq(&open).await.unwrap(), Some(5));
     assert_eq!(store.fetch_session(&closed).await.unwrap(), None);
 }
+
+/// A row the migration cannot read (a hand-damaged seq that is not an integer) stops it, and the
+/// error names the row, so it can be repaired or removed; the file stays at its version.
+#[test]
+fn a_row_that_stops_the_migration_is_named_and_the_file_is_left_as_it_was() {
+    let dir = TempDir::new("migrate-damaged");
+    let path = dir.path().join("store.db");
+    let id = sid("legacy-damaged");
+    let file = V1File::create(&path);
+    file.session(&snapshot(&id, SessionState::Idle), 2);
+    for seq in 1..=2 {
+        file.event(&event(&id, seq, None, "x"), None);
+    }
+    let damaged = file.0.execute("UPDATE events SET seq = 'two' WHERE seq = 2", []).unwrap();
+    assert_eq!(damaged, 1);
+    let rowid: i64 = file.0.query_row("SELECT rowid FROM events WHERE seq = 'two'", [], |r| r.get(0)).unwrap();
+    drop(file);
+
+    let error = SqliteStore::open(&path).expect_err("the damaged row stops the migration");
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("event row {rowid} of session `legacy-damaged`")) && message.contains("seq"),
+        "{message}"
+    );
+    assert_eq!(schema_versions(&path), [1], "the migration is rolled back");
+}
