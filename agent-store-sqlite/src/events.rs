@@ -17,7 +17,7 @@ use crate::error::{corrupt_json, store_error};
 use crate::rows::{delta_text_mut, text_from_place};
 
 /// The columns [`Decoder::decode`] reads, from `events e` joined with the turn and the prefix.
-pub(crate) const COLUMNS: &str = "e.seq, e.turn_key, t.turn_id, p.prefix, e.event_id, e.at, e.provider, e.kind, e.raw, \
+pub(crate) const COLUMNS: &str = "e.seq, e.turn_key, t.turn_id, p.prefix, e.event_id, e.at, e.provider, e.kind_json, e.raw, \
      e.document, e.text_at FROM events e LEFT JOIN turns t ON t.position = e.turn_key \
      LEFT JOIN event_prefixes p ON p.prefix_key = e.prefix_key";
 
@@ -37,8 +37,7 @@ const COLUMN_NAMES: [&str; 11] = [
 ];
 
 /// The insert of event rows, without its `VALUES`.
-pub(crate) const INSERT_INTO: &str =
-    "INSERT INTO events (session_key, seq, turn_key, prefix_key, event_id, at, provider, kind, raw, document, text_at)";
+pub(crate) const INSERT_INTO: &str = "INSERT INTO events (session_key, seq, turn_key, prefix_key, event_id, at, provider, kind_json, raw, document, text_at)";
 
 /// The columns of [`INSERT_INTO`].
 pub(crate) const INSERT_COLUMNS: usize = 11;

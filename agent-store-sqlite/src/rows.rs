@@ -143,24 +143,29 @@ pub(crate) fn delta_text_mut(kind: &mut EventKind) -> Option<&mut SharedStr> {
 }
 
 /// Where a delta's text starts in `raw`, when it is stored there only: the text is a slice of
-/// the payload (as providers cut a text written without escapes), holds no quote or backslash,
-/// and a quote follows it — so the reader takes it back as the bytes from that place to the
-/// next quote ([`text_from_place`]). Any other text stays in the kind's JSON.
+/// the payload (as providers cut a text written without escapes), not empty, with a quote on
+/// either side and none or a backslash in it — the whole body of a JSON string — so the reader
+/// takes it back as the bytes from that place to the next quote ([`text_from_place`]). Any
+/// other text stays in the kind's JSON.
 pub(crate) fn text_place(kind: &EventKind, raw: Option<&RawJson>) -> Option<i64> {
     let (text, raw) = (delta_text(kind)?, raw?.get());
     if text.is_empty() || !text.lies_in(raw.as_bytes()) {
         return None;
     }
     let start = text.as_ptr() as usize - raw.as_ptr() as usize;
-    let closed = raw.as_bytes().get(start + text.len()) == Some(&b'"');
+    let quoted = |at: Option<usize>| at.and_then(|at| raw.as_bytes().get(at)) == Some(&b'"');
+    let string = quoted(start.checked_sub(1)) && quoted(Some(start + text.len()));
     let plain = !text.bytes().any(|b| b == b'"' || b == b'\\');
-    if closed && plain { i64::try_from(start).ok() } else { None }
+    if string && plain { i64::try_from(start).ok() } else { None }
 }
 
-/// The text [`text_place`] placed at `at` in `raw`: a slice of the payload, not a copy.
+/// The text [`text_place`] placed at `at` in `raw`: a slice of the payload, not a copy. `None`
+/// where `at` cannot be such a place (not just after a quote, or before one).
 pub(crate) fn text_from_place(raw: &RawJson, at: i64) -> Option<SharedStr> {
-    let body = raw.get().get(usize::try_from(at).ok()?..)?;
-    let end = body.bytes().position(|b| b == b'"')?;
+    let at = usize::try_from(at).ok()?;
+    let after_quote = at.checked_sub(1).and_then(|before| raw.get().as_bytes().get(before)) == Some(&b'"');
+    let body = raw.get().get(at..).filter(|_| after_quote)?;
+    let end = body.bytes().position(|b| b == b'"').filter(|&end| end > 0)?;
     Some(raw.share(&body[..end]))
 }
 

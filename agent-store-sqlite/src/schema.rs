@@ -169,11 +169,15 @@ CREATE UNIQUE INDEX events_by_id ON events (session_key, event_id) WHERE event_i
 ";
 
 /// Version 4: a delta's text stored once. `events.text_at`, when set, is where the event's text
-/// starts in its `raw` payload — it runs to the next `"`, so it holds neither a quote nor an
-/// escape — and the kind's JSON holds an empty text in its place. Rows written before keep the
-/// text in the kind and `text_at` `NULL`.
+/// starts in its `raw` payload: the body of a JSON string there, holding neither a quote nor an
+/// escape, so it runs to the next `"`; the kind's JSON holds an empty text in its place. Rows
+/// written before keep the text in the kind and `text_at` `NULL`.
+/// `kind` becomes `kind_json`, since it may now hold a kind without its text: a process of an
+/// earlier build still using the file (or any reader of the old column) fails on the missing
+/// column instead of reading placed deltas as empty ones.
 const V4: &str = "
 ALTER TABLE events ADD COLUMN text_at INTEGER;
+ALTER TABLE events RENAME COLUMN kind TO kind_json;
 ";
 
 /// What an opened file holds.

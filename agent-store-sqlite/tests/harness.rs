@@ -158,7 +158,10 @@ async fn a_replay_delivers_the_events_before_a_row_it_cannot_read() {
     let bad = stored.iter().find(|e| matches!(&e.kind, EventKind::MessageDelta { text, .. } if text == "a")).unwrap();
     let damage = rusqlite::Connection::open(&path).unwrap();
     let changed = damage
-        .execute("UPDATE events SET kind = '{\"type\":\"future_kind\",\"data\":{}}' WHERE seq = ?1", [bad.seq as i64])
+        .execute(
+            "UPDATE events SET kind_json = '{\"type\":\"future_kind\",\"data\":{}}' WHERE seq = ?1",
+            [bad.seq as i64],
+        )
         .unwrap();
     assert_eq!(changed, 1);
 

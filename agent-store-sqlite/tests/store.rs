@@ -144,7 +144,7 @@ async fn undecodable_stored_json_is_reported_as_corrupt() {
     let other = rusqlite::Connection::open(&path).unwrap();
     other
         .execute(
-            "UPDATE events SET kind = '{\"seq\": 1' WHERE session_key = (SELECT session_key FROM sessions WHERE id = ?1)",
+            "UPDATE events SET kind_json = '{\"seq\": 1' WHERE session_key = (SELECT session_key FROM sessions WHERE id = ?1)",
             [id.as_str()],
         )
         .unwrap();
@@ -177,7 +177,7 @@ async fn a_row_that_does_not_decode_is_named_in_the_error() {
     damage("UPDATE sessions SET snapshot = json_set(snapshot, '$.status', 'paused') WHERE id = 'b'");
     damage("UPDATE turns SET record = json_set(record, '$.status', 'later') WHERE turn_id = 't2'");
     damage("UPDATE requests SET record = '[]' WHERE request_id = 'r1'");
-    damage("UPDATE events SET kind = '{\"type\":\"future_kind\",\"data\":{}}' WHERE seq = 3");
+    damage("UPDATE events SET kind_json = '{\"type\":\"future_kind\",\"data\":{}}' WHERE seq = 3");
     let elsewhere = serde_json::to_string(&*event(&a, 99, None, "x")).unwrap();
     other.execute("UPDATE events SET document = ?1 WHERE seq = 2", [elsewhere]).unwrap();
 
@@ -295,19 +295,20 @@ async fn a_delta_text_in_its_raw_payload_is_stored_once() {
         delta(3, r"tab\tx", r"tab\tx"),
         delta(4, "plain words", "plain"),
         delta(5, "", ""),
+        delta(6, "plain words", "words"),
     ];
     store.append_events(&id, &written).await.unwrap();
 
     let other = rusqlite::Connection::open(&path).unwrap();
     let rows: Vec<(i64, String, Option<i64>)> = other
-        .prepare("SELECT seq, kind, text_at FROM events ORDER BY seq")
+        .prepare("SELECT seq, kind_json, text_at FROM events ORDER BY seq")
         .unwrap()
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
     let placed: Vec<i64> = rows.iter().filter(|(_, _, at)| at.is_some()).map(|(seq, _, _)| *seq).collect();
-    assert_eq!(placed, [1], "only a text as it is in the payload, up to a quote, is placed: {rows:?}");
+    assert_eq!(placed, [1], "only a whole string body as it is in the payload is placed: {rows:?}");
     assert!(!rows[0].1.contains("plain"), "the placed text is not in the kind too: {}", rows[0].1);
     assert!(rows[1].1.contains(r#"say \"hi\""#), "an escaped text stays in the kind: {}", rows[1].1);
 
@@ -316,16 +317,23 @@ async fn a_delta_text_in_its_raw_payload_is_stored_once() {
     let EventKind::MessageDelta { text, .. } = &read[0].kind else { panic!("a delta: {:?}", read[0].kind) };
     assert!(text.lies_in(read[0].raw.as_ref().unwrap().get().as_bytes()), "read back as a slice of the payload");
 
-    for (sql, seq) in
-        [("UPDATE events SET text_at = 4000 WHERE seq = 1", 1), ("UPDATE events SET text_at = 5 WHERE seq = 2", 2)]
-    {
-        assert_eq!(other.execute(sql, []).unwrap(), 1);
+    // A place off the string's first byte (on its quotes, inside it, past the payload), or on a
+    // row whose kind still holds its text.
+    let at = rows[0].2.unwrap();
+    let damaged =
+        [at - 1, at + 1, at + 11, 4000].map(|wrong| (format!("UPDATE events SET text_at = {wrong} WHERE seq = 1"), 1));
+    for (sql, seq) in damaged.into_iter().chain([("UPDATE events SET text_at = 5 WHERE seq = 2".to_owned(), 2)]) {
+        assert_eq!(other.execute(&sql, []).unwrap(), 1);
         let read = store.read_events(&id, &EventQuery::after(seq - 1)).await;
         match read {
             Err(StoreError::Corrupt(reason)) => {
                 assert!(reason.contains(&format!("event {seq} of session `s-text`")), "{reason}");
             }
-            other => panic!("a place without its text must read as corrupt: {other:?}"),
+            other => panic!("{sql}: a place without its text must read as corrupt: {other:?}"),
         }
     }
+    // The kind's column is renamed with the format: a process of an earlier build still using
+    // the file, or a reader of the old column, fails instead of reading placed texts as empty.
+    let old_column = other.prepare("SELECT kind FROM events").map(drop);
+    assert!(old_column.is_err_and(|e| e.to_string().contains("no such column")), "the old `kind` column is gone");
 }
