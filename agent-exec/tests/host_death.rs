@@ -1,6 +1,7 @@
 //! A host process killed with SIGKILL: its child dies with it (Linux parent-death signal), and
 //! grandchildren, which that signal does not reach, are found by their session stamp and ended
-//! by the orphan reaper.
+//! by the orphan reaper. A host that exits without ending its sessions ends what they started
+//! itself.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::process::{Child, Stdio};
 
 use agent_core::exec::Exec;
 use agent_exec::LocalExec;
-use common::{GONE_WITHIN, alive, assert_gone_within, pids};
+use common::{GONE_WITHIN, alive, assert_gone_within, gone_within, pids};
 
 /// Starts the helper host and returns it with the PIDs it printed.
 fn start_host(args: &[&str]) -> (Child, Vec<u32>) {
@@ -50,4 +51,23 @@ async fn grandchildren_of_a_sigkilled_host_are_reaped_by_their_stamp() {
     let ended = LocalExec::new().reap_orphans(&|_: &str| true).await.expect("reap");
     assert!(ended >= 1, "the orphaned grandchild must be found, ended {ended}");
     assert_gone_within(grandchild, GONE_WITHIN).await;
+}
+
+/// A host that calls `std::process::exit`, or returns from `main` without ending its child,
+/// leaves nothing running: what the child started in a session of its own, which neither the
+/// parent-death signal nor the child's group reaches, is ended by the host's exit handler.
+#[tokio::test]
+async fn a_host_that_exits_without_ending_its_sessions_leaves_nothing_running() {
+    for how in ["exit", "return"] {
+        let session = format!("host-exit-{how}-{}", std::process::id());
+        let (mut host, children) = start_host(&["escaped", &session, how]);
+        let (child, escaped) = (children[0], children[1]);
+        assert!(host.wait().expect("the host exits").success(), "{how}");
+        assert_gone_within(child, GONE_WITHIN).await;
+        let ended = gone_within(escaped, GONE_WITHIN).await;
+        if !ended {
+            let _ = std::process::Command::new("kill").args(["-KILL", &escaped.to_string()]).status();
+        }
+        assert!(ended, "{how}: the child's setsid process outlived the host");
+    }
 }

@@ -4,6 +4,10 @@
 //! - `exec-host-helper child`: spawns `sleep 30`; prints `<child pid>`.
 //! - `exec-host-helper grandchild <session>`: spawns `sh -c 'sleep 30 & echo $!; wait'` stamped
 //!   with `<session>`; prints `<child pid> <grandchild pid>`.
+//! - `exec-host-helper escaped <session> exit|return`: spawns a child stamped with `<session>`
+//!   whose `sleep 30` runs in a session of its own (`setsid`); prints `<child pid> <grandchild
+//!   pid>`, then does not wait to be killed: it calls `std::process::exit(0)`, or returns from
+//!   `main` without ending the child.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -27,13 +31,17 @@ fn main() -> ExitCode {
 
 async fn host(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let exec = LocalExec::new();
-    let (command, reads_grandchild) = match args {
-        [mode] if mode == "child" => (Command::new("sleep").arg("30"), false),
+    let (command, reads_grandchild, leave) = match args {
+        [mode] if mode == "child" => (Command::new("sleep").arg("30"), false, None),
         [mode, session] if mode == "grandchild" => {
             let script = "sleep 30 & echo $!; wait";
-            (Command::new("sh").args(["-c", script]).session(SessionId::new(session.as_str())?), true)
+            (Command::new("sh").args(["-c", script]).session(SessionId::new(session.as_str())?), true, None)
         }
-        _ => return Err("usage: exec-host-helper child | grandchild <session>".into()),
+        [mode, session, how] if mode == "escaped" && (how == "exit" || how == "return") => {
+            let script = "setsid sh -c 'echo $$; exec sleep 30' </dev/null 2>/dev/null & wait";
+            (Command::new("sh").args(["-c", script]).session(SessionId::new(session.as_str())?), true, Some(how))
+        }
+        _ => return Err("usage: exec-host-helper child | grandchild <session> | escaped <session> exit|return".into()),
     };
     let mut child = exec.spawn(command).await?;
     let pid = child.handle.id().ok_or("no pid")?;
@@ -46,6 +54,11 @@ async fn host(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let mut stdout = std::io::stdout();
     writeln!(stdout, "{line}")?;
     stdout.flush()?;
+    match leave.map(String::as_str) {
+        Some("exit") => std::process::exit(0),
+        Some(_) => return Ok(()),
+        None => {}
+    }
     child.handle.wait().await?;
     Err("the child exited before the host was killed".into())
 }

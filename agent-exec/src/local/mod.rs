@@ -75,6 +75,8 @@ impl LocalExec {
 impl Exec for LocalExec {
     async fn spawn(&self, command: Command) -> Result<Child, ExecError> {
         let prepared = self.prepare(&command)?;
+        #[cfg(target_os = "linux")]
+        orphans::end_ours_at_exit();
         let path = prepared.program.clone();
         let spawned = spawner::spawn(prepared).await.map_err(|source| {
             // "Not found" for a program that was found: a script's interpreter is missing.

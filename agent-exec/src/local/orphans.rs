@@ -68,6 +68,41 @@ pub(super) async fn end_session(session: &str, harness: u64) -> Result<usize, Ex
     }
 }
 
+/// The process that registered [`end_ours_at_exit`]'s handler.
+static EXITING_OWNER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Makes this process end every process it stamped when it exits — returns from `main`, calls
+/// `std::process::exit`, or unwinds out of `main` — without a harness having shut down. The
+/// parent-death signal ends the direct children then, but nothing else would end what they
+/// started outside their process groups: a session's end queues that scan (see
+/// [`end_session`]), and an exit does not wait for the queue. One `/proc` scan at exit, only in
+/// a process that ever spawned. (A SIGKILLed process runs nothing: [`scan`] in the next one.)
+pub(super) fn end_ours_at_exit() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        EXITING_OWNER.store(std::process::id(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: `at_exit` is an `extern "C"` function that takes nothing, unwinds nothing
+        // (it catches panics) and stays valid for the life of the process.
+        if unsafe { libc::atexit(at_exit) } != 0 {
+            tracing::warn!("could not register the exit handler that ends this process's stray children");
+        }
+    });
+}
+
+extern "C" fn at_exit() {
+    // A copy of this process made by `fork` that exits would run this too; ours exec or `_exit`,
+    // but another library's may not, and the processes are not its own.
+    if EXITING_OWNER.load(std::sync::atomic::Ordering::Relaxed) != std::process::id() {
+        return;
+    }
+    let _ = std::panic::catch_unwind(|| {
+        if let Ok(stamped) = linux::scan() {
+            let ours: Vec<Stamped> = stamped.into_iter().filter(Stamped::is_ours).collect();
+            end(&ours);
+        }
+    });
+}
+
 /// Scans for the sessions queued, all those waiting at once, for as long as the process runs.
 fn end_queued(queue: &std::sync::mpsc::Receiver<Queued>) {
     while let Ok(first) = queue.recv() {
@@ -132,6 +167,11 @@ mod linux {
                 && self.session.as_deref() == Some(session)
                 && self.harness == Some(harness)
                 && self.start <= asked
+        }
+
+        /// Whether this process stamped it.
+        pub(crate) fn is_ours(&self) -> bool {
+            self.owner == Owner::Me
         }
 
         /// Whether this process must end: its owner is gone, or it is ours and its session

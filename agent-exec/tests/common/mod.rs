@@ -25,18 +25,25 @@ pub(crate) fn alive(pid: u32) -> bool {
 /// Waits until `pid` has exited (zombie or gone), using a pidfd so no polling is needed.
 /// Panics if it is still running after `within`, and re-checks the verdict through `/proc`.
 pub(crate) async fn assert_gone_within(pid: u32, within: Duration) {
+    assert!(gone_within(pid, within).await, "process {pid} still runs after {within:?}");
+}
+
+/// Whether `pid` has exited (zombie or gone) within `within`, waiting on a pidfd; the verdict is
+/// re-checked through `/proc`.
+pub(crate) async fn gone_within(pid: u32, within: Duration) -> bool {
     let raw = Pid::from_raw(pid as i32).expect("a PID is not 0");
     match rustix::process::pidfd_open(raw, PidfdFlags::empty()) {
         Ok(fd) => {
             // SAFETY: `fd` is a valid pidfd owned by the AsyncFd until it is dropped.
             let fd =
                 unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.expect("register pidfd");
-            let exited = tokio::time::timeout(within, fd.readable()).await;
-            assert!(exited.is_ok(), "process {pid} still runs after {within:?}");
+            if tokio::time::timeout(within, fd.readable()).await.is_err() {
+                return false;
+            }
         }
         Err(error) => assert_eq!(error, Errno::SRCH, "pidfd_open({pid})"),
     }
-    assert!(!alive(pid), "/proc still shows {pid} running");
+    !alive(pid)
 }
 
 /// Reads one line of a child's output, byte by byte so nothing after it is consumed.
