@@ -193,7 +193,8 @@ pub enum ExitReason {
         /// The store's error.
         reason: String,
     },
-    /// The session is not live in this harness: a subscription replays its stored history.
+    /// The session is not live in this harness: a subscription replays its stored history (a
+    /// session whose end is known reports that end instead, an abandoned one `Abandoned`).
     NotLive,
     /// The runtime ended without recording its end (host killed, store lost); the stored
     /// snapshot was last written in `last_status`.

@@ -205,7 +205,11 @@ impl Harness {
         {
             return Err(past_latest(after, latest));
         }
-        let (_, exit) = watch::channel(Some(ExitReason::NotLive));
+        // How the session ended, as `status` reads it (abandoned by a host that died, closed),
+        // for a stream of a turn it left unfinished; `NotLive` where no end is known.
+        let ended = self.inner.registry.ended_with(&session_id, Some(&snapshot));
+        let ended = ended.or_else(|| self.read_back(snapshot.clone()).ended);
+        let (_, exit) = watch::channel(Some(ended.unwrap_or(ExitReason::NotLive)));
         let mut turn_ended = false;
         if let Some(turn) = &turn {
             let Some(stored) = store.fetch_turn(&session_id, turn).await? else {

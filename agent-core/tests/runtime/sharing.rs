@@ -109,6 +109,12 @@ async fn a_session_whose_recorded_owner_is_gone_reads_as_abandoned_and_resumes()
         AwaitError::Failed(err) => assert!(abandoned(&err), "{err:?}"),
         err => panic!("{err:?}"),
     }
+    // Its stream replays what is stored, then ends the way `status` says the session did.
+    let streamed = other.stream(&unfinished, Replay::Start, None).await.unwrap().collect().await;
+    assert!(
+        matches!(streamed, Err(StreamError::SessionDown(ExitReason::Abandoned { last_status: SessionState::Running }))),
+        "{streamed:?}"
+    );
     let resumed = other.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
     assert_eq!(resumed, session);
     let stored = f.store.fetch_session(&session.id).await.unwrap().unwrap();
