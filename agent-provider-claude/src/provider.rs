@@ -304,11 +304,12 @@ impl Provider for ClaudeProvider {
                 let stderr = report.stderr_tail.clone().unwrap_or_default();
                 return Err(match ctx.conversation.continued() {
                     Some((mode, provider_session_id)) => {
-                        // Claude writes a conversation down at its first prompt: a session stopped
-                        // before its first turn has none to continue.
+                        // Claude writes a conversation down as its turns run: a session stopped
+                        // before its first turn has none to continue, nor one whose host was killed
+                        // before claude had written it (seen after a kill during a later turn).
                         let unsaved = if stderr.contains("No conversation found") {
-                            "; claude keeps a conversation only once a turn ran in it (a session stopped before its \
-                             first turn has none to continue)"
+                            "; claude keeps a conversation only once it wrote a turn of it down (a session stopped \
+                             before its first turn, or killed before claude saved it, has none to continue)"
                         } else {
                             ""
                         };
