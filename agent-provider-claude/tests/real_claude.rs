@@ -554,7 +554,7 @@ async fn fork_gets_a_new_session_id_and_a_missing_conversation_is_an_error() {
     claude.harness.stop_session(&turnless, false).await.unwrap();
     match claude.harness.start_session("claude", claude.options().resume_session(turnless.id.clone())).await {
         Err(agent_core::Error::ResumeFailed { reason, .. }) => {
-            assert!(reason.contains("only once a turn ran in it"), "{reason}")
+            assert!(reason.contains("a session stopped before its first turn"), "{reason}")
         }
         other => panic!("resuming a session without a turn must fail, got {other:?}"),
     }
