@@ -177,10 +177,12 @@ async fn a_provider_conversation_can_be_resumed_into_a_new_session() {
     ));
 }
 
-#[tokio::test]
-async fn resuming_a_session_its_host_abandoned_closes_the_turn_it_left_running() {
+/// What a killed host leaves, copied into the store of a new harness: a session awaiting the
+/// answer to a request in a running turn that delivered a delta. Returns the new harness's
+/// fixture, the session, its turn and the request.
+async fn abandoned_awaiting_input(id: &str) -> (Fixture, SessionRef, Turn, Request) {
     let f = Fixture::new();
-    let (session, remote) = f.session(opts().id("crashed")).await;
+    let (session, remote) = f.session(opts().id(id)).await;
     let turn = f.admitted_turn(&session, "work").await;
     let mut watched = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
     remote.delta(&turn.id, "partial").await;
@@ -205,7 +207,12 @@ async fn resuming_a_session_its_host_abandoned_closes_the_turn_it_left_running()
     f2.dyn_store().write(&batch).await.unwrap();
     // The snapshot names its harness, which must be gone for the session to be abandoned.
     drop((remote, f));
+    (f2, session, turn, request)
+}
 
+#[tokio::test]
+async fn resuming_a_session_its_host_abandoned_closes_the_turn_it_left_running() {
+    let (f2, session, turn, request) = abandoned_awaiting_input("crashed").await;
     let resumed = f2.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
     let outcome = f2.harness.await_turn(&turn, None).await.unwrap_err();
     match outcome {
@@ -226,6 +233,36 @@ async fn resuming_a_session_its_host_abandoned_closes_the_turn_it_left_running()
     assert_eq!(expired, Some((request.id.clone(), ExpiryReason::SessionClosed)));
     let answered = f2.harness.respond(&request, Response::approve()).await.unwrap_err();
     assert!(matches!(answered, Error::RequestExpired { .. }), "{answered:?}");
+}
+
+/// A resume that fails still ends what the killed host left open — the run is over whether the
+/// conversation opens or not — so no turn stays `running` nor request `pending` in the store;
+/// a later resume that opens finds nothing left to close.
+#[tokio::test]
+async fn a_failed_resume_of_an_abandoned_session_still_closes_what_its_host_left_open() {
+    let (f2, session, turn, request) = abandoned_awaiting_input("crashed-twice").await;
+    f2.control.set_open(OpenBehavior::Fail("the thread was deleted".into()));
+    f2.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap_err();
+    let store = f2.dyn_store();
+    let stored = store.read_requests(&session.id, &Default::default()).await.unwrap();
+    assert_eq!(stored.iter().map(|r| r.status).collect::<Vec<_>>(), [RequestStatus::Expired]);
+    let stored_turn = store.fetch_turn(&session.id, &turn.id).await.unwrap().unwrap();
+    assert_eq!(stored_turn.status, TurnStatus::Interrupted);
+    let events = store.read_events(&session.id, &Default::default()).await.unwrap();
+    let ends: Vec<_> = events.iter().map(|e| e.type_name()).skip_while(|name| *name != "request_created").collect();
+    assert_eq!(ends, ["request_created", "request_expired", "turn_interrupted", "conversation_failed"], "{ends:?}");
+    match f2.harness.await_turn(&turn, None).await.unwrap_err() {
+        AwaitError::Ended(outcome) => assert_eq!(outcome.status, TurnStatus::Interrupted),
+        other => panic!("expected the interrupted turn, got {other:?}"),
+    }
+    let answered = f2.harness.respond(&request, Response::approve()).await.unwrap_err();
+    assert!(matches!(answered, Error::RequestExpired { .. }), "{answered:?}");
+
+    f2.control.set_open(OpenBehavior::Succeed);
+    f2.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
+    let events = store.read_events(&session.id, &Default::default()).await.unwrap();
+    let ended = events.iter().filter(|e| e.type_name() == "turn_interrupted").count();
+    assert_eq!(ended, 1, "the turn ended once");
 }
 
 #[tokio::test]

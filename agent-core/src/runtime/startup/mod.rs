@@ -320,22 +320,8 @@ impl Opening {
         let snapshot = SessionSnapshot { provider_session_id: provider_session_id.clone(), owner, ..snapshot };
         let mut journal = Journal::new(&session, plan.resumed.as_ref().map_or(0, |r| r.latest_seq));
         let mut batch = WriteBatch::new(id.clone());
-        // What a killed host left open ends: its pending requests expire before its turn ends.
-        for mut request in plan.resumed.as_ref().map(|r| r.stale_requests.clone()).unwrap_or_default() {
-            let reason = ExpiryReason::SessionClosed;
-            request.status = RequestStatus::Expired;
-            request.metadata.insert("expiration_reason".into(), serde_json::to_value(reason).unwrap_or_default());
-            let expired = EventKind::RequestExpired { request_id: request.id.clone(), reason };
-            journal.push(Some(request.turn_id.clone()), expired);
-            batch.requests.push(request);
-        }
-        if let Some(mut stale) = plan.resumed.as_ref().and_then(|r| r.stale_turn.clone()) {
-            let result = TurnResult::reason("the session's runtime ended during the turn");
-            stale.status = TurnStatus::Interrupted;
-            stale.finished_at = Some(now);
-            stale.result = Some(result.clone());
-            journal.push(Some(stale.id.clone()), EventKind::terminal(TurnStatus::Interrupted, result));
-            batch.turns.push(stale);
+        if let Some(resumed) = &plan.resumed {
+            close_stale(resumed, &mut journal, &mut batch);
         }
         journal.push(None, EventKind::SessionReady { provider_session_id: provider_session_id.clone() });
         match &plan.conversation {
@@ -541,6 +527,28 @@ impl Journal {
     fn push(&mut self, turn: Option<crate::ids::TurnId>, kind: EventKind) {
         let event = self.event(turn, kind);
         self.events.push(event);
+    }
+}
+
+/// Ends what a killed host left open in the resumed session, into `batch` and `journal`: its
+/// pending requests expire (`session_closed`), then the turn it left running is interrupted.
+/// A resume records it whether the conversation then opens or not: that run is over either way.
+fn close_stale(resumed: &stored::Resumed, journal: &mut Journal, batch: &mut WriteBatch) {
+    for mut request in resumed.stale_requests.iter().cloned() {
+        let reason = ExpiryReason::SessionClosed;
+        request.status = RequestStatus::Expired;
+        request.metadata.insert("expiration_reason".into(), serde_json::to_value(reason).unwrap_or_default());
+        let expired = EventKind::RequestExpired { request_id: request.id.clone(), reason };
+        journal.push(Some(request.turn_id.clone()), expired);
+        batch.requests.push(request);
+    }
+    if let Some(mut stale) = resumed.stale_turn.clone() {
+        let result = TurnResult::reason("the session's runtime ended during the turn");
+        stale.status = TurnStatus::Interrupted;
+        stale.finished_at = Some(Timestamp::now());
+        stale.result = Some(result.clone());
+        journal.push(Some(stale.id.clone()), EventKind::terminal(TurnStatus::Interrupted, result));
+        batch.turns.push(stale);
     }
 }
 

@@ -231,8 +231,9 @@ pub(super) async fn conflicted(
     }
 }
 
-/// Records in a stored session's history that resuming it failed — only over the snapshot the
-/// resume read: a session another harness resumed, replaced or purged meanwhile is not this
+/// Records in a stored session's history that resuming it failed, after ending what a killed
+/// host left open in it as a resume that opens does (its pending requests expire, its running
+/// turn is interrupted: that run is over either way) — only over the snapshot the resume read: a session another harness resumed, replaced or purged meanwhile is not this
 /// one's to write (a record appended to a replaced session's history would take a seq its new
 /// run has yet to reach).
 pub(super) async fn record_failed_resume(
@@ -248,13 +249,15 @@ pub(super) async fn record_failed_resume(
         _ => None,
     };
     let mut journal = Journal::new(session, resumed.latest_seq);
+    let mut batch = WriteBatch::new(session.id.clone());
+    super::close_stale(resumed, &mut journal, &mut batch);
     let kind = EventKind::ConversationFailed {
         mode: ConversationMode::Resume,
         provider_session_id,
         reason: error.to_string(),
     };
-    let mut batch = WriteBatch::new(session.id.clone());
-    batch.events = vec![journal.event(None, kind)];
+    journal.push(None, kind);
+    batch.events = std::mem::take(&mut journal.events);
     batch.expect = Some(Expected::Snapshot(Box::new(resumed.snapshot.clone())));
     match tokio::time::timeout(timeout, write_batch(store, &batch)).await {
         Ok(Ok(())) => {}
