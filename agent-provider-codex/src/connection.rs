@@ -17,7 +17,7 @@ use agent_core::provider::SinkClosed;
 use agent_core::time::deadline_after;
 use agent_core::{Sink, SinkBuffer, TurnId};
 use agent_provider_kit::framing::{
-    AfterLines, Bytes, LineReader, TextFrame, flush_before_wait, keep_line, unparsed_line_warning,
+    AfterLines, Bytes, Line, LineReader, TextFrame, flush_before_wait, keep_line, unparsed_line_warning,
 };
 use agent_provider_kit::process::{CliProcess, encode_line as encode, spawn_reader, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ExitReport, JsonRpcId, Pending, ReplyError};
@@ -311,6 +311,27 @@ impl Shared {
     }
 }
 
+/// A line over `max_line`, dropped with a warning. A `turn/completed` notification among them
+/// (a final message of megabytes makes one: it repeats the turn's items) would leave the turn
+/// running for good, codex being idle: it ends the turn failed, naming the limit. Codex is
+/// left as it is, so the session goes on.
+fn over_long_line(state: &mut Normalizer, len: usize, head: &[u8], max_line: usize, actions: &mut Vec<Action>) -> Then {
+    let warning = TextFrame::TooLong { len }.into_text(CLI, max_line).err().unwrap_or_default();
+    actions.push(state.garbage(warning));
+    const TURN_COMPLETED: &[u8] = br#""method":"turn/completed""#;
+    if !head.windows(TURN_COMPLETED.len()).any(|window| window == TURN_COMPLETED) {
+        return AfterLines::Next;
+    }
+    let reason = format!(
+        "codex's turn/completed line was {len} bytes, over the {max_line}-byte limit (`max_line_bytes`): the \
+         turn's end could not be read"
+    );
+    let ended = state.on_exit(&reason, None, None);
+    let ends = ended.iter().any(Action::ends_turn);
+    actions.extend(ended);
+    if ends { AfterLines::TurnEnded } else { AfterLines::Next }
+}
+
 /// Normalizes one stdout line into `actions`, its raw JSON attached.
 fn normalize_line(
     state: &mut Normalizer,
@@ -349,6 +370,10 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
     let read_error = loop {
         let Ok(next) = flush_before_wait(&mut out, lines.next_line_in_chunk()).await else { return };
         let then = match next {
+            Ok(Some((Line::TooLong(len), _))) => {
+                let mut state = lock(&shared.state);
+                over_long_line(&mut state, len, lines.too_long_head(), max_line, &mut actions)
+            }
             Ok(Some((line, chunk))) => {
                 // The other lines this read brought are normalized under the same lock before
                 // anything is sent.

@@ -20,6 +20,7 @@
 //! | no terminal event, then silence | nothing ends it by itself: the stream's idle timeout fires and the turn keeps running until the caller cancels (as above) or force-stops (`turn_interrupted`) |
 //! | garbage line | `warning`; the turn completes |
 //! | 10 MiB line | a `provider_event` holding it (default 16 MiB cap), or a `warning` over a smaller cap; the turn completes |
+//! | a final message over the cap (its delta, `item/completed` and `turn/completed` each too long) | `warning`s, then `turn_failed` naming the limit; the session goes on |
 //! | stderr flood | drained; the turn completes; a later exit reports the last 40 lines |
 //! | duplicate frames | a duplicated terminal frame is dropped as stale; one terminal event per turn |
 //! | out-of-order frames | `turn/completed` first ends the turn (text from its items); later frames are dropped |
@@ -901,6 +902,27 @@ async fn ten_megabyte_line_over_the_line_limit_is_a_warning() {
     let end = end(&events);
     assert_eq!(end.status, TurnStatus::Completed);
     assert_eq!(end.result.text.as_deref(), Some("after"));
+    case.finish().await;
+}
+
+/// A final message over `max_line_bytes` makes every line that carries it too long, the
+/// `turn/completed` that repeats the turn's items among them: the turn ends failed, saying why,
+/// where it had stayed running for good; codex is idle, and the next turn runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_completed_line_over_the_limit_ends_the_turn_and_the_session_goes_on() {
+    let script = FakeScript::new().handshake().turn_start().deltas(["x".repeat(5000)]).complete().turn("small again");
+    let case = Case::new(script);
+    let session = case.session_with(case.options_with(CodexOptions::new().max_line_bytes(4096))).await;
+    let events = case.run(&session, "long please").await;
+    let failed = end(&events);
+    assert_eq!(failed.status, TurnStatus::Failed);
+    let reason = failed.result.reason.clone().unwrap_or_default();
+    assert!(reason.contains("turn/completed line") && reason.contains("4096-byte limit"), "{reason}");
+    assert_eq!(warnings(&events).len(), 3, "the delta, item/completed and turn/completed: {:?}", warnings(&events));
+
+    let next = case.run(&session, "short now").await;
+    assert_eq!(end(&next).status, TurnStatus::Completed);
+    assert_eq!(end(&next).result.text.as_deref(), Some("small again"));
     case.finish().await;
 }
 
