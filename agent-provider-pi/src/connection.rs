@@ -16,7 +16,9 @@ use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::time::deadline_after;
 use agent_core::{Sink, SinkBuffer, TurnId};
-use agent_provider_kit::framing::{Bytes, LineReader, TextFrame, flush_before_wait, keep_line, unparsed_line_warning};
+use agent_provider_kit::framing::{
+    Bytes, Line, LineReader, TextFrame, flush_before_wait, keep_line, unparsed_line_warning,
+};
 use agent_provider_kit::process::{CliProcess, encode_line as encode, spawn_reader, truncate_message, wait_until};
 use agent_provider_kit::rpc::{ExitReport, Pending, ReplyError, ResponseId};
 use agent_provider_kit::secrets::Secrets;
@@ -249,6 +251,23 @@ impl Shared {
         self.pending.resolve(&ResponseId(id), raw).err()
     }
 
+    /// A stdout line over `max_line`, dropped with a warning; one that carried the running turn's
+    /// reply or its end also tells the turn (see `Normalizer::over_long`). Errs when the session
+    /// runtime is gone.
+    async fn on_over_long(
+        &self,
+        len: usize,
+        head: &[u8],
+        max_line: usize,
+        actions: &mut Vec<Action>,
+        out: &mut SinkBuffer,
+    ) -> Result<(), SinkClosed> {
+        let warning = TextFrame::TooLong { len }.into_text(CLI, max_line).err().unwrap_or_default();
+        self.garbage(warning, out).await?;
+        actions.extend(lock(&self.state).over_long(head, len, max_line));
+        self.run(actions, out).await
+    }
+
     /// Handles one stdout line. Errs when the session runtime is gone.
     async fn on_frame(
         &self,
@@ -362,6 +381,9 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
     let read_error = loop {
         let Ok(next) = flush_before_wait(&mut out, lines.next_line_in_chunk()).await else { return };
         let handled = match next {
+            Ok(Some((Line::TooLong(len), _))) => {
+                shared.on_over_long(len, lines.too_long_head(), max_line, &mut actions, &mut out).await
+            }
             Ok(Some((line, chunk))) => {
                 shared.on_frame(TextFrame::from_line(line), chunk, max_line, &mut actions, &mut out).await
             }

@@ -141,6 +141,9 @@ struct Running {
     tools: Vec<(String, String, Option<Value>)>,
     /// Tool calls whose approval was denied.
     denied: Vec<String>,
+    /// Why the turn's reply could not be read (a line that carried it was over the line cap):
+    /// the turn then ends failed rather than completed without it.
+    unread: Option<String>,
 }
 
 /// A dialog pi waits on.
@@ -213,6 +216,7 @@ impl Normalizer {
             aborting: false,
             tools: Vec::new(),
             denied: Vec::new(),
+            unread: None,
         });
         Ok(())
     }
@@ -557,6 +561,38 @@ impl Normalizer {
         }
     }
 
+    /// A stdout line over `max_line` that the connection dropped, `head` its first bytes. An
+    /// assistant `message_end` (the reply), or the `turn_end` / `agent_end` that repeat it, leaves
+    /// the reply unread: the turn will end failed, naming the limit, rather than completed
+    /// without its text. An `agent_end` that cannot be read cannot say whether the run ended or
+    /// pi retries, and 0.73.1 sends nothing after it: the turn ends at a barrier's response (or
+    /// at 1.6.0's `agent_settled`, whichever comes first), unless a retry starts meanwhile.
+    pub(crate) fn over_long(&mut self, head: &[u8], len: usize, max_line: usize) -> Vec<Action> {
+        let has = |needle: &str| head.windows(needle.len()).any(|window| window == needle.as_bytes());
+        let Some(kind) =
+            ["message_end", "turn_end", "agent_end"].into_iter().find(|kind| has(&format!(r#"{{"type":"{kind}""#)))
+        else {
+            return Vec::new();
+        };
+        let Some(running) = self.turn.as_mut() else { return Vec::new() };
+        if kind == "message_end" && !has(r#""role":"assistant""#) {
+            return Vec::new();
+        }
+        running.unread.get_or_insert_with(|| {
+            format!(
+                "pi's `{kind}` line was {len} bytes, over the {max_line}-byte limit (`max_line_bytes`): the turn's \
+                 reply could not be read"
+            )
+        });
+        if kind != "agent_end" || running.ending != Ending::Running {
+            return Vec::new();
+        }
+        self.next_barrier += 1;
+        let n = self.next_barrier;
+        running.ending = Ending::Barrier(n);
+        vec![Action::Write(json!({"id": format!("{BARRIER_PREFIX}{n}"), "type": "get_state"}))]
+    }
+
     /// Ends the running turn from what pi reported (or `exit` when the process died).
     fn finish(&mut self, exit: Option<(String, Option<ExitStatus>, Option<String>)>) -> Vec<Action> {
         let Some(running) = self.turn.take() else { return Vec::new() };
@@ -611,7 +647,13 @@ impl Normalizer {
                     result.error = running.error.clone().map(Value::String);
                     TurnStatus::Failed
                 }
-                _ => TurnStatus::Completed,
+                _ => match &running.unread {
+                    Some(unread) => {
+                        result.reason = Some(unread.clone());
+                        TurnStatus::Failed
+                    }
+                    None => TurnStatus::Completed,
+                },
             }
         };
         let end = Box::new(TurnEnd::new(status, result));

@@ -852,3 +852,27 @@ async fn a_turns_model_is_that_turns_only() {
         pi.finish().await;
     }
 }
+
+/// A reply longer than `max_line_bytes` makes every line that carries it too long (the
+/// assistant's `message_end`, `turn_end`, `agent_end`): the turn ends failed, naming the limit,
+/// where 1.6.0 reported it completed without its text and 0.73.1 (which ends the turn at
+/// `agent_end`) left it running; pi is idle again, and the next turn runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_over_the_line_limit_fails_the_turn_and_the_session_goes_on() {
+    for cli in clis() {
+        let pi = Pi::start(cli, Scenario::new().text("x".repeat(5000)).text("small again")).await;
+        let options = pi.options().provider_option(support::pi_options(&pi.cli, &pi.env).max_line_bytes(4096));
+        let session = pi.session(options).await;
+        let (_, events) = pi.run(&session, "long please", |_| None).await;
+        let end = terminal(&events);
+        assert_eq!(end.status, TurnStatus::Failed, "pi {}: {}", pi.version(), names(&events));
+        let reason = end.result.reason.clone().unwrap_or_default();
+        assert!(reason.contains("4096-byte limit") && reason.contains("reply could not be read"), "{reason}");
+        assert!(count(&events, "warning") >= 1, "the dropped lines are warned of: {}", names(&events));
+
+        let (_, next) = pi.run(&session, "short now", |_| None).await;
+        assert_eq!(terminal(&next).status, TurnStatus::Completed, "pi {}: {}", pi.version(), names(&next));
+        assert_eq!(terminal(&next).result.text.as_deref(), Some("small again"));
+        pi.finish().await;
+    }
+}
