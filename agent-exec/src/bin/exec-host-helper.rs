@@ -7,7 +7,8 @@
 //! - `exec-host-helper escaped <session> exit|return`: spawns a child stamped with `<session>`
 //!   whose `sleep 30` runs in a session of its own (`setsid`); prints `<child pid> <grandchild
 //!   pid>`, then does not wait to be killed: it calls `std::process::exit(0)`, or returns from
-//!   `main` without ending the child.
+//!   `main` without ending the child. Its `tracing` subscriber panics on any event from then on,
+//!   as one whose thread-locals are gone at exit does.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -17,7 +18,34 @@ use agent_core::exec::{Command, Exec};
 use agent_exec::LocalExec;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+/// Set once the host has started leaving: every event after it panics.
+static LEAVING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A `tracing` subscriber that records nothing and panics on an event on the main thread once
+/// the host is leaving, as `tracing_subscriber::fmt` does in exit handlers (the main thread's
+/// thread-local buffer is destroyed by then).
+struct PanicsWhenLeaving(std::thread::ThreadId);
+
+impl tracing::Subscriber for PanicsWhenLeaving {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        if LEAVING.load(std::sync::atomic::Ordering::Relaxed) && std::thread::current().id() == self.0 {
+            panic!("an event while the host exits: {}", event.metadata().name());
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
 fn main() -> ExitCode {
+    let _ = tracing::subscriber::set_global_default(PanicsWhenLeaving(std::thread::current().id()));
     let args: Vec<String> = std::env::args().skip(1).collect();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     match runtime.block_on(host(&args)) {
@@ -54,6 +82,9 @@ async fn host(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let mut stdout = std::io::stdout();
     writeln!(stdout, "{line}")?;
     stdout.flush()?;
+    if leave.is_some() {
+        LEAVING.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     match leave.map(String::as_str) {
         Some("exit") => std::process::exit(0),
         Some(_) => return Ok(()),

@@ -95,10 +95,13 @@ extern "C" fn at_exit() {
     if EXITING_OWNER.load(std::sync::atomic::Ordering::Relaxed) != std::process::id() {
         return;
     }
+    // Nothing here logs: the main thread's thread-locals are gone by now (a `tracing`
+    // subscriber's among them, which would panic), and a logger's lock may be held by a
+    // thread that no longer runs.
     let _ = std::panic::catch_unwind(|| {
         if let Ok(stamped) = linux::scan() {
             let ours: Vec<Stamped> = stamped.into_iter().filter(Stamped::is_ours).collect();
-            end(&ours);
+            linux::end_with(&ours, |_, _| {});
         }
     });
 }
@@ -223,8 +226,19 @@ mod linux {
     }
 
     /// SIGKILLs each orphan's process group (or the orphan alone when it shares the group of
-    /// this process or of one of its ancestors); returns how many orphans were signalled.
+    /// this process or of one of its ancestors), logging each; returns how many orphans were
+    /// signalled.
     pub(crate) fn end(orphans: &[Stamped]) -> usize {
+        end_with(orphans, |orphan, result| match result {
+            Ok(()) => {
+                tracing::info!(pid = orphan.pid.as_raw_pid(), pgid = orphan.pgid, session = ?orphan.session, "ended an orphaned child");
+            }
+            Err(error) => tracing::warn!(pid = orphan.pid.as_raw_pid(), %error, "could not end an orphaned child"),
+        })
+    }
+
+    /// [`end`], telling `report` how each signal went instead of logging it.
+    pub(crate) fn end_with(orphans: &[Stamped], mut report: impl FnMut(&Stamped, io::Result<()>)) -> usize {
         let spared = spared_groups(std::process::id() as RawPid);
         let mut groups = HashSet::new();
         let mut ended = 0;
@@ -236,13 +250,8 @@ mod linux {
                 Some(pgid) if groups.insert(pgid) => sys::killpg(pgid, Signal::KILL),
                 Some(_) => Ok(()),
             };
-            match result {
-                Ok(()) => {
-                    ended += 1;
-                    tracing::info!(pid = orphan.pid.as_raw_pid(), pgid = orphan.pgid, session = ?orphan.session, "ended an orphaned child");
-                }
-                Err(error) => tracing::warn!(pid = orphan.pid.as_raw_pid(), %error, "could not end an orphaned child"),
-            }
+            ended += usize::from(result.is_ok());
+            report(orphan, result);
         }
         ended
     }
