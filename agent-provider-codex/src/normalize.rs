@@ -213,6 +213,27 @@ impl Normalizer {
         exit_status: Option<ExitStatus>,
         stderr_tail: Option<String>,
     ) -> Vec<Action> {
+        self.fail_running(reason, exit_status, stderr_tail, EndCause::TransportLost)
+    }
+
+    /// A `turn/completed` the connection could not read (over the line cap), of thread `thread`
+    /// and codex turn `turn` as its first bytes name them: when it is the running turn's — the
+    /// notification itself would have ended it — the turn ends failed with `reason`, ended by
+    /// codex (which is idle again).
+    pub(crate) fn on_unread_end(&mut self, thread: Option<&str>, turn: &str, reason: &str) -> Vec<Action> {
+        match self.route(IdRef { thread, turn: Some(turn) }) {
+            (Route::Current, false) => self.fail_running(reason, None, None, EndCause::Provider),
+            _ => Vec::new(),
+        }
+    }
+
+    fn fail_running(
+        &mut self,
+        reason: &str,
+        exit_status: Option<ExitStatus>,
+        stderr_tail: Option<String>,
+        cause: EndCause,
+    ) -> Vec<Action> {
         let Some(mut turn) = self.turn.take() else { return Vec::new() };
         self.requests.clear();
         let mut actions = turn.close_items(&self.secrets);
@@ -220,7 +241,7 @@ impl Normalizer {
         result.reason = Some(reason.to_owned());
         result.exit_status = exit_status;
         result.stderr_tail = stderr_tail;
-        result.ended_by = Some(EndCause::TransportLost);
+        result.ended_by = Some(cause);
         result.error = turn.error.take();
         actions.push(Action::Emit {
             turn: Some(turn.id().clone()),

@@ -918,11 +918,41 @@ async fn a_turn_completed_line_over_the_limit_ends_the_turn_and_the_session_goes
     assert_eq!(failed.status, TurnStatus::Failed);
     let reason = failed.result.reason.clone().unwrap_or_default();
     assert!(reason.contains("turn/completed line") && reason.contains("4096-byte limit"), "{reason}");
+    assert_eq!(failed.result.ended_by, Some(EndCause::Provider), "codex ended it; nothing was lost in transport");
     assert_eq!(warnings(&events).len(), 3, "the delta, item/completed and turn/completed: {:?}", warnings(&events));
 
     let next = case.run(&session, "short now").await;
     assert_eq!(end(&next).status, TurnStatus::Completed);
     assert_eq!(end(&next).result.text.as_deref(), Some("small again"));
+    case.finish().await;
+}
+
+/// An over-long `turn/completed` of another turn (a stale one of the turn before) or of another
+/// thread (a subagent's, naming the running turn's ID) ends nothing: it is only warned of, as
+/// the notification itself would have been dropped as stale or foreign.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_over_long_turn_completed_of_another_turn_or_thread_ends_nothing() {
+    let long = |thread: &str, turn: &str| {
+        json!({"method": "turn/completed", "params": {
+            "threadId": thread,
+            "turn": {"id": turn, "items": [{"type": "agentMessage", "id": "m", "text": "x".repeat(5000)}], "status": "completed", "error": null},
+        }})
+    };
+    let script = FakeScript::new()
+        .handshake()
+        .turn("one")
+        .turn_start()
+        .send(long("${session_id}", "fake-turn-1"))
+        .send(long("another-thread", "fake-turn-2"))
+        .deltas(["two"])
+        .complete();
+    let case = Case::new(script);
+    let session = case.session_with(case.options_with(CodexOptions::new().max_line_bytes(4096))).await;
+    assert_eq!(end(&case.run(&session, "first").await).status, TurnStatus::Completed);
+    let second = case.run(&session, "second").await;
+    assert_eq!(end(&second).status, TurnStatus::Completed, "{:?}", warnings(&second));
+    assert_eq!(end(&second).result.text.as_deref(), Some("two"));
+    assert_eq!(warnings(&second).len(), 2, "{:?}", warnings(&second));
     case.finish().await;
 }
 
