@@ -33,6 +33,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 mod frame;
+pub mod head;
 mod redact;
 mod stderr;
 

@@ -17,6 +17,7 @@ use agent_core::event::{FileChangeEntry, RawJson, TextArena, ToolKind, ToolStatu
 use agent_core::exec::ExitStatus;
 use agent_core::request::RequestSpec;
 use agent_core::{EndCause, EventKind, ItemId, TurnEnd, TurnId, TurnResult, TurnStatus};
+use agent_provider_kit::framing::head::{find_key, object_at, string_at};
 use agent_provider_kit::rpc::CliRequestId;
 use serde_json::{Value, json};
 
@@ -561,36 +562,39 @@ impl Normalizer {
         }
     }
 
-    /// A stdout line over `max_line` that the connection dropped, `head` its first bytes. An
-    /// assistant `message_end` (the reply), or the `turn_end` / `agent_end` that repeat it, leaves
-    /// the reply unread: the turn will end failed, naming the limit, rather than completed
-    /// without its text. An `agent_end` that cannot be read cannot say whether the run ended or
-    /// pi retries, and 0.73.1 sends nothing after it: the turn ends at a barrier's response (or
-    /// at 1.6.0's `agent_settled`, whichever comes first), unless a retry starts meanwhile.
+    /// A stdout line over `max_line` that the connection dropped, `head` its first bytes. The
+    /// assistant's `message_end` (the reply) leaves the reply unread: the turn will end failed,
+    /// naming the limit, rather than completed without its text. An `agent_end` (it repeats every
+    /// message of the run, so a long run or a large tool result makes one even when the reply was
+    /// read) cannot say whether the run ended or pi retries, and 0.73.1 sends nothing after it:
+    /// the turn ends at a barrier's response (or at 1.6.0's `agent_settled`, whichever comes
+    /// first), unless a retry starts meanwhile.
     pub(crate) fn over_long(&mut self, head: &[u8], len: usize, max_line: usize) -> Vec<Action> {
-        let has = |needle: &str| head.windows(needle.len()).any(|window| window == needle.as_bytes());
-        let Some(kind) =
-            ["message_end", "turn_end", "agent_end"].into_iter().find(|kind| has(&format!(r#"{{"type":"{kind}""#)))
-        else {
-            return Vec::new();
-        };
         let Some(running) = self.turn.as_mut() else { return Vec::new() };
-        if kind == "message_end" && !has(r#""role":"assistant""#) {
-            return Vec::new();
+        let Some(root) = head.strip_prefix(b"{") else { return Vec::new() };
+        let member = |object: &[u8], key: &str| find_key(object, key);
+        match member(root, "type").and_then(|at| string_at(root, at)) {
+            Some("message_end") => {
+                let message = member(root, "message").and_then(|at| object_at(root, at));
+                let role = message.and_then(|message| string_at(message, member(message, "role")?));
+                if role == Some("assistant") {
+                    running.unread.get_or_insert_with(|| {
+                        format!(
+                            "pi's assistant `message_end` line was {len} bytes, over the {max_line}-byte limit \
+                             (`max_line_bytes`): the turn's reply could not be read"
+                        )
+                    });
+                }
+                Vec::new()
+            }
+            Some("agent_end") if running.ending == Ending::Running => {
+                self.next_barrier += 1;
+                let n = self.next_barrier;
+                running.ending = Ending::Barrier(n);
+                vec![Action::Write(json!({"id": format!("{BARRIER_PREFIX}{n}"), "type": "get_state"}))]
+            }
+            _ => Vec::new(),
         }
-        running.unread.get_or_insert_with(|| {
-            format!(
-                "pi's `{kind}` line was {len} bytes, over the {max_line}-byte limit (`max_line_bytes`): the turn's \
-                 reply could not be read"
-            )
-        });
-        if kind != "agent_end" || running.ending != Ending::Running {
-            return Vec::new();
-        }
-        self.next_barrier += 1;
-        let n = self.next_barrier;
-        running.ending = Ending::Barrier(n);
-        vec![Action::Write(json!({"id": format!("{BARRIER_PREFIX}{n}"), "type": "get_state"}))]
     }
 
     /// Ends the running turn from what pi reported (or `exit` when the process died).
@@ -773,6 +777,42 @@ mod tests {
         normalizer.abort_turn(&first);
         normalizer.begin_turn(TurnId::new("t2").unwrap()).unwrap();
         assert_eq!(answers(&mut normalizer), [json!({"type": "extension_ui_response", "id": "d1", "cancelled": true})]);
+    }
+
+    /// Lines over the cap, as their heads show them (pi 0.73.1: no `agent_settled`): an
+    /// `agent_end` that cannot be read ends the turn at a barrier, completed with the reply its
+    /// `message_end` gave; an assistant `message_end` that cannot be read fails it. A user's or a
+    /// tool result's does not.
+    #[test]
+    fn over_long_lines_end_the_turn_by_what_they_carried() {
+        let end = |dropped: &[&str]| {
+            let mut normalizer = Normalizer::new();
+            normalizer.begin_turn(TurnId::new("t1").unwrap()).unwrap();
+            normalizer.admitted(&TurnId::new("t1").unwrap(), None);
+            let mut actions = Vec::new();
+            let reply = r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"short reply"}],"stopReason":"stop"}}"#;
+            normalizer.on_line(reply, &mut actions);
+            for head in dropped {
+                actions.extend(normalizer.over_long(head.as_bytes(), 70_000, 65_536));
+            }
+            let barrier = actions.iter().any(|a| matches!(a, Action::Write(line) if line["id"] == "barrier-1"));
+            assert!(barrier, "an unread agent_end asks for a barrier: {actions:?}");
+            normalizer
+                .on_line(r#"{"type":"response","id":"barrier-1","command":"get_state","success":true}"#, &mut actions);
+            actions.into_iter().find_map(|action| match action {
+                Action::Emit { kind, .. } if kind.is_terminal() => kind.terminal_end().cloned(),
+                _ => None,
+            })
+        };
+        let agent_end = r#"{"type":"agent_end","messages":[{"role":"user","content":[{"type":"text","text":"xxxx"#;
+        let read = end(&[agent_end]).expect("the turn ends at the barrier");
+        assert_eq!((read.status, read.result.text.as_deref()), (TurnStatus::Completed, Some("short reply")));
+        let tool = r#"{"type":"message_end","message":{"role":"toolResult","content":[{"type":"text","text":"xxxx"#;
+        assert_eq!(end(&[tool, agent_end]).expect("ends").status, TurnStatus::Completed);
+        let reply = r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"xxxx"#;
+        let unread = end(&[reply, agent_end]).expect("ends");
+        assert_eq!(unread.status, TurnStatus::Failed);
+        assert!(unread.result.reason.as_deref().unwrap_or_default().contains("65536-byte limit"), "{unread:?}");
     }
 
     #[test]
