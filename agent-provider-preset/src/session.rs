@@ -329,13 +329,7 @@ impl Shared {
                         reader.garbage(unparsed_line_warning(&self.preset.id, "UTF-8", bytes.len()), &mut actions)
                     }
                 },
-                Line::TooLong(len) => reader.garbage(
-                    format!(
-                        "{} wrote a stdout line of {len} bytes, over the {}-byte limit; dropped",
-                        self.preset.id, self.preset.max_line_bytes
-                    ),
-                    &mut actions,
-                ),
+                Line::TooLong(len) => reader.too_long(len, &mut actions),
             }
             if self.perform(&handle, &process, &mut actions).await.is_err() {
                 // The session runtime is gone: nothing to report to.

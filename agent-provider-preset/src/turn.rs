@@ -82,6 +82,8 @@ pub(crate) struct TurnReader<'p> {
     /// Set when the CLI was ended for not closing stdout this long after its result or
     /// failure line.
     lingered: Option<Duration>,
+    /// Stdout lines over the preset's `max_line_bytes`, dropped: how many, and the longest.
+    too_long: Option<(usize, usize)>,
 }
 
 /// How a turn ended, before it becomes a terminal event.
@@ -109,6 +111,7 @@ impl<'p> TurnReader<'p> {
             usage: None,
             stdin_closed: false,
             lingered: None,
+            too_long: None,
         }
     }
 
@@ -150,6 +153,17 @@ impl<'p> TurnReader<'p> {
     /// A line that could not be read (not UTF-8, too long): a warning.
     pub(crate) fn garbage(&self, message: String, actions: &mut Vec<Action>) {
         actions.push(Action::Emit { kind: EventKind::Warning { message }, raw: None });
+    }
+
+    /// A stdout line of `len` bytes, over the preset's `max_line_bytes`: dropped with a warning.
+    /// The turn cannot be reported completed after it — the line may have been its reply, or
+    /// a later one a rule would have kept — and the reason of a turn that ends without a result
+    /// names the limit (see [`TurnReader::outcome`]).
+    pub(crate) fn too_long(&mut self, len: usize, actions: &mut Vec<Action>) {
+        let (count, longest) = self.too_long.unwrap_or_default();
+        self.too_long = Some((count + 1, longest.max(len)));
+        let (cli, max) = (&self.preset.id, self.preset.max_line_bytes);
+        self.garbage(format!("{cli} wrote a stdout line of {len} bytes, over the {max}-byte limit; dropped"), actions);
     }
 
     /// One stdout line (without its line end). `declined` tells a tool use refused through the
@@ -263,14 +277,29 @@ impl<'p> TurnReader<'p> {
         } else if let Some(failure) = &self.failure {
             let reason = failure.clone().unwrap_or_else(|| format!("{cli} reported a failure ({how})"));
             (TurnStatus::Failed, Some(reason))
+        } else if let (Some(_), true, Some(dropped)) = (&self.result, clean, self.dropped_lines()) {
+            (TurnStatus::Failed, Some(format!("{dropped}: the turn's reply may have been among them")))
         } else if self.result.is_some() && clean {
             (TurnStatus::Completed, None)
         } else if self.result.is_some() {
             (TurnStatus::Failed, Some(format!("{cli} exited ({how}) after its result line{stderr}")))
         } else {
-            (TurnStatus::Failed, Some(format!("{cli} exited ({how}) without a result line{stderr}")))
+            let dropped = self.dropped_lines().map(|dropped| format!(" ({dropped})")).unwrap_or_default();
+            (TurnStatus::Failed, Some(format!("{cli} exited ({how}) without a result line{dropped}{stderr}")))
         };
         Outcome { status, reason, text, usage: self.usage }
+    }
+}
+
+impl TurnReader<'_> {
+    /// What [`TurnReader::too_long`] dropped, said for a turn's reason.
+    fn dropped_lines(&self) -> Option<String> {
+        let (count, longest) = self.too_long?;
+        let (cli, max) = (&self.preset.id, self.preset.max_line_bytes);
+        Some(format!(
+            "{cli} wrote {count} stdout line(s) over the {max}-byte limit (`max_line_bytes`), the longest {longest} \
+             bytes, which could not be read"
+        ))
     }
 }
 
@@ -412,6 +441,35 @@ mod tests {
             None => assert_eq!(outcome.reason, None),
         }
         assert_eq!(outcome.text.as_deref(), text);
+    }
+
+    /// A line over the cap may have been the reply (or a later one a rule would have kept): a
+    /// turn that dropped one is not reported completed, and one without a result line says what
+    /// was dropped.
+    #[test]
+    fn a_dropped_over_long_line_keeps_a_turn_from_completing_and_is_named() {
+        let preset = lines_preset();
+        let max = preset.max_line_bytes;
+        let outcome = |lines: &[&str], code: i32| {
+            let mut reader = TurnReader::new(&preset, None, None);
+            let mut actions = Vec::new();
+            reader.too_long(max + 10, &mut actions);
+            reader.too_long(max + 5, &mut actions);
+            assert_eq!(actions.len(), 2, "each dropped line is warned of");
+            feed(&mut reader, lines);
+            reader.outcome(&exit(code), None)
+        };
+        let named =
+            format!("2 stdout line(s) over the {max}-byte limit (`max_line_bytes`), the longest {} bytes", max + 10);
+        let after_result = outcome(&["RESULT done"], 0);
+        assert_eq!(after_result.status, TurnStatus::Failed, "{after_result:?}");
+        assert!(after_result.reason.as_deref().is_some_and(|r| r.contains(&named)), "{after_result:?}");
+        let without = outcome(&["SAY hi"], 0);
+        assert_eq!(without.status, TurnStatus::Failed);
+        let reason = without.reason.unwrap_or_default();
+        assert!(reason.contains("without a result line") && reason.contains(&named), "{reason}");
+        let failed = outcome(&["FAILED out of credits"], 0);
+        assert_eq!(failed.reason.as_deref(), Some("out of credits"), "a failure line says why itself");
     }
 
     #[test]
