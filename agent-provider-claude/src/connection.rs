@@ -198,7 +198,7 @@ fn over_long_line(state: &mut Normalizer, len: usize, head: &[u8], max_line: usi
         "claude's result line was {len} bytes, over the {max_line}-byte limit (`max_line_bytes`): the turn's end \
          could not be read"
     );
-    let ended = state.on_exit(&reason, None, None);
+    let ended = state.on_unread_result(&reason);
     let ends = ended.iter().any(Action::ends_turn);
     actions.extend(ended);
     if ends { AfterLines::TurnEnded } else { AfterLines::Next }

@@ -571,13 +571,29 @@ impl Normalizer {
         exit_status: Option<ExitStatus>,
         stderr_tail: Option<String>,
     ) -> Vec<Action> {
+        self.fail_running(reason, exit_status, stderr_tail, EndCause::TransportLost)
+    }
+
+    /// The running turn's `result` line could not be read (over the line cap): the turn ends
+    /// failed with `reason`, ended by claude, which is waiting for its next prompt.
+    pub(crate) fn on_unread_result(&mut self, reason: &str) -> Vec<Action> {
+        self.fail_running(reason, None, None, EndCause::Provider)
+    }
+
+    fn fail_running(
+        &mut self,
+        reason: &str,
+        exit_status: Option<ExitStatus>,
+        stderr_tail: Option<String>,
+        cause: EndCause,
+    ) -> Vec<Action> {
         let Some(turn) = self.turn.take() else { return Vec::new() };
         self.requests.clear();
         let mut result = TurnResult::default();
         result.reason = Some(reason.to_owned());
         result.exit_status = exit_status;
         result.stderr_tail = stderr_tail;
-        result.ended_by = Some(EndCause::TransportLost);
+        result.ended_by = Some(cause);
         vec![Action::Emit {
             turn: Some(turn.harness.into_inner()),
             kind: EventKind::terminal(TurnStatus::Failed, result),

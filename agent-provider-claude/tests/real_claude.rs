@@ -812,6 +812,7 @@ async fn a_result_line_over_the_limit_ends_the_turn_and_the_session_goes_on() {
     assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
     let reason = end.result.reason.clone().unwrap_or_default();
     assert!(reason.contains("result line") && reason.contains("65536-byte limit"), "{reason}");
+    assert_eq!(end.result.ended_by, Some(agent_core::EndCause::Provider), "claude ended it; it is still there");
     assert!(count(&events, "warning") >= 1, "the dropped lines are warned of: {}", names(&events));
 
     let (_, events) = claude.run(&session, "short now", |_| None).await;
