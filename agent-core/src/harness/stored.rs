@@ -149,13 +149,16 @@ impl Harness {
             Ok(Some(snapshot)) if let Some(pid) = registry.holder(&snapshot) => {
                 Error::SessionLiveElsewhere { id: id.clone(), pid }
             }
-            Ok(Some(snapshot)) => match registry.ended_with(id, Some(&snapshot)) {
-                Some(known) => closed(known),
-                None => self.read_back(snapshot).ended.map_or_else(not_found, closed),
-            },
+            Ok(Some(snapshot)) => self.stored_end(id, snapshot).map_or_else(not_found, closed),
             Ok(None) => registry.exit_reason(id).map_or_else(not_found, closed),
             Err(error) => registry.exit_reason(id).map_or_else(|| Error::Store(error), closed),
         }
+    }
+
+    /// How a session not live here ended: what this harness knows of its end, else what its
+    /// stored snapshot says as it reads back (see [`Harness::read_back`]).
+    fn stored_end(&self, id: &SessionId, snapshot: SessionSnapshot) -> Option<ExitReason> {
+        self.inner.registry.ended_with(id, Some(&snapshot)).or_else(|| self.read_back(snapshot).ended)
     }
 
     /// A stored snapshot as it reads back while its session is not live here: a snapshot that
@@ -207,8 +210,7 @@ impl Harness {
         }
         // How the session ended, as `status` reads it (abandoned by a host that died, closed),
         // for a stream of a turn it left unfinished; `NotLive` where no end is known.
-        let ended = self.inner.registry.ended_with(&session_id, Some(&snapshot));
-        let ended = ended.or_else(|| self.read_back(snapshot.clone()).ended);
+        let ended = self.stored_end(&session_id, snapshot.clone());
         let (_, exit) = watch::channel(Some(ended.unwrap_or(ExitReason::NotLive)));
         let mut turn_ended = false;
         if let Some(turn) = &turn {

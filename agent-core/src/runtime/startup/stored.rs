@@ -233,9 +233,10 @@ pub(super) async fn conflicted(
 
 /// Records in a stored session's history that resuming it failed, after ending what a killed
 /// host left open in it as a resume that opens does (its pending requests expire, its running
-/// turn is interrupted: that run is over either way) — only over the snapshot the resume read: a session another harness resumed, replaced or purged meanwhile is not this
-/// one's to write (a record appended to a replaced session's history would take a seq its new
-/// run has yet to reach).
+/// turn is interrupted: that run is over either way) — only over the snapshot the resume read:
+/// a session another harness resumed, replaced or purged meanwhile is not this one's to write
+/// (a record appended to a replaced session's history would take a seq its new run has yet to
+/// reach).
 pub(super) async fn record_failed_resume(
     store: &DynStore,
     resumed: &Resumed,
