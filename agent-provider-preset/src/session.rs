@@ -295,6 +295,17 @@ impl Shared {
             process.kill();
         }
         let session_id = self.conversation.state().session_id.clone();
+        if session_id.is_none() && number > 1 && self.preset.resumes() {
+            // Never silently: the caller may expect the earlier turns' context.
+            let message = format!(
+                "{} starts a new conversation in turn {number} of key `{}`: no earlier turn left one it saved (a CLI \
+                 stopped before saying how its turn ended may not have saved the conversation it named)",
+                self.preset.id, self.conversation.key
+            );
+            if self.sink.emit(Some(&handle.turn), EventKind::Warning { message }, None).await.is_err() {
+                return;
+            }
+        }
         let mut reader = TurnReader::new(&self.preset, session_id, self.run.approvals.clone());
         // Written beside the reading of stdout: a CLI may write more than a pipe holds before it
         // reads a prompt larger than one, and each side would wait on the other.
@@ -364,7 +375,7 @@ impl Shared {
         }
         let cancelled = handle.cancelled.load(Ordering::SeqCst).then(|| lock(&handle.cancel_reason).unwrap_or(STOPPED));
         let outcome = reader.outcome(&report, cancelled);
-        let session_id = reader.session_id().filter(|_| reader.finished()).map(str::to_owned);
+        let session_id = reader.session_id().filter(|_| reader.kept_conversation(&report)).map(str::to_owned);
         drop(gate);
         self.finish(&handle, session_id, outcome, report).await;
     }
@@ -451,8 +462,8 @@ impl Shared {
 
     /// Records the turn in its conversation, lets the next turn in, and reports the end.
     ///
-    /// `found` is the CLI session ID the turn printed, when the CLI finished the turn (so kept
-    /// its conversation): it becomes the key's, reported as the session's provider session ID
+    /// `found` is the CLI session ID the turn printed, when the CLI kept its conversation (see
+    /// [`TurnReader::kept_conversation`]): it becomes the key's, reported as the session's provider session ID
     /// (and so kept in the store). A turn whose process never started (cancelled or failed while
     /// waiting for its key) reports the number it would have had without taking it.
     async fn finish(&self, handle: &TurnHandle, found: Option<String>, outcome: Outcome, report: ExitReport) {

@@ -143,11 +143,24 @@ impl<'p> TurnReader<'p> {
         self.foreign.as_deref()
     }
 
-    /// True once the CLI said how the turn ended (a result or a failure line): only then has it
-    /// kept the conversation, so only then may a new session ID continue it (a CLI stopped in
-    /// its first turn may not have saved the conversation it named).
+    /// True once the CLI said how the turn ended (a result or a failure line).
     pub(crate) fn finished(&self) -> bool {
         self.result.is_some() || self.failure.is_some()
+    }
+
+    /// True when the CLI kept this turn's conversation, so a session ID it printed may be
+    /// continued: it said how the turn ended (a result or a failure line), or it exited by
+    /// itself with one of the preset's success codes (its result line may have been one
+    /// dropped as over-long). A CLI stopped in its first turn may not have saved the
+    /// conversation it named, so the ID of a turn whose CLI was killed is not taken.
+    pub(crate) fn kept_conversation(&self, exit: &ExitReport) -> bool {
+        self.finished() || self.exited_cleanly(exit)
+    }
+
+    /// The CLI exited with one of the preset's success codes and its output was read to the end.
+    fn exited_cleanly(&self, exit: &ExitReport) -> bool {
+        exit.read_error.is_none()
+            && exit.status.and_then(|s| s.code).is_some_and(|code| self.preset.success_exit_codes.contains(&code))
     }
 
     /// A line that could not be read (not UTF-8, too long): a warning.
@@ -262,9 +275,7 @@ impl<'p> TurnReader<'p> {
         let cli = &self.preset.id;
         let how = exit.how();
         let stderr = agent_provider_kit::framing::stderr_note(exit.stderr_tail.as_deref());
-        let clean = self.lingered.is_some()
-            || exit.read_error.is_none()
-                && exit.status.and_then(|s| s.code).is_some_and(|code| self.preset.success_exit_codes.contains(&code));
+        let clean = self.lingered.is_some() || self.exited_cleanly(exit);
         let text = self.result.clone().flatten();
         let (status, reason) = if let (Some(found), Some(asked)) = (&self.foreign, &self.continuing) {
             let reason = format!(

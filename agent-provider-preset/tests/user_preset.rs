@@ -51,6 +51,7 @@ case "$prompt" in
   env*) echo "SAY token=$MINI_TOKEN"; echo "RESULT token=$MINI_TOKEN";;
   pieces*) for r in 1-4 5-9 10-16 17-; do echo "DELTA $(printf %s "$MINI_TOKEN" | cut -c$r)"; done; echo "RESULT done";;
   block*) while [ ! -e release ]; do sleep 0.05; done; echo "RESULT released";;
+  long*) printf 'RESULT '; head -c 5000 /dev/zero | tr '\0' x; echo;;
   *) echo "RESULT echo: $prompt";;
 esac
 "#;
@@ -68,6 +69,7 @@ fn mini_preset(program: &Path) -> Value {
             "--", "{prompt}"
         ],
         "framing": "lines",
+        "max_line_bytes": 4096,
         "env": {"set": {"MINI_TOKEN": "preset-token-0123456789"}},
         "version": {"args": ["--version"], "contains": "mini-agent", "min": "1.0.0"},
         "matchers": {
@@ -383,7 +385,32 @@ async fn a_first_turn_cut_short_leaves_no_conversation_to_continue() {
     assert!(!mini.argv(2).contains(&"--resume".to_owned()), "{:?}", mini.argv(2));
     let id = payload(&next).session_id.expect("this turn's session ID is taken");
     assert_eq!(said(&next), [format!("turn 1 of {id}")]);
+    let warned = next.iter().any(|e| {
+        matches!(&e.kind, EventKind::Warning { message } if message.contains("starts a new conversation in turn 2"))
+    });
+    assert!(warned, "a fresh start after a turn is never silent: {}", names(&next));
     assert_eq!(mini.harness.status(&session).await.expect("status").provider_session_id, Some(id));
+    mini.finish().await;
+}
+
+/// A CLI that exited by itself with a success code kept its conversation, even when its result
+/// line was dropped as over-long (the turn fails, naming the limit): the next turn continues it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_line_dropped_as_too_long_still_leaves_the_conversation_to_continue() {
+    let mini = Mini::start();
+    let session = mini.session(mini.options(PresetOptions::new())).await;
+    let (_, long) = support::run(&mini.harness, &session, "long reply", |_| None).await;
+    let end = terminal(&long);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&long));
+    let reason = end.result.reason.clone().unwrap_or_default();
+    assert!(reason.contains("over the 4096-byte limit"), "{reason}");
+    let id = payload(&long).session_id.expect("the turn's session ID is taken");
+    assert_eq!(mini.harness.status(&session).await.expect("status").provider_session_id.as_deref(), Some(&*id));
+
+    let (_, next) = support::run(&mini.harness, &session, "and then?", |_| None).await;
+    assert_eq!(terminal(&next).status, TurnStatus::Completed, "{}", names(&next));
+    assert_eq!(mini.argv(2)[..2], ["--resume".to_owned(), id.clone()]);
+    assert_eq!(said(&next), [format!("turn 2 of {id}")], "the conversation goes on");
     mini.finish().await;
 }
 
