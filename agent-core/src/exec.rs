@@ -90,6 +90,19 @@ pub trait Exec: Send + Sync + fmt::Debug + 'static {
         Ok(0)
     }
 
+    /// Ends the processes this backend stamped for `session` in a harness process that is gone
+    /// — what a host killed without a chance to clean up (SIGKILL, an abort) left running for
+    /// the session, out of reach of the parent-death signal that ended its CLI — returning how
+    /// many were ended. Processes of live harness processes, this one included, are never
+    /// touched. The runtime calls it before it resumes a session its store lists as abandoned,
+    /// so what the dead run started (a server holding a port, a lock) is gone before the
+    /// session's CLI starts again. Backends without the means to find such processes return
+    /// `Ok(0)`; wrappers forward it.
+    async fn end_abandoned_processes(&self, session: &str) -> Result<usize, ExecError> {
+        let _ = session;
+        Ok(0)
+    }
+
     /// True when processes run on this host, with its environment and filesystem. Providers
     /// check a CLI's local configuration and scrub the host environment only for such an exec;
     /// under `AuthMode::Subscription` they refuse one that is not (they cannot verify what it

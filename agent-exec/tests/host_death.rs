@@ -12,6 +12,10 @@ use agent_core::exec::Exec;
 use agent_exec::LocalExec;
 use common::{GONE_WITHIN, alive, assert_gone_within, gone_within, pids};
 
+/// Held by the tests that end dead hosts' processes: a reap ends every one, and would end the
+/// processes another test of this file counts on finding.
+static REAPING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Starts the helper host and returns it with the PIDs it printed.
 fn start_host(args: &[&str]) -> (Child, Vec<u32>) {
     let mut host = std::process::Command::new(env!("CARGO_BIN_EXE_exec-host-helper"))
@@ -41,6 +45,7 @@ async fn a_sigkilled_host_leaves_no_child_alive() {
 
 #[tokio::test]
 async fn grandchildren_of_a_sigkilled_host_are_reaped_by_their_stamp() {
+    let _reaping = REAPING.lock().await;
     let session = format!("host-death-{}", std::process::id());
     let (host, children) = start_host(&["grandchild", &session]);
     let (child, grandchild) = (children[0], children[1]);
@@ -51,6 +56,30 @@ async fn grandchildren_of_a_sigkilled_host_are_reaped_by_their_stamp() {
     let ended = LocalExec::new().reap_orphans(&|_: &str| true).await.expect("reap");
     assert!(ended >= 1, "the orphaned grandchild must be found, ended {ended}");
     assert_gone_within(grandchild, GONE_WITHIN).await;
+}
+
+/// What a SIGKILLed host left running for a session is ended for that session (as its resume
+/// asks), and for no other; this process's own processes of the session are spared.
+#[tokio::test]
+async fn what_a_sigkilled_host_left_for_a_session_is_ended_for_that_session_only() {
+    let _reaping = REAPING.lock().await;
+    let session = format!("host-death-left-{}", std::process::id());
+    let (host, children) = start_host(&["grandchild", &session]);
+    let (child, grandchild) = (children[0], children[1]);
+    kill_host(host);
+    assert_gone_within(child, GONE_WITHIN).await;
+    let exec = LocalExec::new();
+    let id = agent_core::SessionId::new(session.clone()).expect("id");
+    let ours = exec.spawn(agent_core::exec::Command::new("sleep").arg("30").session(id)).await.expect("spawn");
+
+    let other = exec.end_abandoned_processes(&format!("{session}-other")).await.expect("look");
+    assert_eq!(other, 0, "another session's look ends nothing of this one");
+    assert!(alive(grandchild));
+    let ended = exec.end_abandoned_processes(&session).await.expect("look");
+    assert!(ended >= 1, "the dead host's grandchild must be found, ended {ended}");
+    assert_gone_within(grandchild, GONE_WITHIN).await;
+    assert!(ours.handle.try_status().is_none(), "a live process's child of the session is spared");
+    ours.handle.kill().expect("kill");
 }
 
 /// A host that calls `std::process::exit`, or returns from `main` without ending its child,

@@ -32,6 +32,10 @@ impl Exec for Logged {
         self.0.end_session_processes(session, harness).await
     }
 
+    async fn end_abandoned_processes(&self, session: &str) -> Result<usize, ExecError> {
+        self.0.end_abandoned_processes(session).await
+    }
+
     fn is_local(&self) -> bool {
         self.0.is_local()
     }

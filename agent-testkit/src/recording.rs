@@ -116,6 +116,10 @@ impl Exec for RecordingExec {
         self.inner.end_session_processes(session, harness).await
     }
 
+    async fn end_abandoned_processes(&self, session: &str) -> Result<usize, ExecError> {
+        self.inner.end_abandoned_processes(session).await
+    }
+
     fn is_local(&self) -> bool {
         self.inner.is_local()
     }

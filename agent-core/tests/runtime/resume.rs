@@ -181,6 +181,11 @@ async fn a_provider_conversation_can_be_resumed_into_a_new_session() {
 /// answer to a request in a running turn that delivered a delta. Returns the new harness's
 /// fixture, the session, its turn and the request.
 async fn abandoned_awaiting_input(id: &str) -> (Fixture, SessionRef, Turn, Request) {
+    abandoned_awaiting_input_in(id, Fixture::new()).await
+}
+
+/// [`abandoned_awaiting_input`], copied into the store of `f2`.
+async fn abandoned_awaiting_input_in(id: &str, f2: Fixture) -> (Fixture, SessionRef, Turn, Request) {
     let f = Fixture::new();
     let (session, remote) = f.session(opts().id(id)).await;
     let turn = f.admitted_turn(&session, "work").await;
@@ -198,7 +203,6 @@ async fn abandoned_awaiting_input(id: &str) -> (Fixture, SessionRef, Turn, Reque
     let requests = store.read_requests(&session.id, &Default::default()).await.unwrap();
     assert_eq!(requests.iter().map(|r| r.status).collect::<Vec<_>>(), [RequestStatus::Pending]);
     let events = store.read_events(&session.id, &Default::default()).await.unwrap();
-    let f2 = Fixture::new();
     let mut batch = agent_core::store::WriteBatch::new(session.id.clone());
     batch.snapshot = Some(snapshot);
     batch.turns = vec![running];
@@ -233,6 +237,48 @@ async fn resuming_a_session_its_host_abandoned_closes_the_turn_it_left_running()
     assert_eq!(expired, Some((request.id.clone(), ExpiryReason::SessionClosed)));
     let answered = f2.harness.respond(&request, Response::approve()).await.unwrap_err();
     assert!(matches!(answered, Error::RequestExpired { .. }), "{answered:?}");
+}
+
+/// An exec that runs nothing and records the sessions it was asked to end a dead host's
+/// processes for.
+#[derive(Debug, Default)]
+struct LeftBehind(std::sync::Mutex<Vec<String>>);
+
+#[async_trait::async_trait]
+impl agent_core::exec::Exec for LeftBehind {
+    async fn spawn(
+        &self,
+        _: agent_core::exec::Command,
+    ) -> Result<agent_core::exec::Child, agent_core::exec::ExecError> {
+        Err(agent_core::exec::ExecError::Backend("runs nothing".into()))
+    }
+
+    async fn end_abandoned_processes(&self, session: &str) -> Result<usize, agent_core::exec::ExecError> {
+        self.0.lock().unwrap().push(session.to_owned());
+        Ok(1)
+    }
+
+    fn is_local(&self) -> bool {
+        true
+    }
+}
+
+/// Resuming a session its host abandoned first ends what that host left running for it (a
+/// killed host's CLI dies with it, what the CLI started in a session of its own does not);
+/// resuming a session that was stopped looks for nothing.
+#[tokio::test]
+async fn resuming_an_abandoned_session_ends_what_its_dead_host_left_running() {
+    let exec = std::sync::Arc::new(LeftBehind::default());
+    let f2 = Fixture::with(|b| b.exec(std::sync::Arc::clone(&exec)));
+    let (f2, session, _, _) = abandoned_awaiting_input_in("left-running", f2).await;
+    assert!(exec.0.lock().unwrap().is_empty());
+    let resumed = f2.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
+    assert_eq!(*exec.0.lock().unwrap(), ["left-running"]);
+
+    f2.harness.stop_session(&resumed, false).await.unwrap();
+    let again = f2.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
+    assert_eq!(exec.0.lock().unwrap().len(), 1, "a stopped session left nothing running");
+    f2.harness.stop_session(&again, false).await.unwrap();
 }
 
 /// A resume that fails still ends what the killed host left open — the run is over whether the

@@ -135,6 +135,15 @@ impl Exec for LocalExec {
     async fn end_session_processes(&self, session: &str, harness: u64) -> Result<usize, ExecError> {
         orphans::end_session(session, harness).await
     }
+
+    /// Scans `/proc` for processes stamped for `session` by a harness process that is gone and
+    /// SIGKILLs the process group of each. Other Unix systems return `Ok(0)`.
+    #[cfg(target_os = "linux")]
+    async fn end_abandoned_processes(&self, session: &str) -> Result<usize, ExecError> {
+        let stamped = orphans::scan().await?;
+        let left: Vec<_> = stamped.into_iter().filter(|process| process.is_left_for(session)).collect();
+        Ok(orphans::end(&left))
+    }
 }
 
 /// Registers the child's pipes with the runtime and starts watching for its exit.

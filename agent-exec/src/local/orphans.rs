@@ -172,6 +172,11 @@ mod linux {
                 && self.start <= asked
         }
 
+        /// Whether a harness process that is gone stamped it for `session`.
+        pub(crate) fn is_left_for(&self, session: &str) -> bool {
+            self.owner == Owner::Gone && self.session.as_deref() == Some(session)
+        }
+
         /// Whether this process stamped it.
         pub(crate) fn is_ours(&self) -> bool {
             self.owner == Owner::Me

@@ -93,6 +93,9 @@ impl Startup {
                     planned.map_err(|_| timed_out(&session, &options))??
                 }
             };
+            if plan.resumed.as_ref().is_some_and(|resumed| resumed.snapshot.status.is_live()) {
+                end_abandoned(&exec, &id, deadline).await;
+            }
             let approvals = plan.resumed.as_ref().map(|r| r.session_approvals.clone()).unwrap_or_default();
             let ctx = OpenContext::new(id.clone(), Arc::clone(&options), exec, sink)
                 .with_conversation(plan.conversation.clone())
@@ -183,6 +186,21 @@ async fn end_strays(exec: &DynExec, id: &SessionId, harness: u64, timeout: Durat
         Ok(Ok(ended)) => tracing::info!(ended, "ended processes the failed start's CLI left outside its process group"),
         Ok(Err(error)) => tracing::warn!(%error, "could not look for processes the failed start's CLI left"),
         Err(_) => tracing::warn!(?timeout, "the look for processes the failed start's CLI left took too long"),
+    }
+}
+
+/// Ends what a dead host left running for a session it abandoned (see
+/// [`Exec::end_abandoned_processes`](crate::exec::Exec::end_abandoned_processes)), before the
+/// resumed session's CLI starts. Not finding them does not stop the resume: it is logged.
+async fn end_abandoned(exec: &DynExec, id: &SessionId, deadline: Instant) {
+    match tokio::time::timeout_at(deadline, exec.end_abandoned_processes(id.as_str())).await {
+        Ok(Ok(0)) => {}
+        Ok(Ok(ended)) => tracing::info!(ended, "ended processes a dead host left running for the resumed session"),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "could not look for processes a dead host left for the resumed session")
+        }
+        // The open's own deadline, passed too, reports it.
+        Err(_) => {}
     }
 }
 
