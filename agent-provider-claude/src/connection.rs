@@ -190,7 +190,7 @@ type Then = AfterLines<(ControlRequestId, RawJson)>;
 /// and nothing else would end it.
 fn over_long_line(state: &mut Normalizer, len: usize, head: &[u8], max_line: usize, actions: &mut Vec<Action>) -> Then {
     let warning = TextFrame::TooLong { len }.into_text(CLI, max_line).err().unwrap_or_default();
-    actions.push(state.garbage(warning));
+    actions.extend(state.garbage(warning));
     if !head.starts_with(br#"{"type":"result""#) {
         return AfterLines::Next;
     }
@@ -213,11 +213,11 @@ fn normalize_line(
     actions: &mut Vec<Action>,
     scratch: &mut String,
 ) -> Then {
-    let Some(text) = frame.text(CLI, max_line, |warning| actions.push(state.garbage(warning))) else {
+    let Some(text) = frame.text(CLI, max_line, |warning| actions.extend(state.garbage(warning))) else {
         return AfterLines::Next;
     };
     let Ok(line) = Envelope::parse_in(text, scratch) else {
-        actions.push(state.garbage(unparsed_line_warning(CLI, "a JSON message", text.len())));
+        actions.extend(state.garbage(unparsed_line_warning(CLI, "a JSON message", text.len())));
         return AfterLines::Next;
     };
     if line.kind == "control_response"

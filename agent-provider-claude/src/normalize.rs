@@ -23,7 +23,7 @@ use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EndCause, EventKind, ItemId, TurnId, TurnResult, TurnStatus};
 use agent_provider_kit::clones::Clones;
-use agent_provider_kit::framing::Bytes;
+use agent_provider_kit::framing::{Bytes, Unreadable};
 use agent_provider_kit::permission_prompt::{ToolUseRequest, reused_request_id};
 use agent_provider_kit::rpc::CliRequestId;
 use serde_json::{Value, json};
@@ -110,6 +110,8 @@ pub(crate) struct Normalizer {
     /// Why the CLI is not in the conversation it was started on (it reported another session
     /// ID): the running turn fails with this reason and the session retires.
     foreign: Option<String>,
+    /// Which unreadable stdout lines get a warning.
+    unreadable: Unreadable,
 }
 
 impl Normalizer {
@@ -221,9 +223,12 @@ impl Normalizer {
         self.emit(actions, EventKind::ProviderEvent { method });
     }
 
-    /// A stdout line that is not JSON, not UTF-8 or too long: a warning.
-    pub(crate) fn garbage(&self, message: String) -> Action {
-        Action::Emit { turn: self.current(), kind: EventKind::Warning { message }, raw: None }
+    /// A stdout line that is not JSON, not UTF-8 or too long: a warning, when the line gets one
+    /// (see [`Unreadable`]).
+    pub(crate) fn garbage(&mut self, message: String) -> Option<Action> {
+        let turn = self.current();
+        let message = self.unreadable.warning(turn.as_ref(), || message)?;
+        Some(Action::Emit { turn, kind: EventKind::Warning { message }, raw: None })
     }
 
     /// Normalizes one line (`text`, parsed as `line`); the caller [`attach`]es the line's raw

@@ -296,6 +296,18 @@ async fn a_garbage_line_is_a_warning_and_the_turn_completes() {
     case.finish().await;
 }
 
+/// A CLI that writes garbage without end makes a few dozen warnings, not one per line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_garbage_lines_is_warned_of_a_few_times_and_the_turn_completes() {
+    let script = (0..1000).fold(FakeScript::new().handshake().turn_start(), |script, _| script.garbage());
+    let case = Case::new(script.deltas(["fine"]).complete());
+    let session = case.session().await;
+    let events = case.run(&session, "work").await;
+    assert_eq!(end(&events).status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(count(&events, "warning"), 32 + 4, "the first 32, then at 64, 128, 256 and 512 lines");
+    case.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_line_is_kept_and_the_turn_completes() {
     let case = Case::new(FakeScript::new().handshake().turn_start().huge_line(10 << 20).deltas(["fine"]).complete());

@@ -321,7 +321,7 @@ impl Shared {
 /// warned of.
 fn over_long_line(state: &mut Normalizer, len: usize, head: &[u8], max_line: usize, actions: &mut Vec<Action>) -> Then {
     let warning = TextFrame::TooLong { len }.into_text(CLI, max_line).err().unwrap_or_default();
-    actions.push(state.garbage(warning));
+    actions.extend(state.garbage(warning));
     let params = head.strip_prefix(b"{").and_then(|root| {
         let method = string_at(root, find_key(root, "method")?)?;
         (method == "turn/completed").then(|| object_at(root, find_key(root, "params")?)).flatten()
@@ -350,14 +350,14 @@ fn normalize_line(
     actions: &mut Vec<Action>,
     scratch: &mut String,
 ) -> Then {
-    let Some(text) = line.text(CLI, max_line, |warning| actions.push(state.garbage(warning))) else {
+    let Some(text) = line.text(CLI, max_line, |warning| actions.extend(state.garbage(warning))) else {
         return AfterLines::Next;
     };
     // One parse of the line: the message borrows from it (and a delta's escaped text from
     // `scratch`) until it is normalized, then the line (shared with the read it came in)
     // becomes the raw JSON of what it produced.
     let Ok(message) = wire::parse_in(text, scratch) else {
-        actions.push(state.garbage(unparsed_line_warning(CLI, "JSON", text.len())));
+        actions.extend(state.garbage(unparsed_line_warning(CLI, "JSON", text.len())));
         return AfterLines::Next;
     };
     if let Message::Response { id: RpcId::Num(id) } = message {

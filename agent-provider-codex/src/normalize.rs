@@ -11,7 +11,7 @@ use agent_core::event::{FileChangeEntry, PlanStep, RawJson, TextArena, ToolKind}
 use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EndCause, EventKind, ItemId, TurnId, TurnStatus};
-use agent_provider_kit::framing::Bytes;
+use agent_provider_kit::framing::{Bytes, Unreadable};
 use agent_provider_kit::secrets::Secrets;
 use serde_json::{Value, json};
 
@@ -104,6 +104,8 @@ pub(crate) struct Normalizer {
     /// The session's credentials, kept out of the texts gathered from deltas (see
     /// [`Normalizer::redacting`]).
     secrets: Secrets,
+    /// Which unreadable stdout lines get a warning.
+    unreadable: Unreadable,
 }
 
 impl Normalizer {
@@ -252,13 +254,11 @@ impl Normalizer {
     }
 
     /// A stdout line that is not JSON (or not UTF-8, or too long): a warning for the running
-    /// turn (or the session).
-    pub(crate) fn garbage(&self, message: String) -> Action {
-        Action::Emit {
-            turn: self.turn.as_ref().map(|t| t.id().clone()),
-            kind: EventKind::Warning { message },
-            raw: None,
-        }
+    /// turn (or the session), when the line gets one (see [`Unreadable`]).
+    pub(crate) fn garbage(&mut self, message: String) -> Option<Action> {
+        let turn = self.turn.as_ref().map(TurnState::id);
+        let message = self.unreadable.warning(turn, || message)?;
+        Some(Action::Emit { turn: turn.cloned(), kind: EventKind::Warning { message }, raw: None })
     }
 
     // ----- messages ---------------------------------------------------------------------------

@@ -870,6 +870,23 @@ async fn garbage_line_is_a_warning_and_the_turn_completes() {
     case.finish().await;
 }
 
+/// A CLI that writes garbage without end makes a few dozen warnings, not one per line: the
+/// first 32 of the turn, then one at each doubling of the count, saying how many there were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_garbage_lines_is_warned_of_a_few_times_and_the_turn_completes() {
+    let script = (0..1000).fold(FakeScript::new().handshake().turn_start(), |script, _| script.garbage());
+    let case = Case::new(script.deltas(["still ", "fine"]).complete());
+    let session = case.session().await;
+    let events = case.run(&session, "hello").await;
+    let warned = warnings(&events);
+    assert_eq!(warned.len(), 32 + 4, "the first 32, then at 64, 128, 256 and 512 lines: {warned:?}");
+    assert!(warned[35].contains("(512 unreadable stdout lines so far;"), "{}", warned[35]);
+    let end = end(&events);
+    assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
+    assert_eq!(end.result.text.as_deref(), Some("still fine"));
+    case.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_megabyte_line_is_kept_and_the_turn_completes() {
     const BYTES: usize = 10 * 1024 * 1024;

@@ -36,11 +36,13 @@ mod frame;
 pub mod head;
 mod redact;
 mod stderr;
+mod unreadable;
 
 pub use self::frame::{JsonFrame, TextFrame, is_not_json, keep_line, unparsed_line_warning};
 pub use self::stderr::{
     STDERR_LINE_CHARS, STDERR_MAX_LINE, STDERR_TAIL_LINES, StderrCollector, StderrTail, stderr_note,
 };
+pub use self::unreadable::{UNREADABLE_REPORTED, Unreadable};
 
 /// Capacity of the buffer between the reader and the pipe once the stream is busy.
 const READ_BUFFER: usize = 64 * 1024;

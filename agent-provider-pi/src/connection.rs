@@ -319,7 +319,7 @@ impl Shared {
     }
 
     async fn garbage(&self, message: String, out: &mut SinkBuffer) -> Result<(), SinkClosed> {
-        let action = lock(&self.state).garbage(message);
+        let Some(action) = lock(&self.state).garbage(message) else { return Ok(()) };
         self.run(&mut vec![action], out).await
     }
 

@@ -17,6 +17,7 @@ use agent_core::event::{FileChangeEntry, RawJson, TextArena, ToolKind, ToolStatu
 use agent_core::exec::ExitStatus;
 use agent_core::request::RequestSpec;
 use agent_core::{EndCause, EventKind, ItemId, TurnEnd, TurnId, TurnResult, TurnStatus};
+use agent_provider_kit::framing::Unreadable;
 use agent_provider_kit::framing::head::{find_key, object_at, string_at};
 use agent_provider_kit::rpc::CliRequestId;
 use serde_json::{Value, json};
@@ -175,6 +176,8 @@ pub(crate) struct Normalizer {
     queued: usize,
     /// Pi drops a queue on request (`clear_queue`, pi 0.84.4 and later).
     clears_queue: bool,
+    /// Which unreadable stdout lines get a warning.
+    unreadable: Unreadable,
 }
 
 impl Running {
@@ -300,9 +303,11 @@ impl Normalizer {
         self.unknown
     }
 
-    /// A line that is not a frame.
-    pub(crate) fn garbage(&self, message: String) -> Action {
-        Action::Emit { turn: self.running().cloned(), kind: EventKind::Warning { message }, raw: None }
+    /// A line that is not a frame: a warning, when the line gets one (see [`Unreadable`]).
+    pub(crate) fn garbage(&mut self, message: String) -> Option<Action> {
+        let turn = self.turn.as_ref().map(|running| &running.id);
+        let message = self.unreadable.warning(turn, || message)?;
+        Some(Action::Emit { turn: turn.cloned(), kind: EventKind::Warning { message }, raw: None })
     }
 
     /// Normalizes one line; false when it is not a pi frame (not a JSON object with `type`).

@@ -286,6 +286,20 @@ async fn a_refusal_quoting_a_secret_has_it_redacted() {
     case.finish().await;
 }
 
+/// A CLI that writes garbage without end makes a few dozen warnings, not one per line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_garbage_lines_is_warned_of_a_few_times_and_the_turn_completes() {
+    let script = (0..1000).fold(FakeScript::new().handshake().turn_start(), |script, _| script.garbage());
+    let case = Case::new(script.deltas(["still ", "here"]).complete());
+    let session = case.session().await;
+    let events = case.run(&session, "hello").await;
+    assert_eq!(end(&events).status, TurnStatus::Completed, "{}", names(&events));
+    let warned = events.iter().filter(|e| matches!(e.kind, EventKind::Warning { .. })).count();
+    assert_eq!(warned, 32 + 4, "the first 32, then at 64, 128, 256 and 512 lines");
+    assert_eq!(end(&events).result.text.as_deref(), Some("still here"));
+    case.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_and_over_long_lines_are_warnings_and_the_turn_completes() {
     let script = FakeScript::new()

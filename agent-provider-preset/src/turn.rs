@@ -27,6 +27,7 @@ use agent_core::event::{RawJson, Usage};
 use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EventKind, TurnStatus};
+use agent_provider_kit::framing::Unreadable;
 use agent_provider_kit::permission_prompt::{PendingTool, ToolUseRequest, control_response};
 use agent_provider_kit::rpc::CliRequestId;
 use agent_provider_kit::rpc::ExitReport;
@@ -84,6 +85,8 @@ pub(crate) struct TurnReader<'p> {
     lingered: Option<Duration>,
     /// Stdout lines over the preset's `max_line_bytes`, dropped: how many, and the longest.
     too_long: Option<(usize, usize)>,
+    /// Which unreadable stdout lines get a warning.
+    unreadable: Unreadable,
 }
 
 /// How a turn ended, before it becomes a terminal event.
@@ -112,6 +115,7 @@ impl<'p> TurnReader<'p> {
             stdin_closed: false,
             lingered: None,
             too_long: None,
+            unreadable: Unreadable::default(),
         }
     }
 
@@ -163,9 +167,12 @@ impl<'p> TurnReader<'p> {
             && exit.status.and_then(|s| s.code).is_some_and(|code| self.preset.success_exit_codes.contains(&code))
     }
 
-    /// A line that could not be read (not UTF-8, too long): a warning.
-    pub(crate) fn garbage(&self, message: String, actions: &mut Vec<Action>) {
-        actions.push(Action::Emit { kind: EventKind::Warning { message }, raw: None });
+    /// A line that could not be read (not UTF-8, not JSON, too long): a warning, when the line
+    /// gets one (see [`Unreadable`]).
+    pub(crate) fn garbage(&mut self, message: String, actions: &mut Vec<Action>) {
+        if let Some(message) = self.unreadable.warning(None, || message) {
+            actions.push(Action::Emit { kind: EventKind::Warning { message }, raw: None });
+        }
     }
 
     /// A stdout line of `len` bytes, over the preset's `max_line_bytes`: dropped with a warning.
@@ -190,7 +197,7 @@ impl<'p> TurnReader<'p> {
                 Err(_) => {
                     let message =
                         agent_provider_kit::framing::unparsed_line_warning(&self.preset.id, "JSON", text.len());
-                    actions.push(Action::Emit { kind: EventKind::Warning { message }, raw: None });
+                    self.garbage(message, actions);
                     None
                 }
             },
@@ -481,6 +488,31 @@ mod tests {
         assert!(reason.contains("without a result line") && reason.contains(&named), "{reason}");
         let failed = outcome(&["FAILED out of credits"], 0);
         assert_eq!(failed.reason.as_deref(), Some("out of credits"), "a failure line says why itself");
+    }
+
+    /// A CLI that writes garbage without end makes a few dozen warnings, not one per line, and
+    /// its result still counts.
+    #[test]
+    fn a_flood_of_unreadable_lines_is_warned_of_a_few_times() {
+        let preset = preset(json!({
+            "schema_version": 1, "id": "json", "program": "cli", "args": ["{prompt}"], "framing": "jsonl",
+            "matchers": {"result": [{"when": {"/type": "result"}, "value": "/text"}]}
+        }));
+        let mut reader = TurnReader::new(&preset, None, None);
+        let mut lines = vec!["not json {"; 1000];
+        lines.push(r#"{"type": "result", "text": "done"}"#);
+        let warnings: Vec<String> = feed(&mut reader, &lines)
+            .into_iter()
+            .filter_map(|action| match action {
+                Action::Emit { kind: EventKind::Warning { message }, .. } => Some(message),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(warnings.len(), 32 + 4, "the first 32, then at 64, 128, 256 and 512 lines");
+        assert!(warnings[0].ends_with("is not JSON (10 bytes)"), "{}", warnings[0]);
+        assert!(warnings[35].contains("(512 unreadable stdout lines so far;"), "{}", warnings[35]);
+        let outcome = reader.outcome(&exit(0), None);
+        assert_eq!((outcome.status, outcome.text.as_deref()), (TurnStatus::Completed, Some("done")));
     }
 
     #[test]
