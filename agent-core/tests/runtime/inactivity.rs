@@ -34,6 +34,11 @@ async fn a_silent_turn_is_cancelled_as_stalled() {
     // The scripted provider ends a cancelled turn: its terminal event is the outcome.
     let outcome = f.harness.await_turn(&turn, None).await.unwrap_err();
     assert!(matches!(outcome, AwaitError::Ended(ref o) if o.status == TurnStatus::Cancelled), "{outcome:?}");
+    // Its reason says why it was stopped, before what the provider said.
+    let AwaitError::Ended(outcome) = outcome else { unreachable!() };
+    assert_eq!(outcome.result.ended_by, Some(EndCause::Stalled));
+    let reason = outcome.result.reason.unwrap_or_default();
+    assert!(reason.starts_with("stalled: no provider activity for"), "{reason}");
     assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Idle);
 }
 

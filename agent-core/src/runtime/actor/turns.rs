@@ -296,6 +296,13 @@ impl Actor {
         self.watchdog.disarm();
         let end = kind.terminal_end_mut().map(|end| {
             end.result.ended_by = Some(cause);
+            // The provider ended what the watchdog cancelled, saying only that it was stopped.
+            if let (EndCause::Stalled, Some(stalled)) = (cause, &current.stalled) {
+                end.result.reason = Some(match end.result.reason.take() {
+                    Some(said) if !said.starts_with(stalled.as_str()) => format!("{stalled}; {said}"),
+                    said => said.unwrap_or_else(|| stalled.clone()),
+                });
+            }
             if end.result.provider_turn_id.is_none() {
                 end.result.provider_turn_id = current.provider_turn_id.take();
             }
