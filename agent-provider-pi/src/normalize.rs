@@ -652,7 +652,12 @@ impl Normalizer {
                 }
                 _ if running.aborting => TurnStatus::Interrupted,
                 Some("error") => {
-                    result.reason = Some(running.error.clone().unwrap_or_else(|| "the model request failed".into()));
+                    let message = running.error.clone().unwrap_or_else(|| "the model request failed".into());
+                    // A request that failed for good, before the turn's end, as codex and claude say it.
+                    let kind =
+                        EventKind::ProviderError { message: message.clone(), code: None, will_retry: Some(false) };
+                    actions.push(Action::Emit { turn: Some(running.id.clone()), kind, raw: None });
+                    result.reason = Some(message);
                     result.error = running.error.clone().map(Value::String);
                     TurnStatus::Failed
                 }

@@ -374,6 +374,12 @@ async fn a_failed_model_call_whose_error_is_an_object_fails_the_turn() {
     let end = end(&events);
     assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
     assert!(end.result.reason.as_deref().is_some_and(|r| r.contains("overloaded")), "{:?}", end.result);
+    // Said as codex and claude say it, just before the turn's end.
+    let said = events.iter().rev().nth(1).map(|e| &e.kind);
+    let Some(EventKind::ProviderError { message, will_retry: Some(false), .. }) = said else {
+        panic!("a provider_error before the end: {}", names(&events))
+    };
+    assert!(message.contains("overloaded"), "{message}");
     case.finish().await;
 }
 
