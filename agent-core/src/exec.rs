@@ -90,16 +90,18 @@ pub trait Exec: Send + Sync + fmt::Debug + 'static {
         Ok(0)
     }
 
-    /// Ends the processes this backend stamped for `session` in a harness process that is gone
-    /// — what a host killed without a chance to clean up (SIGKILL, an abort) left running for
-    /// the session, out of reach of the parent-death signal that ended its CLI — returning how
-    /// many were ended. Processes of live harness processes, this one included, are never
-    /// touched. The runtime calls it before it resumes a session its store lists as abandoned,
-    /// so what the dead run started (a server holding a port, a lock) is gone before the
-    /// session's CLI starts again. Backends without the means to find such processes return
-    /// `Ok(0)`; wrappers forward it.
-    async fn end_abandoned_processes(&self, session: &str) -> Result<usize, ExecError> {
-        let _ = session;
+    /// Ends the processes this backend stamped for `session` of harness number `harness` in the
+    /// harness process `owner` (a PID), if that process is gone — what a host killed without a
+    /// chance to clean up (SIGKILL, an abort) left running for the session, out of reach of the
+    /// parent-death signal that ended its CLI — returning how many were ended. Processes of a
+    /// live process, and of other runs of a session of the same ID (another store's, say), are
+    /// never touched. The runtime calls it before it resumes or replaces a stored session whose
+    /// run never ended, naming the run's owner as the store recorded it
+    /// ([`SessionOwner`](crate::SessionOwner)), so what the dead run started (a server holding
+    /// a port, a lock) is gone before the session's CLI starts again. Backends without the
+    /// means to find such processes return `Ok(0)`; wrappers forward it.
+    async fn end_abandoned_processes(&self, session: &str, owner: u32, harness: u64) -> Result<usize, ExecError> {
+        let _ = (session, owner, harness);
         Ok(0)
     }
 

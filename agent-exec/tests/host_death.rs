@@ -20,6 +20,7 @@ static REAPING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 fn start_host(args: &[&str]) -> (Child, Vec<u32>) {
     let mut host = std::process::Command::new(env!("CARGO_BIN_EXE_exec-host-helper"))
         .args(args)
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .expect("start exec-host-helper");
@@ -66,16 +67,22 @@ async fn what_a_sigkilled_host_left_for_a_session_is_ended_for_that_session_only
     let session = format!("host-death-left-{}", std::process::id());
     let (host, children) = start_host(&["grandchild", &session]);
     let (child, grandchild) = (children[0], children[1]);
+    let host_pid = host.id();
     kill_host(host);
     assert_gone_within(child, GONE_WITHIN).await;
     let exec = LocalExec::new();
     let id = agent_core::SessionId::new(session.clone()).expect("id");
     let ours = exec.spawn(agent_core::exec::Command::new("sleep").arg("30").session(id)).await.expect("spawn");
 
-    let other = exec.end_abandoned_processes(&format!("{session}-other")).await.expect("look");
-    assert_eq!(other, 0, "another session's look ends nothing of this one");
+    // The helper stamps its sessions' processes as harness number 1.
+    for (other, owner, harness) in
+        [(&*format!("{session}-other"), host_pid, 1), (&session, host_pid + 1, 1), (&session, host_pid, 2)]
+    {
+        let ended = exec.end_abandoned_processes(other, owner, harness).await.expect("look");
+        assert_eq!(ended, 0, "the look for another run ends nothing of this one: {other} {owner} {harness}");
+    }
     assert!(alive(grandchild));
-    let ended = exec.end_abandoned_processes(&session).await.expect("look");
+    let ended = exec.end_abandoned_processes(&session, host_pid, 1).await.expect("look");
     assert!(ended >= 1, "the dead host's grandchild must be found, ended {ended}");
     assert_gone_within(grandchild, GONE_WITHIN).await;
     assert!(ours.handle.try_status().is_none(), "a live process's child of the session is spared");
@@ -91,6 +98,7 @@ async fn a_host_that_exits_without_ending_its_sessions_leaves_nothing_running() 
         let session = format!("host-exit-{how}-{}", std::process::id());
         let (mut host, children) = start_host(&["escaped", &session, how]);
         let (child, escaped) = (children[0], children[1]);
+        drop(host.stdin.take());
         assert!(host.wait().expect("the host exits").success(), "{how}");
         assert_gone_within(child, GONE_WITHIN).await;
         let ended = gone_within(escaped, GONE_WITHIN).await;

@@ -134,6 +134,12 @@ pub(crate) fn any_harness_holds(id: &SessionId) -> bool {
     registries.iter().any(|registry| registry.contains(id))
 }
 
+/// Whether `owner` is a process of this boot other than this one: only such a process's stamps
+/// can be on processes that run now, and this process ends its own with their sessions.
+pub(crate) fn another_process_of_this_boot(owner: &SessionOwner) -> bool {
+    this_process().is_some_and(|me| me.boot_id == owner.boot_id && me.pid != owner.pid)
+}
+
 /// Whether the process `owner` names runs: the same boot, and a process with its PID that
 /// started when it did.
 fn process_runs(owner: &SessionOwner) -> bool {

@@ -57,8 +57,8 @@ impl Exec for SessionExec {
         self.inner.end_session_processes(session, harness).await
     }
 
-    async fn end_abandoned_processes(&self, session: &str) -> Result<usize, ExecError> {
-        self.inner.end_abandoned_processes(session).await
+    async fn end_abandoned_processes(&self, session: &str, owner: u32, harness: u64) -> Result<usize, ExecError> {
+        self.inner.end_abandoned_processes(session, owner, harness).await
     }
 
     fn is_local(&self) -> bool {

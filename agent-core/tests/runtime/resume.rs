@@ -239,10 +239,10 @@ async fn resuming_a_session_its_host_abandoned_closes_the_turn_it_left_running()
     assert!(matches!(answered, Error::RequestExpired { .. }), "{answered:?}");
 }
 
-/// An exec that runs nothing and records the sessions it was asked to end a dead host's
-/// processes for.
+/// An exec that runs nothing and records the runs it was asked to end a dead host's processes
+/// of: session, owner PID, harness number.
 #[derive(Debug, Default)]
-struct LeftBehind(std::sync::Mutex<Vec<String>>);
+struct LeftBehind(std::sync::Mutex<Vec<(String, u32, u64)>>);
 
 #[async_trait::async_trait]
 impl agent_core::exec::Exec for LeftBehind {
@@ -253,8 +253,13 @@ impl agent_core::exec::Exec for LeftBehind {
         Err(agent_core::exec::ExecError::Backend("runs nothing".into()))
     }
 
-    async fn end_abandoned_processes(&self, session: &str) -> Result<usize, agent_core::exec::ExecError> {
-        self.0.lock().unwrap().push(session.to_owned());
+    async fn end_abandoned_processes(
+        &self,
+        session: &str,
+        owner: u32,
+        harness: u64,
+    ) -> Result<usize, agent_core::exec::ExecError> {
+        self.0.lock().unwrap().push((session.to_owned(), owner, harness));
         Ok(1)
     }
 
@@ -263,22 +268,53 @@ impl agent_core::exec::Exec for LeftBehind {
     }
 }
 
-/// Resuming a session its host abandoned first ends what that host left running for it (a
-/// killed host's CLI dies with it, what the CLI started in a session of its own does not);
-/// resuming a session that was stopped looks for nothing.
+/// A PID no process has (above any `pid_max`).
+const DEAD_HOST: u32 = 0x7fff_fff0;
+
+/// [`abandoned_awaiting_input_in`], its stored run's host made another process, now dead.
+/// Returns the run's harness number too.
+async fn abandoned_by_a_dead_host(id: &str, f2: Fixture) -> (Fixture, SessionRef, u64) {
+    let (f2, session, _, _) = abandoned_awaiting_input_in(id, f2).await;
+    let mut snapshot = f2.dyn_store().fetch_session(&session.id).await.unwrap().unwrap();
+    let owner = snapshot.owner.as_mut().expect("the run's owner is recorded");
+    owner.pid = DEAD_HOST;
+    let harness = owner.harness;
+    f2.dyn_store().save_session(&snapshot).await.unwrap();
+    (f2, session, harness)
+}
+
+/// Resuming or replacing a session whose host died with it first ends what that host's run left
+/// running for it (a killed host's CLI dies with it, what the CLI started in a session of its
+/// own does not), named by the run's owner; resuming a session that was stopped, or one this
+/// process ran, looks for nothing.
 #[tokio::test]
-async fn resuming_an_abandoned_session_ends_what_its_dead_host_left_running() {
+async fn resuming_or_replacing_an_abandoned_session_ends_what_its_dead_host_left_running() {
     let exec = std::sync::Arc::new(LeftBehind::default());
     let f2 = Fixture::with(|b| b.exec(std::sync::Arc::clone(&exec)));
-    let (f2, session, _, _) = abandoned_awaiting_input_in("left-running", f2).await;
+    let (f2, session, harness) = abandoned_by_a_dead_host("left-running", f2).await;
     assert!(exec.0.lock().unwrap().is_empty());
     let resumed = f2.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
-    assert_eq!(*exec.0.lock().unwrap(), ["left-running"]);
-
+    assert_eq!(*exec.0.lock().unwrap(), [("left-running".to_owned(), DEAD_HOST, harness)]);
     f2.harness.stop_session(&resumed, false).await.unwrap();
     let again = f2.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
     assert_eq!(exec.0.lock().unwrap().len(), 1, "a stopped session left nothing running");
     f2.harness.stop_session(&again, false).await.unwrap();
+
+    let exec = std::sync::Arc::new(LeftBehind::default());
+    let f3 = Fixture::with(|b| b.exec(std::sync::Arc::clone(&exec)));
+    let (f3, session, harness) = abandoned_by_a_dead_host("left-replaced", f3).await;
+    let replaced = f3.harness.start_session(PROVIDER, opts().id("left-replaced").reuse(Reuse::Replace)).await.unwrap();
+    assert_eq!(*exec.0.lock().unwrap(), [("left-replaced".to_owned(), DEAD_HOST, harness)]);
+    f3.harness.stop_session(&replaced, false).await.unwrap();
+    assert_eq!(replaced.id, session.id);
+
+    // A run of this process, abandoned here: its processes end with its session.
+    let exec = std::sync::Arc::new(LeftBehind::default());
+    let f4 = Fixture::with(|b| b.exec(std::sync::Arc::clone(&exec)));
+    let (f4, session, _, _) = abandoned_awaiting_input_in("left-here", f4).await;
+    let resumed = f4.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
+    assert!(exec.0.lock().unwrap().is_empty());
+    f4.harness.stop_session(&resumed, false).await.unwrap();
 }
 
 /// A resume that fails still ends what the killed host left open — the run is over whether the

@@ -3,12 +3,13 @@
 //!
 //! - `exec-host-helper child`: spawns `sleep 30`; prints `<child pid>`.
 //! - `exec-host-helper grandchild <session>`: spawns `sh -c 'sleep 30 & echo $!; wait'` stamped
-//!   with `<session>`; prints `<child pid> <grandchild pid>`.
+//!   with `<session>` of harness number 1; prints `<child pid> <grandchild pid>`.
 //! - `exec-host-helper escaped <session> exit|return`: spawns a child stamped with `<session>`
 //!   whose `sleep 30` runs in a session of its own (`setsid`); prints `<child pid> <grandchild
-//!   pid>`, then does not wait to be killed: it calls `std::process::exit(0)`, or returns from
-//!   `main` without ending the child. Its `tracing` subscriber panics on any event from then on,
-//!   as one whose thread-locals are gone at exit does.
+//!   pid>`, then, once its stdin ends, does not wait to be killed: it calls
+//!   `std::process::exit(0)`, or returns from `main` without ending the child. Its `tracing`
+//!   subscriber panics on any event from then on, as one whose thread-locals are gone at exit
+//!   does.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -57,13 +58,17 @@ fn main() -> ExitCode {
     }
 }
 
+/// The harness number the `grandchild` mode stamps, as a harness's session would be.
+const HARNESS: u64 = 1;
+
 async fn host(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let exec = LocalExec::new();
     let (command, reads_grandchild, leave) = match args {
         [mode] if mode == "child" => (Command::new("sleep").arg("30"), false, None),
         [mode, session] if mode == "grandchild" => {
             let script = "sleep 30 & echo $!; wait";
-            (Command::new("sh").args(["-c", script]).session(SessionId::new(session.as_str())?), true, None)
+            let command = Command::new("sh").args(["-c", script]).session(SessionId::new(session.as_str())?);
+            (command.harness(HARNESS), true, None)
         }
         [mode, session, how] if mode == "escaped" && (how == "exit" || how == "return") => {
             let script = "setsid sh -c 'echo $$; exec sleep 30' </dev/null 2>/dev/null & wait";
@@ -83,6 +88,8 @@ async fn host(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     writeln!(stdout, "{line}")?;
     stdout.flush()?;
     if leave.is_some() {
+        // Once the test saw the processes run: it closes our stdin.
+        let _ = BufReader::new(tokio::io::stdin()).read_line(&mut String::new()).await;
         LEAVING.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     match leave.map(String::as_str) {

@@ -136,12 +136,13 @@ impl Exec for LocalExec {
         orphans::end_session(session, harness).await
     }
 
-    /// Scans `/proc` for processes stamped for `session` by a harness process that is gone and
-    /// SIGKILLs the process group of each. Other Unix systems return `Ok(0)`.
+    /// Scans `/proc` for processes stamped for `session` of harness `harness` by the process
+    /// `owner`, now gone, and SIGKILLs the process group of each. Other Unix systems return
+    /// `Ok(0)`.
     #[cfg(target_os = "linux")]
-    async fn end_abandoned_processes(&self, session: &str) -> Result<usize, ExecError> {
+    async fn end_abandoned_processes(&self, session: &str, owner: u32, harness: u64) -> Result<usize, ExecError> {
         let stamped = orphans::scan().await?;
-        let left: Vec<_> = stamped.into_iter().filter(|process| process.is_left_for(session)).collect();
+        let left: Vec<_> = stamped.into_iter().filter(|process| process.is_left_by(session, owner, harness)).collect();
         Ok(orphans::end(&left))
     }
 }

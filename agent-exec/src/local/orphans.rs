@@ -155,6 +155,8 @@ mod linux {
         pid: Pid,
         pgid: RawPid,
         owner: Owner,
+        /// The PID its stamp names as its owner.
+        owner_pid: RawPid,
         session: Option<String>,
         /// The harness of this process that stamped it, if it named one.
         harness: Option<u64>,
@@ -172,9 +174,13 @@ mod linux {
                 && self.start <= asked
         }
 
-        /// Whether a harness process that is gone stamped it for `session`.
-        pub(crate) fn is_left_for(&self, session: &str) -> bool {
-            self.owner == Owner::Gone && self.session.as_deref() == Some(session)
+        /// Whether the process `owner`, now gone, stamped it for `session` of its harness
+        /// `harness`.
+        pub(crate) fn is_left_by(&self, session: &str, owner: u32, harness: u64) -> bool {
+            self.owner == Owner::Gone
+                && u32::try_from(self.owner_pid).is_ok_and(|pid| pid == owner)
+                && self.harness == Some(harness)
+                && self.session.as_deref() == Some(session)
         }
 
         /// Whether this process stamped it.
@@ -218,14 +224,12 @@ mod linux {
             // Processes that exit or that we may not inspect drop out here.
             let Some(Stamp { owner, session, harness }) = read_stamp(raw) else { continue };
             let Some(stat) = read_stat(raw) else { continue };
-            let owner = if owner == me {
-                Owner::Me
-            } else if owner_gone(owner, stat.start) {
-                Owner::Gone
-            } else {
-                continue;
+            let (owner_pid, owner) = match owner {
+                owner if owner == me => (owner, Owner::Me),
+                owner if owner_gone(owner, stat.start) => (owner, Owner::Gone),
+                _ => continue,
             };
-            found.push(Stamped { pid, pgid: stat.pgid, owner, session, harness, start: stat.start });
+            found.push(Stamped { pid, pgid: stat.pgid, owner, owner_pid, session, harness, start: stat.start });
         }
         Ok(found)
     }
@@ -376,6 +380,7 @@ mod linux {
                 pid: Pid::from_raw(42).expect("pid"),
                 pgid: 42,
                 owner: Owner::Me,
+                owner_pid: 7,
                 session: Some("s-1".into()),
                 harness: Some(3),
                 start,
@@ -383,6 +388,25 @@ mod linux {
             assert!(stamped(now - 1).is_of_session("s-1", 3, now) && stamped(now).is_of_session("s-1", 3, now));
             assert!(!stamped(now + 1).is_of_session("s-1", 3, now), "the session's next run, under its ID");
             assert!(!stamped(now - 1).is_of_session("s-2", 3, now) && !stamped(now - 1).is_of_session("s-1", 4, now));
+        }
+
+        #[test]
+        fn a_dead_run_is_told_by_its_owner_harness_and_session() {
+            let left = |owner: Owner| Stamped {
+                pid: Pid::from_raw(42).expect("pid"),
+                pgid: 42,
+                owner,
+                owner_pid: 7,
+                session: Some("s-1".into()),
+                harness: Some(3),
+                start: 1,
+            };
+            assert!(left(Owner::Gone).is_left_by("s-1", 7, 3));
+            assert!(!left(Owner::Me).is_left_by("s-1", 7, 3), "a process that runs left nothing");
+            let others = [("s-2", 7, 3), ("s-1", 8, 3), ("s-1", 7, 4)];
+            assert!(
+                others.iter().all(|&(session, owner, harness)| !left(Owner::Gone).is_left_by(session, owner, harness))
+            );
         }
 
         #[test]

@@ -24,9 +24,12 @@ use crate::provider::{DynProvider, OpenContext, OpenConversation, Opened, Provid
 use crate::request::RequestStatus;
 use crate::runtime::actor::{Actor, ActorParts};
 use crate::runtime::inbox::Inbox;
+use crate::runtime::owner;
 use crate::runtime::registry::{Registry, Reservation};
 use crate::runtime::{COMMAND_CAPACITY, SessionHandle, write_batch};
-use crate::session::{CloseReason, Durability, ExitReason, SessionRef, SessionSnapshot, SessionState, StartupMarker};
+use crate::session::{
+    CloseReason, Durability, ExitReason, SessionOwner, SessionRef, SessionSnapshot, SessionState, StartupMarker,
+};
 use crate::store::{DynStore, Expected, StoreError, WriteBatch};
 use crate::time::{Timestamp, deadline_after};
 use crate::turn::{TurnResult, TurnStatus};
@@ -93,8 +96,9 @@ impl Startup {
                     planned.map_err(|_| timed_out(&session, &options))??
                 }
             };
-            if plan.resumed.as_ref().is_some_and(|resumed| resumed.snapshot.status.is_live()) {
-                end_abandoned(&exec, &id, deadline).await;
+            let left_by = plan.left_by.as_deref().filter(|owner| owner::another_process_of_this_boot(owner));
+            if let Some(owner) = left_by {
+                end_abandoned(&exec, &id, owner, deadline).await;
             }
             let approvals = plan.resumed.as_ref().map(|r| r.session_approvals.clone()).unwrap_or_default();
             let ctx = OpenContext::new(id.clone(), Arc::clone(&options), exec, sink)
@@ -189,16 +193,16 @@ async fn end_strays(exec: &DynExec, id: &SessionId, harness: u64, timeout: Durat
     }
 }
 
-/// Ends what a dead host left running for a session it abandoned (see
+/// Ends what the run of `owner`, a host that died, left running for the session this start
+/// resumes or replaces (see
 /// [`Exec::end_abandoned_processes`](crate::exec::Exec::end_abandoned_processes)), before the
-/// resumed session's CLI starts. Not finding them does not stop the resume: it is logged.
-async fn end_abandoned(exec: &DynExec, id: &SessionId, deadline: Instant) {
-    match tokio::time::timeout_at(deadline, exec.end_abandoned_processes(id.as_str())).await {
+/// session's CLI starts. Not finding them does not stop the start: it is logged.
+async fn end_abandoned(exec: &DynExec, id: &SessionId, owner: &SessionOwner, deadline: Instant) {
+    let look = exec.end_abandoned_processes(id.as_str(), owner.pid, owner.harness);
+    match tokio::time::timeout_at(deadline, look).await {
         Ok(Ok(0)) => {}
-        Ok(Ok(ended)) => tracing::info!(ended, "ended processes a dead host left running for the resumed session"),
-        Ok(Err(error)) => {
-            tracing::warn!(%error, "could not look for processes a dead host left for the resumed session")
-        }
+        Ok(Ok(ended)) => tracing::info!(ended, "ended processes a dead host left running for the session"),
+        Ok(Err(error)) => tracing::warn!(%error, "could not look for processes a dead host left for the session"),
         // The open's own deadline, passed too, reports it.
         Err(_) => {}
     }

@@ -13,7 +13,7 @@ use crate::provider::OpenConversation;
 use crate::request::{RequestStatus, Scope};
 use crate::runtime::registry::Registry;
 use crate::runtime::write_batch;
-use crate::session::{SessionRef, SessionSnapshot, SessionState};
+use crate::session::{SessionOwner, SessionRef, SessionSnapshot, SessionState};
 use crate::store::{DynStore, Expected, RequestQuery, StoreError, WriteBatch};
 
 /// What the store says about the session before anything is opened. (Whether the initial
@@ -24,6 +24,9 @@ pub(super) struct Plan {
     pub(super) resumed: Option<Resumed>,
     /// The stored session a fork branches from, when named by session.
     pub(super) forked_from: Option<SessionId>,
+    /// Who ran the stored run of this ID that the start resumes or replaces, when that run
+    /// never ended (its host died): what it left running is ended before the CLI starts.
+    pub(super) left_by: Option<Box<SessionOwner>>,
 }
 
 pub(super) struct Resumed {
@@ -46,25 +49,20 @@ pub(super) async fn plan(
 ) -> Result<Plan> {
     let id = &session.id;
     // The reuse rules refuse an ID before anything is spawned; `recheck` applies them again.
-    let reuse = || async {
-        match store {
-            Some(store) => check_reuse(store, id, options.reuse, registry).await.map(drop),
-            None => Ok(()),
-        }
-    };
-    let plan = |conversation| Plan { conversation, resumed: None, forked_from: None };
+    let reuse = || replaces(store, id, options.reuse, registry);
+    let plan = |conversation, left_by| Plan { conversation, resumed: None, forked_from: None, left_by };
     match &options.conversation {
         Conversation::New => {
-            reuse().await?;
-            Ok(plan(OpenConversation::New))
+            let left_by = reuse().await?;
+            Ok(plan(OpenConversation::New, left_by))
         }
         Conversation::Resume(ConversationSource::Provider(provider_session_id)) => {
-            reuse().await?;
-            Ok(plan(OpenConversation::Resume { provider_session_id: provider_session_id.clone() }))
+            let left_by = reuse().await?;
+            Ok(plan(OpenConversation::Resume { provider_session_id: provider_session_id.clone() }, left_by))
         }
         Conversation::Fork(ConversationSource::Provider(provider_session_id)) => {
-            reuse().await?;
-            Ok(plan(OpenConversation::Fork { provider_session_id: provider_session_id.clone() }))
+            let left_by = reuse().await?;
+            Ok(plan(OpenConversation::Fork { provider_session_id: provider_session_id.clone() }, left_by))
         }
         Conversation::Resume(ConversationSource::Session(source)) => {
             // `SessionOptions::validate` made sure `source` is this session's own ID.
@@ -92,6 +90,7 @@ pub(super) async fn plan(
             let stale_requests = store.read_requests(id, &RequestQuery::all().status(RequestStatus::Pending)).await?;
             Ok(Plan {
                 conversation: OpenConversation::Resume { provider_session_id },
+                left_by: left_by(&snapshot),
                 resumed: Some(Resumed { snapshot, latest_seq, stale_turn, stale_requests, session_approvals }),
                 forked_from: None,
             })
@@ -99,14 +98,36 @@ pub(super) async fn plan(
         Conversation::Fork(ConversationSource::Session(source)) => {
             let store = needs_store(store, ConversationMode::Fork)?;
             let (_, provider_session_id) = stored_source(store, session, source, ConversationMode::Fork).await?;
-            reuse().await?;
+            let left_by = reuse().await?;
             Ok(Plan {
                 conversation: OpenConversation::Fork { provider_session_id },
                 resumed: None,
                 forked_from: Some(source.clone()),
+                left_by,
             })
         }
     }
+}
+
+/// Applies the ID reuse rules ([`check_reuse`]) for a start that does not continue the stored
+/// session; returns who ran the stored run it replaces, when that run never ended.
+async fn replaces(
+    store: Option<&DynStore>,
+    id: &SessionId,
+    reuse: Reuse,
+    registry: &Registry,
+) -> Result<Option<Box<SessionOwner>>> {
+    let Some(store) = store else { return Ok(None) };
+    Ok(match check_reuse(store, id, reuse, registry).await? {
+        Expected::Snapshot(replaced) => left_by(&replaced),
+        Expected::Absent => None,
+    })
+}
+
+/// Who ran `snapshot`'s run, when that run never ended: its host died with it live (the caller
+/// holds the ID, and checked that no other harness does).
+fn left_by(snapshot: &SessionSnapshot) -> Option<Box<SessionOwner>> {
+    snapshot.owner.clone().filter(|_| snapshot.status.is_live())
 }
 
 fn needs_store(store: Option<&DynStore>, mode: ConversationMode) -> Result<&DynStore> {
