@@ -95,11 +95,11 @@ pub trait Exec: Send + Sync + fmt::Debug + 'static {
     /// chance to clean up (SIGKILL, an abort) left running for the session, out of reach of the
     /// parent-death signal that ended its CLI — returning how many were ended. Processes of a
     /// live process, and of other runs of a session of the same ID (another store's, say), are
-    /// never touched. The runtime calls it before it resumes or replaces a stored session whose
-    /// run never ended, naming the run's owner as the store recorded it
-    /// ([`SessionOwner`](crate::SessionOwner)), so what the dead run started (a server holding
-    /// a port, a lock) is gone before the session's CLI starts again. Backends without the
-    /// means to find such processes return `Ok(0)`; wrappers forward it.
+    /// never touched. The runtime calls it before it resumes or replaces a stored session that
+    /// another process of this boot ran, naming the run's owner as the store recorded it
+    /// ([`SessionOwner`](crate::SessionOwner)), so what a dead run started (a server holding a
+    /// port, a lock) is gone before the session's CLI starts again. Backends without the means
+    /// to find such processes return `Ok(0)`; wrappers forward it.
     async fn end_abandoned_processes(&self, session: &str, owner: u32, harness: u64) -> Result<usize, ExecError> {
         let _ = (session, owner, harness);
         Ok(0)

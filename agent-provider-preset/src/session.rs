@@ -298,11 +298,12 @@ impl Shared {
         if session_id.is_none() && number > 1 && self.preset.resumes() {
             // Never silently: the caller may expect the earlier turns' context.
             let message = format!(
-                "{} starts a new conversation in turn {number} of key `{}`: no earlier turn left one it saved (a CLI \
-                 stopped before saying how its turn ended may not have saved the conversation it named)",
+                "{} starts a new conversation in turn {number} of key `{}`: no earlier turn left one to continue \
+                 (the earlier turns' reasons and warnings say why)",
                 self.preset.id, self.conversation.key
             );
             if self.sink.emit(Some(&handle.turn), EventKind::Warning { message }, None).await.is_err() {
+                process.kill();
                 return;
             }
         }

@@ -158,7 +158,8 @@ impl<'p> TurnReader<'p> {
     /// dropped as over-long). A CLI stopped in its first turn may not have saved the
     /// conversation it named, so the ID of a turn whose CLI was killed is not taken.
     pub(crate) fn kept_conversation(&self, exit: &ExitReport) -> bool {
-        self.finished() || self.exited_cleanly(exit)
+        let killed = exit.status.is_some_and(|status| status.killed_by.is_some());
+        self.finished() || !killed && self.exited_cleanly(exit)
     }
 
     /// The CLI exited with one of the preset's success codes and its output was read to the end.

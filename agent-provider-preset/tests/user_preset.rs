@@ -411,6 +411,8 @@ async fn a_result_line_dropped_as_too_long_still_leaves_the_conversation_to_cont
     assert_eq!(terminal(&next).status, TurnStatus::Completed, "{}", names(&next));
     assert_eq!(mini.argv(2)[..2], ["--resume".to_owned(), id.clone()]);
     assert_eq!(said(&next), [format!("turn 2 of {id}")], "the conversation goes on");
+    let warned = next.iter().any(|e| matches!(&e.kind, EventKind::Warning { .. }));
+    assert!(!warned, "a turn that continues the conversation warns of nothing: {}", names(&next));
     mini.finish().await;
 }
 

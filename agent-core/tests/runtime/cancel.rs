@@ -212,6 +212,15 @@ async fn the_terminal_event_says_what_ended_the_turn() {
     f.harness.cancel(&turn).await.unwrap();
     remote.complete(&turn.id, "done").await;
     assert_eq!(ended_by(&f, &turn).await, (TurnStatus::Completed, Some(EndCause::Provider)));
+    // So did one that completed after the inactivity watchdog asked to stop it.
+    let mut events = f.harness.subscribe(&session, Replay::Latest).await.unwrap();
+    let options = TurnOptions::new().inactivity_timeout(Duration::from_secs(5));
+    let turn = f.harness.start_turn(&session, "done after all", options).await.unwrap();
+    next_of(&mut events, "cancel_requested").await;
+    remote.complete(&turn.id, "done").await;
+    assert_eq!(ended_by(&f, &turn).await, (TurnStatus::Completed, Some(EndCause::Provider)));
+    let outcome = f.harness.await_turn(&turn, None).await.unwrap();
+    assert_eq!(outcome.result.reason, None, "not called stalled");
     f.control.set_cancel(CancelBehavior::Finish(TurnStatus::Cancelled));
     // Any other cause a provider names is the runtime's to say.
     let turn = f.admitted_turn(&session, "claims").await;

@@ -283,10 +283,10 @@ async fn abandoned_by_a_dead_host(id: &str, f2: Fixture) -> (Fixture, SessionRef
     (f2, session, harness)
 }
 
-/// Resuming or replacing a session whose host died with it first ends what that host's run left
-/// running for it (a killed host's CLI dies with it, what the CLI started in a session of its
-/// own does not), named by the run's owner; resuming a session that was stopped, or one this
-/// process ran, looks for nothing.
+/// Resuming or replacing a session another process ran first ends what that host's run left
+/// running for it, if the host is gone (a killed host's CLI dies with it, what the CLI started
+/// in a session of its own does not), named by the run's owner — even a run stored closed (a
+/// host killed while it closed the session) —; a run of this process is not looked for.
 #[tokio::test]
 async fn resuming_or_replacing_an_abandoned_session_ends_what_its_dead_host_left_running() {
     let exec = std::sync::Arc::new(LeftBehind::default());
@@ -297,8 +297,17 @@ async fn resuming_or_replacing_an_abandoned_session_ends_what_its_dead_host_left
     assert_eq!(*exec.0.lock().unwrap(), [("left-running".to_owned(), DEAD_HOST, harness)]);
     f2.harness.stop_session(&resumed, false).await.unwrap();
     let again = f2.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
-    assert_eq!(exec.0.lock().unwrap().len(), 1, "a stopped session left nothing running");
+    assert_eq!(exec.0.lock().unwrap().len(), 1, "this process's run ended its processes with it");
     f2.harness.stop_session(&again, false).await.unwrap();
+    let mut closed = f2.dyn_store().fetch_session(&session.id).await.unwrap().unwrap();
+    assert_eq!(closed.status, SessionState::Closed);
+    closed.owner.as_mut().expect("owner").pid = DEAD_HOST;
+    f2.dyn_store().save_session(&closed).await.unwrap();
+    let third = f2.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
+    let looked = exec.0.lock().unwrap().clone();
+    assert_eq!(looked.len(), 2, "a run stored closed by a host now gone is looked for: {looked:?}");
+    assert_eq!((looked[1].0.as_str(), looked[1].1), ("left-running", DEAD_HOST));
+    f2.harness.stop_session(&third, false).await.unwrap();
 
     let exec = std::sync::Arc::new(LeftBehind::default());
     let f3 = Fixture::with(|b| b.exec(std::sync::Arc::clone(&exec)));

@@ -28,8 +28,10 @@ pub struct Unreadable {
 }
 
 impl Unreadable {
-    /// Counts one unreadable line of `turn` and returns its warning (`message()`, with the count
-    /// once past the first [`UNREADABLE_REPORTED`]) when it gets one.
+    /// Counts one unreadable line of `turn` and returns its warning (`message()`; the last of
+    /// the first [`UNREADABLE_REPORTED`] says that only doublings follow, and those give the
+    /// count) when it gets one.
+    #[must_use]
     pub fn warning(&mut self, turn: Option<&TurnId>, message: impl FnOnce() -> String) -> Option<String> {
         if self.turn.as_ref() != turn {
             self.turn = turn.cloned();
@@ -37,8 +39,14 @@ impl Unreadable {
         }
         self.seen += 1;
         let seen = self.seen;
-        if seen <= UNREADABLE_REPORTED {
+        if seen < UNREADABLE_REPORTED {
             return Some(message());
+        }
+        if seen == UNREADABLE_REPORTED {
+            return Some(format!(
+                "{} ({seen} unreadable stdout lines so far; from here on only each doubling of the count is reported)",
+                message()
+            ));
         }
         seen.is_power_of_two().then(|| {
             format!(
@@ -62,6 +70,12 @@ mod tests {
             (1..=300).filter(|_| unreadable.warning(Some(&one), || "x".into()).is_some()).collect();
         let expected: Vec<u64> = (1..=UNREADABLE_REPORTED).chain([64, 128, 256]).collect();
         assert_eq!(reported, expected);
+        let mut fresh = Unreadable::default();
+        let last_plain = (0..UNREADABLE_REPORTED).filter_map(|_| fresh.warning(None, || "w".into())).last();
+        assert_eq!(
+            last_plain.as_deref(),
+            Some("w (32 unreadable stdout lines so far; from here on only each doubling of the count is reported)")
+        );
         let counted: Vec<String> = (301..=512).filter_map(|_| unreadable.warning(Some(&one), || "x".into())).collect();
         assert_eq!(
             counted,

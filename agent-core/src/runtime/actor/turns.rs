@@ -283,7 +283,7 @@ impl Actor {
         // The provider ending a turn the caller (or the watchdog) asked to stop is that stop —
         // unless the turn completed first, or the CLI went away.
         let cause = match (cause, &current.cancel, &current.stalled) {
-            (EndCause::Provider | EndCause::Uncertain, _, Some(_)) => EndCause::Stalled,
+            (EndCause::Provider | EndCause::Uncertain, _, Some(_)) if !completed => EndCause::Stalled,
             (EndCause::Provider, ..) if exited => EndCause::TransportLost,
             (EndCause::Provider, CancelState::Requested | CancelState::Sent, None) if !completed => EndCause::Cancel,
             (cause, ..) => cause,
@@ -298,7 +298,7 @@ impl Actor {
             end.result.ended_by = Some(cause);
             // The provider ended what the watchdog cancelled, saying only that it was stopped.
             if let (EndCause::Stalled, Some(stalled)) = (cause, &current.stalled) {
-                end.result.reason = Some(match end.result.reason.take() {
+                end.result.reason = Some(match end.result.reason.take().filter(|said| !said.is_empty()) {
                     Some(said) if !said.starts_with(stalled.as_str()) => format!("{stalled}; {said}"),
                     said => said.unwrap_or_else(|| stalled.clone()),
                 });

@@ -98,7 +98,13 @@ impl Startup {
             };
             let left_by = plan.left_by.as_deref().filter(|owner| owner::another_process_of_this_boot(owner));
             if let Some(owner) = left_by {
-                end_abandoned(&exec, &id, owner, deadline).await;
+                // Its own bound: a look that takes too long must not use up the open's time.
+                let look = deadline.min(deadline_after(Instant::now(), finalize_timeout));
+                tokio::select! {
+                    biased;
+                    () = caller.closed() => return Err(Abort::CallerGone),
+                    () = end_abandoned(&exec, &id, owner, look) => {}
+                }
             }
             let approvals = plan.resumed.as_ref().map(|r| r.session_approvals.clone()).unwrap_or_default();
             let ctx = OpenContext::new(id.clone(), Arc::clone(&options), exec, sink)
@@ -193,18 +199,20 @@ async fn end_strays(exec: &DynExec, id: &SessionId, harness: u64, timeout: Durat
     }
 }
 
-/// Ends what the run of `owner`, a host that died, left running for the session this start
-/// resumes or replaces (see
+/// Ends what the stored run of the session this start resumes or replaces left running, when
+/// its host, `owner`, is gone (see
 /// [`Exec::end_abandoned_processes`](crate::exec::Exec::end_abandoned_processes)), before the
-/// session's CLI starts. Not finding them does not stop the start: it is logged.
+/// session's CLI starts. A look that fails or is not done by `deadline` does not stop the
+/// start: it is logged.
 async fn end_abandoned(exec: &DynExec, id: &SessionId, owner: &SessionOwner, deadline: Instant) {
     let look = exec.end_abandoned_processes(id.as_str(), owner.pid, owner.harness);
     match tokio::time::timeout_at(deadline, look).await {
         Ok(Ok(0)) => {}
         Ok(Ok(ended)) => tracing::info!(ended, "ended processes a dead host left running for the session"),
         Ok(Err(error)) => tracing::warn!(%error, "could not look for processes a dead host left for the session"),
-        // The open's own deadline, passed too, reports it.
-        Err(_) => {}
+        Err(_) => {
+            tracing::warn!("the look for processes a dead host left for the session took too long; not waited for")
+        }
     }
 }
 

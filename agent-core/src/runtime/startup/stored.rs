@@ -24,8 +24,9 @@ pub(super) struct Plan {
     pub(super) resumed: Option<Resumed>,
     /// The stored session a fork branches from, when named by session.
     pub(super) forked_from: Option<SessionId>,
-    /// Who ran the stored run of this ID that the start resumes or replaces, when that run
-    /// never ended (its host died): what it left running is ended before the CLI starts.
+    /// Who ran the stored run of this ID that the start resumes or replaces: when that host is
+    /// gone, what it left running for the session is ended before the CLI starts (a host
+    /// killed even while it closed the session may have left some).
     pub(super) left_by: Option<Box<SessionOwner>>,
 }
 
@@ -90,7 +91,7 @@ pub(super) async fn plan(
             let stale_requests = store.read_requests(id, &RequestQuery::all().status(RequestStatus::Pending)).await?;
             Ok(Plan {
                 conversation: OpenConversation::Resume { provider_session_id },
-                left_by: left_by(&snapshot),
+                left_by: snapshot.owner.clone(),
                 resumed: Some(Resumed { snapshot, latest_seq, stale_turn, stale_requests, session_approvals }),
                 forked_from: None,
             })
@@ -110,7 +111,7 @@ pub(super) async fn plan(
 }
 
 /// Applies the ID reuse rules ([`check_reuse`]) for a start that does not continue the stored
-/// session; returns who ran the stored run it replaces, when that run never ended.
+/// session; returns who ran the stored run it replaces.
 async fn replaces(
     store: Option<&DynStore>,
     id: &SessionId,
@@ -119,15 +120,9 @@ async fn replaces(
 ) -> Result<Option<Box<SessionOwner>>> {
     let Some(store) = store else { return Ok(None) };
     Ok(match check_reuse(store, id, reuse, registry).await? {
-        Expected::Snapshot(replaced) => left_by(&replaced),
+        Expected::Snapshot(replaced) => replaced.owner,
         Expected::Absent => None,
     })
-}
-
-/// Who ran `snapshot`'s run, when that run never ended: its host died with it live (the caller
-/// holds the ID, and checked that no other harness does).
-fn left_by(snapshot: &SessionSnapshot) -> Option<Box<SessionOwner>> {
-    snapshot.owner.clone().filter(|_| snapshot.status.is_live())
 }
 
 fn needs_store(store: Option<&DynStore>, mode: ConversationMode) -> Result<&DynStore> {
