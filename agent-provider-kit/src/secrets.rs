@@ -8,7 +8,8 @@
 //! (those a provider's guard knows under `AuthMode::Inherit`, where the guard lets them through,
 //! and every name [`is_credential_name`] accepts) — and [`Secrets::redact`]
 //! replaces each occurrence with [`REDACTED`]. Values shorter than [`MIN_SECRET_LEN`] are not
-//! kept: `1` or `true` would redact ordinary text, and a credential is longer.
+//! kept: `1` or `true` would redact ordinary text, and a credential is longer. A value of several
+//! lines (a PEM key) is kept whole and line by line, since output is read a line at a time.
 //!
 //! Stdout is the CLI's protocol, and what the agent does reaches it too: a tool that runs
 //! `env`, or reads a `.env` file, brings the session's key into a tool result, and from there
@@ -239,9 +240,22 @@ fn header_secrets(value: &str) -> impl Iterator<Item = String> {
     std::iter::once(value.to_owned()).chain(credential)
 }
 
-/// The values of at least [`MIN_SECRET_LEN`] bytes, longest first, each once.
+/// The values of at least [`MIN_SECRET_LEN`] bytes, longest first, each once — and each line of
+/// at least that length of a value of several lines (a PEM key, say): output is read and kept
+/// a line at a time (a stderr tail, a preset's stdout), so no line holds such a value whole.
 fn kept(values: impl IntoIterator<Item = String>) -> Arc<[String]> {
-    let mut values: Vec<String> = values.into_iter().filter(|v| v.len() >= MIN_SECRET_LEN).collect();
+    let mut values: Vec<String> = values
+        .into_iter()
+        .flat_map(|value| {
+            let lines: Vec<String> = if value.contains('\n') {
+                value.split('\n').map(|line| line.trim_end_matches('\r').to_owned()).collect()
+            } else {
+                Vec::new()
+            };
+            std::iter::once(value).chain(lines)
+        })
+        .filter(|v| v.len() >= MIN_SECRET_LEN)
+        .collect();
     values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
     values.dedup();
     values.into()
@@ -266,6 +280,18 @@ mod tests {
         assert!(Secrets::default().is_empty());
         let more = secrets.and(["token-xyz-123".to_owned(), "token-abc".to_owned()]);
         assert_eq!(format!("{more:?}"), "Secrets(3)");
+    }
+
+    /// Output is kept a line at a time: each long enough line of a value of several lines is
+    /// redacted on its own, as well as the value whole.
+    #[test]
+    fn a_value_of_several_lines_is_redacted_line_by_line_too() {
+        let key = "-----BEGIN KEY-----\r\nMIIEvQIBADANBgkq\nshort\n-----END KEY-----";
+        let secrets = Secrets::new([key.to_owned()]);
+        assert_eq!(format!("{secrets:?}"), "Secrets(4)", "the value and its three long lines");
+        assert_eq!(secrets.redact(key), "[redacted]");
+        let tail = "error: -----BEGIN KEY-----\nMIIEvQIBADANBgkq\nshort";
+        assert_eq!(secrets.redact(tail), "error: [redacted]\n[redacted]\nshort");
     }
 
     #[test]

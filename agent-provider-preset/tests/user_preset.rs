@@ -49,6 +49,7 @@ case "$prompt" in
   linger*) echo "RESULT lingered"; sleep 60;;
   closing*) echo "RESULT lingered"; exec 1>&-; sleep 60;;
   env*) echo "SAY token=$MINI_TOKEN"; echo "RESULT token=$MINI_TOKEN";;
+  pem*) printf '%s\n' "$MINI_PRIVATE_KEY" | sed 's/^/SAY /'; echo "RESULT ok"; printf 'bad key:\n%s\n' "$MINI_PRIVATE_KEY" >&2; exit 1;;
   pieces*) for r in 1-4 5-9 10-16 17-; do echo "DELTA $(printf %s "$MINI_TOKEN" | cut -c$r)"; done; echo "RESULT done";;
   block*) while [ ! -e release ]; do sleep 0.05; done; echo "RESULT released";;
   long*) printf 'RESULT '; head -c 5000 /dev/zero | tr '\0' x; echo;;
@@ -211,6 +212,24 @@ async fn exit_status_and_matchers_disagreeing_fail_the_turn() {
     let (_, events) = support::run(&mini.harness, &session, "pieces please", |_| None).await;
     let streamed = agent_testkit::events::delta_texts(&events).concat();
     assert_eq!(streamed, "[redacted]", "{}", names(&events));
+    mini.finish().await;
+}
+
+/// A secret of several lines (a PEM key) reaches what is kept of the CLI's output a line at a
+/// time, on stdout as on stderr: each of its lines is redacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_of_several_lines_is_kept_out_line_by_line() {
+    let mini = Mini::start();
+    let pem = "-----BEGIN TEST KEY-----\nMIIEvQIBADANBgkqhkiG\n-----END TEST KEY-----";
+    let session = mini.session(mini.options(PresetOptions::new()).env("MINI_PRIVATE_KEY", pem)).await;
+    let (_, events) = support::run(&mini.harness, &session, "pem please", |_| None).await;
+    assert_eq!(said(&events)[1..], ["[redacted]", "[redacted]", "[redacted]"], "{}", names(&events));
+    let reason = terminal(&events).result.reason.clone().unwrap_or_default();
+    assert!(reason.contains("bad key:"), "the stderr tail is there: {reason}");
+    for event in &events {
+        let json = serde_json::to_string(&**event).expect("JSON");
+        assert!(!json.contains("MIIEvQIBADANBgkqhkiG") && !json.contains("TEST KEY"), "{json}");
+    }
     mini.finish().await;
 }
 
