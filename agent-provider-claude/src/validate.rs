@@ -41,6 +41,10 @@ pub(crate) const MCP_SECRET_VAR: &str = "AGENT_HARNESS_MCP_SECRET_";
 
 /// Everything [`crate::ClaudeProvider`] checks before spawning.
 pub(crate) fn validate(options: &SessionOptions, claude: &ClaudeOptions) -> Result<()> {
+    // Claude reads a backslash in its working directory as a separator: it does not start.
+    if options.cwd.as_ref().is_some_and(|cwd| cwd.as_os_str().as_encoded_bytes().contains(&b'\\')) {
+        return Err(invalid("cwd", "holds a backslash: Claude Code cannot work in such a directory"));
+    }
     permission_mode(options, claude)?;
     validate_arguments(options, claude)?;
     validate_mcp_servers(options)?;

@@ -692,6 +692,17 @@ async fn bad_input_is_refused_before_anything_is_spawned() {
             "{error:?}"
         );
     }
+    // A backslash in the cwd: claude would not start ("Can't access working directory").
+    let mut options = claude.options();
+    let cwd = options.cwd.clone().expect("the test's cwd").join("back\\slash");
+    std::fs::create_dir_all(&cwd).expect("the directory");
+    options.cwd = Some(cwd);
+    match claude.harness.start_session("claude", options).await {
+        Err(agent_core::Error::InvalidOption { option: "cwd", reason }) => {
+            assert!(reason.contains("backslash"), "{reason}")
+        }
+        other => panic!("a cwd with a backslash must be refused, got {other:?}"),
+    }
     // Unknown options in JSON.
     let config = agent_core::SessionConfig::from_json_value(serde_json::json!({
         "provider": "claude",

@@ -267,8 +267,27 @@ fn validate(options: &SessionOptions, pi: &PiOptions) -> Result<()> {
     if pi.max_line_bytes < 1024 {
         return Err(invalid("PiOptions::max_line_bytes", "must be at least 1024"));
     }
+    // Pi names its default session directory after the cwd; a long cwd makes a name no file
+    // system takes, and pi fails to start with a stack trace. Only a cwd that long is looked at.
+    let long_cwd = options.cwd.as_ref().is_some_and(|cwd| cwd.as_os_str().len() > NAME_MAX - 8);
+    if pi.session_dir.is_none() && long_cwd {
+        let written = session_dirs(options, pi).into_iter().next();
+        let name = written.as_ref().and_then(|dir| dir.file_name()).map_or(0, |name| name.len());
+        if name > NAME_MAX {
+            return Err(invalid(
+                "cwd",
+                format!(
+                    "pi keeps the session in a directory named after the cwd, and that name would be {name} bytes, \
+                     over the {NAME_MAX}-byte limit of a file name: set PiOptions::session_dir"
+                ),
+            ));
+        }
+    }
     Ok(())
 }
+
+/// The longest file name (one path component) the file systems pi runs on take, in bytes.
+const NAME_MAX: usize = 255;
 
 /// `pi --version` (after the binary's leading args) with the session's environment and cwd.
 fn version_command(pi: &PiOptions, env: &EnvSpec, options: &SessionOptions) -> Command {

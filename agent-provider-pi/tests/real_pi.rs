@@ -458,6 +458,19 @@ async fn bad_input_fails_at_start_session_and_spawns_nothing() {
             Err(agent_core::Error::ResumeFailed { reason, .. }) => assert!(reason.contains("no session"), "{reason}"),
             other => panic!("a missing session must fail the resume, got {other:?}"),
         }
+        // A cwd whose name, as pi's session directory, no file system takes.
+        let workspace = pi.options().cwd.expect("the test's cwd");
+        let long = workspace.join("a".repeat(120)).join("b".repeat(120)).join("c".repeat(40));
+        std::fs::create_dir_all(&long).expect("the long cwd");
+        let mut options = pi.options();
+        options.cwd = Some(long.clone());
+        match pi.harness.start_session("pi", options).await {
+            Err(agent_core::Error::InvalidOption { option, reason }) => {
+                assert_eq!(option, "cwd");
+                assert!(reason.contains("set PiOptions::session_dir"), "{reason}");
+            }
+            other => panic!("a cwd too long for pi's session directory must be refused, got {other:?}"),
+        }
         assert!(pi.exec.commands().is_empty(), "nothing was spawned: {:?}", pi.exec.commands().len());
         // A model of a provider pi's models.json does not define is only known to pi: the session
         // fails to start with the model named, and no pi is left running.
@@ -465,6 +478,12 @@ async fn bad_input_fails_at_start_session_and_spawns_nothing() {
         let started = pi.harness.start_session("pi", foreign).await;
         let error = started.expect_err("an unknown provider's model must be refused").to_string();
         assert!(error.contains("nope/nope"), "{error}");
+        // With a session directory of its own, pi starts in the long cwd.
+        let dir = workspace.join("pi-sessions");
+        let mut options = pi.options().provider_option(support::pi_options(&pi.cli, &pi.env).session_dir(&dir));
+        options.cwd = Some(long);
+        let session = pi.session(options).await;
+        pi.harness.stop_session(&session, false).await.expect("stopped");
         pi.finish().await;
     }
 }

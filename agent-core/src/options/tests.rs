@@ -41,6 +41,19 @@ fn cwd_rules() {
         invalid(SessionOptions::new(&not_text), "cwd");
         let _ = std::fs::remove_dir(&not_text);
     }
+    let reason = |options: SessionOptions| match options.validate() {
+        Err(Error::InvalidOption { option: "cwd", reason }) => reason,
+        other => panic!("expected invalid `cwd`, got {other:?}"),
+    };
+    let file = tmp().join(format!("agent-harness-cwd-file-{}", std::process::id()));
+    std::fs::write(&file, "").expect("a file");
+    assert!(reason(SessionOptions::new(&file)).ends_with("is not a directory"));
+    let _ = std::fs::remove_file(&file);
+    // A path the system cannot take says why, shown shortened.
+    let long = tmp().join(["a"; 5000].join(""));
+    let why = reason(SessionOptions::new(&long));
+    assert!(why.contains("cannot be used: File name too long") && why.contains("…"), "{why}");
+    assert!(why.len() < 300, "{why}");
 }
 
 #[test]
@@ -67,6 +80,12 @@ fn values_no_cli_can_take_are_refused_by_name() {
     invalid(SessionOptions::new(tmp()).system_prompt("be\0brief"), "system_prompt");
     for name in [" ", "\t", "A=B", "A\0B"] {
         invalid(SessionOptions::new(tmp()).env(name, "x"), "env");
+    }
+    match SessionOptions::new(tmp()).env("LOG_LEVEL", "de\0bug").validate() {
+        Err(Error::InvalidOption { option: "env", reason }) => {
+            assert_eq!(reason, "the value of \"LOG_LEVEL\" has a NUL in it", "named, its value not shown")
+        }
+        other => panic!("expected invalid `env`, got {other:?}"),
     }
     let stdio = |command: &str, args: &[&str], env: &[(&str, &str)]| McpServer::Stdio {
         command: command.into(),

@@ -21,8 +21,13 @@ impl SessionOptions {
             // neither stored nor shown, and the store would fail at the first write.
             return Err(Error::invalid("cwd", format!("must be UTF-8 text, got {}", cwd.display())));
         }
-        if !cwd.is_dir() {
-            return Err(Error::invalid("cwd", format!("{} is not an existing directory", cwd.display())));
+        match std::fs::metadata(cwd) {
+            Ok(found) if found.is_dir() => {}
+            Ok(_) => return Err(Error::invalid("cwd", format!("{} is not a directory", shortened(cwd)))),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::invalid("cwd", format!("{} is not an existing directory", shortened(cwd))));
+            }
+            Err(error) => return Err(Error::invalid("cwd", format!("{} cannot be used: {error}", shortened(cwd)))),
         }
         if self.event_buffer_size == 0 {
             return Err(Error::invalid("event_buffer_size", "must be positive"));
@@ -105,8 +110,8 @@ impl SessionOptions {
                 return Err(Error::invalid("env", problem));
             }
         }
-        if self.env.set.values().any(|v| v.contains('\0')) {
-            return Err(Error::invalid("env", "values must not contain NUL"));
+        if let Some((name, _)) = self.env.set.iter().find(|(_, value)| value.contains('\0')) {
+            return Err(Error::invalid("env", format!("the value of {:?} has a NUL in it", Shown(name))));
         }
         self.provider_options.check_types()?;
         Ok(id.or_else(|| match &self.conversation {
@@ -114,6 +119,19 @@ impl SessionOptions {
             _ => None,
         }))
     }
+}
+
+/// `path` as shown in an error: whole up to 200 characters, else its first and last 80 (a
+/// path of kilobytes would drown the message).
+fn shortened(path: &std::path::Path) -> String {
+    let shown = path.display().to_string();
+    let count = shown.chars().count();
+    if count <= 200 {
+        return shown;
+    }
+    let head: String = shown.chars().take(80).collect();
+    let tail: String = shown.chars().skip(count - 80).collect();
+    format!("{head}…{tail} ({} bytes)", path.as_os_str().len())
 }
 
 /// What keeps `name` from being a name an environment can hold (blank, or with `=` or NUL in
