@@ -531,9 +531,20 @@ impl ProviderSession for PresetSession {
             return Err(Error::InvalidOption { option: "model", reason });
         }
         let prompt = prompt_text(input)?;
+        let shared = &self.shared;
+        // A CLI continues a conversation on the model it ran last (claude and pi do): the turns
+        // after this one, given no model, would silently keep this turn's.
+        if options.model.is_some() && shared.run.model.is_none() && shared.preset.resumes() {
+            let reason = format!(
+                "preset `{}` continues its conversation on the model it ran last, so a turn's model would stay for \
+                 the turns after it: set the session's model (SessionOptions::model), which a turn without one then \
+                 runs on",
+                shared.preset.id
+            );
+            return Err(Error::InvalidOption { option: "model", reason });
+        }
         // What would fail the spawn, or reach the CLI as an option, is refused before the turn
         // is recorded.
-        let shared = &self.shared;
         let model = options.model.as_deref().or(shared.run.model.as_deref());
         match shared.with_values(&prompt, model, |values| shared.preset.template.argument_problem(values)) {
             Some((option, reason)) => Err(Error::InvalidOption { option, reason }),

@@ -169,6 +169,27 @@ async fn a_user_preset_for_a_made_up_cli_runs_from_a_presets_directory() {
     mini.finish().await;
 }
 
+/// A turn's model applies to that turn only: the session's model, which the turns after it run
+/// on, is needed for it (a CLI continues a conversation on the model it ran last).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turns_model_applies_to_that_turn_only() {
+    let mini = Mini::start();
+    let without = mini.session(mini.options(PresetOptions::new())).await;
+    let refused = mini.harness.start_turn(&without, "hi", TurnOptions::new().model("big")).await.unwrap_err();
+    assert!(
+        matches!(&refused, Error::InvalidOption { option: "model", reason } if reason.contains("SessionOptions::model"))
+    );
+    assert_eq!(mini.exec.commands().len(), 1, "only the version probe ran");
+
+    let session = mini.session(mini.options(PresetOptions::new()).model("tiny")).await;
+    let turn = mini.harness.start_turn(&session, "one", TurnOptions::new().model("big")).await.expect("turn");
+    let first = mini.harness.await_turn(&turn, Some(support::IDLE)).await.expect("completed");
+    let id = first.result.details.as_ref().and_then(|d| d["session_id"].as_str()).expect("id").to_owned();
+    let (_, next) = support::run(&mini.harness, &session, "two", |_| None).await;
+    assert_eq!(said(&next), [format!("turn 2 of {id} with tiny")], "back on the session's model");
+    mini.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_status_and_matchers_disagreeing_fail_the_turn() {
     let mini = Mini::start();
