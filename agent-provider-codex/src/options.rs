@@ -279,6 +279,9 @@ impl fmt::Debug for CodexOptions {
 #[non_exhaustive]
 pub struct CodexTurnOptions {
     /// Reasoning effort for this turn (`minimal`, `low`, `medium`, `high`, …), sent as `effort`.
+    /// Codex's protocol takes any non-empty name a model advertises, and passes it on as given:
+    /// only a blank one is refused here; a name the model does not know is the model server's
+    /// to refuse.
     pub effort: Option<String>,
     /// A JSON schema the final message must follow, sent as `outputSchema`.
     pub output_schema: Option<Value>,

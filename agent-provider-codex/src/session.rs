@@ -250,8 +250,7 @@ impl ProviderSession for CodexSession {
         if effort.is_some_and(|effort| effort.trim().is_empty() || effort.contains('\0')) {
             return Err(Error::InvalidOption {
                 option: "provider_options",
-                reason: "CodexTurnOptions::effort must be a non-blank effort name codex advertises for the model"
-                    .into(),
+                reason: "CodexTurnOptions::effort must be a non-blank effort name".into(),
             });
         }
         // An item codex cannot take (a relative image path, a skill the session lacks).

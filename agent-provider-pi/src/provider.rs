@@ -226,6 +226,13 @@ fn validate(options: &SessionOptions, pi: &PiOptions) -> Result<()> {
     if let Some(model) = &options.model {
         check_model(options, model)?;
     }
+    if options.approval_policy == Some(ApprovalPolicy::OnFailure) {
+        return Err(invalid(
+            "approval_policy",
+            "pi has no sandbox whose failures could be asked about: use Untrusted or OnRequest (asked before bash, \
+             edit and write) or Never",
+        ));
+    }
     let api_key = |arg: &str| arg == "--api-key" || arg.starts_with("--api-key=");
     let on_command_line = if pi.args.iter().any(|a| api_key(a)) {
         Some("PiOptions::args")

@@ -155,6 +155,10 @@ pub(crate) fn encode(dialog: &Dialog, response: &Response) -> Result<(Value, boo
 impl ProviderSession for PiSession {
     fn validate_turn(&self, options: &TurnOptions, input: &TurnInput) -> Result<()> {
         agent_core::provider::refuse_session_options::<crate::PiOptions>(options, None)?;
+        if let Some(pattern) = options.model.as_deref() {
+            let now = self.model.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+            PiModel::of_turn(pattern, &now)?;
+        }
         self.text(input).map(drop)
     }
 

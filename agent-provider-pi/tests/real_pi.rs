@@ -445,6 +445,11 @@ async fn bad_input_fails_at_start_session_and_spawns_nothing() {
             }
             other => panic!("MCP servers must be refused, got {other:?}"),
         }
+        match pi.harness.start_session("pi", pi.options().approval_policy(agent_core::ApprovalPolicy::OnFailure)).await
+        {
+            Err(agent_core::Error::InvalidOption { option: "approval_policy", .. }) => {}
+            other => panic!("an approval policy pi cannot follow must be refused, got {other:?}"),
+        }
         let unknown_model = unknown_model_options(&pi, "fake/no-such-model");
         match pi.harness.start_session("pi", unknown_model).await {
             Err(agent_core::Error::InvalidOption { option, reason }) => {
@@ -868,6 +873,12 @@ async fn a_turns_model_is_that_turns_only() {
         assert_eq!(end.status, TurnStatus::Failed, "pi {}: {}", pi.version(), names(&refused));
         let reason = end.result.reason.clone().unwrap_or_default();
         assert!(reason.contains("no-such-model"), "pi {}: {reason}", pi.version());
+        // A pattern no turn can take (a thinking level) is refused before the turn is recorded.
+        let options = agent_core::TurnOptions::new().model("fake/fake-model:high");
+        match pi.harness.start_turn(&session, "fifth", options).await {
+            Err(agent_core::Error::InvalidOption { option: "model", .. }) => {}
+            other => panic!("pi {}: expected the model refused, got {other:?}", pi.version()),
+        }
         pi.finish().await;
     }
 }

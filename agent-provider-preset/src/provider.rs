@@ -120,6 +120,17 @@ impl PresetProvider {
                 ),
             ));
         }
+        // A flag the preset passes a value of this session with, given again: the CLI would
+        // take one of the two.
+        let passed = |value: Placeholder| match value {
+            Placeholder::Model => options.model.is_some(),
+            Placeholder::SystemPrompt | Placeholder::SystemPromptFile => options.system_prompt.is_some(),
+            Placeholder::MaxTurns => preset_options.max_turns.is_some(),
+            Placeholder::Prompt | Placeholder::SessionId | Placeholder::Cwd => true,
+        };
+        if let Some(problem) = repeated_flag(&self.preset, &preset_options.args, passed) {
+            return Err(invalid("provider_options.args", problem));
+        }
         if preset_options.max_turns.is_some() && !self.preset.template.uses(Placeholder::MaxTurns) {
             return Err(invalid(
                 "provider_options.max_turns",
@@ -457,6 +468,22 @@ impl Provider for PresetProvider {
             None => opened,
         })
     }
+}
+
+/// What is wrong when `args` (a caller's extra arguments) hold a flag `preset` passes a value
+/// with, for a value `passed` says it passes.
+pub(crate) fn repeated_flag(preset: &Preset, args: &[String], passed: impl Fn(Placeholder) -> bool) -> Option<String> {
+    let flags = preset.template.value_flags();
+    let (flag, value) = args.iter().find_map(|arg| {
+        let named = arg.split('=').next().unwrap_or(arg);
+        flags.iter().find(|(flag, value)| flag == named && passed(*value))
+    })?;
+    Some(format!(
+        "`{flag}` is what preset `{}` passes `{{{}}}` with: given here too, the CLI would take one of the two (set \
+         the value through its own option)",
+        preset.id,
+        value.name()
+    ))
 }
 
 #[cfg(test)]

@@ -543,6 +543,14 @@ impl ProviderSession for PresetSession {
             );
             return Err(Error::InvalidOption { option: "model", reason });
         }
+        let repeated = || {
+            crate::provider::repeated_flag(&shared.preset, &shared.run.extra, |v| {
+                v == crate::template::Placeholder::Model
+            })
+        };
+        if let Some(reason) = options.model.as_ref().and_then(|_| repeated()) {
+            return Err(Error::InvalidOption { option: "model", reason });
+        }
         // What would fail the spawn, or reach the CLI as an option, is refused before the turn
         // is recorded.
         let model = options.model.as_deref().or(shared.run.model.as_deref());

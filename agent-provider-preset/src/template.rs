@@ -50,7 +50,7 @@ impl Placeholder {
         ("cwd", Placeholder::Cwd),
     ];
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         Placeholder::ALL.iter().find(|(_, p)| *p == self).map_or("", |(name, _)| name)
     }
 
@@ -460,6 +460,45 @@ impl Template {
         self.elements.iter().any(|e| matches!(e, Element::Group { test, .. } if test.condition == condition))
     }
 
+    /// The flags the template passes a value with (`"--model", "{model}"` or
+    /// `"--model={model}"`), each with the placeholder it passes: the same flag among a
+    /// caller's extra arguments would give the CLI that value twice, and it takes one of them.
+    pub(crate) fn value_flags(&self) -> Vec<(String, Placeholder)> {
+        /// The flag `arg` passes its value with, after `before` (the argument just before it).
+        fn flag(before: Option<&Arg>, arg: &Arg) -> Option<(String, Placeholder)> {
+            match (before.map(|b| b.0.as_slice()), arg.0.as_slice()) {
+                (_, [Piece::Text(text), Piece::Value(value), ..]) if text.starts_with('-') && text.ends_with('=') => {
+                    Some((text.trim_end_matches('=').to_owned(), *value))
+                }
+                // `--` ends the options; it names no value.
+                (Some([Piece::Text(flag)]), [Piece::Value(value), ..]) if flag.starts_with('-') && flag != "--" => {
+                    Some((flag.clone(), *value))
+                }
+                _ => None,
+            }
+        }
+        let mut flags = Vec::new();
+        let mut before = None;
+        for element in &self.elements {
+            match element {
+                Element::Arg(arg) => {
+                    flags.extend(flag(before, arg));
+                    before = Some(arg);
+                }
+                Element::Group { args, .. } => {
+                    let mut inside = None;
+                    for arg in args {
+                        flags.extend(flag(inside, arg));
+                        inside = Some(arg);
+                    }
+                    before = None;
+                }
+                Element::ExtraArgs => before = None,
+            }
+        }
+        flags
+    }
+
     /// True when the template has the `extra_args` insertion.
     pub(crate) fn takes_extra_args(&self) -> bool {
         self.elements.contains(&Element::ExtraArgs)
@@ -554,6 +593,12 @@ mod tests {
         assert_eq!(argv, ["-p", "--flag={literal}", "--", "hi"]);
         assert!(template.uses(Placeholder::Model) && !template.uses(Placeholder::SessionId));
         assert_eq!(template.prompt_uses(false), (1, false));
+        // The flags values are passed with: `--model` before `{model}`; `--` before the prompt
+        // ends the options, and `--flag={{literal}}` passes no value.
+        assert_eq!(template.value_flags(), [("--model".to_owned(), Placeholder::Model)]);
+        let joined = Template::parse(&json!(["--cwd={cwd}", {"if": "resume", "then": ["-r", "{session_id}"]}]), "args");
+        let flags = joined.unwrap().value_flags();
+        assert_eq!(flags, [("--cwd".to_owned(), Placeholder::Cwd), ("-r".into(), Placeholder::SessionId)]);
     }
 
     #[test]

@@ -517,6 +517,16 @@ async fn a_session_from_a_config_and_bad_options_refused_before_anything_runs() 
     assert_eq!(error.kind(), ErrorKind::Unsupported, "{error}");
     let error = mini.harness.start_session_from_config(refused(json!({"max_turns": 3}))).await.unwrap_err();
     assert!(matches!(&error, Error::InvalidOption { option: "provider_options.max_turns", .. }), "{error}");
+    // A flag the preset passes a value of the session with, given again: the CLI would take
+    // one of the two. (Without a model, `--model` among the arguments is the only one.)
+    for args in [json!(["--model", "big"]), json!(["--model=big"]), json!(["--resume", "s-1"])] {
+        let config = json!({"provider": "preset:mini-agent", "cwd": mini.workspace, "model": "large",
+            "provider_options": {"args": args}});
+        let config = SessionConfig::from_json_value(config).expect("parses");
+        let error = mini.harness.start_session_from_config(config).await.unwrap_err();
+        assert!(matches!(&error, Error::InvalidOption { option: "provider_options.args", .. }), "{error}");
+        assert!(error.to_string().contains("is what preset `mini-agent` passes `{"), "{error}");
+    }
     let sandboxed = SessionConfig::from_json_value(
         json!({"provider": "preset:mini-agent", "cwd": mini.workspace, "sandbox": "read_only"}),
     )
