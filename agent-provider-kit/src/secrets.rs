@@ -9,7 +9,9 @@
 //! and every name [`is_credential_name`] accepts) — and [`Secrets::redact`]
 //! replaces each occurrence with [`REDACTED`]. Values shorter than [`MIN_SECRET_LEN`] are not
 //! kept: `1` or `true` would redact ordinary text, and a credential is longer. A value of several
-//! lines (a PEM key) is kept whole and line by line, since output is read a line at a time.
+//! lines (a PEM key) is kept whole and, since output is read a line at a time, each of its lines
+//! that is one long word (a line of the key's base64) on its own; its armor lines and lines of
+//! several words are not, being as often ordinary text.
 //!
 //! Stdout is the CLI's protocol, and what the agent does reaches it too: a tool that runs
 //! `env`, or reads a `.env` file, brings the session's key into a tool result, and from there
@@ -240,15 +242,15 @@ fn header_secrets(value: &str) -> impl Iterator<Item = String> {
     std::iter::once(value.to_owned()).chain(credential)
 }
 
-/// The values of at least [`MIN_SECRET_LEN`] bytes, longest first, each once — and each line of
-/// at least that length of a value of several lines (a PEM key, say): output is read and kept
-/// a line at a time (a stderr tail, a preset's stdout), so no line holds such a value whole.
+/// The values of at least [`MIN_SECRET_LEN`] bytes, longest first, each once — and the
+/// [secret lines](secret_line) of a value of several lines (a PEM key, say): output is read and
+/// kept a line at a time (a stderr tail, a preset's stdout), so no line holds such a value whole.
 fn kept(values: impl IntoIterator<Item = String>) -> Arc<[String]> {
     let mut values: Vec<String> = values
         .into_iter()
         .flat_map(|value| {
             let lines: Vec<String> = if value.contains('\n') {
-                value.split('\n').map(|line| line.trim_end_matches('\r').to_owned()).collect()
+                value.lines().filter_map(secret_line).map(str::to_owned).collect()
             } else {
                 Vec::new()
             };
@@ -259,6 +261,17 @@ fn kept(values: impl IntoIterator<Item = String>) -> Arc<[String]> {
     values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
     values.dedup();
     values.into()
+}
+
+/// A line of a secret of several lines that is a secret of its own, without its surrounding
+/// whitespace: one word (a key's base64) of at least [`MIN_SECRET_LEN`] bytes. Not an armor line
+/// (`-----BEGIN PRIVATE KEY-----`), which every key of its kind has, nor a line of several words
+/// (`Proc-Type: 4,ENCRYPTED`, a pretty-printed JSON field, prose): those are ordinary text
+/// elsewhere, and redacting them would hide what an agent says about keys, not a key.
+fn secret_line(line: &str) -> Option<&str> {
+    let line = line.trim();
+    let armor = line.starts_with("-----") && line.ends_with("-----");
+    (line.len() >= MIN_SECRET_LEN && !armor && !line.contains(char::is_whitespace)).then_some(line)
 }
 
 impl fmt::Debug for Secrets {
@@ -282,16 +295,23 @@ mod tests {
         assert_eq!(format!("{more:?}"), "Secrets(3)");
     }
 
-    /// Output is kept a line at a time: each long enough line of a value of several lines is
-    /// redacted on its own, as well as the value whole.
+    /// Output is kept a line at a time: each long enough line of a value of several lines that
+    /// is one word is redacted on its own, as well as the value whole; armor lines and lines of
+    /// several words are ordinary text.
     #[test]
     fn a_value_of_several_lines_is_redacted_line_by_line_too() {
-        let key = "-----BEGIN KEY-----\r\nMIIEvQIBADANBgkq\nshort\n-----END KEY-----";
+        let key = "-----BEGIN PRIVATE KEY-----\r\nProc-Type: 4,ENCRYPTED\n  MIIEvQIBADANBgkq \nshort\nAbcdEfgh\n-----END PRIVATE KEY-----";
         let secrets = Secrets::new([key.to_owned()]);
-        assert_eq!(format!("{secrets:?}"), "Secrets(4)", "the value and its three long lines");
+        assert_eq!(format!("{secrets:?}"), "Secrets(3)", "the value and its two lines of one long word");
         assert_eq!(secrets.redact(key), "[redacted]");
-        let tail = "error: -----BEGIN KEY-----\nMIIEvQIBADANBgkq\nshort";
-        assert_eq!(secrets.redact(tail), "error: [redacted]\n[redacted]\nshort");
+        let tail = "error: -----BEGIN PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nMIIEvQIBADANBgkq\nshort AbcdEfgh";
+        assert_eq!(
+            secrets.redact(tail),
+            "error: -----BEGIN PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n[redacted]\nshort [redacted]"
+        );
+        let prose = Secrets::new(["first line of words\nsecond line of words".to_owned()]);
+        assert_eq!(format!("{prose:?}"), "Secrets(1)", "the value whole only");
+        assert_eq!(prose.redact("the first line of words"), "the first line of words");
     }
 
     #[test]

@@ -237,19 +237,20 @@ async fn exit_status_and_matchers_disagreeing_fail_the_turn() {
 }
 
 /// A secret of several lines (a PEM key) reaches what is kept of the CLI's output a line at a
-/// time, on stdout as on stderr: each of its lines is redacted.
+/// time, on stdout as on stderr: each line of its base64 is redacted, its armor lines are not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_of_several_lines_is_kept_out_line_by_line() {
     let mini = Mini::start();
     let pem = "-----BEGIN TEST KEY-----\nMIIEvQIBADANBgkqhkiG\n-----END TEST KEY-----";
     let session = mini.session(mini.options(PresetOptions::new()).env("MINI_PRIVATE_KEY", pem)).await;
     let (_, events) = support::run(&mini.harness, &session, "pem please", |_| None).await;
-    assert_eq!(said(&events)[1..], ["[redacted]", "[redacted]", "[redacted]"], "{}", names(&events));
+    let said = said(&events);
+    assert_eq!(said[1..], ["-----BEGIN TEST KEY-----", "[redacted]", "-----END TEST KEY-----"], "{}", names(&events));
     let reason = terminal(&events).result.reason.clone().unwrap_or_default();
     assert!(reason.contains("bad key:"), "the stderr tail is there: {reason}");
     for event in &events {
         let json = serde_json::to_string(&**event).expect("JSON");
-        assert!(!json.contains("MIIEvQIBADANBgkqhkiG") && !json.contains("TEST KEY"), "{json}");
+        assert!(!json.contains("MIIEvQIBADANBgkqhkiG"), "{json}");
     }
     mini.finish().await;
 }

@@ -5,8 +5,8 @@ use memchr::memmem::Finder;
 use crate::secrets::{REDACTED, Secrets};
 
 /// The credentials a [`LineReader`](super::LineReader) replaces in the lines it hands out, each
-/// as it would appear in a line: as is, and escaped as in a JSON string when that differs (a
-/// `"` or `\` in it).
+/// as it would appear in a line: as is, and in each way a JSON encoder escapes it in a string
+/// when that differs (see [`escapes`]).
 #[derive(Debug)]
 pub(super) struct Redactor {
     /// Longest first, so that a credential holding another is replaced whole.
@@ -21,11 +21,7 @@ impl Redactor {
         let mut patterns: Vec<Vec<u8>> = Vec::new();
         for credential in secrets.credentials() {
             patterns.push(credential.as_bytes().to_vec());
-            let escaped = serde_json::to_string(credential).expect("a string serializes");
-            let escaped = &escaped.as_bytes()[1..escaped.len() - 1];
-            if escaped != credential.as_bytes() {
-                patterns.push(escaped.to_vec());
-            }
+            patterns.extend(escapes(credential).into_iter().map(String::into_bytes));
         }
         if patterns.is_empty() {
             return None;
@@ -62,6 +58,44 @@ impl Redactor {
     }
 }
 
+/// `credential` as JSON encoders write it inside a string, where that differs from it: with
+/// `"`, `\` and control characters escaped (as every encoder does), and besides that with `/`
+/// as `\/` (PHP's), with `<`, `>`, `&`, U+2028 and U+2029 as `\u003c`… (Go's), with every
+/// character beyond ASCII as `\uXXXX` (Python's by default), and with those and `'`, `+` and
+/// `` ` `` in upper-case hex (.NET's, `\u002B`). A preset's CLI may be written in any of them,
+/// and a credential with such a character (a password with `&`) would otherwise reach events
+/// after the parse decoded it.
+fn escapes(credential: &str) -> Vec<String> {
+    let minimal = serde_json::to_string(credential).expect("a string serializes");
+    let minimal = &minimal[1..minimal.len() - 1];
+    let rewrite = |escape: &dyn Fn(char) -> bool, slash: bool, upper: bool| {
+        let mut out = String::with_capacity(minimal.len());
+        for c in minimal.chars() {
+            match c {
+                '/' if slash => out.push_str("\\/"),
+                c if escape(c) => {
+                    for unit in c.encode_utf16(&mut [0u16; 2]) {
+                        out.push_str(&if upper { format!("\\u{unit:04X}") } else { format!("\\u{unit:04x}") });
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        out
+    };
+    let mut escapes = vec![
+        minimal.to_owned(),
+        rewrite(&|_| false, true, false),
+        rewrite(&|c| matches!(c, '<' | '>' | '&' | '\u{2028}' | '\u{2029}'), false, false),
+        rewrite(&|c| !c.is_ascii(), false, false),
+        rewrite(&|c| !c.is_ascii() || matches!(c, '<' | '>' | '&' | '\'' | '+' | '`'), false, true),
+    ];
+    escapes.retain(|escaped| escaped != credential);
+    escapes.sort();
+    escapes.dedup();
+    escapes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +111,36 @@ mod tests {
         assert_eq!(out, br#"{"text":"[redacted] and [redacted]x, [redacted], short"}"#);
         assert!(!redactor.finds(b"sk-abc-1234 nothing"));
         assert!(Redactor::new(&Secrets::default()).is_none());
+    }
+
+    /// Go escapes `<`, `>` and `&`, PHP `/`, Python every character beyond ASCII, .NET those
+    /// and more in upper-case hex: a password with one of them is found in the lines of a CLI
+    /// written in any of those.
+    #[test]
+    fn credentials_are_replaced_as_each_kind_of_encoder_escapes_them() {
+        let password = "p&ss/w<rd>é😀";
+        assert_eq!(
+            escapes(password),
+            [
+                r"p&ss/w<rd>\u00e9\ud83d\ude00",
+                r"p&ss\/w<rd>é😀",
+                r"p\u0026ss/w\u003Crd\u003E\u00E9\uD83D\uDE00",
+                r"p\u0026ss/w\u003crd\u003eé😀",
+            ]
+        );
+        assert!(escapes("sk-plain-0123456789").is_empty());
+        assert_eq!(escapes("sk+base64/key=="), [r"sk+base64\/key==", r"sk\u002Bbase64/key=="]);
+        let secrets = Secrets::new([password.to_owned()]);
+        let mut redactor = Redactor::new(&secrets).expect("credentials");
+        for line in [
+            r#"{"out":"DB_PASSWORD=p\u0026ss/w\u003crd\u003eé😀\n"}"#,
+            r#"{"out":"DB_PASSWORD=p&ss/w<rd>\u00e9\ud83d\ude00\n"}"#,
+            r#"{"out":"DB_PASSWORD=p&ss\/w<rd>é😀\n"}"#,
+            r#"{"out":"DB_PASSWORD=p\u0026ss/w\u003Crd\u003E\u00E9\uD83D\uDE00\n"}"#,
+        ] {
+            let mut out = Vec::new();
+            redactor.redact_into(line.as_bytes(), &mut out);
+            assert_eq!(out, br#"{"out":"DB_PASSWORD=[redacted]\n"}"#, "{line}");
+        }
     }
 }
