@@ -108,3 +108,45 @@ async fn a_host_that_exits_without_ending_its_sessions_leaves_nothing_running() 
         assert!(ended, "{how}: the child's setsid process outlived the host");
     }
 }
+
+/// A process of another PID namespace (a harness in a container, on this kernel) is never
+/// ended: its stamp names its owner by that namespace's PIDs, which here are another process or
+/// none, though its owner may well run.
+#[tokio::test]
+async fn a_process_of_another_pid_namespace_is_never_reaped() {
+    use agent_core::exec::{HARNESS_MARKER_ENV, OWNER_MARKER_ENV, SESSION_MARKER_ENV};
+    let _reaping = REAPING.lock().await;
+    let session = format!("host-death-namespace-{}", std::process::id());
+    // No process has this PID here: to this namespace, the stamp's owner is gone.
+    let owner = (i32::MAX - 1).to_string();
+    let mut outer = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--pid", "--fork", "env"])
+        .arg(format!("{OWNER_MARKER_ENV}={owner}"))
+        .arg(format!("{SESSION_MARKER_ENV}={session}"))
+        .arg(format!("{HARNESS_MARKER_ENV}=1"))
+        .args(["sleep", "60"])
+        .spawn()
+        .expect("`unshare` (util-linux, with user namespaces) runs: apt-get install util-linux");
+    let children = format!("/proc/{0}/task/{0}/children", outer.id());
+    let mut inner = None;
+    for _ in 0..200 {
+        inner = std::fs::read_to_string(&children).ok().and_then(|text| pids(&text).first().copied());
+        let stamped = inner.and_then(|pid| std::fs::read(format!("/proc/{pid}/environ")).ok());
+        if stamped.is_some_and(|env| env.windows(session.len()).any(|w| w == session.as_bytes())) {
+            break;
+        }
+        inner = None;
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let inner = inner.expect("the stamped process runs in its PID namespace");
+
+    let exec = LocalExec::new();
+    let owner = u32::try_from(i32::MAX - 1).expect("pid");
+    assert_eq!(exec.end_abandoned_processes(&session, owner, 1).await.expect("look"), 0);
+    exec.reap_orphans(&|_: &str| false).await.expect("reap");
+    assert!(alive(inner), "the other namespace's process is spared");
+    outer.kill().expect("end unshare");
+    let _ = std::process::Command::new("kill").args(["-KILL", &inner.to_string()]).status();
+    outer.wait().expect("reap unshare");
+    assert_gone_within(inner, GONE_WITHIN).await;
+}

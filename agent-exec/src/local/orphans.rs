@@ -4,7 +4,8 @@
 //! `SESSION_MARKER_ENV=<session id>` in its environment, and its descendants inherit both unless
 //! they scrub their environment. A stamped process is an orphan when its owner process is dead
 //! (or its PID now belongs to a process started after it), or when the owner is this process
-//! and its session is not live. Linux only: it reads `/proc`.
+//! and its session is not live. A process of another PID namespace (a container's) is never
+//! one: its stamp names its owner by that namespace's PIDs. Linux only: it reads `/proc`.
 
 use agent_core::exec::ExecError;
 
@@ -212,6 +213,7 @@ mod linux {
     pub(crate) fn scan() -> io::Result<Vec<Stamped>> {
         let me = std::process::id() as RawPid;
         let spared = ancestors(me);
+        let namespace = fs::read_link("/proc/self/ns/pid").ok();
         let mut found = Vec::new();
         for entry in fs::read_dir("/proc")? {
             let name = entry?.file_name();
@@ -223,6 +225,11 @@ mod linux {
             }
             // Processes that exit or that we may not inspect drop out here.
             let Some(Stamp { owner, session, harness }) = read_stamp(raw) else { continue };
+            // A process of another PID namespace (a container's harness's CLI) names its owner
+            // by that namespace's PIDs, which here are another process or none: never listed.
+            if namespace.is_some() && fs::read_link(format!("/proc/{raw}/ns/pid")).ok() != namespace {
+                continue;
+            }
             let Some(stat) = read_stat(raw) else { continue };
             let (owner_pid, owner) = match owner {
                 owner if owner == me => (owner, Owner::Me),
