@@ -58,24 +58,66 @@ impl Redactor {
     }
 }
 
-/// `credential` as JSON encoders write it inside a string, where that differs from it: with
-/// `"`, `\` and control characters escaped (as every encoder does), and besides that with `/`
-/// as `\/` (PHP's), with `<`, `>`, `&`, U+2028 and U+2029 as `\u003c`… (Go's), with every
-/// character beyond ASCII as `\uXXXX` (Python's by default), and with those and `'`, `+` and
-/// `` ` `` in upper-case hex (.NET's, `\u002B`). A preset's CLI may be written in any of them,
-/// and a credential with such a character (a password with `&`) would otherwise reach events
-/// after the parse decoded it.
+/// How one JSON encoder escapes a string beyond what every encoder does (`\"`, `\\`, control
+/// characters).
+struct Encoder {
+    /// Characters written as `\uXXXX`.
+    unicode: fn(char) -> bool,
+    /// `/` written as `\/`.
+    slash: bool,
+    /// `\uXXXX` in upper-case hex, and `"` as `\u0022`.
+    upper: bool,
+}
+
+/// The encoders whose escapes [`escapes`] knows: PHP's `json_encode` (`/` and, by default,
+/// every character beyond ASCII; `JSON_UNESCAPED_UNICODE` leaves the latter), Go's
+/// `encoding/json` (HTML-safe: `<`, `>`, `&`, U+2028, U+2029), Python's `json.dumps` (every
+/// character beyond ASCII by default), Java's Gson (HTML-safe: `<`, `>`, `&`, `=`, `'`, U+2028,
+/// U+2029) and .NET's `System.Text.Json` (every character beyond ASCII and `<`, `>`, `&`, `'`,
+/// `+`, `` ` ``, in upper-case hex, `"` too). serde and Node escape nothing more.
+const ENCODERS: &[Encoder] = &[
+    Encoder { unicode: |_| false, slash: true, upper: false },
+    Encoder { unicode: |c| !c.is_ascii(), slash: true, upper: false },
+    Encoder { unicode: |c| matches!(c, '<' | '>' | '&' | '\u{2028}' | '\u{2029}'), slash: false, upper: false },
+    Encoder { unicode: |c| !c.is_ascii(), slash: false, upper: false },
+    Encoder {
+        unicode: |c| matches!(c, '<' | '>' | '&' | '=' | '\'' | '\u{2028}' | '\u{2029}'),
+        slash: false,
+        upper: false,
+    },
+    Encoder {
+        unicode: |c| !c.is_ascii() || matches!(c, '<' | '>' | '&' | '\'' | '+' | '`' | '"'),
+        slash: false,
+        upper: true,
+    },
+];
+
+/// `credential` as JSON encoders write it inside a string, where that differs from it: as
+/// every encoder escapes it (serde's escapes) and as each of [`ENCODERS`] does. A preset's CLI
+/// may be written in any language, and a credential with such a character (a password with
+/// `&`, a base64 key ending in `=`) would otherwise reach events after the parse decoded it.
 fn escapes(credential: &str) -> Vec<String> {
     let minimal = serde_json::to_string(credential).expect("a string serializes");
     let minimal = &minimal[1..minimal.len() - 1];
-    let rewrite = |escape: &dyn Fn(char) -> bool, slash: bool, upper: bool| {
+    let written = |encoder: &Encoder| {
         let mut out = String::with_capacity(minimal.len());
-        for c in minimal.chars() {
+        // `minimal`'s own escapes (`\"`, `\\`, `\n`, `\u001f`) are ASCII and kept, but for a
+        // `"` the encoder writes as `\u0022`.
+        let mut chars = minimal.chars().peekable();
+        while let Some(c) = chars.next() {
             match c {
-                '/' if slash => out.push_str("\\/"),
-                c if escape(c) => {
+                '\\' if chars.peek() == Some(&'"') && (encoder.unicode)('"') => {
+                    chars.next();
+                    out.push_str("\\u0022");
+                }
+                '\\' => {
+                    out.push(c);
+                    out.extend(chars.next());
+                }
+                '/' if encoder.slash => out.push_str("\\/"),
+                c if (encoder.unicode)(c) => {
                     for unit in c.encode_utf16(&mut [0u16; 2]) {
-                        out.push_str(&if upper { format!("\\u{unit:04X}") } else { format!("\\u{unit:04x}") });
+                        out.push_str(&if encoder.upper { format!("\\u{unit:04X}") } else { format!("\\u{unit:04x}") });
                     }
                 }
                 c => out.push(c),
@@ -83,13 +125,7 @@ fn escapes(credential: &str) -> Vec<String> {
         }
         out
     };
-    let mut escapes = vec![
-        minimal.to_owned(),
-        rewrite(&|_| false, true, false),
-        rewrite(&|c| matches!(c, '<' | '>' | '&' | '\u{2028}' | '\u{2029}'), false, false),
-        rewrite(&|c| !c.is_ascii(), false, false),
-        rewrite(&|c| !c.is_ascii() || matches!(c, '<' | '>' | '&' | '\'' | '+' | '`'), false, true),
-    ];
+    let mut escapes: Vec<String> = std::iter::once(minimal.to_owned()).chain(ENCODERS.iter().map(written)).collect();
     escapes.retain(|escaped| escaped != credential);
     escapes.sort();
     escapes.dedup();
@@ -113,9 +149,9 @@ mod tests {
         assert!(Redactor::new(&Secrets::default()).is_none());
     }
 
-    /// Go escapes `<`, `>` and `&`, PHP `/`, Python every character beyond ASCII, .NET those
-    /// and more in upper-case hex: a password with one of them is found in the lines of a CLI
-    /// written in any of those.
+    /// PHP escapes `/`, Go and Gson `<`, `>` and `&` (Gson `=` too), Python every character
+    /// beyond ASCII, .NET those and more in upper-case hex: a password with one of them is
+    /// found in the lines of a CLI written in any of those.
     #[test]
     fn credentials_are_replaced_as_each_kind_of_encoder_escapes_them() {
         let password = "p&ss/w<rd>é😀";
@@ -123,19 +159,25 @@ mod tests {
             escapes(password),
             [
                 r"p&ss/w<rd>\u00e9\ud83d\ude00",
+                r"p&ss\/w<rd>\u00e9\ud83d\ude00",
                 r"p&ss\/w<rd>é😀",
                 r"p\u0026ss/w\u003Crd\u003E\u00E9\uD83D\uDE00",
                 r"p\u0026ss/w\u003crd\u003eé😀",
             ]
         );
         assert!(escapes("sk-plain-0123456789").is_empty());
-        assert_eq!(escapes("sk+base64/key=="), [r"sk+base64\/key==", r"sk\u002Bbase64/key=="]);
+        assert_eq!(
+            escapes("sk+base64/key=="),
+            [r"sk+base64/key\u003d\u003d", r"sk+base64\/key==", r"sk\u002Bbase64/key=="]
+        );
+        assert_eq!(escapes("pa\"ss\\word\n"), [r#"pa\"ss\\word\n"#, r"pa\u0022ss\\word\n"]);
         let secrets = Secrets::new([password.to_owned()]);
         let mut redactor = Redactor::new(&secrets).expect("credentials");
         for line in [
             r#"{"out":"DB_PASSWORD=p\u0026ss/w\u003crd\u003eé😀\n"}"#,
             r#"{"out":"DB_PASSWORD=p&ss/w<rd>\u00e9\ud83d\ude00\n"}"#,
             r#"{"out":"DB_PASSWORD=p&ss\/w<rd>é😀\n"}"#,
+            r#"{"out":"DB_PASSWORD=p&ss\/w<rd>\u00e9\ud83d\ude00\n"}"#,
             r#"{"out":"DB_PASSWORD=p\u0026ss/w\u003Crd\u003E\u00E9\uD83D\uDE00\n"}"#,
         ] {
             let mut out = Vec::new();
