@@ -10,8 +10,9 @@
 //! replaces each occurrence with [`REDACTED`]. Values shorter than [`MIN_SECRET_LEN`] are not
 //! kept: `1` or `true` would redact ordinary text, and a credential is longer. A value of several
 //! lines (a PEM key) is kept whole and, since output is read a line at a time, each of its lines
-//! that is one long word (a line of the key's base64) on its own; its armor lines and lines of
-//! several words are not, being as often ordinary text.
+//! of key material (base64 or hex, of at least [`MIN_SECRET_LEN`] bytes) on its own; its armor
+//! lines and other lines (`LOG_LEVEL=info` of a `.env` text) are not, being as often ordinary
+//! text, and a key's last line shorter than that is not either.
 //!
 //! Stdout is the CLI's protocol, and what the agent does reaches it too: a tool that runs
 //! `env`, or reads a `.env` file, brings the session's key into a tool result, and from there
@@ -264,14 +265,17 @@ fn kept(values: impl IntoIterator<Item = String>) -> Arc<[String]> {
 }
 
 /// A line of a secret of several lines that is a secret of its own, without its surrounding
-/// whitespace: one word (a key's base64) of at least [`MIN_SECRET_LEN`] bytes. Not an armor line
-/// (`-----BEGIN PRIVATE KEY-----`), which every key of its kind has, nor a line of several words
-/// (`Proc-Type: 4,ENCRYPTED`, a pretty-printed JSON field, prose): those are ordinary text
-/// elsewhere, and redacting them would hide what an agent says about keys, not a key.
+/// whitespace: a line of key material — at least [`MIN_SECRET_LEN`] bytes of base64 (standard
+/// or URL-safe, `=` only as its padding) or hex, as a PEM, OpenSSH or PGP key's lines are. Not an
+/// armor line (`-----BEGIN PRIVATE KEY-----`), which every key of its kind has, nor any other
+/// line (`Proc-Type: 4,ENCRYPTED`, `LOG_LEVEL=info` of a `.env` text, a line of a script): those
+/// are ordinary text elsewhere, and redacting them would hide what an agent says, not a key.
 fn secret_line(line: &str) -> Option<&str> {
     let line = line.trim();
-    let armor = line.starts_with("-----") && line.ends_with("-----");
-    (line.len() >= MIN_SECRET_LEN && !armor && !line.contains(char::is_whitespace)).then_some(line)
+    let body = line.trim_end_matches('=');
+    let material = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_');
+    let armor = line.starts_with("-----");
+    (line.len() >= MIN_SECRET_LEN && !armor && !body.is_empty() && body.bytes().all(material)).then_some(line)
 }
 
 impl fmt::Debug for Secrets {
@@ -295,23 +299,28 @@ mod tests {
         assert_eq!(format!("{more:?}"), "Secrets(3)");
     }
 
-    /// Output is kept a line at a time: each long enough line of a value of several lines that
-    /// is one word is redacted on its own, as well as the value whole; armor lines and lines of
-    /// several words are ordinary text.
+    /// Output is kept a line at a time: each line of key material of a value of several lines
+    /// is redacted on its own, as well as the value whole; armor lines and other lines are
+    /// ordinary text.
     #[test]
     fn a_value_of_several_lines_is_redacted_line_by_line_too() {
-        let key = "-----BEGIN PRIVATE KEY-----\r\nProc-Type: 4,ENCRYPTED\n  MIIEvQIBADANBgkq \nshort\nAbcdEfgh\n-----END PRIVATE KEY-----";
+        let key = "-----BEGIN PRIVATE KEY-----\r\nProc-Type: 4,ENCRYPTED\n  MIIEvQIBADANBgkq \nshort\nAb+d/fgh==\nZg==\n-----END PRIVATE KEY-----";
         let secrets = Secrets::new([key.to_owned()]);
-        assert_eq!(format!("{secrets:?}"), "Secrets(3)", "the value and its two lines of one long word");
+        assert_eq!(format!("{secrets:?}"), "Secrets(3)", "the value and its two long lines of base64");
         assert_eq!(secrets.redact(key), "[redacted]");
-        let tail = "error: -----BEGIN PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nMIIEvQIBADANBgkq\nshort AbcdEfgh";
+        let tail = "error: -----BEGIN PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nMIIEvQIBADANBgkq\nshort Ab+d/fgh==";
         assert_eq!(
             secrets.redact(tail),
             "error: -----BEGIN PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n[redacted]\nshort [redacted]"
         );
-        let prose = Secrets::new(["first line of words\nsecond line of words".to_owned()]);
-        assert_eq!(format!("{prose:?}"), "Secrets(1)", "the value whole only");
-        assert_eq!(prose.redact("the first line of words"), "the first line of words");
+        for other in
+            ["first line of words\nsecond line of words", "LOG_LEVEL=info\nDEBUG=false\n[default]", "a==b====\n"]
+        {
+            let secrets = Secrets::new([other.to_owned()]);
+            assert_eq!(format!("{secrets:?}"), "Secrets(1)", "{other:?}: the value whole only");
+        }
+        let hex = Secrets::new(["0123456789abcdef\n0123456789ABCDEF".to_owned()]);
+        assert_eq!(hex.redact("0123456789abcdef"), "[redacted]");
     }
 
     #[test]
