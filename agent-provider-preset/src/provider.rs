@@ -120,6 +120,25 @@ impl PresetProvider {
                 ),
             ));
         }
+        // The CLI reads the binary's arguments as its command line too.
+        let every_arg = preset_options.binary_args.iter().chain(&preset_options.args);
+        if let Some(arg) = every_arg.clone().find(|arg| self.preset.reserved_args.iter().any(|n| names_option(n, arg)))
+        {
+            let field = if preset_options.args.contains(arg) {
+                "provider_options.args"
+            } else {
+                "provider_options.binary_args"
+            };
+            return Err(invalid(
+                field,
+                format!(
+                    "`{}` is reserved by preset `{}` (`reserved_args`): the preset decides which conversation a turn \
+                     continues and what output the CLI writes",
+                    arg.split('=').next().unwrap_or_default().escape_debug(),
+                    self.preset.id
+                ),
+            ));
+        }
         // A flag the preset passes a value of this session with, given again: the CLI would
         // take one of the two.
         let passed = |value: Placeholder| match value {
@@ -190,13 +209,7 @@ impl PresetProvider {
             )));
         }
         let preset_options = PresetOptions::of(options);
-        let refused_arg = |arg: &str| {
-            self.preset.auth_args.iter().any(|name| {
-                arg == name
-                    || arg.strip_prefix(name.as_str()).is_some_and(|rest| rest.starts_with('='))
-                    || (!name.starts_with("--") && !arg.starts_with("--") && arg.starts_with(name.as_str()))
-            })
-        };
+        let refused_arg = |arg: &str| self.preset.auth_args.iter().any(|name| names_option(name, arg));
         // The CLI reads the binary's arguments as its command line too.
         let mut every_arg = preset_options.binary_args.iter().chain(&preset_options.args);
         if let Some(arg) = every_arg.find(|arg| refused_arg(arg)) {
@@ -471,19 +484,36 @@ impl Provider for PresetProvider {
 }
 
 /// What is wrong when `args` (a caller's extra arguments) hold a flag `preset` passes a value
-/// with, for a value `passed` says it passes.
+/// with (or one of its `arg_aliases`), for a value `passed` says it passes.
 pub(crate) fn repeated_flag(preset: &Preset, args: &[String], passed: impl Fn(Placeholder) -> bool) -> Option<String> {
     let flags = preset.template.value_flags();
-    let (flag, value) = args.iter().find_map(|arg| {
-        let named = arg.split('=').next().unwrap_or(arg);
-        flags.iter().find(|(flag, value)| flag == named && passed(*value))
-    })?;
+    let aliases = preset.arg_aliases.iter().filter_map(|(alias, flag)| {
+        let (_, value) = flags.iter().find(|(name, _)| name == flag)?;
+        Some((alias.as_str(), flag.as_str(), *value))
+    });
+    // (the name given, the template's flag, the value it passes)
+    let names: Vec<(&str, &str, Placeholder)> =
+        flags.iter().map(|(flag, value)| (flag.as_str(), flag.as_str(), *value)).chain(aliases).collect();
+    let (name, flag, value) = args
+        .iter()
+        .find_map(|arg| names.iter().copied().find(|(name, _, value)| passed(*value) && names_option(name, arg)))?;
+    let given = if name == flag { format!("`{name}`") } else { format!("`{name}` (`{flag}`)") };
     Some(format!(
-        "`{flag}` is what preset `{}` passes `{{{}}}` with: given here too, the CLI would take one of the two (set \
-         the value through its own option)",
+        "{given} is in preset `{}`'s own command line, before `{{{}}}`: given here too, the CLI would get it twice \
+         (the session's options set what the preset passes)",
         preset.id,
         value.name()
     ))
+}
+
+/// True when `arg` gives the option `name`: as is, as `name=value`, or, for a short option of
+/// one letter (`-m`), with its value attached (`-mo3`). A longer name after one dash (Go's
+/// `-model`) is an option of its own: `-modelfile` is another one.
+pub(crate) fn names_option(name: &str, arg: &str) -> bool {
+    let short = name.len() == 2 && !name.starts_with("--");
+    arg == name
+        || arg.strip_prefix(name).is_some_and(|rest| rest.starts_with('='))
+        || (short && !arg.starts_with("--") && arg.starts_with(name))
 }
 
 #[cfg(test)]
@@ -548,5 +578,38 @@ mod tests {
         let error = pi.validate(&options).unwrap_err().to_string();
         assert!(error.contains("PI_CODING_AGENT_DIR"), "{error}");
         assert!(pi.validate(&options.auth(AuthMode::Inherit)).is_ok());
+    }
+
+    /// The shipped presets refuse the flags that would pick another conversation or output
+    /// than the one they read, in every auth mode, and codex's `-m` as `--model` when the
+    /// session has a model.
+    #[test]
+    fn shipped_presets_refuse_their_reserved_flags_and_short_names() {
+        let inherit = |preset: PresetOptions| subscription(preset).auth(AuthMode::Inherit);
+        for (id, arg) in [
+            ("claude-print", "-r"),
+            ("claude-print", "--continue"),
+            ("claude-print", "--session-id=x"),
+            ("claude-print", "--output-format"),
+            ("pi-print", "--no-session"),
+            ("pi-print", "-c"),
+            ("pi-print", "--session"),
+        ] {
+            let error = provider(id).validate(&inherit(PresetOptions::new().args([arg]))).unwrap_err();
+            assert!(matches!(error, Error::InvalidOption { option: "provider_options.args", .. }), "{id} {arg}");
+            assert!(error.to_string().contains("`reserved_args`"), "{error}");
+        }
+        let codex = provider("codex-exec");
+        for args in [["-m", "o3"], ["-mo3", "--json"], ["--model=o3", "--json"]] {
+            let options = inherit(PresetOptions::new().args(args));
+            codex.validate(&options).expect("without a model of the session, the model of the arguments");
+            let error = codex.validate(&options.model("gpt-5")).unwrap_err().to_string();
+            assert!(error.contains("own command line, before `{model}`"), "{error}");
+        }
+        for (id, arg) in
+            [("claude-print", "--append-system-prompt"), ("pi-print", "--session-dir"), ("codex-exec", "--models")]
+        {
+            provider(id).validate(&inherit(PresetOptions::new().args([arg, "x"]))).expect(arg);
+        }
     }
 }

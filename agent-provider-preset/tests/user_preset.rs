@@ -73,6 +73,8 @@ fn mini_preset(program: &Path) -> Value {
         "max_line_bytes": 4096,
         "env": {"set": {"MINI_TOKEN": "preset-token-0123456789"}},
         "version": {"args": ["--version"], "contains": "mini-agent", "min": "1.0.0"},
+        "reserved_args": ["--continue", "-c"],
+        "arg_aliases": {"-m": "--model"},
         "matchers": {
             "session_id": [{"when": "^SESSION (?P<id>\\S+)$", "value": "id"}],
             "result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}],
@@ -518,15 +520,33 @@ async fn a_session_from_a_config_and_bad_options_refused_before_anything_runs() 
     assert_eq!(error.kind(), ErrorKind::Unsupported, "{error}");
     let error = mini.harness.start_session_from_config(refused(json!({"max_turns": 3}))).await.unwrap_err();
     assert!(matches!(&error, Error::InvalidOption { option: "provider_options.max_turns", .. }), "{error}");
-    // A flag the preset passes a value of the session with, given again: the CLI would take
-    // one of the two. (Without a model, `--model` among the arguments is the only one.)
-    for args in [json!(["--model", "big"]), json!(["--model=big"]), json!(["--resume", "s-1"])] {
+    // A flag the preset passes a value of the session with, given again, or another name of
+    // it: the CLI would take one of the two. (Without a model, `--model` among the arguments is
+    // the only one.)
+    for (args, named) in [
+        (json!(["--model", "big"]), "`--model`"),
+        (json!(["--model=big"]), "`--model`"),
+        (json!(["-m", "big"]), "`-m` (`--model`)"),
+        (json!(["-mbig"]), "`-m` (`--model`)"),
+        (json!(["--resume", "s-1"]), "`--resume`"),
+    ] {
         let config = json!({"provider": "preset:mini-agent", "cwd": mini.workspace, "model": "large",
             "provider_options": {"args": args}});
         let config = SessionConfig::from_json_value(config).expect("parses");
         let error = mini.harness.start_session_from_config(config).await.unwrap_err();
         assert!(matches!(&error, Error::InvalidOption { option: "provider_options.args", .. }), "{error}");
-        assert!(error.to_string().contains("is what preset `mini-agent` passes `{"), "{error}");
+        let own = format!("{named} is in preset `mini-agent`'s own command line, before `{{");
+        assert!(error.to_string().contains(&own), "{error}");
+    }
+    // A reserved flag, in any session, and among the binary's arguments too.
+    for (options, field) in [
+        (json!({"args": ["--continue"]}), "provider_options.args"),
+        (json!({"args": ["-c"]}), "provider_options.args"),
+        (json!({"binary_args": ["--continue=yes"]}), "provider_options.binary_args"),
+    ] {
+        let error = mini.harness.start_session_from_config(refused(options)).await.unwrap_err();
+        assert!(matches!(&error, Error::InvalidOption { option, .. } if *option == field), "{error}");
+        assert!(error.to_string().contains("is reserved by preset `mini-agent` (`reserved_args`)"), "{error}");
     }
     let sandboxed = SessionConfig::from_json_value(
         json!({"provider": "preset:mini-agent", "cwd": mini.workspace, "sandbox": "read_only"}),

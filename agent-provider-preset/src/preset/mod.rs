@@ -67,6 +67,10 @@ struct PresetFile {
     #[serde(default)]
     auth_args: Vec<String>,
     #[serde(default)]
+    reserved_args: Vec<String>,
+    #[serde(default)]
+    arg_aliases: BTreeMap<String, String>,
+    #[serde(default)]
     version: Option<VersionFile>,
     #[serde(default)]
     success_exit_codes: Option<Vec<i32>>,
@@ -177,6 +181,10 @@ pub struct Preset {
     pub(crate) env_unset: Vec<String>,
     pub(crate) auth_env: Vec<String>,
     pub(crate) auth_args: Vec<String>,
+    /// Option names refused among a session's extra arguments in every auth mode.
+    pub(crate) reserved_args: Vec<String>,
+    /// Other names of the flags the template passes a value with (`-m` for `--model`).
+    pub(crate) arg_aliases: BTreeMap<String, String>,
     pub(crate) version: Option<VersionCheck>,
     pub(crate) success_exit_codes: Vec<i32>,
     pub(crate) matchers: Matchers,

@@ -125,8 +125,22 @@ pub(super) fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Prese
             ));
         }
     }
-    if let Some(i) = file.auth_args.iter().position(|a| !a.starts_with('-')) {
-        return Err(Problem::new(format!("auth_args[{i}]"), "expected an option name (`-c`, `--config`)"));
+    for (field, names) in [("auth_args", &file.auth_args), ("reserved_args", &file.reserved_args)] {
+        if let Some(i) = names.iter().position(|a| !is_option_name(a)) {
+            return Err(Problem::new(format!("{field}[{i}]"), "expected an option name (`-c`, `--config`)"));
+        }
+    }
+    let value_flags = template.value_flags();
+    for (alias, flag) in &file.arg_aliases {
+        if !is_option_name(alias) {
+            return Err(Problem::new(format!("arg_aliases.{alias}"), "expected an option name (`-m`)"));
+        }
+        if !value_flags.iter().any(|(name, _)| name == flag) {
+            return Err(Problem::new(
+                format!("arg_aliases.{alias}"),
+                "expected a flag `args` passes a placeholder's value with (`--model` of `\"--model\", \"{model}\"`)",
+            ));
+        }
     }
     check_kept_tests(&matchers, &events)?;
     let version = file
@@ -176,6 +190,8 @@ pub(super) fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Prese
         env_unset: file.env.unset,
         auth_env: file.auth_env,
         auth_args: file.auth_args,
+        reserved_args: file.reserved_args,
+        arg_aliases: file.arg_aliases,
         version,
         success_exit_codes,
         matchers,
@@ -427,4 +443,12 @@ fn capabilities(
         caps = caps.with(capability, *support);
     }
     Ok(caps)
+}
+
+/// An option name: `-c` or `--config`, nothing after it (no `=value`, no space).
+fn is_option_name(name: &str) -> bool {
+    name.len() > 1
+        && name.starts_with('-')
+        && name != "--"
+        && !name.contains(|c: char| c == '=' || c.is_whitespace() || c == '\0')
 }

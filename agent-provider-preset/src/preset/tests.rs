@@ -127,6 +127,15 @@ fn bad_presets_name_the_file_and_the_field() {
     jsonl["matchers"] = json!({"result": [{"when": {"/type": "end", "$stop": "ok"}}]});
     refused(jsonl, "matchers.result[0].when.$stop", "no `matchers.keep.stop`");
     refused(with(minimal(), "/auth_args", json!(["config"])), "auth_args[0]", "option name");
+    refused(with(minimal(), "/reserved_args", json!(["-c", "--x=1"])), "reserved_args[1]", "option name");
+    refused(with(minimal(), "/reserved_args", json!(["--"])), "reserved_args[0]", "option name");
+    refused(with(minimal(), "/arg_aliases", json!({"m": "--model"})), "arg_aliases.m", "option name");
+    // An alias names a flag the template passes a value with: this one has none.
+    refused(with(minimal(), "/arg_aliases", json!({"-m": "--model"})), "arg_aliases.-m", "passes a placeholder's");
+    let mut model =
+        with(minimal(), "/args", json!([{"if": "model", "then": ["--model", "{model}"]}, "--", "{prompt}"]));
+    model["arg_aliases"] = json!({"-m": "--model"});
+    Preset::from_json(&model.to_string(), "dir/x.json", &allow()).expect("an alias of `--model`");
     let mut unknown = minimal();
     unknown["colour"] = json!("blue");
     refused(unknown, "colour", "unknown field `colour`");
