@@ -275,8 +275,10 @@ fn validate(options: &SessionOptions, pi: &PiOptions) -> Result<()> {
         return Err(invalid("PiOptions::max_line_bytes", "must be at least 1024"));
     }
     // Pi names its default session directory after the cwd; a long cwd makes a name no file
-    // system takes, and pi fails to start with a stack trace. Only a cwd that long is looked at.
-    let long_cwd = options.cwd.as_ref().is_some_and(|cwd| cwd.as_os_str().len() > NAME_MAX - 8);
+    // system takes, and pi fails to start with a stack trace. Only a cwd that long is looked at,
+    // as pi names it: its real path (a short link to a long directory is long).
+    let real = |cwd: &PathBuf| std::fs::canonicalize(cwd).map_or(cwd.as_os_str().len(), |real| real.as_os_str().len());
+    let long_cwd = options.cwd.as_ref().is_some_and(|cwd| real(cwd) > NAME_MAX - 8);
     if pi.session_dir.is_none() && long_cwd {
         let written = session_dirs(options, pi).into_iter().next();
         let name = written.as_ref().and_then(|dir| dir.file_name()).map_or(0, |name| name.len());

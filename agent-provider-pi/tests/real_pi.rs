@@ -467,14 +467,19 @@ async fn bad_input_fails_at_start_session_and_spawns_nothing() {
         let workspace = pi.options().cwd.expect("the test's cwd");
         let long = workspace.join("a".repeat(120)).join("b".repeat(120)).join("c".repeat(40));
         std::fs::create_dir_all(&long).expect("the long cwd");
-        let mut options = pi.options();
-        options.cwd = Some(long.clone());
-        match pi.harness.start_session("pi", options).await {
-            Err(agent_core::Error::InvalidOption { option, reason }) => {
-                assert_eq!(option, "cwd");
-                assert!(reason.contains("set PiOptions::session_dir"), "{reason}");
+        // Pi names the directory after the real path: a short link to the long cwd is as long.
+        let link = workspace.join("short");
+        std::os::unix::fs::symlink(&long, &link).expect("the link");
+        for cwd in [long.clone(), link] {
+            let mut options = pi.options();
+            options.cwd = Some(cwd.clone());
+            match pi.harness.start_session("pi", options).await {
+                Err(agent_core::Error::InvalidOption { option, reason }) => {
+                    assert_eq!(option, "cwd");
+                    assert!(reason.contains("set PiOptions::session_dir"), "{reason}");
+                }
+                other => panic!("{cwd:?}: a cwd too long for pi's session directory must be refused, got {other:?}"),
             }
-            other => panic!("a cwd too long for pi's session directory must be refused, got {other:?}"),
         }
         assert!(pi.exec.commands().is_empty(), "nothing was spawned: {:?}", pi.exec.commands().len());
         // A model of a provider pi's models.json does not define is only known to pi: the session
