@@ -96,10 +96,13 @@ pub trait Exec: Send + Sync + fmt::Debug + 'static {
     /// parent-death signal that ended its CLI — returning how many were ended. Processes of a
     /// live process, and of other runs of a session of the same ID (another store's, say), are
     /// never touched. The runtime calls it before it resumes or replaces a stored session that
-    /// another process of this boot ran, naming the run's owner as the store recorded it
+    /// another process of this boot ran and that process no longer runs (by its PID and start
+    /// time), naming the run's owner as the store recorded it
     /// ([`SessionOwner`](crate::SessionOwner)), so what a dead run started (a server holding a
-    /// port, a lock) is gone before the session's CLI starts again. Backends without the means
-    /// to find such processes return `Ok(0)`; wrappers forward it.
+    /// port, a lock) is gone before the session's CLI starts again. The PID may have been taken
+    /// by another process since: a backend tells the owner's processes by what it stamped (a
+    /// process started after the owner's PID was taken again was not the dead run's).
+    /// Backends without the means to find such processes return `Ok(0)`; wrappers forward it.
     async fn end_abandoned_processes(&self, session: &str, owner: u32, harness: u64) -> Result<usize, ExecError> {
         let _ = (session, owner, harness);
         Ok(0)

@@ -134,10 +134,12 @@ pub(crate) fn any_harness_holds(id: &SessionId) -> bool {
     registries.iter().any(|registry| registry.contains(id))
 }
 
-/// Whether `owner` is a process of this boot other than this one: only such a process's stamps
-/// can be on processes that run now, and this process ends its own with their sessions.
-pub(crate) fn another_process_of_this_boot(owner: &SessionOwner) -> bool {
-    this_process().is_some_and(|me| me.boot_id == owner.boot_id && me.pid != owner.pid)
+/// Whether `owner` is a process of this boot other than this one that no longer runs: only
+/// such a process's stamps can be on processes that run now and that nothing will end (this
+/// process ends its own with their sessions, a running one its own). The exec checks again
+/// (`Exec::end_abandoned_processes` ends nothing of a live owner); this spares it the look.
+pub(crate) fn gone_process_of_this_boot(owner: &SessionOwner) -> bool {
+    this_process().is_some_and(|me| me.boot_id == owner.boot_id && me.pid != owner.pid) && !process_runs(owner)
 }
 
 /// Whether the process `owner` names runs: the same boot, and a process with its PID that

@@ -308,6 +308,17 @@ async fn resuming_or_replacing_an_abandoned_session_ends_what_its_dead_host_left
     assert_eq!(looked.len(), 2, "a run stored closed by a host now gone is looked for: {looked:?}");
     assert_eq!((looked[1].0.as_str(), looked[1].1), ("left-running", DEAD_HOST));
     f2.harness.stop_session(&third, false).await.unwrap();
+    // A run stored closed by another process that still runs (PID 1, started when it did):
+    // nothing of it is abandoned, and it is not looked for.
+    let mut closed = f2.dyn_store().fetch_session(&session.id).await.unwrap().unwrap();
+    let owner = closed.owner.as_mut().expect("owner");
+    let stat = std::fs::read_to_string("/proc/1/stat").expect("/proc/1/stat");
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("name") + 1..].split_whitespace().collect();
+    (owner.pid, owner.started) = (1, fields[19].parse().expect("start time"));
+    f2.dyn_store().save_session(&closed).await.unwrap();
+    let fourth = f2.harness.start_session(PROVIDER, opts().resume_session(session.id.clone())).await.unwrap();
+    assert_eq!(exec.0.lock().unwrap().len(), 2, "a live owner's run is not looked for");
+    f2.harness.stop_session(&fourth, false).await.unwrap();
 
     let exec = std::sync::Arc::new(LeftBehind::default());
     let f3 = Fixture::with(|b| b.exec(std::sync::Arc::clone(&exec)));

@@ -96,7 +96,7 @@ impl Startup {
                     planned.map_err(|_| timed_out(&session, &options))??
                 }
             };
-            let left_by = plan.left_by.as_deref().filter(|owner| owner::another_process_of_this_boot(owner));
+            let left_by = plan.left_by.as_deref().filter(|owner| owner::gone_process_of_this_boot(owner));
             if let Some(owner) = left_by {
                 // Its own bound: a look that takes too long must not use up the open's time.
                 let look = deadline.min(deadline_after(Instant::now(), finalize_timeout));
