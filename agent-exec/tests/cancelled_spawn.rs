@@ -79,9 +79,16 @@ async fn a_child_nobody_took_is_killed_before_the_spawns_queued_behind_it() {
     };
     // Spawns queued on the spawner thread ahead of anything the drop below asks of it.
     let mut queued: Vec<_> = (0..200).map(|_| Box::pin(exec.spawn(Command::new("true")))).collect();
-    for spawn in &mut queued {
-        let _ = spawn.as_mut().poll(&mut cx);
-    }
+    // One this thread was descheduled after asking for may have started by its first poll:
+    // done, it must not be polled again.
+    let mut started = Vec::new();
+    queued.retain_mut(|spawn| match spawn.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(child) => {
+            started.push(child.expect("spawns"));
+            false
+        }
+        std::task::Poll::Pending => true,
+    });
     drop(unclaimed);
     let killed = |pid: u32| {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -93,10 +100,12 @@ async fn a_child_nobody_took_is_killed_before_the_spawns_queued_behind_it() {
         std::thread::sleep(Duration::from_millis(1));
         waited += Duration::from_millis(1);
     }
-    let last = queued.last_mut().expect("200 spawns");
+    let last = queued.last_mut().expect("the last of 200 spawns was still queued when the child was dropped");
     assert!(last.as_mut().poll(&mut cx).is_pending(), "child {pid} was killed only after the queue ahead ran");
     for spawn in queued {
-        let child = spawn.await.expect("spawns");
+        started.push(spawn.await.expect("spawns"));
+    }
+    for child in started {
         child.handle.wait().await.expect("`true` exits");
     }
     let mut waited = Duration::ZERO;
