@@ -51,6 +51,13 @@ pub const SESSION_MARKER_ENV: &str = "AGENT_HARNESS_SESSION";
 /// The environment variable that stamps every child with the PID of the harness process that
 /// started it, so an orphan reaper can tell whose children are left behind.
 pub const OWNER_MARKER_ENV: &str = "AGENT_HARNESS_OWNER_PID";
+/// The environment variable that stamps every child with the PID namespace of the harness
+/// process that started it (the inode number `/proc/self/ns/pid` names): the PID in
+/// [`OWNER_MARKER_ENV`] means that process only to a reader in the same namespace. A host that
+/// sees a container's processes must not read their owners' PIDs as its own, while what a CLI
+/// started in a sandbox of its own namespace still names its harness. Not set where the
+/// namespace cannot be read.
+pub const OWNER_NAMESPACE_MARKER_ENV: &str = "AGENT_HARNESS_OWNER_PIDNS";
 /// The environment variable that stamps a child with the harness (within its process) whose
 /// session it belongs to ([`Command::harness`]): two harnesses of one process may each run a
 /// session of the same ID.

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 
 use agent_core::SessionId;
-use agent_core::exec::{Command, EnvSpec, ExecError, HARNESS_MARKER_ENV, OWNER_MARKER_ENV, SESSION_MARKER_ENV};
+use agent_core::exec::{
+    Command, EnvSpec, ExecError, HARNESS_MARKER_ENV, OWNER_MARKER_ENV, OWNER_NAMESPACE_MARKER_ENV, SESSION_MARKER_ENV,
+};
 
 /// A child's environment, sorted by name.
 pub(crate) type Env = BTreeMap<OsString, OsString>;
@@ -78,7 +80,25 @@ pub(crate) fn child_env(
         None => env.remove(OsStr::new(HARNESS_MARKER_ENV)),
     };
     env.insert(OWNER_MARKER_ENV.into(), std::process::id().to_string().into());
+    match pid_namespace() {
+        Some(namespace) => env.insert(OWNER_NAMESPACE_MARKER_ENV.into(), namespace.into()),
+        None => env.remove(OsStr::new(OWNER_NAMESPACE_MARKER_ENV)),
+    };
     env
+}
+
+/// This process's PID namespace, as the inode number `/proc/<pid>/ns/pid` names (`pid:[N]`):
+/// read once; `None` where it cannot be read.
+pub(crate) fn pid_namespace() -> Option<&'static str> {
+    static NAMESPACE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    NAMESPACE.get_or_init(|| namespace_of("self")).as_deref()
+}
+
+/// The PID namespace of process `pid` (`self` for this one), as [`pid_namespace`] gives it.
+pub(crate) fn namespace_of(pid: &str) -> Option<String> {
+    let link = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
+    let inode = link.to_str()?.strip_prefix("pid:[")?.strip_suffix(']')?;
+    inode.bytes().all(|b| b.is_ascii_digit()).then(|| inode.to_owned())
 }
 
 #[cfg(test)]
@@ -128,6 +148,7 @@ mod tests {
             (SESSION_MARKER_ENV, "s-1"),
             (HARNESS_MARKER_ENV, "7"),
             (OWNER_MARKER_ENV, &owner),
+            (OWNER_NAMESPACE_MARKER_ENV, pid_namespace().expect("this process's PID namespace")),
             ("PATH", "/bin"),
         ];
         let expected: Env = expected.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
@@ -140,11 +161,14 @@ mod tests {
             .env(OWNER_MARKER_ENV, "1")
             .env(SESSION_MARKER_ENV, "forged")
             .env(HARNESS_MARKER_ENV, "9")
+            .env(OWNER_NAMESPACE_MARKER_ENV, "1")
             .env;
         let env = child_env(&spec, None, None, host());
         assert_eq!(env.get(OsStr::new(HARNESS_MARKER_ENV)), None);
         assert_eq!(env.get(OsStr::new(OWNER_MARKER_ENV)), Some(&OsString::from(std::process::id().to_string())));
         assert_eq!(env.get(OsStr::new(SESSION_MARKER_ENV)), None);
+        let namespace = pid_namespace().expect("this process's PID namespace");
+        assert_eq!(env.get(OsStr::new(OWNER_NAMESPACE_MARKER_ENV)), Some(&OsString::from(namespace)));
         assert_eq!(env.get(OsStr::new("HOME")), Some(&OsString::from("/home/u")));
     }
 }

@@ -109,44 +109,89 @@ async fn a_host_that_exits_without_ending_its_sessions_leaves_nothing_running() 
     }
 }
 
-/// A process of another PID namespace (a harness in a container, on this kernel) is never
-/// ended: its stamp names its owner by that namespace's PIDs, which here are another process or
-/// none, though its owner may well run.
+/// What `unshare` with user and PID namespaces needs, for the tests that make a namespace.
+const UNSHARE: &str = "`unshare` (util-linux) with unprivileged user namespaces: apt-get install util-linux, and \
+                       sysctl user.max_user_namespaces=15000 where they are off";
+
+/// The first child of `parent` whose environment holds `marker`, once it runs.
+async fn stamped_child(parent: u32, marker: &str) -> u32 {
+    let children = format!("/proc/{parent}/task/{parent}/children");
+    for _ in 0..200 {
+        let child = std::fs::read_to_string(&children).ok().and_then(|text| pids(&text).first().copied());
+        let environ = child.and_then(|pid| std::fs::read(format!("/proc/{pid}/environ")).ok());
+        if let Some(pid) =
+            child.filter(|_| environ.is_some_and(|env| env.windows(marker.len()).any(|w| w == marker.as_bytes())))
+        {
+            return pid;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("no stamped process runs in the new PID namespace under {parent}: {UNSHARE}");
+}
+
+/// A process of another PID namespace whose stamp was written there (by a harness in a
+/// container, on this kernel) is never ended: its owner's PID is of that namespace, and here
+/// is another process or none, though its owner may well run.
 #[tokio::test]
-async fn a_process_of_another_pid_namespace_is_never_reaped() {
-    use agent_core::exec::{HARNESS_MARKER_ENV, OWNER_MARKER_ENV, SESSION_MARKER_ENV};
+async fn a_process_stamped_in_another_pid_namespace_is_never_reaped() {
+    use agent_core::exec::{HARNESS_MARKER_ENV, OWNER_MARKER_ENV, OWNER_NAMESPACE_MARKER_ENV, SESSION_MARKER_ENV};
     let _reaping = REAPING.lock().await;
     let session = format!("host-death-namespace-{}", std::process::id());
-    // No process has this PID here: to this namespace, the stamp's owner is gone.
-    let owner = (i32::MAX - 1).to_string();
-    let mut outer = std::process::Command::new("unshare")
-        .args(["--user", "--map-root-user", "--pid", "--fork", "env"])
-        .arg(format!("{OWNER_MARKER_ENV}={owner}"))
-        .arg(format!("{SESSION_MARKER_ENV}={session}"))
-        .arg(format!("{HARNESS_MARKER_ENV}=1"))
-        .args(["sleep", "60"])
-        .spawn()
-        .expect("`unshare` (util-linux, with user namespaces) runs: apt-get install util-linux");
-    let children = format!("/proc/{0}/task/{0}/children", outer.id());
-    let mut inner = None;
+    // No process has this PID here: read as this namespace's, the stamp's owner is gone.
+    let owner = u32::try_from(i32::MAX - 1).expect("pid");
+    let exec = LocalExec::new();
+    // Stamped as an older harness does, without its namespace, and with it: a namespace that is
+    // not this one.
+    for namespace in [None, Some("1")] {
+        let mut stamp = vec![
+            format!("{OWNER_MARKER_ENV}={owner}"),
+            format!("{SESSION_MARKER_ENV}={session}"),
+            format!("{HARNESS_MARKER_ENV}=1"),
+        ];
+        stamp.extend(namespace.map(|n| format!("{OWNER_NAMESPACE_MARKER_ENV}={n}")));
+        let mut outer = std::process::Command::new("unshare")
+            .args(["--user", "--map-root-user", "--pid", "--fork", "env", "-u", OWNER_NAMESPACE_MARKER_ENV])
+            .args(&stamp)
+            .args(["sleep", "60"])
+            .spawn()
+            .expect(UNSHARE);
+        let inner = stamped_child(outer.id(), &session).await;
+
+        assert_eq!(exec.end_abandoned_processes(&session, owner, 1).await.expect("look"), 0, "{namespace:?}");
+        exec.reap_orphans(&|_: &str| true).await.expect("reap");
+        assert!(alive(inner), "{namespace:?}: the other namespace's process is spared");
+        outer.kill().expect("end unshare");
+        let _ = std::process::Command::new("kill").args(["-KILL", &inner.to_string()]).status();
+        outer.wait().expect("reap unshare");
+        assert_gone_within(inner, GONE_WITHIN).await;
+    }
+}
+
+/// What a session's CLI started in a PID namespace of its own (a tool's sandbox) and out of
+/// its process group carries this process's stamp: it ends with the session like any other.
+#[tokio::test]
+async fn what_a_cli_started_in_a_pid_namespace_of_its_own_ends_with_its_session() {
+    let _reaping = REAPING.lock().await;
+    let session = agent_core::SessionId::new(format!("host-death-sandbox-{}", std::process::id())).expect("id");
+    let exec = LocalExec::new();
+    let sandbox = agent_core::exec::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--pid", "--fork", "setsid", "sleep", "60"])
+        .session(session.clone())
+        .harness(5);
+    let cli = exec.spawn(sandbox).await.expect(UNSHARE);
+    let inner = stamped_child(cli.handle.id().expect("pid"), session.as_str()).await;
+    // Out of the group once `setsid` made way for `sleep`.
     for _ in 0..200 {
-        inner = std::fs::read_to_string(&children).ok().and_then(|text| pids(&text).first().copied());
-        let stamped = inner.and_then(|pid| std::fs::read(format!("/proc/{pid}/environ")).ok());
-        if stamped.is_some_and(|env| env.windows(session.len()).any(|w| w == session.as_bytes())) {
+        if std::fs::read_to_string(format!("/proc/{inner}/comm")).is_ok_and(|comm| comm.trim() == "sleep") {
             break;
         }
-        inner = None;
-        std::thread::sleep(std::time::Duration::from_millis(10));
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    let inner = inner.expect("the stamped process runs in its PID namespace");
+    cli.handle.kill().expect("the group's kill");
+    cli.handle.wait().await.expect("wait");
+    assert!(alive(inner), "in a session of its own, the sandbox outlives the group's kill");
 
-    let exec = LocalExec::new();
-    let owner = u32::try_from(i32::MAX - 1).expect("pid");
-    assert_eq!(exec.end_abandoned_processes(&session, owner, 1).await.expect("look"), 0);
-    exec.reap_orphans(&|_: &str| false).await.expect("reap");
-    assert!(alive(inner), "the other namespace's process is spared");
-    outer.kill().expect("end unshare");
-    let _ = std::process::Command::new("kill").args(["-KILL", &inner.to_string()]).status();
-    outer.wait().expect("reap unshare");
+    let ended = exec.end_session_processes(session.as_str(), 5).await.expect("end");
+    assert!(ended >= 1, "the sandboxed process is found by its stamp, ended {ended}");
     assert_gone_within(inner, GONE_WITHIN).await;
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use agent_core::SessionId;
 use agent_core::exec::{
     Child, ChildOutput, Command, Exec, ExecError, ExitStatus, KillCause, KillPolicy, OWNER_MARKER_ENV,
-    SESSION_MARKER_ENV,
+    OWNER_NAMESPACE_MARKER_ENV, SESSION_MARKER_ENV,
 };
 use agent_exec::scripted::{EXPECTATION_FAILED_EXIT_CODE, LineMatch, Script, ScriptedExec, Step};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
@@ -260,6 +260,10 @@ async fn runs_record_the_effective_environment() {
     let mut expected = vec!["OPENAI_API_KEY".to_owned(), SESSION_MARKER_ENV.into(), OWNER_MARKER_ENV.into()];
     if std::env::var_os("PATH").is_some() {
         expected.push("PATH".into());
+    }
+    // Stamped where this process's PID namespace can be read (Linux).
+    if std::fs::read_link("/proc/self/ns/pid").is_ok() {
+        expected.push(OWNER_NAMESPACE_MARKER_ENV.into());
     }
     expected.sort();
     assert_eq!(names, expected);

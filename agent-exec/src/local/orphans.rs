@@ -4,8 +4,9 @@
 //! `SESSION_MARKER_ENV=<session id>` in its environment, and its descendants inherit both unless
 //! they scrub their environment. A stamped process is an orphan when its owner process is dead
 //! (or its PID now belongs to a process started after it), or when the owner is this process
-//! and its session is not live. A process of another PID namespace (a container's) is never
-//! one: its stamp names its owner by that namespace's PIDs. Linux only: it reads `/proc`.
+//! and its session is not live. A stamp written in another PID namespace (by a harness in a
+//! container) is never read: it names its owner by that namespace's PIDs
+//! (`OWNER_NAMESPACE_MARKER_ENV`). Linux only: it reads `/proc`.
 
 use agent_core::exec::ExecError;
 
@@ -135,7 +136,7 @@ mod linux {
     use std::fs;
     use std::io;
 
-    use agent_core::exec::{HARNESS_MARKER_ENV, OWNER_MARKER_ENV, SESSION_MARKER_ENV};
+    use agent_core::exec::{HARNESS_MARKER_ENV, OWNER_MARKER_ENV, OWNER_NAMESPACE_MARKER_ENV, SESSION_MARKER_ENV};
     use rustix::process::{Pid, RawPid, Signal};
 
     use super::super::sys;
@@ -213,7 +214,7 @@ mod linux {
     pub(crate) fn scan() -> io::Result<Vec<Stamped>> {
         let me = std::process::id() as RawPid;
         let spared = ancestors(me);
-        let namespace = fs::read_link("/proc/self/ns/pid").ok();
+        let namespace = crate::validate::pid_namespace();
         let mut found = Vec::new();
         for entry in fs::read_dir("/proc")? {
             let name = entry?.file_name();
@@ -224,10 +225,18 @@ mod linux {
                 continue;
             }
             // Processes that exit or that we may not inspect drop out here.
-            let Some(Stamp { owner, session, harness }) = read_stamp(raw) else { continue };
-            // A process of another PID namespace (a container's harness's CLI) names its owner
-            // by that namespace's PIDs, which here are another process or none: never listed.
-            if namespace.is_some() && fs::read_link(format!("/proc/{raw}/ns/pid")).ok() != namespace {
+            let Some(Stamp { owner, session, harness, namespace: stamped_in }) = read_stamp(raw) else { continue };
+            // A stamp written in another PID namespace (by a harness in a container) names its
+            // owner by that namespace's PIDs, which here are another process or none: never
+            // listed. A stamp without one (an older harness's) is judged by where the process
+            // runs. What our CLIs started in a namespace of their own (a sandbox) carries our
+            // stamp and is listed.
+            let foreign = match (namespace, stamped_in) {
+                (Some(ours), Some(theirs)) => ours != theirs,
+                (Some(ours), None) => crate::validate::namespace_of(&raw.to_string()).as_deref() != Some(ours),
+                (None, _) => false,
+            };
+            if foreign {
                 continue;
             }
             let Some(stat) = read_stat(raw) else { continue };
@@ -300,6 +309,8 @@ mod linux {
         owner: RawPid,
         session: Option<String>,
         harness: Option<u64>,
+        /// The PID namespace the owner's PID is of, where the stamp names it.
+        namespace: Option<String>,
     }
 
     fn read_stamp(pid: RawPid) -> Option<Stamp> {
@@ -311,6 +322,7 @@ mod linux {
         let mut owner = None;
         let mut session = None;
         let mut harness = None;
+        let mut namespace = None;
         let value = |text: &'_ str, name: &str| {
             text.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')).map(str::to_owned)
         };
@@ -322,9 +334,11 @@ mod linux {
                 session = Some(found);
             } else if let Some(found) = value(text, HARNESS_MARKER_ENV) {
                 harness = found.parse::<u64>().ok();
+            } else if let Some(found) = value(text, OWNER_NAMESPACE_MARKER_ENV) {
+                namespace = Some(found);
             }
         }
-        owner.map(|owner| Stamp { owner, session, harness })
+        owner.map(|owner| Stamp { owner, session, harness, namespace })
     }
 
     /// Now, in the clock ticks since boot `/proc/<pid>/stat` gives start times in.
@@ -370,11 +384,14 @@ mod linux {
 
         #[test]
         fn stamps_need_an_owner() {
-            let environ = format!("A=1\0{OWNER_MARKER_ENV}=77\0{SESSION_MARKER_ENV}=s-1\0{HARNESS_MARKER_ENV}=3\0");
-            let stamp = Stamp { owner: 77, session: Some("s-1".into()), harness: Some(3) };
+            let environ = format!(
+                "A=1\0{OWNER_MARKER_ENV}=77\0{SESSION_MARKER_ENV}=s-1\0{HARNESS_MARKER_ENV}=3\0{OWNER_NAMESPACE_MARKER_ENV}=9\0"
+            );
+            let stamp = Stamp { owner: 77, session: Some("s-1".into()), harness: Some(3), namespace: Some("9".into()) };
             assert_eq!(parse_stamp(environ.as_bytes()), Some(stamp));
             let sessionless = format!("{OWNER_MARKER_ENV}=77\0{OWNER_MARKER_ENV}X=1");
-            assert_eq!(parse_stamp(sessionless.as_bytes()), Some(Stamp { owner: 77, session: None, harness: None }));
+            let bare = Stamp { owner: 77, session: None, harness: None, namespace: None };
+            assert_eq!(parse_stamp(sessionless.as_bytes()), Some(bare));
             assert_eq!(parse_stamp(format!("{SESSION_MARKER_ENV}=s-1").as_bytes()), None);
         }
 
