@@ -9,10 +9,11 @@
 //! and every name [`is_credential_name`] accepts) — and [`Secrets::redact`]
 //! replaces each occurrence with [`REDACTED`]. Values shorter than [`MIN_SECRET_LEN`] are not
 //! kept: `1` or `true` would redact ordinary text, and a credential is longer. A value of several
-//! lines (a PEM key) is kept whole and, since output is read a line at a time, each of its lines
-//! of key material (base64 or hex, of at least [`MIN_SECRET_LEN`] bytes) on its own; its armor
-//! lines and other lines (`LOG_LEVEL=info` of a `.env` text) are not, being as often ordinary
-//! text, and a key's last line shorter than that is not either.
+//! lines (a PEM key, a `.env` text) is kept whole and, since output is read a line at a time,
+//! so is each of its lines of key material (a line of a key's base64) and each value of its
+//! `name=value` lines that looks like a secret (letters and digits, or 16 bytes or more); its
+//! armor lines and the rest (`NODE_ENV=production`, a path) are not, being as often ordinary
+//! text, and neither is a key's last line shorter than [`MIN_SECRET_LEN`].
 //!
 //! Stdout is the CLI's protocol, and what the agent does reaches it too: a tool that runs
 //! `env`, or reads a `.env` file, brings the session's key into a tool result, and from there
@@ -244,18 +245,22 @@ fn header_secrets(value: &str) -> impl Iterator<Item = String> {
 }
 
 /// The values of at least [`MIN_SECRET_LEN`] bytes, longest first, each once — and the
-/// [secret lines](secret_line) of a value of several lines (a PEM key, say): output is read and
-/// kept a line at a time (a stderr tail, a preset's stdout), so no line holds such a value whole.
+/// [secrets in the lines](secrets_in_line) of a value of several lines (a PEM key, a `.env`
+/// text): output is read and kept a line at a time (a stderr tail, a preset's stdout), so no
+/// line holds such a value whole.
 fn kept(values: impl IntoIterator<Item = String>) -> Arc<[String]> {
     let mut values: Vec<String> = values
         .into_iter()
         .flat_map(|value| {
-            let lines: Vec<String> = if value.contains('\n') {
-                value.lines().filter_map(secret_line).map(str::to_owned).collect()
-            } else {
-                Vec::new()
-            };
-            std::iter::once(value).chain(lines)
+            let mut parts = Vec::new();
+            if value.contains('\n') {
+                // An armored key's `Name: value` lines are its headers (`Proc-Type`, `Version`).
+                let armored = value.lines().any(|line| line.trim_start().starts_with("-----"));
+                for line in value.lines() {
+                    secrets_in_line(line, !armored, &mut parts);
+                }
+            }
+            std::iter::once(value).chain(parts)
         })
         .filter(|v| v.len() >= MIN_SECRET_LEN)
         .collect();
@@ -264,18 +269,65 @@ fn kept(values: impl IntoIterator<Item = String>) -> Arc<[String]> {
     values.into()
 }
 
-/// A line of a secret of several lines that is a secret of its own, without its surrounding
-/// whitespace: a line of key material — at least [`MIN_SECRET_LEN`] bytes of base64 (standard
-/// or URL-safe, `=` only as its padding) or hex, as a PEM, OpenSSH or PGP key's lines are. Not an
-/// armor line (`-----BEGIN PRIVATE KEY-----`), which every key of its kind has, nor any other
-/// line (`Proc-Type: 4,ENCRYPTED`, `LOG_LEVEL=info` of a `.env` text, a line of a script): those
-/// are ordinary text elsewhere, and redacting them would hide what an agent says, not a key.
-fn secret_line(line: &str) -> Option<&str> {
+/// What of one line of a secret of several lines is a secret of its own, into `found`:
+/// - a line of key material (base64, standard or URL-safe, `=` only as its padding, or hex:
+///   a PEM, OpenSSH or PGP key's lines), without its surrounding whitespace;
+/// - with `fields` (a value that is not an armored key, whose `Name: value` lines are its
+///   headers), the value of a `name=value` or `name: value` line (a `.env` or INI text, YAML,
+///   a pretty-printed JSON field), without quotes and a trailing comma, and the lines of key
+///   material of a value that holds `\n` escapes (a JSON service account's `private_key`).
+///
+/// Each only when it looks like a secret: letters and digits both (key material of 16 bytes
+/// or more: capitals and small letters will do), or at least 16 bytes for a value (a password
+/// of words). Not an armor line (`-----BEGIN PRIVATE KEY-----`), which every
+/// key of its kind has, nor anything else (`Proc-Type: 4,ENCRYPTED`, `NODE_ENV=production`, a
+/// path, a word of a script): those are ordinary text elsewhere, and redacting them would hide
+/// what an agent says, not a secret.
+fn secrets_in_line(line: &str, fields: bool, found: &mut Vec<String>) {
     let line = line.trim();
-    let body = line.trim_end_matches('=');
+    if line.starts_with("-----") {
+        return;
+    }
+    if let Some(key) = key_material(line) {
+        found.push(key.to_owned());
+        return;
+    }
+    if !fields {
+        return;
+    }
+    let value = match (line.find('='), line.find(": ")) {
+        (Some(eq), Some(colon)) if colon < eq => &line[colon + 2..],
+        (Some(eq), _) => &line[eq + 1..],
+        (None, Some(colon)) => &line[colon + 2..],
+        (None, None) => return,
+    };
+    let value = value.trim().trim_end_matches(',').trim();
+    let value = ['"', '\''].iter().fold(value, |v, q| v.strip_prefix(*q).and_then(|v| v.strip_suffix(*q)).unwrap_or(v));
+    let words = value.contains(char::is_whitespace);
+    if value.len() >= 16 || (!words && value.len() >= MIN_SECRET_LEN && mixed(value)) {
+        found.push(value.to_owned());
+        found.extend(value.split("\\n").filter_map(key_material).map(str::to_owned));
+    }
+}
+
+/// `text` when it is a line of key material (see [`secrets_in_line`]) of at least
+/// [`MIN_SECRET_LEN`] bytes with letters and digits, or of at least 16 with capitals and small
+/// letters (base64 without a digit): not a word, a path or a flag.
+fn key_material(text: &str) -> Option<&str> {
+    let text = text.trim();
+    let body = text.trim_end_matches('=');
     let material = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_');
-    let armor = line.starts_with("-----");
-    (line.len() >= MIN_SECRET_LEN && !armor && !body.is_empty() && body.bytes().all(material)).then_some(line)
+    let cased = text.len() >= 16
+        && text.bytes().any(|b| b.is_ascii_uppercase())
+        && text.bytes().any(|b| b.is_ascii_lowercase());
+    let is = !body.is_empty() && body.bytes().all(material) && text.len() >= MIN_SECRET_LEN && (mixed(text) || cased);
+    is.then_some(text)
+}
+
+/// True when `text` has both ASCII letters and digits, as a generated secret nearly always has
+/// and a word or a path seldom does.
+fn mixed(text: &str) -> bool {
+    text.bytes().any(|b| b.is_ascii_digit()) && text.bytes().any(|b| b.is_ascii_alphabetic())
 }
 
 impl fmt::Debug for Secrets {
@@ -299,28 +351,44 @@ mod tests {
         assert_eq!(format!("{more:?}"), "Secrets(3)");
     }
 
-    /// Output is kept a line at a time: each line of key material of a value of several lines
-    /// is redacted on its own, as well as the value whole; armor lines and other lines are
-    /// ordinary text.
+    /// Output is kept a line at a time: each line of key material of a value of several lines,
+    /// and each value of its `name=value` lines that looks like a secret, is redacted on its
+    /// own, as well as the value whole; armor lines, an armored key's headers and other lines
+    /// are ordinary text.
     #[test]
     fn a_value_of_several_lines_is_redacted_line_by_line_too() {
-        let key = "-----BEGIN PRIVATE KEY-----\r\nProc-Type: 4,ENCRYPTED\n  MIIEvQIBADANBgkq \nshort\nAb+d/fgh==\nZg==\n-----END PRIVATE KEY-----";
+        let key = "-----BEGIN PRIVATE KEY-----\r\nProc-Type: 4,ENCRYPTED\n  MIIEvQIBADANBgkq \nshort\nAb+d/f9h==\nZg==\n-----END PRIVATE KEY-----";
         let secrets = Secrets::new([key.to_owned()]);
-        assert_eq!(format!("{secrets:?}"), "Secrets(3)", "the value and its two long lines of base64");
+        assert_eq!(format!("{secrets:?}"), "Secrets(3)", "the value and its two lines of base64");
         assert_eq!(secrets.redact(key), "[redacted]");
-        let tail = "error: -----BEGIN PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nMIIEvQIBADANBgkq\nshort Ab+d/fgh==";
+        let tail = "error: -----BEGIN PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nMIIEvQIBADANBgkq\nshort Ab+d/f9h==";
         assert_eq!(
             secrets.redact(tail),
             "error: -----BEGIN PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n[redacted]\nshort [redacted]"
         );
-        for other in
-            ["first line of words\nsecond line of words", "LOG_LEVEL=info\nDEBUG=false\n[default]", "a==b====\n"]
-        {
+        let ordinary = [
+            "first line of words\nsecond line of words",
+            "LOG_LEVEL=info\nNODE_ENV=production\n[default]\nregion = eu-west",
+            "a==b====\nrepository\n/home/me/project\n--verbose\n__init__",
+        ];
+        for other in ordinary {
             let secrets = Secrets::new([other.to_owned()]);
             assert_eq!(format!("{secrets:?}"), "Secrets(1)", "{other:?}: the value whole only");
         }
         let hex = Secrets::new(["0123456789abcdef\n0123456789ABCDEF".to_owned()]);
         assert_eq!(hex.redact("0123456789abcdef"), "[redacted]");
+        // A `.env` text, an AWS credentials file, a pretty-printed service account.
+        let dotenv = "OPENAI_API_KEY=sk-proj-0123456789\nLOG_LEVEL=info\nDB_PASSWORD='hunter22'\n";
+        let aws = "[default]\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\naws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCY\n";
+        let account = "{\n  \"type\": \"service_account\",\n  \"private_key\": \"-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0B\\n-----END PRIVATE KEY-----\\n\",\n  \"passphrase\": \"correct horse battery staple\"\n}";
+        let secrets = Secrets::new([dotenv.to_owned(), aws.to_owned(), account.to_owned()]);
+        let echoed = "KEY=sk-proj-0123456789 pw hunter22 id AKIAIOSFODNN7EXAMPLE secret wJalrXUtnFEMI/K7MDENG/bPxRfiCY \
+                      key MIIEvQIBADANBgkqhkiG9w0B says correct horse battery staple; LOG_LEVEL=info service_account";
+        assert_eq!(
+            secrets.redact(echoed),
+            "KEY=[redacted] pw [redacted] id [redacted] secret [redacted] key [redacted] says [redacted]; \
+             LOG_LEVEL=info service_account"
+        );
     }
 
     #[test]
