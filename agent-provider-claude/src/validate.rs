@@ -28,6 +28,7 @@ const MANAGED_FLAGS: &[&str] = &[
     "-c",
     "--fork-session",
     "--session-id",
+    "--no-session-persistence",
     "--mcp-config",
     "--strict-mcp-config",
     "--model",

@@ -120,17 +120,12 @@ impl PresetProvider {
                 ),
             ));
         }
-        // The CLI reads the binary's arguments as its command line too.
-        let every_arg = preset_options.binary_args.iter().chain(&preset_options.args);
-        if let Some(arg) = every_arg.clone().find(|arg| self.preset.reserved_args.iter().any(|n| names_option(n, arg)))
+        // Not among the binary's arguments: those are an interpreter's (`node -r …`).
+        if let Some(arg) =
+            preset_options.args.iter().find(|arg| self.preset.reserved_args.iter().any(|n| names_option(n, arg)))
         {
-            let field = if preset_options.args.contains(arg) {
-                "provider_options.args"
-            } else {
-                "provider_options.binary_args"
-            };
             return Err(invalid(
-                field,
+                "provider_options.args",
                 format!(
                     "`{}` is reserved by preset `{}` (`reserved_args`): the preset decides which conversation a turn \
                      continues and what output the CLI writes",
@@ -494,9 +489,12 @@ pub(crate) fn repeated_flag(preset: &Preset, args: &[String], passed: impl Fn(Pl
     // (the name given, the template's flag, the value it passes)
     let names: Vec<(&str, &str, Placeholder)> =
         flags.iter().map(|(flag, value)| (flag.as_str(), flag.as_str(), *value)).chain(aliases).collect();
+    // As given or with `=value`: a one-letter flag with its value attached (`-mo3`) is not
+    // told apart from a flag of one dash that begins with that letter (Go's `-max-tokens`).
+    let gives = |name: &str, arg: &str| arg == name || arg.strip_prefix(name).is_some_and(|rest| rest.starts_with('='));
     let (name, flag, value) = args
         .iter()
-        .find_map(|arg| names.iter().copied().find(|(name, _, value)| passed(*value) && names_option(name, arg)))?;
+        .find_map(|arg| names.iter().copied().find(|(name, _, value)| passed(*value) && gives(name, arg)))?;
     let given = if name == flag { format!("`{name}`") } else { format!("`{name}` (`{flag}`)") };
     Some(format!(
         "{given} is in preset `{}`'s own command line, before `{{{}}}`: given here too, the CLI would get it twice \
@@ -600,7 +598,7 @@ mod tests {
             assert!(error.to_string().contains("`reserved_args`"), "{error}");
         }
         let codex = provider("codex-exec");
-        for args in [["-m", "o3"], ["-mo3", "--json"], ["--model=o3", "--json"]] {
+        for args in [["-m", "o3"], ["-m=o3", "--json"], ["--model=o3", "--json"]] {
             let options = inherit(PresetOptions::new().args(args));
             codex.validate(&options).expect("without a model of the session, the model of the arguments");
             let error = codex.validate(&options.model("gpt-5")).unwrap_err().to_string();
@@ -611,5 +609,11 @@ mod tests {
         {
             provider(id).validate(&inherit(PresetOptions::new().args([arg, "x"]))).expect(arg);
         }
+        // An interpreter's own arguments are not the CLI's: node's `-r` preloads a module.
+        let node = PresetOptions::new().binary_arg("-r").binary_arg("source-map-support/register");
+        provider("claude-print").validate(&inherit(node)).expect("node's -r");
+        let error =
+            provider("claude-print").validate(&inherit(PresetOptions::new().args(["--no-session-persistence"])));
+        assert!(error.unwrap_err().to_string().contains("`reserved_args`"));
     }
 }
