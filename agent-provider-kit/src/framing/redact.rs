@@ -58,74 +58,72 @@ impl Redactor {
     }
 }
 
-/// How one JSON encoder escapes a string beyond what every encoder does (`\"`, `\\`, control
-/// characters).
+/// How one JSON encoder writes a string's characters where it escapes more than `"`, `\` and
+/// the control characters every encoder escapes.
 struct Encoder {
-    /// Characters written as `\uXXXX`.
+    /// Characters written as `\uXXXX` (UTF-16 units).
     unicode: fn(char) -> bool,
     /// `/` written as `\/`.
     slash: bool,
-    /// `\uXXXX` in upper-case hex, and `"` as `\u0022`.
+    /// Hex in capitals, and `"` as `\u0022`.
     upper: bool,
 }
 
-/// The encoders whose escapes [`escapes`] knows: PHP's `json_encode` (`/` and, by default,
-/// every character beyond ASCII; `JSON_UNESCAPED_UNICODE` leaves the latter), Go's
-/// `encoding/json` (HTML-safe: `<`, `>`, `&`, U+2028, U+2029), Python's `json.dumps` (every
-/// character beyond ASCII by default), Java's Gson (HTML-safe: `<`, `>`, `&`, `=`, `'`, U+2028,
-/// U+2029) and .NET's `System.Text.Json` (every character beyond ASCII and `<`, `>`, `&`, `'`,
-/// `+`, `` ` ``, in upper-case hex, `"` too). serde and Node escape nothing more.
+/// The encoders [`escapes`] writes a credential as: serde's and Node's (`"`, `\` and control
+/// characters only: `\n`, `\u001b`), PHP's `json_encode` (`/`, U+2028, U+2029 and, by default,
+/// every character beyond ASCII), Go's `encoding/json` (HTML-safe: `<`, `>`, `&`, U+2028,
+/// U+2029), Python's `json.dumps` (by default every character outside `' '..='~'`), Java's Gson
+/// (HTML-safe: `<`, `>`, `&`, `=`, `'`, U+2028, U+2029) and .NET's `System.Text.Json` (every
+/// character outside ASCII's printable ones, `<`, `>`, `&`, `'`, `+`, `` ` ``, and `"`, in
+/// capitals: `\u002B`, `\u001B`).
 const ENCODERS: &[Encoder] = &[
-    Encoder { unicode: |_| false, slash: true, upper: false },
+    Encoder { unicode: |_| false, slash: false, upper: false },
     Encoder { unicode: |c| !c.is_ascii(), slash: true, upper: false },
+    Encoder { unicode: |c| matches!(c, '\u{2028}' | '\u{2029}'), slash: true, upper: false },
     Encoder { unicode: |c| matches!(c, '<' | '>' | '&' | '\u{2028}' | '\u{2029}'), slash: false, upper: false },
-    Encoder { unicode: |c| !c.is_ascii(), slash: false, upper: false },
+    Encoder { unicode: |c| !c.is_ascii() || c == '\x7f', slash: false, upper: false },
     Encoder {
         unicode: |c| matches!(c, '<' | '>' | '&' | '=' | '\'' | '\u{2028}' | '\u{2029}'),
         slash: false,
         upper: false,
     },
     Encoder {
-        unicode: |c| !c.is_ascii() || matches!(c, '<' | '>' | '&' | '\'' | '+' | '`' | '"'),
+        unicode: |c| !c.is_ascii() || matches!(c, '\x7f' | '<' | '>' | '&' | '\'' | '+' | '`' | '"'),
         slash: false,
         upper: true,
     },
 ];
 
-/// `credential` as JSON encoders write it inside a string, where that differs from it: as
-/// every encoder escapes it (serde's escapes) and as each of [`ENCODERS`] does. A preset's CLI
-/// may be written in any language, and a credential with such a character (a password with
-/// `&`, a base64 key ending in `=`) would otherwise reach events after the parse decoded it.
+/// `credential` as each of [`ENCODERS`] writes it inside a JSON string, where that differs from
+/// it. A preset's CLI may be written in any language, and a credential with such a character (a
+/// password with `&`, a base64 key ending in `=`) would otherwise reach events after the parse
+/// decoded it.
 fn escapes(credential: &str) -> Vec<String> {
-    let minimal = serde_json::to_string(credential).expect("a string serializes");
-    let minimal = &minimal[1..minimal.len() - 1];
     let written = |encoder: &Encoder| {
-        let mut out = String::with_capacity(minimal.len());
-        // `minimal`'s own escapes (`\"`, `\\`, `\n`, `\u001f`) are ASCII and kept, but for a
-        // `"` the encoder writes as `\u0022`.
-        let mut chars = minimal.chars().peekable();
-        while let Some(c) = chars.next() {
+        let mut out = String::with_capacity(credential.len() + 8);
+        let unicode = |out: &mut String, c: char| {
+            for unit in c.encode_utf16(&mut [0u16; 2]) {
+                out.push_str(&if encoder.upper { format!("\\u{unit:04X}") } else { format!("\\u{unit:04x}") });
+            }
+        };
+        for c in credential.chars() {
             match c {
-                '\\' if chars.peek() == Some(&'"') && (encoder.unicode)('"') => {
-                    chars.next();
-                    out.push_str("\\u0022");
-                }
-                '\\' => {
-                    out.push(c);
-                    out.extend(chars.next());
-                }
+                '"' if encoder.upper => unicode(&mut out, c),
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
                 '/' if encoder.slash => out.push_str("\\/"),
-                c if (encoder.unicode)(c) => {
-                    for unit in c.encode_utf16(&mut [0u16; 2]) {
-                        out.push_str(&if encoder.upper { format!("\\u{unit:04X}") } else { format!("\\u{unit:04x}") });
-                    }
-                }
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\u{8}' => out.push_str("\\b"),
+                '\u{c}' => out.push_str("\\f"),
+                c if c < ' ' || (encoder.unicode)(c) => unicode(&mut out, c),
                 c => out.push(c),
             }
         }
         out
     };
-    let mut escapes: Vec<String> = std::iter::once(minimal.to_owned()).chain(ENCODERS.iter().map(written)).collect();
+    let mut escapes: Vec<String> = ENCODERS.iter().map(written).collect();
     escapes.retain(|escaped| escaped != credential);
     escapes.sort();
     escapes.dedup();
@@ -171,6 +169,18 @@ mod tests {
             [r"sk+base64/key\u003d\u003d", r"sk+base64\/key==", r"sk\u002Bbase64/key=="]
         );
         assert_eq!(escapes("pa\"ss\\word\n"), [r#"pa\"ss\\word\n"#, r"pa\u0022ss\\word\n"]);
+        // Control characters as every encoder writes them, DEL as Python and .NET do, U+2028
+        // as PHP does even when told to leave what is beyond ASCII.
+        assert_eq!(
+            escapes("ab\x1bc\x7fd\u{2028}/"),
+            [
+                "ab\\u001Bc\\u007Fd\\u2028/",
+                "ab\\u001bc\\u007fd\\u2028/",
+                "ab\\u001bc\u{7f}d\\u2028/",
+                "ab\\u001bc\u{7f}d\\u2028\\/",
+                "ab\\u001bc\u{7f}d\u{2028}/",
+            ]
+        );
         let secrets = Secrets::new([password.to_owned()]);
         let mut redactor = Redactor::new(&secrets).expect("credentials");
         for line in [
