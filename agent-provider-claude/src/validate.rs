@@ -42,8 +42,11 @@ pub(crate) const MCP_SECRET_VAR: &str = "AGENT_HARNESS_MCP_SECRET_";
 
 /// Everything [`crate::ClaudeProvider`] checks before spawning.
 pub(crate) fn validate(options: &SessionOptions, claude: &ClaudeOptions) -> Result<()> {
-    // Claude reads a backslash in its working directory as a separator: it does not start.
-    if options.cwd.as_ref().is_some_and(|cwd| cwd.as_os_str().as_encoded_bytes().contains(&b'\\')) {
+    // Claude reads a backslash in its working directory as a separator: it does not start. It
+    // works in the real path (a link with a backslash to another directory is fine; a link to a
+    // directory with one is not).
+    let real = |cwd: &PathBuf| std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.clone());
+    if options.cwd.as_ref().is_some_and(|cwd| real(cwd).as_os_str().as_encoded_bytes().contains(&b'\\')) {
         return Err(invalid("cwd", "holds a backslash: Claude Code cannot work in such a directory"));
     }
     permission_mode(options, claude)?;
@@ -394,6 +397,21 @@ mod tests {
         );
         assert!(validate(&options().mcp_server("files", McpServer::stdio("python3", ["x"])), &none()).is_ok());
         assert!(validate(&options().mcp_server("files", McpServer::stdio("/usr/bin/srv", ["x"])), &none()).is_ok());
+    }
+
+    /// Claude works in its cwd's real path: a link whose name has a backslash is a fine cwd
+    /// when the directory it names has none (and the other way round, see the real-claude test).
+    #[test]
+    fn a_backslash_counts_in_the_real_path_of_the_cwd() {
+        let dir = std::env::temp_dir().join(format!("claude-cwd-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("plain")).expect("dir");
+        let link = dir.join("link\\name");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(dir.join("plain"), &link).expect("link");
+        let mut linked = options();
+        linked.cwd = Some(link);
+        assert!(validate(&linked, &ClaudeOptions::new()).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

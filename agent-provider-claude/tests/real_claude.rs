@@ -692,16 +692,21 @@ async fn bad_input_is_refused_before_anything_is_spawned() {
             "{error:?}"
         );
     }
-    // A backslash in the cwd: claude would not start ("Can't access working directory").
-    let mut options = claude.options();
-    let cwd = options.cwd.clone().expect("the test's cwd").join("back\\slash");
+    // A backslash in the cwd: claude would not start ("Can't access working directory"). It
+    // works in the real path: a plain link to such a directory is refused too.
+    let workspace = claude.options().cwd.expect("the test's cwd");
+    let cwd = workspace.join("back\\slash");
     std::fs::create_dir_all(&cwd).expect("the directory");
-    options.cwd = Some(cwd);
-    match claude.harness.start_session("claude", options).await {
-        Err(agent_core::Error::InvalidOption { option: "cwd", reason }) => {
-            assert!(reason.contains("backslash"), "{reason}")
+    std::os::unix::fs::symlink(&cwd, workspace.join("plain-link")).expect("the link");
+    for cwd in [cwd, workspace.join("plain-link")] {
+        let mut options = claude.options();
+        options.cwd = Some(cwd.clone());
+        match claude.harness.start_session("claude", options).await {
+            Err(agent_core::Error::InvalidOption { option: "cwd", reason }) => {
+                assert!(reason.contains("backslash"), "{reason}")
+            }
+            other => panic!("{cwd:?}: a cwd with a backslash must be refused, got {other:?}"),
         }
-        other => panic!("a cwd with a backslash must be refused, got {other:?}"),
     }
     // Unknown options in JSON.
     let config = agent_core::SessionConfig::from_json_value(serde_json::json!({
