@@ -505,13 +505,18 @@ pub(crate) fn repeated_flag(preset: &Preset, args: &[String], passed: impl Fn(Pl
 }
 
 /// True when `arg` gives the option `name`: as is, as `name=value`, or, for a short option of
-/// one letter (`-m`), with its value attached (`-mo3`). A longer name after one dash (Go's
-/// `-model`) is an option of its own: `-modelfile` is another one.
+/// one letter (`-c`), with its value attached (`-cfoo`) or in a cluster of one-letter flags
+/// (`-pc`, which commander and clap read as `-p -c`). A longer name after one dash (Go's
+/// `-model`) is an option of its own: `-modelfile` is another one. For the names a preset
+/// refuses (`auth_args`, `reserved_args`), where a false refusal is the cheaper mistake.
 pub(crate) fn names_option(name: &str, arg: &str) -> bool {
-    let short = name.len() == 2 && !name.starts_with("--");
+    let letter = name.strip_prefix('-').filter(|l| l.len() == 1 && l != &"-");
+    let single = arg.strip_prefix('-').filter(|rest| !rest.starts_with('-'));
+    let in_cluster =
+        |letter: &str, flags: &str| flags.bytes().all(|b| b.is_ascii_alphabetic()) && flags.contains(letter);
     arg == name
         || arg.strip_prefix(name).is_some_and(|rest| rest.starts_with('='))
-        || (short && !arg.starts_with("--") && arg.starts_with(name))
+        || letter.zip(single).is_some_and(|(letter, flags)| flags.starts_with(letter) || in_cluster(letter, flags))
 }
 
 #[cfg(test)]
@@ -589,6 +594,8 @@ mod tests {
             ("claude-print", "--continue"),
             ("claude-print", "--session-id=x"),
             ("claude-print", "--output-format"),
+            ("claude-print", "-pc"),
+            ("claude-print", "-rabc"),
             ("pi-print", "--no-session"),
             ("pi-print", "-c"),
             ("pi-print", "--session"),
