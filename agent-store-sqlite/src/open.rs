@@ -176,7 +176,11 @@ fn prepare_file(path: &Path, create: bool) -> Result<(), OpenError> {
         match OpenOptions::new().read(true).write(true).create_new(true).mode(FILE_MODE).open(path) {
             Ok(_) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied && !writable(dir) => {
+            // Its mode, its owner, or a file system mounted read-only.
+            Err(e)
+                if matches!(e.kind(), io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem)
+                    && !writable(dir) =>
+            {
                 return Err(OpenError::ReadOnlyDirectory { path: path.to_owned(), dir: dir.to_owned() });
             }
             Err(e) => return Err(io_error(e)),

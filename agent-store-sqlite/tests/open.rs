@@ -437,3 +437,35 @@ fn what_keeps_this_process_out_is_named() {
     // The scratch directory is removed by its owner.
     fs::set_permissions(base.join("locked"), fs::Permissions::from_mode(0o755)).unwrap();
 }
+
+/// The variable that makes [`a_new_store_on_a_read_only_file_system_names_its_directory`] the
+/// child it starts on the read-only mount, naming the file to create.
+const ON_READ_ONLY_FS: &str = "AGENT_STORE_SQLITE_TEST_READ_ONLY_FS";
+
+/// A new store on a file system mounted read-only names the directory it cannot write, as one
+/// in a directory of another owner does, rather than a bare I/O error. The child runs in user
+/// and mount namespaces of its own, with a read-only tmpfs over a directory of this test.
+#[test]
+fn a_new_store_on_a_read_only_file_system_names_its_directory() {
+    if let Some(path) = std::env::var_os(ON_READ_ONLY_FS) {
+        let error = refused(Path::new(&path));
+        assert!(matches!(error, OpenError::ReadOnlyDirectory { .. }), "{error:?}");
+        assert!(!Path::new(&path).exists(), "nothing was created");
+        return;
+    }
+    let dir = TempDir::new("read-only-fs");
+    let mount = dir.path().join("ro");
+    fs::create_dir(&mount).expect("mount point");
+    let path = mount.join("store.db");
+    let test = "a_new_store_on_a_read_only_file_system_names_its_directory";
+    let script = r#"mount -t tmpfs -o ro none "$1" && exec "$2" --exact "$3" --nocapture"#;
+    let status = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "sh", "-c", script, "sh"])
+        .arg(&mount)
+        .arg(std::env::current_exe().expect("the test binary"))
+        .arg(test)
+        .env(ON_READ_ONLY_FS, &path)
+        .status()
+        .expect("`unshare` (util-linux) with unprivileged user namespaces: apt-get install util-linux");
+    assert!(status.success(), "the child on the read-only mount failed: {status}");
+}
