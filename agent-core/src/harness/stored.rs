@@ -333,7 +333,10 @@ async fn ended_by(store: &DynStore, session: &SessionId, turn: &TurnId, after: u
 pub(super) fn forgotten(session_id: &SessionId, turn: &TurnId, pruned: bool) -> Error {
     if pruned {
         Error::ReplayUnavailable {
-            reason: format!("turn `{turn}` was evicted from the completed-turn cache and the session has no store"),
+            reason: format!(
+                "turn `{turn}` was evicted from the completed-turn cache and no store holds it (the session has \
+                 none, or its store stopped taking events)"
+            ),
         }
     } else {
         Error::TurnNotFound { session_id: session_id.clone(), turn_id: turn.clone() }

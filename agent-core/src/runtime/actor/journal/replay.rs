@@ -50,7 +50,8 @@ impl Journal {
             if !buffered.iter().any(|e| e.seq == terminal_seq) {
                 return Err(Error::ReplayUnavailable {
                     reason: format!(
-                        "the turn's terminal event (seq {terminal_seq}) is no longer buffered and the session has no store"
+                        "the turn's terminal event (seq {terminal_seq}) is no longer buffered and no store holds it (the \
+                         session has none, or its store stopped taking events)"
                     ),
                 });
             }
@@ -131,7 +132,8 @@ impl Journal {
         let first = self.ring.front().map_or(self.published_seq + 1, |e| e.seq);
         Err(Error::ReplayUnavailable {
             reason: format!(
-                "events after seq {after} are no longer buffered (the buffer starts at seq {first}) and the session has no store"
+                "events after seq {after} are no longer buffered (the buffer starts at seq {first}) and no store \
+                 holds them (the session has none, or its store stopped taking events)"
             ),
         })
     }
