@@ -201,6 +201,41 @@ impl Request {
     pub fn has_secret_question(&self) -> bool {
         self.questions.iter().any(|q| q.secret)
     }
+
+    /// The fields of an MCP elicitation's schema that ask for masked input (`"format":
+    /// "password"` or `"writeOnly": true`): their values are never recorded.
+    pub fn secret_fields(&self) -> Vec<&str> {
+        let Some(Value::Object(properties)) = self.schema.as_ref().and_then(|schema| schema.get("properties")) else {
+            return Vec::new();
+        };
+        let secret = |field: &Value| {
+            field.get("format").and_then(Value::as_str) == Some("password")
+                || field.get("writeOnly").and_then(Value::as_bool) == Some(true)
+        };
+        properties.iter().filter(|(_, field)| secret(field)).map(|(name, _)| name.as_str()).collect()
+    }
+
+    /// What of `response` is recorded (in events, the store, the request's `response`): all of
+    /// it but the answers to secret questions and the values of secret fields (see
+    /// [`Request::has_secret_question`], [`Request::secret_fields`]), which reach the provider
+    /// only.
+    pub(crate) fn recorded(&self, response: Response) -> Response {
+        if self.has_secret_question() {
+            return response.redacted();
+        }
+        let secret = self.secret_fields();
+        match response {
+            Response::Answer { answer: Answer::Content(Value::Object(mut content)) } if !secret.is_empty() => {
+                for field in secret {
+                    if let Some(value) = content.get_mut(field) {
+                        *value = Value::String(crate::REDACTED.into());
+                    }
+                }
+                Response::Answer { answer: Answer::Content(Value::Object(content)) }
+            }
+            other => other,
+        }
+    }
 }
 
 /// What a provider hands the runtime to create a request; the runtime assigns IDs and status.

@@ -1,8 +1,9 @@
-//! Credentials a model quotes, streamed in pieces, kept out of events and the store.
+//! Credentials a model quotes, streamed in pieces, and secret answers, kept out of events and the store.
 
 use std::sync::Arc;
 
 use agent_core::event::ToolStatus;
+use agent_core::request::RequestSpec;
 use agent_core::*;
 
 use crate::common::*;
@@ -138,4 +139,37 @@ async fn held_text_goes_out_when_the_session_retires() {
     let at = |found: &dyn Fn(&Event) -> bool| stored.iter().position(|e| found(e)).unwrap();
     let released = at(&|e| matches!(&e.kind, EventKind::MessageDelta { text, .. } if text.as_str() == "sk-env-sec"));
     assert!(released < at(&|e| e.type_name() == "turn_failed"), "the turn's held text before its end");
+}
+
+/// An MCP elicitation's fields that ask for masked input (`"format": "password"`,
+/// `"writeOnly": true`) reach the provider but are never recorded; its other fields are.
+#[tokio::test]
+async fn secret_fields_of_an_elicitation_are_not_recorded() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let turn = f.admitted_turn(&session, "configure").await;
+    let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    let schema = serde_json::json!({"type": "object", "properties": {
+        "apiKey": {"type": "string", "format": "password"},
+        "pin": {"type": "string", "writeOnly": true},
+        "region": {"type": "string"}
+    }});
+    remote.request(&turn.id, RequestSpec::new(RequestKind::McpElicitation, "Credentials?", "e").schema(schema)).await;
+    let request = request_of(&next(&mut events).await);
+    assert_eq!(request.secret_fields(), ["apiKey", "pin"]);
+    let content =
+        serde_json::json!({"apiKey": "answer-secret-hunter2", "pin": "pin-secret-9876", "region": "eu-west-1"});
+    f.harness.respond(&request, Response::content(content.clone())).await.unwrap();
+    remote.complete(&turn.id, "done").await;
+    f.harness.await_turn(&turn, None).await.unwrap();
+    f.harness.stop_session(&session, false).await.unwrap();
+
+    let store = f.dyn_store();
+    let events = serde_json::to_string(&store.read_events(&session.id, &Default::default()).await.unwrap()).unwrap();
+    let requests = serde_json::to_string(&store.list_requests(&session.id).await.unwrap()).unwrap();
+    for recorded in [&events, &requests] {
+        assert!(!recorded.contains("answer-secret-hunter2") && !recorded.contains("pin-secret-9876"), "{recorded}");
+        assert!(recorded.contains("eu-west-1"), "the other fields are recorded: {recorded}");
+    }
+    assert_eq!(remote.responses(), [Response::content(content)], "the provider got the real answer");
 }

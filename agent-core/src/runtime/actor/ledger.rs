@@ -180,9 +180,8 @@ impl Ledger {
                 if let Some(deadline) = entry.deadline.take() {
                     deadline.abort();
                 }
-                // Answers to masked questions reach the provider but are never recorded.
-                let recorded =
-                    if entry.request.has_secret_question() { claim.response.redacted() } else { claim.response };
+                // Answers to masked questions and fields reach the provider but are never recorded.
+                let recorded = entry.request.recorded(claim.response);
                 entry.request.status = RequestStatus::Resolved;
                 entry.request.response = Some(recorded.clone());
                 self.by_ref.remove(&entry.request.provider_ref);
