@@ -486,7 +486,9 @@ impl Harness {
 
     /// Answers a request exactly once. Concurrent answers get [`Error::ResponseInProgress`],
     /// later ones [`Error::AlreadyResolved`], answers after expiry [`Error::RequestExpired`]. A
-    /// response that does not fit the request is refused before anything is sent.
+    /// response that does not fit the request is refused before anything is sent. A request of
+    /// a session another harness sharing the store runs is answered there
+    /// ([`Error::SessionLiveElsewhere`] here), whatever the store says of it.
     pub async fn respond(&self, request: &Request, response: Response) -> Result<()> {
         let command = telemetry::command_span(Cmd::Respond, &self.provider_of(&request.session_id), None);
         command.record("session_id", tracing::field::display(&request.session_id));
@@ -496,11 +498,17 @@ impl Harness {
 
     async fn respond_inner(&self, request: &Request, response: Response) -> Result<()> {
         let Some(handle) = self.inner.registry.get(&request.session_id) else {
+            // Live in another harness sharing the store: its request may well be pending there,
+            // and only that harness can answer it.
+            let not_live = self.not_live(&request.session_id).await;
+            if matches!(not_live, Error::SessionLiveElsewhere { .. }) {
+                return Err(not_live);
+            }
             let store = self.inner.store_of(&request.session_id);
             if let Some(settled) = settled_in(store.as_ref(), request).await? {
                 return Err(settled);
             }
-            return Err(self.not_live(&request.session_id).await);
+            return Err(not_live);
         };
         let request_id = request.id.clone();
         let answer = match handle.call(|reply| Command::Respond { request: request_id, response, reply }).await {

@@ -48,6 +48,17 @@ async fn a_live_session_is_not_taken_over_by_another_harness_sharing_the_store()
         AwaitError::Failed(err) => elsewhere(err),
         err => panic!("{err:?}"),
     }
+    // Its pending request is answered there, not called expired here.
+    let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+    let spec = agent_core::request::RequestSpec::new(RequestKind::CommandApproval, "Run `ls`?", "approve-ls");
+    remote.request(&turn.id, spec).await;
+    let request = request_of(&next(&mut events).await);
+    elsewhere(other.respond(&request, Response::approve()).await.unwrap_err());
+    f.harness.respond(&request, Response::approve()).await.unwrap();
+    assert!(matches!(
+        other.respond(&request, Response::approve()).await.unwrap_err(),
+        Error::SessionLiveElsewhere { .. }
+    ));
     // Nor replay it as if what is stored were the end of it: the session and its running turn
     // go on there.
     elsewhere(other.subscribe(&session, Replay::Start).await.map(|_| ()).unwrap_err());
