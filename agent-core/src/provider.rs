@@ -345,7 +345,9 @@ pub trait ProviderSession: Send + Sync + fmt::Debug + 'static {
     /// [`Response::validate_for`]; providers add their own checks (e.g. offered decisions).
     async fn respond(&self, request: &Request, response: &Response) -> Result<()>;
 
-    /// Asks the provider to stop the turn. The outcome arrives as a terminal event.
+    /// Asks the provider to stop the turn. The outcome arrives as a terminal event: from
+    /// `Ok`, the provider has `provider_command_timeout` to send it, after which the runtime
+    /// fails the turn and retires the session.
     async fn cancel(&self, turn: &TurnId) -> Result<()>;
 
     /// Adds input to the active turn. The runtime calls it only when the session reports the

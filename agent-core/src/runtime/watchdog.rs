@@ -5,7 +5,9 @@
 //! when it fires, it re-arms from the last activity if there was some, so the hot path only
 //! stores an `Instant` per batch of provider messages. When the turn was silent for the whole
 //! timeout, the actor cancels it and arms the stall deadline; if the provider has not ended the
-//! turn when that passes, the actor fails it as stalled.
+//! turn when that passes, the actor fails it as stalled. A cancel the caller asked for arms the
+//! same deadline once the provider took it (with or without an inactivity timeout): a provider
+//! that acknowledges a cancel and never ends the turn does not leave it cancelling for good.
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -19,7 +21,8 @@ use crate::time::deadline_after;
 pub(crate) enum Fired {
     /// The turn was silent for `timeout`.
     Inactive { timeout: Duration },
-    /// The turn was cancelled as stalled and the provider did not end it in time.
+    /// The turn was cancelled (as stalled, or by the caller) and the provider did not end it in
+    /// time.
     Stalled,
 }
 

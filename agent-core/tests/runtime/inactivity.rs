@@ -132,3 +132,28 @@ async fn a_zero_inactivity_timeout_is_refused() {
         f.harness.start_turn(&session, "go", TurnOptions::new().inactivity_timeout(Duration::ZERO)).await.unwrap_err();
     assert!(matches!(err, Error::InvalidOption { option: "inactivity_timeout", .. }), "{err:?}");
 }
+
+/// A provider that takes a caller's cancel and never ends the turn does not leave it cancelling
+/// for good: it has `provider_command_timeout` from taking the cancel, then the turn fails and
+/// the session retires, as for a stalled turn.
+#[tokio::test(start_paused = true)]
+async fn a_cancel_the_provider_took_but_never_acted_on_fails_the_turn_in_time() {
+    let f = Fixture::new();
+    f.control.set_cancel(CancelBehavior::AckOnly);
+    let (session, _) = f.session(opts().provider_command_timeout(Duration::from_secs(10))).await;
+    let monitor = f.harness.monitor(&session).await.unwrap();
+    let turn = f.admitted_turn(&session, "go").await;
+    let started = Instant::now();
+    f.harness.cancel(&turn).await.unwrap();
+    assert_eq!(f.harness.status(&session).await.unwrap().status, SessionState::Cancelling);
+    match f.harness.await_turn(&turn, Some(Duration::from_secs(60))).await.unwrap_err() {
+        AwaitError::Ended(outcome) => {
+            assert_eq!(outcome.status, TurnStatus::Failed);
+            let reason = outcome.result.reason.unwrap_or_default();
+            assert!(reason.contains("did not end the turn within 10s of taking the cancel"), "{reason}");
+        }
+        other => panic!("expected a failed turn, got {other:?}"),
+    }
+    assert_eq!(started.elapsed(), Duration::from_secs(10), "the cancel's deadline");
+    assert!(matches!(monitor.await, ExitReason::Retired { ref reason } if reason.starts_with("cancelled")));
+}

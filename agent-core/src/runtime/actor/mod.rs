@@ -422,12 +422,18 @@ impl Actor {
             Done::Responded { request, result } => self.on_responded(request, result),
             Done::Cancelled { turn, result } => {
                 let Some(current) = self.current.as_ref().filter(|c| c.turn.id == turn) else { return };
-                if let Err(error) = result {
-                    let reason = match &current.stalled {
-                        Some(stalled) => format!("{stalled}; cancellation failed: {error}"),
-                        None => format!("cancellation failed: {error}"),
-                    };
-                    self.retire_unless_reported(turn, matches!(error, Error::Transport { .. }), reason);
+                match result {
+                    Err(error) => {
+                        let reason = match &current.stalled {
+                            Some(stalled) => format!("{stalled}; cancellation failed: {error}"),
+                            None => format!("cancellation failed: {error}"),
+                        };
+                        self.retire_unless_reported(turn, matches!(error, Error::Transport { .. }), reason);
+                    }
+                    // Taken, and the turn runs on: the provider has as long as a command to end
+                    // it (a stalled turn's deadline is running already).
+                    Ok(()) if current.stalled.is_none() => self.watchdog.stall(self.options.provider_command_timeout),
+                    Ok(()) => {}
                 }
             }
             Done::Steered { id, turn, result } => {

@@ -245,9 +245,16 @@ impl Actor {
                 self.watchdog.stall(self.options.provider_command_timeout);
             }
             Fired::Stalled => {
-                let stalled = current.stalled.clone().unwrap_or_else(|| "stalled".into());
                 let deadline = self.options.provider_command_timeout;
-                self.retire(format!("{stalled}; the provider did not end the turn within {deadline:?} of the cancel"));
+                let reason = match &current.stalled {
+                    Some(stalled) => {
+                        format!("{stalled}; the provider did not end the turn within {deadline:?} of the cancel")
+                    }
+                    None => format!(
+                        "cancelled, but the provider did not end the turn within {deadline:?} of taking the cancel"
+                    ),
+                };
+                self.retire(reason);
             }
         }
     }
