@@ -516,8 +516,16 @@ impl Harness {
             // The session went down with the call in flight: once it has ended, the store says
             // how the request was settled (expired with the session), as for an ended session.
             Err(error @ (Error::SessionNotFound { .. } | Error::SessionDown { .. })) => {
-                handle.exit_reason().await;
-                return Err(settled_in(handle.store.as_ref(), request).await?.unwrap_or(error));
+                let exit = handle.exit_reason().await;
+                if let Some(settled) = settled_in(handle.store.as_ref(), request).await? {
+                    return Err(settled);
+                }
+                // Without a store: a session that ended in order expired its pending requests
+                // (this one among them: the answer never reached it); a crashed one is unknown.
+                return Err(match exit {
+                    ExitReason::Crashed { .. } => error,
+                    _ => Error::RequestExpired { request_id: request.id.clone() },
+                });
             }
             Err(error) => return Err(error),
         };

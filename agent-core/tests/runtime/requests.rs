@@ -277,6 +277,28 @@ async fn answers_to_a_stopped_session_come_from_the_store() {
     assert!(remote.commands().iter().filter(|c| matches!(c, Recorded::Respond { .. })).count() == 1);
 }
 
+/// Without a store as with one, an answer in flight when a forced stop ends the session is
+/// told the request expired with it (as `request_expired` says), not that the session is down.
+#[tokio::test(start_paused = true)]
+async fn an_answer_in_flight_at_a_forced_stop_is_expired_without_a_store_too() {
+    for store in [true, false] {
+        let f = Fixture::new();
+        let options = if store { opts() } else { opts().store(StoreChoice::Disabled) };
+        let (session, remote) = f.session(options).await;
+        let (turn, request) = pending(&f, &session, &remote, approval("a12")).await;
+        let mut events = f.harness.subscribe(&turn, Replay::Latest).await.unwrap();
+        f.control.push_respond(CallBehavior::Delay(Duration::from_secs(10)));
+        let harness = f.harness.clone();
+        let answering = request.clone();
+        let answer = tokio::spawn(async move { harness.respond(&answering, Response::approve()).await });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        f.harness.stop_session(&session, true).await.unwrap();
+        let err = answer.await.unwrap().unwrap_err();
+        assert!(matches!(err, Error::RequestExpired { .. }), "store {store}: {err:?}");
+        assert_eq!(next(&mut events).await.type_name(), "request_expired", "store {store}");
+    }
+}
+
 #[tokio::test]
 async fn a_cancel_response_is_delivered_as_such() {
     let f = Fixture::new();
