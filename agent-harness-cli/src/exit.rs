@@ -87,6 +87,15 @@ pub(crate) fn print(text: &str) -> Result<(), Failure> {
         .map_err(|error| Failure::failed(format!("cannot write to stdout: {error}")))
 }
 
+/// Writes `agent-harness: <message>` to stderr. A stderr nobody reads any more (`2>&1 | head
+/// -1`) loses the line: the exit status still says what happened, where `eprintln!` would
+/// panic (exit 101).
+pub(crate) fn complain(message: &str) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "agent-harness: {message}").and_then(|()| err.flush());
+}
+
 impl Failure {
     /// A usage error (64).
     pub(crate) fn usage(message: impl Into<String>) -> Failure {

@@ -34,14 +34,14 @@ fn main() -> ExitCode {
             return Exit::Usage.into();
         }
         Err(error) => {
-            eprintln!("agent-harness: {}", usage_line(&error.render().to_string()));
+            exit::complain(&usage_line(&error.render().to_string()));
             return Exit::Usage.into();
         }
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("agent-harness: cannot start the async runtime: {error}");
+            exit::complain(&format!("cannot start the async runtime: {error}"));
             return Exit::Failed.into();
         }
     };
@@ -58,7 +58,7 @@ fn main() -> ExitCode {
     match outcome {
         Ok(exit) => exit.into(),
         Err(failure) => {
-            eprintln!("agent-harness: {}", render::visible(&failure.to_string()));
+            exit::complain(&render::visible(&failure.to_string()));
             failure.exit.into()
         }
     }

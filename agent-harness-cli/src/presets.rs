@@ -70,7 +70,7 @@ pub(crate) fn list(args: PresetsArgs) -> Result<Exit, Failure> {
     }
     for error in catalog.errors() {
         // The file's name and what the error quotes are text: a control character is shown.
-        eprintln!("agent-harness: {}", crate::render::visible(&one_line(&error.to_string())));
+        crate::exit::complain(&crate::render::visible(&one_line(&error.to_string())));
     }
     Ok(if catalog.errors().is_empty() { Exit::Completed } else { Exit::Failed })
 }

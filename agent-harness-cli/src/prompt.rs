@@ -10,6 +10,7 @@
 use std::io::{self, BufRead, Write};
 use std::sync::OnceLock;
 
+use agent_harness::request::Question;
 use agent_harness::{Request, RequestKind, Response};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
@@ -57,12 +58,26 @@ impl Drop for Prompt {
 
 /// What a prompt writes before each line it reads: one per question, with the question's text
 /// as the terminal should show it (what the agent wrote may hold escape sequences).
+/// A question with choices shows them (`(red, blue)`): the answer is one of them, unless the
+/// question takes other answers too (`…`).
 fn labels(request: &Request) -> Vec<String> {
-    match request.kind {
-        RequestKind::Question if request.questions.len() > 1 => {
-            request.questions.iter().map(|q| format!("  {} > ", visible(&crate::exit::one_line(&q.prompt)))).collect()
+    let choices = |q: &Question| {
+        if q.choices.is_empty() {
+            return String::new();
         }
-        RequestKind::Question => vec!["  answer > ".to_owned()],
+        let values: Vec<String> = q.choices.iter().map(|c| crate::exit::one_line(&c.value)).collect();
+        let other = if q.allow_other { ", …" } else { "" };
+        visible(&format!(" ({}{other})", values.join(", "))).into_owned()
+    };
+    match request.kind {
+        RequestKind::Question if request.questions.len() > 1 => request
+            .questions
+            .iter()
+            .map(|q| format!("  {}{} > ", visible(&crate::exit::one_line(&q.prompt)), choices(q)))
+            .collect(),
+        RequestKind::Question => {
+            vec![format!("  answer{} > ", request.questions.first().map(choices).unwrap_or_default())]
+        }
         _ => vec!["  allow? [y/N] ".to_owned()],
     }
 }

@@ -64,6 +64,16 @@ impl Renderer {
         out.flush()
     }
 
+    /// Human mode: a line of its own about the run (`↳ text`), not from an event. `--json`
+    /// writes events only.
+    pub(crate) fn note(&mut self, text: &str) -> io::Result<()> {
+        let Renderer::Human(human) = self else { return Ok(()) };
+        let mut out = io::stdout().lock();
+        human.clear_spinner(&mut out)?;
+        writeln!(out, "  ↳ {}", visible(text))?;
+        out.flush()
+    }
+
     /// Removes the spinner line, before something else writes to the terminal.
     pub(crate) fn clear(&mut self) -> io::Result<()> {
         let Renderer::Human(human) = self else { return Ok(()) };

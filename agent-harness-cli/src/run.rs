@@ -13,8 +13,8 @@ use std::time::Duration;
 use agent_harness::execs::local::LocalExec;
 use agent_harness::time::deadline_after;
 use agent_harness::{
-    Conversation, ConversationSource, EventKind, Harness, Replay, Request, RequestStatus, SessionOptions, SessionRef,
-    Subscription, Turn, TurnInput, TurnOptions, TurnStatus,
+    Conversation, ConversationSource, Error, EventKind, Harness, Replay, Request, RequestStatus, Response,
+    SessionOptions, SessionRef, Subscription, Turn, TurnInput, TurnOptions, TurnStatus,
 };
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::Instant;
@@ -239,8 +239,7 @@ impl Run<'_> {
                 typed = async { (&mut asking.as_mut().expect("asking").lines).await }, if asking.is_some() => {
                     let prompt = asking.take().expect("asking");
                     let response = prompt.response(typed.unwrap_or_default());
-                    // A request that expired or was answered meanwhile keeps its answer.
-                    let _ = self.harness.respond(&prompt.request, response).await;
+                    self.answer(&prompt.request, response, &mut prompts).await;
                 }
                 next = events.next() => match next {
                     Some(Ok(event)) => {
@@ -262,9 +261,7 @@ impl Run<'_> {
                             && request.status == RequestStatus::Pending
                         {
                             match policy.decide(request) {
-                                Decision::Answer(response) => {
-                                    let _ = self.harness.respond(request, response).await;
-                                }
+                                Decision::Answer(response) => self.answer(request, response, &mut prompts).await,
                                 Decision::Ask(_) => prompts.push_back((**request).clone()),
                             }
                         }
@@ -297,6 +294,18 @@ impl Run<'_> {
                     };
                 }
             }
+        }
+    }
+
+    /// Sends `response`. One the request does not take (a question's answer that is not one of
+    /// its choices) is said so, and the request is asked about at the terminal again; a request
+    /// that expired or was answered meanwhile keeps its answer.
+    async fn answer(&mut self, request: &Request, response: Response, prompts: &mut VecDeque<Request>) {
+        if let Err(error @ (Error::InvalidResponse { .. } | Error::ResponseKindMismatch { .. })) =
+            self.harness.respond(request, response).await
+        {
+            let _ = self.renderer.note(&format!("not taken: {}", crate::exit::one_line(&error.to_string())));
+            prompts.push_front(request.clone());
         }
     }
 

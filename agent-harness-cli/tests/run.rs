@@ -79,6 +79,17 @@ impl World {
         prompts: &[&str],
         answer: impl Fn(&str) -> bool + Send + 'static,
     ) -> (std::process::ExitStatus, String) {
+        self.on_a_terminal_typing(extra, prompts, answer, "y").await
+    }
+
+    /// [`World::on_a_terminal`], typing `typed` (and a newline) once `answer` says so.
+    async fn on_a_terminal_typing(
+        &self,
+        extra: &[&str],
+        prompts: &[&str],
+        answer: impl Fn(&str) -> bool + Send + 'static,
+        typed: &'static str,
+    ) -> (std::process::ExitStatus, String) {
         let mut args = self.run_args(extra, prompts);
         args.retain(|arg| arg != "--json");
         let (master, slave) = pty();
@@ -89,6 +100,7 @@ impl World {
         drop(command); // closes this process's copies of the terminal's slave side
         let mut reader = std::fs::File::from(master.try_clone().expect("pty"));
         let mut writer = std::fs::File::from(master);
+        let text = typed;
         let screen = tokio::task::spawn_blocking(move || {
             use std::io::{Read, Write};
             let (mut screen, mut buf, mut typed) = (String::new(), [0u8; 4096], false);
@@ -96,14 +108,20 @@ impl World {
             while let Ok(n @ 1..) = reader.read(&mut buf) {
                 screen.push_str(&String::from_utf8_lossy(&buf[..n]));
                 if !typed && answer(&screen) {
-                    writer.write_all(b"y\n").expect("typed");
+                    writer.write_all(format!("{text}\n").as_bytes()).expect("typed");
                     typed = true;
                 }
             }
             screen
         });
-        let screen = tokio::time::timeout(LIMIT, screen).await.expect("the command ends").expect("screen");
-        (child.wait().expect("status"), screen)
+        let Ok(screen) = tokio::time::timeout(LIMIT, screen).await else {
+            // Ended, its terminal closes and the reader above returns: the test fails rather
+            // than waits on it for good.
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the command did not end within {LIMIT:?}");
+        };
+        (child.wait().expect("status"), screen.expect("screen"))
     }
 
     async fn run(&self, extra: &[&str], prompts: &[&str]) -> Output {
@@ -342,6 +360,20 @@ async fn resume_continues_a_stored_session_under_its_id() {
     world.assert_no_process_left().await;
 }
 
+/// On a terminal, an `--answer` the question does not take is said so and the question asked
+/// again, showing its choices; the answer typed then is taken (it did hang, unanswered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_terminal_an_answer_not_taken_is_asked_again_with_the_choices() {
+    let scenario = Scenario::new().ask_user("Pick a color", ["red", "blue"]).quote_tool_result("Tool said: ");
+    let world = World::start(Provider::Pi, scenario).await;
+    let asked = |screen: &str| screen.contains("answer (red, blue) > ");
+    let (status, screen) = world.on_a_terminal_typing(&["--answer", "purple"], &["ask me"], asked, "blue").await;
+    assert_eq!(status.code(), Some(0), "{screen}");
+    assert!(screen.contains("↳ not taken: "), "the refused answer is said so:\n{screen}");
+    assert!(screen.contains("Tool said: ") && screen.contains("blue"), "the typed answer was taken:\n{screen}");
+    world.assert_no_process_left().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_terminal_text_streams_and_typing_y_approves_the_tool_call() {
     let scenario = Scenario::new().shell("touch approved.txt && echo approved-ran").quote_tool_result("Tool said: ");
@@ -561,4 +593,19 @@ async fn an_empty_file_is_no_store_to_read_and_stays_empty_after_a_failed_run() 
 
 fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
+}
+
+/// An error line to a stderr nobody reads any more (`2>&1 | head -1`) is lost, not a panic:
+/// the exit status still says what happened (64 for a usage error, not 101).
+#[test]
+fn a_closed_stderr_loses_the_error_line_not_the_exit_status() {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"))
+        .args(["run", "--provider", "no-such-provider", "hello"])
+        .stdout(std::process::Stdio::null())
+        .stderr(writer)
+        .status()
+        .expect("runs");
+    assert_eq!(status.code(), Some(64), "{status:?}");
 }
