@@ -115,11 +115,25 @@ pub(crate) fn session_id(flag: &str, id: &str) -> Result<SessionId, Failure> {
     SessionId::new(id).map_err(|error| Failure::usage(one_line(&format!("{flag}: {error}"))))
 }
 
+/// The largest `--config` file read, in bytes: a session's settings, not a data file.
+const MAX_CONFIG_FILE: u64 = 4 << 20;
+
+/// Reads `--config`: a regular file (not a FIFO that never ends, not `/dev/zero`) of at most
+/// [`MAX_CONFIG_FILE`] bytes, in UTF-8 (a leading byte-order mark is skipped).
 fn read_config(path: &Path) -> Result<SessionConfig, Failure> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| Failure::usage(format!("--config {}: {error}", path.display())))?;
-    SessionConfig::from_json_str(&text)
-        .map_err(|error| Failure::usage(one_line(&format!("--config {}: {error}", path.display()))))
+    use std::io::Read;
+    let failed = |why: &dyn std::fmt::Display| Failure::usage(one_line(&format!("--config {}: {why}", path.display())));
+    // Looked at before it is opened: opening a FIFO waits for a writer.
+    if !std::fs::metadata(path).map_err(|error| failed(&error))?.is_file() {
+        return Err(failed(&"not a regular file"));
+    }
+    let file = std::fs::File::open(path).map_err(|error| failed(&error))?;
+    let mut text = String::new();
+    file.take(MAX_CONFIG_FILE + 1).read_to_string(&mut text).map_err(|error| failed(&error))?;
+    if text.len() as u64 > MAX_CONFIG_FILE {
+        return Err(failed(&format!("the file is larger than {MAX_CONFIG_FILE} bytes")));
+    }
+    SessionConfig::from_json_str(text.strip_prefix('\u{feff}').unwrap_or(&text)).map_err(|error| failed(&error))
 }
 
 fn absolute_dir(dir: &Path) -> Result<std::path::PathBuf, Failure> {
@@ -182,6 +196,27 @@ mod tests {
         assert_eq!(env_pair("A="), Some(("A", "")));
         assert_eq!(env_pair("=x"), None);
         assert_eq!(env_pair("secret"), None);
+    }
+
+    /// `--config` is a settings file: a FIFO or a device is refused before anything reads it,
+    /// a file over the limit after reading one byte past it; a byte-order mark is skipped.
+    #[test]
+    fn a_config_is_a_regular_file_of_bounded_size() {
+        let dir = std::env::temp_dir().join(format!("cli-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let message = |path: &Path| read_config(path).unwrap_err().message;
+        assert!(message(Path::new("/dev/zero")).ends_with("not a regular file"));
+        let fifo = dir.join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
+        assert!(made.success());
+        assert!(message(&fifo).ends_with("not a regular file"), "a FIFO is not waited on");
+        let big = dir.join("big.json");
+        std::fs::write(&big, vec![b' '; (MAX_CONFIG_FILE + 1) as usize]).expect("written");
+        assert!(message(&big).contains("larger than 4194304 bytes"), "{}", message(&big));
+        let bom = dir.join("bom.json");
+        std::fs::write(&bom, "\u{feff}{\"provider\": \"codex\"}").expect("written");
+        assert!(read_config(&bom).is_ok(), "a byte-order mark is skipped");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
