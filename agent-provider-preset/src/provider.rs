@@ -491,10 +491,9 @@ pub(crate) fn repeated_flag(preset: &Preset, args: &[String], passed: impl Fn(Pl
         flags.iter().map(|(flag, value)| (flag.as_str(), flag.as_str(), *value)).chain(aliases).collect();
     // As given or with `=value`: a one-letter flag with its value attached (`-mo3`) is not
     // told apart from a flag of one dash that begins with that letter (Go's `-max-tokens`).
-    let gives = |name: &str, arg: &str| arg == name || arg.strip_prefix(name).is_some_and(|rest| rest.starts_with('='));
     let (name, flag, value) = args
         .iter()
-        .find_map(|arg| names.iter().copied().find(|(name, _, value)| passed(*value) && gives(name, arg)))?;
+        .find_map(|arg| names.iter().copied().find(|(name, _, value)| passed(*value) && gives_option(name, arg)))?;
     let given = if name == flag { format!("`{name}`") } else { format!("`{name}` (`{flag}`)") };
     Some(format!(
         "{given} is in preset `{}`'s own command line, before `{{{}}}`: given here too, the CLI would get it twice \
@@ -502,6 +501,11 @@ pub(crate) fn repeated_flag(preset: &Preset, args: &[String], passed: impl Fn(Pl
         preset.id,
         value.name()
     ))
+}
+
+/// True when `arg` is the option `name` as given or as `name=value`.
+fn gives_option(name: &str, arg: &str) -> bool {
+    arg == name || arg.strip_prefix(name).is_some_and(|rest| rest.starts_with('='))
 }
 
 /// True when `arg` gives the option `name`: as is, as `name=value`, or, for a short option of
@@ -514,8 +518,7 @@ pub(crate) fn names_option(name: &str, arg: &str) -> bool {
     let single = arg.strip_prefix('-').filter(|rest| !rest.starts_with('-'));
     let in_cluster =
         |letter: &str, flags: &str| flags.bytes().all(|b| b.is_ascii_alphabetic()) && flags.contains(letter);
-    arg == name
-        || arg.strip_prefix(name).is_some_and(|rest| rest.starts_with('='))
+    gives_option(name, arg)
         || letter.zip(single).is_some_and(|(letter, flags)| flags.starts_with(letter) || in_cluster(letter, flags))
 }
 
