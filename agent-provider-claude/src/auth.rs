@@ -49,7 +49,7 @@ fn settings_layers(options: &SessionOptions) -> Vec<PathBuf> {
 }
 
 /// The user's claude directory: `$CLAUDE_CONFIG_DIR`, else `~/.claude`.
-fn config_dir(options: &SessionOptions) -> Option<PathBuf> {
+pub(crate) fn config_dir(options: &SessionOptions) -> Option<PathBuf> {
     effective_env(options, "CLAUDE_CONFIG_DIR")
         .map(PathBuf::from)
         .or_else(|| effective_env(options, "HOME").map(|home| PathBuf::from(home).join(".claude")))

@@ -11,6 +11,7 @@ use agent_core::{
     Capabilities, Capability, DynProvider, Error, Provider, ProviderId, ProviderOptions, Result, SessionOptions,
     Support,
 };
+use agent_provider_kit::conversations::{Claim, real_path};
 use agent_provider_kit::probe::ProbeCache;
 use agent_provider_kit::secrets::Secrets;
 use agent_provider_kit::skills::{require_skills, skill_file};
@@ -101,6 +102,22 @@ impl ClaudeProvider {
         let program = claude.program();
         let command = version_command(&program, &validate::env_spec(options, Vec::new()), options);
         CHECK.probe_cli(&self.id, exec, command, |e| self.spawn_error(e, &program)).await
+    }
+
+    /// Claims the conversation the session opens (see [`agent_provider_kit::conversations`]):
+    /// claude keeps it in `<config dir>/projects/`, appended to by each process continuing it.
+    /// Only for a local exec, whose claude shares this host's files.
+    fn claim(&self, ctx: &OpenContext, conversation: &str) -> Result<Option<Claim>> {
+        if !ctx.exec.is_local() {
+            return Ok(None);
+        }
+        let place = crate::auth::config_dir(&ctx.options).map(|dir| real_path(&dir)).unwrap_or_default();
+        Claim::take("claude", &place, conversation, &ctx.session_id).map(Some).map_err(|claimed| {
+            match ctx.conversation.continued() {
+                Some((mode, _)) => Error::ResumeFailed { mode, reason: claimed.to_string() },
+                None => self.unavailable(claimed.to_string()),
+            }
+        })
     }
 
     fn spawn_error(&self, error: ExecError, program: &OsString) -> Error {
@@ -274,6 +291,7 @@ impl Provider for ClaudeProvider {
         };
         let skill_roots = validate::skill_roots(&options)?;
         require_skills(&options, ctx.exec.as_ref(), |skill| skill_file(&skill.path))?;
+        let claim = self.claim(&ctx, &session_id)?;
         let args =
             arguments(&options, &claude, mode, &ctx.conversation, &session_id, mcp_config.as_ref(), &skill_roots);
         let mut command = Command::new(program.clone()).args(args).session(ctx.session_id.clone());
@@ -333,6 +351,7 @@ impl Provider for ClaudeProvider {
             bypass_allowed: claude.allow_dangerously_skip_permissions,
             turn_timeout: adapter_deadline(options.turn_start_timeout),
             command_timeout: adapter_deadline(options.provider_command_timeout),
+            claim: Mutex::new(claim),
         };
         Ok(Opened::new(Arc::new(session))
             .provider_session_id(session_id)

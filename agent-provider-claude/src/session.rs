@@ -6,6 +6,7 @@ use std::time::Duration;
 use agent_core::provider::{Admission, ProviderSession, TurnStart};
 use agent_core::time::deadline_after;
 use agent_core::{Error, InputItem, ProviderId, Request, Response, Result, TurnId, TurnInput, TurnOptions};
+use agent_provider_kit::conversations::Claim;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -55,6 +56,8 @@ pub(crate) struct ClaudeSession {
     pub(crate) turn_timeout: Duration,
     /// Deadline of `interrupt` and of the turn's end after it.
     pub(crate) command_timeout: Duration,
+    /// The session's hold on its conversation, let go when claude has ended.
+    pub(crate) claim: Mutex<Option<Claim>>,
 }
 
 /// Claude Code's commands that start a new conversation in the running process (`/clear` and
@@ -290,6 +293,7 @@ impl ProviderSession for ClaudeSession {
 
     async fn close(&self) {
         self.conn.close().await;
+        drop(self.claim.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take());
     }
 }
 

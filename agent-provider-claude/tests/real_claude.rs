@@ -561,6 +561,37 @@ async fn fork_gets_a_new_session_id_and_a_missing_conversation_is_an_error() {
     claude.finish().await;
 }
 
+/// Two live sessions never continue one claude conversation (each would lose the other's
+/// turns): a resume of a conversation a live session holds is refused and starts nothing; a
+/// fork of it is not, and once the holder stops the resume goes ahead with the history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_a_live_session_holds_is_not_resumed_by_another() {
+    let claude = Claude::start(Scenario::new().echo("noted: ").echo("forked: ").echo("recall: ")).await;
+    let holder = claude.session(claude.options()).await;
+    claude.run(&holder, "Remember the word PINEAPPLE", |_| None).await;
+    let conversation = claude.harness.status(&holder).await.unwrap().provider_session_id.expect("session id");
+    let spawned = claude.exec.children().len();
+    match claude.harness.start_session("claude", claude.options().resume_provider_session(&conversation)).await {
+        Err(agent_core::Error::ResumeFailed { mode: agent_core::ConversationMode::Resume, reason }) => {
+            assert!(reason.contains(&conversation) && reason.contains(holder.id.as_str()), "{reason}");
+        }
+        other => panic!("a held conversation must not be resumed, got {other:?}"),
+    }
+    assert_eq!(claude.exec.children().len(), spawned, "nothing was spawned");
+
+    let fork = claude.session(claude.options().fork_provider_session(&conversation)).await;
+    let (_, events) = claude.run(&fork, "and now?", |_| None).await;
+    assert_eq!(terminal(&events).result.text.as_deref(), Some("forked: and now?"));
+
+    claude.harness.stop_session(&holder, false).await.unwrap();
+    let resumed = claude.session(claude.options().resume_provider_session(&conversation)).await;
+    let (_, events) = claude.run(&resumed, "Which word?", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    let history = model_messages(&claude.server, 2);
+    assert!(history.contains("Remember the word PINEAPPLE") && !history.contains("and now?"), "{history}");
+    claude.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ask_user_question_is_answered_through_respond() {
     let scenario =

@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod clones;
+pub mod conversations;
 pub mod framing;
 pub mod permission_prompt;
 pub mod private_dir;

@@ -13,6 +13,7 @@ use agent_core::{
     ApprovalPolicy, Capabilities, Capability, ConversationMode, DynProvider, Error, EventKind, Provider, ProviderId,
     ProviderOptions, Result, SessionOptions, Support,
 };
+use agent_provider_kit::conversations::{Claim, Claimed};
 use agent_provider_kit::framing::stderr_note;
 use agent_provider_kit::probe::ProbeCache;
 use agent_provider_kit::secrets::Secrets;
@@ -352,6 +353,17 @@ fn conversation_args(
     Ok(args)
 }
 
+/// Claims conversation `id` for the session (see [`agent_provider_kit::conversations`]): pi
+/// appends a conversation to its session file from each process continuing it. Pi's session
+/// IDs are UUIDs, so the ID alone names the conversation (a copy of its file elsewhere is the
+/// same conversation). Only for a local exec, whose pi shares this host's files.
+fn claim_conversation(ctx: &OpenContext, id: &str) -> std::result::Result<Option<Claim>, Claimed> {
+    if !ctx.exec.is_local() {
+        return Ok(None);
+    }
+    Claim::take("pi", Path::new(""), id, &ctx.session_id).map(Some)
+}
+
 /// `pi --mode rpc` with the session's flags; the session's system prompt is in the file
 /// `system_prompt` (see [`ExtensionDir::system_prompt`]).
 fn rpc_command(
@@ -413,6 +425,16 @@ impl Provider for PiProvider {
         require_skills(&options, ctx.exec.as_ref(), |skill| skill.path.clone())?;
         // A resume or fork target that does not exist fails here, before anything runs.
         let session_args = conversation_args(&options, &pi, &ctx.conversation)?;
+        // A resume claims its conversation before pi runs; a new or forked one once pi names it.
+        let mut claim = match &ctx.conversation {
+            OpenConversation::Resume { provider_session_id } => {
+                claim_conversation(&ctx, provider_session_id).map_err(|claimed| Error::ResumeFailed {
+                    mode: ConversationMode::Resume,
+                    reason: claimed.to_string(),
+                })?
+            }
+            _ => None,
+        };
         let deadline = adapter_deadline(options.startup_timeout);
         let remaining = || deadline.saturating_sub(started.elapsed());
         let env = env_spec(&options);
@@ -471,6 +493,9 @@ impl Provider for PiProvider {
         let Some(session_id) = state["sessionId"].as_str().map(str::to_owned) else {
             return Err(self.unavailable("pi's get_state has no sessionId"));
         };
+        if claim.is_none() {
+            claim = claim_conversation(&ctx, &session_id).map_err(|claimed| self.unavailable(claimed.to_string()))?;
+        }
         if let OpenConversation::Resume { provider_session_id: wanted } = &ctx.conversation
             && *wanted != session_id
         {
@@ -523,6 +548,7 @@ impl Provider for PiProvider {
             _extension: extension,
             model: std::sync::Mutex::new(opened_model.clone()),
             session_model: opened_model,
+            claim: std::sync::Mutex::new(claim),
         };
         Ok(Opened::new(Arc::new(session))
             .provider_session_id(session_id)

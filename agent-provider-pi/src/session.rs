@@ -5,6 +5,7 @@ use std::time::Duration;
 use agent_core::provider::{Admission, ProviderSession, TurnStart};
 use agent_core::time::deadline_after;
 use agent_core::{Answer, Error, ProviderId, Request, Response, Result, TurnId, TurnInput, TurnOptions};
+use agent_provider_kit::conversations::Claim;
 use agent_provider_kit::framing::stderr_note;
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -39,6 +40,8 @@ pub(crate) struct PiSession {
     pub(crate) session_model: PiModel,
     /// The model pi runs with now.
     pub(crate) model: std::sync::Mutex<PiModel>,
+    /// The session's hold on its conversation, let go when pi has ended.
+    pub(crate) claim: std::sync::Mutex<Option<Claim>>,
 }
 
 /// A pi model: its provider (in `models.json`) and ID.
@@ -288,6 +291,7 @@ impl ProviderSession for PiSession {
             let _ = self.conn.call(request, self.command_timeout.min(SET_MODEL_ON_CLOSE)).await;
         }
         self.conn.close().await;
+        drop(self.claim.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take());
     }
 }
 
@@ -360,6 +364,7 @@ mod scripted {
             _extension: ExtensionDir::create(&std::env::temp_dir(), true).expect("extension"),
             session_model: model.clone(),
             model: std::sync::Mutex::new(model),
+            claim: std::sync::Mutex::new(None),
         };
         (session, recorder)
     }

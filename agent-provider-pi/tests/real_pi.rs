@@ -365,6 +365,47 @@ async fn a_session_file_cut_to_its_header_fails_the_resume() {
     }
 }
 
+/// Two live sessions never continue one pi conversation (each would lose the other's turns):
+/// a resume of a conversation a live session holds is refused and starts nothing; a fork of it
+/// is not, and once the holder stops the resume goes ahead with the history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_a_live_session_holds_is_not_resumed_by_another() {
+    for cli in clis() {
+        let pi = Pi::start(cli, Scenario::new().text("noted").text("forked").echo("You said: ")).await;
+        let holder = pi.session(pi.options()).await;
+        pi.run(&holder, "remember PINEAPPLE", |_| None).await;
+        let conversation = pi.harness.status(&holder).await.expect("status").provider_session_id.expect("pi's ID");
+        let spawned = pi.harness.list_sessions().len();
+        match pi.harness.start_session("pi", pi.options().resume_provider_session(&conversation)).await {
+            Err(agent_core::Error::ResumeFailed { mode: agent_core::ConversationMode::Resume, reason }) => {
+                assert!(
+                    reason.contains(&conversation) && reason.contains(holder.id.as_str()),
+                    "pi {}: {reason}",
+                    pi.version()
+                );
+            }
+            other => panic!("pi {}: a held conversation must not be resumed, got {other:?}", pi.version()),
+        }
+        assert_eq!(pi.harness.list_sessions().len(), spawned, "pi {}: nothing started", pi.version());
+
+        let forked = pi.session(pi.options().fork_provider_session(&conversation)).await;
+        let (_, turn) = pi.run(&forked, "and now?", |_| None).await;
+        assert_eq!(terminal(&turn).status, TurnStatus::Completed, "pi {}: {}", pi.version(), names(&turn));
+
+        pi.harness.stop_session(&holder, false).await.expect("stop");
+        let resumed = pi.session(pi.options().resume_provider_session(&conversation)).await;
+        let (_, second) = pi.run(&resumed, "what word?", |_| None).await;
+        assert_eq!(terminal(&second).result.text.as_deref(), Some("You said: what word?"));
+        let history = pi.server.model_requests()[2].body.as_ref().expect("json")["messages"].to_string();
+        assert!(
+            history.contains("remember PINEAPPLE") && !history.contains("and now?"),
+            "pi {}: {history}",
+            pi.version()
+        );
+        pi.finish().await;
+    }
+}
+
 /// A session that ran one turn with `prompt` and was stopped, pi's ID of it and pi's file of it.
 async fn stopped_with_its_file(pi: &Pi, prompt: &str) -> (agent_core::SessionRef, String, std::path::PathBuf) {
     let session = pi.session(pi.options()).await;

@@ -256,7 +256,19 @@ impl State {
             FakeCli::Claude => {
                 flag("--resume").or_else(|| flag("--session-id")).unwrap_or_else(|| super::CLAUDE_SESSION_ID.to_owned())
             }
-            FakeCli::Pi => "00000000-0000-7000-8000-0000000000b1".to_owned(),
+            // Like pi, a session of its own per process: the one `--session <dir>/<time>_<id>.jsonl`
+            // names, else a new ID.
+            FakeCli::Pi => flag("--session")
+                .and_then(|file| {
+                    let name = file.rsplit('/').next()?.strip_suffix(".jsonl")?.to_owned();
+                    Some(name.rsplit_once('_').map_or(name.clone(), |(_, id)| id.to_owned()))
+                })
+                .unwrap_or_else(|| {
+                    let nanos = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.subsec_nanos());
+                    format!("00000000-0000-7000-8000-{:06x}{:06x}", std::process::id() & 0xff_ffff, nanos & 0xff_ffff)
+                }),
         };
         let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
         State {
