@@ -54,6 +54,51 @@ async fn resuming_a_stopped_session_continues_its_conversation_and_history() {
     assert_eq!(events[before as usize - 1].type_name(), "session_closed", "the first run's history stays");
 }
 
+/// A resume runs with the options given to it: one that changes the session's settings (a
+/// system prompt left out, another model) is said so in a warning after
+/// `conversation_resumed`; one with the same settings has none.
+#[tokio::test]
+async fn a_resume_with_other_settings_than_the_last_run_warns() {
+    let f = Fixture::new();
+    let (session, _) = f.session(opts().id("settings").model("m1").system_prompt("Be brief.")).await;
+    let warnings_after = |before: u64| {
+        let (f, id) = (&f, session.id.clone());
+        async move {
+            let events = f.dyn_store().read_events(&id, &Default::default()).await.unwrap();
+            let after: Vec<_> = events.iter().filter(|e| e.seq > before).map(|e| e.kind.clone()).collect();
+            assert!(matches!(after[1], EventKind::ConversationResumed { .. }), "{after:?}");
+            after
+                .into_iter()
+                .filter_map(|kind| match kind {
+                    EventKind::Warning { message } => Some(message),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let resume = |options: SessionOptions| {
+        let (f, session) = (&f, session.clone());
+        async move {
+            f.harness.stop_session(&session, false).await.unwrap();
+            let before = f.dyn_store().latest_seq(&session.id).await.unwrap().unwrap();
+            f.harness.start_session(PROVIDER, options.resume_session(session.id.clone())).await.unwrap();
+            before
+        }
+    };
+
+    let before = resume(opts().model("m1")).await;
+    let warnings = warnings_after(before).await;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("system prompt") && !warnings[0].contains("model"), "{}", warnings[0]);
+
+    let before = resume(opts().model("m2")).await;
+    let warnings = warnings_after(before).await;
+    assert!(warnings.len() == 1 && warnings[0].contains("model `m1` → `m2`"), "{warnings:?}");
+
+    let before = resume(opts().model("m2")).await;
+    assert_eq!(warnings_after(before).await, Vec::<String>::new(), "the same settings as the last run");
+}
+
 /// The conversation option alone (as a `SessionConfig` gives it), without the session's ID:
 /// the stored session resumes under its own ID all the same.
 #[tokio::test]

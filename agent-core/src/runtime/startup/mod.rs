@@ -367,6 +367,9 @@ impl Opening {
                 },
             ),
         }
+        if let Some(message) = plan.resumed.as_ref().and_then(|r| settings_changed(&r.snapshot, &snapshot)) {
+            journal.push(None, EventKind::Warning { message });
+        }
         let home_store = store.clone();
         let (store, durability) = match store {
             None => (None, Durability::Disabled),
@@ -558,6 +561,36 @@ impl Journal {
         let event = self.event(turn, kind);
         self.events.push(event);
     }
+}
+
+/// What a resume under the session's own ID changed of its last run's settings (`before`, the
+/// stored snapshot) in `after`, the new run's: a resume runs with the options given to it, and
+/// one that left out the system prompt or a policy the session ran with must not go unnoticed.
+/// The model and cwd are named; the rest is known only through the configuration fingerprint.
+fn settings_changed(before: &SessionSnapshot, after: &SessionSnapshot) -> Option<String> {
+    if before.config_fingerprint == after.config_fingerprint {
+        return None;
+    }
+    let shown = |value: Option<&str>| value.map_or_else(|| "the provider's default".to_owned(), |v| format!("`{v}`"));
+    let mut changes = Vec::new();
+    if before.model != after.model {
+        changes.push(format!("model {} → {}", shown(before.model.as_deref()), shown(after.model.as_deref())));
+    }
+    if before.cwd != after.cwd {
+        changes.push(format!("cwd `{}` → `{}`", before.cwd.display(), after.cwd.display()));
+    }
+    if changes.is_empty() {
+        changes.push(
+            "its system prompt, approval policy, sandbox, MCP servers, skills, environment variable names, \
+             provider option types or auth mode"
+                .to_owned(),
+        );
+    }
+    Some(format!(
+        "resumed with other settings than its last run ({}): a resume runs with the options given to it, not the ones \
+         the session ran with before",
+        changes.join("; ")
+    ))
 }
 
 /// Ends what a killed host left open in the resumed session, into `batch` and `journal`: its
