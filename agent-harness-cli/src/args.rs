@@ -131,7 +131,7 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
     /// Give up after this many seconds: cancel the turn, stop the session, exit 3.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub(crate) timeout: Option<f64>,
     /// Print every event as one JSON line and answer requests by policy.
     #[arg(long)]

@@ -183,8 +183,12 @@ impl Run<'_> {
             started = self.harness.start_session(provider, options) => {
                 started.map_err(|error| Failure::harness("the session did not start", &error))?
             }
-            _ = self.signals.recv() => return Ok(Exit::Cancelled),
-            () = until(self.deadline) => return Ok(Exit::TimedOut),
+            signal = self.signals.recv() => {
+                return Err(Failure { exit: Exit::Cancelled, message: format!("interrupted ({signal}) while the session started") });
+            }
+            () = until(self.deadline) => {
+                return Err(Failure { exit: Exit::TimedOut, message: "--timeout ran out while the session started".into() });
+            }
         };
         self.started = true;
         let mut events = match self.harness.subscribe(&session, Replay::After(self.after)).await {

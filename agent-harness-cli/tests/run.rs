@@ -437,6 +437,30 @@ async fn timeout_cancels_the_turn_and_exits_3() {
     world.assert_no_process_left().await;
 }
 
+/// A session that is still starting when `--timeout` runs out: exit 3 with a line that says
+/// so (it exited without a word), and nothing left running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_while_the_session_starts_says_so_and_exits_3() {
+    use std::os::unix::fs::PermissionsExt;
+    let world = World::start(Provider::Codex, Scenario::new()).await;
+    // A codex that answers its version and then never speaks.
+    let hung = world.env.dir().join("hung-codex");
+    std::fs::write(
+        &hung,
+        "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'codex-cli 0.171.0'; exit 0; }\nexec sleep 120\n",
+    )
+    .expect("script written");
+    std::fs::set_permissions(&hung, std::fs::Permissions::from_mode(0o755)).expect("executable");
+    let args = ["run", "--json", "--auth", "inherit", "--provider", "codex", "--timeout", "2", "--cli-path"];
+    let mut args: Vec<String> = args.map(String::from).to_vec();
+    args.extend([hung.display().to_string(), "hello".into()]);
+    let output = world.output(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert_eq!(output.code(), Some(3), "{output:?}");
+    assert_eq!(output.stderr.trim(), "agent-harness: --timeout ran out while the session started", "{output:?}");
+    assert!(output.stdout.is_empty(), "{output:?}");
+    world.assert_no_process_left().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigint_mid_turn_cancels_it_exits_2_and_leaves_no_process() {
     sigint_mid_turn(Provider::Codex).await;
@@ -510,6 +534,12 @@ async fn bad_input_is_one_line_exit_64_or_69_and_writes_nothing() {
             "/no/such/dir/x.db",
         ),
         (strings(&["run", "--provider", "codex", "--approvals", "maybe", "hi"]), 64, "maybe"),
+        // A negative number is a value, not an unknown flag.
+        (
+            strings(&["run", "--provider", "codex", "--timeout", "-1", "hi"]),
+            64,
+            "--timeout -1: expected a positive number",
+        ),
         // Empty prompts are refused with the other input: no store, no turn before them.
         (strings(&["run", "--provider", "codex", "--cli-path", &program, "--store", &store, ""]), 64, "PROMPT 1"),
         (
