@@ -120,6 +120,20 @@ impl ClaudeProvider {
         })
     }
 
+    /// The project directory (under `<config dir>/projects/`) that holds conversation `id`'s
+    /// transcript, when the exec is local and one does: claude looks only in the one named
+    /// after the session's cwd.
+    fn project_of(&self, ctx: &OpenContext, id: &str) -> Option<String> {
+        if !ctx.exec.is_local() || id.contains('/') {
+            return None;
+        }
+        let projects = crate::auth::config_dir(&ctx.options)?.join("projects");
+        let transcript = format!("{id}.jsonl");
+        std::fs::read_dir(projects).ok()?.flatten().find_map(|project| {
+            project.path().join(&transcript).is_file().then(|| project.file_name().to_string_lossy().into_owned())
+        })
+    }
+
     fn spawn_error(&self, error: ExecError, program: &OsString) -> Error {
         match error {
             ExecError::ProgramNotFound { .. } => self.unavailable(format!(
@@ -325,11 +339,18 @@ impl Provider for ClaudeProvider {
                         // Claude writes a conversation down as its turns run: a session stopped
                         // before its first turn has none to continue, nor one whose host was killed
                         // before claude had written it (seen after a kill during a later turn).
-                        let unsaved = if stderr.contains("No conversation found") {
+                        let unsaved = if !stderr.contains("No conversation found") {
+                            String::new()
+                        } else if let Some(project) = self.project_of(&ctx, provider_session_id) {
+                            format!(
+                                "; claude keeps conversations per working directory and finds this one under \
+                                 `projects/{project}` of its configuration directory, not under this session's cwd: \
+                                 resume it with the cwd it ran in"
+                            )
+                        } else {
                             "; claude keeps a conversation only once it wrote a turn of it down (a session stopped \
                              before its first turn, or killed before claude saved it, has none to continue)"
-                        } else {
-                            ""
+                                .to_owned()
                         };
                         Error::ResumeFailed {
                             mode,

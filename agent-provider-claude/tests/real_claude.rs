@@ -561,6 +561,29 @@ async fn fork_gets_a_new_session_id_and_a_missing_conversation_is_an_error() {
     claude.finish().await;
 }
 
+/// Claude keeps a conversation under the project of the cwd it ran in: a resume in another
+/// cwd fails, and says where the conversation is and what to do (it blamed a session stopped
+/// before its first turn).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_in_another_cwd_fails_saying_where_the_conversation_is() {
+    let claude = Claude::start(Scenario::new().echo("noted: ")).await;
+    let first = claude.session(claude.options()).await;
+    claude.run(&first, "Remember the word PINEAPPLE", |_| None).await;
+    claude.harness.stop_session(&first, false).await.unwrap();
+    let elsewhere = claude.workspace().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("the other cwd");
+    let mut options = claude.options().resume_session(first.id.clone());
+    options.cwd = Some(elsewhere);
+    match claude.harness.start_session("claude", options).await {
+        Err(agent_core::Error::ResumeFailed { reason, .. }) => {
+            assert!(reason.contains("resume it with the cwd it ran in") && reason.contains("`projects/"), "{reason}");
+            assert!(!reason.contains("before its first turn"), "{reason}");
+        }
+        other => panic!("a resume in another cwd must fail, got {other:?}"),
+    }
+    claude.finish().await;
+}
+
 /// Two live sessions never continue one claude conversation (each would lose the other's
 /// turns): a resume of a conversation a live session holds is refused and starts nothing; a
 /// fork of it is not, and once the holder stops the resume goes ahead with the history.
