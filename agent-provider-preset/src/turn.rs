@@ -294,7 +294,7 @@ impl<'p> TurnReader<'p> {
         } else if let Some(why) = cancelled {
             (TurnStatus::Interrupted, Some(why.to_owned()))
         } else if let Some(failure) = &self.failure {
-            let reason = failure.clone().unwrap_or_else(|| format!("{cli} reported a failure ({how})"));
+            let reason = failure.clone().unwrap_or_else(|| format!("{cli} reported a failure ({how}){stderr}"));
             (TurnStatus::Failed, Some(reason))
         } else if let (Some(_), true, Some(dropped)) = (&self.result, clean, self.dropped_lines()) {
             (TurnStatus::Failed, Some(format!("{dropped}: the turn's reply may have been among them")))
@@ -429,7 +429,7 @@ mod tests {
             "matchers": {
                 "session_id": [{"when": "^SESSION (?P<id>\\S+)$", "value": "id"}],
                 "result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}],
-                "failure": [{"when": "^FAILED (?P<why>.*)$", "value": "why"}]
+                "failure": [{"when": "^FAILED (?P<why>.*)$", "value": "why"}, {"when": "^FAILED$"}]
             },
             "events": [{"when": "^SAY (?P<t>.*)$", "emit": "assistant_message", "text": "t"}],
             "other_lines": "drop"
@@ -531,6 +531,14 @@ mod tests {
         );
         check(&["SAY hi"], 0, TurnStatus::Failed, Some("without a result line; stderr:\ncli: bye"), None);
         check(&[], 3, TurnStatus::Failed, Some("exit code 3"), None);
+        // A failure line without a reason: the CLI's stderr has it.
+        check(
+            &["FAILED"],
+            1,
+            TurnStatus::Failed,
+            Some("lines reported a failure (exit code 1); stderr:\ncli: bye"),
+            None,
+        );
         let preset = lines_preset();
         let reader = TurnReader::new(&preset, None, None);
         assert_eq!(reader.outcome(&exit(0), Some("stopped")).status, TurnStatus::Interrupted);
