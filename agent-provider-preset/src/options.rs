@@ -71,9 +71,9 @@ pub struct PresetOptions {
     /// Arguments before the preset's own (e.g. the entry script when `binary` is `node`).
     pub binary_args: Vec<String>,
     /// Extra CLI arguments, where the preset's `{"insert": "extra_args"}` puts them (refused for
-    /// a preset without one), without the preset's `reserved_args`, and without a flag it passes
-    /// a value of the session with (`--model` or `-m` in a session with a model). A command line
-    /// is visible to every local user: no secrets here.
+    /// a preset without one), without the preset's `reserved_args` and `reserved_words`, and
+    /// without a flag it passes a value of the session with (`--model` or `-m` in a session with
+    /// a model). A command line is visible to every local user: no secrets here.
     pub args: Vec<String>,
     /// The conversation key: turns with the same key continue one CLI conversation (its
     /// session ID passed with the preset's `resume` arguments) and run one at a time. Default:

@@ -134,6 +134,17 @@ impl PresetProvider {
                 ),
             ));
         }
+        if let Some(word) = preset_options.args.iter().find(|arg| self.preset.reserved_words.contains(arg)) {
+            return Err(invalid(
+                "provider_options.args",
+                format!(
+                    "`{}` is reserved by preset `{}` (`reserved_words`): as an argument of its own it makes the CLI \
+                     run another command or conversation than the preset's turn",
+                    word.escape_debug(),
+                    self.preset.id
+                ),
+            ));
+        }
         // A flag the preset passes a value of this session with, given again: the CLI would
         // take one of the two.
         let passed = |value: Placeholder| match value {
@@ -625,5 +636,14 @@ mod tests {
         let error =
             provider("claude-print").validate(&inherit(PresetOptions::new().args(["--no-session-persistence"])));
         assert!(error.unwrap_err().to_string().contains("`reserved_args`"));
+        // Codex's subcommands as arguments of their own: `codex exec resume <id>` would continue
+        // another conversation; as an option's value, or within a word, they pass.
+        for args in [&["resume", "019a-other"][..], &["--json", "fork"], &["review"], &["help"]] {
+            let error = codex.validate(&inherit(PresetOptions::new().args(args.iter().copied()))).unwrap_err();
+            assert!(error.to_string().contains("`reserved_words`"), "{args:?}: {error}");
+        }
+        for args in [&["--sandbox=resume"][..], &["--profile-resume"]] {
+            codex.validate(&inherit(PresetOptions::new().args(args.iter().copied()))).expect("not a word of its own");
+        }
     }
 }

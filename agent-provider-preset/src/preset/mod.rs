@@ -69,6 +69,8 @@ struct PresetFile {
     #[serde(default)]
     reserved_args: Vec<String>,
     #[serde(default)]
+    reserved_words: Vec<String>,
+    #[serde(default)]
     arg_aliases: BTreeMap<String, String>,
     #[serde(default)]
     version: Option<VersionFile>,
@@ -183,6 +185,8 @@ pub struct Preset {
     pub(crate) auth_args: Vec<String>,
     /// Option names refused among a session's extra arguments in every auth mode.
     pub(crate) reserved_args: Vec<String>,
+    /// Words refused as a whole extra argument in every auth mode (a CLI's subcommands).
+    pub(crate) reserved_words: Vec<String>,
     /// Other names of the flags the template passes a value with (`-m` for `--model`).
     pub(crate) arg_aliases: BTreeMap<String, String>,
     pub(crate) version: Option<VersionCheck>,

@@ -130,6 +130,9 @@ pub(super) fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Prese
             return Err(Problem::new(format!("{field}[{i}]"), "expected an option name (`-c`, `--config`)"));
         }
     }
+    if let Some(i) = file.reserved_words.iter().position(|w| w.is_empty() || w.starts_with('-')) {
+        return Err(Problem::new(format!("reserved_words[{i}]"), "expected a word that is not an option (`resume`)"));
+    }
     let value_flags = template.value_flags();
     for (alias, flag) in &file.arg_aliases {
         if !is_option_name(alias) {
@@ -191,6 +194,7 @@ pub(super) fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Prese
         auth_env: file.auth_env,
         auth_args: file.auth_args,
         reserved_args: file.reserved_args,
+        reserved_words: file.reserved_words,
         arg_aliases: file.arg_aliases,
         version,
         success_exit_codes,
