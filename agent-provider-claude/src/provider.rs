@@ -124,14 +124,21 @@ impl ClaudeProvider {
     /// transcript, when the exec is local and one does: claude looks only in the one named
     /// after the session's cwd.
     fn project_of(&self, ctx: &OpenContext, id: &str) -> Option<String> {
-        if !ctx.exec.is_local() || id.contains('/') {
-            return None;
+        transcripts(ctx, id).next().map(|(project, _)| project)
+    }
+
+    /// The project directory of conversation `id`'s transcript when every transcript of it
+    /// (the exec being local) holds no message: its lines were lost or replaced, and claude
+    /// would take the rest as a conversation with nothing in it, reported as continued.
+    fn messageless_transcript(&self, ctx: &OpenContext, id: &str) -> Option<String> {
+        let mut found = None;
+        for (project, file) in transcripts(ctx, id) {
+            if holds_a_message(&file) {
+                return None;
+            }
+            found.get_or_insert(project);
         }
-        let projects = crate::auth::config_dir(&ctx.options)?.join("projects");
-        let transcript = format!("{id}.jsonl");
-        std::fs::read_dir(projects).ok()?.flatten().find_map(|project| {
-            project.path().join(&transcript).is_file().then(|| project.file_name().to_string_lossy().into_owned())
-        })
+        found
     }
 
     fn spawn_error(&self, error: ExecError, program: &OsString) -> Error {
@@ -190,6 +197,36 @@ fn new_session_id() -> Option<String> {
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     Some(format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]))
+}
+
+/// The transcripts of conversation `id` on this host (a local exec only), with their project
+/// directories: `<config dir>/projects/<project>/<id>.jsonl`.
+fn transcripts(ctx: &OpenContext, id: &str) -> impl Iterator<Item = (String, std::path::PathBuf)> {
+    let projects = (ctx.exec.is_local() && !id.contains('/'))
+        .then(|| crate::auth::config_dir(&ctx.options))
+        .flatten()
+        .and_then(|dir| std::fs::read_dir(dir.join("projects")).ok());
+    let transcript = format!("{id}.jsonl");
+    projects.into_iter().flatten().flatten().filter_map(move |project| {
+        let file = project.path().join(&transcript);
+        file.is_file().then(|| (project.file_name().to_string_lossy().into_owned(), file))
+    })
+}
+
+/// True when a line of the transcript `file` is a user or assistant message, or when it
+/// cannot be read (claude then decides). Stops at the first message.
+fn holds_a_message(file: &std::path::Path) -> bool {
+    use std::io::BufRead;
+    let Ok(opened) = std::fs::File::open(file) else { return true };
+    for line in std::io::BufReader::new(opened).split(b'\n') {
+        let Ok(line) = line else { return true };
+        let Ok(entry) = serde_json::from_slice::<Value>(&line) else { continue };
+        let message = matches!(entry["type"].as_str(), Some("user" | "assistant")) && entry["message"].is_object();
+        if message {
+            return true;
+        }
+    }
+    false
 }
 
 /// The arguments of `claude` for a session (without the program).
@@ -306,6 +343,16 @@ impl Provider for ClaudeProvider {
         let skill_roots = validate::skill_roots(&options)?;
         require_skills(&options, ctx.exec.as_ref(), |skill| skill_file(&skill.path))?;
         let claim = self.claim(&ctx, &session_id)?;
+        if let Some((mode, continued)) = ctx.conversation.continued()
+            && let Some(project) = self.messageless_transcript(&ctx, continued)
+        {
+            let reason = format!(
+                "claude's transcript of conversation `{continued}` (under `projects/{project}` of its configuration \
+                 directory) holds none of its messages: claude would go on from an empty conversation (no fresh \
+                 conversation was started)"
+            );
+            return Err(Error::ResumeFailed { mode, reason });
+        }
         let args =
             arguments(&options, &claude, mode, &ctx.conversation, &session_id, mcp_config.as_ref(), &skill_roots);
         let mut command = Command::new(program.clone()).args(args).session(ctx.session_id.clone());

@@ -584,6 +584,41 @@ async fn a_resume_in_another_cwd_fails_saying_where_the_conversation_is() {
     claude.finish().await;
 }
 
+/// A transcript whose message lines were lost (replaced, here) fails the resume before claude
+/// runs: claude would go on from an empty conversation, reported as continued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transcript_without_its_messages_fails_the_resume() {
+    let claude = Claude::start(Scenario::new().echo("noted: ").echo("recall: ")).await;
+    let first = claude.session(claude.options()).await;
+    claude.run(&first, "Remember the word PINEAPPLE", |_| None).await;
+    let conversation = claude.harness.status(&first).await.unwrap().provider_session_id.expect("session id");
+    claude.harness.stop_session(&first, false).await.unwrap();
+    let transcript = find_file(claude.env.dir(), &format!("{conversation}.jsonl")).expect("claude's transcript");
+    let text = std::fs::read_to_string(&transcript).unwrap();
+    let kept: Vec<&str> =
+        text.lines().filter(|l| !l.contains(r#""type":"user""#) && !l.contains(r#""type":"assistant""#)).collect();
+    assert!(kept.len() < text.lines().count(), "the transcript had messages: {text}");
+    std::fs::write(&transcript, format!("{}\nnot json\n", kept.join("\n"))).unwrap();
+    let spawned = claude.exec.children().len();
+    match claude.harness.start_session("claude", claude.options().resume_session(first.id.clone())).await {
+        Err(agent_core::Error::ResumeFailed { reason, .. }) => {
+            assert!(reason.contains("holds none of its messages") && reason.contains(&conversation), "{reason}");
+        }
+        other => panic!("a transcript without messages must fail the resume, got {other:?}"),
+    }
+    assert_eq!(claude.exec.children().len(), spawned, "claude was not run");
+    assert_eq!(claude.server.model_requests().len(), 1, "no turn ran on an empty conversation");
+    claude.finish().await;
+}
+
+/// The first file named `name` under `dir`.
+fn find_file(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
+    std::fs::read_dir(dir).ok()?.flatten().find_map(|entry| {
+        let path = entry.path();
+        if path.is_dir() { find_file(&path, name) } else { (entry.file_name() == name).then_some(path) }
+    })
+}
+
 /// Two live sessions never continue one claude conversation (each would lose the other's
 /// turns): a resume of a conversation a live session holds is refused and starts nothing; a
 /// fork of it is not, and once the holder stops the resume goes ahead with the history.
