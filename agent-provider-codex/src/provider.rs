@@ -216,6 +216,46 @@ struct InitializeCapabilities {
 }
 
 /// `codex --version` with the session's environment and cwd.
+/// The rollout file a `thread/resume` reply names (`result.thread.path`), if it names one.
+fn rollout_path(reply: &str) -> Option<std::path::PathBuf> {
+    #[derive(Deserialize)]
+    struct Reply {
+        result: Result,
+    }
+    #[derive(Deserialize)]
+    struct Result {
+        thread: Thread,
+    }
+    #[derive(Deserialize)]
+    struct Thread {
+        path: Option<std::path::PathBuf>,
+    }
+    serde_json::from_str::<Reply>(reply).ok()?.result.thread.path
+}
+
+/// True when a line of the rollout `file` is a message of the conversation (the assistant's, or
+/// the user's other than the context codex adds in tags such as `<environment_context>`), or
+/// when it cannot be read (codex then decides). Stops at the first message.
+fn holds_a_message(file: &std::path::Path) -> bool {
+    use std::io::BufRead;
+    let Ok(opened) = std::fs::File::open(file) else { return true };
+    for line in std::io::BufReader::new(opened).split(b'\n') {
+        let Ok(line) = line else { return true };
+        let Ok(entry) = serde_json::from_slice::<Value>(&line) else { continue };
+        let payload = &entry["payload"];
+        if entry["type"] != "response_item" || payload["type"] != "message" {
+            continue;
+        }
+        let text = payload["content"][0]["text"].as_str().unwrap_or_default();
+        match payload["role"].as_str() {
+            Some("assistant") => return true,
+            Some("user") if !text.starts_with('<') => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
 fn version_command(program: &OsString, env: &EnvSpec, options: &SessionOptions) -> Command {
     let mut command = Command::new(program.clone()).arg("--version");
     command.env = env.clone();
@@ -443,6 +483,21 @@ impl Provider for CodexProvider {
                 reason: format!("codex resumed thread `{thread_id}` when asked for `{wanted}`"),
             });
         }
+        // Codex builds a resumed thread's context from its rollout file, and reports the turns it
+        // recorded elsewhere: a rollout that lost its messages (cut, or its lines replaced)
+        // would be an empty conversation reported as continued, turns listed and all.
+        if let OpenConversation::Resume { provider_session_id } = &ctx.conversation
+            && ctx.exec.is_local()
+            && let Some(rollout) = rollout_path(raw.get())
+            && !holds_a_message(&rollout)
+        {
+            let reason = format!(
+                "codex's rollout of thread `{provider_session_id}` ({}) holds none of its messages: codex would go on \
+                 from an empty conversation (no fresh thread was started)",
+                rollout.display()
+            );
+            return Err(Error::ResumeFailed { mode: ConversationMode::Resume, reason });
+        }
         conn.state().set_thread(&thread_id);
         // The thread's settings as codex applied them (model, sandbox, approval policy).
         let _ = ctx.sink.emit(None, EventKind::ProviderEvent { method: method.to_owned() }, Some(raw)).await;
@@ -530,6 +585,34 @@ mod tests {
         let (method, _) =
             thread_params(&options, &OpenConversation::Fork { provider_session_id: "t-1".into() }, BTreeMap::new());
         assert_eq!(method, "thread/fork");
+    }
+
+    /// Only a message of the conversation counts: the context codex adds in tags does not,
+    /// nor does a line of another kind or one that is not JSON.
+    #[test]
+    fn a_rollout_holds_a_message_only_with_a_turns_message() {
+        let dir = agent_provider_kit::private_dir::PrivateDir::create(&std::env::temp_dir(), "codex-rollout").unwrap();
+        let line = |kind: &str, role: &str, text: &str| {
+            json!({"type": kind, "payload": {"type": "message", "role": role, "content": [{"text": text}]}}).to_string()
+        };
+        let context = [
+            r#"{"type":"session_meta","payload":{"id":"t"}}"#.to_owned(),
+            line("response_item", "developer", "<skills_instructions>"),
+            line("response_item", "user", "<environment_context>"),
+            line("event_msg", "user", "Remember"),
+            "not json".to_owned(),
+        ];
+        let rollout = dir.write("context.jsonl", context.join("\n")).unwrap();
+        assert!(!holds_a_message(&rollout));
+        for (name, role, text) in [("user.jsonl", "user", "Remember"), ("assistant.jsonl", "assistant", "<b>noted</b>")]
+        {
+            let lines = [context.join("\n"), line("response_item", role, text)];
+            assert!(holds_a_message(&dir.write(name, lines.join("\n")).unwrap()), "{role}");
+        }
+        assert!(holds_a_message(&dir.path().join("missing.jsonl")), "an unreadable rollout is left to codex");
+        let reply = json!({"id": 2, "result": {"thread": {"id": "t", "path": "/r.jsonl"}}}).to_string();
+        assert_eq!(rollout_path(&reply), Some(std::path::PathBuf::from("/r.jsonl")));
+        assert_eq!(rollout_path(r#"{"id":2,"result":{"thread":{"id":"t"}}}"#), None);
     }
 
     #[test]

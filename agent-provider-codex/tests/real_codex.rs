@@ -316,6 +316,39 @@ async fn a_codex_thread_resumes_into_a_new_session_but_a_missing_one_is_an_error
     codex.finish().await;
 }
 
+/// A thread whose rollout lost its turns (their lines replaced, its first line kept) fails the
+/// resume: codex would go on from an empty thread, reported as continued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_whose_rollout_lost_its_turns_fails_the_resume() {
+    let codex = Codex::start(Scenario::new().echo("noted: ").echo("recall: ")).await;
+    let first = codex.session(codex.options()).await;
+    codex.run(&first, "Remember the word PINEAPPLE", |_| None).await;
+    let thread = codex.harness.status(&first).await.unwrap().provider_session_id.expect("thread id");
+    codex.harness.stop_session(&first, false).await.unwrap();
+    let rollout = find_file(codex.env.dir(), &format!("{thread}.jsonl")).expect("codex's rollout");
+    let text = std::fs::read_to_string(&rollout).unwrap();
+    let head = text.lines().next().expect("a first line");
+    std::fs::write(&rollout, format!("{head}\nnot json\n")).unwrap();
+    match codex.harness.start_session("codex", codex.options().resume_session(first.id.clone())).await {
+        Err(Error::ResumeFailed { reason, .. }) => assert!(reason.contains("no fresh thread"), "{reason}"),
+        other => panic!("a rollout without its turns must fail the resume, got {other:?}"),
+    }
+    assert_eq!(codex.server().model_requests().len(), 1, "no turn ran on an empty thread");
+    codex.finish().await;
+}
+
+/// The first file under `dir` whose name ends with `suffix`.
+fn find_file(dir: &std::path::Path, suffix: &str) -> Option<std::path::PathBuf> {
+    std::fs::read_dir(dir).ok()?.flatten().find_map(|entry| {
+        let path = entry.path();
+        if path.is_dir() {
+            find_file(&path, suffix)
+        } else {
+            entry.file_name().to_string_lossy().ends_with(suffix).then_some(path)
+        }
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_overrides_reach_codex_over_stdin_and_never_its_command_line() {
     const PLANTED: &str = "sekrit-config-value-0451";
