@@ -11,9 +11,15 @@
 //!
 //! Codex refuses a second resume of a loaded thread by itself, and the presets share one
 //! conversation among the live sessions of a key on purpose (they run one turn at a time, each
-//! reading the CLI's file afresh): neither claims. Claims cover the sessions of this process,
-//! and only those whose exec runs locally (a conversation on another host is another file):
-//! two processes, such as two harnesses sharing a store, do not see each other's.
+//! reading the CLI's file afresh): neither claims. Only sessions whose exec runs locally claim (a
+//! conversation on another host is another file).
+//!
+//! Sessions of other processes of this user (two harnesses sharing a store, a service and the
+//! `agent-harness` command) are seen too: a claim also holds an exclusive `flock` on a file named
+//! after the conversation in a directory only this user can use (`$XDG_RUNTIME_DIR` when it is
+//! private, else the temp directory), with the holder's PID and session written in it; the
+//! kernel lets go of it when its process ends, however it ends. The file goes with the claim.
+//! Where no such directory can be made, claims hold within the process only.
 //!
 //! ```
 //! use agent_core::SessionId;
@@ -24,15 +30,18 @@
 //! let place = std::path::Path::new("/home/me/.claude");
 //! let held = Claim::take("claude", place, "conversation-1", &first).unwrap();
 //! let refused = Claim::take("claude", place, "conversation-1", &second).unwrap_err();
-//! assert_eq!(refused.holder, first);
+//! assert_eq!(refused.holder, Some(first));
 //! drop(held);
 //! assert!(Claim::take("claude", place, "conversation-1", &second).is_ok());
 //! ```
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use agent_core::SessionId;
 
@@ -45,11 +54,25 @@ struct Key {
     id: String,
 }
 
-/// The conversations held, with the session holding each.
+impl Key {
+    /// The name of the conversation's lock file: the CLI's name and a hash of the rest.
+    fn file_name(&self) -> String {
+        // FNV-1a, 64 bits: the same in every build, unlike the standard library's hasher.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let bytes = self.place.as_os_str().as_encoded_bytes().iter().chain(&[0]).chain(self.id.as_bytes());
+        for byte in bytes {
+            hash = (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{}-{hash:016x}.lock", self.cli)
+    }
+}
+
+/// The conversations held in this process, with the session holding each. Claims and releases
+/// of lock files happen under it too, so that two sessions of this process never meet at a file.
 static HELD: Mutex<BTreeMap<Key, SessionId>> = Mutex::new(BTreeMap::new());
 
 fn held() -> MutexGuard<'static, BTreeMap<Key, SessionId>> {
-    // Every critical section is one map operation: a poisoned map is still whole.
+    // Every critical section leaves the map whole: a poisoned one is still right.
     HELD.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
@@ -57,24 +80,34 @@ fn held() -> MutexGuard<'static, BTreeMap<Key, SessionId>> {
 #[derive(Debug)]
 pub struct Claim {
     key: Option<Key>,
+    lock: Option<LockFile>,
 }
 
-/// Why a [`Claim`] was refused: another live session of this process holds the conversation.
+/// Why a [`Claim`] was refused: another live session, of this process or another one of this
+/// user, holds the conversation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Claimed {
-    /// The session holding it.
-    pub holder: SessionId,
+    /// The session holding it, when known (another process writes it just after locking).
+    pub holder: Option<SessionId>,
+    /// The process holding it, when it is another one.
+    pub process: Option<u32>,
     /// The conversation's ID.
     pub conversation: String,
 }
 
 impl fmt::Display for Claimed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "conversation `{}` is open in ", self.conversation)?;
+        match (&self.holder, self.process) {
+            (Some(holder), None) => write!(f, "live session `{holder}` of this process")?,
+            (Some(holder), Some(pid)) => write!(f, "live session `{holder}` of process {pid}")?,
+            (None, Some(pid)) => write!(f, "a live session of process {pid}")?,
+            (None, None) => write!(f, "a live session of another process")?,
+        }
         write!(
             f,
-            "conversation `{}` is open in live session `{}` of this process, and two sessions continuing one \
-             conversation would each lose the other's turns (stop that session first, or fork the conversation)",
-            self.conversation, self.holder
+            ", and two sessions continuing one conversation would each lose the other's turns (stop that session \
+             first, or fork the conversation)"
         )
     }
 }
@@ -84,22 +117,27 @@ impl std::error::Error for Claimed {}
 impl Claim {
     /// Claims conversation `id` of `cli`, kept under `place` (pass [`real_path`] of the
     /// directory, or an empty path when the ID alone names the conversation), for `session`.
-    /// Refused while another session holds it; the same session claiming again (a later run of
-    /// it whose earlier one has not let go yet) is refused too.
+    /// Refused while another session holds it, in this process or another; the same session
+    /// claiming again (a later run of it whose earlier one has not let go yet) is refused too.
     pub fn take(cli: &'static str, place: &Path, id: &str, session: &SessionId) -> Result<Claim, Claimed> {
         let key = Key { cli, place: place.to_path_buf(), id: id.to_owned() };
         let mut held = held();
         if let Some(holder) = held.get(&key) {
-            return Err(Claimed { holder: holder.clone(), conversation: key.id });
+            return Err(Claimed { holder: Some(holder.clone()), process: None, conversation: key.id });
         }
+        let lock = LockFile::take(&key, session)?;
         held.insert(key.clone(), session.clone());
-        Ok(Claim { key: Some(key) })
+        Ok(Claim { key: Some(key), lock })
     }
 
     /// Lets the conversation go now (the session's CLI has ended).
     pub fn release(&mut self) {
         if let Some(key) = self.key.take() {
-            held().remove(&key);
+            let mut held = held();
+            if let Some(lock) = self.lock.take() {
+                lock.release();
+            }
+            held.remove(&key);
         }
     }
 }
@@ -108,6 +146,109 @@ impl Drop for Claim {
     fn drop(&mut self) {
         self.release();
     }
+}
+
+/// A conversation's lock file, locked (`flock`, exclusive) by this process.
+#[derive(Debug)]
+struct LockFile {
+    path: PathBuf,
+    file: File,
+}
+
+impl LockFile {
+    /// Locks `key`'s file for `session`, or says who holds it; `None` when there is no private
+    /// directory to lock in, or the file cannot be used (the claim then holds in this process).
+    fn take(key: &Key, session: &SessionId) -> Result<Option<LockFile>, Claimed> {
+        let Some(dir) = lock_dir() else { return Ok(None) };
+        let path = dir.join(key.file_name());
+        // The last holder removes its file while it holds it: a file opened just before that
+        // and locked just after is not the one the name stands for any more, so try again.
+        for _ in 0..8 {
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .mode(0o600)
+                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                .open(&path);
+            let file = match opened {
+                Ok(file) => file,
+                Err(error) => {
+                    tracing::debug!(path = %path.display(), %error, "no conversation lock file; held in this process only");
+                    return Ok(None);
+                }
+            };
+            match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => {}
+                Err(rustix::io::Errno::WOULDBLOCK) => return Err(holder_in(file, &key.id)),
+                Err(error) => {
+                    tracing::debug!(path = %path.display(), %error, "could not lock the conversation's file; held in this process only");
+                    return Ok(None);
+                }
+            }
+            let named = std::fs::symlink_metadata(&path).ok();
+            let same = file.metadata().ok().zip(named).is_some_and(|(a, b)| a.dev() == b.dev() && a.ino() == b.ino());
+            if !same {
+                continue;
+            }
+            let mut lock = LockFile { path, file };
+            let written = lock
+                .file
+                .set_len(0)
+                .and_then(|()| lock.file.write_all(format!("{}\n{session}\n", std::process::id()).as_bytes()));
+            if let Err(error) = written {
+                tracing::debug!(path = %lock.path.display(), %error, "could not write the conversation's holder");
+            }
+            return Ok(Some(lock));
+        }
+        Ok(None)
+    }
+
+    /// Removes the file, then unlocks it (closing it).
+    fn release(self) {
+        let _ = std::fs::remove_file(&self.path);
+        drop(self.file);
+    }
+}
+
+/// Who holds a lock file: the PID and session its holder wrote, as far as they can be read.
+fn holder_in(mut file: File, conversation: &str) -> Claimed {
+    let mut text = String::new();
+    let _ = (&mut file).take(1024).read_to_string(&mut text);
+    let mut lines = text.lines();
+    let process = lines.next().and_then(|pid| pid.parse().ok());
+    let holder = lines.next().and_then(|id| SessionId::new(id).ok());
+    Claimed { holder, process, conversation: conversation.to_owned() }
+}
+
+/// The directory of the lock files: `$XDG_RUNTIME_DIR/agent-harness-conversations` when that
+/// runtime directory is this user's alone, else `<temp dir>/agent-harness-conversations-<uid>`;
+/// made with mode 0700, and used only while it is a directory of this user's that no one else
+/// can use (`None` otherwise).
+fn lock_dir() -> Option<&'static Path> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let uid = rustix::process::getuid().as_raw();
+        let runtime =
+            std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|d| d.is_absolute() && private(d, uid));
+        let dir = match runtime {
+            Some(runtime) => runtime.join("agent-harness-conversations"),
+            None => std::env::temp_dir().join(format!("agent-harness-conversations-{uid}")),
+        };
+        if let Err(error) = std::fs::DirBuilder::new().mode(0o700).create(&dir)
+            && error.kind() != std::io::ErrorKind::AlreadyExists
+        {
+            tracing::debug!(dir = %dir.display(), %error, "no conversation lock directory");
+            return None;
+        }
+        private(&dir, uid).then_some(dir)
+    })
+    .as_deref()
+}
+
+/// True when `dir` is a directory (not a link to one) of user `uid` that no one else can use.
+fn private(dir: &Path, uid: u32) -> bool {
+    std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0)
 }
 
 /// `path` with its symbolic links resolved, as the CLI finds it: the path itself when it
@@ -138,17 +279,41 @@ mod tests {
         let place = Path::new("/conversations/held");
         let mut first = Claim::take("cli", place, "c1", &session("a")).unwrap();
         let refused = Claim::take("cli", place, "c1", &session("b")).unwrap_err();
-        assert_eq!(refused, Claimed { holder: session("a"), conversation: "c1".into() });
+        assert_eq!(refused, Claimed { holder: Some(session("a")), process: None, conversation: "c1".into() });
         assert!(refused.to_string().contains("live session `a`"), "{refused}");
         // The same session's later run waits for its earlier one to let go, too.
-        assert_eq!(Claim::take("cli", place, "c1", &session("a")).unwrap_err().holder, session("a"));
+        assert_eq!(Claim::take("cli", place, "c1", &session("a")).unwrap_err().holder, Some(session("a")));
         first.release();
         let second = Claim::take("cli", place, "c1", &session("b")).unwrap();
         drop(first);
         // The earlier claim's drop after its release does not free the later one's.
-        assert_eq!(Claim::take("cli", place, "c1", &session("c")).unwrap_err().holder, session("b"));
+        assert_eq!(Claim::take("cli", place, "c1", &session("c")).unwrap_err().holder, Some(session("b")));
         drop(second);
         assert!(Claim::take("cli", place, "c1", &session("c")).is_ok());
+    }
+
+    /// The lock file is what another process meets: a second lock of it (another open file,
+    /// as another process has) is refused with the holder it names, and the file goes with the
+    /// lock.
+    #[test]
+    fn a_locked_file_names_its_holder_and_goes_with_the_lock() {
+        let key = Key { cli: "cli", place: PathBuf::from("/conversations/file"), id: "c1".into() };
+        let lock = LockFile::take(&key, &session("a")).unwrap().expect("a private lock directory");
+        assert!(lock.path.starts_with(lock_dir().unwrap()));
+        let text = std::fs::read_to_string(&lock.path).unwrap();
+        assert_eq!(text, format!("{}\na\n", std::process::id()));
+        let refused = LockFile::take(&key, &session("b")).unwrap_err();
+        let expected =
+            Claimed { holder: Some(session("a")), process: Some(std::process::id()), conversation: "c1".into() };
+        assert_eq!(refused, expected);
+        assert!(refused.to_string().contains(&format!("live session `a` of process {}", std::process::id())));
+        let path = lock.path.clone();
+        lock.release();
+        assert!(!path.exists());
+        LockFile::take(&key, &session("b")).unwrap().expect("free again").release();
+        // The directory is this user's alone.
+        let mode = std::fs::metadata(lock_dir().unwrap()).unwrap().mode();
+        assert_eq!(mode & 0o077, 0, "{mode:o}");
     }
 
     #[test]
