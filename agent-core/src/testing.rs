@@ -169,6 +169,8 @@ struct Config {
     scripts: VecDeque<Vec<Frame>>,
     capabilities: Capabilities,
     credentials: Vec<String>,
+    /// How long a session's `close` takes (a CLI that takes its time to exit).
+    close_delay: std::time::Duration,
 }
 
 #[derive(Debug)]
@@ -213,6 +215,7 @@ impl ScriptedProvider {
                 scripts: VecDeque::new(),
                 capabilities: Self::default_capabilities(),
                 credentials: Vec::new(),
+                close_delay: std::time::Duration::ZERO,
             }),
             sessions: Mutex::new(HashMap::new()),
             conversations: Mutex::new(Vec::new()),
@@ -257,6 +260,11 @@ impl ScriptedControl {
     /// Sets how `cancel` behaves (default: acknowledge, then `turn_cancelled`).
     pub fn set_cancel(&self, behavior: CancelBehavior) {
         lock(&self.shared.config).cancel = behavior;
+    }
+
+    /// Makes each session's `close` take `delay` before it is done (a CLI slow to exit).
+    pub fn set_close_delay(&self, delay: std::time::Duration) {
+        lock(&self.shared.config).close_delay = delay;
     }
 
     /// Queues a script the next admitted turn plays.
@@ -498,6 +506,10 @@ impl ProviderSession for RuntimeHandle {
 
     async fn close(&self) {
         lock(&self.0.log).push(Recorded::Close);
+        let delay = lock(&self.0.shared.config).close_delay;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         self.0.closed.store(true, Ordering::SeqCst);
     }
 }

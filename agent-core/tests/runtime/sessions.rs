@@ -125,16 +125,27 @@ async fn a_caller_that_stops_waiting_for_a_hung_open_drops_it_and_frees_the_id()
 async fn a_caller_that_goes_away_during_the_initial_commit_leaves_nothing_stored() {
     let (f, store) = Fixture::controlled();
     store.set(WriteMode::Slow);
+    // A CLI that takes its time to exit.
+    f.control.set_close_delay(Duration::from_millis(500));
     let harness = f.harness.clone();
     let start = tokio::spawn(async move { harness.start_session(PROVIDER, opts().id("gone")).await });
     // The provider opened; the initial commit is under way.
     let remote = f.control.session(&SessionId::new("gone").unwrap()).await;
     start.abort();
-    // The startup finishes in the background, finds nobody to hand the session to, tears down.
-    while !(remote.is_closed() && f.harness.list_sessions().is_empty()) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    // The startup finishes in the background, finds nobody to hand the session to, tears down;
+    // the ID is free only once the provider closed, so a retry under it never meets the CLI
+    // still there (nor its hold on the conversation).
+    while !remote.is_closed() {
+        match f.harness.start_session(PROVIDER, opts().id("gone")).await {
+            Err(Error::SessionAlreadyExists { .. }) => {}
+            other => panic!("the ID came free while the provider was still closing: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    // Taken back before the ID was freed (and so before the provider was closed).
+    while !f.harness.list_sessions().is_empty() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Taken back before the ID was freed.
     let id = SessionId::new("gone").unwrap();
     assert_eq!(store.fetch_session(&id).await.unwrap(), None, "the new session was taken back");
     assert_eq!(store.latest_seq(&id).await.unwrap(), None);

@@ -460,11 +460,14 @@ impl Opening {
                 }
                 (None, _) => {}
             }
+            // The provider goes before the ID is free, as at a session's end: a retry under it
+            // must not meet the CLI (or its hold on the conversation) still there.
+            close_bounded(runtime.as_ref(), finalize_timeout).await;
+            drop(runtime);
+            end_strays(&processes, &id, harness, finalize_timeout).await;
             if let Some(registry) = registry.upgrade() {
                 registry.remove(&id, attempt);
             }
-            close_bounded(runtime.as_ref(), finalize_timeout).await;
-            end_strays(&processes, &id, harness, finalize_timeout).await;
             let _ = exit_tx.send(Some(reason));
             return;
         }
