@@ -15,6 +15,7 @@ use agent_provider_kit::conversations::{Claim, real_path};
 use agent_provider_kit::probe::ProbeCache;
 use agent_provider_kit::secrets::Secrets;
 use agent_provider_kit::skills::{require_skills, skill_file};
+use agent_provider_kit::transcript::{MAX_SCANNED, any_line};
 use agent_provider_kit::version::{CliProbe, Version};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -121,24 +122,33 @@ impl ClaudeProvider {
     }
 
     /// The project directory (under `<config dir>/projects/`) that holds conversation `id`'s
-    /// transcript, when the exec is local and one does: claude looks only in the one named
-    /// after the session's cwd.
+    /// transcript when the session's cwd's does not, the exec being local: claude looks only in
+    /// the one named after the cwd.
     fn project_of(&self, ctx: &OpenContext, id: &str) -> Option<String> {
-        transcripts(ctx, id).next().map(|(project, _)| project)
+        let transcripts = Transcripts::of(ctx, id);
+        let in_cwd = |project: &String| transcripts.cwd_project.as_ref() == Some(project);
+        if transcripts.found.iter().any(|(project, _)| in_cwd(project)) {
+            return None;
+        }
+        transcripts.found.into_iter().next().map(|(project, _)| project)
     }
 
-    /// The project directory of conversation `id`'s transcript when every transcript of it
-    /// (the exec being local) holds no message: its lines were lost or replaced, and claude
-    /// would take the rest as a conversation with nothing in it, reported as continued.
-    fn messageless_transcript(&self, ctx: &OpenContext, id: &str) -> Option<String> {
-        let mut found = None;
-        for (project, file) in transcripts(ctx, id) {
-            if holds_a_message(&file) {
+    /// The project directory of conversation `id`'s transcript when the one claude would read
+    /// (the cwd's; every one found when claude's name for the cwd's is not known) holds no
+    /// message, the exec being local: its lines were lost or replaced, and claude would take
+    /// the rest as a conversation with nothing in it, reported as continued.
+    async fn messageless_transcript(&self, ctx: &OpenContext, id: &str) -> Option<String> {
+        let Transcripts { cwd_project, found } = Transcripts::of(ctx, id);
+        let read =
+            found.into_iter().filter(|(project, _)| cwd_project.is_none() || cwd_project.as_ref() == Some(project));
+        let mut empty = None;
+        for (project, file) in read {
+            if any_line(file, MAX_SCANNED, is_message).await != Some(false) {
                 return None;
             }
-            found.get_or_insert(project);
+            empty.get_or_insert(project);
         }
-        found
+        empty
     }
 
     fn spawn_error(&self, error: ExecError, program: &OsString) -> Error {
@@ -199,34 +209,48 @@ fn new_session_id() -> Option<String> {
     Some(format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]))
 }
 
-/// The transcripts of conversation `id` on this host (a local exec only), with their project
-/// directories: `<config dir>/projects/<project>/<id>.jsonl`.
-fn transcripts(ctx: &OpenContext, id: &str) -> impl Iterator<Item = (String, std::path::PathBuf)> {
-    let projects = (ctx.exec.is_local() && !id.contains('/'))
-        .then(|| crate::auth::config_dir(&ctx.options))
-        .flatten()
-        .and_then(|dir| std::fs::read_dir(dir.join("projects")).ok());
-    let transcript = format!("{id}.jsonl");
-    projects.into_iter().flatten().flatten().filter_map(move |project| {
-        let file = project.path().join(&transcript);
-        file.is_file().then(|| (project.file_name().to_string_lossy().into_owned(), file))
-    })
+/// Conversation `id`'s transcripts on this host (a local exec only):
+/// `<config dir>/projects/<project>/<id>.jsonl`.
+struct Transcripts {
+    /// Claude's name of the cwd's project directory, when it is known.
+    cwd_project: Option<String>,
+    /// Each transcript found, with its project directory's name.
+    found: Vec<(String, std::path::PathBuf)>,
 }
 
-/// True when a line of the transcript `file` is a user or assistant message, or when it
-/// cannot be read (claude then decides). Stops at the first message.
-fn holds_a_message(file: &std::path::Path) -> bool {
-    use std::io::BufRead;
-    let Ok(opened) = std::fs::File::open(file) else { return true };
-    for line in std::io::BufReader::new(opened).split(b'\n') {
-        let Ok(line) = line else { return true };
-        let Ok(entry) = serde_json::from_slice::<Value>(&line) else { continue };
-        let message = matches!(entry["type"].as_str(), Some("user" | "assistant")) && entry["message"].is_object();
-        if message {
-            return true;
-        }
+impl Transcripts {
+    fn of(ctx: &OpenContext, id: &str) -> Transcripts {
+        let cwd_project = ctx.options.cwd.as_deref().and_then(project_name);
+        let projects = (ctx.exec.is_local() && !id.contains('/'))
+            .then(|| crate::auth::config_dir(&ctx.options))
+            .flatten()
+            .and_then(|dir| std::fs::read_dir(dir.join("projects")).ok());
+        let transcript = format!("{id}.jsonl");
+        let found = projects
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|project| {
+                let file = project.path().join(&transcript);
+                file.is_file().then(|| (project.file_name().to_string_lossy().into_owned(), file))
+            })
+            .collect();
+        Transcripts { cwd_project, found }
     }
-    false
+}
+
+/// The name claude gives the project directory of `cwd`: its real path with every character
+/// but an ASCII letter or digit as `-`. `None` past 200 bytes, where claude shortens the name.
+fn project_name(cwd: &std::path::Path) -> Option<String> {
+    let real = std::fs::canonicalize(cwd).ok()?;
+    let name: String =
+        real.to_string_lossy().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    (name.len() <= 200).then_some(name)
+}
+
+/// A user or assistant message of a claude transcript.
+fn is_message(line: &Value) -> bool {
+    matches!(line["type"].as_str(), Some("user" | "assistant")) && line["message"].is_object()
 }
 
 /// The arguments of `claude` for a session (without the program).
@@ -344,7 +368,7 @@ impl Provider for ClaudeProvider {
         require_skills(&options, ctx.exec.as_ref(), |skill| skill_file(&skill.path))?;
         let claim = self.claim(&ctx, &session_id)?;
         if let Some((mode, continued)) = ctx.conversation.continued()
-            && let Some(project) = self.messageless_transcript(&ctx, continued)
+            && let Some(project) = self.messageless_transcript(&ctx, continued).await
         {
             let reason = format!(
                 "claude's transcript of conversation `{continued}` (under `projects/{project}` of its configuration \

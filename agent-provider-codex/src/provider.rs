@@ -16,6 +16,7 @@ use agent_provider_kit::framing::stderr_note;
 use agent_provider_kit::probe::ProbeCache;
 use agent_provider_kit::secrets::Secrets;
 use agent_provider_kit::skills::{require_skills, skill_file};
+use agent_provider_kit::transcript::{MAX_SCANNED, any_line};
 use agent_provider_kit::version::{CliProbe, Version};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -233,27 +234,36 @@ fn rollout_path(reply: &str) -> Option<std::path::PathBuf> {
     serde_json::from_str::<Reply>(reply).ok()?.result.thread.path
 }
 
-/// True when a line of the rollout `file` is a message of the conversation (the assistant's, or
-/// the user's other than the context codex adds in tags such as `<environment_context>`), or
-/// when it cannot be read (codex then decides). Stops at the first message.
-fn holds_a_message(file: &std::path::Path) -> bool {
-    use std::io::BufRead;
-    let Ok(opened) = std::fs::File::open(file) else { return true };
-    for line in std::io::BufReader::new(opened).split(b'\n') {
-        let Ok(line) = line else { return true };
-        let Ok(entry) = serde_json::from_slice::<Value>(&line) else { continue };
-        let payload = &entry["payload"];
-        if entry["type"] != "response_item" || payload["type"] != "message" {
-            continue;
-        }
-        let text = payload["content"][0]["text"].as_str().unwrap_or_default();
-        match payload["role"].as_str() {
-            Some("assistant") => return true,
-            Some("user") if !text.starts_with('<') => return true,
-            _ => {}
-        }
+/// How the context codex itself adds to a thread as user messages begins: the environment,
+/// the user's and the project's instructions, skills, an interrupted turn's marker.
+const CONTEXT_OPENINGS: &[&str] = &[
+    "<environment_context>",
+    "<user_instructions>",
+    "# AGENTS.md instructions for ",
+    "<INSTRUCTIONS>",
+    "<skill",
+    "<turn_aborted>",
+];
+
+/// True when a rollout line is part of a turn: an item the model produced (a message, its
+/// reasoning, a tool call), or a user message other than the context codex adds (any of its
+/// parts not opening as [`CONTEXT_OPENINGS`] do, an image among them).
+fn is_turn_content(line: &Value) -> bool {
+    let payload = &line["payload"];
+    if line["type"] != "response_item" {
+        return false;
     }
-    false
+    match (payload["type"].as_str(), payload["role"].as_str()) {
+        (Some("message"), Some("user")) => payload["content"].as_array().is_some_and(|parts| {
+            parts.iter().any(|part| match part["text"].as_str() {
+                Some(text) => !CONTEXT_OPENINGS.iter().any(|opening| text.trim_start().starts_with(opening)),
+                None => true,
+            })
+        }),
+        (Some("message"), role) => role == Some("assistant"),
+        (Some(_), _) => true,
+        (None, _) => false,
+    }
 }
 
 fn version_command(program: &OsString, env: &EnvSpec, options: &SessionOptions) -> Command {
@@ -489,7 +499,7 @@ impl Provider for CodexProvider {
         if let OpenConversation::Resume { provider_session_id } = &ctx.conversation
             && ctx.exec.is_local()
             && let Some(rollout) = rollout_path(raw.get())
-            && !holds_a_message(&rollout)
+            && any_line(rollout.clone(), MAX_SCANNED, is_turn_content).await == Some(false)
         {
             let reason = format!(
                 "codex's rollout of thread `{provider_session_id}` ({}) holds none of its messages: codex would go on \
@@ -587,29 +597,32 @@ mod tests {
         assert_eq!(method, "thread/fork");
     }
 
-    /// Only a message of the conversation counts: the context codex adds in tags does not,
-    /// nor does a line of another kind or one that is not JSON.
+    /// Only what a turn wrote counts: the context codex adds does not (in tags, or the
+    /// project's instructions), nor a developer message, a line of another kind or one that is
+    /// not JSON; a prompt that opens with a tag of its own does, and so does a tool call.
     #[test]
-    fn a_rollout_holds_a_message_only_with_a_turns_message() {
-        let dir = agent_provider_kit::private_dir::PrivateDir::create(&std::env::temp_dir(), "codex-rollout").unwrap();
-        let line = |kind: &str, role: &str, text: &str| {
-            json!({"type": kind, "payload": {"type": "message", "role": role, "content": [{"text": text}]}}).to_string()
-        };
-        let context = [
-            r#"{"type":"session_meta","payload":{"id":"t"}}"#.to_owned(),
-            line("response_item", "developer", "<skills_instructions>"),
-            line("response_item", "user", "<environment_context>"),
-            line("event_msg", "user", "Remember"),
-            "not json".to_owned(),
-        ];
-        let rollout = dir.write("context.jsonl", context.join("\n")).unwrap();
-        assert!(!holds_a_message(&rollout));
-        for (name, role, text) in [("user.jsonl", "user", "Remember"), ("assistant.jsonl", "assistant", "<b>noted</b>")]
-        {
-            let lines = [context.join("\n"), line("response_item", role, text)];
-            assert!(holds_a_message(&dir.write(name, lines.join("\n")).unwrap()), "{role}");
+    fn turn_content_is_what_a_turn_wrote() {
+        let message = |role: &str, parts: Value| json!({"type": "response_item", "payload": {"type": "message", "role": role, "content": parts}});
+        let text = |t: &str| json!([{"type": "input_text", "text": t}]);
+        for line in [
+            json!({"type": "session_meta", "payload": {"id": "t"}}),
+            message("developer", text("<skills_instructions>")),
+            message("user", text("<environment_context>\n  <cwd>/w</cwd>")),
+            message("user", text("# AGENTS.md instructions for /w\n\nBe brief.")),
+            message("user", json!([{"text": "<user_instructions>"}, {"text": "<environment_context>"}])),
+            json!({"type": "event_msg", "payload": {"type": "user_message", "message": "Remember"}}),
+        ] {
+            assert!(!is_turn_content(&line), "{line}");
         }
-        assert!(holds_a_message(&dir.path().join("missing.jsonl")), "an unreadable rollout is left to codex");
+        for line in [
+            message("user", text("Remember")),
+            message("user", text("<task>Fix it</task>")),
+            message("user", json!([{"text": "<environment_context>"}, {"type": "input_image", "image_url": "data:"}])),
+            message("assistant", text("noted")),
+            json!({"type": "response_item", "payload": {"type": "function_call", "name": "shell"}}),
+        ] {
+            assert!(is_turn_content(&line), "{line}");
+        }
         let reply = json!({"id": 2, "result": {"thread": {"id": "t", "path": "/r.jsonl"}}}).to_string();
         assert_eq!(rollout_path(&reply), Some(std::path::PathBuf::from("/r.jsonl")));
         assert_eq!(rollout_path(r#"{"id":2,"result":{"thread":{"id":"t"}}}"#), None);

@@ -13,6 +13,7 @@ pub mod rpc;
 pub mod scan;
 pub mod secrets;
 pub mod skills;
+pub mod transcript;
 pub mod version;
 
 /// Test support (feature `testing`): a [`Sink`](agent_core::Sink) attached to no session and
