@@ -2,10 +2,12 @@
 //! system prompt), removed with the value.
 //!
 //! A process killed outright (SIGKILL, a crash) leaves its directories behind. Each name carries
-//! its process's PID and PID namespace, and the first directory a process makes under a parent
-//! with a prefix removes the ones of that prefix whose process no longer runs: same user, same
-//! PID namespace (a PID means nothing in another), and no process with that PID. A PID used
-//! again since is taken as still running, so such a directory stays.
+//! its process's PID, PID namespace and boot (the start of the kernel's boot ID), and the first
+//! directory a process makes under a parent with a prefix removes the ones of that prefix whose
+//! process no longer runs: same user, same PID namespace and boot (a PID means nothing in
+//! another namespace, nor on another host sharing the directory), and no process with that PID
+//! in this process's `/proc` (which must be its own namespace's). A PID used again since is taken
+//! as still running, so such a directory stays.
 //!
 //! ```
 //! use agent_provider_kit::private_dir::PrivateDir;
@@ -31,7 +33,7 @@ pub struct PrivateDir {
 }
 
 impl PrivateDir {
-    /// Creates `<parent>/agent-harness-<prefix>-<pid>.<pid namespace>-<stamp>-<n>/`, a name no
+    /// Creates `<parent>/agent-harness-<prefix>-<pid>.<pid namespace>.<boot>-<stamp>-<n>/`, a name no
     /// other process or value uses; the first call for a parent and prefix removes what dead
     /// processes left there (see the module docs).
     pub fn create(parent: &Path, prefix: &str) -> std::io::Result<PrivateDir> {
@@ -40,8 +42,8 @@ impl PrivateDir {
         #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
         let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let owner = match pid_namespace() {
-            Some(namespace) => format!("{}.{namespace}", std::process::id()),
+        let owner = match origin() {
+            Some(origin) => format!("{}.{origin}", std::process::id()),
             None => std::process::id().to_string(),
         };
         loop {
@@ -86,16 +88,27 @@ fn first_for(parent: &Path, prefix: &str) -> bool {
     SEEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert((parent.to_path_buf(), prefix.to_owned()))
 }
 
-/// This process's PID namespace (the inode number of `/proc/self/ns/pid`), if it can be read.
-fn pid_namespace() -> Option<&'static str> {
-    static NAMESPACE: OnceLock<Option<String>> = OnceLock::new();
-    NAMESPACE
+/// Where this process's PIDs mean something: `<PID namespace>.<boot>`, the inode number of
+/// `/proc/self/ns/pid` and the first 8 hex digits of the kernel's boot ID, if both can be read.
+fn origin() -> Option<&'static str> {
+    static ORIGIN: OnceLock<Option<String>> = OnceLock::new();
+    ORIGIN
         .get_or_init(|| {
             let link = std::fs::read_link("/proc/self/ns/pid").ok()?;
             let inode = link.to_str()?.strip_prefix("pid:[")?.strip_suffix(']')?;
-            inode.bytes().all(|b| b.is_ascii_digit()).then(|| inode.to_owned())
+            let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+            let boot: String = boot.chars().filter(char::is_ascii_hexdigit).take(8).collect();
+            let known = !inode.is_empty() && inode.bytes().all(|b| b.is_ascii_digit()) && boot.len() == 8;
+            known.then(|| format!("{inode}.{boot}"))
         })
         .as_deref()
+}
+
+/// True when `/proc` shows this process's PID namespace: `/proc/self` is this process's PID
+/// (not so after `unshare --pid` without a new `/proc`, where the PIDs it lists are another
+/// namespace's).
+fn proc_is_ours() -> bool {
+    std::fs::read_link("/proc/self").is_ok_and(|link| link.as_os_str() == std::process::id().to_string().as_str())
 }
 
 /// Removes the directories of `prefix` under `parent` that processes of this PID namespace and
@@ -105,13 +118,15 @@ fn remove_left_behind(parent: &Path, prefix: &str, made: &Path) {
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
-        let (Some(namespace), Ok(made)) = (pid_namespace(), std::fs::metadata(made)) else { return };
+        let (Some(origin), Ok(made)) = (origin(), std::fs::metadata(made)) else { return };
+        if !proc_is_ours() {
+            return;
+        }
         let Ok(entries) = std::fs::read_dir(parent) else { return };
         let head = format!("agent-harness-{prefix}-");
         for entry in entries.flatten() {
             let name = entry.file_name();
-            let Some(pid) =
-                name.to_str().and_then(|n| n.strip_prefix(&head)).and_then(|rest| owner_pid(rest, namespace))
+            let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(&head)).and_then(|rest| owner_pid(rest, origin))
             else {
                 continue;
             };
@@ -129,17 +144,17 @@ fn remove_left_behind(parent: &Path, prefix: &str, made: &Path) {
     }
 }
 
-/// The PID in a name's `<pid>.<namespace>-<stamp>-<n>` when its namespace is `namespace`.
-fn owner_pid(rest: &str, namespace: &str) -> Option<u32> {
+/// The PID in a name's `<pid>.<origin>-<stamp>-<n>` when its origin is `origin`.
+fn owner_pid(rest: &str, origin: &str) -> Option<u32> {
     let mut parts = rest.split('-');
     let (owner, stamp, n) = (parts.next()?, parts.next()?, parts.next()?);
-    let (pid, in_namespace) = owner.split_once('.')?;
+    let (pid, its_origin) = owner.split_once('.')?;
     let well_formed = parts.next().is_none()
         && !stamp.is_empty()
         && stamp.bytes().all(|b| b.is_ascii_hexdigit())
         && !n.is_empty()
         && n.bytes().all(|b| b.is_ascii_digit());
-    (well_formed && in_namespace == namespace).then(|| pid.parse().ok()).flatten()
+    (well_formed && its_origin == origin).then(|| pid.parse().ok()).flatten()
 }
 
 #[cfg(test)]
@@ -161,13 +176,14 @@ mod tests {
         assert_ne!(other.path(), dir.path());
     }
 
-    /// What a dead process of this namespace left is removed by the first directory made
-    /// under the parent with its prefix; a running process's, another namespace's, another
-    /// prefix's and any other name's stay.
+    /// What a dead process of this namespace and boot left is removed by the first directory
+    /// made under the parent with its prefix; a running process's, another namespace's or
+    /// boot's (another host sharing the directory), another prefix's and any other name's stay.
     #[test]
     fn the_first_directory_removes_what_dead_processes_left() {
         let parent = PrivateDir::create(&std::env::temp_dir(), "kit-reap-parent").unwrap();
-        let namespace = pid_namespace().expect("/proc/self/ns/pid is readable");
+        let origin = origin().expect("/proc/self/ns/pid and the boot ID are readable");
+        let (namespace, boot) = origin.split_once('.').unwrap();
         // No process has a PID of `pid_max` (PIDs stay below it); PID 1 always runs.
         let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap();
         let (dead_pid, running_pid): (u32, u32) = (pid_max.trim().parse().unwrap(), 1);
@@ -177,14 +193,16 @@ mod tests {
             std::fs::write(dir.join("file"), "x").unwrap();
             dir
         };
-        let gone = left(format!("agent-harness-reap-{dead_pid}.{namespace}-1f-0"));
+        let gone = left(format!("agent-harness-reap-{dead_pid}.{origin}-1f-0"));
         let kept = [
-            left(format!("agent-harness-reap-{running_pid}.{namespace}-1f-0")),
-            left(format!("agent-harness-reap-{dead_pid}.1-1f-0")),
+            left(format!("agent-harness-reap-{running_pid}.{origin}-1f-0")),
+            left(format!("agent-harness-reap-{dead_pid}.1.{boot}-1f-0")),
+            left(format!("agent-harness-reap-{dead_pid}.{namespace}.0badb007-1f-0")),
+            left(format!("agent-harness-reap-{dead_pid}.{namespace}-1f-0")),
             left(format!("agent-harness-reap-{dead_pid}-1f-0")),
-            left(format!("agent-harness-reap-more-{dead_pid}.{namespace}-1f-0")),
-            left(format!("agent-harness-reap-{dead_pid}.{namespace}-1f-0-extra")),
-            left(format!("agent-harness-other-{dead_pid}.{namespace}-1f-0")),
+            left(format!("agent-harness-reap-more-{dead_pid}.{origin}-1f-0")),
+            left(format!("agent-harness-reap-{dead_pid}.{origin}-1f-0-extra")),
+            left(format!("agent-harness-other-{dead_pid}.{origin}-1f-0")),
         ];
         let made = PrivateDir::create(parent.path(), "reap").unwrap();
         assert!(!gone.exists(), "a dead process's directory stays: {}", gone.display());
@@ -193,7 +211,7 @@ mod tests {
         }
         assert!(made.path().exists());
         // Only the first directory of a parent and prefix looks.
-        let later = left(format!("agent-harness-reap-{dead_pid}.{namespace}-2f-0"));
+        let later = left(format!("agent-harness-reap-{dead_pid}.{origin}-2f-0"));
         drop(PrivateDir::create(parent.path(), "reap").unwrap());
         assert!(later.exists());
     }
