@@ -637,8 +637,10 @@ mod tests {
             provider("claude-print").validate(&inherit(PresetOptions::new().args(["--no-session-persistence"])));
         assert!(error.unwrap_err().to_string().contains("`reserved_args`"));
         // Codex's subcommands as arguments of their own: `codex exec resume <id>` would continue
-        // another conversation; as an option's value, or within a word, they pass.
-        for args in [&["resume", "019a-other"][..], &["--json", "fork"], &["review"], &["help"]] {
+        // another conversation. Within a word, or an option's value given with `=`, they pass;
+        // as a value of its own (`-C fork`) the word is refused too (which flags take a value is
+        // the CLI's to know).
+        for args in [&["resume", "019a-other"][..], &["--json", "fork"], &["review"], &["help"], &["-C", "fork"]] {
             let error = codex.validate(&inherit(PresetOptions::new().args(args.iter().copied()))).unwrap_err();
             assert!(error.to_string().contains("`reserved_words`"), "{args:?}: {error}");
         }
