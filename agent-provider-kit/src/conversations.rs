@@ -14,12 +14,16 @@
 //! reading the CLI's file afresh): neither claims. Only sessions whose exec runs locally claim (a
 //! conversation on another host is another file).
 //!
-//! Sessions of other processes of this user (two harnesses sharing a store, a service and the
-//! `agent-harness` command) are seen too: a claim also holds an exclusive `flock` on a file named
-//! after the conversation in a directory only this user can use (`$XDG_RUNTIME_DIR` when it is
-//! private, else the temp directory), with the holder's PID and session written in it; the
-//! kernel lets go of it when its process ends, however it ends. The file goes with the claim.
-//! Where no such directory can be made, claims hold within the process only.
+//! Sessions of other processes of this user on this host (two harnesses sharing a store, a
+//! service and the `agent-harness` command) are seen too: a claim also holds an exclusive
+//! `flock` on a file named after the conversation in `/tmp/agent-harness-conversations-<uid>`
+//! (mode 0700, used only while it is this user's alone), with the holder's PID and session
+//! written in it; the kernel lets go of it when its process ends, however it ends. The file goes
+//! with the claim. The directory is the same for every process of the user whatever its
+//! environment says (`TMPDIR` and `XDG_RUNTIME_DIR` differ between a login shell, a service and
+//! a cron job); a service with a private `/tmp` (systemd's `PrivateTmp=`) has one of its own.
+//! Where the directory or a file in it cannot be used, claims hold within the process only, with
+//! a warning.
 //!
 //! ```
 //! use agent_core::SessionId;
@@ -41,7 +45,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 
 use agent_core::SessionId;
 
@@ -174,7 +178,7 @@ impl LockFile {
             let file = match opened {
                 Ok(file) => file,
                 Err(error) => {
-                    tracing::debug!(path = %path.display(), %error, "no conversation lock file; held in this process only");
+                    tracing::warn!(path = %path.display(), %error, "no conversation lock file; the claim holds in this process only");
                     return Ok(None);
                 }
             };
@@ -182,13 +186,11 @@ impl LockFile {
                 Ok(()) => {}
                 Err(rustix::io::Errno::WOULDBLOCK) => return Err(holder_in(file, &key.id)),
                 Err(error) => {
-                    tracing::debug!(path = %path.display(), %error, "could not lock the conversation's file; held in this process only");
+                    tracing::warn!(path = %path.display(), %error, "could not lock the conversation's file; the claim holds in this process only");
                     return Ok(None);
                 }
             }
-            let named = std::fs::symlink_metadata(&path).ok();
-            let same = file.metadata().ok().zip(named).is_some_and(|(a, b)| a.dev() == b.dev() && a.ino() == b.ino());
-            if !same {
+            if !names(&path, &file) {
                 continue;
             }
             let mut lock = LockFile { path, file };
@@ -201,14 +203,27 @@ impl LockFile {
             }
             return Ok(Some(lock));
         }
-        Ok(None)
+        // Each try found the file just removed by a holder that let go: other processes are
+        // claiming and releasing it as fast as this one tries. Held, as far as can be told.
+        Err(Claimed { holder: None, process: None, conversation: key.id.clone() })
     }
 
-    /// Removes the file, then unlocks it (closing it).
+    /// Removes the file, then unlocks it (closing it). Not a file that took its name meanwhile
+    /// (one removed under it, by a clean-up of the temp directory, and made again by another
+    /// claim), which is another holder's.
     fn release(self) {
-        let _ = std::fs::remove_file(&self.path);
+        if names(&self.path, &self.file) {
+            let _ = std::fs::remove_file(&self.path);
+        }
         drop(self.file);
     }
+}
+
+/// True when `path` names the open `file` (the same device and inode), not a link or another
+/// file.
+fn names(path: &Path, file: &File) -> bool {
+    let named = std::fs::symlink_metadata(path).ok();
+    file.metadata().ok().zip(named).is_some_and(|(open, named)| open.dev() == named.dev() && open.ino() == named.ino())
 }
 
 /// Who holds a lock file: the PID and session its holder wrote, as far as they can be read.
@@ -221,29 +236,26 @@ fn holder_in(mut file: File, conversation: &str) -> Claimed {
     Claimed { holder, process, conversation: conversation.to_owned() }
 }
 
-/// The directory of the lock files: `$XDG_RUNTIME_DIR/agent-harness-conversations` when that
-/// runtime directory is this user's alone, else `<temp dir>/agent-harness-conversations-<uid>`;
-/// made with mode 0700, and used only while it is a directory of this user's that no one else
-/// can use (`None` otherwise).
-fn lock_dir() -> Option<&'static Path> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let uid = rustix::process::getuid().as_raw();
-        let runtime =
-            std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|d| d.is_absolute() && private(d, uid));
-        let dir = match runtime {
-            Some(runtime) => runtime.join("agent-harness-conversations"),
-            None => std::env::temp_dir().join(format!("agent-harness-conversations-{uid}")),
-        };
-        if let Err(error) = std::fs::DirBuilder::new().mode(0o700).create(&dir)
-            && error.kind() != std::io::ErrorKind::AlreadyExists
-        {
-            tracing::debug!(dir = %dir.display(), %error, "no conversation lock directory");
-            return None;
-        }
-        private(&dir, uid).then_some(dir)
-    })
-    .as_deref()
+/// The directory of the lock files, `/tmp/agent-harness-conversations-<uid>`: made with mode
+/// 0700, and used only while it is a directory of this user's that no one else can use (`None`
+/// otherwise, with a warning). Looked at for every claim: it may be removed meanwhile.
+fn lock_dir() -> Option<PathBuf> {
+    let uid = rustix::process::getuid().as_raw();
+    let dir = PathBuf::from(format!("/tmp/agent-harness-conversations-{uid}"));
+    if let Err(error) = std::fs::DirBuilder::new().mode(0o700).create(&dir)
+        && error.kind() != std::io::ErrorKind::AlreadyExists
+    {
+        tracing::warn!(dir = %dir.display(), %error, "no conversation lock directory; claims hold in this process only");
+        return None;
+    }
+    if !private(&dir, uid) {
+        tracing::warn!(
+            dir = %dir.display(),
+            "the conversation lock directory is not this user's alone; claims hold in this process only"
+        );
+        return None;
+    }
+    Some(dir)
 }
 
 /// True when `dir` is a directory (not a link to one) of user `uid` that no one else can use.
@@ -276,7 +288,7 @@ mod tests {
 
     #[test]
     fn a_held_conversation_is_refused_to_another_session_until_released() {
-        let place = Path::new("/conversations/held");
+        let place = &PathBuf::from(format!("/conversations/held-{}", std::process::id()));
         let mut first = Claim::take("cli", place, "c1", &session("a")).unwrap();
         let refused = Claim::take("cli", place, "c1", &session("b")).unwrap_err();
         assert_eq!(refused, Claimed { holder: Some(session("a")), process: None, conversation: "c1".into() });
@@ -297,9 +309,21 @@ mod tests {
     /// lock.
     #[test]
     fn a_locked_file_names_its_holder_and_goes_with_the_lock() {
-        let key = Key { cli: "cli", place: PathBuf::from("/conversations/file"), id: "c1".into() };
+        let key = Key {
+            cli: "cli",
+            place: PathBuf::from(format!("/conversations/file-{}", std::process::id())),
+            id: "c1".into(),
+        };
         let lock = LockFile::take(&key, &session("a")).unwrap().expect("a private lock directory");
         assert!(lock.path.starts_with(lock_dir().unwrap()));
+        // A file that took the name meanwhile is another holder's: not removed.
+        std::fs::remove_file(&lock.path).unwrap();
+        let other = LockFile::take(&key, &session("other")).unwrap().expect("a new file, free");
+        let kept = LockFile { path: lock.path.clone(), file: lock.file.try_clone().unwrap() };
+        kept.release();
+        assert!(other.path.exists(), "the other holder's file stays");
+        other.release();
+        let lock = LockFile::take(&key, &session("a")).unwrap().expect("free again");
         let text = std::fs::read_to_string(&lock.path).unwrap();
         assert_eq!(text, format!("{}\na\n", std::process::id()));
         let refused = LockFile::take(&key, &session("b")).unwrap_err();
@@ -318,7 +342,7 @@ mod tests {
 
     #[test]
     fn other_clis_places_and_ids_are_other_conversations() {
-        let place = Path::new("/conversations/other");
+        let place = &PathBuf::from(format!("/conversations/other-{}", std::process::id()));
         let _held = Claim::take("cli", place, "c1", &session("a")).unwrap();
         let others = [
             Claim::take("other-cli", place, "c1", &session("b")),

@@ -19,9 +19,16 @@ fn a_conversation_another_process_holds_is_refused_until_that_process_ends() {
         return;
     }
     let id = format!("cross-process-{}", std::process::id());
+    // The holder's environment names other temp and runtime directories (a service's, a cron
+    // job's): the lock is found all the same.
+    let elsewhere = std::env::temp_dir().join(format!("agent-harness-claims-env-{}", std::process::id()));
+    std::fs::create_dir_all(&elsewhere).expect("a directory");
+    std::fs::set_permissions(&elsewhere, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("private");
     let mut holder = Command::new(std::env::current_exe().expect("this test binary"))
         .args(["--exact", "a_conversation_another_process_holds_is_refused_until_that_process_ends", "--nocapture"])
         .env(HOLD, &id)
+        .env("TMPDIR", &elsewhere)
+        .env("XDG_RUNTIME_DIR", &elsewhere)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -41,6 +48,7 @@ fn a_conversation_another_process_holds_is_refused_until_that_process_ends() {
     assert!(holder.wait().expect("the holder ends").success());
     let claim = Claim::take("cli", Path::new(PLACE), &id, &ours).expect("free once its holder is gone");
     drop(claim);
+    std::fs::remove_dir_all(&elsewhere).expect("removed");
 }
 
 /// Takes the claim, says so on stdout, and keeps it until stdin closes; then exits without
