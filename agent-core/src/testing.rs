@@ -171,6 +171,8 @@ struct Config {
     credentials: Vec<String>,
     /// How long a session's `close` takes (a CLI that takes its time to exit).
     close_delay: std::time::Duration,
+    /// A session's `close` panics (after its delay).
+    close_panics: bool,
 }
 
 #[derive(Debug)]
@@ -216,6 +218,7 @@ impl ScriptedProvider {
                 capabilities: Self::default_capabilities(),
                 credentials: Vec::new(),
                 close_delay: std::time::Duration::ZERO,
+                close_panics: false,
             }),
             sessions: Mutex::new(HashMap::new()),
             conversations: Mutex::new(Vec::new()),
@@ -265,6 +268,11 @@ impl ScriptedControl {
     /// Makes each session's `close` take `delay` before it is done (a CLI slow to exit).
     pub fn set_close_delay(&self, delay: std::time::Duration) {
         lock(&self.shared.config).close_delay = delay;
+    }
+
+    /// Makes each session's `close` panic (a provider bug).
+    pub fn set_close_panics(&self) {
+        lock(&self.shared.config).close_panics = true;
     }
 
     /// Queues a script the next admitted turn plays.
@@ -506,10 +514,14 @@ impl ProviderSession for RuntimeHandle {
 
     async fn close(&self) {
         lock(&self.0.log).push(Recorded::Close);
-        let delay = lock(&self.0.shared.config).close_delay;
+        let (delay, panics) = {
+            let config = lock(&self.0.shared.config);
+            (config.close_delay, config.close_panics)
+        };
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
+        assert!(!panics, "the scripted session's close panics, as told");
         self.0.closed.store(true, Ordering::SeqCst);
     }
 }

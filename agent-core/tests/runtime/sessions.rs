@@ -153,6 +153,29 @@ async fn a_caller_that_goes_away_during_the_initial_commit_leaves_nothing_stored
     f.session(opts().id("gone")).await;
 }
 
+/// A provider that panics while a start its caller abandoned is torn down still lets the ID go.
+#[tokio::test(start_paused = true)]
+async fn a_provider_that_panics_closing_an_abandoned_start_still_frees_the_id() {
+    let (f, store) = Fixture::controlled();
+    store.set(WriteMode::Slow);
+    f.control.set_close_panics();
+    let harness = f.harness.clone();
+    let start = tokio::spawn(async move { harness.start_session(PROVIDER, opts().id("panicky")).await });
+    f.control.session(&SessionId::new("panicky").unwrap()).await;
+    start.abort();
+    store.set(WriteMode::Normal);
+    let aborted = tokio::time::Instant::now();
+    loop {
+        match f.harness.start_session(PROVIDER, opts().id("panicky")).await {
+            Ok(_) => break,
+            Err(Error::SessionAlreadyExists { .. }) => {}
+            Err(other) => panic!("{other:?}"),
+        }
+        assert!(aborted.elapsed() < Duration::from_secs(600), "the ID never came free");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A caller whose `start_session` future is dropped after the session was handed to it but
 /// before it read it (a `select!` whose other branch won) leaves no live session nobody holds:
 /// the session is torn down and taken back, as when the caller went away earlier.
