@@ -240,11 +240,18 @@ impl Transcripts {
 }
 
 /// The name claude gives the project directory of `cwd`: its real path with every character
-/// but an ASCII letter or digit as `-`. `None` past 200 bytes, where claude shortens the name.
+/// but an ASCII letter or digit as `-`, one per UTF-16 unit (claude replaces JavaScript string
+/// units, so an emoji makes two). `None` past 200 bytes, where claude shortens the name.
 fn project_name(cwd: &std::path::Path) -> Option<String> {
     let real = std::fs::canonicalize(cwd).ok()?;
-    let name: String =
-        real.to_string_lossy().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let mut name = String::new();
+    for c in real.to_string_lossy().chars() {
+        if c.is_ascii_alphanumeric() {
+            name.push(c);
+        } else {
+            name.extend(std::iter::repeat_n('-', c.len_utf16()));
+        }
+    }
     (name.len() <= 200).then_some(name)
 }
 
@@ -457,6 +464,23 @@ mod tests {
     use agent_core::McpServer;
 
     use super::*;
+
+    /// Claude's project directory name: every character but an ASCII letter or digit becomes
+    /// `-`, one per UTF-16 unit.
+    #[test]
+    fn a_project_is_named_after_the_cwds_real_path() {
+        let dir = agent_provider_kit::private_dir::PrivateDir::create(&std::env::temp_dir(), "claude-project").unwrap();
+        let cwd = dir.path().join("my dir_é😀");
+        std::fs::create_dir(&cwd).unwrap();
+        let real = std::fs::canonicalize(dir.path()).unwrap();
+        let base: String =
+            real.to_string_lossy().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+        assert_eq!(project_name(&cwd), Some(format!("{base}-my-dir----")));
+        assert_eq!(project_name(&dir.path().join("missing")), None);
+        let long = dir.path().join("x".repeat(200));
+        std::fs::create_dir(&long).unwrap();
+        assert_eq!(project_name(&long), None, "past 200 bytes claude shortens the name");
+    }
 
     #[test]
     fn new_sessions_get_their_id_on_the_command_line() {

@@ -241,7 +241,7 @@ const CONTEXT_OPENINGS: &[&str] = &[
     "<user_instructions>",
     "# AGENTS.md instructions for ",
     "<INSTRUCTIONS>",
-    "<skill",
+    "<skill>",
     "<turn_aborted>",
 ];
 
@@ -617,6 +617,7 @@ mod tests {
         for line in [
             message("user", text("Remember")),
             message("user", text("<task>Fix it</task>")),
+            message("user", text("<skills>the ones to use</skills>")),
             message("user", json!([{"text": "<environment_context>"}, {"type": "input_image", "image_url": "data:"}])),
             message("assistant", text("noted")),
             json!({"type": "response_item", "payload": {"type": "function_call", "name": "shell"}}),
