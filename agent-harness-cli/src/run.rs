@@ -184,10 +184,12 @@ impl Run<'_> {
                 started.map_err(|error| Failure::harness("the session did not start", &error))?
             }
             signal = self.signals.recv() => {
-                return Err(Failure { exit: Exit::Cancelled, message: format!("interrupted ({signal}) while the session started") });
+                let message = format!("interrupted ({signal}) while the session started");
+                return Err(Failure { exit: Exit::Cancelled, message });
             }
             () = until(self.deadline) => {
-                return Err(Failure { exit: Exit::TimedOut, message: "--timeout ran out while the session started".into() });
+                let message = "--timeout ran out while the session started".to_owned();
+                return Err(Failure { exit: Exit::TimedOut, message });
             }
         };
         self.started = true;

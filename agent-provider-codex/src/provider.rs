@@ -216,7 +216,6 @@ struct InitializeCapabilities {
     experimental_api: bool,
 }
 
-/// `codex --version` with the session's environment and cwd.
 /// The rollout file a `thread/resume` reply names (`result.thread.path`), if it names one.
 fn rollout_path(reply: &str) -> Option<std::path::PathBuf> {
     #[derive(Deserialize)]
@@ -266,6 +265,7 @@ fn is_turn_content(line: &Value) -> bool {
     }
 }
 
+/// `codex --version` with the session's environment and cwd.
 fn version_command(program: &OsString, env: &EnvSpec, options: &SessionOptions) -> Command {
     let mut command = Command::new(program.clone()).arg("--version");
     command.env = env.clone();

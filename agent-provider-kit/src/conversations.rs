@@ -32,11 +32,12 @@
 //! let first = SessionId::new("first").unwrap();
 //! let second = SessionId::new("second").unwrap();
 //! let place = std::path::Path::new("/home/me/.claude");
-//! let held = Claim::take("claude", place, "conversation-1", &first).unwrap();
-//! let refused = Claim::take("claude", place, "conversation-1", &second).unwrap_err();
+//! let conversation = format!("conversation-{}", std::process::id());
+//! let held = Claim::take("claude", place, &conversation, &first).unwrap();
+//! let refused = Claim::take("claude", place, &conversation, &second).unwrap_err();
 //! assert_eq!(refused.holder, Some(first));
 //! drop(held);
-//! assert!(Claim::take("claude", place, "conversation-1", &second).is_ok());
+//! assert!(Claim::take("claude", place, &conversation, &second).is_ok());
 //! ```
 
 use std::collections::BTreeMap;

@@ -461,8 +461,8 @@ impl Opening {
                 (None, _) => {}
             }
             // The provider goes before the ID is free, as at a session's end: a retry under it
-            // must not meet the CLI (or its hold on the conversation) still there.
-            // A provider that panics while closing still lets the ID go.
+            // must not meet the CLI (or its hold on the conversation) still there. One that
+            // panics while closing still lets the ID go.
             let closed = std::panic::AssertUnwindSafe(close_bounded(runtime.as_ref(), finalize_timeout));
             if closed.catch_unwind().await.is_err() {
                 tracing::error!("the provider panicked while closing; dropping it");
