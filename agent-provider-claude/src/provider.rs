@@ -124,8 +124,8 @@ impl ClaudeProvider {
     /// The project directory (under `<config dir>/projects/`) that holds conversation `id`'s
     /// transcript when the session's cwd's does not, the exec being local: claude looks only in
     /// the one named after the cwd.
-    fn project_of(&self, ctx: &OpenContext, id: &str) -> Option<String> {
-        let transcripts = Transcripts::of(ctx, id);
+    async fn project_of(&self, ctx: &OpenContext, id: &str) -> Option<String> {
+        let transcripts = Transcripts::of(ctx, id).await;
         let in_cwd = |project: &String| transcripts.cwd_project.as_ref() == Some(project);
         if transcripts.found.iter().any(|(project, _)| in_cwd(project)) {
             return None;
@@ -138,7 +138,7 @@ impl ClaudeProvider {
     /// message, the exec being local: its lines were lost or replaced, and claude would take
     /// the rest as a conversation with nothing in it, reported as continued.
     async fn messageless_transcript(&self, ctx: &OpenContext, id: &str) -> Option<String> {
-        let Transcripts { cwd_project, found } = Transcripts::of(ctx, id);
+        let Transcripts { cwd_project, found } = Transcripts::of(ctx, id).await;
         let read =
             found.into_iter().filter(|(project, _)| cwd_project.is_none() || cwd_project.as_ref() == Some(project));
         let mut empty = None;
@@ -219,23 +219,29 @@ struct Transcripts {
 }
 
 impl Transcripts {
-    fn of(ctx: &OpenContext, id: &str) -> Transcripts {
-        let cwd_project = ctx.options.cwd.as_deref().and_then(project_name);
-        let projects = (ctx.exec.is_local() && !id.contains('/'))
-            .then(|| crate::auth::config_dir(&ctx.options))
-            .flatten()
-            .and_then(|dir| std::fs::read_dir(dir.join("projects")).ok());
+    /// Looked for on a blocking thread: a user's projects directory may hold many.
+    async fn of(ctx: &OpenContext, id: &str) -> Transcripts {
+        let nothing = || Transcripts { cwd_project: None, found: Vec::new() };
+        let projects = match crate::auth::config_dir(&ctx.options) {
+            Some(dir) if ctx.exec.is_local() && !id.contains('/') => dir.join("projects"),
+            _ => return nothing(),
+        };
+        let cwd = ctx.options.cwd.clone();
         let transcript = format!("{id}.jsonl");
-        let found = projects
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|project| {
-                let file = project.path().join(&transcript);
-                file.is_file().then(|| (project.file_name().to_string_lossy().into_owned(), file))
-            })
-            .collect();
-        Transcripts { cwd_project, found }
+        let look = move || {
+            let cwd_project = cwd.as_deref().and_then(project_name);
+            let found = std::fs::read_dir(projects)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|project| {
+                    let file = project.path().join(&transcript);
+                    file.is_file().then(|| (project.file_name().to_string_lossy().into_owned(), file))
+                })
+                .collect();
+            Transcripts { cwd_project, found }
+        };
+        tokio::task::spawn_blocking(look).await.unwrap_or_else(|_| nothing())
     }
 }
 
@@ -419,7 +425,7 @@ impl Provider for ClaudeProvider {
                         // before claude had written it (seen after a kill during a later turn).
                         let unsaved = if !stderr.contains("No conversation found") {
                             String::new()
-                        } else if let Some(project) = self.project_of(&ctx, provider_session_id) {
+                        } else if let Some(project) = self.project_of(&ctx, provider_session_id).await {
                             format!(
                                 "; claude keeps conversations per working directory and finds this one under \
                                  `projects/{project}` of its configuration directory, not under this session's cwd: \
