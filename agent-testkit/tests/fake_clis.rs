@@ -812,6 +812,7 @@ async fn run_script(cli: FakeCli, script: &str) -> (Option<i32>, String) {
     let path = dir.join(format!("{}.jsonl", cli.binary_name()));
     std::fs::write(&path, script).unwrap();
     let output = Command::new(program(cli)).env("FAKE_CLI_SCRIPT", &path).output().await.unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
     (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
