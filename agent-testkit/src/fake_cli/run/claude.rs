@@ -23,6 +23,12 @@ fn is_control_request(msg: &Value, name: &str) -> bool {
     kind(msg) == Some("control_request") && subtype(msg) == Some(name)
 }
 
+/// The session `--resume` or `--session-id` names, else the fake's fixed one.
+pub(super) fn first_session(args: &[String]) -> String {
+    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    flag("--resume").or_else(|| flag("--session-id")).unwrap_or_else(|| crate::fake_cli::CLAUDE_SESSION_ID.to_owned())
+}
+
 pub(super) fn is_handshake(msg: &Value) -> bool {
     is_control_request(msg, "initialize")
 }

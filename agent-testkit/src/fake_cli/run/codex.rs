@@ -23,6 +23,11 @@ fn error(id: &Value, message: &str) -> Value {
     json!({"id": id, "error": {"code": INVALID_REQUEST, "message": message}})
 }
 
+/// The thread every new codex thread gets (a resumed one keeps its own, set at the handshake).
+pub(super) fn first_session() -> String {
+    crate::fake_cli::CODEX_THREAD_ID.to_owned()
+}
+
 pub(super) fn is_handshake(msg: &Value) -> bool {
     method(msg) == Some("initialize")
 }

@@ -9,9 +9,11 @@ mod claude;
 mod codex;
 mod io;
 mod pi;
+mod proto;
+mod state;
 mod template;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,6 +23,8 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 
 use self::io::{Input, Output, Recorder, StdinControl};
+use self::proto::Proto;
+use self::state::{Rule, State, Turn};
 use super::script::{ApprovalKind, EofAction, ExpectKind, FakeScript, FakeStep, InterruptMode};
 use super::{FakeCli, RECORD_ENV, SCRIPT_ARG, SCRIPT_ENV};
 
@@ -93,209 +97,20 @@ async fn run(cli: FakeCli, script: FakeScript, args: Vec<String>) -> ExitCode {
     let out = Output::start(recorder.clone());
     let (stdin, input) = StdinControl::start(recorder.clone());
     let (interrupts_tx, interrupts) = mpsc::channel(INTERRUPT_CAPACITY);
+    let proto = Proto::new(cli, &args);
+    let session = proto.first_session(&args);
     let engine = Arc::new(Engine {
-        proto: Proto::new(cli, &args),
+        proto,
         version: cli.version(),
         out,
         stdin,
         recorder,
-        state: Mutex::new(State::new(cli, &args)),
+        state: Mutex::new(State::new(cli, session)),
         inbox: Mutex::new(VecDeque::new()),
         arrived: Notify::new(),
     });
     tokio::spawn(Arc::clone(&engine).dispatch(input, interrupts_tx));
     engine.play(script.steps(), interrupts).await
-}
-
-/// Which wire protocol the fake speaks.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Proto {
-    Codex,
-    /// `partial`: started with `--include-partial-messages`, so text streams as `stream_event`s.
-    Claude {
-        partial: bool,
-    },
-    Pi,
-}
-
-impl Proto {
-    fn new(cli: FakeCli, args: &[String]) -> Proto {
-        match cli {
-            FakeCli::Codex => Proto::Codex,
-            FakeCli::Claude => Proto::Claude { partial: args.iter().any(|a| a == "--include-partial-messages") },
-            FakeCli::Pi => Proto::Pi,
-        }
-    }
-
-    fn is_handshake(self, msg: &Value) -> bool {
-        match self {
-            Proto::Codex => codex::is_handshake(msg),
-            Proto::Claude { .. } => claude::is_handshake(msg),
-            Proto::Pi => pi::is_handshake(msg),
-        }
-    }
-
-    fn is_turn_start(self, msg: &Value) -> bool {
-        match self {
-            Proto::Codex => codex::is_turn_start(msg),
-            Proto::Claude { .. } => claude::is_turn_start(msg),
-            Proto::Pi => pi::is_turn_start(msg),
-        }
-    }
-
-    fn is_interrupt(self, msg: &Value) -> bool {
-        match self {
-            Proto::Codex => codex::is_interrupt(msg),
-            Proto::Claude { .. } => claude::is_interrupt(msg),
-            Proto::Pi => pi::is_interrupt(msg),
-        }
-    }
-
-    /// Answers for requests the real CLI answers by itself; `None` queues the message.
-    fn housekeeping(self, msg: &Value, state: &State) -> Option<Vec<Value>> {
-        match self {
-            Proto::Codex => codex::housekeeping(msg, state),
-            Proto::Claude { .. } => claude::housekeeping(msg, state),
-            Proto::Pi => pi::housekeeping(msg, state),
-        }
-    }
-
-    /// The protocol's response to `msg`, if it is a request.
-    fn reply(self, msg: &Value, result: Option<Value>, error: Option<&str>) -> Option<Value> {
-        match self {
-            Proto::Codex => codex::reply(msg, result, error),
-            Proto::Claude { .. } => claude::reply(msg, result, error),
-            Proto::Pi => pi::reply(msg, result, error),
-        }
-    }
-
-    /// What the CLI answers to a line that is not JSON.
-    fn non_json(self, line: &[u8]) -> Option<Value> {
-        match self {
-            Proto::Pi => Some(pi::parse_error(line)),
-            Proto::Codex | Proto::Claude { .. } => None,
-        }
-    }
-
-    /// The acknowledgement of an interrupt that does not end a turn.
-    fn interrupt_ack(self, msg: &Value, turn_active: bool) -> Vec<Value> {
-        match self {
-            Proto::Codex => codex::interrupt_ack(msg, turn_active),
-            Proto::Claude { .. } => claude::interrupt_ack(msg),
-            Proto::Pi => pi::interrupt_ack(msg),
-        }
-    }
-
-    /// A valid frame the protocol does not know, with `padding` inside.
-    fn padding(self, padding: String) -> Value {
-        match self {
-            Proto::Codex => json!({"method": "fake/padding", "params": {"padding": padding}}),
-            Proto::Claude { .. } | Proto::Pi => json!({"type": "fake_padding", "padding": padding}),
-        }
-    }
-}
-
-/// An `on` rule.
-#[derive(Debug)]
-struct Rule {
-    pattern: Value,
-    reply: Option<Value>,
-    error: Option<String>,
-    frames: Vec<Value>,
-    remaining: Option<u32>,
-}
-
-/// The turn being played.
-#[derive(Debug)]
-pub(super) struct Turn {
-    /// The protocol's turn ID (Codex); a counter elsewhere.
-    pub(super) id: String,
-    /// The text of the turn's last assistant message.
-    pub(super) text: String,
-    /// The client's reference of a request the turn waits on (to withdraw it on interrupt).
-    pub(super) pending: Option<Value>,
-}
-
-/// What the engine and the dispatcher share.
-#[derive(Debug)]
-pub(super) struct State {
-    hung: bool,
-    pub(super) handshake_done: bool,
-    interrupts: InterruptMode,
-    eof: (EofAction, i32),
-    /// Stdin closed under [`EofAction::FinishTurn`]: exit with this code once no turn runs.
-    exit_when_idle: Option<i32>,
-    rules: Vec<Rule>,
-    pub(super) turn: Option<Turn>,
-    /// The turn is answered but not announced yet: interrupts are refused.
-    pub(super) unannounced: bool,
-    /// How many turns started.
-    pub(super) turns: u64,
-    /// The last turn's ID, for frames written after it ended.
-    last_turn: Option<String>,
-    /// `prompt`, `answer`, `decision`, `tool_output`.
-    vars: BTreeMap<&'static str, String>,
-    /// The message the last `expect` took.
-    last_in: Option<Value>,
-    /// IDs of the fake's own objects (items, tool calls, UI requests).
-    counter: u64,
-    /// Codex server-request IDs, from 0.
-    pub(super) server_requests: u64,
-    /// Codex thread ID, Claude or Pi session ID.
-    pub(super) session: String,
-    pub(super) cwd: String,
-    /// Messages so far (Pi `messageCount`).
-    pub(super) messages: u64,
-}
-
-impl State {
-    fn new(cli: FakeCli, args: &[String]) -> State {
-        let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
-        let session = match cli {
-            FakeCli::Codex => super::CODEX_THREAD_ID.to_owned(),
-            FakeCli::Claude => {
-                flag("--resume").or_else(|| flag("--session-id")).unwrap_or_else(|| super::CLAUDE_SESSION_ID.to_owned())
-            }
-            // Like pi, a session of its own per process: the one `--session <dir>/<time>_<id>.jsonl`
-            // names, else a new ID.
-            FakeCli::Pi => flag("--session")
-                .and_then(|file| {
-                    let name = file.rsplit('/').next()?.strip_suffix(".jsonl")?.to_owned();
-                    Some(name.rsplit_once('_').map_or(name.clone(), |(_, id)| id.to_owned()))
-                })
-                .unwrap_or_else(|| {
-                    let nanos = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.subsec_nanos());
-                    format!("00000000-0000-7000-8000-{:06x}{:06x}", std::process::id() & 0xff_ffff, nanos & 0xff_ffff)
-                }),
-        };
-        let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
-        State {
-            hung: false,
-            handshake_done: false,
-            interrupts: InterruptMode::Honor,
-            eof: (if cli == FakeCli::Claude { EofAction::FinishTurn } else { EofAction::Exit }, 0),
-            exit_when_idle: None,
-            rules: Vec::new(),
-            turn: None,
-            unannounced: false,
-            turns: 0,
-            last_turn: None,
-            vars: BTreeMap::new(),
-            last_in: None,
-            counter: 0,
-            server_requests: 0,
-            session,
-            cwd,
-            messages: 0,
-        }
-    }
-
-    /// The active turn's ID, else the last one's.
-    pub(super) fn turn_id(&self) -> String {
-        self.turn.as_ref().map(|t| t.id.clone()).or_else(|| self.last_turn.clone()).unwrap_or_default()
-    }
 }
 
 /// How a step left the turn.

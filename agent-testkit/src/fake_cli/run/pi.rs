@@ -17,6 +17,20 @@ fn kind(msg: &Value) -> Option<&str> {
     msg.get("type").and_then(Value::as_str)
 }
 
+/// Like pi, a session of its own per process: the one `--session <dir>/<time>_<id>.jsonl`
+/// names, else a new ID.
+pub(super) fn first_session(args: &[String]) -> String {
+    let file = args.iter().position(|a| a == "--session").and_then(|i| args.get(i + 1));
+    file.and_then(|file| {
+        let name = file.rsplit('/').next()?.strip_suffix(".jsonl")?;
+        Some(name.rsplit_once('_').map_or(name, |(_, id)| id).to_owned())
+    })
+    .unwrap_or_else(|| {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        format!("00000000-0000-7000-8000-{:06x}{:06x}", std::process::id() & 0xff_ffff, nanos & 0xff_ffff)
+    })
+}
+
 pub(super) fn is_handshake(msg: &Value) -> bool {
     kind(msg) == Some("get_state")
 }
