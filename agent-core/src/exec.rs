@@ -58,6 +58,21 @@ pub const OWNER_MARKER_ENV: &str = "AGENT_HARNESS_OWNER_PID";
 /// started in a sandbox of its own namespace still names its harness. Not set where the
 /// namespace cannot be read.
 pub const OWNER_NAMESPACE_MARKER_ENV: &str = "AGENT_HARNESS_OWNER_PIDNS";
+
+/// This process's PID namespace, as [`OWNER_NAMESPACE_MARKER_ENV`] carries it (the inode number
+/// `/proc/self/ns/pid` names, `pid:[N]`): read once; `None` where it cannot be read.
+pub fn pid_namespace() -> Option<&'static str> {
+    static NAMESPACE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    NAMESPACE.get_or_init(|| pid_namespace_of("self")).as_deref()
+}
+
+/// The PID namespace of process `pid` (`self` for this one), as [`pid_namespace`] gives it.
+pub fn pid_namespace_of(pid: &str) -> Option<String> {
+    let link = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
+    let inode = link.to_str()?.strip_prefix("pid:[")?.strip_suffix(']')?;
+    (!inode.is_empty() && inode.bytes().all(|b| b.is_ascii_digit())).then(|| inode.to_owned())
+}
+
 /// The environment variable that stamps a child with the harness (within its process) whose
 /// session it belongs to ([`Command::harness`]): two harnesses of one process may each run a
 /// session of the same ID.

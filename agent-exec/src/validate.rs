@@ -6,6 +6,7 @@ use std::ffi::{OsStr, OsString};
 use agent_core::SessionId;
 use agent_core::exec::{
     Command, EnvSpec, ExecError, HARNESS_MARKER_ENV, OWNER_MARKER_ENV, OWNER_NAMESPACE_MARKER_ENV, SESSION_MARKER_ENV,
+    pid_namespace,
 };
 
 /// A child's environment, sorted by name.
@@ -85,20 +86,6 @@ pub(crate) fn child_env(
         None => env.remove(OsStr::new(OWNER_NAMESPACE_MARKER_ENV)),
     };
     env
-}
-
-/// This process's PID namespace, as the inode number `/proc/<pid>/ns/pid` names (`pid:[N]`):
-/// read once; `None` where it cannot be read.
-pub(crate) fn pid_namespace() -> Option<&'static str> {
-    static NAMESPACE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    NAMESPACE.get_or_init(|| namespace_of("self")).as_deref()
-}
-
-/// The PID namespace of process `pid` (`self` for this one), as [`pid_namespace`] gives it.
-pub(crate) fn namespace_of(pid: &str) -> Option<String> {
-    let link = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
-    let inode = link.to_str()?.strip_prefix("pid:[")?.strip_suffix(']')?;
-    inode.bytes().all(|b| b.is_ascii_digit()).then(|| inode.to_owned())
 }
 
 #[cfg(test)]

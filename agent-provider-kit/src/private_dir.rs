@@ -94,12 +94,10 @@ fn origin() -> Option<&'static str> {
     static ORIGIN: OnceLock<Option<String>> = OnceLock::new();
     ORIGIN
         .get_or_init(|| {
-            let link = std::fs::read_link("/proc/self/ns/pid").ok()?;
-            let inode = link.to_str()?.strip_prefix("pid:[")?.strip_suffix(']')?;
+            let namespace = agent_core::exec::pid_namespace()?;
             let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
             let boot: String = boot.chars().filter(char::is_ascii_hexdigit).take(8).collect();
-            let known = !inode.is_empty() && inode.bytes().all(|b| b.is_ascii_digit()) && boot.len() == 8;
-            known.then(|| format!("{inode}.{boot}"))
+            (boot.len() == 8).then(|| format!("{namespace}.{boot}"))
         })
         .as_deref()
 }

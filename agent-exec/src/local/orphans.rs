@@ -214,7 +214,7 @@ mod linux {
     pub(crate) fn scan() -> io::Result<Vec<Stamped>> {
         let me = std::process::id() as RawPid;
         let spared = ancestors(me);
-        let namespace = crate::validate::pid_namespace();
+        let namespace = agent_core::exec::pid_namespace();
         let mut found = Vec::new();
         for entry in fs::read_dir("/proc")? {
             let name = entry?.file_name();
@@ -233,7 +233,7 @@ mod linux {
             // stamp and is listed.
             let foreign = match (namespace, stamped_in) {
                 (Some(ours), Some(theirs)) => ours != theirs,
-                (Some(ours), None) => crate::validate::namespace_of(&raw.to_string()).as_deref() != Some(ours),
+                (Some(ours), None) => agent_core::exec::pid_namespace_of(&raw.to_string()).as_deref() != Some(ours),
                 (None, _) => false,
             };
             if foreign {
