@@ -216,23 +216,6 @@ struct InitializeCapabilities {
     experimental_api: bool,
 }
 
-/// The rollout file a `thread/resume` reply names (`result.thread.path`), if it names one.
-fn rollout_path(reply: &str) -> Option<std::path::PathBuf> {
-    #[derive(Deserialize)]
-    struct Reply {
-        result: Result,
-    }
-    #[derive(Deserialize)]
-    struct Result {
-        thread: Thread,
-    }
-    #[derive(Deserialize)]
-    struct Thread {
-        path: Option<std::path::PathBuf>,
-    }
-    serde_json::from_str::<Reply>(reply).ok()?.result.thread.path
-}
-
 /// How the context codex itself adds to a thread as user messages begins: the environment,
 /// the user's and the project's instructions, skills, an interrupted turn's marker.
 const CONTEXT_OPENINGS: &[&str] = &[
@@ -322,7 +305,7 @@ struct ThreadParams<'a> {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ThreadResult {
-    thread: ThreadIdOnly,
+    thread: ThreadFields,
     /// The model and reasoning effort the thread runs with, which a turn's own override
     /// changes for the turns after it too (codex keeps them).
     #[serde(default)]
@@ -331,9 +314,13 @@ struct ThreadResult {
     reasoning_effort: Option<String>,
 }
 
+/// What open reads of the thread: its ID, and the rollout file it is kept in (`path`, for a
+/// resume's check).
 #[derive(Deserialize)]
-struct ThreadIdOnly {
+struct ThreadFields {
     id: String,
+    #[serde(default)]
+    path: Option<std::path::PathBuf>,
 }
 
 /// Codex's name for an approval policy (`OnFailure` is refused by validation).
@@ -479,7 +466,7 @@ impl Provider for CodexProvider {
             }
             Err(error) => return Err(self.startup_error(&conn, method, deadline, error).await),
         };
-        let Some(ThreadResult { thread: ThreadIdOnly { id: thread_id }, model, reasoning_effort }) =
+        let Some(ThreadResult { thread: ThreadFields { id: thread_id, path: rollout }, model, reasoning_effort }) =
             parse_result(raw.get())
         else {
             let error = CallError::Unexpected { method: method.to_owned() };
@@ -498,7 +485,7 @@ impl Provider for CodexProvider {
         // would be an empty conversation reported as continued, turns listed and all.
         if let OpenConversation::Resume { provider_session_id } = &ctx.conversation
             && ctx.exec.is_local()
-            && let Some(rollout) = rollout_path(raw.get())
+            && let Some(rollout) = rollout
             && any_line(rollout.clone(), MAX_SCANNED, is_turn_content).await == Some(false)
         {
             let reason = format!(
@@ -624,6 +611,7 @@ mod tests {
         ] {
             assert!(is_turn_content(&line), "{line}");
         }
+        let rollout_path = |reply: &str| parse_result::<ThreadResult>(reply).and_then(|r| r.thread.path);
         let reply = json!({"id": 2, "result": {"thread": {"id": "t", "path": "/r.jsonl"}}}).to_string();
         assert_eq!(rollout_path(&reply), Some(std::path::PathBuf::from("/r.jsonl")));
         assert_eq!(rollout_path(r#"{"id":2,"result":{"thread":{"id":"t"}}}"#), None);
