@@ -121,36 +121,6 @@ impl ClaudeProvider {
         })
     }
 
-    /// The project directory (under `<config dir>/projects/`) that holds conversation `id`'s
-    /// transcript when the session's cwd's does not, the exec being local: claude looks only in
-    /// the one named after the cwd.
-    async fn project_of(&self, ctx: &OpenContext, id: &str) -> Option<String> {
-        let transcripts = Transcripts::of(ctx, id).await;
-        let in_cwd = |project: &String| transcripts.cwd_project.as_ref() == Some(project);
-        if transcripts.found.iter().any(|(project, _)| in_cwd(project)) {
-            return None;
-        }
-        transcripts.found.into_iter().next().map(|(project, _)| project)
-    }
-
-    /// The project directory of conversation `id`'s transcript when the one claude would read
-    /// (the cwd's; every one found when claude's name for the cwd's is not known) holds no
-    /// message, the exec being local: its lines were lost or replaced, and claude would take
-    /// the rest as a conversation with nothing in it, reported as continued.
-    async fn messageless_transcript(&self, ctx: &OpenContext, id: &str) -> Option<String> {
-        let Transcripts { cwd_project, found } = Transcripts::of(ctx, id).await;
-        let read =
-            found.into_iter().filter(|(project, _)| cwd_project.is_none() || cwd_project.as_ref() == Some(project));
-        let mut empty = None;
-        for (project, file) in read {
-            if any_line(file, MAX_SCANNED, is_message).await != Some(false) {
-                return None;
-            }
-            empty.get_or_insert(project);
-        }
-        empty
-    }
-
     fn spawn_error(&self, error: ExecError, program: &OsString) -> Error {
         match error {
             ExecError::ProgramNotFound { .. } => self.unavailable(format!(
@@ -219,9 +189,14 @@ struct Transcripts {
 }
 
 impl Transcripts {
+    /// None: a new conversation, or an exec that is not local.
+    fn none() -> Transcripts {
+        Transcripts { cwd_project: None, found: Vec::new() }
+    }
+
     /// Looked for on a blocking thread: a user's projects directory may hold many.
     async fn of(ctx: &OpenContext, id: &str) -> Transcripts {
-        let nothing = || Transcripts { cwd_project: None, found: Vec::new() };
+        let nothing = Transcripts::none;
         let projects = match crate::auth::config_dir(&ctx.options) {
             Some(dir) if ctx.exec.is_local() && !id.contains('/') => dir.join("projects"),
             _ => return nothing(),
@@ -242,6 +217,35 @@ impl Transcripts {
             Transcripts { cwd_project, found }
         };
         tokio::task::spawn_blocking(look).await.unwrap_or_else(|_| nothing())
+    }
+
+    /// The project directory (under `<config dir>/projects/`) that holds the transcript when
+    /// the session's cwd's does not: claude looks only in the one named after the cwd.
+    fn elsewhere(&self) -> Option<&str> {
+        let in_cwd = |project: &String| self.cwd_project.as_ref() == Some(project);
+        if self.found.iter().any(|(project, _)| in_cwd(project)) {
+            return None;
+        }
+        self.found.first().map(|(project, _)| project.as_str())
+    }
+
+    /// The project directory of the transcript when the one claude would read (the cwd's;
+    /// every one found when claude's name for the cwd's is not known) holds no message: its
+    /// lines were lost or replaced, and claude would take the rest as a conversation with
+    /// nothing in it, reported as continued.
+    async fn messageless(&self) -> Option<&str> {
+        let read = self
+            .found
+            .iter()
+            .filter(|(project, _)| self.cwd_project.is_none() || self.cwd_project.as_ref() == Some(project));
+        let mut empty = None;
+        for (project, file) in read {
+            if any_line(file.clone(), MAX_SCANNED, is_message).await != Some(false) {
+                return None;
+            }
+            empty.get_or_insert(project.as_str());
+        }
+        empty
     }
 }
 
@@ -380,8 +384,13 @@ impl Provider for ClaudeProvider {
         let skill_roots = validate::skill_roots(&options)?;
         require_skills(&options, ctx.exec.as_ref(), |skill| skill_file(&skill.path))?;
         let claim = self.claim(&ctx, &session_id)?;
+        // What claude keeps of the conversation it continues, read before it runs.
+        let transcripts = match ctx.conversation.continued() {
+            Some((_, continued)) => Transcripts::of(&ctx, continued).await,
+            None => Transcripts::none(),
+        };
         if let Some((mode, continued)) = ctx.conversation.continued()
-            && let Some(project) = self.messageless_transcript(&ctx, continued).await
+            && let Some(project) = transcripts.messageless().await
         {
             let reason = format!(
                 "claude's transcript of conversation `{continued}` (under `projects/{project}` of its configuration \
@@ -425,7 +434,7 @@ impl Provider for ClaudeProvider {
                         // before claude had written it (seen after a kill during a later turn).
                         let unsaved = if !stderr.contains("No conversation found") {
                             String::new()
-                        } else if let Some(project) = self.project_of(&ctx, provider_session_id).await {
+                        } else if let Some(project) = transcripts.elsewhere() {
                             format!(
                                 "; claude keeps conversations per working directory and finds this one under \
                                  `projects/{project}` of its configuration directory, not under this session's cwd: \
