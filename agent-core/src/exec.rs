@@ -153,6 +153,33 @@ pub struct EnvSpec {
     pub unset: Vec<OsString>,
 }
 
+impl EnvSpec {
+    /// The value of `name` in the environment this spec gives a child on this host: the host's
+    /// (unless `clear` drops it), then `set`, then `unset`, as a local exec builds it.
+    ///
+    /// ```
+    /// use agent_core::exec::EnvSpec;
+    ///
+    /// let mut spec = EnvSpec::default();
+    /// spec.set.push(("CONFIG_DIR".into(), "/etc/cli".into()));
+    /// spec.unset.push("HOME".into());
+    /// assert_eq!(spec.value("CONFIG_DIR"), Some("/etc/cli".into()));
+    /// assert_eq!(spec.value("HOME"), None);
+    /// ```
+    pub fn value(&self, name: &str) -> Option<OsString> {
+        if self.unset.iter().any(|unset| unset == name) {
+            return None;
+        }
+        if let Some((_, value)) = self.set.iter().rev().find(|(set, _)| set == name) {
+            return Some(value.clone());
+        }
+        if self.clear && !self.allow.iter().any(|allowed| allowed == name) {
+            return None;
+        }
+        std::env::var_os(name)
+    }
+}
+
 impl fmt::Debug for EnvSpec {
     // Values can be credentials: print names only.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -50,9 +50,7 @@ fn settings_layers(options: &SessionOptions) -> Vec<PathBuf> {
 
 /// The user's claude directory: `$CLAUDE_CONFIG_DIR`, else `~/.claude`.
 pub(crate) fn config_dir(options: &SessionOptions) -> Option<PathBuf> {
-    effective_env(options, "CLAUDE_CONFIG_DIR")
-        .map(PathBuf::from)
-        .or_else(|| effective_env(options, "HOME").map(|home| PathBuf::from(home).join(".claude")))
+    agent_provider_kit::transcript::claude::config_dir(|name| effective_env(options, name))
 }
 
 /// What the auth guard makes of this host for a claude session with `options` under

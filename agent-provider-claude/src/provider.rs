@@ -15,7 +15,7 @@ use agent_provider_kit::conversations::{Claim, real_path};
 use agent_provider_kit::probe::ProbeCache;
 use agent_provider_kit::secrets::Secrets;
 use agent_provider_kit::skills::{require_skills, skill_file};
-use agent_provider_kit::transcript::{MAX_SCANNED, any_line};
+use agent_provider_kit::transcript::claude::Transcripts;
 use agent_provider_kit::version::{CliProbe, Version};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -179,97 +179,6 @@ fn new_session_id() -> Option<String> {
     Some(format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]))
 }
 
-/// Conversation `id`'s transcripts on this host (a local exec only):
-/// `<config dir>/projects/<project>/<id>.jsonl`.
-struct Transcripts {
-    /// Claude's name of the cwd's project directory, when it is known.
-    cwd_project: Option<String>,
-    /// Each transcript found, with its project directory's name.
-    found: Vec<(String, std::path::PathBuf)>,
-}
-
-impl Transcripts {
-    /// None: a new conversation, or an exec that is not local.
-    fn none() -> Transcripts {
-        Transcripts { cwd_project: None, found: Vec::new() }
-    }
-
-    /// Looked for on a blocking thread: a user's projects directory may hold many.
-    async fn of(ctx: &OpenContext, id: &str) -> Transcripts {
-        let nothing = Transcripts::none;
-        let projects = match crate::auth::config_dir(&ctx.options) {
-            Some(dir) if ctx.exec.is_local() && !id.contains('/') => dir.join("projects"),
-            _ => return nothing(),
-        };
-        let cwd = ctx.options.cwd.clone();
-        let transcript = format!("{id}.jsonl");
-        let look = move || {
-            let cwd_project = cwd.as_deref().and_then(project_name);
-            let found = std::fs::read_dir(projects)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .filter_map(|project| {
-                    let file = project.path().join(&transcript);
-                    file.is_file().then(|| (project.file_name().to_string_lossy().into_owned(), file))
-                })
-                .collect();
-            Transcripts { cwd_project, found }
-        };
-        tokio::task::spawn_blocking(look).await.unwrap_or_else(|_| nothing())
-    }
-
-    /// The project directory (under `<config dir>/projects/`) that holds the transcript when
-    /// the session's cwd's does not: claude looks only in the one named after the cwd.
-    fn elsewhere(&self) -> Option<&str> {
-        let in_cwd = |project: &String| self.cwd_project.as_ref() == Some(project);
-        if self.found.iter().any(|(project, _)| in_cwd(project)) {
-            return None;
-        }
-        self.found.first().map(|(project, _)| project.as_str())
-    }
-
-    /// The project directory of the transcript when the one claude would read (the cwd's;
-    /// every one found when claude's name for the cwd's is not known) holds no message: its
-    /// lines were lost or replaced, and claude would take the rest as a conversation with
-    /// nothing in it, reported as continued.
-    async fn messageless(&self) -> Option<&str> {
-        let read = self
-            .found
-            .iter()
-            .filter(|(project, _)| self.cwd_project.is_none() || self.cwd_project.as_ref() == Some(project));
-        let mut empty = None;
-        for (project, file) in read {
-            if any_line(file.clone(), MAX_SCANNED, is_message).await != Some(false) {
-                return None;
-            }
-            empty.get_or_insert(project.as_str());
-        }
-        empty
-    }
-}
-
-/// The name claude gives the project directory of `cwd`: its real path with every character
-/// but an ASCII letter or digit as `-`, one per UTF-16 unit (claude replaces JavaScript string
-/// units, so an emoji makes two). `None` past 200 bytes, where claude shortens the name.
-fn project_name(cwd: &std::path::Path) -> Option<String> {
-    let real = std::fs::canonicalize(cwd).ok()?;
-    let mut name = String::new();
-    for c in real.to_string_lossy().chars() {
-        if c.is_ascii_alphanumeric() {
-            name.push(c);
-        } else {
-            name.extend(std::iter::repeat_n('-', c.len_utf16()));
-        }
-    }
-    (name.len() <= 200).then_some(name)
-}
-
-/// A user or assistant message of a claude transcript.
-fn is_message(line: &Value) -> bool {
-    matches!(line["type"].as_str(), Some("user" | "assistant")) && line["message"].is_object()
-}
-
 /// The arguments of `claude` for a session (without the program).
 pub(crate) fn arguments(
     options: &SessionOptions,
@@ -385,9 +294,11 @@ impl Provider for ClaudeProvider {
         require_skills(&options, ctx.exec.as_ref(), |skill| skill_file(&skill.path))?;
         let claim = self.claim(&ctx, &session_id)?;
         // What claude keeps of the conversation it continues, read before it runs.
-        let transcripts = match ctx.conversation.continued() {
-            Some((_, continued)) => Transcripts::of(&ctx, continued).await,
-            None => Transcripts::none(),
+        let transcripts = match (ctx.conversation.continued(), crate::auth::config_dir(&options)) {
+            (Some((_, continued)), Some(config_dir)) if ctx.exec.is_local() => {
+                Transcripts::find(config_dir, options.cwd.clone(), continued).await
+            }
+            _ => Transcripts::default(),
         };
         if let Some((mode, continued)) = ctx.conversation.continued()
             && let Some(project) = transcripts.messageless().await
@@ -479,23 +390,6 @@ mod tests {
     use agent_core::McpServer;
 
     use super::*;
-
-    /// Claude's project directory name: every character but an ASCII letter or digit becomes
-    /// `-`, one per UTF-16 unit.
-    #[test]
-    fn a_project_is_named_after_the_cwds_real_path() {
-        let dir = agent_provider_kit::private_dir::PrivateDir::create(&std::env::temp_dir(), "claude-project").unwrap();
-        let cwd = dir.path().join("my dir_é😀");
-        std::fs::create_dir(&cwd).unwrap();
-        let real = std::fs::canonicalize(dir.path()).unwrap();
-        let base: String =
-            real.to_string_lossy().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
-        assert_eq!(project_name(&cwd), Some(format!("{base}-my-dir----")));
-        assert_eq!(project_name(&dir.path().join("missing")), None);
-        let long = dir.path().join("x".repeat(200));
-        std::fs::create_dir(&long).unwrap();
-        assert_eq!(project_name(&long), None, "past 200 bytes claude shortens the name");
-    }
 
     #[test]
     fn new_sessions_get_their_id_on_the_command_line() {

@@ -593,7 +593,7 @@ async fn a_transcript_without_its_messages_fails_the_resume() {
     claude.run(&first, "Remember the word PINEAPPLE", |_| None).await;
     let conversation = claude.harness.status(&first).await.unwrap().provider_session_id.expect("session id");
     claude.harness.stop_session(&first, false).await.unwrap();
-    let transcript = find_file(claude.env.dir(), &format!("{conversation}.jsonl")).expect("claude's transcript");
+    let transcript = claude.env.find_file(&format!("{conversation}.jsonl")).expect("claude's transcript");
     let text = std::fs::read_to_string(&transcript).unwrap();
     let kept: Vec<&str> =
         text.lines().filter(|l| !l.contains(r#""type":"user""#) && !l.contains(r#""type":"assistant""#)).collect();
@@ -609,14 +609,6 @@ async fn a_transcript_without_its_messages_fails_the_resume() {
     assert_eq!(claude.exec.children().len(), spawned, "claude was not run");
     assert_eq!(claude.server.model_requests().len(), 1, "no turn ran on an empty conversation");
     claude.finish().await;
-}
-
-/// The first file named `name` under `dir`.
-fn find_file(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
-    std::fs::read_dir(dir).ok()?.flatten().find_map(|entry| {
-        let path = entry.path();
-        if path.is_dir() { find_file(&path, name) } else { (entry.file_name() == name).then_some(path) }
-    })
 }
 
 /// Two live sessions never continue one claude conversation (each would lose the other's

@@ -325,7 +325,7 @@ async fn a_thread_whose_rollout_lost_its_turns_fails_the_resume() {
     codex.run(&first, "Remember the word PINEAPPLE", |_| None).await;
     let thread = codex.harness.status(&first).await.unwrap().provider_session_id.expect("thread id");
     codex.harness.stop_session(&first, false).await.unwrap();
-    let rollout = find_file(codex.env.dir(), &format!("{thread}.jsonl")).expect("codex's rollout");
+    let rollout = codex.env.find_file(&format!("{thread}.jsonl")).expect("codex's rollout");
     let text = std::fs::read_to_string(&rollout).unwrap();
     let head = text.lines().next().expect("a first line");
     std::fs::write(&rollout, format!("{head}\nnot json\n")).unwrap();
@@ -335,18 +335,6 @@ async fn a_thread_whose_rollout_lost_its_turns_fails_the_resume() {
     }
     assert_eq!(codex.server().model_requests().len(), 1, "no turn ran on an empty thread");
     codex.finish().await;
-}
-
-/// The first file under `dir` whose name ends with `suffix`.
-fn find_file(dir: &std::path::Path, suffix: &str) -> Option<std::path::PathBuf> {
-    std::fs::read_dir(dir).ok()?.flatten().find_map(|entry| {
-        let path = entry.path();
-        if path.is_dir() {
-            find_file(&path, suffix)
-        } else {
-            entry.file_name().to_string_lossy().ends_with(suffix).then_some(path)
-        }
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,10 +9,11 @@
 //! session's life; a second claim while the first is held is refused with the holding session's
 //! ID. The claim is released when the session closes or its value is dropped.
 //!
-//! Codex refuses a second resume of a loaded thread by itself, and the presets share one
-//! conversation among the live sessions of a key on purpose (they run one turn at a time, each
-//! reading the CLI's file afresh): neither claims. Only sessions whose exec runs locally claim (a
-//! conversation on another host is another file).
+//! Codex refuses a second resume of a loaded thread by itself, and does not claim. The presets
+//! share one conversation among the live sessions of a key on purpose (they run one turn at a
+//! time, each reading the CLI's file afresh); one whose CLI keeps claude's or pi's files claims
+//! the conversation, under the same key as the native provider, for each turn that continues it.
+//! Only sessions whose exec runs locally claim (a conversation on another host is another file).
 //!
 //! Sessions of other processes of this user on this host (two harnesses sharing a store, a
 //! service and the `agent-harness` command) are seen too: a claim also holds an exclusive

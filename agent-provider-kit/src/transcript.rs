@@ -15,6 +15,9 @@
 //! # });
 //! ```
 
+pub mod claude;
+pub mod pi;
+
 use std::io::BufRead;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;

@@ -18,6 +18,7 @@ use agent_provider_kit::framing::stderr_note;
 use agent_provider_kit::probe::ProbeCache;
 use agent_provider_kit::secrets::Secrets;
 use agent_provider_kit::skills::require_skills;
+use agent_provider_kit::transcript::pi as transcript;
 use agent_provider_kit::version::{CliProbe, Version};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -142,63 +143,13 @@ fn effective_env(options: &SessionOptions, name: &str) -> Option<PathBuf> {
 
 /// Pi's agent directory: `$PI_CODING_AGENT_DIR`, else `~/.pi/agent`.
 fn agent_dir(options: &SessionOptions) -> Option<PathBuf> {
-    effective_env(options, "PI_CODING_AGENT_DIR").or_else(|| Some(effective_env(options, "HOME")?.join(".pi/agent")))
+    transcript::agent_dir(|name| effective_env(options, name).map(PathBuf::into_os_string))
 }
 
-/// Where pi looks for the sessions of `cwd`, first to last: `--session-dir` alone when it is
-/// given; else `$PI_CODING_AGENT_SESSION_DIR`, the `sessionDir` of pi's settings (the
-/// project's `.pi/settings.json` over the agent directory's `settings.json`) and
-/// `<agent dir>/sessions/--<cwd with '/' as '-'>--/`. Pi writes to the first of the last three
-/// that is set; all of them are searched, so a session is found after its settings changed. Pi
-/// names the last after its `process.cwd()`, the real path: a cwd given with a trailing `/` or
-/// through a symbolic link is resolved first (as it stands when the session opens).
+/// Where pi looks for the sessions of the session's cwd (see [`transcript::session_dirs`]).
 fn session_dirs(options: &SessionOptions, pi: &PiOptions) -> Vec<PathBuf> {
-    if let Some(dir) = &pi.session_dir {
-        return vec![dir.clone()];
-    }
-    let cwd = options.cwd.as_ref().map(|cwd| std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.clone()));
-    let home = effective_env(options, "HOME");
-    // Pi expands a leading `~` and takes a relative directory from its working directory.
-    let place = |dir: &str| -> Option<PathBuf> {
-        let dir = match dir.strip_prefix("~/") {
-            Some(rest) => home.as_ref()?.join(rest),
-            None if dir == "~" => home.clone()?,
-            None => PathBuf::from(dir),
-        };
-        if dir.is_absolute() { Some(dir) } else { Some(cwd.as_ref()?.join(dir)) }
-    };
-    let setting = |file: Option<PathBuf>| -> Option<PathBuf> {
-        let text = std::fs::read(file?).ok()?;
-        let settings: serde_json::Value = serde_json::from_slice(&text).ok()?;
-        place(settings.get("sessionDir")?.as_str().filter(|d| !d.is_empty())?)
-    };
-    let from_env = effective_env(options, "PI_CODING_AGENT_SESSION_DIR")
-        .and_then(|d| d.to_str().filter(|d| !d.is_empty()).and_then(place));
-    let project = setting(cwd.as_ref().map(|cwd| cwd.join(".pi/settings.json")));
-    let global = setting(agent_dir(options).map(|d| d.join("settings.json")));
-    let default = cwd.as_ref().and_then(|cwd| {
-        let name = cwd.to_string_lossy().trim_start_matches('/').replace(['/', '\\', ':'], "-");
-        Some(agent_dir(options)?.join("sessions").join(format!("--{name}--")))
-    });
-    let mut dirs = Vec::new();
-    for dir in [from_env, project, global, default].into_iter().flatten() {
-        if !dirs.contains(&dir) {
-            dirs.push(dir);
-        }
-    }
-    dirs
-}
-
-/// The session file of the session with exactly this ID (`<time>_<id>.jsonl`). Pi itself
-/// matches `--session <id>` by prefix, which can open another session (UUIDv7 prefixes are
-/// timestamps), so the provider passes the file.
-pub(crate) fn find_session_file(dir: &Path, id: &str) -> Option<PathBuf> {
-    let suffix = format!("_{id}.jsonl");
-    let entries = std::fs::read_dir(dir).ok()?;
-    entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(&suffix)))
+    let env = |name: &str| effective_env(options, name).map(PathBuf::into_os_string);
+    transcript::session_dirs(env, options.cwd.as_deref(), pi.session_dir.as_deref())
 }
 
 /// Checks the model against `models.json` when it names a provider defined there.
@@ -340,7 +291,7 @@ fn conversation_args(
     if dirs.is_empty() {
         return Err(Error::ResumeFailed { mode, reason: "pi's session directory is unknown (no cwd or HOME)".into() });
     }
-    let Some(file) = dirs.iter().find_map(|dir| find_session_file(dir, id)) else {
+    let Some(file) = dirs.iter().find_map(|dir| transcript::find_session_file(dir, id)) else {
         let searched = dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
         return Err(Error::ResumeFailed {
             mode,

@@ -412,21 +412,8 @@ async fn stopped_with_its_file(pi: &Pi, prompt: &str) -> (agent_core::SessionRef
     pi.run(&session, prompt, |_| None).await;
     let conversation = pi.harness.status(&session).await.expect("status").provider_session_id.expect("pi's ID");
     pi.harness.stop_session(&session, false).await.expect("stop");
-    let file = files_under(pi.env.dir())
-        .into_iter()
-        .find(|f| f.to_string_lossy().ends_with(&format!("_{conversation}.jsonl")))
-        .expect("pi's session file");
+    let file = pi.env.find_file(&format!("_{conversation}.jsonl")).expect("pi's session file");
     (session, conversation, file)
-}
-
-/// Every file under `dir`.
-fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() { files.extend(files_under(&path)) } else { files.push(path) }
-    }
-    files
 }
 
 /// A turn in a session of `options()`, a stop, and a turn in the session resumed with

@@ -22,6 +22,8 @@ pub use error::PresetError;
 pub use events::OtherLines;
 pub use matcher::Framing;
 pub use options::{Approvals, DEFAULT_APPROVAL_TIMEOUT, OnBusy, OptionInfo, PresetOptions};
-pub use preset::{ApprovalConversation, DEFAULT_MAX_LINE_BYTES, Preset, PresetInfo, PromptDelivery, SCHEMA_VERSION};
+pub use preset::{
+    ApprovalConversation, ConversationFiles, DEFAULT_MAX_LINE_BYTES, Preset, PresetInfo, PromptDelivery, SCHEMA_VERSION,
+};
 pub use provider::{PROVIDER_PREFIX, PresetProvider};
 pub use result::PresetResult;

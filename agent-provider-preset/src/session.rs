@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -12,14 +12,16 @@ use std::time::Duration;
 use agent_core::exec::{ChildOutput, Command, EnvSpec};
 use agent_core::provider::{Admission, ProviderSession, TurnStart};
 use agent_core::{
-    DynExec, Error, EventKind, InputItem, ProviderId, Request, Response, Result, SessionId, Sink, TurnId, TurnInput,
-    TurnOptions, TurnResult, TurnStatus,
+    ConversationMode, DynExec, Error, EventKind, InputItem, ProviderId, Request, Response, Result, SessionId, Sink,
+    TurnId, TurnInput, TurnOptions, TurnResult, TurnStatus,
 };
+use agent_provider_kit::conversations::{Claim, real_path};
 use agent_provider_kit::framing::{Line, LineReader, unparsed_line_warning};
 use agent_provider_kit::permission_prompt::{self, PendingTool, control_response};
 use agent_provider_kit::process::{CliProcess, encode_line, wait_until};
 use agent_provider_kit::rpc::ExitReport;
 use agent_provider_kit::secrets::Secrets;
+use agent_provider_kit::transcript::{MAX_SCANNED, any_line, claude, pi};
 use async_trait::async_trait;
 use serde_json::json;
 use tokio::sync::{Notify, OwnedMutexGuard};
@@ -27,7 +29,7 @@ use tokio::task::AbortHandle;
 
 use crate::conversation::Conversation;
 use crate::options::OnBusy;
-use crate::preset::{Preset, PromptDelivery};
+use crate::preset::{ConversationFiles, Preset, PromptDelivery};
 use crate::prompt_file::PromptFile;
 use crate::result::PresetResult;
 use crate::template::Values;
@@ -139,12 +141,35 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// What a running turn holds: its key's gate and, for a CLI whose conversation files the preset
+/// names, its conversation's claim. The claim goes first (fields drop in order), so the next
+/// turn of the key, let in by the gate, finds the conversation free.
+struct Held {
+    _claim: Option<Claim>,
+    _gate: OwnedMutexGuard<()>,
+}
+
 /// How a turn's task starts.
 enum Start {
     /// The key was free and the process runs.
-    Running { gate: OwnedMutexGuard<()>, process: Arc<CliProcess>, stdout: ChildOutput },
+    Running { held: Held, process: Arc<CliProcess>, stdout: ChildOutput },
     /// Another turn of the key runs; wait for it.
     Waiting,
+}
+
+/// The value the arguments `args` give option `name`: `--name value` or `--name=value`, the
+/// last one given.
+fn option_value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    let mut found = None;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        if arg == name {
+            found = args.next().map(String::as_str).or(found);
+        } else if let Some(value) = arg.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')) {
+            found = Some(value);
+        }
+    }
+    found
 }
 
 /// The prompt of `input`: its text (structured input of text items only).
@@ -223,8 +248,71 @@ impl Shared {
         })
     }
 
+    /// Checks the conversation the turn continues (see [`Shared::continue_conversation`]),
+    /// renders the argv for the turn and starts the process. Called with the key's gate held.
+    async fn spawn(
+        &self,
+        gate: OwnedMutexGuard<()>,
+        prompt: &str,
+        model: Option<&str>,
+    ) -> Result<(Held, Arc<CliProcess>, ChildOutput)> {
+        let claim = self.continue_conversation().await?;
+        let held = Held { _claim: claim, _gate: gate };
+        let (process, stdout) = self.start_process(prompt, model).await?;
+        Ok((held, process, stdout))
+    }
+
+    /// For a preset naming its CLI's conversation files (`conversation_files`) and a turn that
+    /// continues a conversation on this host: the claim a native session of that CLI takes
+    /// (refused while another live session, of any provider, process or preset key, holds the
+    /// conversation), and for claude, the check that its transcript still holds a message
+    /// (claude would take a transcript that lost them for an empty conversation, reported as
+    /// continued).
+    async fn continue_conversation(&self) -> Result<Option<Claim>> {
+        let continued = self.conversation.state().session_id.clone().filter(|_| self.preset.resumes());
+        let (Some(files), Some(id)) = (self.preset.conversation_files, continued) else { return Ok(None) };
+        if !self.exec.is_local() {
+            return Ok(None);
+        }
+        let failed = |reason: String| Error::ResumeFailed { mode: ConversationMode::Resume, reason };
+        match files {
+            ConversationFiles::Claude => {
+                let config_dir = claude::config_dir(|name| self.run.env.value(name));
+                let place = config_dir.as_deref().map(real_path).unwrap_or_default();
+                let claim = Claim::take("claude", &place, &id, &self.session_id).map_err(|c| failed(c.to_string()))?;
+                let Some(config_dir) = config_dir else { return Ok(Some(claim)) };
+                let transcripts = claude::Transcripts::find(config_dir, Some(self.run.cwd.clone()), &id).await;
+                if let Some(project) = transcripts.messageless().await {
+                    return Err(failed(format!(
+                        "claude's transcript of conversation `{id}` (under `projects/{project}` of its configuration \
+                         directory) holds none of its messages: claude would go on from an empty conversation (no \
+                         fresh conversation was started)"
+                    )));
+                }
+                Ok(Some(claim))
+            }
+            ConversationFiles::Pi => {
+                let claim =
+                    Claim::take("pi", Path::new(""), &id, &self.session_id).map_err(|c| failed(c.to_string()))?;
+                let session_dir = option_value(&self.run.extra, "--session-dir").map(PathBuf::from);
+                let env = |name: &str| self.run.env.value(name);
+                let dirs = pi::session_dirs(env, Some(&self.run.cwd), session_dir.as_deref());
+                // A session pi cannot find it refuses itself ("No session found").
+                let Some(file) = pi::session_file(dirs, &id).await else { return Ok(Some(claim)) };
+                if any_line(file.clone(), MAX_SCANNED, pi::is_message).await == Some(false) {
+                    return Err(failed(format!(
+                        "pi's session file of conversation `{id}` ({}) holds none of its messages: pi would go on \
+                         from an empty conversation (no fresh conversation was started)",
+                        file.display()
+                    )));
+                }
+                Ok(Some(claim))
+            }
+        }
+    }
+
     /// Renders the argv for a turn continuing the key's conversation, and starts the process.
-    async fn spawn(&self, prompt: &str, model: Option<&str>) -> Result<(Arc<CliProcess>, ChildOutput)> {
+    async fn start_process(&self, prompt: &str, model: Option<&str>) -> Result<(Arc<CliProcess>, ChildOutput)> {
         let argv = self.with_values(prompt, model, |values| self.preset.template.render(values));
         let args = self.run.leading.iter().cloned().chain(argv);
         let mut command = Command::new(self.run.program.clone()).args(args).session(self.session_id.clone());
@@ -247,8 +335,8 @@ impl Shared {
 
     /// Runs one turn from its start to its terminal event.
     async fn run_turn(self: Arc<Self>, handle: Arc<TurnHandle>, start: Start, prompt: String, model: Option<String>) {
-        let (gate, process, stdout) = match start {
-            Start::Running { gate, process, stdout } => (gate, process, stdout),
+        let (held, process, stdout) = match start {
+            Start::Running { held, process, stdout } => (held, process, stdout),
             Start::Waiting => {
                 let raw = agent_core::event::RawJson::parsed(
                     json!({"key": self.conversation.key, "on_busy": "wait"}).to_string(),
@@ -269,8 +357,8 @@ impl Shared {
                         return self.finish(&handle, None, outcome, ExitReport::default()).await;
                     }
                 };
-                match self.spawn(&prompt, model.as_deref()).await {
-                    Ok((process, stdout)) => (gate, process, stdout),
+                match self.spawn(gate, &prompt, model.as_deref()).await {
+                    Ok(started) => started,
                     Err(error) => {
                         let outcome = Outcome {
                             status: TurnStatus::Failed,
@@ -278,7 +366,6 @@ impl Shared {
                             text: None,
                             usage: None,
                         };
-                        drop(gate);
                         return self.finish(&handle, None, outcome, ExitReport::default()).await;
                     }
                 }
@@ -377,7 +464,7 @@ impl Shared {
         let cancelled = handle.cancelled.load(Ordering::SeqCst).then(|| lock(&handle.cancel_reason).unwrap_or(STOPPED));
         let outcome = reader.outcome(&report, cancelled);
         let session_id = reader.session_id().filter(|_| reader.kept_conversation(&report)).map(str::to_owned);
-        drop(gate);
+        drop(held);
         self.finish(&handle, session_id, outcome, report).await;
     }
 
@@ -572,8 +659,8 @@ impl ProviderSession for PresetSession {
         let model = turn.options.model.clone().or_else(|| self.shared.run.model.clone());
         let start = match Arc::clone(&self.shared.conversation.gate).try_lock_owned() {
             Ok(gate) => {
-                let (process, stdout) = self.shared.spawn(&prompt, model.as_deref()).await?;
-                Start::Running { gate, process, stdout }
+                let (held, process, stdout) = self.shared.spawn(gate, &prompt, model.as_deref()).await?;
+                Start::Running { held, process, stdout }
             }
             Err(_) if self.shared.run.on_busy == OnBusy::Fail => {
                 return Err(self.rejected(format!(
@@ -691,5 +778,20 @@ impl fmt::Debug for PresetSession {
             .field("run", &self.shared.run)
             .field("running", &self.running().map(|h| h.turn.clone()))
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_options_value_is_the_last_one_given_in_either_form() {
+        let args = |list: &[&str]| list.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+        let given = args(&["--session-dir", "/a", "--verbose", "--session-dir=/b"]);
+        assert_eq!(option_value(&given, "--session-dir"), Some("/b"));
+        assert_eq!(option_value(&args(&["--session-dir=/b", "--session-dir", "c"]), "--session-dir"), Some("c"));
+        assert_eq!(option_value(&args(&["--session-directory=/x", "--session-dir"]), "--session-dir"), None);
+        assert_eq!(option_value(&args(&[]), "--session-dir"), None);
     }
 }

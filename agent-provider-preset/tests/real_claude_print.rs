@@ -181,3 +181,82 @@ async fn a_key_continues_after_the_harness_restarts_on_a_sqlite_file() {
     harness.shutdown().await;
     assert!(server.proxy().attempts().is_empty(), "claude tried to reach outside 127.0.0.1");
 }
+
+/// A turn that continues a conversation makes the checks the Claude provider makes before a
+/// resume: it claims the conversation for as long as it runs (as a native session claims it),
+/// is refused while a live session holds it, and is refused when claude's transcript lost its
+/// messages (claude would go on from an empty conversation, reported as continued). A refused
+/// turn starts no claude, and the key keeps its conversation for the next turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_conversation_or_a_transcript_without_messages_is_not_continued() {
+    use agent_core::{Replay, SessionId, TurnOptions};
+    use agent_provider_kit::conversations::{Claim, real_path};
+
+    let scenario = Scenario::new().echo("noted: ").stall("thinking").echo("recall: ");
+    let world = World::start(Provider::Claude, "claude-print", scenario).await;
+    let session = world.session(world.options()).await;
+    let (_, first) = world.run(&session, "Remember the word PINEAPPLE", |_| None).await;
+    assert_eq!(terminal(&first).status, TurnStatus::Completed, "{}", names(&first));
+    let conversation = payload(&first).session_id.expect("claude's session id");
+    // Where the Claude provider claims a conversation: claude's configuration directory.
+    let place = real_path(std::path::Path::new(world.env.var("CLAUDE_CONFIG_DIR").expect("CLAUDE_CONFIG_DIR")));
+    let native = SessionId::new("native").unwrap();
+
+    // While a turn continuing the conversation runs, the conversation is its session's.
+    let turn = world.harness.start_turn(&session, "Think it over", TurnOptions::new()).await.expect("turn");
+    let mut stream = world.harness.stream(&turn, Replay::Start, Some(support::IDLE)).await.expect("stream");
+    while let Some(event) = stream.next().await {
+        let event = event.expect("event");
+        assert!(!event.is_terminal(), "the stalled turn ended: {:?}", event.kind);
+        if matches!(event.kind, EventKind::MessageDelta { .. }) {
+            break;
+        }
+    }
+    let refused = Claim::take("claude", &place, &conversation, &native).expect_err("held by the running turn");
+    assert_eq!(refused.holder.as_ref(), Some(&session.id), "{refused}");
+    world.harness.cancel(&turn).await.expect("cancel");
+    let mut ended = None;
+    while let Some(event) = stream.next().await {
+        if event.as_ref().is_ok_and(|e| e.is_terminal()) {
+            ended = event.ok();
+            break;
+        }
+    }
+    let ended = ended.expect("the cancelled turn's end");
+    assert!(matches!(&ended.kind, EventKind::TurnInterrupted(_)), "{:?}", ended.kind);
+
+    // Held by a live session elsewhere: refused, and claude is not run.
+    let held = Claim::take("claude", &place, &conversation, &native).expect("let go with its turn");
+    let spawned = world.exec.commands().len();
+    let (_, busy) = world.run(&session, "Which word?", |_| None).await;
+    let end = terminal(&busy);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&busy));
+    let reason = end.result.reason.clone().unwrap_or_default();
+    assert!(reason.contains(&format!("conversation `{conversation}` is open in live session `native`")), "{reason}");
+    assert_eq!(world.exec.commands().len(), spawned, "claude was not run");
+    drop(held);
+
+    // A transcript that lost its messages: refused, claude not run.
+    let transcript = world.env.find_file(&format!("{conversation}.jsonl")).expect("claude's transcript");
+    let text = std::fs::read_to_string(&transcript).expect("transcript");
+    let kept: Vec<&str> =
+        text.lines().filter(|l| !l.contains(r#""type":"user""#) && !l.contains(r#""type":"assistant""#)).collect();
+    assert!(kept.len() < text.lines().count(), "the transcript had messages: {text}");
+    std::fs::write(&transcript, format!("{}\n", kept.join("\n"))).expect("cut");
+    let (_, emptied) = world.run(&session, "Which word?", |_| None).await;
+    let end = terminal(&emptied);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&emptied));
+    let reason = end.result.reason.clone().unwrap_or_default();
+    assert!(reason.contains("holds none of its messages") && reason.contains(&conversation), "{reason}");
+    assert_eq!(world.exec.commands().len(), spawned, "claude was not run");
+
+    // Nothing was lost: with the transcript back, the key's conversation goes on.
+    std::fs::write(&transcript, &text).expect("restore");
+    let (_, recalled) = world.run(&session, "Which word did I ask you to remember?", |_| None).await;
+    assert_eq!(terminal(&recalled).status, TurnStatus::Completed, "{}", names(&recalled));
+    assert_eq!(payload(&recalled).session_id.as_deref(), Some(conversation.as_str()));
+    let requests = world.server.model_requests().len();
+    let history = model_history(&world.server, requests - 1);
+    assert!(history.contains("Remember the word PINEAPPLE"), "{history}");
+    world.finish().await;
+}

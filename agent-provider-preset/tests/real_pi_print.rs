@@ -108,3 +108,68 @@ async fn a_bash_call_shows_as_a_tool_and_a_model_error_fails_the_turn() {
     support::finish(&harness, &exec).await;
     harness.shutdown().await;
 }
+
+/// A turn continuing a pi session makes the checks the Pi provider makes before a resume: it is
+/// refused while a live session holds the conversation (claimed as a native pi session claims
+/// it), and when pi's session file lost its messages (pi would go on from an empty conversation,
+/// reported as continued); a refused turn starts no pi. A session file that is gone pi refuses
+/// itself. Either way the key keeps its conversation for the next turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_emptied_or_missing_pi_session_is_not_continued() {
+    use agent_core::SessionId;
+    use agent_provider_kit::conversations::Claim;
+
+    for cli in clis() {
+        let version = cli.version().to_owned();
+        let server = FakeModel::start(Scenario::new().echo("noted: ").echo("recall: ")).await.expect("fake model");
+        let env = OfflineEnv::new(&cli, &server).expect("offline environment");
+        let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
+        let catalog = PresetCatalog::builder(allow(&cli)).load();
+        let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));
+        let options = env.session_options().provider_option(preset_options(&cli, &env));
+        let session = harness.start_session("preset:pi-print", options).await.expect("session starts");
+        let (_, first) = support::run(&harness, &session, "Remember the word KIWI", |_| None).await;
+        assert_eq!(terminal(&first).status, TurnStatus::Completed, "pi {version}: {}", names(&first));
+        let conversation = payload(&first).session_id.expect("pi's session id");
+        let spawned = exec.commands().len();
+        let failed = |says: &'static str| failed_turn(&harness, &session, &conversation, says);
+
+        // Held by a live session elsewhere (a native pi session claims pi's session ID alone).
+        let native = SessionId::new("native").unwrap();
+        let held = Claim::take("pi", std::path::Path::new(""), &conversation, &native).expect("free between turns");
+        failed("is open in live session `native`").await;
+        drop(held);
+        // The session file without its messages.
+        let file = env.find_file(&format!("_{conversation}.jsonl")).expect("pi's session file");
+        let text = std::fs::read_to_string(&file).expect("session file");
+        let kept: Vec<&str> = text.lines().filter(|l| !l.contains(r#""type":"message""#)).collect();
+        assert!(kept.len() < text.lines().count(), "pi {version}: the session had messages: {text}");
+        std::fs::write(&file, format!("{}\n", kept.join("\n"))).expect("cut");
+        failed("holds none of its messages").await;
+        assert_eq!(exec.commands().len(), spawned, "pi {version} was not run");
+        // Without the file: pi says so.
+        std::fs::remove_file(&file).expect("remove");
+        failed("No session found").await;
+
+        // Nothing was lost: with the file back, the key's conversation goes on.
+        std::fs::write(&file, &text).expect("restore");
+        let (_, recalled) = support::run(&harness, &session, "Which fruit did I name?", |_| None).await;
+        assert_eq!(terminal(&recalled).status, TurnStatus::Completed, "pi {version}: {}", names(&recalled));
+        assert_eq!(payload(&recalled).session_id.as_deref(), Some(conversation.as_str()), "pi {version}");
+        let history = model_history(&server, 1);
+        assert!(history.contains("Remember the word KIWI"), "pi {version}: {history}");
+        assert_eq!(server.model_requests().len(), 2, "pi {version}: no turn ran on an empty conversation");
+        support::finish(&harness, &exec).await;
+        harness.shutdown().await;
+        assert!(server.proxy().attempts().is_empty(), "pi {version} tried to reach outside 127.0.0.1");
+    }
+}
+
+/// A turn of `session` that fails, its reason naming `conversation` and saying `says`.
+async fn failed_turn(harness: &agent_core::Harness, session: &agent_core::SessionRef, conversation: &str, says: &str) {
+    let (_, events) = support::run(harness, session, "Which fruit?", |_| None).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    let reason = end.result.reason.clone().unwrap_or_default();
+    assert!(reason.contains(says) && reason.contains(conversation), "{reason}");
+}

@@ -43,6 +43,19 @@ pub enum ApprovalConversation {
     ClaudeControl,
 }
 
+/// Whose conversation files a preset's CLI keeps, when they are those of a CLI the harness
+/// knows: its turns then take the checks that CLI's native provider makes (see the crate docs'
+/// `conversation_files`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ConversationFiles {
+    /// Claude Code's transcripts, `<config dir>/projects/<project>/<session ID>.jsonl`.
+    Claude,
+    /// Pi's session files, named by their session ID.
+    Pi,
+}
+
 // ----- the file --------------------------------------------------------------------------------
 
 #[derive(Deserialize)]
@@ -85,6 +98,8 @@ struct PresetFile {
     capabilities: BTreeMap<String, Support>,
     #[serde(default)]
     approvals: Option<ApprovalsFile>,
+    #[serde(default)]
+    conversation_files: Option<ConversationFiles>,
 }
 
 #[derive(Default, Deserialize)]
@@ -197,6 +212,7 @@ pub struct Preset {
     /// With approvals asked (when the preset has a conversation).
     pub(crate) capabilities: Capabilities,
     pub(crate) approvals: Option<ApprovalConversation>,
+    pub(crate) conversation_files: Option<ConversationFiles>,
 }
 
 /// The capabilities a preset can claim, because the preset's own parts make them possible.

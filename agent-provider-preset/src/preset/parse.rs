@@ -82,6 +82,10 @@ pub(super) fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Prese
             "a `resume` group needs a rule that finds the CLI's session ID to continue",
         ));
     }
+    if file.conversation_files.is_some() && !template.tests(Condition::Resume) {
+        // Its checks are made before a turn continues a conversation, which this one never does.
+        return Err(Problem::new("conversation_files", "needs a `resume` group: the checks are made before a resume"));
+    }
     if template.mentions(Condition::Approvals) && file.approvals.is_none() {
         return Err(Problem::new("args", "an `approvals` group needs an `approvals` conversation"));
     }
@@ -203,6 +207,7 @@ pub(super) fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Prese
         other_lines: file.other_lines,
         capabilities,
         approvals,
+        conversation_files: file.conversation_files,
     })
 }
 

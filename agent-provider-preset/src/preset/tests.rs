@@ -131,6 +131,8 @@ fn bad_presets_name_the_file_and_the_field() {
     refused(with(minimal(), "/reserved_args", json!(["--"])), "reserved_args[0]", "option name");
     refused(with(minimal(), "/reserved_words", json!(["resume", "--resume"])), "reserved_words[1]", "not an option");
     refused(with(minimal(), "/reserved_words", json!([""])), "reserved_words[0]", "not an option");
+    refused(with(minimal(), "/conversation_files", json!("claude")), "conversation_files", "needs a `resume` group");
+    refused(with(minimal(), "/conversation_files", json!("codex")), "conversation_files", "expected `claude` or `pi`");
     refused(with(minimal(), "/arg_aliases", json!({"m": "--model"})), "arg_aliases.m", "option name");
     // An alias names a flag the template passes a value with: this one has none.
     refused(with(minimal(), "/arg_aliases", json!({"-m": "--model"})), "arg_aliases.-m", "passes a placeholder's");

@@ -180,6 +180,22 @@ impl OfflineEnv {
         self.dir.path()
     }
 
+    /// The first file found under the environment's directory whose name ends with `suffix`
+    /// (`<conversation>.jsonl`): where the CLI kept a conversation, for tests that read or
+    /// damage it.
+    pub fn find_file(&self, suffix: &str) -> Option<PathBuf> {
+        fn under(dir: &Path, suffix: &str) -> Option<PathBuf> {
+            std::fs::read_dir(dir).ok()?.flatten().find_map(|entry| {
+                let path = entry.path();
+                match entry.file_type().ok()?.is_dir() {
+                    true => under(&path, suffix),
+                    false => entry.file_name().to_string_lossy().ends_with(suffix).then_some(path),
+                }
+            })
+        }
+        under(self.dir(), suffix)
+    }
+
     /// An empty directory to run the CLI in (its working directory).
     pub fn workspace(&self) -> &Path {
         &self.workspace
