@@ -2,6 +2,7 @@
 
 use std::ffi::OsString;
 use std::fmt;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,7 +16,7 @@ use agent_provider_kit::conversations::{Claim, real_path};
 use agent_provider_kit::probe::ProbeCache;
 use agent_provider_kit::secrets::Secrets;
 use agent_provider_kit::skills::{require_skills, skill_file};
-use agent_provider_kit::transcript::claude::Transcripts;
+use agent_provider_kit::transcript::claude::{self as transcript, Transcripts};
 use agent_provider_kit::version::{CliProbe, Version};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -108,11 +109,11 @@ impl ClaudeProvider {
     /// Claims the conversation the session opens (see [`agent_provider_kit::conversations`]):
     /// claude keeps it in `<config dir>/projects/`, appended to by each process continuing it.
     /// Only for a local exec, whose claude shares this host's files.
-    fn claim(&self, ctx: &OpenContext, conversation: &str) -> Result<Option<Claim>> {
+    fn claim(&self, ctx: &OpenContext, config_dir: Option<&Path>, conversation: &str) -> Result<Option<Claim>> {
         if !ctx.exec.is_local() {
             return Ok(None);
         }
-        let place = crate::auth::config_dir(&ctx.options).map(|dir| real_path(&dir)).unwrap_or_default();
+        let place = config_dir.map(real_path).unwrap_or_default();
         Claim::take("claude", &place, conversation, &ctx.session_id).map(Some).map_err(|claimed| {
             match ctx.conversation.continued() {
                 Some((mode, _)) => Error::ResumeFailed { mode, reason: claimed.to_string() },
@@ -292,9 +293,11 @@ impl Provider for ClaudeProvider {
         };
         let skill_roots = validate::skill_roots(&options)?;
         require_skills(&options, ctx.exec.as_ref(), |skill| skill_file(&skill.path))?;
-        let claim = self.claim(&ctx, &session_id)?;
+        // Claude's configuration directory in the environment it runs with.
+        let config_dir = transcript::config_dir(|name| env.value(name));
+        let claim = self.claim(&ctx, config_dir.as_deref(), &session_id)?;
         // What claude keeps of the conversation it continues, read before it runs.
-        let transcripts = match (ctx.conversation.continued(), crate::auth::config_dir(&options)) {
+        let transcripts = match (ctx.conversation.continued(), config_dir) {
             (Some((_, continued)), Some(config_dir)) if ctx.exec.is_local() => {
                 Transcripts::find(config_dir, options.cwd.clone(), continued).await
             }

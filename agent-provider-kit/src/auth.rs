@@ -113,11 +113,12 @@ impl EnvRules {
 /// The value of `name` in the environment a local CLI would run with: the session's setting,
 /// unless the session removes it, else this process's (an empty value counts as unset).
 pub fn effective_env(options: &SessionOptions, name: &str) -> Option<OsString> {
-    if let Some(value) = options.env.set.get(name) {
-        return Some(value.into());
-    }
+    // A local exec applies the removals after the settings.
     if options.env.unset.iter().any(|n| n == name) {
         return None;
+    }
+    if let Some(value) = options.env.set.get(name) {
+        return Some(value.into());
     }
     std::env::var_os(name).filter(|v| !v.is_empty())
 }
@@ -430,6 +431,10 @@ mod tests {
         let mut removed = subscription();
         removed.env.unset.push("PATH".into());
         assert_eq!(effective_env(&removed, "PATH"), None);
+        // Set and removed: removed, as a local exec applies removals last.
+        let mut both = subscription().env("PATH", "/x");
+        both.env.unset.push("PATH".into());
+        assert_eq!(effective_env(&both, "PATH"), None);
     }
 
     #[test]

@@ -130,26 +130,18 @@ fn invalid(option: &'static str, reason: impl Into<String>) -> Error {
     Error::InvalidOption { option, reason: reason.into() }
 }
 
-/// A variable of the environment pi would run with: the session's, else this process's.
-fn effective_env(options: &SessionOptions, name: &str) -> Option<PathBuf> {
-    if let Some(value) = options.env.set.get(name) {
-        return Some(PathBuf::from(value));
-    }
-    if options.env.unset.iter().any(|n| n == name) {
-        return None;
-    }
-    std::env::var_os(name).map(PathBuf::from)
-}
-
-/// Pi's agent directory: `$PI_CODING_AGENT_DIR`, else `~/.pi/agent`.
+/// Pi's agent directory: `$PI_CODING_AGENT_DIR`, else `~/.pi/agent`, in the environment pi
+/// runs with (under `Subscription` the host's `PI_CODING_AGENT_DIR` is not pi's).
 fn agent_dir(options: &SessionOptions) -> Option<PathBuf> {
-    transcript::agent_dir(|name| effective_env(options, name).map(PathBuf::into_os_string))
+    let env = env_spec(options);
+    transcript::agent_dir(|name| env.value(name))
 }
 
-/// Where pi looks for the sessions of the session's cwd (see [`transcript::session_dirs`]).
+/// Where pi looks for the sessions of the session's cwd (see [`transcript::session_dirs`]), in
+/// the environment pi runs with.
 fn session_dirs(options: &SessionOptions, pi: &PiOptions) -> Vec<PathBuf> {
-    let env = |name: &str| effective_env(options, name).map(PathBuf::into_os_string);
-    transcript::session_dirs(env, options.cwd.as_deref(), pi.session_dir.as_deref())
+    let env = env_spec(options);
+    transcript::session_dirs(|name| env.value(name), options.cwd.as_deref(), pi.session_dir.as_deref())
 }
 
 /// Checks the model against `models.json` when it names a provider defined there.

@@ -157,16 +157,14 @@ enum Start {
     Waiting,
 }
 
-/// The value the arguments `args` give option `name`: `--name value` or `--name=value`, the
-/// last one given.
+/// The value the arguments `args` give option `name` as `name value`, the last one given. (Pi
+/// reads `--session-dir` in that form only: `--session-dir=value` is an extension's flag to it.)
 fn option_value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     let mut found = None;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         if arg == name {
             found = args.next().map(String::as_str).or(found);
-        } else if let Some(value) = arg.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')) {
-            found = Some(value);
         }
     }
     found
@@ -232,7 +230,24 @@ impl Shared {
     /// What the template is rendered with for a turn of `prompt` on `model`, continuing the
     /// key's conversation, handed to `with`.
     fn with_values<R>(&self, prompt: &str, model: Option<&str>, with: impl FnOnce(&Values<'_>) -> R) -> R {
-        let session_id = self.conversation.state().session_id.clone();
+        let continued = self.continued();
+        self.with_values_continuing(continued.as_deref(), prompt, model, with)
+    }
+
+    /// The CLI session ID a turn starting now continues: the key's conversation, for a preset
+    /// that continues one.
+    fn continued(&self) -> Option<String> {
+        self.conversation.state().session_id.clone().filter(|_| self.preset.resumes())
+    }
+
+    /// [`Shared::with_values`] continuing `session_id`.
+    fn with_values_continuing<R>(
+        &self,
+        session_id: Option<&str>,
+        prompt: &str,
+        model: Option<&str>,
+        with: impl FnOnce(&Values<'_>) -> R,
+    ) -> R {
         let cwd = self.run.cwd.to_string_lossy();
         let system_prompt_file = self.run.system_prompt_file.as_ref().map(|file| file.path().to_string_lossy());
         with(&Values {
@@ -241,24 +256,32 @@ impl Shared {
             max_turns: self.run.max_turns.as_deref(),
             system_prompt: self.run.system_prompt.as_deref(),
             system_prompt_file: system_prompt_file.as_deref(),
-            session_id: session_id.as_deref().filter(|_| self.preset.resumes()),
+            session_id,
             cwd: &cwd,
             approvals: self.run.approvals.is_some(),
             extra_args: &self.run.extra,
         })
     }
 
-    /// Checks the conversation the turn continues (see [`Shared::continue_conversation`]),
-    /// renders the argv for the turn and starts the process. Called with the key's gate held.
+    /// Renders the argv for the turn, checks the conversation it continues (see
+    /// [`Shared::continue_conversation`]) and starts the process. Called with the key's gate
+    /// held: the conversation checked is the one the argv names.
     async fn spawn(
         &self,
         gate: OwnedMutexGuard<()>,
         prompt: &str,
         model: Option<&str>,
     ) -> Result<(Held, Arc<CliProcess>, ChildOutput)> {
-        let claim = self.continue_conversation().await?;
+        let continued = self.continued();
+        let rendered = self
+            .with_values_continuing(continued.as_deref(), prompt, model, |values| self.preset.template.render(values));
+        let argv: Vec<String> = self.run.leading.iter().cloned().chain(rendered).collect();
+        let claim = match continued {
+            Some(id) => self.continue_conversation(&id, &argv).await?,
+            None => None,
+        };
         let held = Held { _claim: claim, _gate: gate };
-        let (process, stdout) = self.start_process(prompt, model).await?;
+        let (process, stdout) = self.start_process(argv).await?;
         Ok((held, process, stdout))
     }
 
@@ -267,10 +290,10 @@ impl Shared {
     /// (refused while another live session, of any provider, process or preset key, holds the
     /// conversation), and for claude, the check that its transcript still holds a message
     /// (claude would take a transcript that lost them for an empty conversation, reported as
-    /// continued).
-    async fn continue_conversation(&self) -> Result<Option<Claim>> {
-        let continued = self.conversation.state().session_id.clone().filter(|_| self.preset.resumes());
-        let (Some(files), Some(id)) = (self.preset.conversation_files, continued) else { return Ok(None) };
+    /// continued), for pi that its session file, where `argv` and the environment make pi look
+    /// for it, still holds one.
+    async fn continue_conversation(&self, id: &str, argv: &[String]) -> Result<Option<Claim>> {
+        let Some(files) = self.preset.conversation_files else { return Ok(None) };
         if !self.exec.is_local() {
             return Ok(None);
         }
@@ -279,9 +302,9 @@ impl Shared {
             ConversationFiles::Claude => {
                 let config_dir = claude::config_dir(|name| self.run.env.value(name));
                 let place = config_dir.as_deref().map(real_path).unwrap_or_default();
-                let claim = Claim::take("claude", &place, &id, &self.session_id).map_err(|c| failed(c.to_string()))?;
+                let claim = Claim::take("claude", &place, id, &self.session_id).map_err(|c| failed(c.to_string()))?;
                 let Some(config_dir) = config_dir else { return Ok(Some(claim)) };
-                let transcripts = claude::Transcripts::find(config_dir, Some(self.run.cwd.clone()), &id).await;
+                let transcripts = claude::Transcripts::find(config_dir, Some(self.run.cwd.clone()), id).await;
                 if let Some(project) = transcripts.messageless().await {
                     return Err(failed(format!(
                         "claude's transcript of conversation `{id}` (under `projects/{project}` of its configuration \
@@ -293,12 +316,12 @@ impl Shared {
             }
             ConversationFiles::Pi => {
                 let claim =
-                    Claim::take("pi", Path::new(""), &id, &self.session_id).map_err(|c| failed(c.to_string()))?;
-                let session_dir = option_value(&self.run.extra, "--session-dir").map(PathBuf::from);
+                    Claim::take("pi", Path::new(""), id, &self.session_id).map_err(|c| failed(c.to_string()))?;
+                let session_dir = option_value(argv, "--session-dir").map(PathBuf::from);
                 let env = |name: &str| self.run.env.value(name);
                 let dirs = pi::session_dirs(env, Some(&self.run.cwd), session_dir.as_deref());
                 // A session pi cannot find it refuses itself ("No session found").
-                let Some(file) = pi::session_file(dirs, &id).await else { return Ok(Some(claim)) };
+                let Some(file) = pi::session_file(dirs, id).await else { return Ok(Some(claim)) };
                 if any_line(file.clone(), MAX_SCANNED, pi::is_message).await == Some(false) {
                     return Err(failed(format!(
                         "pi's session file of conversation `{id}` ({}) holds none of its messages: pi would go on \
@@ -311,11 +334,9 @@ impl Shared {
         }
     }
 
-    /// Renders the argv for a turn continuing the key's conversation, and starts the process.
-    async fn start_process(&self, prompt: &str, model: Option<&str>) -> Result<(Arc<CliProcess>, ChildOutput)> {
-        let argv = self.with_values(prompt, model, |values| self.preset.template.render(values));
-        let args = self.run.leading.iter().cloned().chain(argv);
-        let mut command = Command::new(self.run.program.clone()).args(args).session(self.session_id.clone());
+    /// Starts the process of a turn with its arguments `argv`.
+    async fn start_process(&self, argv: Vec<String>) -> Result<(Arc<CliProcess>, ChildOutput)> {
+        let mut command = Command::new(self.run.program.clone()).args(argv).session(self.session_id.clone());
         command.env = self.run.env.clone();
         command.cwd = Some(self.run.cwd.clone());
         let child = self
@@ -354,7 +375,7 @@ impl Shared {
                             text: None,
                             usage: None,
                         };
-                        return self.finish(&handle, None, outcome, ExitReport::default()).await;
+                        return self.finish(&handle, None, outcome, ExitReport::default(), None).await;
                     }
                 };
                 match self.spawn(gate, &prompt, model.as_deref()).await {
@@ -366,7 +387,7 @@ impl Shared {
                             text: None,
                             usage: None,
                         };
-                        return self.finish(&handle, None, outcome, ExitReport::default()).await;
+                        return self.finish(&handle, None, outcome, ExitReport::default(), None).await;
                     }
                 }
             }
@@ -464,8 +485,7 @@ impl Shared {
         let cancelled = handle.cancelled.load(Ordering::SeqCst).then(|| lock(&handle.cancel_reason).unwrap_or(STOPPED));
         let outcome = reader.outcome(&report, cancelled);
         let session_id = reader.session_id().filter(|_| reader.kept_conversation(&report)).map(str::to_owned);
-        drop(held);
-        self.finish(&handle, session_id, outcome, report).await;
+        self.finish(&handle, session_id, outcome, report, Some(held)).await;
     }
 
     /// Sends the prompt the way the preset takes it: on the command line (stdin closes at once),
@@ -548,13 +568,21 @@ impl Shared {
         Ok(())
     }
 
-    /// Records the turn in its conversation, lets the next turn in, and reports the end.
+    /// Records the turn in its conversation, lets the next turn in (`held`: the turn's claim,
+    /// then its key's gate), and reports the end.
     ///
     /// `found` is the CLI session ID the turn printed, when the CLI kept its conversation (see
     /// [`TurnReader::kept_conversation`]): it becomes the key's, reported as the session's provider session ID
     /// (and so kept in the store). A turn whose process never started (cancelled or failed while
     /// waiting for its key) reports the number it would have had without taking it.
-    async fn finish(&self, handle: &TurnHandle, found: Option<String>, outcome: Outcome, report: ExitReport) {
+    async fn finish(
+        &self,
+        handle: &TurnHandle,
+        found: Option<String>,
+        outcome: Outcome,
+        report: ExitReport,
+        held: Option<Held>,
+    ) {
         let (turn_number, session_id) = {
             let mut state = self.conversation.state();
             if let Some(id) = found {
@@ -566,6 +594,8 @@ impl Shared {
             };
             (number, state.session_id.clone())
         };
+        // The next turn of the key, let in here, continues the conversation just recorded.
+        drop(held);
         // The key's conversation is this session's, whichever session of the key set it: a
         // session that only continued it must record it too, to be resumed after a restart.
         let changed = {
@@ -786,12 +816,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_options_value_is_the_last_one_given_in_either_form() {
+    fn an_options_value_is_the_last_one_given() {
         let args = |list: &[&str]| list.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
-        let given = args(&["--session-dir", "/a", "--verbose", "--session-dir=/b"]);
+        let given = args(&["--session-dir", "/a", "--verbose", "--session-dir", "/b"]);
         assert_eq!(option_value(&given, "--session-dir"), Some("/b"));
-        assert_eq!(option_value(&args(&["--session-dir=/b", "--session-dir", "c"]), "--session-dir"), Some("c"));
-        assert_eq!(option_value(&args(&["--session-directory=/x", "--session-dir"]), "--session-dir"), None);
+        assert_eq!(option_value(&args(&["--session-dir", "/a", "--session-dir=/b"]), "--session-dir"), Some("/a"));
+        assert_eq!(option_value(&args(&["--session-directory", "/x", "--session-dir"]), "--session-dir"), None);
         assert_eq!(option_value(&args(&[]), "--session-dir"), None);
     }
 }

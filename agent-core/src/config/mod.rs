@@ -351,8 +351,19 @@ impl SessionConfig {
         set_some(&mut options.sandbox, sandbox);
         options.mcp_servers.extend(mcp_servers);
         options.skills.extend(skills);
+        // The config's word on a name replaces the options' (a name it sets is no longer removed,
+        // one it removes no longer set); a name it both sets and removes stays in both, which
+        // validation refuses.
+        options.env.unset.retain(|name| !env.set.contains_key(name));
+        for name in env.unset.iter().filter(|name| !env.set.contains_key(*name)) {
+            options.env.set.remove(name);
+        }
         options.env.set.extend(env.set);
-        options.env.unset.extend(env.unset);
+        for name in env.unset {
+            if !options.env.unset.contains(&name) {
+                options.env.unset.push(name);
+            }
+        }
         set(&mut options.auth, auth);
         set(&mut options.conversation, conversation);
         options.metadata.extend(metadata);

@@ -365,6 +365,19 @@ fn a_config_layers_over_options_set_in_code() {
     assert_eq!(options.env.set.get("KEEP").map(String::as_str), Some("1"));
     assert_eq!(options.env.set.get("RUST_LOG").map(String::as_str), Some("warn"));
     assert_eq!(options.metadata.len(), 2);
+
+    // The config's word on a variable replaces the code's: removed there, set here, or the other
+    // way round; one the config both sets and removes is refused when the options are checked.
+    let base = SessionOptions::new(std::env::temp_dir()).env("DROP", "1").env_remove("ADD");
+    let config = json!({"provider": "scripted", "env": {"set": {"ADD": "2"}, "unset": ["DROP"]}});
+    let options = SessionConfig::from_json_value(config).and_then(|c| c.apply_to(provider.as_ref(), base.clone()));
+    let options = options.expect("options");
+    assert_eq!(options.env.set.keys().collect::<Vec<_>>(), ["ADD"]);
+    assert_eq!(options.env.unset, ["DROP"]);
+    let config = json!({"provider": "scripted", "env": {"set": {"BOTH": "2"}, "unset": ["BOTH"]}});
+    let options = SessionConfig::from_json_value(config).and_then(|c| c.apply_to(provider.as_ref(), base));
+    let refused = options.expect("applied").validate().expect_err("a name both set and removed");
+    assert!(refused.to_string().contains("both set and removed"), "{refused}");
 }
 
 /// A conversation the config sets, `new` included, replaces the one set in code; one it leaves

@@ -100,7 +100,8 @@ impl Skill {
 }
 
 /// Environment changes for the provider process. Values are never shown by `Debug`,
-/// stored, or logged.
+/// stored, or logged. A name is either set or removed: validation refuses one in both (which a
+/// process would get removed).
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Env {
     /// Variables to set.
@@ -110,15 +111,21 @@ pub struct Env {
 }
 
 impl Env {
-    /// Sets a variable.
+    /// Sets a variable (no longer removed, if it was).
     pub fn set(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.set.insert(key.into(), value.into());
+        let key = key.into();
+        self.unset.retain(|name| *name != key);
+        self.set.insert(key, value.into());
         self
     }
 
-    /// Removes an inherited variable.
+    /// Removes an inherited variable (no longer set, if it was).
     pub fn unset(mut self, key: impl Into<String>) -> Self {
-        self.unset.push(key.into());
+        let key = key.into();
+        self.set.remove(&key);
+        if !self.unset.contains(&key) {
+            self.unset.push(key);
+        }
         self
     }
 

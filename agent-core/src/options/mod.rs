@@ -395,10 +395,11 @@ impl SessionOptions {
         mcp_server(name: impl Into<String>, server: McpServer) => |o| { o.mcp_servers.insert(name.into(), server); };
         /// Adds a skill.
         skill(v: Skill) => |o| o.skills.push(v);
-        /// Sets an environment variable for the provider process.
-        env(key: impl Into<String>, value: impl Into<String>) => |o| { o.env.set.insert(key.into(), value.into()); };
-        /// Removes an inherited environment variable.
-        env_remove(v: impl Into<String>) => |o| o.env.unset.push(v.into());
+        /// Sets an environment variable for the provider process (taking back an earlier
+        /// `env_remove` of it).
+        env(key: impl Into<String>, value: impl Into<String>) => |o| { o.env = std::mem::take(&mut o.env).set(key, value); };
+        /// Removes an inherited environment variable (taking back an earlier `env` of it).
+        env_remove(v: impl Into<String>) => |o| { o.env = std::mem::take(&mut o.env).unset(v); };
         /// Adds a typed provider option.
         provider_option(v: impl Any + Send + Sync) => |o| o.provider_options.insert(v);
         /// Adds a metadata entry.

@@ -242,3 +242,22 @@ fn provider_options_are_typed() {
     assert_eq!(o.provider_options.get::<CodexExtras>(), Some(&CodexExtras { profile: "p" }));
     assert_eq!(o.provider_options.get::<String>(), None);
 }
+
+/// A name is set or removed, never both: the builders keep the last word, and options holding
+/// both (built field by field, or from a config) are refused by name.
+#[test]
+fn a_variable_is_either_set_or_removed() {
+    let options = SessionOptions::new(tmp()).env_remove("A").env("A", "1").env("B", "2").env_remove("B");
+    assert_eq!(options.env.set.get("A").map(String::as_str), Some("1"));
+    assert_eq!((options.env.unset.as_slice(), options.env.set.contains_key("B")), (&["B".to_owned()][..], false));
+    assert!(options.validate().is_ok());
+    assert_eq!(SessionOptions::new(tmp()).env_remove("C").env_remove("C").env.unset, ["C"]);
+    let mut both = SessionOptions::new(tmp()).env("A", "1");
+    both.env.unset.push("A".into());
+    match both.validate() {
+        Err(Error::InvalidOption { option: "env", reason }) => {
+            assert!(reason.contains("both set and removed"), "{reason}")
+        }
+        other => panic!("a name both set and removed must be refused, got {other:?}"),
+    }
+}

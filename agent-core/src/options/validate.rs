@@ -110,6 +110,12 @@ impl SessionOptions {
                 return Err(Error::invalid("env", problem));
             }
         }
+        if let Some(name) = self.env.unset.iter().find(|name| self.env.set.contains_key(*name)) {
+            return Err(Error::invalid(
+                "env",
+                format!("{:?} is both set and removed: give it in one of the two", Shown(name)),
+            ));
+        }
         if let Some((name, _)) = self.env.set.iter().find(|(_, value)| value.contains('\0')) {
             return Err(Error::invalid("env", format!("the value of {:?} has a NUL in it", Shown(name))));
         }

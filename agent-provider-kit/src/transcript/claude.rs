@@ -27,8 +27,9 @@ use serde_json::Value;
 use super::{MAX_SCANNED, any_line};
 
 /// Claude's configuration directory: `CLAUDE_CONFIG_DIR`, else `$HOME/.claude`, with the
-/// variables as the CLI will see them (`var` answers for its environment; an empty value counts
-/// as none).
+/// variables as the CLI will see them (`var` answers for its environment). An empty value counts
+/// as none here; claude would take an empty `CLAUDE_CONFIG_DIR` as its working directory, which
+/// is not followed.
 pub fn config_dir(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
     let var = |name: &str| var(name).filter(|value| !value.is_empty()).map(PathBuf::from);
     var("CLAUDE_CONFIG_DIR").or_else(|| var("HOME").map(|home| home.join(".claude")))

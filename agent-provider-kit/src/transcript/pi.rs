@@ -15,15 +15,28 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-/// Pi's agent directory: `PI_CODING_AGENT_DIR`, else `$HOME/.pi/agent`, with the variables as
-/// the CLI will see them (`var` answers for its environment; an empty value counts as none).
+/// Pi's agent directory: `PI_CODING_AGENT_DIR` (a leading `~` as `$HOME`), else
+/// `$HOME/.pi/agent`, with the variables as the CLI will see them (`var` answers for its
+/// environment; an empty value counts as none, as pi counts it).
 pub fn agent_dir(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
     let var = |name: &str| var(name).filter(|value| !value.is_empty()).map(PathBuf::from);
-    var("PI_CODING_AGENT_DIR").or_else(|| Some(var("HOME")?.join(".pi/agent")))
+    let home = var("HOME");
+    match var("PI_CODING_AGENT_DIR") {
+        Some(dir) => expand_home(&dir, home.as_deref()),
+        None => Some(home?.join(".pi/agent")),
+    }
 }
 
-/// Where pi looks for the sessions of `cwd`, first to last: `session_dir` (its `--session-dir`,
-/// taken from `cwd` when relative) alone when it is given; else `PI_CODING_AGENT_SESSION_DIR`,
+/// `dir` with a leading `~` (alone or before a `/`) as `home`, as pi expands it.
+fn expand_home(dir: &Path, home: Option<&Path>) -> Option<PathBuf> {
+    match dir.strip_prefix("~") {
+        Ok(rest) => Some(home?.join(rest)),
+        Err(_) => Some(dir.to_path_buf()),
+    }
+}
+
+/// Where pi looks for the sessions of `cwd`, first to last: `session_dir` (its `--session-dir`:
+/// a leading `~` as `$HOME`, taken from `cwd` when relative) alone when it is given; else `PI_CODING_AGENT_SESSION_DIR`,
 /// the `sessionDir` of pi's settings (the project's `.pi/settings.json` over the agent
 /// directory's `settings.json`) and `<agent dir>/sessions/--<cwd with '/' as '-'>--/`. Pi writes
 /// to the first of the last three that is set; all of them are searched, so a session is found
@@ -34,24 +47,18 @@ pub fn session_dirs(
     cwd: Option<&Path>,
     session_dir: Option<&Path>,
 ) -> Vec<PathBuf> {
+    let home = var("HOME").filter(|home| !home.is_empty()).map(PathBuf::from);
+    // Pi expands a leading `~` and takes a relative directory from its working directory.
+    let place = |dir: &Path, cwd: Option<&Path>| -> Option<PathBuf> {
+        let dir = expand_home(dir, home.as_deref())?;
+        if dir.is_absolute() { Some(dir) } else { Some(cwd?.join(dir)) }
+    };
     if let Some(dir) = session_dir {
-        return vec![match cwd {
-            Some(cwd) if dir.is_relative() => cwd.join(dir),
-            _ => dir.to_path_buf(),
-        }];
+        return place(dir, cwd).into_iter().collect();
     }
     let cwd = cwd.map(|cwd| std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf()));
-    let home = var("HOME").filter(|home| !home.is_empty()).map(PathBuf::from);
     let agent_dir = agent_dir(&var);
-    // Pi expands a leading `~` and takes a relative directory from its working directory.
-    let place = |dir: &str| -> Option<PathBuf> {
-        let dir = match dir.strip_prefix("~/") {
-            Some(rest) => home.as_ref()?.join(rest),
-            None if dir == "~" => home.clone()?,
-            None => PathBuf::from(dir),
-        };
-        if dir.is_absolute() { Some(dir) } else { Some(cwd.as_ref()?.join(dir)) }
-    };
+    let place = |dir: &str| place(Path::new(dir), cwd.as_deref());
     let setting = |file: Option<PathBuf>| -> Option<PathBuf> {
         let text = std::fs::read(file?).ok()?;
         let settings: Value = serde_json::from_slice(&text).ok()?;
@@ -117,6 +124,7 @@ mod tests {
         // `--session-dir` alone, from the cwd when relative.
         assert_eq!(session_dirs(env, Some(&cwd), Some(Path::new("s"))), [cwd.join("s")]);
         assert_eq!(session_dirs(env, Some(&cwd), Some(Path::new("/s"))), [PathBuf::from("/s")]);
+        assert_eq!(session_dirs(env, Some(&cwd), Some(Path::new("~/s"))), [home.join("s")]);
         // The project's setting and the environment's directory come before the default.
         std::fs::write(cwd.join(".pi/settings.json"), r#"{"sessionDir": "~/kept"}"#).unwrap();
         let with_env = |name: &str| match name {
@@ -134,6 +142,12 @@ mod tests {
         assert_eq!(session_file(dirs, "0193-ab").await, None);
         assert_eq!(agent_dir(|name| (name == "PI_CODING_AGENT_DIR").then(|| "/pi".into())), Some("/pi".into()));
         assert_eq!(agent_dir(|_| Some(OsString::new())), None, "empty values are none");
+        let tilde = |name: &str| match name {
+            "PI_CODING_AGENT_DIR" => Some("~/agent".into()),
+            other => env(other),
+        };
+        assert_eq!(agent_dir(tilde), Some(home.join("agent")));
+        assert_eq!(agent_dir(|name| (name == "PI_CODING_AGENT_DIR").then(|| "~".into())), None, "no HOME");
         let message = serde_json::json!({"type": "message", "message": {"role": "user"}});
         assert!(is_message(&message) && !is_message(&serde_json::json!({"type": "session"})));
     }
