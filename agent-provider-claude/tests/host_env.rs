@@ -29,15 +29,8 @@ async fn a_host_api_key_or_endpoint_never_reaches_claude() {
         unsafe { std::env::set_var(name, SECRET) };
     }
     let dir = ProgramDir::new("claude-host-env");
-    let dumps = dir.dir("dumps");
     // A `claude` that records the environment it got, answers `--version`, and fails to serve.
-    let claude = dir.script(
-        "claude",
-        &format!(
-            "env > '{}/env.'$$\ncase \"$1\" in --version) echo '2.1.197 (Claude Code)' ;; *) exit 3 ;; esac",
-            dumps.display()
-        ),
-    );
+    let claude = dir.recording_cli("claude", "2.1.197 (Claude Code)");
     let harness = Harness::builder()
         .provider(ClaudeProvider::new())
         .exec(Arc::new(LocalExec::new()) as Arc<dyn Exec>)
@@ -47,13 +40,10 @@ async fn a_host_api_key_or_endpoint_never_reaches_claude() {
     let home = dir.dir("home");
     let options = SessionOptions::new(dir.path())
         .env("HOME", home.to_string_lossy())
-        .provider_option(ClaudeOptions::new().binary(&claude));
+        .provider_option(ClaudeOptions::new().binary(&claude.path));
     assert!(harness.start_session("claude", options).await.is_err(), "this claude cannot serve");
 
-    let seen: Vec<String> = std::fs::read_dir(&dumps)
-        .unwrap()
-        .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap())
-        .collect();
+    let seen: Vec<String> = claude.runs().into_iter().map(|run| run.env).collect();
     assert_eq!(seen.len(), 2, "the version probe and claude both ran");
     for env in &seen {
         assert!(env.contains("HOME="), "the dump is the child's environment: {env}");

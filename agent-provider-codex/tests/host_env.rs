@@ -21,26 +21,16 @@ async fn a_host_api_key_or_endpoint_never_reaches_codex() {
         unsafe { std::env::set_var(name, SECRET) };
     }
     let dir = ProgramDir::new("host-env");
-    let dumps = dir.dir("dumps");
     // A `codex` that records the environment it got, answers `--version`, and fails to serve.
-    let codex = dir.script(
-        "codex",
-        &format!(
-            "env > '{}/env.'$$\ncase \"$1\" in --version) echo 'codex-cli 0.171.0' ;; *) exit 3 ;; esac",
-            dumps.display()
-        ),
-    );
+    let codex = dir.recording_cli("codex", "codex-cli 0.171.0");
     let home = dir.dir("codex-home");
     let (harness, _exec) = support::recording_harness();
     let options = SessionOptions::new(dir.path())
         .env("CODEX_HOME", home.to_string_lossy())
-        .provider_option(CodexOptions::new().binary(&codex));
+        .provider_option(CodexOptions::new().binary(&codex.path));
     assert!(harness.start_session("codex", options).await.is_err(), "this codex cannot serve");
 
-    let seen: Vec<String> = std::fs::read_dir(&dumps)
-        .unwrap()
-        .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap())
-        .collect();
+    let seen: Vec<String> = codex.runs().into_iter().map(|run| run.env).collect();
     assert_eq!(seen.len(), 2, "the version probe and the app-server both ran");
     for env in &seen {
         assert!(env.contains("CODEX_HOME="), "the dump is the child's environment: {env}");

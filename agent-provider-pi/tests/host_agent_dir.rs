@@ -30,15 +30,8 @@ async fn a_resume_under_subscription_looks_where_pi_keeps_its_sessions() {
     let file = sessions.join(format!("2026-12-05T08-00-00-000Z_{SESSION}.jsonl"));
     let message = r#"{"type":"message","id":"a1","parentId":null,"message":{"role":"user","content":"hi"}}"#;
     std::fs::write(&file, format!("{{\"type\":\"session\",\"version\":3,\"id\":\"{SESSION}\"}}\n{message}\n")).unwrap();
-    // A pi that answers `--version`, records the arguments of its session and cannot serve.
-    let args = dir.dir("args");
-    let pi = dir.script(
-        "pi",
-        &format!(
-            "case \"$1\" in --version) echo 1.6.0 ;; *) printf '%s\\n' \"$@\" > '{}/args.'$$; exit 3 ;; esac",
-            args.display()
-        ),
-    );
+    // A pi that answers `--version`, records its runs and cannot serve.
+    let pi = dir.recording_cli("pi", "1.6.0");
     let harness = Harness::builder()
         .provider(PiProvider::new())
         .exec(Arc::new(LocalExec::new()) as Arc<dyn Exec>)
@@ -48,18 +41,16 @@ async fn a_resume_under_subscription_looks_where_pi_keeps_its_sessions() {
     let options = SessionOptions::new(&work)
         .env("HOME", home.to_string_lossy())
         .auth(AuthMode::Subscription)
-        .provider_option(PiOptions::new().binary(&pi))
+        .provider_option(PiOptions::new().binary(&pi.path))
         .resume_provider_session(SESSION);
     match harness.start_session("pi", options).await {
         Err(Error::ResumeFailed { reason, .. }) => panic!("the session was looked for elsewhere: {reason}"),
         Err(_) => {}
         Ok(_) => panic!("this pi cannot serve"),
     }
-    let seen: Vec<String> = std::fs::read_dir(&args)
-        .unwrap()
-        .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap())
-        .collect();
-    assert_eq!(seen.len(), 1, "pi ran once for the session: {seen:?}");
+    let runs = pi.runs();
+    let session = runs.iter().find(|run| run.args.first().is_none_or(|arg| arg != "--version"));
+    let args = &session.expect("pi ran for the session").args;
     let file = file.to_string_lossy();
-    assert!(seen[0].lines().collect::<Vec<_>>().windows(2).any(|w| w == ["--session", &*file]), "{}", seen[0]);
+    assert!(args.windows(2).any(|w| w == ["--session", &*file]), "{args:?}");
 }
