@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use agent_core::exec::{ChildOutput, Command, EnvSpec};
+use agent_core::exec::{ChildOutput, Command, EnvSpec, KillCause};
 use agent_core::provider::{Admission, ProviderSession, TurnStart};
 use agent_core::{
     ConversationMode, DynExec, Error, EventKind, InputItem, ProviderId, Request, Response, Result, SessionId, Sink,
@@ -461,7 +461,10 @@ impl Shared {
                 process.kill();
                 break None;
             }
-            if after_result.is_none() && reader.finished() {
+            if !reader.finished() {
+                // No outcome yet, or a retry took it back.
+                after_result = None;
+            } else if after_result.is_none() {
                 after_result = Some(tokio::time::Instant::now() + AFTER_RESULT);
             }
         };
@@ -472,8 +475,9 @@ impl Shared {
         }
         // A CLI that closed stdout after its result line but did not exit was ended as one that
         // kept it open is: the outcome its lines gave stands.
-        // Ended by the exit wait: not by a cancel, a foreign conversation or after a read error.
-        let ended = report.status.as_ref().is_some_and(|status| status.killed_by.is_some());
+        // Ended by the exit wait: not by a cancel, a foreign conversation, after a read error or
+        // by one of the exec's limits.
+        let ended = report.status.as_ref().is_some_and(|status| status.killed_by == Some(KillCause::Requested));
         if reader.finished() && ended && waiting && !handle.cancelled.load(Ordering::SeqCst) {
             reader.lingered(EXIT_WAIT);
         }

@@ -238,6 +238,10 @@ impl<'p> TurnReader<'p> {
                 self.session_id = Some(id);
             }
         }
+        if first(&matchers.retry, line).is_some() {
+            // The CLI tries again: what it reported so far is not the turn's outcome.
+            (self.result, self.failure) = (None, None);
+        }
         if let Some(text) = first(&matchers.result, line) {
             self.result = Some(text);
         }
@@ -429,7 +433,8 @@ mod tests {
             "matchers": {
                 "session_id": [{"when": "^SESSION (?P<id>\\S+)$", "value": "id"}],
                 "result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}],
-                "failure": [{"when": "^FAILED (?P<why>.*)$", "value": "why"}, {"when": "^FAILED$"}]
+                "failure": [{"when": "^FAILED (?P<why>.*)$", "value": "why"}, {"when": "^FAILED$"}],
+                "retry": [{"when": "^RETRYING"}]
             },
             "events": [{"when": "^SAY (?P<t>.*)$", "emit": "assistant_message", "text": "t"}],
             "other_lines": "drop"
@@ -539,8 +544,16 @@ mod tests {
             Some("lines reported a failure (exit code 1); stderr:\ncli: bye"),
             None,
         );
+        // A retry takes back what was reported before it: the outcome is what follows.
+        check(&["FAILED overloaded", "RETRYING", "RESULT done"], 0, TurnStatus::Completed, None, Some("done"));
+        check(&["FAILED overloaded", "RETRYING", "FAILED again"], 0, TurnStatus::Failed, Some("again"), None);
+        check(&["RESULT early", "RETRYING"], 0, TurnStatus::Failed, Some("without a result line"), None);
         let preset = lines_preset();
-        let reader = TurnReader::new(&preset, None, None);
+        let mut reader = TurnReader::new(&preset, None, None);
+        feed(&mut reader, &["FAILED overloaded"]);
+        assert!(reader.finished());
+        feed(&mut reader, &["RETRYING in 2 s"]);
+        assert!(!reader.finished(), "the wait for the exit starts again at the next outcome");
         assert_eq!(reader.outcome(&exit(0), Some("stopped")).status, TurnStatus::Interrupted);
     }
 
@@ -725,25 +738,43 @@ mod tests {
         assert_eq!(seen, ["request 7", "write \"error\" 8", "resolved 7", "warning"]);
     }
 
-    /// Pi's retry and error lines, from pi 1.6.0: a failed message ends the turn only at the
-    /// final `agent_end`, with pi's error text.
+    /// Pi's run ends at 1.6.0's `agent_settled`, or at 0.73.1's `agent_end` (which has no
+    /// `willRetry`) unless an `auto_retry_start` takes it back: the last assistant message decides.
     #[test]
-    fn pis_final_agent_end_decides() {
+    fn pis_run_end_decides() {
         let preset = shipped("pi-print.json");
         let error = r#"{"type":"message_end","message":{"role":"assistant","content":[],"stopReason":"error","errorMessage":"500: overloaded","usage":{"input":1,"output":0}}}"#;
         let retried = r#"{"type":"agent_end","messages":[],"willRetry":true}"#;
         let good = r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"Hi"}],"stopReason":"stop","usage":{"input":3,"output":2,"cost":{"total":0.5}}}}"#;
         let end = r#"{"type":"agent_end","messages":[],"willRetry":false}"#;
-        let mut reader = TurnReader::new(&preset, None, None);
-        feed(&mut reader, &[r#"{"type":"session","version":3,"id":"01a2"}"#, error, retried, good, end]);
-        let outcome = reader.outcome(&exit(0), None);
-        assert_eq!((outcome.status, outcome.text.as_deref()), (TurnStatus::Completed, Some("Hi")), "{outcome:?}");
-        let usage = outcome.usage.expect("usage");
+        let settled = r#"{"type":"agent_settled","aborted":false}"#;
+        let old_end = r#"{"type":"agent_end","messages":[]}"#;
+        let retry = r#"{"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":2000}"#;
+        let outcome = |lines: &[&str]| {
+            let mut reader = TurnReader::new(&preset, None, None);
+            feed(&mut reader, lines);
+            (reader.finished(), reader.outcome(&exit(0), None))
+        };
+
+        let (finished, recovered) =
+            outcome(&[r#"{"type":"session","version":3,"id":"01a2"}"#, error, retried, good, end]);
+        assert!(!finished, "1.6.0's run goes on to `agent_settled`");
+        assert_eq!(recovered.status, TurnStatus::Failed, "{recovered:?}");
+        let (finished, recovered) = outcome(&[error, retried, good, end, settled]);
+        assert!(finished);
+        assert_eq!((recovered.status, recovered.text.as_deref()), (TurnStatus::Completed, Some("Hi")), "{recovered:?}");
+        let usage = recovered.usage.expect("usage");
         assert_eq!((usage.input_tokens, usage.output_tokens, usage.cost_usd), (Some(4), Some(2), Some(0.5)), "summed");
-        let mut reader = TurnReader::new(&preset, None, None);
-        feed(&mut reader, &[error, end]);
-        let outcome = reader.outcome(&exit(0), None);
-        assert_eq!(outcome.status, TurnStatus::Failed);
-        assert_eq!(outcome.reason.as_deref(), Some("500: overloaded"));
+        let (_, failed) = outcome(&[error, end, settled]);
+        assert_eq!((failed.status, failed.reason.as_deref()), (TurnStatus::Failed, Some("500: overloaded")));
+
+        // 0.73.1: its `agent_end` ends the run, unless a retry follows.
+        let (finished, failed) = outcome(&[error, old_end]);
+        assert!(finished);
+        assert_eq!((failed.status, failed.reason.as_deref()), (TurnStatus::Failed, Some("500: overloaded")));
+        let (finished, _) = outcome(&[error, old_end, retry]);
+        assert!(!finished, "the retry takes the failure back");
+        let (_, recovered) = outcome(&[error, old_end, retry, good, old_end]);
+        assert_eq!((recovered.status, recovered.text.as_deref()), (TurnStatus::Completed, Some("Hi")), "{recovered:?}");
     }
 }

@@ -260,3 +260,18 @@ async fn a_held_conversation_or_a_transcript_without_messages_is_not_continued()
     assert!(history.contains("Remember the word PINEAPPLE"), "{history}");
     world.finish().await;
 }
+
+/// A turn claude ends with an error result that has no `result` text (here its turn limit)
+/// fails with claude's own words for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_over_its_turn_limit_fails_with_claudes_reason() {
+    let scenario = Scenario::new().shell("echo from-claude").text("done");
+    let world = World::start(Provider::Claude, "claude-print", scenario).await;
+    let session = world.session(world.options_with(PresetOptions::new().max_turns(1))).await;
+    let (_, events) = world.run(&session, "run it", |_| None).await;
+    let end = terminal(&events);
+    assert_eq!(end.status, TurnStatus::Failed, "{}", names(&events));
+    let reason = end.result.reason.clone().unwrap_or_default();
+    assert!(reason.contains("maximum number of turns"), "{reason}");
+    world.finish().await;
+}

@@ -173,3 +173,34 @@ async fn failed_turn(harness: &agent_core::Harness, session: &agent_core::Sessio
     let reason = end.result.reason.clone().unwrap_or_default();
     assert!(reason.contains(says) && reason.contains(conversation), "{reason}");
 }
+
+/// With pi's own auto-retry on, a turn whose first model call fails and whose retry succeeds
+/// completes: 0.73.1 ends the failed run with an `agent_end` that does not say a retry follows,
+/// and its `auto_retry_start` takes the failure back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auto_retry_after_a_500_completes_the_turn_on_both_pinned_versions() {
+    for cli in clis() {
+        let version = cli.version().to_owned();
+        let scenario = Scenario::new().http_error(500, "flaky upstream").text("recovered");
+        let server = FakeModel::start(scenario).await.expect("fake model");
+        let env = OfflineEnv::new(&cli, &server).expect("offline environment");
+        let settings =
+            std::path::PathBuf::from(env.var("PI_CODING_AGENT_DIR").expect("agent dir")).join("settings.json");
+        let mut value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
+        value["retry"] =
+            serde_json::json!({"enabled": true, "maxRetries": 2, "baseDelayMs": 50, "provider": {"maxRetries": 0}});
+        std::fs::write(&settings, value.to_string()).unwrap();
+        let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
+        let catalog = PresetCatalog::builder(allow(&cli)).load();
+        let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));
+        let options = env.session_options().provider_option(preset_options(&cli, &env));
+        let session = harness.start_session("preset:pi-print", options).await.expect("session starts");
+        let (_, events) = support::run(&harness, &session, "try hard", |_| None).await;
+        let end = terminal(&events);
+        assert_eq!(end.status, TurnStatus::Completed, "pi {version}: {}: {:?}", names(&events), end.result);
+        assert_eq!(end.result.text.as_deref(), Some("recovered"), "pi {version}");
+        assert_eq!(server.model_requests().len(), 2, "pi {version}");
+        support::finish(&harness, &exec).await;
+        harness.shutdown().await;
+    }
+}

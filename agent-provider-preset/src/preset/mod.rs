@@ -130,6 +130,8 @@ struct MatchersFile {
     #[serde(default)]
     failure: Vec<Value>,
     #[serde(default)]
+    retry: Vec<Value>,
+    #[serde(default)]
     keep: BTreeMap<String, Vec<Value>>,
 }
 
@@ -156,6 +158,9 @@ pub(crate) struct Matchers {
     pub(crate) session_id: Vec<Matcher>,
     pub(crate) result: Vec<Matcher>,
     pub(crate) failure: Vec<Matcher>,
+    /// Lines saying the CLI retries after a result or failure it reported: that outcome no
+    /// longer stands.
+    pub(crate) retry: Vec<Matcher>,
     pub(crate) keep: Vec<(String, Vec<Matcher>)>,
 }
 

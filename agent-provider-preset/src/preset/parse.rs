@@ -59,6 +59,7 @@ pub(super) fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Prese
         session_id: matchers(&file.matchers.session_id, framing, "matchers.session_id", Some(&kept))?,
         result: matchers(&file.matchers.result, framing, "matchers.result", Some(&kept))?,
         failure: matchers(&file.matchers.failure, framing, "matchers.failure", Some(&kept))?,
+        retry: matchers(&file.matchers.retry, framing, "matchers.retry", Some(&kept))?,
         keep: file
             .matchers
             .keep
@@ -66,6 +67,13 @@ pub(super) fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Prese
             .map(|(name, rules)| Ok((name.clone(), matchers(rules, framing, &format!("matchers.keep.{name}"), None)?)))
             .collect::<Result<_, Problem>>()?,
     };
+    if let Some(i) = matchers.retry.iter().position(|rule| rule.value.is_some() || rule.kept.is_some()) {
+        return Err(Problem::new(format!("matchers.retry[{i}]"), "a retry rule has only `when` (which lines)"));
+    }
+    if !matchers.retry.is_empty() && file.approvals.is_some() {
+        // Its stdin closes at the first result or failure line, for good.
+        return Err(Problem::new("matchers.retry", "an approval conversation ends at the first result or failure"));
+    }
     if matchers.result.is_empty() {
         return Err(Problem::new("matchers.result", "at least one rule: which line is the result"));
     }
@@ -88,6 +96,15 @@ pub(super) fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Prese
     }
     if template.mentions(Condition::Approvals) && file.approvals.is_none() {
         return Err(Problem::new("args", "an `approvals` group needs an `approvals` conversation"));
+    }
+    if file.approvals.is_some() && !template.mentions(Condition::Approvals) {
+        // Asked, the prompt goes on stdin as the conversation's first message; the CLI must be
+        // told so (and told otherwise when approvals are not asked).
+        return Err(Problem::new(
+            "approvals",
+            "an approval conversation needs `approvals` groups in `args`: the CLI's flags for it, and where the \
+             prompt goes without it",
+        ));
     }
     if file.approvals.is_some() && framing != Framing::Jsonl {
         // Its requests are JSON lines; under `lines` none would be read, and every turn that
@@ -214,8 +231,12 @@ pub(super) fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Prese
 /// Every `$name` a `when` tests names a `matchers.keep` value.
 fn check_kept_tests(matchers: &Matchers, events: &[EventRule]) -> Result<(), Problem> {
     let kept: Vec<&str> = matchers.keep.iter().map(|(name, _)| name.as_str()).collect();
-    let groups: [(&str, &[Matcher]); 3] =
-        [("session_id", &matchers.session_id), ("result", &matchers.result), ("failure", &matchers.failure)];
+    let groups: [(&str, &[Matcher]); 4] = [
+        ("session_id", &matchers.session_id),
+        ("result", &matchers.result),
+        ("failure", &matchers.failure),
+        ("retry", &matchers.retry),
+    ];
     let mut whens: Vec<(String, &When)> = groups
         .iter()
         .flat_map(|(group, rules)| {

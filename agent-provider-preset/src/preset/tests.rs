@@ -105,6 +105,12 @@ fn bad_presets_name_the_file_and_the_field() {
         json!({"conversation": "claude_control"}),
     );
     refused(asking, "approvals", "needs `\"framing\": \"jsonl\"`");
+    let mut unflagged =
+        with(with(minimal(), "/framing", json!("jsonl")), "/approvals", json!({"conversation": "claude_control"}));
+    unflagged["matchers"] = json!({"result": [{"when": {"/type": "result"}, "value": "/result"}]});
+    unflagged["prompt"] = json!("stdin");
+    unflagged["args"] = json!(["--print"]);
+    refused(unflagged, "approvals", "needs `approvals` groups in `args`");
     refused(with(minimal(), "/capabilities", json!({"images": "native"})), "capabilities.images", "cannot provide");
     refused(with(minimal(), "/capabilities", json!({"resume": "native"})), "capabilities.resume", "claimed, but");
     // Claims lower what the parts give, never raise it: a preset's cancel stops the process.
@@ -132,6 +138,14 @@ fn bad_presets_name_the_file_and_the_field() {
     refused(with(minimal(), "/reserved_words", json!(["resume", "--resume"])), "reserved_words[1]", "not an option");
     refused(with(minimal(), "/reserved_words", json!([""])), "reserved_words[0]", "not an option");
     refused(with(minimal(), "/conversation_files", json!("claude")), "conversation_files", "needs a `resume` group");
+    let retry = |rule: Value| with(minimal(), "/matchers/retry", json!([rule]));
+    refused(retry(json!({"when": "x", "value": "0"})), "matchers.retry[0]", "only `when`");
+    refused(retry(json!({"when": "x", "$y": 1})), "matchers.retry[0].$y", "unknown field");
+    let mut asking = with(retry(json!({"when": {"/type": "retry"}})), "/framing", json!("jsonl"));
+    asking["matchers"]["result"] = json!([{"when": {"/type": "result"}, "value": "/result"}]);
+    asking["approvals"] = json!({"conversation": "claude_control"});
+    asking["args"] = json!([{"if": "!approvals", "then": ["--", "{prompt}"]}, {"if": "approvals", "then": ["--ask"]}]);
+    refused(asking, "matchers.retry", "approval conversation");
     refused(with(minimal(), "/conversation_files", json!("codex")), "conversation_files", "expected `claude` or `pi`");
     refused(with(minimal(), "/arg_aliases", json!({"m": "--model"})), "arg_aliases.m", "option name");
     // An alias names a flag the template passes a value with: this one has none.
