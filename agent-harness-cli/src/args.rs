@@ -95,7 +95,7 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "MODEL")]
     pub(crate) model: Option<String>,
     /// The system prompt (Codex: developer instructions).
-    #[arg(long, value_name = "TEXT")]
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
     pub(crate) system_prompt: Option<String>,
     /// When the agent must ask: untrusted, on-failure, on-request or never.
     #[arg(long, value_name = "POLICY")]
@@ -107,7 +107,7 @@ pub(crate) struct RunArgs {
     #[arg(long, value_enum, default_value_t = Approvals::Ask)]
     pub(crate) approvals: Approvals,
     /// An answer to the agent's next question (repeat for later questions, in order).
-    #[arg(long = "answer", value_name = "TEXT")]
+    #[arg(long = "answer", value_name = "TEXT", allow_hyphen_values = true)]
     pub(crate) answers: Vec<String>,
     /// A variable for the provider process (repeatable). Values are never printed.
     #[arg(long = "env", value_name = "KEY=VALUE")]

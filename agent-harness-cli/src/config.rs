@@ -85,7 +85,8 @@ pub(crate) fn session_config(args: &RunArgs) -> Result<SessionConfig, Failure> {
             // The value may be a secret: the message names the position only.
             Failure::usage(format!("--env #{}: expected KEY=VALUE with a non-empty KEY", index + 1))
         })?;
-        config.env.set.insert(key.to_owned(), value.to_owned());
+        // Over the config's word on the name, removal included.
+        config.env = std::mem::take(&mut config.env).set(key, value);
     }
     if let Some(auth) = args.auth {
         config.auth = Some(match auth {

@@ -61,6 +61,15 @@ pub(crate) async fn events(args: EventsArgs) -> Result<Exit, Failure> {
         }
     };
     let mut live = running().await?;
+    // One listener for the whole follow: a Ctrl-C pressed while a page is read or printed is
+    // kept for the next wait (a listener made per wait misses what came before it).
+    let mut interrupt = match args.follow {
+        true => Some(
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+                .map_err(|e| Failure::failed(format!("cannot watch for Ctrl-C: {e}")))?,
+        ),
+        false => None,
+    };
     // Pages sized by the events' bytes: a session's whole history may be gigabytes.
     let mut pager = EventPager::new();
     loop {
@@ -81,12 +90,10 @@ pub(crate) async fn events(args: EventsArgs) -> Result<Exit, Failure> {
             }
         }
         // A session seen ended was read to its end above: its last events precede its last snapshot.
-        if !args.follow || !live {
-            return Ok(Exit::Completed);
-        }
+        let Some(interrupt) = interrupt.as_mut().filter(|_| live) else { return Ok(Exit::Completed) };
         tokio::select! {
             () = tokio::time::sleep(FOLLOW_POLL) => {}
-            _ = tokio::signal::ctrl_c() => return Ok(Exit::Completed),
+            _ = interrupt.recv() => return Ok(Exit::Completed),
         }
         live = running().await?;
     }

@@ -16,6 +16,13 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 
 use crate::render::visible;
 
+/// Starts reading the terminal, before anything is asked: a line typed before the first prompt
+/// showed is then read (and discarded when it shows) rather than left in the terminal's queue
+/// for that prompt to take as its answer.
+pub(crate) fn listen() {
+    let _ = typed_lines();
+}
+
 /// The lines typed at the terminal (`None` once it closed), read by one thread.
 fn typed_lines() -> &'static Mutex<mpsc::UnboundedReceiver<Option<String>>> {
     static LINES: OnceLock<Mutex<mpsc::UnboundedReceiver<Option<String>>>> = OnceLock::new();

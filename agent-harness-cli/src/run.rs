@@ -57,11 +57,20 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
     // Ask at the terminal only when a person is there to answer and reads plain text.
     let interactive =
         !args.json && args.approvals == Approvals::Ask && io::stdin().is_terminal() && io::stdout().is_terminal();
+    if interactive {
+        crate::prompt::listen();
+    }
     let new_file = store.new_file();
     let (store, hold) = store.open()?;
-    // A resumed session's history goes on from its last stored event: print only what is new.
+    // A resumed session's history goes on from its last event: print only what is new. That is
+    // the last stored one, or the last one published when the store failed during the last run
+    // (the resume goes on after it, leaving the events it could not store a gap).
     let after = match &options.conversation {
-        Conversation::Resume(ConversationSource::Session(id)) => store.latest_seq(id).await.ok().flatten().unwrap_or(0),
+        Conversation::Resume(ConversationSource::Session(id)) => {
+            let stored = store.latest_seq(id).await.ok().flatten().unwrap_or(0);
+            let snapshot = store.fetch_session(id).await.ok().flatten();
+            stored.max(snapshot.and_then(|snapshot| snapshot.published_seq).unwrap_or(0))
+        }
         _ => 0,
     };
     let policy = Policy::new(args.approvals, args.answers.clone());

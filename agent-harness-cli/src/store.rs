@@ -47,6 +47,10 @@ impl StoreSpec {
         if path.is_dir() {
             return Err(cannot("a directory, not a SQLite database"));
         }
+        if path.exists() && !path.is_file() {
+            // Opening a FIFO would wait for a writer.
+            return Err(cannot("not a regular file"));
+        }
         let mut header = [0u8; SQLITE_HEADER.len()];
         match std::fs::File::open(&path).and_then(|mut file| std::io::Read::read_exact(&mut file, &mut header)) {
             Ok(()) if header == *SQLITE_HEADER => Ok(path),

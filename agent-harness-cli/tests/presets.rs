@@ -431,6 +431,26 @@ async fn reading_a_database_without_a_store_refuses_it_and_changes_nothing() {
     }
 }
 
+/// A store path naming a FIFO is refused at once, not opened (which would wait for a writer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_path_naming_a_fifo_is_refused_without_waiting() {
+    let dir = ProgramDir::new("cli-fifo-store");
+    let path = dir.path().join("events.db");
+    let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("a path");
+    // SAFETY: a valid NUL-terminated path; mkfifo reads it and nothing else.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo: {}", std::io::Error::last_os_error());
+    let store = format!("sqlite:{}", path.display());
+    for args in
+        [&["sessions", "--store", &store][..], &["events", "--store", &store, "s"], &["purge", "--store", &store, "s"]]
+    {
+        let output = tokio::time::timeout(std::time::Duration::from_secs(20), agent_harness(dir.path(), [], args))
+            .await
+            .unwrap_or_else(|_| panic!("{args:?} waited on the FIFO"));
+        assert_eq!(output.status.code(), Some(64), "{args:?}: {}", output.stderr);
+        assert!(output.stderr.contains("not a regular file"), "{args:?}: {}", output.stderr);
+    }
+}
+
 /// The error line shows what it quotes of the input or a CLI as text: control characters as
 /// symbols, never acted on by the terminal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

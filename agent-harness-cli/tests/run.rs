@@ -19,6 +19,9 @@ const LIMIT: Duration = Duration::from_secs(90);
 /// A value passed with `--env` that must never be printed.
 const SECRET: &str = "s3cr3t-env-value-91f2";
 
+/// Typing at a terminal: when the screen so far passes the test, the text (and a newline).
+type Step = (Box<dyn Fn(&str) -> bool + Send>, &'static str);
+
 /// One test's world: a pinned CLI, a fake model server and an offline environment.
 struct World {
     cli: Cli,
@@ -90,6 +93,17 @@ impl World {
         answer: impl Fn(&str) -> bool + Send + 'static,
         typed: &'static str,
     ) -> (std::process::ExitStatus, String) {
+        self.on_a_terminal_steps(extra, prompts, vec![(Box::new(answer), typed)]).await
+    }
+
+    /// [`World::on_a_terminal`], typing each step's text (and a newline) once the screen so
+    /// far passes its test, the steps in order.
+    async fn on_a_terminal_steps(
+        &self,
+        extra: &[&str],
+        prompts: &[&str],
+        steps: Vec<Step>,
+    ) -> (std::process::ExitStatus, String) {
         let mut args = self.run_args(extra, prompts);
         args.retain(|arg| arg != "--json");
         let (master, slave) = pty();
@@ -100,16 +114,14 @@ impl World {
         drop(command); // closes this process's copies of the terminal's slave side
         let mut reader = std::fs::File::from(master.try_clone().expect("pty"));
         let mut writer = std::fs::File::from(master);
-        let text = typed;
         let screen = tokio::task::spawn_blocking(move || {
             use std::io::{Read, Write};
-            let (mut screen, mut buf, mut typed) = (String::new(), [0u8; 4096], false);
+            let (mut screen, mut buf, mut steps) = (String::new(), [0u8; 4096], steps.into_iter().peekable());
             // The read fails (EIO) once the command exited and the slave side closed.
             while let Ok(n @ 1..) = reader.read(&mut buf) {
                 screen.push_str(&String::from_utf8_lossy(&buf[..n]));
-                if !typed && answer(&screen) {
+                if let Some((_, text)) = steps.next_if(|(ready, _)| ready(&screen)) {
                     writer.write_all(format!("{text}\n").as_bytes()).expect("typed");
-                    typed = true;
                 }
             }
             screen
@@ -285,6 +297,30 @@ async fn events_follow_prints_a_running_session_to_its_end() {
     assert!(printed.contains("\"message_delta\"") && printed.contains("\"session_closed\""), "{printed}");
 }
 
+/// Ctrl-C ends `events --follow` with 0 while the session it follows goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_follow_ends_at_ctrl_c() {
+    let scenario = Scenario::new().deltas(["one ", "two ", "three ", "four ", "five ", "six"], 400);
+    let world = World::start(Provider::Codex, scenario).await;
+    let store = format!("sqlite:{}", world.env.dir().join("events.db").display());
+    let args = world.run_args(&["--store", &store, "--session-id", "followed"], &["count"]);
+    let mut run = world.command(&args.iter().map(String::as_str).collect::<Vec<_>>()).spawn().expect("spawn");
+    let mut lines = BufReader::new(run.stdout.take().expect("stdout")).lines();
+    lines.next_line().await.expect("read").expect("a first event");
+    let mut follow =
+        world.command(&["events", "--store", &store, "followed", "--follow", "--json"]).spawn().expect("spawn");
+    let mut followed = BufReader::new(follow.stdout.take().expect("stdout")).lines();
+    followed.next_line().await.expect("read").expect("a first event followed");
+    let pid = i32::try_from(follow.id().expect("running")).expect("a pid");
+    // SAFETY: signals the process this test spawned and has not reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let status = tokio::time::timeout(Duration::from_secs(10), follow.wait()).await.expect("ended").expect("status");
+    assert_eq!(status.code(), Some(0), "ended by its own exit, not by the signal");
+    while lines.next_line().await.expect("read").is_some() {}
+    assert_eq!(run.wait().await.expect("status").code(), Some(0), "the followed session went on to its end");
+    world.assert_no_process_left().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_json_with_claude_completes_two_turns() {
     two_text_turns(Provider::Claude).await;
@@ -360,6 +396,60 @@ async fn resume_continues_a_stored_session_under_its_id() {
     world.assert_no_process_left().await;
 }
 
+/// A resume after a run whose store failed (its snapshot's `published_seq` past the last stored
+/// event) prints the new events: the history's gap is where that run's unstored events were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_after_a_run_whose_store_failed_prints_the_new_turn() {
+    let world = World::start(Provider::Codex, Scenario::new().text("first answer").text("second answer")).await;
+    let db = world.env.dir().join("events.db");
+    let store = format!("sqlite:{}", db.display());
+    let first = world.run(&["--store", &store, "--session-id", "gap-1"], &["first"]).await;
+    assert_eq!(first.code(), Some(0), "{first:?}");
+    let last = first.events().last().expect("events")["seq"].as_u64().expect("seq");
+    {
+        let conn = rusqlite::Connection::open(&db).expect("the store");
+        let snapshot: String = conn
+            .query_row("SELECT snapshot FROM sessions WHERE id = 'gap-1'", [], |row| row.get(0))
+            .expect("the snapshot");
+        let mut snapshot: Value = serde_json::from_str(&snapshot).expect("JSON");
+        snapshot["published_seq"] = (last + 5).into();
+        let updated = conn
+            .execute("UPDATE sessions SET snapshot = ?1 WHERE id = 'gap-1'", [snapshot.to_string()])
+            .expect("updated");
+        assert_eq!(updated, 1);
+    }
+    let second = world.run(&["--store", &store, "--resume", "gap-1"], &["second"]).await;
+    assert_eq!(second.code(), Some(0), "{second:?}");
+    let events = second.events();
+    assert!(events[0]["seq"].as_u64() > Some(last + 5), "seq goes on after the published {}: {second:?}", last + 5);
+    assert_eq!(terminals(&events), ["turn_completed"], "{second:?}");
+    world.assert_no_process_left().await;
+}
+
+/// `--env` sets a variable the config file removes (the flags override the config), and a
+/// value starting with `-` is taken for `--answer` and `--system-prompt`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flags_override_the_configs_removal_and_take_values_starting_with_a_dash() {
+    let world = World::start(Provider::Codex, Scenario::new().text("ok")).await;
+    let config = world.env.dir().join("unset.json");
+    let removed = serde_json::json!({"provider": "codex", "env": {"unset": ["AGENT_HARNESS_TEST_FLAG"]}});
+    std::fs::write(&config, removed.to_string()).expect("config written");
+    let config = config.display().to_string();
+    let extra = [
+        "--config",
+        config.as_str(),
+        "--env",
+        "AGENT_HARNESS_TEST_FLAG=1",
+        "--answer",
+        "-1",
+        "--system-prompt",
+        "-be brief",
+    ];
+    let output = world.run(&extra, &["hi"]).await;
+    assert_eq!(output.code(), Some(0), "{output:?}");
+    assert_eq!(terminals(&output.events()), ["turn_completed"], "{output:?}");
+}
+
 /// On a terminal, an `--answer` the question does not take is said so and the question asked
 /// again, showing its choices; the answer typed then is taken (it did hang, unanswered).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -410,6 +500,25 @@ async fn an_expired_prompt_leaves_the_next_answer_to_the_next_prompt() {
     assert!(world.env.workspace().join("second.txt").exists(), "the one `y` approved the second:\n{screen}");
     assert!(screen.contains("no longer asked: timed out"), "the expiry is shown:\n{screen}");
     assert!(screen.contains(&long), "the whole command is shown:\n{screen}");
+    world.assert_no_process_left().await;
+}
+
+/// A line typed before the first prompt showed answers nothing: the prompt waits for a line
+/// typed while it shows (here `n`, which denies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_terminal_a_line_typed_before_the_first_prompt_answers_nothing() {
+    let scenario = Scenario::new().deltas(["Thinking ", "it over"], 300).shell("touch typed-ahead.txt").text("done");
+    let world = World::start(Provider::Codex, scenario).await;
+    let extra = ["--approval-policy", "untrusted", "--sandbox", "workspace-write"];
+    let steps: Vec<Step> = vec![
+        // Typed during the first turn, which asks nothing.
+        (Box::new(|screen: &str| screen.contains("Thinking") && !screen.contains("allow?")), "y"),
+        (Box::new(|screen: &str| screen.contains("allow? [y/N]")), "n"),
+    ];
+    let (status, screen) = world.on_a_terminal_steps(&extra, &["first", "second"], steps).await;
+    assert_eq!(status.code(), Some(0), "{screen}");
+    assert!(!world.env.workspace().join("typed-ahead.txt").exists(), "the early `y` approved the command:\n{screen}");
+    assert!(screen.contains("denied"), "the `n` typed at the prompt denied it:\n{screen}");
     world.assert_no_process_left().await;
 }
 
