@@ -16,6 +16,7 @@ use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::time::deadline_after;
 use agent_core::{Sink, SinkBuffer, TurnId};
+use agent_provider_kit::framing::head::{find_key, string_at};
 use agent_provider_kit::framing::{
     AfterLines, Bytes, Line, LineReader, TextFrame, flush_before_wait, keep_line, stderr_note, unparsed_line_warning,
 };
@@ -191,7 +192,9 @@ type Then = AfterLines<(ControlRequestId, RawJson)>;
 fn over_long_line(state: &mut Normalizer, len: usize, head: &[u8], max_line: usize, actions: &mut Vec<Action>) -> Then {
     let warning = TextFrame::TooLong { len }.into_text(CLI, max_line).err().unwrap_or_default();
     actions.extend(state.garbage(warning));
-    if !head.starts_with(br#"{"type":"result""#) {
+    // Found among the head's keys, in whatever order claude writes them.
+    let kind = head.strip_prefix(b"{").and_then(|root| string_at(root, find_key(root, "type")?));
+    if kind != Some("result") {
         return AfterLines::Next;
     }
     let reason = format!(
@@ -355,6 +358,27 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// A dropped line over the cap ends the running turn when its head shows claude's `result`,
+    /// whatever the order of its keys; another line (a nested `type` of `result` included) does
+    /// not.
+    #[test]
+    fn an_over_long_result_line_is_known_by_its_type_key_wherever_it_stands() {
+        let ends = |head: &str| {
+            let mut state = Normalizer::new(None);
+            state.begin_turn(TurnId::from_string("turn-1".to_owned())).unwrap();
+            let mut actions = Vec::new();
+            let then = over_long_line(&mut state, 5000, head.as_bytes(), 1024, &mut actions);
+            let failed = actions.iter().any(|a| matches!(a, Action::Emit { kind: EventKind::TurnFailed(_), .. }));
+            assert_eq!(failed, matches!(then, AfterLines::TurnEnded), "{head}");
+            failed
+        };
+        assert!(ends(r#"{"type":"result","subtype":"success","result":"xxxx"#));
+        assert!(ends(r#"{"duration_api_ms":12,"modelUsage":{"a":{"type":"x"}},"type":"result","is_er"#));
+        assert!(!ends(r#"{"type":"assistant","message":{"content":[{"type":"text","text":"xxxx"#));
+        assert!(!ends(r#"{"message":{"type":"result"},"type":"user","content":"xxxx"#));
+        assert!(!ends(r#"{"duration_api_ms":12,"result":"a very long text that fills the head whol"#), "no type seen");
+    }
 
     /// The reader on the kit's recording sink: a reply goes to its caller, lines become events of
     /// the running turn in order, a bad line a warning, and the exit fails the turn with the exit

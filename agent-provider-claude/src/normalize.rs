@@ -91,10 +91,26 @@ struct Turn {
     declined: HashSet<String>,
 }
 
+/// Whose run claude is in, from a `system/init` to its `result`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Run {
+    /// Between runs (or a run whose `system/init` was not seen).
+    #[default]
+    Idle,
+    /// The harness turn's prompt.
+    Ours,
+    /// One claude started by itself, with no turn running: a background task's notification
+    /// (`system/task_notification`, then a run answering it). A turn started meanwhile waits
+    /// behind it in claude's queue and begins at the next `system/init`.
+    Own,
+}
+
 /// Claude Code's protocol state for one process.
 #[derive(Debug, Default)]
 pub(crate) struct Normalizer {
     turn: Option<Turn>,
+    /// Whose run the lines are part of.
+    run: Run,
     /// The session ID the CLI reports (`system/init`, `result`).
     session_id: Option<String>,
     /// `result.total_cost_usd` so far: it is cumulative per process.
@@ -241,6 +257,18 @@ impl Normalizer {
         line: &Envelope<'_>,
         actions: &mut Vec<Action>,
     ) {
+        if self.run == Run::Own {
+            // None of a run claude started by itself is the turn's, which waits behind it: its
+            // lines are the session's, its tool requests are refused as outside a turn.
+            let waiting = self.turn.take();
+            self.dispatch(text, chunk, line, actions);
+            self.turn = waiting;
+        } else {
+            self.dispatch(text, chunk, line, actions);
+        }
+    }
+
+    fn dispatch(&mut self, text: &str, chunk: Option<&Bytes>, line: &Envelope<'_>, actions: &mut Vec<Action>) {
         match &*line.kind {
             "stream_event" => self.on_stream_event(line, chunk, actions),
             "assistant" => self.on_assistant(line, actions),
@@ -379,6 +407,7 @@ impl Normalizer {
     fn on_system(&mut self, text: &str, line: &Envelope<'_>, actions: &mut Vec<Action>) {
         match &*line.subtype {
             "init" => {
+                self.run = if self.turn.is_some() { Run::Ours } else { Run::Own };
                 let id = &*line.session_id;
                 if !id.is_empty() && self.session_id.as_deref() != Some(id) {
                     self.reported(id, actions);
@@ -442,14 +471,17 @@ impl Normalizer {
         {
             self.reported(id, actions);
         }
-        let Some(turn) = self.turn.take() else {
-            // A result outside a turn (the CLI finished something after the turn ended).
-            return self.other(actions, "result".into());
-        };
-        self.requests.clear();
+        self.run = Run::Idle;
+        // Cumulative over the process: a run outside a turn is not billed to the next turn.
         let total = result.total_cost_usd.unwrap_or(0.0);
         let cost = (total - self.cost_so_far).max(0.0);
         self.cost_so_far = self.cost_so_far.max(total);
+        let Some(turn) = self.turn.take() else {
+            // A result outside a turn (a run claude started by itself, or something it finished
+            // after the turn ended).
+            return self.other(actions, "result".into());
+        };
+        self.requests.clear();
         let usage = result.usage.map(|u| {
             let mut usage = Usage::default();
             usage.input_tokens = u.input_tokens;
@@ -582,6 +614,10 @@ impl Normalizer {
     /// The running turn's `result` line could not be read (over the line cap): the turn ends
     /// failed with `reason`, ended by claude, which is waiting for its next prompt.
     pub(crate) fn on_unread_result(&mut self, reason: &str) -> Vec<Action> {
+        if std::mem::take(&mut self.run) == Run::Own {
+            // The end of a run claude started by itself: the turn waiting behind it goes on.
+            return Vec::new();
+        }
         self.fail_running(reason, None, None, EndCause::Provider)
     }
 

@@ -917,3 +917,36 @@ async fn a_result_line_over_the_limit_ends_the_turn_and_the_session_goes_on() {
     assert_eq!(terminal(&events).result.text.as_deref(), Some("small again"));
     claude.finish().await;
 }
+
+/// Claude answers a background task's end with a run of its own, after the turn that started
+/// it ended. A turn started meanwhile waits behind that run in claude's queue: the run's text
+/// and end are the session's, not the turn's, which ends with its own reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_claude_starts_for_a_background_task_is_not_the_next_turns() {
+    let bash = serde_json::json!({"command": "sleep 1; echo bg-done", "run_in_background": true, "description": "bg"});
+    let scenario = Scenario::new()
+        .tool_call("Bash", bash)
+        .text("started it")
+        .deltas(["NOTIF ", "turn ", "of its own"], 400)
+        .echo("You said: ");
+    let claude = Claude::start(scenario).await;
+    let session = claude.session(claude.options()).await;
+    let mut all = claude.harness.subscribe(&session, Replay::Start).await.expect("subscribed");
+    let (_, first) = claude.run(&session, "start a background task", |_| Some(Response::approve())).await;
+    assert_eq!(terminal(&first).result.text.as_deref(), Some("started it"), "{}", names(&first));
+    // Claude's own run has begun (its first delta is out): the next turn goes in behind it.
+    loop {
+        let event =
+            tokio::time::timeout(IDLE, all.next()).await.expect("claude's own run").expect("open").expect("event");
+        if matches!(&event.kind, EventKind::MessageDelta { text, .. } if text.contains("NOTIF")) {
+            assert_eq!(event.turn_id, None, "the session's, not a turn's");
+            break;
+        }
+    }
+    let (_, second) = claude.run(&session, "second question", |_| Some(Response::approve())).await;
+    let end = terminal(&second);
+    assert_eq!(end.status, TurnStatus::Completed, "{}", names(&second));
+    assert_eq!(end.result.text.as_deref(), Some("You said: second question"), "{}", names(&second));
+    assert!(!deltas(&second).contains("NOTIF") && !deltas(&second).contains("own"), "{}", deltas(&second));
+    claude.finish().await;
+}
