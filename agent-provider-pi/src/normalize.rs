@@ -10,6 +10,8 @@
 //!   (a `get_state` whose response comes after any `auto_retry_start` pi emits for that
 //!   `agent_end`); the turn fails at the barrier's response unless a retry started, and a
 //!   retry that gives up (`auto_retry_end` with `success: false`) fails it too.
+//! - A retry, or a run pi continues the turn with, opens with `agent_start`: the turn is running
+//!   again (its tools are asked about, its end awaited anew).
 
 use std::collections::HashMap;
 
@@ -363,7 +365,16 @@ impl Normalizer {
     fn on_frame(&mut self, frame: Frame<'_>, actions: &mut Vec<Action>) {
         match frame.kind {
             "response" => self.on_response(&frame, actions),
-            "agent_start" | "turn_start" | "turn_end" | "message_start" => {}
+            "agent_start" => {
+                // A run of the turn again (a retry, or one pi continues with): its tools are
+                // asked about as the first run's were, and its end is awaited anew.
+                if let Some(running) =
+                    self.turn.as_mut().filter(|r| matches!(r.ending, Ending::Retrying | Ending::Settling))
+                {
+                    running.ending = Ending::Running;
+                }
+            }
+            "turn_start" | "turn_end" | "message_start" => {}
             "message_update" => self.on_update(&frame, actions),
             "message_end" => self.on_message_end(&frame, actions),
             "tool_execution_start" => self.on_tool_start(frame, actions),

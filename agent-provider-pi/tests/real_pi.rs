@@ -702,6 +702,31 @@ async fn an_auto_retry_after_a_500_keeps_the_turn_open_until_it_recovers() {
     }
 }
 
+/// A tool the run pi retried after a 500 wants is asked about, as in any run: the turn is
+/// running again once the retry starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_in_a_retried_run_is_asked() {
+    for cli in clis() {
+        let scenario = Scenario::new()
+            .http_error(500, "flaky upstream")
+            .shell("touch retried.txt && echo retried-ran")
+            .quote_tool_result("Tool said: ");
+        let pi = Pi::start(cli, scenario).await;
+        let settings =
+            std::path::PathBuf::from(pi.env.var("PI_CODING_AGENT_DIR").expect("agent dir")).join("settings.json");
+        let mut value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
+        value["retry"] =
+            serde_json::json!({"enabled": true, "maxRetries": 2, "baseDelayMs": 50, "provider": {"maxRetries": 0}});
+        std::fs::write(&settings, value.to_string()).unwrap();
+        let session = pi.session(pi.options()).await;
+        let (_, events) = pi.run(&session, "try hard", |r| r.kind.is_approval().then(Response::approve)).await;
+        assert_eq!(requests(&events).len(), 1, "pi {}: asked once: {}", pi.version(), names(&events));
+        assert!(pi.env.workspace().join("retried.txt").exists(), "pi {}: the approved command ran", pi.version());
+        assert_eq!(terminal(&events).status, TurnStatus::Completed, "pi {}: {}", pi.version(), names(&events));
+        pi.finish().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_responses_api_runs_text_and_tool_turns() {
     for cli in clis() {
