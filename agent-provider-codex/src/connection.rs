@@ -239,9 +239,10 @@ impl Shared {
             AfterLines::Reply((id, raw)) => {
                 // What came before a reply reaches the session before its caller goes on.
                 out.flush().await?;
-                if let Err(raw) = self.pending.resolve(&JsonRpcId(id), raw) {
+                if self.pending.resolve(&JsonRpcId(id), raw).is_err() {
+                    // A reply nobody waits for (its call timed out) is noted without its body:
+                    // `config/read`'s holds codex's whole configuration, keys included.
                     lock(&self.state).on_message(Message::Response { id: RpcId::Num(id) }, None, actions);
-                    attach(actions, raw);
                     self.run(actions, out).await?;
                 }
             }

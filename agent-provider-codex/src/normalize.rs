@@ -237,8 +237,9 @@ impl Normalizer {
         cause: EndCause,
     ) -> Vec<Action> {
         let Some(mut turn) = self.turn.take() else { return Vec::new() };
+        let mut actions = self.settle_foreign_requests(turn.id());
         self.requests.clear();
-        let mut actions = turn.close_items(&self.secrets);
+        actions.extend(turn.close_items(&self.secrets));
         let mut result = turn.result(None);
         result.reason = Some(reason.to_owned());
         result.exit_status = exit_status;
@@ -622,12 +623,35 @@ impl Normalizer {
         kinds.into_iter().map(|kind| self.emit(&route, kind)).collect()
     }
 
+    /// Declines `turn`'s pending requests that came from another thread (a subagent's):
+    /// codex settles its own thread's at the turn's end, but not those, and the subagent would
+    /// wait for an answer for good once the turn no longer asks the host.
+    fn settle_foreign_requests(&self, turn: &TurnId) -> Vec<Action> {
+        let mut declined: Vec<&PendingRequest> =
+            self.requests.values().filter(|p| p.foreign && p.turn == *turn).collect();
+        declined.sort_by_key(|p| p.id.to_ref());
+        let mut actions: Vec<Action> = declined
+            .iter()
+            .map(|p| Action::Answer { id: p.id.clone(), result: Ok(requests::auto_decline(&p.kind)) })
+            .collect();
+        if !actions.is_empty() {
+            let message = format!(
+                "{} request(s) of another codex thread (a subagent's) were still pending when the turn ended: \
+                 declined, as codex does not settle them",
+                actions.len()
+            );
+            actions.push(Action::Emit { turn: Some(turn.clone()), kind: EventKind::Warning { message }, raw: None });
+        }
+        actions
+    }
+
     /// `turn/completed` for the running turn: closes open items, emits the terminal event.
     fn finish(&mut self, info: wire::TurnInfo) -> Vec<Action> {
         let Some(mut turn) = self.turn.take() else { return Vec::new() };
         let harness = turn.id().clone();
+        let mut actions = self.settle_foreign_requests(&harness);
         self.requests.retain(|_, p| p.turn != harness);
-        let mut actions = turn.close_items(&self.secrets);
+        actions.extend(turn.close_items(&self.secrets));
         let summary_text = info.items.iter().rev().find(|i| i.kind == "agentMessage").and_then(|i| i.text.clone());
         let mut result = turn.result(summary_text);
         result.provider_turn_id = Some(info.id.clone());
@@ -688,7 +712,7 @@ impl Normalizer {
         };
         match (built, target) {
             (Built::Ask { spec, kind }, Some(turn)) => {
-                self.requests.insert(id.to_ref(), PendingRequest { id, turn: turn.clone(), kind });
+                self.requests.insert(id.to_ref(), PendingRequest { id, turn: turn.clone(), foreign, kind });
                 vec![Action::Request { turn, spec: Box::new(spec), raw: None }]
             }
             (Built::Ask { kind, .. }, None) => vec![

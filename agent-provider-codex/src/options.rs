@@ -64,7 +64,10 @@ pub struct CodexOptions {
     /// [`CodexOptions::npm_native_binary`]) to skip the Node launcher.
     pub binary: Option<PathBuf>,
     /// Config overrides (`key`, TOML `value`), applied like codex's `-c key=value` but sent in
-    /// the thread's `config` over stdin, so values never appear on a command line.
+    /// the thread's `config` over stdin, so values never appear on a command line. They apply
+    /// to the thread: a key codex reads when its process starts, such as `features.plugins`
+    /// (its sync starts before the first thread), does not take effect this way; give such a
+    /// key in codex's `config.toml` (`CODEX_HOME`).
     pub config: Vec<(String, String)>,
     /// `clientInfo.name` for `initialize`; default [`DEFAULT_CLIENT_NAME`].
     pub client_name: Option<String>,

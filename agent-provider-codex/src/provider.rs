@@ -336,7 +336,9 @@ fn sandbox_mode(mode: agent_core::SandboxMode) -> &'static str {
     match mode {
         agent_core::SandboxMode::ReadOnly => "read-only",
         agent_core::SandboxMode::WorkspaceWrite => "workspace-write",
-        _ => "danger-full-access",
+        agent_core::SandboxMode::DangerFullAccess => "danger-full-access",
+        // A mode this provider does not know gets the tightest, never none.
+        _ => "read-only",
     }
 }
 

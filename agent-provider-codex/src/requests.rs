@@ -23,6 +23,9 @@ pub(crate) struct PendingRequest {
     pub(crate) id: RpcId,
     /// The harness turn it belongs to.
     pub(crate) turn: TurnId,
+    /// Sent from another thread than the session's (a subagent's): codex does not settle it
+    /// when the turn ends.
+    pub(crate) foreign: bool,
     /// What was asked, with what the answer needs.
     pub(crate) kind: PendingKind,
 }
@@ -537,7 +540,7 @@ mod tests {
     use super::*;
 
     fn pending(kind: PendingKind) -> PendingRequest {
-        PendingRequest { id: RpcId::Num(1), turn: TurnId::from_string("t"), kind }
+        PendingRequest { id: RpcId::Num(1), turn: TurnId::from_string("t"), foreign: false, kind }
     }
 
     fn command(params: Value) -> wire::CommandApproval {

@@ -163,8 +163,11 @@ pub(crate) async fn configured(
     if own.model.is_some() && own.effort.is_some() {
         return own;
     }
+    // One deadline for both calls below.
+    let deadline = tokio::time::Instant::now() + timeout;
+    let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
     let params = serde_json::json!({"cwd": cwd, "includeLayers": false});
-    if let Ok(raw) = conn.call("config/read", params, timeout).await
+    if let Ok(raw) = conn.call("config/read", params, left()).await
         && let Some(ConfigRead { config }) = parse_result(raw.get())
     {
         own.model = own.model.or(config.model);
@@ -172,7 +175,7 @@ pub(crate) async fn configured(
     }
     if own.model.is_none() {
         own.model =
-            model_list(conn, timeout).await.and_then(|list| list.into_iter().find(|m| m.is_default)).map(|m| m.model);
+            model_list(conn, left()).await.and_then(|list| list.into_iter().find(|m| m.is_default)).map(|m| m.model);
     }
     own
 }

@@ -360,3 +360,35 @@ fn process_exit_closes_open_tools_and_fails_the_turn() {
     assert!(n.take_request("0").is_none(), "pending requests end with the turn");
     assert!(n.on_exit("again", None, None).is_empty());
 }
+
+/// A subagent's request still pending when the turn ends is declined (codex settles only its
+/// own thread's, and the subagent would wait for good); the thread's own is left to codex.
+#[test]
+fn a_subagents_request_pending_at_the_turns_end_is_declined() {
+    let mut n = running();
+    let ask = |id: u64, thread: &str| {
+        json!({"id": id, "method": "item/commandExecution/requestApproval",
+               "params": {"threadId": thread, "turnId": "sub-turn", "itemId": format!("c{id}"), "command": "ls"}})
+    };
+    let asked = feed(&mut n, ask(5, "sub-thread"));
+    assert!(matches!(&asked[0], Action::Request { turn, .. } if turn.as_str() == "h1"), "{asked:?}");
+    let own = json!({"id": 6, "method": "item/commandExecution/requestApproval",
+                     "params": {"threadId": "th", "turnId": "tu", "itemId": "c6", "command": "ls"}});
+    assert!(matches!(&feed(&mut n, own)[0], Action::Request { .. }));
+    let ended =
+        feed(&mut n, note("turn/completed", json!({"threadId": "th", "turn": {"id": "tu", "status": "completed"}})));
+    let answered: Vec<(String, Value)> = ended
+        .iter()
+        .filter_map(|a| match a {
+            Action::Answer { id, result: Ok(value) } => Some((id.to_ref(), value.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answered, [("5".to_owned(), json!({"decision": "decline"}))], "{ended:?}");
+    let warned = emitted(&ended).iter().any(|(turn, kind)| {
+        *turn == Some("h1")
+            && matches!(kind, EventKind::Warning { message } if message.contains("another codex thread"))
+    });
+    assert!(warned, "{ended:?}");
+    assert!(n.take_request("5").is_none() && n.take_request("6").is_none(), "both forgotten with the turn");
+}
