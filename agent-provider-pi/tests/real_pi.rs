@@ -685,12 +685,7 @@ async fn an_auto_retry_after_a_500_keeps_the_turn_open_until_it_recovers() {
     for cli in clis() {
         let pi = Pi::start(cli, Scenario::new().http_error(500, "flaky upstream").text("recovered")).await;
         // Pi's own auto-retry on, quickly: the turn must not end at the failed run's agent_end.
-        let settings =
-            std::path::PathBuf::from(pi.env.var("PI_CODING_AGENT_DIR").expect("agent dir")).join("settings.json");
-        let mut value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
-        value["retry"] =
-            serde_json::json!({"enabled": true, "maxRetries": 2, "baseDelayMs": 50, "provider": {"maxRetries": 0}});
-        std::fs::write(&settings, value.to_string()).unwrap();
+        pi.env.pi_retries(2, 50);
         let session = pi.session(pi.options()).await;
         let (_, events) = pi.run(&session, "try hard", |_| None).await;
         assert_eq!(terminal(&events).status, TurnStatus::Completed, "pi {}: {}", pi.version(), names(&events));
@@ -712,12 +707,7 @@ async fn an_approval_in_a_retried_run_is_asked() {
             .shell("touch retried.txt && echo retried-ran")
             .quote_tool_result("Tool said: ");
         let pi = Pi::start(cli, scenario).await;
-        let settings =
-            std::path::PathBuf::from(pi.env.var("PI_CODING_AGENT_DIR").expect("agent dir")).join("settings.json");
-        let mut value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
-        value["retry"] =
-            serde_json::json!({"enabled": true, "maxRetries": 2, "baseDelayMs": 50, "provider": {"maxRetries": 0}});
-        std::fs::write(&settings, value.to_string()).unwrap();
+        pi.env.pi_retries(2, 50);
         let session = pi.session(pi.options()).await;
         let (_, events) = pi.run(&session, "try hard", |r| r.kind.is_approval().then(Response::approve)).await;
         assert_eq!(requests(&events).len(), 1, "pi {}: asked once: {}", pi.version(), names(&events));
@@ -835,12 +825,7 @@ async fn a_free_text_question_takes_text_and_a_cancelled_approval_interrupts_the
 async fn cancel_while_pi_waits_to_retry_ends_the_turn_within_a_second() {
     for cli in clis() {
         let pi = Pi::start(cli, Scenario::new().http_error(500, "flaky upstream").text("after the cancel")).await;
-        let settings =
-            std::path::PathBuf::from(pi.env.var("PI_CODING_AGENT_DIR").expect("agent dir")).join("settings.json");
-        let mut value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
-        value["retry"] =
-            serde_json::json!({"enabled": true, "maxRetries": 3, "baseDelayMs": 20000, "provider": {"maxRetries": 0}});
-        std::fs::write(&settings, value.to_string()).unwrap();
+        pi.env.pi_retries(3, 20000);
         let session = pi.session(pi.options()).await;
         let turn = pi.harness.start_turn(&session, "try", Default::default()).await.expect("turn");
         let mut stream = pi.harness.stream(&turn, agent_core::Replay::Start, Some(support::IDLE)).await.unwrap();

@@ -184,12 +184,7 @@ async fn an_auto_retry_after_a_500_completes_the_turn_on_both_pinned_versions() 
         let scenario = Scenario::new().http_error(500, "flaky upstream").text("recovered");
         let server = FakeModel::start(scenario).await.expect("fake model");
         let env = OfflineEnv::new(&cli, &server).expect("offline environment");
-        let settings =
-            std::path::PathBuf::from(env.var("PI_CODING_AGENT_DIR").expect("agent dir")).join("settings.json");
-        let mut value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
-        value["retry"] =
-            serde_json::json!({"enabled": true, "maxRetries": 2, "baseDelayMs": 50, "provider": {"maxRetries": 0}});
-        std::fs::write(&settings, value.to_string()).unwrap();
+        env.pi_retries(2, 50);
         let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
         let catalog = PresetCatalog::builder(allow(&cli)).load();
         let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));

@@ -216,6 +216,21 @@ impl OfflineEnv {
         self.vars.get(name).map(String::as_str)
     }
 
+    /// Turns pi's own auto-retry on (the environment has it off), `max_retries` times after
+    /// `base_delay_ms` doubling; retries of the model request inside pi's provider stay off.
+    /// Panics for an environment that is not pi's.
+    #[track_caller]
+    pub fn pi_retries(&self, max_retries: u32, base_delay_ms: u64) {
+        let dir = self.var("PI_CODING_AGENT_DIR").expect("a pi environment");
+        let file = Path::new(dir).join("settings.json");
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let mut settings: serde_json::Value = serde_json::from_str(&text).expect("pi's settings are JSON");
+        settings["retry"] = serde_json::json!({
+            "enabled": true, "maxRetries": max_retries, "baseDelayMs": base_delay_ms, "provider": {"maxRetries": 0}
+        });
+        std::fs::write(&file, settings.to_string()).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    }
+
     /// Arguments the CLI needs offline, after its leading args (Pi: the model and the flags
     /// that keep out the host's extensions, skills, templates and context files).
     pub fn args(&self) -> &[String] {
@@ -317,6 +332,14 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(agent_dir.join("settings.json")).unwrap()).unwrap();
         assert_eq!(settings["defaultProvider"], "fake-resp");
         assert_eq!(settings["retry"]["enabled"], false);
+        env.pi_retries(2, 50);
+        let retried: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(agent_dir.join("settings.json")).unwrap()).unwrap();
+        assert_eq!(
+            (retried["retry"]["enabled"].clone(), retried["retry"]["maxRetries"].clone()),
+            (true.into(), 2.into())
+        );
+        assert_eq!(retried["defaultProvider"], "fake-resp", "the rest is kept");
         let models: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(agent_dir.join("models.json")).unwrap()).unwrap();
         assert_eq!(models["providers"]["fake-resp"]["baseUrl"], server.openai_base_url());
