@@ -2,6 +2,7 @@
 
 use agent_harness::store::{EventPager, EventQuery};
 use agent_harness::{DynStore, Harness, SessionRef};
+use futures::FutureExt;
 
 use crate::args::{EventsArgs, PurgeArgs, SessionsArgs};
 use crate::config::session_id;
@@ -61,8 +62,9 @@ pub(crate) async fn events(args: EventsArgs) -> Result<Exit, Failure> {
         }
     };
     let mut live = running().await?;
-    // One listener for the whole follow: a Ctrl-C pressed while a page is read or printed is
-    // kept for the next wait (a listener made per wait misses what came before it).
+    // One listener for the whole follow, looked at between pages and while waiting: a Ctrl-C
+    // pressed while a page is read or printed ends the follow after that page (a listener made
+    // per wait missed what came before it).
     let mut interrupt = match args.follow {
         true => Some(
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
@@ -85,6 +87,9 @@ pub(crate) async fn events(args: EventsArgs) -> Result<Exit, Failure> {
             }
             let full = events.len() == pager.limit();
             pager.after(&events);
+            if interrupt.as_mut().is_some_and(|interrupt| interrupt.recv().now_or_never().is_some()) {
+                return Ok(Exit::Completed);
+            }
             if !full {
                 break;
             }

@@ -169,6 +169,11 @@ impl Normalizer {
         self.turn.as_ref().is_some_and(|t| t.harness.get() == turn)
     }
 
+    /// True while `turn` waits behind a run claude started by itself: claude has not begun it.
+    pub(crate) fn is_waiting(&self, turn: &TurnId) -> bool {
+        self.run == Run::Own && self.is_running(turn)
+    }
+
     /// True while any turn runs.
     pub(crate) fn has_turn(&self) -> bool {
         self.turn.is_some()
@@ -257,6 +262,10 @@ impl Normalizer {
         line: &Envelope<'_>,
         actions: &mut Vec<Action>,
     ) {
+        if &*line.kind == "system" && &*line.subtype == "init" {
+            // A run opens: the turn's when one runs (or waits), else one claude started itself.
+            self.run = if self.turn.is_some() { Run::Ours } else { Run::Own };
+        }
         if self.run == Run::Own {
             // None of a run claude started by itself is the turn's, which waits behind it: its
             // lines are the session's, its tool requests are refused as outside a turn.
@@ -407,7 +416,6 @@ impl Normalizer {
     fn on_system(&mut self, text: &str, line: &Envelope<'_>, actions: &mut Vec<Action>) {
         match &*line.subtype {
             "init" => {
-                self.run = if self.turn.is_some() { Run::Ours } else { Run::Own };
                 let id = &*line.session_id;
                 if !id.is_empty() && self.session_id.as_deref() != Some(id) {
                     self.reported(id, actions);

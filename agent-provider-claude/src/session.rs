@@ -11,6 +11,9 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use crate::connection::{CallError, Connection};
+
+/// How often a cancel looks whether claude has begun a turn that waits behind its own run.
+const WAITING_POLL: Duration = Duration::from_millis(20);
 use crate::options::{ClaudeTurnOptions, PermissionMode};
 use crate::requests;
 use crate::wire::{UserLine, UserMessage, control_response};
@@ -274,7 +277,19 @@ impl ProviderSession for ClaudeSession {
             return Ok(());
         }
         let deadline = deadline_after(tokio::time::Instant::now(), self.command_timeout);
-        match self.conn.control(json!({"subtype": "interrupt"}), self.command_timeout).await {
+        // Behind a run claude started by itself, an interrupt would stop that run, and the
+        // turn's prompt would run after it: the interrupt waits for the turn's own run.
+        while self.conn.state().is_waiting(turn) {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    operation: "claude beginning the turn to interrupt (it runs one of its own first)",
+                    timeout: self.command_timeout,
+                });
+            }
+            tokio::time::sleep(WAITING_POLL).await;
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match self.conn.control(json!({"subtype": "interrupt"}), left).await {
             Ok(_) => {}
             Err(_) if !self.conn.state().is_running(turn) => return Ok(()),
             Err(CallError::Refused(message)) => {

@@ -452,3 +452,50 @@ fn a_result_missing_or_mistyping_fields_ends_the_turn_with_a_warning() {
         assert_eq!(ended, Some(status), "{line}: {kinds:?}");
     }
 }
+
+/// A run claude opens with no turn running is its own: its lines are the session's, and a turn
+/// begun meanwhile is the next run's, even when the own run's `result` never reads (over the
+/// line cap without its type in view).
+#[test]
+fn a_run_claude_starts_by_itself_is_not_the_waiting_turns() {
+    let mut n = Normalizer::new(Some("s1".into()));
+    let feed = |n: &mut Normalizer, line: Value| {
+        let text = line.to_string();
+        let envelope = Envelope::parse(&text).unwrap();
+        let mut actions = Vec::new();
+        n.on_line(&text, None, &envelope, &mut actions);
+        actions
+    };
+    let init = json!({"type": "system", "subtype": "init", "session_id": "s1"});
+    let text = |t: &str| json!({"type": "assistant", "session_id": "s1", "message": {"id": "m", "role": "assistant", "content": [{"type": "text", "text": t}]}});
+    let result = |t: &str| json!({"type": "result", "subtype": "success", "is_error": false, "session_id": "s1", "result": t, "total_cost_usd": 0.5});
+    let turns = |actions: &[Action]| -> Vec<Option<String>> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Emit { turn, .. } => Some(turn.as_ref().map(|t| t.as_str().to_owned())),
+                _ => None,
+            })
+            .collect()
+    };
+    feed(&mut n, json!({"type": "system", "subtype": "task_notification", "session_id": "s1"}));
+    feed(&mut n, init.clone());
+    let turn = TurnId::from_string("t2");
+    n.begin_turn(turn.clone()).unwrap();
+    assert!(n.is_waiting(&turn));
+    assert_eq!(turns(&feed(&mut n, text("own reply"))), [None], "the session's");
+    // The own run's result never reads (a line the reader could not take): the next run is
+    // the turn's all the same.
+    feed(&mut n, init.clone());
+    assert!(!n.is_waiting(&turn));
+    assert_eq!(turns(&feed(&mut n, text("turn reply"))), [Some("t2".to_owned())]);
+    let ended = feed(&mut n, result("turn reply"));
+    assert!(ended.iter().any(Action::ends_turn), "{ended:?}");
+
+    // An own run's result over the line cap ends no turn; the waiting one goes on.
+    let mut n = Normalizer::new(Some("s1".into()));
+    feed(&mut n, init);
+    n.begin_turn(turn.clone()).unwrap();
+    assert!(n.on_unread_result("over the cap").is_empty(), "an own run's end ends no turn");
+    assert!(n.is_running(&turn) && !n.is_waiting(&turn));
+}

@@ -918,31 +918,64 @@ async fn a_result_line_over_the_limit_ends_the_turn_and_the_session_goes_on() {
     claude.finish().await;
 }
 
-/// Claude answers a background task's end with a run of its own, after the turn that started
-/// it ended. A turn started meanwhile waits behind that run in claude's queue: the run's text
-/// and end are the session's, not the turn's, which ends with its own reply.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_claude_starts_for_a_background_task_is_not_the_next_turns() {
-    let bash = serde_json::json!({"command": "sleep 1; echo bg-done", "run_in_background": true, "description": "bg"});
-    let scenario = Scenario::new()
-        .tool_call("Bash", bash)
-        .text("started it")
-        .deltas(["NOTIF ", "turn ", "of its own"], 400)
-        .echo("You said: ");
-    let claude = Claude::start(scenario).await;
-    let session = claude.session(claude.options()).await;
-    let mut all = claude.harness.subscribe(&session, Replay::Start).await.expect("subscribed");
-    let (_, first) = claude.run(&session, "start a background task", |_| Some(Response::approve())).await;
+/// A Bash call claude runs in the background, ending a few seconds later (after the turn that
+/// started it).
+fn background_task() -> Value {
+    serde_json::json!({"command": "sleep 3; echo bg-done", "run_in_background": true, "description": "bg"})
+}
+
+/// Starts a background task in a first turn of `session` and returns once claude's own run
+/// answering its end has begun (its first delta, `NOTIF`, is out, on the session).
+async fn until_claudes_own_run(claude: &Claude, session: &SessionRef) {
+    let mut all = claude.harness.subscribe(session, Replay::Start).await.expect("subscribed");
+    let (_, first) = claude.run(session, "start a background task", |_| Some(Response::approve())).await;
     assert_eq!(terminal(&first).result.text.as_deref(), Some("started it"), "{}", names(&first));
-    // Claude's own run has begun (its first delta is out): the next turn goes in behind it.
     loop {
         let event =
             tokio::time::timeout(IDLE, all.next()).await.expect("claude's own run").expect("open").expect("event");
         if matches!(&event.kind, EventKind::MessageDelta { text, .. } if text.contains("NOTIF")) {
             assert_eq!(event.turn_id, None, "the session's, not a turn's");
-            break;
+            return;
         }
     }
+}
+
+/// A turn cancelled while it waits behind a run claude started by itself is interrupted once
+/// claude begins it (an interrupt sent at once would stop claude's run instead, and the turn's
+/// prompt would run after it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_cancelled_behind_claudes_own_run_is_interrupted() {
+    let scenario = Scenario::new()
+        .tool_call("Bash", background_task())
+        .text("started it")
+        .deltas(["NOTIF ", "turn ", "of its own"], 400)
+        .deltas(["slow ", "reply"], 3000);
+    let claude = Claude::start(scenario).await;
+    let session = claude.session(claude.options()).await;
+    until_claudes_own_run(&claude, &session).await;
+    let turn = claude.harness.start_turn(&session, "second question", TurnOptions::new()).await.expect("turn");
+    claude.harness.cancel(&turn).await.expect("cancel");
+    let stream = claude.harness.stream(&turn, Replay::Start, Some(IDLE)).await.expect("stream");
+    let events = stream.collect().await.expect("the turn ends");
+    assert_eq!(terminal(&events).status, TurnStatus::Interrupted, "{}", names(&events));
+    assert!(!deltas(&events).contains("NOTIF") && !deltas(&events).contains("reply"), "{}", deltas(&events));
+    claude.finish().await;
+}
+
+/// Claude answers a background task's end with a run of its own, after the turn that started
+/// it ended. A turn started meanwhile waits behind that run in claude's queue: the run's text
+/// and end are the session's, not the turn's, which ends with its own reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_claude_starts_for_a_background_task_is_not_the_next_turns() {
+    let scenario = Scenario::new()
+        .tool_call("Bash", background_task())
+        .text("started it")
+        .deltas(["NOTIF ", "turn ", "of its own"], 400)
+        .echo("You said: ");
+    let claude = Claude::start(scenario).await;
+    let session = claude.session(claude.options()).await;
+    // Claude's own run has begun: the next turn goes in behind it.
+    until_claudes_own_run(&claude, &session).await;
     let (_, second) = claude.run(&session, "second question", |_| Some(Response::approve())).await;
     let end = terminal(&second);
     assert_eq!(end.status, TurnStatus::Completed, "{}", names(&second));

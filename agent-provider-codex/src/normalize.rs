@@ -237,7 +237,9 @@ impl Normalizer {
         cause: EndCause,
     ) -> Vec<Action> {
         let Some(mut turn) = self.turn.take() else { return Vec::new() };
-        let mut actions = self.settle_foreign_requests(turn.id());
+        // A codex that exited reads no answer.
+        let mut actions =
+            if cause == EndCause::TransportLost { Vec::new() } else { self.settle_foreign_requests(turn.id()) };
         self.requests.clear();
         actions.extend(turn.close_items(&self.secrets));
         let mut result = turn.result(None);
