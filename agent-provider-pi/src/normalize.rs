@@ -12,6 +12,10 @@
 //!   retry that gives up (`auto_retry_end` with `success: false`) fails it too.
 //! - A retry, or a run pi continues the turn with, opens with `agent_start`: the turn is running
 //!   again (its tools are asked about, its end awaited anew).
+//! - A prompt an extension command (or `input` handler) takes runs nothing: 1.6.0 replies
+//!   `disposition: "handled"`; 0.73.1 replies as to any prompt, so a `get_state` is sent after
+//!   the reply (pi reads it once the prompt's run, if any, began): idle with no `agent_start`
+//!   seen ends the turn completed.
 
 use std::collections::HashMap;
 
@@ -148,6 +152,10 @@ struct Running {
     /// Why the turn's reply could not be read (a line that carried it was over the line cap):
     /// the turn then ends failed rather than completed without it.
     unread: Option<String>,
+    /// `agent_start` came: pi runs the prompt.
+    started: bool,
+    /// 0.73.1: the barrier sent after the `prompt` reply, which tells whether a run follows.
+    start_barrier: Option<u64>,
 }
 
 /// A dialog pi waits on.
@@ -223,17 +231,27 @@ impl Normalizer {
             tools: Vec::new(),
             denied: Vec::new(),
             unread: None,
+            started: false,
+            start_barrier: None,
         });
         Ok(())
     }
 
     /// `prompt` was accepted. `disposition` is 1.6.0's `data.disposition`: `handled` means no
-    /// agent run follows (an extension command took it), so the turn completes now.
+    /// agent run follows (an extension command took it), so the turn completes now. 0.73.1
+    /// replies the same way either way: a `get_state` sent after the reply tells (pi reads it
+    /// once the prompt's run, if any, has begun; idle and no `agent_start` means none follows).
     pub(crate) fn admitted(&mut self, turn: &TurnId, disposition: Option<&str>) -> Vec<Action> {
         let Some(running) = self.turn.as_mut().filter(|r| r.id == *turn) else { return Vec::new() };
         running.admitted = true;
         if disposition == Some("handled") {
             return self.finish(None);
+        }
+        if disposition.is_none() && !running.started {
+            self.next_barrier += 1;
+            let n = self.next_barrier;
+            running.start_barrier = Some(n);
+            return vec![Action::Write(json!({"id": format!("{BARRIER_PREFIX}{n}"), "type": "get_state"}))];
         }
         Vec::new()
     }
@@ -366,12 +384,13 @@ impl Normalizer {
         match frame.kind {
             "response" => self.on_response(&frame, actions),
             "agent_start" => {
-                // A run of the turn again (a retry, or one pi continues with): its tools are
-                // asked about as the first run's were, and its end is awaited anew.
-                if let Some(running) =
-                    self.turn.as_mut().filter(|r| matches!(r.ending, Ending::Retrying | Ending::Settling))
-                {
-                    running.ending = Ending::Running;
+                if let Some(running) = self.turn.as_mut() {
+                    running.started = true;
+                    // A run of the turn again (a retry, or one pi continues with): its tools are
+                    // asked about as the first run's were, and its end is awaited anew.
+                    if matches!(running.ending, Ending::Retrying | Ending::Settling) {
+                        running.ending = Ending::Running;
+                    }
                 }
             }
             "turn_start" | "turn_end" | "message_start" => {}
@@ -441,7 +460,14 @@ impl Normalizer {
             .and_then(|id| id.strip_prefix(BARRIER_PREFIX))
             .and_then(|n| n.parse().ok());
         if let Some(n) = barrier {
-            if self.turn.as_ref().is_some_and(|r| r.ending == Ending::Barrier(n)) {
+            if let Some(running) = self.turn.as_mut().filter(|r| r.start_barrier == Some(n)) {
+                running.start_barrier = None;
+                let idle = frame.data.as_ref().is_some_and(|data| data["isStreaming"] == false);
+                if !running.started && idle {
+                    // An extension command (or input handler) took the prompt: nothing runs.
+                    actions.extend(self.finish(None));
+                }
+            } else if self.turn.as_ref().is_some_and(|r| r.ending == Ending::Barrier(n)) {
                 actions.extend(self.finish(None));
             }
             return;

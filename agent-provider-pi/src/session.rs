@@ -375,6 +375,9 @@ mod scripted {
             .answer(ok)
             .stdout(r#"{"type":"agent_start"}"#)
             .stdout(r#"{"type":"message_update","assistantMessageEvent":{"type":"text_delta","contentIndex":0,"delta":"Hel"}}"#)
+            // 0.73.1's reply says nothing of a run: the provider asks whether one follows.
+            .expect_line(LineMatch::contains(r#""type":"get_state""#))
+            .answer(ok)
     }
 
     /// A turn's model is switched to and back; a session whose model pi did not name stays on

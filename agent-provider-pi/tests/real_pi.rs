@@ -717,6 +717,35 @@ async fn an_approval_in_a_retried_run_is_asked() {
     }
 }
 
+/// A prompt an extension's command takes runs no agent: the turn completes (0.73.1 says nothing
+/// of it in the `prompt` reply; a `get_state` after it tells), and the next turn runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_an_extension_command_takes_completes_the_turn() {
+    let cli = agent_testkit::Cli::min_supported(agent_testkit::Provider::Pi)
+        .unwrap_or_else(|e| panic!("{e}\nrun `cargo xtask clis`"));
+    let pi = Pi::start(cli, Scenario::new().echo("You said: ")).await;
+    let marker = pi.env.workspace().join("command-ran.txt");
+    let extension = format!(
+        "import {{ writeFileSync }} from \"node:fs\";\n\
+         export default function (pi) {{\n\
+           pi.registerCommand(\"mark\", {{ description: \"marks\", handler: async () => {{ writeFileSync({:?}, \"ran\"); }} }});\n\
+         }}\n",
+        marker.display().to_string()
+    );
+    let file = pi.env.dir().join("mark.ts");
+    std::fs::write(&file, extension).unwrap();
+    // Loaded by name: the offline environment keeps pi from discovering extensions.
+    let loaded = support::pi_options(&pi.cli, &pi.env).args(["-e".to_owned(), file.display().to_string()]);
+    let session = pi.session(pi.env.session_options().provider_option(loaded)).await;
+    let (_, events) = pi.run(&session, "/mark", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "pi {}: {}", pi.version(), names(&events));
+    assert!(marker.exists(), "the command ran: {}", names(&events));
+    assert!(pi.server.model_requests().is_empty(), "no agent run");
+    let (_, next) = pi.run(&session, "hello", |_| None).await;
+    assert_eq!(terminal(&next).result.text.as_deref(), Some("You said: hello"), "{}", names(&next));
+    pi.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_responses_api_runs_text_and_tool_turns() {
     for cli in clis() {

@@ -39,6 +39,7 @@ fn over_long_lines_end_the_turn_by_what_they_carried() {
     let end = |dropped: &[&str]| {
         let mut normalizer = Normalizer::new();
         normalizer.begin_turn(TurnId::new("t1").unwrap()).unwrap();
+        normalizer.on_line(r#"{"type":"agent_start"}"#, &mut Vec::new());
         normalizer.admitted(&TurnId::new("t1").unwrap(), None);
         let mut actions = Vec::new();
         let reply = r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"short reply"}],"stopReason":"stop"}}"#;
