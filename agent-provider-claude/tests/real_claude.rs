@@ -918,10 +918,12 @@ async fn a_result_line_over_the_limit_ends_the_turn_and_the_session_goes_on() {
     claude.finish().await;
 }
 
-/// A Bash call claude runs in the background, ending a few seconds later (after the turn that
-/// started it).
-fn background_task() -> Value {
-    serde_json::json!({"command": "sleep 3; echo bg-done", "run_in_background": true, "description": "bg"})
+/// The model's side of a first turn starting a Bash call claude runs in the background (ending
+/// a few seconds later, after the turn), and of claude's own run answering its end (`NOTIF …`,
+/// slowly); the steps after it are the next turn's.
+fn with_claudes_own_run() -> Scenario {
+    let task = serde_json::json!({"command": "sleep 3; echo bg-done", "run_in_background": true, "description": "bg"});
+    Scenario::new().tool_call("Bash", task).text("started it").deltas(["NOTIF ", "turn ", "of its own"], 400)
 }
 
 /// Starts a background task in a first turn of `session` and returns once claude's own run
@@ -945,11 +947,7 @@ async fn until_claudes_own_run(claude: &Claude, session: &SessionRef) {
 /// prompt would run after it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_cancelled_behind_claudes_own_run_is_interrupted() {
-    let scenario = Scenario::new()
-        .tool_call("Bash", background_task())
-        .text("started it")
-        .deltas(["NOTIF ", "turn ", "of its own"], 400)
-        .deltas(["slow ", "reply"], 3000);
+    let scenario = with_claudes_own_run().deltas(["slow ", "reply"], 3000);
     let claude = Claude::start(scenario).await;
     let session = claude.session(claude.options()).await;
     until_claudes_own_run(&claude, &session).await;
@@ -967,11 +965,7 @@ async fn a_turn_cancelled_behind_claudes_own_run_is_interrupted() {
 /// and end are the session's, not the turn's, which ends with its own reply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_claude_starts_for_a_background_task_is_not_the_next_turns() {
-    let scenario = Scenario::new()
-        .tool_call("Bash", background_task())
-        .text("started it")
-        .deltas(["NOTIF ", "turn ", "of its own"], 400)
-        .echo("You said: ");
+    let scenario = with_claudes_own_run().echo("You said: ");
     let claude = Claude::start(scenario).await;
     let session = claude.session(claude.options()).await;
     // Claude's own run has begun: the next turn goes in behind it.

@@ -4,6 +4,7 @@
 mod allow;
 mod catalog;
 mod conversation;
+mod conversation_files;
 mod error;
 mod events;
 mod matcher;

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -12,24 +12,24 @@ use std::time::Duration;
 use agent_core::exec::{ChildOutput, Command, EnvSpec, KillCause};
 use agent_core::provider::{Admission, ProviderSession, TurnStart};
 use agent_core::{
-    ConversationMode, DynExec, Error, EventKind, InputItem, ProviderId, Request, Response, Result, SessionId, Sink,
-    TurnId, TurnInput, TurnOptions, TurnResult, TurnStatus,
+    DynExec, Error, EventKind, InputItem, ProviderId, Request, Response, Result, SessionId, Sink, TurnId, TurnInput,
+    TurnOptions, TurnResult, TurnStatus,
 };
-use agent_provider_kit::conversations::{Claim, real_path};
+use agent_provider_kit::conversations::Claim;
 use agent_provider_kit::framing::{Line, LineReader, unparsed_line_warning};
 use agent_provider_kit::permission_prompt::{self, PendingTool, control_response};
 use agent_provider_kit::process::{CliProcess, encode_line, wait_until};
 use agent_provider_kit::rpc::ExitReport;
 use agent_provider_kit::secrets::Secrets;
-use agent_provider_kit::transcript::{MAX_SCANNED, any_line, claude, pi};
 use async_trait::async_trait;
 use serde_json::json;
 use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::task::AbortHandle;
 
 use crate::conversation::Conversation;
+use crate::conversation_files;
 use crate::options::OnBusy;
-use crate::preset::{ConversationFiles, Preset, PromptDelivery};
+use crate::preset::{Preset, PromptDelivery};
 use crate::prompt_file::PromptFile;
 use crate::result::PresetResult;
 use crate::template::Values;
@@ -157,19 +157,6 @@ enum Start {
     Waiting,
 }
 
-/// The value the arguments `args` give option `name` as `name value`, the last one given. (Pi
-/// reads `--session-dir` in that form only: `--session-dir=value` is an extension's flag to it.)
-fn option_value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    let mut found = None;
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        if arg == name {
-            found = args.next().map(String::as_str).or(found);
-        }
-    }
-    found
-}
-
 /// The prompt of `input`: its text (structured input of text items only).
 fn prompt_text(input: &TurnInput) -> Result<String> {
     if let TurnInput::Items(items) = input
@@ -286,52 +273,16 @@ impl Shared {
     }
 
     /// For a preset naming its CLI's conversation files (`conversation_files`) and a turn that
-    /// continues a conversation on this host: the claim a native session of that CLI takes
-    /// (refused while another live session, of any provider, process or preset key, holds the
-    /// conversation), and for claude, the check that its transcript still holds a message
-    /// (claude would take a transcript that lost them for an empty conversation, reported as
-    /// continued), for pi that its session file, where `argv` and the environment make pi look
-    /// for it, still holds one.
+    /// continues a conversation on this host: the checks and the claim of
+    /// [`conversation_files::check_and_claim`].
     async fn continue_conversation(&self, id: &str, argv: &[String]) -> Result<Option<Claim>> {
         let Some(files) = self.preset.conversation_files else { return Ok(None) };
         if !self.exec.is_local() {
             return Ok(None);
         }
-        let failed = |reason: String| Error::ResumeFailed { mode: ConversationMode::Resume, reason };
-        match files {
-            ConversationFiles::Claude => {
-                let config_dir = claude::config_dir(|name| self.run.env.value(name));
-                let place = config_dir.as_deref().map(real_path).unwrap_or_default();
-                let claim = Claim::take("claude", &place, id, &self.session_id).map_err(|c| failed(c.to_string()))?;
-                let Some(config_dir) = config_dir else { return Ok(Some(claim)) };
-                let transcripts = claude::Transcripts::find(config_dir, Some(self.run.cwd.clone()), id).await;
-                if let Some(project) = transcripts.messageless().await {
-                    return Err(failed(format!(
-                        "claude's transcript of conversation `{id}` (under `projects/{project}` of its configuration \
-                         directory) holds none of its messages: claude would go on from an empty conversation (no \
-                         fresh conversation was started)"
-                    )));
-                }
-                Ok(Some(claim))
-            }
-            ConversationFiles::Pi => {
-                let claim =
-                    Claim::take("pi", Path::new(""), id, &self.session_id).map_err(|c| failed(c.to_string()))?;
-                let session_dir = option_value(argv, "--session-dir").map(PathBuf::from);
-                let env = |name: &str| self.run.env.value(name);
-                let dirs = pi::session_dirs(env, Some(&self.run.cwd), session_dir.as_deref());
-                // A session pi cannot find it refuses itself ("No session found").
-                let Some(file) = pi::session_file(dirs, id).await else { return Ok(Some(claim)) };
-                if any_line(file.clone(), MAX_SCANNED, pi::is_message).await == Some(false) {
-                    return Err(failed(format!(
-                        "pi's session file of conversation `{id}` ({}) holds none of its messages: pi would go on \
-                         from an empty conversation (no fresh conversation was started)",
-                        file.display()
-                    )));
-                }
-                Ok(Some(claim))
-            }
-        }
+        conversation_files::check_and_claim(files, id, &self.session_id, &self.run.env, &self.run.cwd, argv)
+            .await
+            .map(Some)
     }
 
     /// Starts the process of a turn with its arguments `argv`.
@@ -812,20 +763,5 @@ impl fmt::Debug for PresetSession {
             .field("run", &self.shared.run)
             .field("running", &self.running().map(|h| h.turn.clone()))
             .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_options_value_is_the_last_one_given() {
-        let args = |list: &[&str]| list.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
-        let given = args(&["--session-dir", "/a", "--verbose", "--session-dir", "/b"]);
-        assert_eq!(option_value(&given, "--session-dir"), Some("/b"));
-        assert_eq!(option_value(&args(&["--session-dir", "/a", "--session-dir=/b"]), "--session-dir"), Some("/a"));
-        assert_eq!(option_value(&args(&["--session-directory", "/x", "--session-dir"]), "--session-dir"), None);
-        assert_eq!(option_value(&args(&[]), "--session-dir"), None);
     }
 }

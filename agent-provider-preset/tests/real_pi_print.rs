@@ -17,7 +17,7 @@ use agent_store_memory::MemoryStore;
 use agent_testkit::events::{count, names, terminal};
 use agent_testkit::recording::RecordingExec;
 use agent_testkit::{Channel, Cli, FakeModel, OfflineEnv, Provider, Scenario};
-use support::{allow, deltas, model_history, payload, preset_options};
+use support::{World, allow, deltas, model_history, payload, preset_options};
 
 fn clis() -> Vec<Cli> {
     let fail = |e| panic!("{e}\nrun `cargo xtask clis`");
@@ -121,18 +121,15 @@ async fn a_held_emptied_or_missing_pi_session_is_not_continued() {
 
     for cli in clis() {
         let version = cli.version().to_owned();
-        let server = FakeModel::start(Scenario::new().echo("noted: ").echo("recall: ")).await.expect("fake model");
-        let env = OfflineEnv::new(&cli, &server).expect("offline environment");
-        let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
-        let catalog = PresetCatalog::builder(allow(&cli)).load();
-        let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));
-        let options = env.session_options().provider_option(preset_options(&cli, &env));
-        let session = harness.start_session("preset:pi-print", options).await.expect("session starts");
-        let (_, first) = support::run(&harness, &session, "Remember the word KIWI", |_| None).await;
+        let scenario = Scenario::new().echo("noted: ").echo("recall: ");
+        let world = World::on(cli, "pi-print", scenario, Arc::new(MemoryStore::new())).await;
+        let World { server, env, exec, harness, .. } = &world;
+        let session = world.session(world.options()).await;
+        let (_, first) = world.run(&session, "Remember the word KIWI", |_| None).await;
         assert_eq!(terminal(&first).status, TurnStatus::Completed, "pi {version}: {}", names(&first));
         let conversation = payload(&first).session_id.expect("pi's session id");
         let spawned = exec.commands().len();
-        let failed = |says: &'static str| failed_turn(&harness, &session, &conversation, says);
+        let failed = |says: &'static str| failed_turn(harness, &session, &conversation, says);
 
         // Held by a live session elsewhere (a native pi session claims pi's session ID alone).
         let native = SessionId::new("native").unwrap();
@@ -153,13 +150,13 @@ async fn a_held_emptied_or_missing_pi_session_is_not_continued() {
 
         // Nothing was lost: with the file back, the key's conversation goes on.
         std::fs::write(&file, &text).expect("restore");
-        let (_, recalled) = support::run(&harness, &session, "Which fruit did I name?", |_| None).await;
+        let (_, recalled) = support::run(harness, &session, "Which fruit did I name?", |_| None).await;
         assert_eq!(terminal(&recalled).status, TurnStatus::Completed, "pi {version}: {}", names(&recalled));
         assert_eq!(payload(&recalled).session_id.as_deref(), Some(conversation.as_str()), "pi {version}");
-        let history = model_history(&server, 1);
+        let history = model_history(server, 1);
         assert!(history.contains("Remember the word KIWI"), "pi {version}: {history}");
         assert_eq!(server.model_requests().len(), 2, "pi {version}: no turn ran on an empty conversation");
-        support::finish(&harness, &exec).await;
+        support::finish(harness, exec).await;
         harness.shutdown().await;
         assert!(server.proxy().attempts().is_empty(), "pi {version} tried to reach outside 127.0.0.1");
     }
@@ -182,20 +179,16 @@ async fn an_auto_retry_after_a_500_completes_the_turn_on_both_pinned_versions() 
     for cli in clis() {
         let version = cli.version().to_owned();
         let scenario = Scenario::new().http_error(500, "flaky upstream").text("recovered");
-        let server = FakeModel::start(scenario).await.expect("fake model");
-        let env = OfflineEnv::new(&cli, &server).expect("offline environment");
-        env.pi_retries(2, 50);
-        let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
-        let catalog = PresetCatalog::builder(allow(&cli)).load();
-        let harness = support::harness(&catalog, &exec, Arc::new(MemoryStore::new()));
-        let options = env.session_options().provider_option(preset_options(&cli, &env));
-        let session = harness.start_session("preset:pi-print", options).await.expect("session starts");
-        let (_, events) = support::run(&harness, &session, "try hard", |_| None).await;
+        let world = World::on(cli, "pi-print", scenario, Arc::new(MemoryStore::new())).await;
+        let World { server, exec, harness, .. } = &world;
+        world.env.pi_retries(2, 50);
+        let session = world.session(world.options()).await;
+        let (_, events) = world.run(&session, "try hard", |_| None).await;
         let end = terminal(&events);
         assert_eq!(end.status, TurnStatus::Completed, "pi {version}: {}: {:?}", names(&events), end.result);
         assert_eq!(end.result.text.as_deref(), Some("recovered"), "pi {version}");
         assert_eq!(server.model_requests().len(), 2, "pi {version}");
-        support::finish(&harness, &exec).await;
+        support::finish(harness, exec).await;
         harness.shutdown().await;
     }
 }

@@ -64,7 +64,11 @@ impl World {
     }
 
     pub async fn start_with_store(provider: Provider, preset: &str, scenario: Scenario, store: DynStore) -> World {
-        let cli = cli(provider);
+        World::on(cli(provider), preset, scenario, store).await
+    }
+
+    /// `preset` run on `cli` (one of its provider's pinned versions).
+    pub async fn on(cli: Cli, preset: &str, scenario: Scenario, store: DynStore) -> World {
         let server = FakeModel::start(scenario).await.expect("fake model server");
         let env = OfflineEnv::new(&cli, &server).expect("offline environment");
         let exec = Arc::new(RecordingExec::new(Arc::new(LocalExec::new())));
