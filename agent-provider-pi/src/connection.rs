@@ -99,12 +99,34 @@ struct Shared {
     next_id: AtomicU64,
     /// Woken when the running turn ends or stdout closes.
     turn_ended: Notify,
+    /// Woken when pi starts compacting (a `prompt` waiting for its reply is then admitted).
+    compacting: Notify,
     /// What admitting a turn produced (a turn pi handled without a run ends at once).
     admitted: Mutex<Vec<Action>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A command in [`Shared::order`] while its caller waits; taken out when the wait ends or is
+/// dropped.
+struct Ordered<'a> {
+    order: &'a Mutex<Vec<(String, String)>>,
+    id: String,
+}
+
+impl<'a> Ordered<'a> {
+    fn push(order: &'a Mutex<Vec<(String, String)>>, command: &str, id: &str) -> Self {
+        lock(order).push((command.to_owned(), id.to_owned()));
+        Ordered { order, id: id.to_owned() }
+    }
+}
+
+impl Drop for Ordered<'_> {
+    fn drop(&mut self) {
+        lock(self.order).retain(|(_, id)| *id != self.id);
+    }
 }
 
 /// One running `pi --mode rpc`.
@@ -125,6 +147,7 @@ impl Connection {
             order: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
             turn_ended: Notify::new(),
+            compacting: Notify::new(),
             admitted: Mutex::new(Vec::new()),
         });
         let reader = spawn_reader(CLI, shared.sink.clone(), read_stdout(Arc::clone(&shared), stdout, max_line));
@@ -138,27 +161,69 @@ impl Connection {
 
     /// Sends `command` (an object with `type`; the `id` is added) and waits up to `timeout` for
     /// its successful reply's `data`. The deadline covers the write too.
-    pub(crate) async fn call(&self, mut command: Value, timeout: Duration) -> Result<Option<Value>, CallError> {
+    pub(crate) async fn call(&self, command: Value, timeout: Duration) -> Result<Option<Value>, CallError> {
+        let reply = self.exchange(command, timeout, None).await?;
+        // Without a turn to admit early, the exchange ends with a reply.
+        let Some((kind, raw)) = reply else { return Ok(None) };
+        self.read_reply(&kind, &raw)
+    }
+
+    /// Sends the running `turn`'s `prompt` with `message` and waits up to `timeout` for pi to
+    /// take it: its successful reply, or a compaction pi runs before the prompt (the reply then
+    /// comes after a model request of its own; see `Normalizer::admitted_early`).
+    pub(crate) async fn prompt(&self, turn: &TurnId, message: &str, timeout: Duration) -> Result<(), CallError> {
+        let command = serde_json::json!({"type": "prompt", "message": message});
+        match self.exchange(command, timeout, Some(turn)).await? {
+            Some((kind, raw)) => self.read_reply(&kind, &raw).map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes `command` with an `id` of its own and waits for its reply (the command's type and
+    /// the reply); `None` when `turn`'s prompt was admitted early.
+    async fn exchange(
+        &self,
+        mut command: Value,
+        timeout: Duration,
+        turn: Option<&TurnId>,
+    ) -> Result<Option<(String, RawJson)>, CallError> {
         let deadline = deadline_after(tokio::time::Instant::now(), timeout);
         let kind = command["type"].as_str().unwrap_or_default().to_owned();
         let id = format!("h{}", self.shared.next_id.fetch_add(1, Ordering::Relaxed));
         command["id"] = Value::String(id.clone());
         let ticket = self.shared.pending.register(ResponseId(id.clone()), Sent { command: kind.clone() })?;
-        lock(&self.shared.order).push((kind.clone(), id.clone()));
-        let result = ticket.send_and_wait(self.shared.process.write_line(&encode(&command)), deadline).await;
-        lock(&self.shared.order).retain(|(_, i)| *i != id);
-        let raw = result?;
+        let _sent = Ordered::push(&self.shared.order, &kind, &id);
+        let line = encode(&command);
+        let write = self.shared.process.write_line(&line);
+        let Some(turn) = turn else { return Ok(Some((kind, ticket.send_and_wait(write, deadline).await?))) };
+        self.state().prompting(turn, &id);
+        // Written in whole before the turn can be admitted without its reply.
+        match tokio::time::timeout_at(deadline, write).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Err(CallError::Write(error)),
+            Err(_) => return Err(CallError::Timeout),
+        }
+        let early = wait_until(&self.shared.compacting, || self.state().admitted_early(turn));
+        tokio::select! {
+            biased;
+            reply = ticket.wait_until(deadline) => Ok(Some((kind, reply?))),
+            () = early => Ok(None),
+        }
+    }
+
+    /// A reply's `data`, or why pi refused `kind`.
+    fn read_reply(&self, kind: &str, raw: &RawJson) -> Result<Option<Value>, CallError> {
         match serde_json::from_str::<Reply>(raw.get()) {
             Ok(Reply { success: true, data, .. }) => Ok(data),
             Ok(Reply { error, command, .. }) => {
                 // Its text reaches error messages, and pi may quote what it refused.
                 let error = error.map(|error| self.shared.process.secrets().redact(&error).into_owned());
                 Err(CallError::Refused {
-                    command: command.unwrap_or(kind),
+                    command: command.unwrap_or_else(|| kind.to_owned()),
                     message: truncate_message(error.unwrap_or_else(|| "no reason given".into()), MAX_ERROR_MESSAGE),
                 })
             }
-            Err(_) => Err(CallError::Refused { command: kind, message: "an unreadable response".into() }),
+            Err(_) => Err(CallError::Refused { command: kind.to_owned(), message: "an unreadable response".into() }),
         }
     }
 
@@ -238,16 +303,28 @@ impl Shared {
         };
         // A turn is admitted in reader order, before the frames after its `prompt` reply (a
         // fast `agent_settled` must find it admitted).
-        let is_prompt = lock(&self.order).iter().any(|(c, i)| c == "prompt" && *i == id);
-        if is_prompt && head.success == Some(true) {
-            let disposition = serde_json::from_str::<Reply>(text).ok().and_then(|r| r.data);
-            let disposition = disposition.as_ref().and_then(|d| d["disposition"].as_str());
-            let mut state = lock(&self.state);
-            if let Some(turn) = state.running().cloned() {
-                let actions = state.admitted(&turn, disposition);
+        let mut state = lock(&self.state);
+        if state.is_prompt(&id) {
+            let reply = serde_json::from_str::<Reply>(text).ok();
+            let data = reply.as_ref().and_then(|reply| reply.data.as_ref());
+            let outcome = match head.success {
+                Some(true) => Ok(data.and_then(|d| d["disposition"].as_str())),
+                _ => Err(truncate_message(
+                    reply.and_then(|reply| reply.error).unwrap_or_else(|| "no reason given".into()),
+                    MAX_ERROR_MESSAGE,
+                )),
+            };
+            if let Some((actions, early)) = state.prompt_reply(&id, outcome) {
                 lock(&self.admitted).extend(actions);
+                if early {
+                    // Its caller went on when the turn was admitted: the reply is used up here.
+                    drop(state);
+                    let _ = self.pending.resolve(&ResponseId(id), raw);
+                    return None;
+                }
             }
         }
+        drop(state);
         self.pending.resolve(&ResponseId(id), raw).err()
     }
 
@@ -302,7 +379,15 @@ impl Shared {
         } else {
             keep_line(text, chunk)
         };
-        let known = lock(&self.state).on_line(raw.get(), actions);
+        let known = {
+            let mut state = lock(&self.state);
+            let was_compacting = state.compacting();
+            let known = state.on_line(raw.get(), actions);
+            if state.compacting() && !was_compacting {
+                self.compacting.notify_waiters();
+            }
+            known
+        };
         if !known {
             let len = text.len();
             return self.garbage(unparsed_line_warning(CLI, "a JSON frame", len), out).await;

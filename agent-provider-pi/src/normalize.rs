@@ -12,6 +12,14 @@
 //!   retry that gives up (`auto_retry_end` with `success: false`) fails it too.
 //! - A retry, or a run pi continues the turn with, opens with `agent_start`: the turn is running
 //!   again (its tools are asked about, its end awaited anew).
+//! - 0.73.1 recovers from a context overflow by compacting and continuing: a failed `agent_end`
+//!   followed by `compaction_start` with reason `overflow` waits for `compaction_end`, whose
+//!   `willRetry` says whether a run follows (the barrier's response, which comes while pi
+//!   compacts, does not end the turn).
+//! - Pi compacts before it runs a prompt when the context is over its threshold, and answers
+//!   the `prompt` only then, a model request later: a compaction running while the `prompt`
+//!   waits for its reply admits the turn at once (see [`Normalizer::admitted_early`]); the reply
+//!   still comes to the reader, and a refusal then fails the turn.
 //! - A prompt an extension command (or `input` handler) takes runs nothing: 1.6.0 replies
 //!   `disposition: "handled"`; 0.73.1 replies as to any prompt, so a `get_state` is sent after
 //!   the reply (pi reads it once the prompt's run, if any, began): idle with no `agent_start`
@@ -125,6 +133,8 @@ enum Ending {
     Barrier(u64),
     /// 0.73.1: pi is retrying after a failed run.
     Retrying,
+    /// 0.73.1: a run failed on a context overflow and pi compacts to continue it.
+    Compacting,
 }
 
 /// A turn pi is running for the harness.
@@ -156,6 +166,12 @@ struct Running {
     started: bool,
     /// 0.73.1: the barrier sent after the `prompt` reply, which tells whether a run follows.
     start_barrier: Option<u64>,
+    /// The `id` of the turn's `prompt` while its reply has not come.
+    prompt: Option<String>,
+    /// Admitted before the `prompt` reply, because pi compacts first.
+    early: bool,
+    /// Why pi refused the prompt, after the turn was admitted early.
+    refused: Option<String>,
 }
 
 /// A dialog pi waits on.
@@ -188,6 +204,8 @@ pub(crate) struct Normalizer {
     clears_queue: bool,
     /// Which unreadable stdout lines get a warning.
     unreadable: Unreadable,
+    /// A compaction started and has not ended.
+    compacting: bool,
 }
 
 impl Running {
@@ -233,8 +251,67 @@ impl Normalizer {
             unread: None,
             started: false,
             start_barrier: None,
+            prompt: None,
+            early: false,
+            refused: None,
         });
         Ok(())
+    }
+
+    /// The running `turn`'s `prompt` is sent with `id`.
+    pub(crate) fn prompting(&mut self, turn: &TurnId, id: &str) {
+        if let Some(running) = self.turn.as_mut().filter(|r| r.id == *turn) {
+            running.prompt = Some(id.to_owned());
+        }
+    }
+
+    /// True once `turn`, whose `prompt` has no reply yet, is admitted because pi compacts its
+    /// context before running it: the reply comes after the compaction (a model request of its
+    /// own, which may take longer than an admission may wait), and pi refuses almost nothing
+    /// after it. The reply still reaches [`Normalizer::prompt_reply`].
+    pub(crate) fn admitted_early(&mut self, turn: &TurnId) -> bool {
+        let compacting = self.compacting;
+        let Some(running) = self.turn.as_mut().filter(|r| r.id == *turn) else { return false };
+        if compacting && running.prompt.is_some() && !running.admitted {
+            running.admitted = true;
+            running.early = true;
+        }
+        running.early
+    }
+
+    /// True when `id` is the running turn's `prompt`, whose reply has not come.
+    pub(crate) fn is_prompt(&self, id: &str) -> bool {
+        self.turn.as_ref().is_some_and(|r| r.prompt.as_deref() == Some(id))
+    }
+
+    /// The reply to a `prompt` came: `Ok` with 1.6.0's disposition, or `Err` with why pi
+    /// refused it. `None` when `id` is not the running turn's `prompt`; otherwise what the
+    /// reply does to the turn, and whether it was admitted early (its caller no longer waits).
+    pub(crate) fn prompt_reply(
+        &mut self,
+        id: &str,
+        reply: Result<Option<&str>, String>,
+    ) -> Option<(Vec<Action>, bool)> {
+        let running = self.turn.as_mut().filter(|r| r.prompt.as_deref() == Some(id))?;
+        running.prompt = None;
+        let (turn, early, aborting) = (running.id.clone(), running.early, running.aborting);
+        let actions = match reply {
+            // Cancelled while pi compacted for it: 0.73.1's `abort` does not stop a compaction,
+            // and the run pi starts right after this reply is stopped now.
+            Ok(disposition) if early && aborting => {
+                let mut actions = self.admitted(&turn, disposition);
+                actions.push(Action::Write(json!({"type": "abort"})));
+                actions
+            }
+            Ok(disposition) => self.admitted(&turn, disposition),
+            Err(message) if early => {
+                running.refused = Some(format!("pi refused the prompt: {message}"));
+                self.finish(None)
+            }
+            // The caller takes the refusal and forgets the turn.
+            Err(_) => Vec::new(),
+        };
+        Some((actions, early))
     }
 
     /// `prompt` was accepted. `disposition` is 1.6.0's `data.disposition`: `handled` means no
@@ -261,6 +338,11 @@ impl Normalizer {
         if self.turn.as_ref().is_some_and(|r| r.id == *turn) {
             self.turn = None;
         }
+    }
+
+    /// True while pi compacts its context (a `compaction_start` without its end).
+    pub(crate) fn compacting(&self) -> bool {
+        self.compacting
     }
 
     /// The running harness turn, if any.
@@ -407,6 +489,36 @@ impl Normalizer {
                     actions.push(self.provider_event("agent_settled"));
                 }
             }
+            kind @ ("compaction_start" | "auto_compaction_start") => {
+                self.compacting = true;
+                if let Some(running) = self.turn.as_mut()
+                    && matches!(running.ending, Ending::Barrier(_))
+                    && frame.reason.as_deref() == Some("overflow")
+                {
+                    // 0.73.1 compacts and continues the run that overflowed.
+                    running.ending = Ending::Compacting;
+                }
+                actions.push(self.provider_event(kind));
+            }
+            kind @ ("compaction_end" | "auto_compaction_end") => {
+                self.compacting = false;
+                actions.push(self.provider_event(kind));
+                let overflowed = frame.reason.as_deref() == Some("overflow");
+                let Some(running) = self.turn.as_mut() else { return };
+                match running.ending {
+                    Ending::Compacting | Ending::Barrier(_) if overflowed => {
+                        if frame.will_retry == Some(true) {
+                            running.ending = Ending::Retrying;
+                        } else {
+                            if let Some(error) = frame.error_message.clone() {
+                                running.error = Some(error);
+                            }
+                            actions.extend(self.finish(None));
+                        }
+                    }
+                    _ => {}
+                }
+            }
             "auto_retry_start" => {
                 if let Some(running) = self.turn.as_mut() {
                     running.ending = Ending::Retrying;
@@ -439,11 +551,7 @@ impl Normalizer {
                 self.queued = held(&frame.steering) + held(&frame.follow_up);
                 actions.push(self.provider_event("queue_update"));
             }
-            other @ ("compaction_start"
-            | "compaction_end"
-            | "session_info_changed"
-            | "auto_compaction_start"
-            | "auto_compaction_end") => actions.push(self.provider_event(other)),
+            "session_info_changed" => actions.push(self.provider_event("session_info_changed")),
             other => {
                 self.unknown += 1;
                 actions.push(self.provider_event(other));
@@ -680,6 +788,10 @@ impl Normalizer {
             result.exit_status = status;
             result.stderr_tail = tail;
             result.ended_by = Some(EndCause::TransportLost);
+            TurnStatus::Failed
+        } else if let Some(refused) = running.refused {
+            result.reason = Some(refused);
+            result.ended_by = Some(EndCause::Rejected);
             TurnStatus::Failed
         } else {
             match running.stop_reason.as_deref() {

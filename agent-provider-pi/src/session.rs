@@ -183,9 +183,9 @@ impl ProviderSession for PiSession {
         if let Err(running) = self.conn.state().begin_turn(id.clone()) {
             return Err(self.rejected(format!("turn `{running}` is still running in pi")));
         }
-        match self.conn.call(json!({"type": "prompt", "message": message}), self.turn_timeout).await {
-            // The reader admitted the turn when the reply came.
-            Ok(_) => Ok(Admission::default()),
+        match self.conn.prompt(&id, &message, self.turn_timeout).await {
+            // The reader admitted the turn when the reply came (or pi compacts first).
+            Ok(()) => Ok(Admission::default()),
             Err(CallError::Refused { message, .. }) => {
                 self.conn.state().abort_turn(&id);
                 Err(self.rejected(format!("pi refused the prompt: {message}")))
@@ -396,13 +396,48 @@ mod scripted {
         assert_eq!(session.switch_for(None).unwrap(), None, "no session model to go back to");
     }
 
+    /// A prompt pi compacts the context for is admitted when the compaction starts, long before
+    /// its reply (here past the admission's deadline); the refusal that comes after it fails the
+    /// turn through the reader.
+    #[tokio::test(start_paused = true)]
+    async fn a_prompt_is_admitted_when_pi_compacts_for_it_and_fails_when_refused_after() {
+        let refuse = |line: &str| {
+            let command: Value = serde_json::from_str(line).expect("a JSON command");
+            let reply = json!({"id": command["id"], "type": "response", "command": "prompt", "success": false,
+                "error": "an extension said no"});
+            vec![Step::stdout(reply.to_string())]
+        };
+        let script = Script::new()
+            .expect_line(LineMatch::contains(r#""type":"prompt""#))
+            .stdout(r#"{"type":"compaction_start","reason":"threshold"}"#)
+            .sleep(Duration::from_secs(60))
+            .stdout(r#"{"type":"compaction_end","reason":"threshold","aborted":false,"willRetry":false}"#)
+            .answer(refuse)
+            .wait_eof();
+        let (session, mut sent) = session(script).await;
+        let turn = TurnId::from_string("t1");
+        session.conn.state().begin_turn(turn.clone()).expect("no turn runs");
+        let started = tokio::time::Instant::now();
+        session.conn.prompt(&turn, "hi", Duration::from_secs(5)).await.expect("admitted");
+        assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+        tokio::time::timeout(Duration::from_secs(120), session.conn.turn_ended(&turn)).await.expect("the turn ends");
+        let end = sent.drain().into_iter().find_map(|s| match s {
+            Sent::Event { kind, turn: Some(t), .. } if t == turn && kind.is_terminal() => kind.terminal_end().cloned(),
+            _ => None,
+        });
+        let end = end.expect("the turn ended");
+        assert_eq!(end.status, agent_core::TurnStatus::Failed);
+        assert_eq!(end.result.reason.as_deref(), Some("pi refused the prompt: an extension said no"));
+        session.close().await;
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_abort_acknowledged_without_an_end_times_out_on_the_command_deadline() {
         let script = prompted().expect_line(LineMatch::contains(r#""type":"abort""#)).answer(ok).wait_eof();
         let (session, mut sent) = session(script).await;
         let turn = TurnId::from_string("t1");
         session.conn.state().begin_turn(turn.clone()).expect("no turn runs");
-        session.conn.call(json!({"type": "prompt", "message": "hi"}), Duration::from_secs(5)).await.expect("accepted");
+        session.conn.prompt(&turn, "hi", Duration::from_secs(5)).await.expect("accepted");
         let started = tokio::time::Instant::now();
         let cancelled = session.cancel(&turn).await;
         assert!(matches!(cancelled, Err(Error::Timeout { .. })), "{cancelled:?}");
@@ -426,7 +461,7 @@ mod scripted {
         let (session, mut sent) = session(script).await;
         let turn = TurnId::from_string("t1");
         session.conn.state().begin_turn(turn.clone()).expect("no turn runs");
-        session.conn.call(json!({"type": "prompt", "message": "hi"}), Duration::from_secs(5)).await.expect("accepted");
+        session.conn.prompt(&turn, "hi", Duration::from_secs(5)).await.expect("accepted");
         session.cancel(&turn).await.expect("the turn ended");
         let end = sent.drain().into_iter().find_map(|s| match s {
             Sent::Event { kind, .. } if kind.is_terminal() => Some(kind),

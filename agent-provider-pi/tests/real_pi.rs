@@ -978,3 +978,60 @@ async fn a_reply_over_the_line_limit_fails_the_turn_and_the_session_goes_on() {
         pi.finish().await;
     }
 }
+
+/// A model request that overflows the context: pi compacts and continues the run, and the turn
+/// ends with what the continued run replied (0.73.1 marks nothing on its failed `agent_end`; its
+/// `compaction_end` says whether a run follows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_overflow_pi_compacts_away_keeps_the_turn_open_until_it_recovers() {
+    const OVERFLOW: &str =
+        "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.";
+    for cli in clis() {
+        // The compaction's summary requests (one or two, by version) and the continued run's all
+        // get the same reply.
+        let scenario = Scenario::new().text("first").http_error(400, OVERFLOW).text("recovered").text("recovered");
+        let pi = Pi::start(cli, scenario.text("recovered")).await;
+        // Something to summarize: only the newest messages are kept whole.
+        pi.env.pi_setting("compaction", serde_json::json!({"enabled": true, "keepRecentTokens": 1}));
+        let session = pi.session(pi.options()).await;
+        pi.run(&session, "one", |_| None).await;
+        let (_, events) = pi.run(&session, "two", |_| None).await;
+        let end = terminal(&events);
+        assert_eq!(end.status, TurnStatus::Completed, "pi {}: {}: {:?}", pi.version(), names(&events), end.result);
+        assert_eq!(end.result.text.as_deref(), Some("recovered"), "pi {}", pi.version());
+        let compacted =
+            events.iter().any(|e| matches!(&e.kind, EventKind::ProviderEvent { method } if method == "compaction_end"));
+        assert!(compacted, "pi {}: the compaction is reported in the turn: {}", pi.version(), names(&events));
+        pi.finish().await;
+    }
+}
+
+/// Pi compacts the context before it runs a prompt when the context is over its threshold,
+/// and answers the `prompt` only after that model request: the turn is admitted when the
+/// compaction starts, not failed (and the session retired) when the summary takes longer than
+/// an admission may wait. 0.73.1 compacts after a turn's end and again for the next prompt;
+/// 1.6.0 compacts before the turn ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_pi_compacts_the_context_for_is_admitted_while_it_compacts() {
+    for cli in clis() {
+        // Every request after the first takes longer than the admission may.
+        let slow = |scenario: Scenario| scenario.deltas(["slow reply"], 3000);
+        let scenario = (0..5).fold(Scenario::new().text("first"), |scenario, _| slow(scenario));
+        let pi = Pi::start(cli, scenario).await;
+        pi.env.pi_compact_always(1);
+        let session = pi.session(pi.options().turn_start_timeout(Duration::from_secs(2))).await;
+        let (_, first) = pi.run(&session, "one", |_| None).await;
+        assert_eq!(terminal(&first).status, TurnStatus::Completed, "pi {}: {}", pi.version(), names(&first));
+        let (_, second) = pi.run(&session, "two", |_| None).await;
+        let end = terminal(&second);
+        assert_eq!(end.status, TurnStatus::Completed, "pi {}: {}: {:?}", pi.version(), names(&second), end.result);
+        assert_eq!(end.result.text.as_deref(), Some("slow reply"), "pi {}", pi.version());
+        let compactions = [&first, &second]
+            .iter()
+            .flat_map(|events| events.iter())
+            .filter(|e| matches!(&e.kind, EventKind::ProviderEvent { method } if method == "compaction_start"))
+            .count();
+        assert!(compactions > 0, "pi {}: pi compacted: {} / {}", pi.version(), names(&first), names(&second));
+        pi.finish().await;
+    }
+}

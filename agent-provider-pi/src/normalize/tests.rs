@@ -80,3 +80,88 @@ fn a_deltas_raw_json_is_the_delta_alone_in_a_buffer_of_its_size() {
         assert_eq!(quoted_len(text), serde_json::to_string(text).expect("string").len(), "{text:?}");
     }
 }
+
+fn terminal_of(actions: &[Action]) -> Option<&TurnEnd> {
+    actions.iter().find_map(|action| match action {
+        Action::Emit { kind, .. } => kind.terminal_end(),
+        _ => None,
+    })
+}
+
+/// A prompt admitted while pi compacts ahead of it, then refused: the turn fails, named as
+/// rejected, with pi's reason. Without a compaction nothing is admitted before the reply, and a
+/// refusal is left to the caller that waits for it.
+#[test]
+fn a_prompt_admitted_while_pi_compacts_and_then_refused_fails_the_turn() {
+    let turn = TurnId::new("t1").unwrap();
+    let mut normalizer = Normalizer::new();
+    normalizer.begin_turn(turn.clone()).unwrap();
+    normalizer.prompting(&turn, "h1");
+    assert!(!normalizer.admitted_early(&turn), "nothing compacts yet");
+    normalizer.on_line(r#"{"type":"compaction_start","reason":"threshold"}"#, &mut Vec::new());
+    assert!(normalizer.admitted_early(&turn));
+    let (actions, early) = normalizer.prompt_reply("h1", Err("an extension said no".into())).expect("its prompt");
+    assert!(early);
+    let end = terminal_of(&actions).expect("the turn ends");
+    assert_eq!(end.status, TurnStatus::Failed);
+    assert_eq!(end.result.reason.as_deref(), Some("pi refused the prompt: an extension said no"));
+    assert_eq!(end.result.ended_by, Some(EndCause::Rejected));
+    assert!(normalizer.running().is_none());
+
+    // Cancelled while pi compacted: the run that starts after the reply is aborted.
+    let mut normalizer = Normalizer::new();
+    normalizer.begin_turn(turn.clone()).unwrap();
+    normalizer.prompting(&turn, "h1");
+    normalizer.on_line(r#"{"type":"compaction_start","reason":"threshold"}"#, &mut Vec::new());
+    assert!(normalizer.admitted_early(&turn) && normalizer.aborting(&turn));
+    let (actions, _) = normalizer.prompt_reply("h1", Ok(None)).expect("its prompt");
+    assert!(actions.iter().any(|a| matches!(a, Action::Write(line) if line["type"] == "abort")), "{actions:?}");
+
+    let mut normalizer = Normalizer::new();
+    normalizer.begin_turn(turn.clone()).unwrap();
+    normalizer.prompting(&turn, "h2");
+    assert!(normalizer.prompt_reply("h1", Ok(None)).is_none(), "not this turn's prompt");
+    let (actions, early) = normalizer.prompt_reply("h2", Err("busy".into())).expect("its prompt");
+    assert!(!early && actions.is_empty(), "{actions:?}");
+    assert_eq!(normalizer.running(), Some(&turn), "the caller forgets the turn");
+}
+
+/// 0.73.1, a run that overflowed the context: the barrier's response while pi compacts does not
+/// end the turn; `compaction_end` without a retry fails it with pi's reason, and with one the
+/// continued run's end ends it.
+#[test]
+fn an_overflow_compaction_decides_the_turns_end() {
+    let failed_run = [
+        r#"{"type":"agent_start"}"#,
+        r#"{"type":"message_end","message":{"role":"assistant","content":[],"stopReason":"error","errorMessage":"400 maximum context length is 10 tokens"}}"#,
+        r#"{"type":"agent_end","messages":[]}"#,
+        r#"{"type":"compaction_start","reason":"overflow"}"#,
+        r#"{"type":"response","id":"barrier-1","command":"get_state","success":true,"data":{"isStreaming":false,"isCompacting":true}}"#,
+    ];
+    let run = |after: &[&str]| {
+        let turn = TurnId::new("t1").unwrap();
+        let mut normalizer = Normalizer::new();
+        normalizer.begin_turn(turn.clone()).unwrap();
+        normalizer.admitted(&turn, None);
+        let mut actions = Vec::new();
+        for line in failed_run.iter().chain(after) {
+            assert!(normalizer.on_line(line, &mut actions), "{line}");
+        }
+        terminal_of(&actions).cloned()
+    };
+    assert!(run(&[]).is_none(), "the turn waits for the compaction");
+    let gave_up = r#"{"type":"compaction_end","reason":"overflow","aborted":false,"willRetry":false,"errorMessage":"Context overflow recovery failed: no"}"#;
+    let end = run(&[gave_up]).expect("ends");
+    assert_eq!(end.status, TurnStatus::Failed);
+    assert_eq!(end.result.reason.as_deref(), Some("Context overflow recovery failed: no"));
+    let retries = r#"{"type":"compaction_end","reason":"overflow","aborted":false,"willRetry":true}"#;
+    assert!(run(&[retries]).is_none(), "a run follows");
+    let recovered = [
+        retries,
+        r#"{"type":"agent_start"}"#,
+        r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"done"}],"stopReason":"stop"}}"#,
+        r#"{"type":"agent_end","messages":[]}"#,
+    ];
+    let end = run(&recovered).expect("ends");
+    assert_eq!((end.status, end.result.text.as_deref()), (TurnStatus::Completed, Some("done")));
+}

@@ -32,6 +32,9 @@ pub(super) struct Frame<'a> {
     pub(super) is_error: Option<bool>,
     #[serde(default)]
     pub(super) will_retry: Option<bool>,
+    /// `compaction_start` / `compaction_end`: why pi compacts (`overflow`, `threshold`, …).
+    #[serde(default)]
+    pub(super) reason: Option<String>,
     #[serde(default)]
     pub(super) method: Option<String>,
     #[serde(default)]

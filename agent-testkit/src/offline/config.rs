@@ -106,6 +106,9 @@ pub(super) fn claude(layout: &Layout, server: &FakeModel, vars: &mut BTreeMap<St
     set(vars, "CLAUDE_CODE_MAX_RETRIES", "1");
 }
 
+/// The context window pi's fake models have, in tokens.
+pub(super) const PI_CONTEXT_WINDOW: u64 = 128_000;
+
 pub(super) fn pi(
     layout: &Layout,
     server: &FakeModel,
@@ -113,7 +116,7 @@ pub(super) fn pi(
     vars: &mut BTreeMap<String, String>,
     args: &mut Vec<String>,
 ) -> Result<(), EnvError> {
-    let model = json!({"id": MODEL, "name": "Fake model", "contextWindow": 128000, "maxTokens": 4096});
+    let model = json!({"id": MODEL, "name": "Fake model", "contextWindow": PI_CONTEXT_WINDOW, "maxTokens": 4096});
     let models = json!({"providers": {
         "fake": {
             "baseUrl": server.openai_base_url(),

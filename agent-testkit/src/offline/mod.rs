@@ -221,13 +221,33 @@ impl OfflineEnv {
     /// Panics for an environment that is not pi's.
     #[track_caller]
     pub fn pi_retries(&self, max_retries: u32, base_delay_ms: u64) {
+        let retry = serde_json::json!({
+            "enabled": true, "maxRetries": max_retries, "baseDelayMs": base_delay_ms, "provider": {"maxRetries": 0}
+        });
+        self.pi_setting("retry", retry);
+    }
+
+    /// Makes pi compact its context after any reply: the threshold is a few tokens under the
+    /// fake model's context window (the fake server reports a handful of tokens per request),
+    /// and at most `keep_recent_tokens` of the newest messages are kept out of the summary.
+    /// Panics for an environment that is not pi's.
+    #[track_caller]
+    pub fn pi_compact_always(&self, keep_recent_tokens: u64) {
+        let compaction = serde_json::json!({
+            "enabled": true, "reserveTokens": config::PI_CONTEXT_WINDOW - 5, "keepRecentTokens": keep_recent_tokens
+        });
+        self.pi_setting("compaction", compaction);
+    }
+
+    /// Sets the top-level `key` of pi's `settings.json`. Panics for an environment that is not
+    /// pi's.
+    #[track_caller]
+    pub fn pi_setting(&self, key: &str, value: serde_json::Value) {
         let dir = self.var("PI_CODING_AGENT_DIR").expect("a pi environment");
         let file = Path::new(dir).join("settings.json");
         let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let mut settings: serde_json::Value = serde_json::from_str(&text).expect("pi's settings are JSON");
-        settings["retry"] = serde_json::json!({
-            "enabled": true, "maxRetries": max_retries, "baseDelayMs": base_delay_ms, "provider": {"maxRetries": 0}
-        });
+        settings[key] = value;
         std::fs::write(&file, settings.to_string()).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
     }
 
