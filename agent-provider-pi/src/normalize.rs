@@ -5,6 +5,10 @@
 //! - 1.6.0 marks `agent_end` with `willRetry` and sends a final `agent_settled`, which pi
 //!   documents as the idle signal: the turn ends there (a `prompt` sent between `agent_end`
 //!   and `agent_settled` could still be refused as "already processing").
+//! - 0.75.4 to 0.80.3 mark `agent_end` with `willRetry` but send no `agent_settled` (it came
+//!   with 0.80.4): `willRetry: true` awaits the retry's run, `false` is read as 0.73.1's
+//!   `agent_end` (below), which it otherwise is. Which release runs is told by the provider
+//!   ([`RunEnds`], from the version it probed).
 //! - 0.73.1 has neither: `agent_end` ends the turn unless its last assistant message failed,
 //!   in which case an `auto_retry_start` may follow. The normalizer then asks for a barrier
 //!   (a `get_state` whose response comes after any `auto_retry_start` pi emits for that
@@ -206,6 +210,20 @@ pub(crate) struct Normalizer {
     unreadable: Unreadable,
     /// A compaction started and has not ended.
     compacting: bool,
+    /// How this pi marks the end of its runs; `None` when not told (transcript tests).
+    run_ends: Option<RunEnds>,
+}
+
+/// How a pi release marks the end of its runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RunEnds {
+    /// 0.73.1: `agent_end` says nothing of a retry, and nothing follows the last one.
+    AgentEnd,
+    /// 0.75.4 to 0.80.3: `agent_end` says whether a retry follows (`willRetry`), and nothing
+    /// follows the last one.
+    MarkedAgentEnd,
+    /// 0.80.4 and later: marked `agent_end`s, then `agent_settled`.
+    AgentSettled,
 }
 
 impl Running {
@@ -358,6 +376,11 @@ impl Normalizer {
     /// Says whether this pi drops its queue on request (`clear_queue`).
     pub(crate) fn set_clears_queue(&mut self, clears: bool) {
         self.clears_queue = clears;
+    }
+
+    /// Says how this pi marks the end of its runs.
+    pub(crate) fn set_run_ends(&mut self, run_ends: RunEnds) {
+        self.run_ends = Some(run_ends);
     }
 
     /// True for a pi that drops its queue on request.
@@ -696,8 +719,8 @@ impl Normalizer {
         };
         match frame.will_retry {
             Some(true) => running.ending = Ending::Retrying,
-            Some(false) => running.ending = Ending::Settling,
-            None => {
+            Some(false) if self.run_ends != Some(RunEnds::MarkedAgentEnd) => running.ending = Ending::Settling,
+            _ => {
                 let failed = running.stop_reason.as_deref() == Some("error");
                 if failed && !running.aborting {
                     self.next_barrier += 1;
@@ -716,9 +739,9 @@ impl Normalizer {
     /// assistant's `message_end` (the reply) leaves the reply unread: the turn will end failed,
     /// naming the limit, rather than completed without its text. An `agent_end` (it repeats every
     /// message of the run, so a long run or a large tool result makes one even when the reply was
-    /// read) cannot say whether the run ended or pi retries, and 0.73.1 sends nothing after it:
-    /// the turn ends at a barrier's response (or at 1.6.0's `agent_settled`, whichever comes
-    /// first), unless a retry starts meanwhile.
+    /// read) cannot say whether the run ended or pi retries: a pi that settles ends the turn at
+    /// `agent_settled` (a retry's `agent_start` takes it back); before 0.80.4 nothing follows,
+    /// and the turn ends at a barrier's response, unless a retry starts meanwhile.
     pub(crate) fn over_long(&mut self, head: &[u8], len: usize, max_line: usize) -> Vec<Action> {
         let Some(running) = self.turn.as_mut() else { return Vec::new() };
         let Some(root) = head.strip_prefix(b"{") else { return Vec::new() };
@@ -735,6 +758,10 @@ impl Normalizer {
                         )
                     });
                 }
+                Vec::new()
+            }
+            Some("agent_end") if running.ending == Ending::Running && self.run_ends == Some(RunEnds::AgentSettled) => {
+                running.ending = Ending::Settling;
                 Vec::new()
             }
             Some("agent_end") if running.ending == Ending::Running => {

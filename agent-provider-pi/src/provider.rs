@@ -402,6 +402,7 @@ impl Provider for PiProvider {
         let conn = Connection::start(child, ctx.sink.clone(), pi.max_line_bytes, secrets)
             .map_err(|_| self.unavailable("the exec backend did not provide the child's stdin, stdout and stderr"))?;
         conn.state().set_clears_queue(version >= CLEAR_QUEUE);
+        conn.state().set_run_ends(crate::version::run_ends(version));
 
         // No ready event: `get_state` answers once pi reads its stdin.
         let state = match conn.call(json!({"type": "get_state"}), remaining()).await {

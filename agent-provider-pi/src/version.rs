@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use agent_provider_kit::version::{Version, VersionCheck, VersionRange};
 
+use crate::normalize::RunEnds;
+
 /// The oldest `pi` release this provider speaks to (`@mariozechner/pi-coding-agent` 0.73.1).
 /// Older ones are refused at open.
 pub const MIN_SUPPORTED: Version = Version::new(0, 73, 1);
@@ -16,6 +18,22 @@ pub const LATEST_VALIDATED: Version = Version::new(1, 6, 0);
 /// The first `pi` release that drops its queued steer and follow-up messages on request
 /// (`clear_queue`); older ones deliver them with their next run whatever happens.
 pub(crate) const CLEAR_QUEUE: Version = Version::new(0, 84, 4);
+
+/// The first `pi` release whose `agent_end` says whether a retry follows (`willRetry`).
+pub(crate) const WILL_RETRY: Version = Version::new(0, 75, 4);
+
+/// The first `pi` release that ends its runs with `agent_settled`: from [`WILL_RETRY`] to this
+/// one, nothing follows a run's last `agent_end` (0.73.1 marks neither).
+pub(crate) const SETTLED: Version = Version::new(0, 80, 4);
+
+/// How `pi` at `version` marks the end of its runs.
+pub(crate) fn run_ends(version: Version) -> RunEnds {
+    match version {
+        v if v >= SETTLED => RunEnds::AgentSettled,
+        v if v >= WILL_RETRY => RunEnds::MarkedAgentEnd,
+        _ => RunEnds::AgentEnd,
+    }
+}
 
 /// The supported range, [`MIN_SUPPORTED`] to [`LATEST_VALIDATED`].
 pub const RANGE: VersionRange = VersionRange { min_supported: MIN_SUPPORTED, latest_validated: LATEST_VALIDATED };
@@ -45,5 +63,13 @@ mod tests {
         assert_eq!(value("min_supported"), MIN_SUPPORTED);
         assert_eq!(value("latest_validated"), LATEST_VALIDATED);
         assert!(MIN_SUPPORTED <= LATEST_VALIDATED);
+    }
+
+    #[test]
+    fn each_release_is_told_how_its_runs_end() {
+        let at = |v: &str| run_ends(v.parse().expect("a version"));
+        assert_eq!([at("0.73.1"), at("0.75.3")], [RunEnds::AgentEnd; 2]);
+        assert_eq!([at("0.75.4"), at("0.79.10"), at("0.80.3")], [RunEnds::MarkedAgentEnd; 3]);
+        assert_eq!([at("0.80.4"), at("1.6.0")], [RunEnds::AgentSettled; 2]);
     }
 }

@@ -738,8 +738,11 @@ mod tests {
         assert_eq!(seen, ["request 7", "write \"error\" 8", "resolved 7", "warning"]);
     }
 
-    /// Pi's run ends at 1.6.0's `agent_settled`, or at 0.73.1's `agent_end` (which has no
-    /// `willRetry`) unless an `auto_retry_start` takes it back: the last assistant message decides.
+    /// Pi's run ends at its last `agent_end`: one that says no retry follows (0.75.4 and later;
+    /// from 0.80.4 `agent_settled` confirms it), or 0.73.1's, which says nothing, unless an
+    /// `auto_retry_start` takes it back. From 0.75.4 a compaction after it takes it back too
+    /// (pi may continue the run), and its end decides when no run follows; 0.73.1 does not wait
+    /// for a compaction before it exits. The last assistant message decides.
     #[test]
     fn pis_run_end_decides() {
         let preset = shipped("pi-print.json");
@@ -750,16 +753,30 @@ mod tests {
         let settled = r#"{"type":"agent_settled","aborted":false}"#;
         let old_end = r#"{"type":"agent_end","messages":[]}"#;
         let retry = r#"{"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":2000}"#;
+        let compacting = r#"{"type":"compaction_start","reason":"threshold"}"#;
+        let compacted = r#"{"type":"compaction_end","reason":"threshold","aborted":false,"willRetry":false}"#;
+        let continues = r#"{"type":"compaction_end","reason":"overflow","aborted":false,"willRetry":true}"#;
         let outcome = |lines: &[&str]| {
             let mut reader = TurnReader::new(&preset, None, None);
             feed(&mut reader, lines);
             (reader.finished(), reader.outcome(&exit(0), None))
         };
 
-        let (finished, recovered) =
-            outcome(&[r#"{"type":"session","version":3,"id":"01a2"}"#, error, retried, good, end]);
-        assert!(!finished, "1.6.0's run goes on to `agent_settled`");
-        assert_eq!(recovered.status, TurnStatus::Failed, "{recovered:?}");
+        let (finished, _) = outcome(&[error, retried]);
+        assert!(!finished, "a retry follows");
+        let (finished, done) = outcome(&[r#"{"type":"session","version":3,"id":"01a2"}"#, error, retried, good, end]);
+        assert!(finished, "0.75.4 to 0.80.3 send nothing after it");
+        assert_eq!((done.status, done.text.as_deref()), (TurnStatus::Completed, Some("Hi")), "{done:?}");
+        let (finished, _) = outcome(&[good, end, compacting]);
+        assert!(!finished, "a compaction may continue the run");
+        let (finished, done) = outcome(&[good, end, compacting, compacted]);
+        assert!(finished);
+        assert_eq!((done.status, done.text.as_deref()), (TurnStatus::Completed, Some("Hi")), "{done:?}");
+        let (finished, _) = outcome(&[error, end, compacting, continues]);
+        assert!(!finished, "the run continues after the compaction");
+        let (_, done) = outcome(&[error, end, compacting, continues, r#"{"type":"agent_start"}"#, good, end]);
+        assert_eq!((done.status, done.text.as_deref()), (TurnStatus::Completed, Some("Hi")), "{done:?}");
+
         let (finished, recovered) = outcome(&[error, retried, good, end, settled]);
         assert!(finished);
         assert_eq!((recovered.status, recovered.text.as_deref()), (TurnStatus::Completed, Some("Hi")), "{recovered:?}");
@@ -774,6 +791,9 @@ mod tests {
         assert_eq!((failed.status, failed.reason.as_deref()), (TurnStatus::Failed, Some("500: overloaded")));
         let (finished, _) = outcome(&[error, old_end, retry]);
         assert!(!finished, "the retry takes the failure back");
+        let (finished, failed) = outcome(&[error, old_end, compacting]);
+        assert!(finished, "0.73.1 exits without finishing a compaction");
+        assert_eq!((failed.status, failed.reason.as_deref()), (TurnStatus::Failed, Some("500: overloaded")));
         let (_, recovered) = outcome(&[error, old_end, retry, good, old_end]);
         assert_eq!((recovered.status, recovered.text.as_deref()), (TurnStatus::Completed, Some("Hi")), "{recovered:?}");
     }

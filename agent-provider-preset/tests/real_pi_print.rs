@@ -192,3 +192,36 @@ async fn an_auto_retry_after_a_500_completes_the_turn_on_both_pinned_versions() 
         harness.shutdown().await;
     }
 }
+
+/// A model request that overflows the context: 1.6.0 compacts and continues the run before it
+/// exits, and the turn completes with what the continued run replied (the compaction takes the
+/// failed `agent_end` back); 0.73.1 exits without finishing the compaction, and the turn fails
+/// with the model's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_overflow_completes_where_pi_recovers_and_fails_where_it_exits() {
+    const OVERFLOW: &str =
+        "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.";
+    for cli in clis() {
+        let version = cli.version().to_owned();
+        // The compaction's summary requests (one or two) and the continued run get one reply.
+        let recovered =
+            (0..3).fold(Scenario::new().text("first").http_error(400, OVERFLOW), |s, _| s.text("recovered"));
+        let world = World::on(cli, "pi-print", recovered, Arc::new(MemoryStore::new())).await;
+        let World { exec, harness, .. } = &world;
+        // Something to summarize: only the newest messages are kept whole.
+        world.env.pi_setting("compaction", serde_json::json!({"enabled": true, "keepRecentTokens": 1}));
+        let session = world.session(world.options()).await;
+        world.run(&session, "one", |_| None).await;
+        let (_, events) = world.run(&session, "two", |_| None).await;
+        let end = terminal(&events);
+        if version == "0.73.1" {
+            assert_eq!(end.status, TurnStatus::Failed, "pi {version}: {}: {:?}", names(&events), end.result);
+            assert!(end.result.reason.as_deref().is_some_and(|r| r.contains("maximum context length")), "{end:?}");
+        } else {
+            assert_eq!(end.status, TurnStatus::Completed, "pi {version}: {}: {:?}", names(&events), end.result);
+            assert_eq!(end.result.text.as_deref(), Some("recovered"), "pi {version}");
+        }
+        support::finish(harness, exec).await;
+        harness.shutdown().await;
+    }
+}

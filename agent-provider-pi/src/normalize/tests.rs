@@ -165,3 +165,81 @@ fn an_overflow_compaction_decides_the_turns_end() {
     let end = run(&recovered).expect("ends");
     assert_eq!((end.status, end.result.text.as_deref()), (TurnStatus::Completed, Some("done")));
 }
+
+/// Pi 0.75.4 to 0.80.3 mark `agent_end` with `willRetry` but send no `agent_settled`: a retry
+/// is awaited, and the last `agent_end` ends the turn (a failed one at a barrier, which an
+/// overflow's compaction may still take back), where 1.6.0 waits for `agent_settled`.
+#[test]
+fn a_pi_without_agent_settled_ends_the_turn_at_its_last_agent_end() {
+    let turn = TurnId::new("t1").unwrap();
+    let start = |settles: bool| {
+        let mut normalizer = Normalizer::new();
+        if !settles {
+            normalizer.set_run_ends(RunEnds::MarkedAgentEnd);
+        }
+        normalizer.begin_turn(turn.clone()).unwrap();
+        normalizer.admitted(&turn, None);
+        normalizer
+    };
+    let failed = r#"{"type":"message_end","message":{"role":"assistant","content":[],"stopReason":"error","errorMessage":"500 flaky"}}"#;
+    let replied = r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"hi"}],"stopReason":"stop"}}"#;
+    let lines = [
+        r#"{"type":"agent_start"}"#,
+        failed,
+        r#"{"type":"agent_end","messages":[],"willRetry":true}"#,
+        r#"{"type":"agent_start"}"#,
+        replied,
+        r#"{"type":"agent_end","messages":[],"willRetry":false}"#,
+    ];
+    let mut normalizer = start(false);
+    let mut actions = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        normalizer.on_line(line, &mut actions);
+        let ended = terminal_of(&actions).cloned();
+        assert_eq!(ended.is_some(), i == lines.len() - 1, "after line {i}: {actions:?}");
+    }
+    let end = terminal_of(&actions).expect("ended");
+    assert_eq!((end.status, end.result.text.as_deref()), (TurnStatus::Completed, Some("hi")));
+
+    let mut normalizer = start(true);
+    let mut actions = Vec::new();
+    for line in lines {
+        normalizer.on_line(line, &mut actions);
+    }
+    assert!(terminal_of(&actions).is_none(), "1.6.0 settles after its last agent_end");
+
+    let mut normalizer = start(false);
+    let mut actions = Vec::new();
+    for line in [failed, r#"{"type":"agent_end","messages":[],"willRetry":false}"#] {
+        normalizer.on_line(line, &mut actions);
+    }
+    assert!(terminal_of(&actions).is_none(), "{actions:?}");
+    // Its number follows the one `admitted` asked for (whether a run follows the prompt).
+    assert!(actions.iter().any(|a| matches!(a, Action::Write(line) if line["id"] == "barrier-2")), "{actions:?}");
+}
+
+/// On a pi that settles, an `agent_end` over the line cap waits for `agent_settled`, not for a
+/// barrier (whose answer could come before pi's retry starts); a retry's `agent_start` takes
+/// it back.
+#[test]
+fn an_unread_agent_end_of_a_pi_that_settles_waits_for_agent_settled() {
+    let turn = TurnId::new("t1").unwrap();
+    let mut normalizer = Normalizer::new();
+    normalizer.set_run_ends(RunEnds::AgentSettled);
+    normalizer.begin_turn(turn.clone()).unwrap();
+    normalizer.admitted(&turn, Some("started"));
+    let mut actions = Vec::new();
+    let reply = r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"short reply"}],"stopReason":"stop"}}"#;
+    normalizer.on_line(r#"{"type":"agent_start"}"#, &mut actions);
+    normalizer.on_line(reply, &mut actions);
+    let head = br#"{"type":"agent_end","messages":[{"role":"user","content":[{"type":"text","text":"xxxx"#;
+    actions.extend(normalizer.over_long(head, 70_000, 65_536));
+    assert!(!actions.iter().any(|a| matches!(a, Action::Write(_))), "no barrier: {actions:?}");
+    normalizer.on_line(r#"{"type":"agent_start"}"#, &mut actions);
+    normalizer.on_line(reply, &mut actions);
+    assert!(terminal_of(&actions).is_none(), "the retry's run is awaited: {actions:?}");
+    normalizer.on_line(r#"{"type":"agent_end","messages":[],"willRetry":false}"#, &mut actions);
+    normalizer.on_line(r#"{"type":"agent_settled","aborted":false}"#, &mut actions);
+    let end = terminal_of(&actions).expect("ends at agent_settled");
+    assert_eq!((end.status, end.result.text.as_deref()), (TurnStatus::Completed, Some("short reply")));
+}
