@@ -495,6 +495,11 @@ impl Normalizer {
                     // asked about as the first run's were, and its end is awaited anew.
                     if matches!(running.ending, Ending::Retrying | Ending::Settling) {
                         running.ending = Ending::Running;
+                    } else if running.aborting && matches!(running.ending, Ending::Barrier(_)) {
+                        // The run pi starts for the steers it held when the turn was aborted
+                        // (0.75.4 to 0.84.3, which cannot drop them): aborted too.
+                        running.ending = Ending::Running;
+                        actions.push(Action::Write(json!({"type": "abort"})));
                     }
                 }
             }
@@ -722,7 +727,13 @@ impl Normalizer {
             Some(false) if self.run_ends != Some(RunEnds::MarkedAgentEnd) => running.ending = Ending::Settling,
             _ => {
                 let failed = running.stop_reason.as_deref() == Some("error");
-                if failed && !running.aborting {
+                // An aborted run that leaves steers pi cannot drop: from 0.75.4 pi starts a run
+                // for them at once, which the barrier's answer would find running.
+                let held = running.aborting
+                    && self.queued > 0
+                    && !self.clears_queue
+                    && self.run_ends == Some(RunEnds::MarkedAgentEnd);
+                if (failed && !running.aborting) || held {
                     self.next_barrier += 1;
                     let n = self.next_barrier;
                     running.ending = Ending::Barrier(n);
