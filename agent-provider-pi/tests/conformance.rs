@@ -45,7 +45,7 @@ async fn fake_pi_passes_the_provider_suite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn real_pi_passes_the_provider_suite_on_both_versions() {
+async fn real_pi_passes_the_provider_suite_on_every_pinned_version() {
     for cli in support::clis() {
         let version = cli.version().to_owned();
         let fixture =

@@ -1,6 +1,6 @@
-//! The real pi 1.6.0 (Node 22) and 0.73.1 (Node 20), from `cargo xtask clis`, driven through
-//! the public `Harness` API, offline, against the testkit's fake Chat Completions server on
-//! 127.0.0.1. Each test runs both versions, one after the other, on one fake server.
+//! The real pi 1.6.0 and 0.79.10 (Node 22) and 0.73.1 (Node 20), from `cargo xtask clis`,
+//! driven through the public `Harness` API, offline, against the testkit's fake Chat
+//! Completions server on 127.0.0.1. Each test runs every version, one after the other.
 //!
 //! Every test fails with "run `cargo xtask clis`" when a pinned CLI is not installed.
 

@@ -1,4 +1,4 @@
-//! The shipped `pi-print` preset on the real pi 1.6.0 (Node 22) and 0.73.1 (Node 20), from
+//! The shipped `pi-print` preset on the real pi 1.6.0 and 0.79.10 (Node 22) and 0.73.1 (Node 20), from
 //! `cargo xtask clis`, through the public `Harness`, offline against the testkit's fake Chat
 //! Completions server on 127.0.0.1: `pi -p --mode json` with the prompt on stdin, one process
 //! per turn, the second turn continuing the first's session with `--session`.
@@ -16,16 +16,16 @@ use agent_provider_preset::PresetCatalog;
 use agent_store_memory::MemoryStore;
 use agent_testkit::events::{count, names, terminal};
 use agent_testkit::recording::RecordingExec;
-use agent_testkit::{Channel, Cli, FakeModel, OfflineEnv, Provider, Scenario};
+use agent_testkit::{Cli, FakeModel, OfflineEnv, Provider, Scenario};
 use support::{World, allow, deltas, model_history, payload, preset_options};
 
 fn clis() -> Vec<Cli> {
     let fail = |e| panic!("{e}\nrun `cargo xtask clis`");
-    [Channel::LatestValidated, Channel::MinSupported].map(|c| Cli::locate(Provider::Pi, c).unwrap_or_else(fail)).into()
+    Cli::pinned(Provider::Pi).unwrap_or_else(fail)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_streamed_text_turn_and_a_continued_second_turn_on_both_pinned_versions() {
+async fn a_streamed_text_turn_and_a_continued_second_turn_on_every_pinned_version() {
     for cli in clis() {
         let version = cli.version().to_owned();
         let scenario = Scenario::new().deltas(["Kiwi ", "noted"], 0).echo("recall: ");
@@ -175,7 +175,7 @@ async fn failed_turn(harness: &agent_core::Harness, session: &agent_core::Sessio
 /// completes: 0.73.1 ends the failed run with an `agent_end` that does not say a retry follows,
 /// and its `auto_retry_start` takes the failure back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_auto_retry_after_a_500_completes_the_turn_on_both_pinned_versions() {
+async fn an_auto_retry_after_a_500_completes_the_turn_on_every_pinned_version() {
     for cli in clis() {
         let version = cli.version().to_owned();
         let scenario = Scenario::new().http_error(500, "flaky upstream").text("recovered");

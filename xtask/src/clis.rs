@@ -389,8 +389,10 @@ fn label(manifest: &Manifest, install: &Install) -> String {
         .providers
         .get(provider)
         .map(|v| {
+            let also = v.also_tested.iter().map(|version| ("also_tested", version));
             [("min_supported", &v.min_supported), ("latest_validated", &v.latest_validated)]
                 .into_iter()
+                .chain(also)
                 .filter(|(_, version)| **version == install.version)
                 .map(|(role, _)| role)
                 .collect()

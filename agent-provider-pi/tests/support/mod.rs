@@ -20,10 +20,10 @@ use agent_testkit::{Cli, FakeModel, OfflineEnv, Provider, Scenario};
 /// Longest wait for any one event of a turn.
 pub const IDLE: Duration = Duration::from_secs(30);
 
-/// Both pinned pi versions: 1.6.0 (Node 22) and 0.73.1 (Node 20).
+/// Every pinned pi version, newest first: 1.6.0 (Node 22), 0.79.10 (Node 22; it marks
+/// `agent_end` but sends no `agent_settled`) and 0.73.1 (Node 20).
 pub fn clis() -> Vec<Cli> {
-    let fail = |e| panic!("{e}\nrun `cargo xtask clis`");
-    vec![Cli::latest(Provider::Pi).unwrap_or_else(fail), Cli::min_supported(Provider::Pi).unwrap_or_else(fail)]
+    Cli::pinned(Provider::Pi).unwrap_or_else(|e| panic!("{e}\nrun `cargo xtask clis`"))
 }
 
 /// The `PiOptions` that run `cli` in `env`.

@@ -44,6 +44,24 @@ pub(crate) struct ProviderVersions {
     pub(crate) min_supported: String,
     /// Newest version the adapter is tested against.
     pub(crate) latest_validated: String,
+    /// Versions between the two the adapter is tested against too: releases that changed how
+    /// the CLI speaks (each names an `[[install]]` of the provider).
+    #[serde(default)]
+    pub(crate) also_tested: Vec<String>,
+}
+
+impl ProviderVersions {
+    /// Every version the adapter is tested against, newest first: `latest_validated`,
+    /// `also_tested` as listed, `min_supported`; each once.
+    pub(crate) fn tested(&self) -> Vec<&String> {
+        let mut versions = vec![&self.latest_validated];
+        for version in self.also_tested.iter().chain([&self.min_supported]) {
+            if !versions.contains(&version) {
+                versions.push(version);
+            }
+        }
+        versions
+    }
 }
 
 /// One `[[install]]` entry: one npm prefix.
@@ -155,7 +173,7 @@ impl Manifest {
             }
         }
         for (provider, versions) in &self.providers {
-            for version in [&versions.min_supported, &versions.latest_validated] {
+            for version in versions.tested() {
                 if self.find(provider, version).is_none() {
                     return Err(format!("clis.toml: no [[install]] of {provider} {version}"));
                 }
@@ -254,6 +272,7 @@ mod tests {
             let versions = &manifest.providers[provider];
             assert!(manifest.find(provider, &versions.min_supported).is_some());
             assert!(manifest.find(provider, &versions.latest_validated).is_some());
+            assert!(versions.tested().iter().all(|version| manifest.find(provider, version).is_some()));
         }
     }
 

@@ -113,29 +113,46 @@ impl Cli {
         Cli::locate(provider, Channel::MinSupported)
     }
 
+    /// Every installed version of `provider` its adapter is tested against, newest first:
+    /// `latest_validated`, the `also_tested` versions between, `min_supported`.
+    pub fn pinned(provider: Provider) -> Result<Vec<Cli>, ClisError> {
+        let dir = manifest::clis_dir();
+        let manifest = Manifest::pinned().map_err(ClisError::Manifest)?;
+        let versions = Cli::versions(&manifest, provider)?;
+        versions.tested().into_iter().map(|version| Cli::at_version(&manifest, provider, version, &dir)).collect()
+    }
+
     /// Like [`Cli::locate`], with the install directory given.
     pub fn locate_in(provider: Provider, channel: Channel, dir: &Path) -> Result<Cli, ClisError> {
         let manifest = Manifest::pinned().map_err(ClisError::Manifest)?;
-        let versions = manifest
-            .providers
-            .get(provider.id())
-            .ok_or_else(|| ClisError::Manifest(format!("clis.toml has no [providers.{provider}]")))?;
+        let versions = Cli::versions(&manifest, provider)?;
         let version = match channel {
             Channel::MinSupported => &versions.min_supported,
             Channel::LatestValidated => &versions.latest_validated,
         };
+        Cli::at_version(&manifest, provider, version, dir)
+    }
+
+    fn versions(manifest: &Manifest, provider: Provider) -> Result<&manifest::ProviderVersions, ClisError> {
+        manifest
+            .providers
+            .get(provider.id())
+            .ok_or_else(|| ClisError::Manifest(format!("clis.toml has no [providers.{provider}]")))
+    }
+
+    fn at_version(manifest: &Manifest, provider: Provider, version: &str, dir: &Path) -> Result<Cli, ClisError> {
         let install = manifest
             .find(provider.id(), version)
             .ok_or_else(|| ClisError::Manifest(format!("clis.toml: no [[install]] of {provider} {version}")))?;
-        let not_installed = |reason: String| ClisError::NotInstalled { provider, version: version.clone(), reason };
-        let launch = install.launch(&manifest, dir).map_err(|missing| not_installed(missing.to_string()))?;
+        let not_installed = |reason: String| ClisError::NotInstalled { provider, version: version.to_owned(), reason };
+        let launch = install.launch(manifest, dir).map_err(|missing| not_installed(missing.to_string()))?;
         let model_catalog = install.model_catalog_path(dir);
         if let Some(catalog) = model_catalog.as_ref().filter(|c| !c.is_file()) {
             return Err(not_installed(format!("the model catalog {} does not exist", catalog.display())));
         }
         Ok(Cli {
             provider,
-            version: version.clone(),
+            version: version.to_owned(),
             program: launch.program,
             leading_args: launch.args,
             path_dirs: launch.path_dirs,
