@@ -17,6 +17,7 @@ use agent_core::provider::SinkClosed;
 use agent_core::time::deadline_after;
 use agent_core::{Sink, SinkBuffer, TurnId};
 use agent_provider_kit::framing::head::{find_key, string_at};
+use agent_provider_kit::framing::tail::find_root_key;
 use agent_provider_kit::framing::{
     AfterLines, Bytes, Line, LineReader, TextFrame, flush_before_wait, keep_line, stderr_note, unparsed_line_warning,
 };
@@ -189,11 +190,21 @@ type Then = AfterLines<(ControlRequestId, RawJson)>;
 /// A line over `max_line` bytes, dropped with a warning; one whose head shows claude's `result`
 /// also ends the running turn (failed, the reason saying why): claude waits for the next prompt,
 /// and nothing else would end it.
-fn over_long_line(state: &mut Normalizer, len: usize, head: &[u8], max_line: usize, actions: &mut Vec<Action>) -> Then {
+fn over_long_line(
+    state: &mut Normalizer,
+    len: usize,
+    (head, tail): (&[u8], &[u8]),
+    max_line: usize,
+    actions: &mut Vec<Action>,
+) -> Then {
     let warning = TextFrame::TooLong { len }.into_text(CLI, max_line).err().unwrap_or_default();
     actions.extend(state.garbage(warning));
-    // Found among the head's keys, in whatever order claude writes them.
-    let kind = head.strip_prefix(b"{").and_then(|root| string_at(root, find_key(root, "type")?));
+    // Found among the head's keys, in whatever order claude writes them, else among the tail's:
+    // 2.1.332 writes a result line's `type` after its text.
+    let kind = head
+        .strip_prefix(b"{")
+        .and_then(|root| string_at(root, find_key(root, "type")?))
+        .or_else(|| string_at(tail, find_root_key(tail, "type")?));
     if kind != Some("result") {
         return AfterLines::Next;
     }
@@ -325,7 +336,7 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
         let then = match next {
             Ok(Some((Line::TooLong(len), _))) => {
                 let mut state = lock(&shared.state);
-                over_long_line(&mut state, len, lines.too_long_head(), max_line, &mut actions)
+                over_long_line(&mut state, len, (lines.too_long_head(), lines.too_long_tail()), max_line, &mut actions)
             }
             Ok(Some((line, chunk))) => {
                 // The other lines this read brought are normalized under the same lock before
@@ -359,25 +370,31 @@ mod tests {
 
     use super::*;
 
-    /// A dropped line over the cap ends the running turn when its head shows claude's `result`,
-    /// whatever the order of its keys; another line (a nested `type` of `result` included) does
-    /// not.
+    /// A dropped line over the cap ends the running turn when its head or its tail shows
+    /// claude's `result`, whatever the order of its keys (2.1.332 writes `type` after the text);
+    /// another line (a nested `type` of `result` included) does not.
     #[test]
     fn an_over_long_result_line_is_known_by_its_type_key_wherever_it_stands() {
-        let ends = |head: &str| {
+        let ends_with = |head: &str, tail: &str| {
             let mut state = Normalizer::new(None);
             state.begin_turn(TurnId::from_string("turn-1".to_owned())).unwrap();
             let mut actions = Vec::new();
-            let then = over_long_line(&mut state, 5000, head.as_bytes(), 1024, &mut actions);
+            let then = over_long_line(&mut state, 5000, (head.as_bytes(), tail.as_bytes()), 1024, &mut actions);
             let failed = actions.iter().any(|a| matches!(a, Action::Emit { kind: EventKind::TurnFailed(_), .. }));
-            assert_eq!(failed, matches!(then, AfterLines::TurnEnded), "{head}");
+            assert_eq!(failed, matches!(then, AfterLines::TurnEnded), "{head} … {tail}");
             failed
         };
+        let ends = |head: &str| ends_with(head, "xxxx");
         assert!(ends(r#"{"type":"result","subtype":"success","result":"xxxx"#));
         assert!(ends(r#"{"duration_api_ms":12,"modelUsage":{"a":{"type":"x"}},"type":"result","is_er"#));
         assert!(!ends(r#"{"type":"assistant","message":{"content":[{"type":"text","text":"xxxx"#));
         assert!(!ends(r#"{"message":{"type":"result"},"type":"user","content":"xxxx"#));
         assert!(!ends(r#"{"duration_api_ms":12,"result":"a very long text that fills the head whol"#), "no type seen");
+        let head = r#"{"duration_api_ms":19,"stop_reason":"end_turn","is_error":false,"result":"xxxx"#;
+        assert!(ends_with(head, r#"xxxx","ttft_ms":85,"type":"result","usage":{"type":"u"},"uuid":"c2"}"#));
+        assert!(!ends_with(head, r#"xxxx","ttft_ms":85,"usage":{"type":"result"},"uuid":"c2"}"#), "nested");
+        let assistant = r#"{"type":"assistant","message":{"content":[{"type":"text","text":"xxxx"#;
+        assert!(!ends_with(assistant, r#"xxxx"}],"type":"result"},"uuid":"c2"}"#), "the head tells first");
     }
 
     /// The reader on the kit's recording sink: a reply goes to its caller, lines become events of

@@ -36,6 +36,7 @@ mod frame;
 pub mod head;
 mod redact;
 mod stderr;
+pub mod tail;
 mod unreadable;
 
 pub use self::frame::{JsonFrame, TextFrame, is_not_json, keep_line, unparsed_line_warning};
@@ -86,6 +87,8 @@ pub struct LineReader<R> {
     consume: usize,
     /// The first [`TOO_LONG_HEAD`] bytes of the last line handed out as [`Line::TooLong`].
     head: Vec<u8>,
+    /// The last [`TOO_LONG_TAIL`] bytes of that line.
+    tail: Vec<u8>,
     /// The credentials replaced in the lines handed out, if any.
     redact: Option<Redactor>,
 }
@@ -98,6 +101,33 @@ pub const OWN_CHUNK: usize = 64 * 1024;
 /// to tell what kind of message was dropped (claude's `{"type":"result",…`).
 pub const TOO_LONG_HEAD: usize = 256;
 
+/// How much of the end of a line over the cap [`LineReader::too_long_tail`] keeps: the members
+/// a CLI writes after a long text (a newer claude's result line has its `type` there).
+pub const TOO_LONG_TAIL: usize = 4096;
+
+/// Keeps the last bytes of what `tail` held followed by `bytes`: [`TOO_LONG_TAIL`] and one
+/// more, for a `\r` that [`end_tail`] may take off.
+fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
+    const KEPT: usize = TOO_LONG_TAIL + 1;
+    if bytes.len() >= KEPT {
+        tail.clear();
+        tail.extend_from_slice(&bytes[bytes.len() - KEPT..]);
+    } else {
+        let excess = (tail.len() + bytes.len()).saturating_sub(KEPT);
+        tail.drain(..excess);
+        tail.extend_from_slice(bytes);
+    }
+}
+
+/// The tail of a line handed out as too long: without the `\r` of its line end (`cr`), at most
+/// [`TOO_LONG_TAIL`] bytes.
+fn end_tail(tail: &mut Vec<u8>, cr: bool) {
+    if cr && tail.last() == Some(&b'\r') {
+        tail.pop();
+    }
+    tail.drain(..tail.len().saturating_sub(TOO_LONG_TAIL));
+}
+
 impl<R: AsyncRead + Unpin> LineReader<R> {
     /// Reads lines from `inner`, each at most `max` bytes (without its line end).
     pub fn new(inner: R, max: usize) -> Self {
@@ -107,7 +137,8 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     /// Like [`LineReader::new`], starting with a read buffer of `first` bytes.
     fn with_first_buffer(inner: R, max: usize, first: usize) -> Self {
         let inner = ReadBuffer::new(inner, first.max(1));
-        LineReader { inner, max, line: Vec::new(), own: Bytes::new(), consume: 0, head: Vec::new(), redact: None }
+        let (head, tail) = (Vec::new(), Vec::new());
+        LineReader { inner, max, line: Vec::new(), own: Bytes::new(), consume: 0, head, tail, redact: None }
     }
 
     /// Replaces each of `secrets`' credentials ([`Secrets::credentials`]) in the lines handed
@@ -142,6 +173,13 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     /// turn's end must still end the turn).
     pub fn too_long_head(&self) -> &[u8] {
         &self.head
+    }
+
+    /// The last bytes (up to [`TOO_LONG_TAIL`]) of the last line handed out as
+    /// [`Line::TooLong`], without its line end: what the line's head cannot tell may be there
+    /// (see [`tail`]).
+    pub fn too_long_tail(&self) -> &[u8] {
+        &self.tail
     }
 
     /// The longest line handed out.
@@ -184,6 +222,9 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 if len > self.max {
                     self.head.clear();
                     self.head.extend_from_slice(&available[..len.min(TOO_LONG_HEAD)]);
+                    self.tail.clear();
+                    keep_tail(&mut self.tail, &available[..len]);
+                    end_tail(&mut self.tail, false);
                     self.inner.consume(consumed);
                     return Ok(Some((Line::TooLong(len), None)));
                 }
@@ -203,6 +244,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                         *len += chunk_len;
                         let rest = TOO_LONG_HEAD.saturating_sub(self.head.len());
                         self.head.extend_from_slice(&available[..chunk_len.min(rest)]);
+                        keep_tail(&mut self.tail, &available[..chunk_len]);
                     }
                     // One byte of slack: a `\r` that ends a line of exactly `max` bytes.
                     None if self.line.len() + chunk_len > self.max.saturating_add(1) => {
@@ -211,6 +253,9 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                         self.head.extend_from_slice(&self.line[..self.line.len().min(TOO_LONG_HEAD)]);
                         let rest = TOO_LONG_HEAD - self.head.len();
                         self.head.extend_from_slice(&available[..chunk_len.min(rest)]);
+                        self.tail.clear();
+                        keep_tail(&mut self.tail, &self.line);
+                        keep_tail(&mut self.tail, &available[..chunk_len]);
                         self.line.clear();
                     }
                     None => self.line.extend_from_slice(&available[..chunk_len]),
@@ -221,13 +266,19 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 }
             }
             let line = match skipped {
-                Some(len) => Line::TooLong(len - usize::from(cr)),
+                Some(len) => {
+                    end_tail(&mut self.tail, cr);
+                    Line::TooLong(len - usize::from(cr))
+                }
                 None if available_was_empty(newline, &self.line) => return Ok(None),
                 None => {
                     let len = without_cr(&self.line).len();
                     if len > self.max {
                         self.head.clear();
                         self.head.extend_from_slice(&self.line[..len.min(TOO_LONG_HEAD)]);
+                        self.tail.clear();
+                        keep_tail(&mut self.tail, &self.line[..len]);
+                        end_tail(&mut self.tail, false);
                         Line::TooLong(len)
                     } else {
                         self.line.truncate(len);

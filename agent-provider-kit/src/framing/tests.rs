@@ -260,28 +260,34 @@ async fn credentials_are_redacted_from_every_kind_of_line() {
     }
 }
 
-/// A line over the cap keeps its first bytes for the provider to tell what was dropped,
-/// whether one read brought it, several did, or it was gathered before it went over.
+/// A line over the cap keeps its first and last bytes for the provider to tell what was
+/// dropped, whether one read brought it, several did, or it was gathered before it went over;
+/// the tail without the line's end.
 #[tokio::test]
-async fn an_over_long_line_keeps_its_head() {
+async fn an_over_long_line_keeps_its_head_and_tail() {
     let long = |n: usize| {
         let mut line = br#"{"type":"result","result":""#.to_vec();
-        line.resize(n, b'x');
+        line.extend((0..n - line.len()).map(|i| b'a' + (i % 26) as u8));
         line
     };
-    for (pipe, first, size) in [(1 << 16, 4096, 5000), (7, 16, 100_000), (7, 4096, 33)] {
+    let cases =
+        [(1 << 16, 4096, 5000, "\n"), (7, 16, 100_000, "\r\n"), (7, 4096, 33, "\n"), (1 << 16, 1 << 16, 9000, "\r\n")];
+    for (pipe, first, size, end) in cases {
         let (mut writer, reader) = tokio::io::duplex(pipe);
         let line = long(size);
         let written = line.clone();
         let write = async move {
             writer.write_all(&written).await.expect("writes");
-            writer.write_all(b"\nnext\n").await.expect("writes");
+            writer.write_all(end.as_bytes()).await.expect("writes");
+            writer.write_all(b"next\n").await.expect("writes");
         };
         let read = async {
             let mut lines = LineReader::with_first_buffer(reader, 32, first);
             let Some(Line::TooLong(len)) = lines.next_line().await.expect("reads") else { panic!("too long") };
             assert_eq!(len, size);
             assert_eq!(lines.too_long_head(), &line[..size.min(TOO_LONG_HEAD)], "pipe {pipe}, first {first}");
+            let tail = &line[size - size.min(TOO_LONG_TAIL)..];
+            assert!(lines.too_long_tail() == tail, "pipe {pipe}, first {first}, size {size}");
             assert_eq!(lines.next_line().await.expect("reads"), Some(Line::Text(b"next")));
         };
         tokio::join!(write, read);
