@@ -78,6 +78,17 @@ async fn messages_accepts_claude_code_requests() {
     assert_eq!(log[2].path, "/v1/messages");
     assert_eq!(server.model_requests().len(), 1);
     assert_eq!(server.remaining_steps(), 0);
+
+    // Claude Code checks a model with a request that does not stream (2.1.332, before it
+    // switches models): a short message, no step taken, not a model call.
+    let check = json!({"model": "claude-sonnet-4-5", "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]});
+    let response = request(server.addr(), "POST", "/v1/messages?beta=true", Some(&check)).await;
+    assert_eq!(response.status, 200);
+    let message: Value = serde_json::from_str(&response.body).unwrap();
+    assert_eq!((message["type"].as_str(), message["model"].as_str()), (Some("message"), Some("claude-sonnet-4-5")));
+    assert!(message["usage"]["input_tokens"].is_u64(), "{message}");
+    assert_eq!(server.requests().last().map(|r| r.endpoint), Some(Endpoint::MessagesCheck));
+    assert_eq!(server.model_requests().len(), 1);
 }
 
 #[tokio::test]

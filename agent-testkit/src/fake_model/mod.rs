@@ -42,7 +42,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use self::plan::Plan;
-use self::wire::{Ctx, Wire};
+use self::wire::{Ctx, USAGE_INPUT_TOKENS, Wire};
 use crate::proxy::RefusingProxy;
 use crate::scenario::{Scenario, Step};
 
@@ -223,7 +223,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let (parts, body) = request.into_parts();
     let bytes = to_bytes(body, MAX_BODY_BYTES).await.unwrap_or_default();
     let body: Option<Value> = if bytes.is_empty() { None } else { serde_json::from_slice(&bytes).ok() };
-    let endpoint = Endpoint::classify(parts.method.as_str(), parts.uri.path());
+    let endpoint = Endpoint::of_request(parts.method.as_str(), parts.uri.path(), body.as_ref());
     let (answer, step, reply) = answer(&shared, endpoint, body.as_ref());
     let headers = parts
         .headers
@@ -251,6 +251,16 @@ fn answer(shared: &Shared, endpoint: Endpoint, body: Option<&Value>) -> (Answer,
         Endpoint::Messages => Wire::Messages,
         Endpoint::ChatCompletions => Wire::ChatCompletions,
         Endpoint::Head => return (Answer::Empty(StatusCode::OK), None, "200".into()),
+        Endpoint::MessagesCheck => {
+            let model = body.and_then(|b| b["model"].as_str()).unwrap_or(MODEL_NAME);
+            let message = json!({
+                "id": shared.id("msg"), "type": "message", "role": "assistant", "model": model,
+                "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn", "stop_sequence": null,
+                "usage": {"input_tokens": USAGE_INPUT_TOKENS, "output_tokens": 1, "cache_creation_input_tokens": 0,
+                    "cache_read_input_tokens": 0},
+            });
+            return (Answer::Json(StatusCode::OK, Vec::new(), message), None, "model check".into());
+        }
         Endpoint::CountTokens => {
             let tokens = body.map_or(0, |b| b.to_string().len() / 4);
             return (Answer::Json(StatusCode::OK, Vec::new(), json!({"input_tokens": tokens})), None, "count".into());

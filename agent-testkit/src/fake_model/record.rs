@@ -14,6 +14,10 @@ pub enum Endpoint {
     Responses,
     /// `POST …/messages` (Anthropic Messages).
     Messages,
+    /// `POST …/messages` without `"stream": true`: Claude Code checks a model this way (a
+    /// one-token request) before it switches to it. Answered with a short message; takes no
+    /// scenario step and is not a model call.
+    MessagesCheck,
     /// `POST …/messages/count_tokens`.
     CountTokens,
     /// `POST …/chat/completions` (OpenAI Chat Completions).
@@ -41,6 +45,15 @@ impl Endpoint {
         }
     }
 
+    /// [`Endpoint::classify`], with the request's JSON body: a Messages request that does not
+    /// ask to stream is a [`Endpoint::MessagesCheck`].
+    pub fn of_request(method: &str, path: &str, body: Option<&Value>) -> Endpoint {
+        match Endpoint::classify(method, path) {
+            Endpoint::Messages if body.is_some_and(|b| b["stream"] != true) => Endpoint::MessagesCheck,
+            endpoint => endpoint,
+        }
+    }
+
     /// Whether requests to this endpoint take a scenario step.
     pub fn is_model_call(self) -> bool {
         matches!(self, Endpoint::Responses | Endpoint::Messages | Endpoint::ChatCompletions)
@@ -51,6 +64,7 @@ impl Endpoint {
         match self {
             Endpoint::Responses => "responses",
             Endpoint::Messages => "messages",
+            Endpoint::MessagesCheck => "messages_check",
             Endpoint::CountTokens => "count_tokens",
             Endpoint::ChatCompletions => "chat_completions",
             Endpoint::Models => "models",
