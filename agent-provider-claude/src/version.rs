@@ -10,7 +10,7 @@ pub const MIN_SUPPORTED: Version = Version::new(2, 1, 197);
 
 /// The newest Claude Code release this provider was validated against. Newer binaries run,
 /// with a warning in the logs.
-pub const LATEST_VALIDATED: Version = Version::new(2, 1, 197);
+pub const LATEST_VALIDATED: Version = Version::new(2, 1, 332);
 
 /// The supported range, [`MIN_SUPPORTED`] to [`LATEST_VALIDATED`].
 pub const RANGE: VersionRange = VersionRange { min_supported: MIN_SUPPORTED, latest_validated: LATEST_VALIDATED };

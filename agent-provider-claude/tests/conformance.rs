@@ -1,5 +1,5 @@
 //! The testkit's provider conformance suite against the Claude provider: once with
-//! `fake-claude` playing each check's scenario, once with the real claude 2.1.197 against the
+//! `fake-claude` playing each check's scenario, once with each real claude (2.1.332, 2.1.197) against the
 //! fake Messages server.
 //!
 //! Claude reports every capability the suite's checks need (`cancel`, `approvals`,
@@ -48,13 +48,17 @@ async fn fake_claude_passes_the_provider_suite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn real_claude_passes_the_provider_suite() {
-    let cli = Cli::latest(Provider::Claude).unwrap_or_else(|e| panic!("{e}\nrun `cargo xtask clis`"));
-    let fixture =
-        OfflineCliFixture::new(ClaudeProvider::new().into(), Arc::new(LocalExec::new()), cli, |cli, _env, options| {
-            options.provider_option(ClaudeOptions::new().binary(cli.program()))
-        });
-    let report = provider::run_all(&fixture).await;
-    assert!(report.skipped.is_empty(), "no check may be skipped: {report:?}");
-    assert_eq!(report.ran, ALL_CHECKS);
+async fn real_claude_passes_the_provider_suite_on_every_pinned_version() {
+    for cli in Cli::pinned(Provider::Claude).unwrap_or_else(|e| panic!("{e}\nrun `cargo xtask clis`")) {
+        let version = cli.version().to_owned();
+        let fixture = OfflineCliFixture::new(
+            ClaudeProvider::new().into(),
+            Arc::new(LocalExec::new()),
+            cli,
+            |cli, _env, options| options.provider_option(ClaudeOptions::new().binary(cli.program())),
+        );
+        let report = provider::run_all(&fixture).await;
+        assert!(report.skipped.is_empty(), "claude {version}: no check may be skipped: {report:?}");
+        assert_eq!(report.ran, ALL_CHECKS, "claude {version}");
+    }
 }

@@ -226,7 +226,7 @@ mod tests {
     fn missing_install_error_names_the_install_command() {
         let err = Cli::locate_in(Provider::Claude, Channel::LatestValidated, Path::new("/nonexistent")).unwrap_err();
         let message = err.to_string();
-        assert!(message.starts_with("claude 2.1.197 is not installed: "), "{message}");
+        assert!(message.starts_with("claude 2.1.332 is not installed: "), "{message}");
         assert!(message.ends_with("Install the pinned CLIs with: cargo xtask clis"), "{message}");
     }
 

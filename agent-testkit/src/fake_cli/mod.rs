@@ -7,7 +7,7 @@
 //! meet every fault of the matrix on purpose. It ignores the real CLI's flags, except:
 //!
 //! - `--version` prints what the real CLI prints, for the `latest_validated` version in
-//!   `clis.toml` (`codex-cli 0.171.0`, `2.1.197 (Claude Code)`, `1.6.0`), or `$FAKE_CLI_VERSION`;
+//!   `clis.toml` (`codex-cli 0.171.0`, `2.1.332 (Claude Code)`, `1.6.0`), or `$FAKE_CLI_VERSION`;
 //! - `fake-claude` streams `stream_event`s only with `--include-partial-messages`, and takes its
 //!   session ID from `--resume` / `--session-id`.
 //!
