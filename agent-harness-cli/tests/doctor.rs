@@ -48,7 +48,7 @@ fn write(path: &Path, text: &str) {
 fn fake_clis_an_api_key_login_and_a_missing_cli_are_each_reported() {
     let bin = ProgramDir::new("doctor");
     bin.script("codex", "echo 'codex-cli 0.100.0'");
-    bin.script("claude", "echo '2.1.300 (Claude Code)'");
+    bin.script("claude", "echo '2.1.400 (Claude Code)'");
     let home = ProgramDir::new("doctor-home");
     write(&home.path().join(".codex/auth.json"), &format!(r#"{{"OPENAI_API_KEY": "{SECRET}", "tokens": null}}"#));
     write(
@@ -77,7 +77,7 @@ fn fake_clis_an_api_key_login_and_a_missing_cli_are_each_reported() {
 
     let claude = report(&all, "claude");
     assert_eq!(claude["status"], "ready", "{claude}");
-    assert_eq!((&claude["version"], &claude["support"]), (&"2.1.300".into(), &"newer".into()));
+    assert_eq!((&claude["version"], &claude["support"]), (&"2.1.400".into(), &"newer".into()));
     assert_eq!(claude["login"]["method"], "claude.ai");
     assert_eq!(claude["auth"]["refused"], Value::Null);
     let removed: Vec<&str> =
@@ -95,7 +95,7 @@ fn fake_clis_an_api_key_login_and_a_missing_cli_are_each_reported() {
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.starts_with("claude: ready"), "{text}");
-    for shown in ["2.1.300: newer than validated", "claude.ai (", "ANTHROPIC_API_KEY"] {
+    for shown in ["2.1.400: newer than validated", "claude.ai (", "ANTHROPIC_API_KEY"] {
         assert!(text.contains(shown), "{shown:?} not in:\n{text}");
     }
     assert!(!text.contains("codex") && !text.contains("\npi:"), "{text}");

@@ -493,13 +493,15 @@ impl Normalizer {
                     running.started = true;
                     // A run of the turn again (a retry, or one pi continues with): its tools are
                     // asked about as the first run's were, and its end is awaited anew.
-                    if matches!(running.ending, Ending::Retrying | Ending::Settling) {
-                        running.ending = Ending::Running;
-                    } else if running.aborting && matches!(running.ending, Ending::Barrier(_)) {
+                    let ended = matches!(running.ending, Ending::Retrying | Ending::Settling | Ending::Barrier(_));
+                    if running.aborting && ended {
                         // The run pi starts for the steers it held when the turn was aborted
-                        // (0.75.4 to 0.84.3, which cannot drop them): aborted too.
+                        // (0.75.4 to 0.84.3, which cannot drop them and go on with them after
+                        // an abort): aborted too.
                         running.ending = Ending::Running;
                         actions.push(Action::Write(json!({"type": "abort"})));
+                    } else if matches!(running.ending, Ending::Retrying | Ending::Settling) {
+                        running.ending = Ending::Running;
                     }
                 }
             }

@@ -245,38 +245,42 @@ fn an_unread_agent_end_of_a_pi_that_settles_waits_for_agent_settled() {
 }
 
 /// Pi 0.75.4 to 0.84.3 cannot drop the steers a cancelled turn left, and start a run for them
-/// right after the aborted one: the turn waits at a barrier, aborts that run too, and ends
-/// when it does, so the next prompt does not find pi busy.
+/// right after the aborted one: the turn aborts that run too, and ends when it does, so the
+/// next prompt does not find pi busy. Before 0.80.4 the aborted run's end is held at a
+/// barrier; from 0.80.4 `agent_settled` comes after that run.
 #[test]
 fn the_run_pi_starts_for_a_cancelled_turns_steers_is_aborted_with_it() {
-    let turn = TurnId::new("t1").unwrap();
-    let mut normalizer = Normalizer::new();
-    normalizer.set_run_ends(RunEnds::MarkedAgentEnd);
-    normalizer.begin_turn(turn.clone()).unwrap();
-    normalizer.admitted(&turn, Some("started"));
-    let aborted = r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"par"}],"stopReason":"aborted"}}"#;
-    let end = r#"{"type":"agent_end","messages":[],"willRetry":false}"#;
-    let mut actions = Vec::new();
-    normalizer.on_line(r#"{"type":"agent_start"}"#, &mut actions);
-    normalizer.on_line(r#"{"type":"queue_update","steering":["stale"],"followUp":[]}"#, &mut actions);
-    assert!(normalizer.aborting(&turn));
-    normalizer.on_line(aborted, &mut actions);
-    normalizer.on_line(end, &mut actions);
-    assert!(terminal_of(&actions).is_none(), "{actions:?}");
-    let writes = |actions: &[Action]| {
-        actions
-            .iter()
-            .filter_map(|a| if let Action::Write(line) = a { Some(line["type"].clone()) } else { None })
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(writes(&actions), ["get_state"], "a barrier");
-    actions.clear();
-    normalizer.on_line(r#"{"type":"agent_start"}"#, &mut actions);
-    assert_eq!(writes(&actions), ["abort"]);
-    for line in [r#"{"type":"queue_update","steering":[],"followUp":[]}"#, aborted, end] {
-        normalizer.on_line(line, &mut actions);
+    for run_ends in [RunEnds::MarkedAgentEnd, RunEnds::AgentSettled] {
+        let turn = TurnId::new("t1").unwrap();
+        let mut normalizer = Normalizer::new();
+        normalizer.set_run_ends(run_ends);
+        normalizer.begin_turn(turn.clone()).unwrap();
+        normalizer.admitted(&turn, Some("started"));
+        let aborted = r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"par"}],"stopReason":"aborted"}}"#;
+        let end = r#"{"type":"agent_end","messages":[],"willRetry":false}"#;
+        let settled = r#"{"type":"agent_settled","aborted":true}"#;
+        let mut actions = Vec::new();
+        normalizer.on_line(r#"{"type":"agent_start"}"#, &mut actions);
+        normalizer.on_line(r#"{"type":"queue_update","steering":["stale"],"followUp":[]}"#, &mut actions);
+        assert!(normalizer.aborting(&turn));
+        normalizer.on_line(aborted, &mut actions);
+        normalizer.on_line(end, &mut actions);
+        assert!(terminal_of(&actions).is_none(), "{run_ends:?}: {actions:?}");
+        let writes = |actions: &[Action]| {
+            let written = actions.iter().filter_map(|a| if let Action::Write(line) = a { Some(line) } else { None });
+            written.map(|line| line["type"].clone()).collect::<Vec<_>>()
+        };
+        let barrier = if run_ends == RunEnds::MarkedAgentEnd { vec!["get_state"] } else { Vec::new() };
+        assert_eq!(writes(&actions), barrier, "{run_ends:?}");
+        actions.clear();
+        normalizer.on_line(r#"{"type":"agent_start"}"#, &mut actions);
+        assert_eq!(writes(&actions), ["abort"], "{run_ends:?}");
+        for line in [r#"{"type":"queue_update","steering":[],"followUp":[]}"#, aborted, end, settled] {
+            normalizer.on_line(line, &mut actions);
+        }
+        let end = terminal_of(&actions).expect("ends with the second run");
+        assert_eq!(end.status, TurnStatus::Interrupted, "{run_ends:?}");
+        let warned = actions.iter().any(|a| matches!(a, Action::Emit { kind: EventKind::Warning { .. }, .. }));
+        assert!(!warned, "{run_ends:?}: {actions:?}");
     }
-    let end = terminal_of(&actions).expect("ends with the second run");
-    assert_eq!(end.status, TurnStatus::Interrupted);
-    assert!(!actions.iter().any(|a| matches!(a, Action::Emit { kind: EventKind::Warning { .. }, .. })), "{actions:?}");
 }
