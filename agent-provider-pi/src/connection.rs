@@ -314,15 +314,12 @@ impl Shared {
                     MAX_ERROR_MESSAGE,
                 )),
             };
-            if let Some((actions, early)) = state.prompt_reply(&id, outcome) {
-                lock(&self.admitted).extend(actions);
-                if early {
-                    // Its caller went on when the turn was admitted: the reply is used up here.
-                    drop(state);
-                    let _ = self.pending.resolve(&ResponseId(id), raw);
-                    return None;
-                }
-            }
+            // Its caller, if it still waits, takes it; the turn hears of it either way (the state
+            // stays locked, so a caller told of a refusal forgets the turn after this).
+            let taken = self.pending.resolve(&ResponseId(id.clone()), raw).is_ok();
+            let actions = state.prompt_reply(&id, outcome, taken).unwrap_or_default();
+            lock(&self.admitted).extend(actions);
+            return None;
         }
         drop(state);
         self.pending.resolve(&ResponseId(id), raw).err()
@@ -334,14 +331,14 @@ impl Shared {
     async fn on_over_long(
         &self,
         len: usize,
-        head: &[u8],
+        ends: (&[u8], &[u8]),
         max_line: usize,
         actions: &mut Vec<Action>,
         out: &mut SinkBuffer,
     ) -> Result<(), SinkClosed> {
         let warning = TextFrame::TooLong { len }.into_text(CLI, max_line).err().unwrap_or_default();
         self.garbage(warning, out).await?;
-        actions.extend(lock(&self.state).over_long(head, len, max_line));
+        actions.extend(lock(&self.state).over_long(ends, len, max_line));
         self.run(actions, out).await
     }
 
@@ -381,9 +378,9 @@ impl Shared {
         };
         let known = {
             let mut state = lock(&self.state);
-            let was_compacting = state.compacting();
+            let starts = state.compaction_starts();
             let known = state.on_line(raw.get(), actions);
-            if state.compacting() && !was_compacting {
+            if state.compaction_starts() != starts {
                 self.compacting.notify_waiters();
             }
             known
@@ -467,7 +464,8 @@ async fn read_stdout(shared: Arc<Shared>, stdout: ChildOutput, max_line: usize) 
         let Ok(next) = flush_before_wait(&mut out, lines.next_line_in_chunk()).await else { return };
         let handled = match next {
             Ok(Some((Line::TooLong(len), _))) => {
-                shared.on_over_long(len, lines.too_long_head(), max_line, &mut actions, &mut out).await
+                let ends = (lines.too_long_head(), lines.too_long_tail());
+                shared.on_over_long(len, ends, max_line, &mut actions, &mut out).await
             }
             Ok(Some((line, chunk))) => {
                 shared.on_frame(TextFrame::from_line(line), chunk, max_line, &mut actions, &mut out).await

@@ -21,9 +21,10 @@
 //!   `willRetry` says whether a run follows (the barrier's response, which comes while pi
 //!   compacts, does not end the turn).
 //! - Pi compacts before it runs a prompt when the context is over its threshold, and answers
-//!   the `prompt` only then, a model request later: a compaction running while the `prompt`
+//!   the `prompt` only then, a model request later: a compaction that starts while the `prompt`
 //!   waits for its reply admits the turn at once (see [`Normalizer::admitted_early`]); the reply
-//!   still comes to the reader, and a refusal then fails the turn.
+//!   still comes to the reader ([`Normalizer::prompt_reply`]), and a refusal nobody took then
+//!   fails the turn.
 //! - A prompt an extension command (or `input` handler) takes runs nothing: 1.6.0 replies
 //!   `disposition: "handled"`; 0.73.1 replies as to any prompt, so a `get_state` is sent after
 //!   the reply (pi reads it once the prompt's run, if any, began): idle with no `agent_start`
@@ -37,6 +38,7 @@ use agent_core::request::RequestSpec;
 use agent_core::{EndCause, EventKind, ItemId, TurnEnd, TurnId, TurnResult, TurnStatus};
 use agent_provider_kit::framing::Unreadable;
 use agent_provider_kit::framing::head::{find_key, object_at, string_at};
+use agent_provider_kit::framing::tail::find_root_key;
 use agent_provider_kit::rpc::CliRequestId;
 use serde_json::{Value, json};
 
@@ -172,6 +174,8 @@ struct Running {
     start_barrier: Option<u64>,
     /// The `id` of the turn's `prompt` while its reply has not come.
     prompt: Option<String>,
+    /// A compaction started while the `prompt` reply was awaited.
+    compacted: bool,
     /// Admitted before the `prompt` reply, because pi compacts first.
     early: bool,
     /// Why pi refused the prompt, after the turn was admitted early.
@@ -208,8 +212,8 @@ pub(crate) struct Normalizer {
     clears_queue: bool,
     /// Which unreadable stdout lines get a warning.
     unreadable: Unreadable,
-    /// A compaction started and has not ended.
-    compacting: bool,
+    /// `compaction_start` frames read, to wake a `prompt` waiting for its reply.
+    compaction_starts: u64,
     /// How this pi marks the end of its runs; `None` when not told (transcript tests).
     run_ends: Option<RunEnds>,
 }
@@ -270,6 +274,7 @@ impl Normalizer {
             started: false,
             start_barrier: None,
             prompt: None,
+            compacted: false,
             early: false,
             refused: None,
         });
@@ -288,9 +293,8 @@ impl Normalizer {
     /// own, which may take longer than an admission may wait), and pi refuses almost nothing
     /// after it. The reply still reaches [`Normalizer::prompt_reply`].
     pub(crate) fn admitted_early(&mut self, turn: &TurnId) -> bool {
-        let compacting = self.compacting;
         let Some(running) = self.turn.as_mut().filter(|r| r.id == *turn) else { return false };
-        if compacting && running.prompt.is_some() && !running.admitted {
+        if running.compacted && running.prompt.is_some() && !running.admitted {
             running.admitted = true;
             running.early = true;
         }
@@ -303,33 +307,38 @@ impl Normalizer {
     }
 
     /// The reply to a `prompt` came: `Ok` with 1.6.0's disposition, or `Err` with why pi
-    /// refused it. `None` when `id` is not the running turn's `prompt`; otherwise what the
-    /// reply does to the turn, and whether it was admitted early (its caller no longer waits).
+    /// refused it; `taken` when its caller took it (it still waited). `None` when `id` is not
+    /// the running turn's `prompt`; otherwise what the reply does to the turn. A reply nobody
+    /// took (the turn was admitted early, or its caller stopped waiting) is the reader's to act
+    /// on: a refusal ends the turn.
     pub(crate) fn prompt_reply(
         &mut self,
         id: &str,
         reply: Result<Option<&str>, String>,
-    ) -> Option<(Vec<Action>, bool)> {
+        taken: bool,
+    ) -> Option<Vec<Action>> {
         let running = self.turn.as_mut().filter(|r| r.prompt.as_deref() == Some(id))?;
         running.prompt = None;
         let (turn, early, aborting) = (running.id.clone(), running.early, running.aborting);
         let actions = match reply {
-            // Cancelled while pi compacted for it: 0.73.1's `abort` does not stop a compaction,
-            // and the run pi starts right after this reply is stopped now.
-            Ok(disposition) if early && aborting => {
+            Ok(disposition) => {
                 let mut actions = self.admitted(&turn, disposition);
-                actions.push(Action::Write(json!({"type": "abort"})));
+                // Cancelled while pi compacted for it: 0.73.1's `abort` does not stop a
+                // compaction, and the run pi starts right after this reply is stopped now
+                // (unless the reply ended the turn: an extension command took the prompt).
+                if early && aborting && self.is_running(&turn) {
+                    actions.push(Action::Write(json!({"type": "abort"})));
+                }
                 actions
             }
-            Ok(disposition) => self.admitted(&turn, disposition),
-            Err(message) if early => {
+            // The caller takes the refusal and forgets the turn.
+            Err(_) if taken => Vec::new(),
+            Err(message) => {
                 running.refused = Some(format!("pi refused the prompt: {message}"));
                 self.finish(None)
             }
-            // The caller takes the refusal and forgets the turn.
-            Err(_) => Vec::new(),
         };
-        Some((actions, early))
+        Some(actions)
     }
 
     /// `prompt` was accepted. `disposition` is 1.6.0's `data.disposition`: `handled` means no
@@ -358,9 +367,9 @@ impl Normalizer {
         }
     }
 
-    /// True while pi compacts its context (a `compaction_start` without its end).
-    pub(crate) fn compacting(&self) -> bool {
-        self.compacting
+    /// How many `compaction_start` frames were read.
+    pub(crate) fn compaction_starts(&self) -> u64 {
+        self.compaction_starts
     }
 
     /// The running harness turn, if any.
@@ -520,18 +529,19 @@ impl Normalizer {
                 }
             }
             kind @ ("compaction_start" | "auto_compaction_start") => {
-                self.compacting = true;
-                if let Some(running) = self.turn.as_mut()
-                    && matches!(running.ending, Ending::Barrier(_))
-                    && frame.reason.as_deref() == Some("overflow")
-                {
-                    // 0.73.1 compacts and continues the run that overflowed.
-                    running.ending = Ending::Compacting;
+                self.compaction_starts += 1;
+                if let Some(running) = self.turn.as_mut() {
+                    running.compacted |= running.prompt.is_some() && !running.admitted;
+                    if matches!(running.ending, Ending::Barrier(_)) && frame.reason.as_deref() == Some("overflow") {
+                        // 0.73.1 compacts and continues the run that overflowed. (From 0.75.4
+                        // pi awaits the model's credentials before it says so: a barrier's
+                        // answer could come first, and the turn end failed as before.)
+                        running.ending = Ending::Compacting;
+                    }
                 }
                 actions.push(self.provider_event(kind));
             }
             kind @ ("compaction_end" | "auto_compaction_end") => {
-                self.compacting = false;
                 actions.push(self.provider_event(kind));
                 let overflowed = frame.reason.as_deref() == Some("overflow");
                 let Some(running) = self.turn.as_mut() else { return };
@@ -755,7 +765,11 @@ impl Normalizer {
     /// read) cannot say whether the run ended or pi retries: a pi that settles ends the turn at
     /// `agent_settled` (a retry's `agent_start` takes it back); before 0.80.4 nothing follows,
     /// and the turn ends at a barrier's response, unless a retry starts meanwhile.
-    pub(crate) fn over_long(&mut self, head: &[u8], len: usize, max_line: usize) -> Vec<Action> {
+    ///
+    /// A `compaction_end` (it carries the summary) ending the compaction of a run that
+    /// overflowed says in its tail whether a run follows (`willRetry`); when the tail cannot
+    /// tell either, the turn ends at a barrier's response as after a failed run.
+    pub(crate) fn over_long(&mut self, (head, tail): (&[u8], &[u8]), len: usize, max_line: usize) -> Vec<Action> {
         let Some(running) = self.turn.as_mut() else { return Vec::new() };
         let Some(root) = head.strip_prefix(b"{") else { return Vec::new() };
         let member = |object: &[u8], key: &str| find_key(object, key);
@@ -782,6 +796,22 @@ impl Normalizer {
                 let n = self.next_barrier;
                 running.ending = Ending::Barrier(n);
                 vec![Action::Write(json!({"id": format!("{BARRIER_PREFIX}{n}"), "type": "get_state"}))]
+            }
+            Some("compaction_end" | "auto_compaction_end") if running.ending == Ending::Compacting => {
+                let will_retry = find_root_key(tail, "willRetry").and_then(|at| tail.get(at..at + 5));
+                match will_retry {
+                    Some(value) if value.starts_with(b"true") => {
+                        running.ending = Ending::Retrying;
+                        Vec::new()
+                    }
+                    Some(b"false") => self.finish(None),
+                    _ => {
+                        self.next_barrier += 1;
+                        let n = self.next_barrier;
+                        running.ending = Ending::Barrier(n);
+                        vec![Action::Write(json!({"id": format!("{BARRIER_PREFIX}{n}"), "type": "get_state"}))]
+                    }
+                }
             }
             _ => Vec::new(),
         }
@@ -829,7 +859,7 @@ impl Normalizer {
             result.stderr_tail = tail;
             result.ended_by = Some(EndCause::TransportLost);
             TurnStatus::Failed
-        } else if let Some(refused) = running.refused {
+        } else if let Some(refused) = running.refused.filter(|_| !running.aborting) {
             result.reason = Some(refused);
             result.ended_by = Some(EndCause::Rejected);
             TurnStatus::Failed

@@ -431,6 +431,35 @@ mod scripted {
         session.close().await;
     }
 
+    /// A reply that comes after its caller stopped waiting still tells the turn: an extension
+    /// command took the prompt, so the turn completes.
+    #[tokio::test(start_paused = true)]
+    async fn a_prompt_reply_after_its_caller_gave_up_still_ends_the_turn() {
+        let handled = |line: &str| {
+            let command: Value = serde_json::from_str(line).expect("a JSON command");
+            let reply = json!({"id": command["id"], "type": "response", "command": "prompt", "success": true,
+                "data": {"disposition": "handled"}});
+            vec![Step::stdout(reply.to_string())]
+        };
+        let script = Script::new()
+            .expect_line(LineMatch::contains(r#""type":"prompt""#))
+            .sleep(Duration::from_secs(10))
+            .answer(handled)
+            .wait_eof();
+        let (session, mut sent) = session(script).await;
+        let turn = TurnId::from_string("t1");
+        session.conn.state().begin_turn(turn.clone()).expect("no turn runs");
+        let gave_up = session.conn.prompt(&turn, "/mark", Duration::from_secs(1)).await;
+        assert!(matches!(gave_up, Err(CallError::Timeout)), "{gave_up:?}");
+        tokio::time::timeout(Duration::from_secs(60), session.conn.turn_ended(&turn)).await.expect("the turn ends");
+        let end = sent.drain().into_iter().find_map(|s| match s {
+            Sent::Event { kind, turn: Some(t), .. } if t == turn && kind.is_terminal() => kind.terminal_end().cloned(),
+            _ => None,
+        });
+        assert_eq!(end.map(|end| end.status), Some(agent_core::TurnStatus::Completed));
+        session.close().await;
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_abort_acknowledged_without_an_end_times_out_on_the_command_deadline() {
         let script = prompted().expect_line(LineMatch::contains(r#""type":"abort""#)).answer(ok).wait_eof();

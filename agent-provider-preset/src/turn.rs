@@ -740,9 +740,10 @@ mod tests {
 
     /// Pi's run ends at its last `agent_end`: one that says no retry follows (0.75.4 and later;
     /// from 0.80.4 `agent_settled` confirms it), or 0.73.1's, which says nothing, unless an
-    /// `auto_retry_start` takes it back. From 0.75.4 a compaction after it takes it back too
-    /// (pi may continue the run), and its end decides when no run follows; 0.73.1 does not wait
-    /// for a compaction before it exits. The last assistant message decides.
+    /// `auto_retry_start` or a run pi continues with (`agent_start`) takes it back. From 0.75.4 a
+    /// compaction after it takes it back too (pi may continue the run), and its end decides when
+    /// no run follows; 0.73.1 does not wait for a compaction before it exits. The last assistant
+    /// message decides.
     #[test]
     fn pis_run_end_decides() {
         let preset = shipped("pi-print.json");
@@ -769,6 +770,8 @@ mod tests {
         assert_eq!((done.status, done.text.as_deref()), (TurnStatus::Completed, Some("Hi")), "{done:?}");
         let (finished, _) = outcome(&[good, end, compacting]);
         assert!(!finished, "a compaction may continue the run");
+        let (finished, _) = outcome(&[good, end, r#"{"type":"agent_start"}"#]);
+        assert!(!finished, "a run pi continues with (for queued messages, say) takes it back");
         let (finished, done) = outcome(&[good, end, compacting, compacted]);
         assert!(finished);
         assert_eq!((done.status, done.text.as_deref()), (TurnStatus::Completed, Some("Hi")), "{done:?}");

@@ -45,7 +45,7 @@ fn over_long_lines_end_the_turn_by_what_they_carried() {
         let reply = r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"short reply"}],"stopReason":"stop"}}"#;
         normalizer.on_line(reply, &mut actions);
         for head in dropped {
-            actions.extend(normalizer.over_long(head.as_bytes(), 70_000, 65_536));
+            actions.extend(normalizer.over_long((head.as_bytes(), b""), 70_000, 65_536));
         }
         let barrier = actions.iter().any(|a| matches!(a, Action::Write(line) if line["id"] == "barrier-1"));
         assert!(barrier, "an unread agent_end asks for a barrier: {actions:?}");
@@ -89,41 +89,63 @@ fn terminal_of(actions: &[Action]) -> Option<&TurnEnd> {
 }
 
 /// A prompt admitted while pi compacts ahead of it, then refused: the turn fails, named as
-/// rejected, with pi's reason. Without a compaction nothing is admitted before the reply, and a
-/// refusal is left to the caller that waits for it.
+/// rejected, with pi's reason (interrupted when it was cancelled meanwhile). Without a
+/// compaction nothing is admitted before the reply, and a refusal its caller takes is left to
+/// it; one nobody took (the caller stopped waiting) ends the turn too.
 #[test]
 fn a_prompt_admitted_while_pi_compacts_and_then_refused_fails_the_turn() {
     let turn = TurnId::new("t1").unwrap();
+    let compacting = |normalizer: &mut Normalizer| {
+        normalizer.on_line(r#"{"type":"compaction_start","reason":"threshold"}"#, &mut Vec::new());
+    };
     let mut normalizer = Normalizer::new();
     normalizer.begin_turn(turn.clone()).unwrap();
     normalizer.prompting(&turn, "h1");
     assert!(!normalizer.admitted_early(&turn), "nothing compacts yet");
-    normalizer.on_line(r#"{"type":"compaction_start","reason":"threshold"}"#, &mut Vec::new());
+    compacting(&mut normalizer);
     assert!(normalizer.admitted_early(&turn));
-    let (actions, early) = normalizer.prompt_reply("h1", Err("an extension said no".into())).expect("its prompt");
-    assert!(early);
+    let actions = normalizer.prompt_reply("h1", Err("an extension said no".into()), false).expect("its prompt");
     let end = terminal_of(&actions).expect("the turn ends");
     assert_eq!(end.status, TurnStatus::Failed);
     assert_eq!(end.result.reason.as_deref(), Some("pi refused the prompt: an extension said no"));
     assert_eq!(end.result.ended_by, Some(EndCause::Rejected));
     assert!(normalizer.running().is_none());
 
-    // Cancelled while pi compacted: the run that starts after the reply is aborted.
+    // Cancelled while pi compacted, then refused: interrupted.
     let mut normalizer = Normalizer::new();
     normalizer.begin_turn(turn.clone()).unwrap();
     normalizer.prompting(&turn, "h1");
-    normalizer.on_line(r#"{"type":"compaction_start","reason":"threshold"}"#, &mut Vec::new());
+    compacting(&mut normalizer);
     assert!(normalizer.admitted_early(&turn) && normalizer.aborting(&turn));
-    let (actions, _) = normalizer.prompt_reply("h1", Ok(None)).expect("its prompt");
-    assert!(actions.iter().any(|a| matches!(a, Action::Write(line) if line["type"] == "abort")), "{actions:?}");
+    let actions = normalizer.prompt_reply("h1", Err("no".into()), false).expect("its prompt");
+    assert_eq!(terminal_of(&actions).map(|end| end.status), Some(TurnStatus::Interrupted));
 
+    // Cancelled while pi compacted: the run that starts after the reply is aborted, unless the
+    // reply ended the turn (an extension command took the prompt).
+    for (disposition, aborts) in [(None, true), (Some("handled"), false)] {
+        let mut normalizer = Normalizer::new();
+        normalizer.begin_turn(turn.clone()).unwrap();
+        normalizer.prompting(&turn, "h1");
+        compacting(&mut normalizer);
+        assert!(normalizer.admitted_early(&turn) && normalizer.aborting(&turn));
+        let actions = normalizer.prompt_reply("h1", Ok(disposition), false).expect("its prompt");
+        let aborted = actions.iter().any(|a| matches!(a, Action::Write(line) if line["type"] == "abort"));
+        assert_eq!(aborted, aborts, "{disposition:?}: {actions:?}");
+    }
+
+    // A compaction that started before the prompt was sent admits nothing.
     let mut normalizer = Normalizer::new();
+    compacting(&mut normalizer);
     normalizer.begin_turn(turn.clone()).unwrap();
     normalizer.prompting(&turn, "h2");
-    assert!(normalizer.prompt_reply("h1", Ok(None)).is_none(), "not this turn's prompt");
-    let (actions, early) = normalizer.prompt_reply("h2", Err("busy".into())).expect("its prompt");
-    assert!(!early && actions.is_empty(), "{actions:?}");
+    assert!(!normalizer.admitted_early(&turn));
+    assert!(normalizer.prompt_reply("h1", Ok(None), true).is_none(), "not this turn's prompt");
+    let actions = normalizer.prompt_reply("h2", Err("busy".into()), true).expect("its prompt");
+    assert!(actions.is_empty(), "{actions:?}");
     assert_eq!(normalizer.running(), Some(&turn), "the caller forgets the turn");
+    normalizer.prompting(&turn, "h3");
+    let actions = normalizer.prompt_reply("h3", Err("busy".into()), false).expect("its prompt");
+    assert_eq!(terminal_of(&actions).map(|end| end.status), Some(TurnStatus::Failed), "nobody took it");
 }
 
 /// 0.73.1, a run that overflowed the context: the barrier's response while pi compacts does not
@@ -233,7 +255,7 @@ fn an_unread_agent_end_of_a_pi_that_settles_waits_for_agent_settled() {
     normalizer.on_line(r#"{"type":"agent_start"}"#, &mut actions);
     normalizer.on_line(reply, &mut actions);
     let head = br#"{"type":"agent_end","messages":[{"role":"user","content":[{"type":"text","text":"xxxx"#;
-    actions.extend(normalizer.over_long(head, 70_000, 65_536));
+    actions.extend(normalizer.over_long((head, b""), 70_000, 65_536));
     assert!(!actions.iter().any(|a| matches!(a, Action::Write(_))), "no barrier: {actions:?}");
     normalizer.on_line(r#"{"type":"agent_start"}"#, &mut actions);
     normalizer.on_line(reply, &mut actions);
@@ -283,4 +305,37 @@ fn the_run_pi_starts_for_a_cancelled_turns_steers_is_aborted_with_it() {
         let warned = actions.iter().any(|a| matches!(a, Action::Emit { kind: EventKind::Warning { .. }, .. }));
         assert!(!warned, "{run_ends:?}: {actions:?}");
     }
+}
+
+/// 0.73.1, a run that overflowed: a `compaction_end` over the line cap (it carries the summary)
+/// says in its tail whether a run follows; without that, the turn ends at a barrier.
+#[test]
+fn an_unread_compaction_end_is_read_by_its_tail() {
+    let outcome = |tail: &str| {
+        let turn = TurnId::new("t1").unwrap();
+        let mut normalizer = Normalizer::new();
+        normalizer.begin_turn(turn.clone()).unwrap();
+        normalizer.admitted(&turn, None);
+        let mut actions = Vec::new();
+        for line in [
+            r#"{"type":"agent_start"}"#,
+            r#"{"type":"message_end","message":{"role":"assistant","content":[],"stopReason":"error","errorMessage":"400 maximum context length is 10 tokens"}}"#,
+            r#"{"type":"agent_end","messages":[]}"#,
+            r#"{"type":"compaction_start","reason":"overflow"}"#,
+        ] {
+            normalizer.on_line(line, &mut actions);
+        }
+        let head = br#"{"type":"compaction_end","reason":"overflow","result":{"summary":"xxxx"#;
+        let actions = normalizer.over_long((head, tail.as_bytes()), 70_000, 65_536);
+        let barrier = actions.iter().any(|a| matches!(a, Action::Write(line) if line["type"] == "get_state"));
+        (terminal_of(&actions).map(|end| end.status), barrier)
+    };
+    assert_eq!(
+        outcome(r#"xxxx","tokensBefore":9000},"aborted":false,"willRetry":true}"#),
+        (None, false),
+        "a run follows"
+    );
+    let failed = outcome(r#"xxxx","tokensBefore":9000},"aborted":false,"willRetry":false}"#);
+    assert_eq!(failed, (Some(TurnStatus::Failed), false));
+    assert_eq!(outcome(r#"xxxx"#), (None, true), "the tail cannot tell: a barrier");
 }
