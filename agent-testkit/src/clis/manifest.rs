@@ -178,9 +178,23 @@ impl Manifest {
                     return Err(format!("clis.toml: no [[install]] of {provider} {version}"));
                 }
             }
+            let (min, latest) = (dotted(&versions.min_supported), dotted(&versions.latest_validated));
+            if let Some(outside) = versions.also_tested.iter().find(|v| !(min < dotted(v) && dotted(v) < latest)) {
+                return Err(format!(
+                    "clis.toml: {provider}'s also_tested {outside} is not between min_supported {} and \
+                     latest_validated {}",
+                    versions.min_supported, versions.latest_validated
+                ));
+            }
         }
         Ok(())
     }
+}
+
+/// A version's dotted numbers, for ordering (`0.79.10` after `0.79.9`); a part that is not a
+/// number counts as 0.
+fn dotted(version: &str) -> Vec<u64> {
+    version.split('.').map(|part| part.parse().unwrap_or(0)).collect()
 }
 
 impl Install {
@@ -274,6 +288,18 @@ mod tests {
             assert!(manifest.find(provider, &versions.latest_validated).is_some());
             assert!(versions.tested().iter().all(|version| manifest.find(provider, version).is_some()));
         }
+    }
+
+    #[test]
+    fn an_also_tested_version_lies_between_the_two() {
+        let manifest = |also: &str| {
+            let text = MANIFEST.replace(r#"also_tested = ["0.79.10"]"#, &format!("also_tested = [{also:?}]"));
+            toml::from_str::<Manifest>(&text).unwrap().check()
+        };
+        assert!(manifest("0.79.10").is_ok());
+        let outside = manifest("1.6.0").unwrap_err();
+        assert!(outside.contains("also_tested 1.6.0 is not between"), "{outside}");
+        assert!(manifest("0.73.0").is_err(), "before min_supported");
     }
 
     #[test]
