@@ -1037,3 +1037,40 @@ async fn a_prompt_pi_compacts_the_context_for_is_admitted_while_it_compacts() {
         pi.finish().await;
     }
 }
+
+/// A turn cancelled while pi compacts the context ahead of its prompt (0.73.1 and 0.79.10
+/// compact for the next prompt; 1.6.0 did before the previous turn ended): pi's `abort` does
+/// not stop a compaction, so the run that starts after it is aborted, the turn ends
+/// interrupted, and the next turn runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_cancelled_while_pi_compacts_for_it_ends_interrupted() {
+    for cli in clis() {
+        let slow = |scenario: Scenario| scenario.deltas(["slow reply"], 3000);
+        let scenario = (0..8).fold(Scenario::new().text("first"), |scenario, _| slow(scenario));
+        let pi = Pi::start(cli, scenario).await;
+        pi.env.pi_compact_always(1);
+        let session = pi.session(pi.options().turn_start_timeout(Duration::from_secs(2))).await;
+        pi.run(&session, "one", |_| None).await;
+        let turn = pi.harness.start_turn(&session, "two", Default::default()).await.expect("turn");
+        let mut stream = pi.harness.stream(&turn, Replay::Start, Some(support::IDLE)).await.unwrap();
+        until(&mut stream, |k| matches!(k, EventKind::TurnStarted { .. })).await;
+        let asked = Instant::now();
+        pi.harness.cancel(&turn).await.expect("cancel accepted");
+        let mut end = None;
+        while let Some(event) = stream.next().await {
+            let event = event.expect("event");
+            if event.is_terminal() {
+                end = event.kind.terminal_end().cloned();
+                break;
+            }
+        }
+        let end = end.expect("the turn ends");
+        assert_eq!(end.status, TurnStatus::Interrupted, "pi {}: {:?}", pi.version(), end.result);
+        let stop = end.result.details.as_ref().map(|details| details["stopReason"].clone());
+        assert_eq!(stop, Some("aborted".into()), "pi {}: the run was aborted, not run out", pi.version());
+        assert!(asked.elapsed() < Duration::from_secs(15), "pi {}: {:?}", pi.version(), asked.elapsed());
+        let (_, next) = pi.run(&session, "three", |_| None).await;
+        assert_eq!(terminal(&next).status, TurnStatus::Completed, "pi {}: {}", pi.version(), names(&next));
+        pi.finish().await;
+    }
+}
