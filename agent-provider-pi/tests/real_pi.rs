@@ -1008,6 +1008,18 @@ async fn a_context_overflow_pi_compacts_away_keeps_the_turn_open_until_it_recove
     }
 }
 
+/// A pi session that compacts its context after every reply, on a model server where every
+/// request after the first (the summaries', the later turns') takes longer (3 s) than the
+/// session's turns may wait to be admitted (2 s).
+async fn compacting(cli: agent_testkit::Cli) -> (Pi, agent_core::SessionRef) {
+    let slow = |scenario: Scenario| scenario.deltas(["slow reply"], 3000);
+    let scenario = (0..8).fold(Scenario::new().text("first"), |scenario, _| slow(scenario));
+    let pi = Pi::start(cli, scenario).await;
+    pi.env.pi_compact_always(1);
+    let session = pi.session(pi.options().turn_start_timeout(Duration::from_secs(2))).await;
+    (pi, session)
+}
+
 /// Pi compacts the context before it runs a prompt when the context is over its threshold,
 /// and answers the `prompt` only after that model request: the turn is admitted when the
 /// compaction starts, not failed (and the session retired) when the summary takes longer than
@@ -1016,12 +1028,7 @@ async fn a_context_overflow_pi_compacts_away_keeps_the_turn_open_until_it_recove
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prompt_pi_compacts_the_context_for_is_admitted_while_it_compacts() {
     for cli in clis() {
-        // Every request after the first takes longer than the admission may.
-        let slow = |scenario: Scenario| scenario.deltas(["slow reply"], 3000);
-        let scenario = (0..5).fold(Scenario::new().text("first"), |scenario, _| slow(scenario));
-        let pi = Pi::start(cli, scenario).await;
-        pi.env.pi_compact_always(1);
-        let session = pi.session(pi.options().turn_start_timeout(Duration::from_secs(2))).await;
+        let (pi, session) = compacting(cli).await;
         let (_, first) = pi.run(&session, "one", |_| None).await;
         assert_eq!(terminal(&first).status, TurnStatus::Completed, "pi {}: {}", pi.version(), names(&first));
         let (_, second) = pi.run(&session, "two", |_| None).await;
@@ -1045,11 +1052,7 @@ async fn a_prompt_pi_compacts_the_context_for_is_admitted_while_it_compacts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_cancelled_while_pi_compacts_for_it_ends_interrupted() {
     for cli in clis() {
-        let slow = |scenario: Scenario| scenario.deltas(["slow reply"], 3000);
-        let scenario = (0..8).fold(Scenario::new().text("first"), |scenario, _| slow(scenario));
-        let pi = Pi::start(cli, scenario).await;
-        pi.env.pi_compact_always(1);
-        let session = pi.session(pi.options().turn_start_timeout(Duration::from_secs(2))).await;
+        let (pi, session) = compacting(cli).await;
         pi.run(&session, "one", |_| None).await;
         let turn = pi.harness.start_turn(&session, "two", Default::default()).await.expect("turn");
         let mut stream = pi.harness.stream(&turn, Replay::Start, Some(support::IDLE)).await.unwrap();
