@@ -32,7 +32,7 @@
 
 use std::collections::HashMap;
 
-use agent_core::event::{FileChangeEntry, RawJson, TextArena, ToolKind, ToolStatus, Usage};
+use agent_core::event::{FileChangeEntry, RawJson, TextArena, ToolStatus, Usage};
 use agent_core::exec::ExitStatus;
 use agent_core::request::RequestSpec;
 use agent_core::{EndCause, EventKind, ItemId, TurnEnd, TurnId, TurnResult, TurnStatus};
@@ -46,8 +46,11 @@ use crate::extension::DENIED_REASON;
 use crate::stream::{self, DeltaKind};
 
 mod dialogs;
+mod prompt;
+mod values;
 mod wire;
 
+use values::{add_usage, stats_usage, text_of, tool_kind, usage_of};
 use wire::{Frame, Message};
 
 /// The id prefix of the barrier `get_state` commands (see the module docs).
@@ -139,7 +142,7 @@ enum Ending {
     Barrier(u64),
     /// 0.73.1: pi is retrying after a failed run.
     Retrying,
-    /// 0.73.1: a run failed on a context overflow and pi compacts to continue it.
+    /// Before 0.80.4: a run failed on a context overflow and pi compacts to continue it.
     Compacting,
 }
 
@@ -178,7 +181,8 @@ struct Running {
     compacted: bool,
     /// Admitted before the `prompt` reply, because pi compacts first.
     early: bool,
-    /// Why pi refused the prompt, after the turn was admitted early.
+    /// Why pi refused the prompt, when the reply was the reader's to act on (the turn was
+    /// admitted early, or its caller stopped waiting).
     refused: Option<String>,
 }
 
@@ -279,92 +283,6 @@ impl Normalizer {
             refused: None,
         });
         Ok(())
-    }
-
-    /// The running `turn`'s `prompt` is sent with `id`.
-    pub(crate) fn prompting(&mut self, turn: &TurnId, id: &str) {
-        if let Some(running) = self.turn.as_mut().filter(|r| r.id == *turn) {
-            running.prompt = Some(id.to_owned());
-        }
-    }
-
-    /// True once `turn`, whose `prompt` has no reply yet, is admitted because pi compacts its
-    /// context before running it: the reply comes after the compaction (a model request of its
-    /// own, which may take longer than an admission may wait), and pi refuses almost nothing
-    /// after it. The reply still reaches [`Normalizer::prompt_reply`].
-    pub(crate) fn admitted_early(&mut self, turn: &TurnId) -> bool {
-        let Some(running) = self.turn.as_mut().filter(|r| r.id == *turn) else { return false };
-        if running.compacted && running.prompt.is_some() && !running.admitted {
-            running.admitted = true;
-            running.early = true;
-        }
-        running.early
-    }
-
-    /// True when `id` is the running turn's `prompt`, whose reply has not come.
-    pub(crate) fn is_prompt(&self, id: &str) -> bool {
-        self.turn.as_ref().is_some_and(|r| r.prompt.as_deref() == Some(id))
-    }
-
-    /// The reply to a `prompt` came: `Ok` with 1.6.0's disposition, or `Err` with why pi
-    /// refused it; `taken` when its caller took it (it still waited). `None` when `id` is not
-    /// the running turn's `prompt`; otherwise what the reply does to the turn. A reply nobody
-    /// took (the turn was admitted early, or its caller stopped waiting) is the reader's to act
-    /// on: a refusal ends the turn.
-    pub(crate) fn prompt_reply(
-        &mut self,
-        id: &str,
-        reply: Result<Option<&str>, String>,
-        taken: bool,
-    ) -> Option<Vec<Action>> {
-        let running = self.turn.as_mut().filter(|r| r.prompt.as_deref() == Some(id))?;
-        running.prompt = None;
-        let (turn, early, aborting) = (running.id.clone(), running.early, running.aborting);
-        let actions = match reply {
-            Ok(disposition) => {
-                let mut actions = self.admitted(&turn, disposition);
-                // Cancelled while pi compacted for it: 0.73.1's `abort` does not stop a
-                // compaction, and the run pi starts right after this reply is stopped now
-                // (unless the reply ended the turn: an extension command took the prompt).
-                if early && aborting && self.is_running(&turn) {
-                    actions.push(Action::Write(json!({"type": "abort"})));
-                }
-                actions
-            }
-            // The caller takes the refusal and forgets the turn.
-            Err(_) if taken => Vec::new(),
-            Err(message) => {
-                running.refused = Some(format!("pi refused the prompt: {message}"));
-                self.finish(None)
-            }
-        };
-        Some(actions)
-    }
-
-    /// `prompt` was accepted. `disposition` is 1.6.0's `data.disposition`: `handled` means no
-    /// agent run follows (an extension command took it), so the turn completes now. 0.73.1
-    /// replies the same way either way: a `get_state` sent after the reply tells (pi reads it
-    /// once the prompt's run, if any, has begun; idle and no `agent_start` means none follows).
-    pub(crate) fn admitted(&mut self, turn: &TurnId, disposition: Option<&str>) -> Vec<Action> {
-        let Some(running) = self.turn.as_mut().filter(|r| r.id == *turn) else { return Vec::new() };
-        running.admitted = true;
-        if disposition == Some("handled") {
-            return self.finish(None);
-        }
-        if disposition.is_none() && !running.started {
-            self.next_barrier += 1;
-            let n = self.next_barrier;
-            running.start_barrier = Some(n);
-            return vec![Action::Write(json!({"id": format!("{BARRIER_PREFIX}{n}"), "type": "get_state"}))];
-        }
-        Vec::new()
-    }
-
-    /// `prompt` was refused: forget the turn.
-    pub(crate) fn abort_turn(&mut self, turn: &TurnId) {
-        if self.turn.as_ref().is_some_and(|r| r.id == *turn) {
-            self.turn = None;
-        }
     }
 
     /// How many `compaction_start` frames were read.
@@ -910,67 +828,6 @@ impl Normalizer {
     pub(crate) fn on_exit(&mut self, reason: &str, status: Option<ExitStatus>, tail: Option<String>) -> Vec<Action> {
         self.dialogs.clear();
         self.finish(Some((reason.to_owned(), status, tail)))
-    }
-}
-
-fn tool_kind(name: &str) -> ToolKind {
-    match name {
-        "bash" => ToolKind::Command,
-        "edit" | "write" => ToolKind::FileChange,
-        _ => ToolKind::Other,
-    }
-}
-
-/// The text parts of a content array (or a plain string), joined.
-fn text_of(content: &Value) -> String {
-    match content {
-        Value::String(text) => text.clone(),
-        Value::Array(parts) => {
-            parts.iter().filter(|p| p["type"] == "text").filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("")
-        }
-        _ => String::new(),
-    }
-}
-
-/// Pi's message usage: `input`, `output`, `cacheRead`, `cacheWrite`, `totalTokens`, `cost.total`.
-fn usage_of(usage: &Value) -> Option<Usage> {
-    let input = usage["input"].as_u64()?;
-    let output = usage["output"].as_u64().unwrap_or(0);
-    let mut result = Usage::tokens(input, output);
-    result.cached_input_tokens = usage["cacheRead"].as_u64();
-    result.reasoning_tokens = usage["reasoning"].as_u64();
-    if let Some(total) = usage["totalTokens"].as_u64() {
-        result.total_tokens = Some(total);
-    }
-    result.cost_usd = usage["cost"]["total"].as_f64();
-    Some(result)
-}
-
-/// `get_session_stats`' `tokens` (`input`, `output`, `cacheRead`, `cacheWrite`, `total`) and
-/// `cost`.
-fn stats_usage(tokens: &Value, cost: &Value) -> Option<Usage> {
-    let mut usage = Usage::tokens(tokens["input"].as_u64()?, tokens["output"].as_u64().unwrap_or(0));
-    usage.cached_input_tokens = tokens["cacheRead"].as_u64();
-    if let Some(total) = tokens["total"].as_u64() {
-        usage.total_tokens = Some(total);
-    }
-    usage.cost_usd = cost.as_f64();
-    Some(usage)
-}
-
-fn add_usage(total: &mut Usage, add: &Usage) {
-    fn sum(a: &mut Option<u64>, b: Option<u64>) {
-        if let Some(b) = b {
-            *a = Some(a.unwrap_or(0) + b);
-        }
-    }
-    sum(&mut total.input_tokens, add.input_tokens);
-    sum(&mut total.cached_input_tokens, add.cached_input_tokens);
-    sum(&mut total.output_tokens, add.output_tokens);
-    sum(&mut total.reasoning_tokens, add.reasoning_tokens);
-    sum(&mut total.total_tokens, add.total_tokens);
-    if let Some(cost) = add.cost_usd {
-        total.cost_usd = Some(total.cost_usd.unwrap_or(0.0) + cost);
     }
 }
 
