@@ -986,15 +986,12 @@ async fn a_reply_over_the_line_limit_fails_the_turn_and_the_session_goes_on() {
 /// `compaction_end` says whether a run follows).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_context_overflow_pi_compacts_away_keeps_the_turn_open_until_it_recovers() {
-    const OVERFLOW: &str =
-        "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.";
     for cli in clis() {
         // The compaction's summary requests (one or two, by version) and the continued run's all
         // get the same reply.
-        let scenario = Scenario::new().text("first").http_error(400, OVERFLOW).text("recovered").text("recovered");
+        let scenario = Scenario::new().text("first").context_overflow().text("recovered").text("recovered");
         let pi = Pi::start(cli, scenario.text("recovered")).await;
-        // Something to summarize: only the newest messages are kept whole.
-        pi.env.pi_setting("compaction", serde_json::json!({"enabled": true, "keepRecentTokens": 1}));
+        pi.env.pi_keep_recent_tokens(1);
         let session = pi.session(pi.options()).await;
         pi.run(&session, "one", |_| None).await;
         let (_, events) = pi.run(&session, "two", |_| None).await;

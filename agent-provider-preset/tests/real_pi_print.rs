@@ -199,17 +199,13 @@ async fn an_auto_retry_after_a_500_completes_the_turn_on_every_pinned_version() 
 /// with the model's error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_context_overflow_completes_where_pi_recovers_and_fails_where_it_exits() {
-    const OVERFLOW: &str =
-        "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.";
     for cli in clis() {
         let version = cli.version().to_owned();
         // The compaction's summary requests (one or two) and the continued run get one reply.
-        let recovered =
-            (0..3).fold(Scenario::new().text("first").http_error(400, OVERFLOW), |s, _| s.text("recovered"));
+        let recovered = (0..3).fold(Scenario::new().text("first").context_overflow(), |s, _| s.text("recovered"));
         let world = World::on(cli, "pi-print", recovered, Arc::new(MemoryStore::new())).await;
         let World { exec, harness, .. } = &world;
-        // Something to summarize: only the newest messages are kept whole.
-        world.env.pi_setting("compaction", serde_json::json!({"enabled": true, "keepRecentTokens": 1}));
+        world.env.pi_keep_recent_tokens(1);
         let session = world.session(world.options()).await;
         world.run(&session, "one", |_| None).await;
         let (_, events) = world.run(&session, "two", |_| None).await;

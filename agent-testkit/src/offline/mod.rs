@@ -239,6 +239,14 @@ impl OfflineEnv {
         self.pi_setting("compaction", compaction);
     }
 
+    /// Keeps at most `keep_recent_tokens` of the newest messages out of pi's compaction summary
+    /// (with the fake server's short messages, pi otherwise has nothing to summarize), at pi's
+    /// own compaction threshold. Panics for an environment that is not pi's.
+    #[track_caller]
+    pub fn pi_keep_recent_tokens(&self, keep_recent_tokens: u64) {
+        self.pi_setting("compaction", serde_json::json!({"enabled": true, "keepRecentTokens": keep_recent_tokens}));
+    }
+
     /// Sets the top-level `key` of pi's `settings.json`. Panics for an environment that is not
     /// pi's.
     #[track_caller]

@@ -267,6 +267,14 @@ impl Scenario {
         self.step(Step::HttpError { status, message: message.into(), reset_after_s: None })
     }
 
+    /// Appends a 400 [`Step::HttpError`] saying the request overflowed the model's context
+    /// window, in words the CLIs recognise as such (pi then compacts its context).
+    pub fn context_overflow(self) -> Self {
+        let message =
+            "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.";
+        self.http_error(400, message)
+    }
+
     /// Appends a 429 [`Step::HttpError`] whose limit resets after `reset_after_s` seconds.
     pub fn rate_limited(self, reset_after_s: u64) -> Self {
         self.step(Step::HttpError {
