@@ -1,5 +1,7 @@
 //! The normalizer's own cases: denials, dropped lines, delta buffers.
 
+use agent_core::{EndCause, TurnEnd, TurnStatus};
+
 use super::*;
 
 /// The reason of a denial is given when the gate asks why, in the turn that denied; a turn
