@@ -198,6 +198,9 @@ pub enum Expected {
     Absent,
     /// This snapshot is stored, equal field by field (as it was read back from the store).
     Snapshot(Box<SessionSnapshot>),
+    /// A snapshot is stored that does not decode (reading it fails with
+    /// [`StoreError::Corrupt`]): what a purge of a damaged session expects.
+    Unreadable,
 }
 
 impl Expected {
@@ -213,10 +216,26 @@ impl Expected {
             (Expected::Absent, None) => return Ok(()),
             (Expected::Snapshot(expected), Some(stored)) if **expected == *stored => return Ok(()),
             (Expected::Absent, Some(_)) => "is stored, where none was expected",
-            (Expected::Snapshot(_), None) => "is no longer stored",
+            (Expected::Snapshot(_) | Expected::Unreadable, None) => "is no longer stored",
             (Expected::Snapshot(_), Some(_)) => "changed since it was read",
+            (Expected::Unreadable, Some(_)) => "was rewritten since it could not be read",
         };
         Err(StoreError::Conflict(format!("the snapshot of session `{session}` {why}")))
+    }
+
+    /// Checks what reading the snapshot stored for `session` gave: a snapshot that does not
+    /// decode ([`StoreError::Corrupt`]) is what [`Expected::Unreadable`] expects and fails any
+    /// other expectation with its error; a read is checked as [`Expected::check`] does.
+    pub fn check_read(
+        &self,
+        session: &SessionId,
+        read: &Result<Option<SessionSnapshot>, StoreError>,
+    ) -> Result<(), StoreError> {
+        match read {
+            Ok(stored) => self.check(session, stored.as_ref()),
+            Err(StoreError::Corrupt(_)) if *self == Expected::Unreadable => Ok(()),
+            Err(error) => Err(error.replicate()),
+        }
     }
 }
 
@@ -338,10 +357,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         let Some(session) = &batch.session_id else {
             return Ok(());
         };
+        let unreadable = batch.expect == Some(Expected::Unreadable);
         if let Some(expect) = &batch.expect {
-            expect.check(session, self.fetch_session(session).await?.as_ref())?;
+            expect.check_read(session, &self.fetch_session(session).await)?;
         }
-        if batch.delete_first {
+        if batch.delete_first && !unreadable {
             // A deliberate replacement: mark a stale open snapshot ended so the delete rule lets
             // it go.
             if let Some(mut stale) = self.fetch_session(session).await?.filter(SessionSnapshot::is_open) {

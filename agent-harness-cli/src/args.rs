@@ -181,7 +181,8 @@ pub(crate) struct PurgeArgs {
     /// The session.
     #[arg(value_name = "SESSION")]
     pub(crate) session: String,
-    /// Purge a session the store still shows running (its host was killed).
+    /// Purge a session the store still shows running (its host was killed), or whose stored
+    /// snapshot cannot be read (damaged, or written by a newer release).
     #[arg(long)]
     pub(crate) force: bool,
 }

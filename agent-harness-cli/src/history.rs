@@ -1,7 +1,7 @@
 //! `sessions`, `events` and `purge`: what a SQLite store holds, read without running anything.
 
 use agent_harness::store::{EventPager, EventQuery};
-use agent_harness::{DynStore, Harness, SessionRef};
+use agent_harness::{DynStore, Harness, ProviderId, SessionRef, StoreError};
 use futures::FutureExt;
 
 use crate::args::{EventsArgs, PurgeArgs, SessionsArgs};
@@ -107,29 +107,33 @@ pub(crate) async fn events(args: EventsArgs) -> Result<Exit, Failure> {
 /// How often `events --follow` looks for new events.
 const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
-/// The stored snapshot of `id`, or a failure saying there is none.
-async fn snapshot(store: &DynStore, id: &agent_harness::SessionId) -> Result<agent_harness::SessionSnapshot, Failure> {
-    store
-        .fetch_session(id)
-        .await
-        .map_err(|e| Failure::failed(format!("cannot read the store: {e}")))?
-        .ok_or_else(|| Failure::failed(format!("no session `{id}` in the store")))
-}
-
 /// `agent-harness purge`: deletes a stopped session's history.
 pub(crate) async fn purge(args: PurgeArgs) -> Result<Exit, Failure> {
     let id = session_id("SESSION", &args.session)?;
     let (store, harness) = open(&args.store)?;
-    let stored = snapshot(&store, &id).await?;
-    // A snapshot that says a runtime holds the session names that runtime's process: the harness
-    // tells a live one (refused, --force or not) from a killed host (purged). One written
-    // without an owner (an older build) cannot be told apart, so it takes --force.
-    if stored.status.is_live() && stored.owner.is_none() && !args.force {
-        return Err(Failure::failed(format!(
-            "session `{id}` is running in another process, or its host was killed: pass --force to purge it anyway"
-        )));
-    }
-    let session = SessionRef { provider: stored.provider, id };
+    let provider = match store.fetch_session(&id).await {
+        // A snapshot that says a runtime holds the session names that runtime's process: the
+        // harness tells a live one (refused, --force or not) from a killed host (purged). One
+        // written without an owner (an older build) cannot be told apart, so it takes --force.
+        Ok(Some(stored)) if stored.status.is_live() && stored.owner.is_none() && !args.force => {
+            return Err(Failure::failed(format!(
+                "session `{id}` is running in another process, or its host was killed: pass --force to purge it anyway"
+            )));
+        }
+        Ok(Some(stored)) => stored.provider,
+        Ok(None) => return Err(Failure::failed(format!("no session `{id}` in the store"))),
+        // Damaged, or written by a newer release: it cannot say whether a process runs it.
+        Err(StoreError::Corrupt(reason)) if !args.force => {
+            return Err(Failure::failed(format!(
+                "session `{id}` cannot be read ({reason}), so whether another process runs it is unknown: \
+                 pass --force to purge it anyway"
+            )));
+        }
+        // A purge goes by the session's ID alone; its provider is not read.
+        Err(StoreError::Corrupt(_)) => ProviderId::new("unknown"),
+        Err(error) => return Err(Failure::failed(format!("cannot read the store: {error}"))),
+    };
+    let session = SessionRef { provider, id };
     harness.purge_session_in(&store, &session).await.map_err(|error| Failure::harness("cannot purge", &error))?;
     Ok(Exit::Completed)
 }

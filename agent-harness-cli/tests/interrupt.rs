@@ -275,3 +275,39 @@ async fn a_failed_run_leaves_the_database_it_made_while_another_run_is_opening_o
     let stored = SqliteStore::open(&db).expect("still a store");
     assert!(stored.fetch_session(&SessionId::new("second").unwrap()).await.unwrap().is_some(), "its session is kept");
 }
+
+/// A stored snapshot this build cannot read (damaged, or written by a newer release): `sessions`
+/// fails naming it, and `purge` removes it with `--force` only, as it cannot tell whether
+/// another process runs the session. The other session stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_that_does_not_decode_is_purged_with_force() {
+    let script = FakeScript::new().handshake().turn_start().deltas(["hello"]).complete();
+    let env = FakeCliEnv::new(FakeCli::Codex, &script).unwrap_or_else(|e| panic!("{e}"));
+    let db = env.workspace().join("damaged.db");
+    for id in ["bad", "good"] {
+        let run = run_stored(&env, &db, &["--session-id", id]);
+        let done = tokio::time::timeout(Duration::from_secs(30), run.wait_with_output()).await.expect("exits").unwrap();
+        assert_eq!(done.status.code(), Some(0), "{}", String::from_utf8_lossy(&done.stderr));
+    }
+    let damage = rusqlite::Connection::open(&db).unwrap();
+    let sql = "UPDATE sessions SET snapshot = json_set(snapshot, '$.status', 'paused') WHERE id = 'bad'";
+    assert_eq!(damage.execute(sql, []).unwrap(), 1);
+    let store = format!("sqlite:{}", db.display());
+
+    let listed = harness_cli(&["sessions", "--store", &store]).await;
+    let stderr = String::from_utf8_lossy(&listed.stderr);
+    assert_eq!(listed.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("snapshot of session `bad`"), "{stderr}");
+    let refused = harness_cli(&["purge", "--store", &store, "bad"]).await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot be read") && stderr.contains("--force"), "{stderr}");
+    let purged = harness_cli(&["purge", "--store", &store, "bad", "--force"]).await;
+    assert_eq!(purged.status.code(), Some(0), "{}", String::from_utf8_lossy(&purged.stderr));
+
+    let listed = harness_cli(&["sessions", "--store", &store]).await;
+    assert_eq!(listed.status.code(), Some(0), "{}", String::from_utf8_lossy(&listed.stderr));
+    let ids: Vec<&str> =
+        std::str::from_utf8(&listed.stdout).unwrap().lines().map(|row| row.split('\t').next().unwrap()).collect();
+    assert_eq!(ids, ["good"]);
+}

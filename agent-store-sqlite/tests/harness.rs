@@ -185,6 +185,45 @@ async fn a_replay_delivers_the_events_before_a_row_it_cannot_read() {
     assert!(replay.next().await.is_none(), "the subscription ends with its failure");
 }
 
+/// A snapshot this build cannot read (damaged, or written by a newer release) is named by the
+/// listing's error, and `purge_session` removes it with all the session holds, where it used to
+/// fail on the same error and leave the store unlistable. The other sessions stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_that_does_not_decode_can_be_purged() {
+    let dir = TempDir::new("damaged-snapshot");
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::open(&path).expect("open");
+    let (harness, control) = harness(&store);
+    let mut sessions = Vec::new();
+    for id in ["bad", "good"] {
+        let session = harness.start_session("scripted", options(dir.path(), id)).await.unwrap();
+        control.push_script([Frame::delta("a"), Frame::complete("a")]);
+        let turn = harness.start_turn(&session, "Work", TurnOptions::new()).await.unwrap();
+        harness.await_turn(&turn, Some(WAIT)).await.expect("the turn completes");
+        harness.stop_session(&session, false).await.unwrap();
+        sessions.push(session);
+    }
+    let damage = rusqlite::Connection::open(&path).unwrap();
+    let changed = damage
+        .execute("UPDATE sessions SET snapshot = json_set(snapshot, '$.status', 'paused') WHERE id = 'bad'", [])
+        .unwrap();
+    assert_eq!(changed, 1);
+
+    let listed = harness.list_stored_sessions().await.expect_err("a snapshot does not decode");
+    assert!(listed.to_string().contains("snapshot of session `bad`"), "{listed}");
+    harness.purge_session(&sessions[0]).await.expect("the unreadable session is purged");
+    let stored = harness.list_stored_sessions().await.expect("the store lists again");
+    let ids: Vec<&str> = stored.iter().map(|s| s.session_id.as_str()).collect();
+    assert_eq!(ids, ["good"]);
+    assert_eq!(store.latest_seq(&sessions[0].id).await.unwrap(), None, "its events went too");
+    assert!(store.list_turns(&sessions[0].id).await.unwrap().is_empty(), "and its turns");
+    assert!(store.latest_seq(&sessions[1].id).await.unwrap().is_some(), "the other session's events stay");
+    match harness.purge_session(&sessions[0]).await {
+        Err(Error::SessionNotFound { id }) => assert_eq!(id, sessions[0].id),
+        other => panic!("a second purge finds nothing, got {other:?}"),
+    }
+}
+
 /// A session on a fresh store with a running turn whose first event is committed.
 async fn running_session(
     dir: &TempDir,

@@ -79,19 +79,26 @@ impl Harness {
     /// store holds nothing of ([`Error::SessionNotFound`]). A stale snapshot (abandoned by a
     /// killed host) goes too. The delete commits only over the snapshot this call read, so a
     /// harness sharing the store that resumes the session meanwhile keeps it: the purge reads
-    /// again and is refused as above.
+    /// again and is refused as above. A snapshot that does not decode (damaged, or written by a
+    /// newer release; [`StoreError::Corrupt`]) cannot say who holds it: it is purged unless this
+    /// harness runs the ID, and unless it is rewritten before the delete commits.
     pub async fn purge_session_in(&self, store: &DynStore, session: &SessionRef) -> Result<()> {
         const ATTEMPTS: usize = 3;
         let id = &session.id;
         let mut conflict = None;
         for _ in 0..ATTEMPTS {
             self.refuse_live(id)?;
-            let stored = store.fetch_session(id).await?;
-            match &stored {
-                Some(held) if let Some(pid) = self.inner.registry.holder(held) => {
+            let expect = match store.fetch_session(id).await {
+                Ok(stored) => Expected::stored(stored),
+                // Damaged, or written by a newer release: it names no holder, and goes as it is.
+                Err(StoreError::Corrupt(_)) => Expected::Unreadable,
+                Err(error) => return Err(error.into()),
+            };
+            match &expect {
+                Expected::Snapshot(held) if let Some(pid) = self.inner.registry.holder(held) => {
                     return Err(Error::SessionLiveElsewhere { id: id.clone(), pid });
                 }
-                None if store.latest_seq(id).await?.is_none() => {
+                Expected::Absent if store.latest_seq(id).await?.is_none() => {
                     // Nothing stored, but remembered here: an earlier purge deleted it and its
                     // caller went away before it could forget the session. This one finishes.
                     if self.inner.registry.exit_reason(id).is_some() {
@@ -104,7 +111,7 @@ impl Harness {
             }
             let mut purge = WriteBatch::new(id.clone());
             purge.delete_first = true;
-            purge.expect = Some(Expected::stored(stored));
+            purge.expect = Some(expect);
             match store.write(&purge).await {
                 Ok(()) => {
                     self.inner.forget(id);

@@ -369,7 +369,7 @@ fn apply(conn: &Connection, write: &Prepared) -> Result<(), StoreError> {
     let sql = |e: rusqlite::Error| store_error(&e);
     let session = write.session.as_str();
     if let Some(expect) = &write.expect {
-        expect.check(&write.session, stored_snapshot(conn, write)?.as_ref())?;
+        expect.check_read(&write.session, &stored_snapshot(conn, write))?;
     }
     match write.clear {
         Clear::Keep => {}

@@ -121,7 +121,7 @@ async fn replaces(
     let Some(store) = store else { return Ok(None) };
     Ok(match check_reuse(store, id, reuse, registry).await? {
         Expected::Snapshot(replaced) => replaced.owner,
-        Expected::Absent => None,
+        Expected::Absent | Expected::Unreadable => None,
     })
 }
 

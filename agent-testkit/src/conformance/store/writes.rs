@@ -210,6 +210,8 @@ pub async fn writes_check_their_precondition(store: &DynStore) {
     let absent = snapshot(&id, SessionState::Idle);
     refused(store.write(&fresh(Expected::Snapshot(Box::new(absent)))).await, "a snapshot where none is stored");
     assert_eq!(contents(store, &id).await, Contents::default(), "a refused write stores nothing");
+    refused(store.write(&fresh(Expected::Unreadable)).await, "an unreadable snapshot where none is stored");
+    assert_eq!(contents(store, &id).await, Contents::default(), "a refused write stores nothing");
     store.write(&fresh(Expected::Absent)).await.unwrap_or_else(|e| panic!("expecting no snapshot must commit: {e:?}"));
     assert_eq!(seqs(&contents(store, &id).await.events), vec![1], "the batch expecting no snapshot must land");
     remove_session(store, &id).await;
@@ -223,6 +225,11 @@ pub async fn writes_check_their_precondition(store: &DynStore) {
     other.status = SessionState::Closed;
     refused(store.write(&fresh(Expected::Snapshot(Box::new(other.clone())))).await, "another snapshot");
     assert_eq!(contents(store, &id).await, stored, "a refused replacement must change nothing");
+    // A purge of a snapshot that did not decode, after it was rewritten readable.
+    refused(store.write(&fresh(Expected::Unreadable)).await, "an unreadable snapshot where one reads");
+    if let Some(now) = store.write_now(&fresh(Expected::Unreadable)) {
+        refused(now, "an unreadable snapshot where one reads, written at once");
+    }
     if let Some(now) = store.write_now(&fresh(Expected::Snapshot(Box::new(other.clone())))) {
         refused(now, "another snapshot, written at once");
     }
