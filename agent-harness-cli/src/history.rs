@@ -52,7 +52,6 @@ pub(crate) async fn events(args: EventsArgs) -> Result<Exit, Failure> {
     let id = session_id("SESSION", &args.session)?;
     let (store, harness) = open(&args.store)?;
     let mut renderer = Renderer::new(args.json, false);
-    let mut after = args.after;
     // As the harness reads it back: a session whose process is gone is abandoned, not running.
     let running = async || -> Result<bool, Failure> {
         match harness.stored_session_in(&store, &id).await {
@@ -61,7 +60,7 @@ pub(crate) async fn events(args: EventsArgs) -> Result<Exit, Failure> {
             Err(e) => Err(Failure::failed(format!("cannot read the store: {e}"))),
         }
     };
-    let mut live = running().await?;
+    let live = running().await?;
     // One listener for the whole follow, looked at between pages and while waiting: a Ctrl-C
     // pressed while a page is read or printed ends the follow after that page (a listener made
     // per wait missed what came before it).
@@ -72,33 +71,82 @@ pub(crate) async fn events(args: EventsArgs) -> Result<Exit, Failure> {
         ),
         false => None,
     };
+    let printed = print_events(&store, &id, args.after, live, &mut interrupt, running, &mut renderer).await;
+    // What waits to be written is written before the command ends. Ctrl-C still ends a follow;
+    // after one, what the reader does not take within a moment is given up.
+    let written = match (printed, interrupt.as_mut()) {
+        (Ok(Printed::Interrupted), _) => {
+            tokio::time::timeout(INTERRUPTED_FLUSH, crate::output::flushed()).await.unwrap_or(Ok(()))
+        }
+        (Ok(Printed::All), Some(interrupt)) => tokio::select! {
+            written = crate::output::flushed() => written,
+            _ = interrupt.recv() => Ok(()),
+        },
+        (Ok(Printed::All), None) => crate::output::flushed().await,
+        (Err(failure), _) => return Err(failure),
+    };
+    written.map_err(|e| Failure::failed(format!("cannot write events: {e}")))?;
+    Ok(Exit::Completed)
+}
+
+/// How long output that waits to be written is waited for after a Ctrl-C ended a follow.
+const INTERRUPTED_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How printing a session's events ended.
+enum Printed {
+    /// Every event was handed to the output (to the session's end, with `--follow`).
+    All,
+    /// Ctrl-C ended a follow.
+    Interrupted,
+}
+
+/// Prints the session's events after `after`, page by page; with `interrupt` (`--follow`), the
+/// new ones as they are stored while the session is `live`, as `running` tells again after each
+/// wait.
+async fn print_events(
+    store: &DynStore,
+    id: &agent_harness::SessionId,
+    mut after: Option<u64>,
+    mut live: bool,
+    interrupt: &mut Option<tokio::signal::unix::Signal>,
+    running: impl AsyncFn() -> Result<bool, Failure>,
+    renderer: &mut Renderer,
+) -> Result<Printed, Failure> {
     // Pages sized by the events' bytes: a session's whole history may be gigabytes.
     let mut pager = EventPager::new();
     loop {
         loop {
             let query = EventQuery::after(after.unwrap_or(0)).limit(pager.limit());
-            let events = store
-                .read_events(&id, &query)
-                .await
-                .map_err(|e| Failure::failed(format!("cannot read events: {e}")))?;
+            let events =
+                store.read_events(id, &query).await.map_err(|e| Failure::failed(format!("cannot read events: {e}")))?;
             for event in &events {
+                // Output that waits to be written holds up the reads; Ctrl-C still ends a follow.
+                if crate::output::full() {
+                    match interrupt.as_mut() {
+                        Some(interrupt) => tokio::select! {
+                            () = crate::output::room() => {}
+                            _ = interrupt.recv() => return Ok(Printed::Interrupted),
+                        },
+                        None => crate::output::room().await,
+                    }
+                }
                 renderer.event(event).map_err(|e| Failure::failed(format!("cannot write events: {e}")))?;
                 after = Some(event.seq);
             }
             let full = events.len() == pager.limit();
             pager.after(&events);
             if interrupt.as_mut().is_some_and(|interrupt| interrupt.recv().now_or_never().is_some()) {
-                return Ok(Exit::Completed);
+                return Ok(Printed::Interrupted);
             }
             if !full {
                 break;
             }
         }
         // A session seen ended was read to its end above: its last events precede its last snapshot.
-        let Some(interrupt) = interrupt.as_mut().filter(|_| live) else { return Ok(Exit::Completed) };
+        let Some(interrupt) = interrupt.as_mut().filter(|_| live) else { return Ok(Printed::All) };
         tokio::select! {
             () = tokio::time::sleep(FOLLOW_POLL) => {}
-            _ = interrupt.recv() => return Ok(Exit::Completed),
+            _ = interrupt.recv() => return Ok(Printed::Interrupted),
         }
         live = running().await?;
     }

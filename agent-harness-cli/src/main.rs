@@ -6,6 +6,7 @@ mod config;
 mod doctor;
 mod exit;
 mod history;
+mod output;
 mod policy;
 mod presets;
 mod prompt;

@@ -7,7 +7,7 @@
 //! reads nothing more, and lines typed while no prompt was shown are discarded when the next
 //! one shows, so an answer never goes to a request it was not typed for.
 
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead};
 use std::sync::OnceLock;
 
 use agent_harness::request::Question;
@@ -106,10 +106,8 @@ impl Prompt {
                 if closed {
                     break;
                 }
-                {
-                    let mut out = io::stdout().lock();
-                    let _ = out.write_all(label.as_bytes()).and_then(|()| out.flush());
-                }
+                // After the events before it, which may still wait to be written.
+                let _ = crate::output::write(label.into_bytes());
                 match typed_lines.recv().await.flatten() {
                     Some(line) => typed.push(line),
                     None => break,

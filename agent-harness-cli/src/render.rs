@@ -9,7 +9,8 @@ use agent_harness::event::{ExpiryReason, ToolStatus};
 use agent_harness::{Event, EventKind, ItemId, Response, StoreFailurePolicy};
 use serde_json::Value;
 
-/// Writes events to stdout, flushing after each so a reader sees them as they happen.
+/// Writes events to stdout (through [`crate::output`]), each whole as it comes, so a reader sees
+/// them as they happen.
 #[derive(Debug)]
 pub(crate) enum Renderer {
     /// The stable event JSON, one line each.
@@ -27,7 +28,7 @@ impl Renderer {
 
     /// Writes one event. An error means stdout is gone (a closed pipe).
     pub(crate) fn event(&mut self, event: &Event) -> io::Result<()> {
-        let mut out = io::stdout().lock();
+        let mut out = Vec::new();
         match self {
             Renderer::Json => {
                 serde_json::to_writer(&mut out, event)?;
@@ -38,48 +39,48 @@ impl Renderer {
                 human.event(&mut out, event)?;
             }
         }
-        out.flush()
+        crate::output::write(out)
     }
 
     /// Human mode on a terminal: shows that the agent works and for how long, on a line of its
-    /// own that the next output replaces. Elsewhere it does nothing.
+    /// own that the next output replaces. Elsewhere it does nothing, and while earlier output
+    /// waits to be written.
     pub(crate) fn tick(&mut self, elapsed: Duration) -> io::Result<()> {
         let Renderer::Human(human) = self else { return Ok(()) };
-        if !human.spinner || !human.line_start {
+        if !human.spinner || !human.line_start || crate::output::pending() > 0 {
             return Ok(());
         }
         let frame = SPINNER[human.frame % SPINNER.len()];
         human.frame += 1;
         human.spinning = true;
-        let mut out = io::stdout().lock();
-        write!(out, "\r\x1b[2K{frame} working {:.0}s", elapsed.as_secs_f64())?;
-        out.flush()
+        crate::output::write(format!("\r\x1b[2K{frame} working {:.0}s", elapsed.as_secs_f64()).into_bytes())
     }
 
     /// Ends the line a prompt that was given up left open.
     pub(crate) fn line_break(&mut self) -> io::Result<()> {
         let Renderer::Human(_) = self else { return Ok(()) };
-        let mut out = io::stdout().lock();
-        out.write_all(b"\n")?;
-        out.flush()
+        crate::output::write(b"\n".to_vec())
     }
 
     /// Human mode: a line of its own about the run (`↳ text`), not from an event. `--json`
     /// writes events only.
     pub(crate) fn note(&mut self, text: &str) -> io::Result<()> {
         let Renderer::Human(human) = self else { return Ok(()) };
-        let mut out = io::stdout().lock();
+        let mut out = Vec::new();
         human.clear_spinner(&mut out)?;
         writeln!(out, "  ↳ {}", visible(text))?;
-        out.flush()
+        crate::output::write(out)
     }
 
     /// Removes the spinner line, before something else writes to the terminal.
     pub(crate) fn clear(&mut self) -> io::Result<()> {
         let Renderer::Human(human) = self else { return Ok(()) };
-        let mut out = io::stdout().lock();
+        if !human.spinning {
+            return Ok(());
+        }
+        let mut out = Vec::new();
         human.clear_spinner(&mut out)?;
-        out.flush()
+        crate::output::write(out)
     }
 }
 

@@ -37,6 +37,10 @@ const SPINNER_TICK: Duration = Duration::from_millis(100);
 /// How long the last events may take to arrive once the session was stopped.
 const DRAIN: Duration = Duration::from_secs(10);
 
+/// How long output that waits to be written is waited for once a run ended on a signal, the
+/// timeout or a lost session (the reader may have stopped reading).
+const STALLED: Duration = Duration::from_secs(2);
+
 /// Runs `agent-harness run`.
 pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
     let config = config::session_config(&args)?;
@@ -91,12 +95,14 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
         after,
         interactive: interactive.then_some(policy),
         started: false,
+        give_up: deadline,
     };
     let outcome = run.session(provider_id, options, &args.prompts).await;
-    let started = run.started;
+    let (started, give_up) = (run.started, run.give_up);
     drop(run);
     harness.shutdown().await;
     drop(harness);
+    let outcome = flush(outcome, &mut signals, give_up).await;
     // The store is closed now; a file made for a session that never started goes again.
     if let (false, Some(file)) = (started, new_file) {
         file.undo(hold).await;
@@ -146,6 +152,52 @@ impl Signals {
     }
 }
 
+/// Why output that waits to be written was given up.
+enum GaveUp {
+    /// A signal came, named.
+    Signal(&'static str),
+    /// The time to give up passed.
+    Deadline,
+}
+
+/// `written` (room for output, or all of it written), unless a signal comes or `give_up`
+/// passes first.
+async fn unless_given_up<T>(
+    written: impl Future<Output = T>,
+    signals: &mut Signals,
+    give_up: Option<Instant>,
+) -> Result<T, GaveUp> {
+    tokio::select! {
+        done = written => Ok(done),
+        signal = signals.recv() => Err(GaveUp::Signal(signal)),
+        () = until(give_up) => Err(GaveUp::Deadline),
+    }
+}
+
+/// Waits for the output that waits to be written, once the harness is shut down. A run that
+/// completed waits for all of it, unless a signal comes or `--timeout` runs out; one that ended
+/// otherwise gives up on it [`STALLED`] after it ended. A completed run whose output was given
+/// up, or could not be written, did not complete for its reader.
+async fn flush(
+    outcome: Result<Exit, Failure>,
+    signals: &mut Signals,
+    give_up: Option<Instant>,
+) -> Result<Exit, Failure> {
+    let written = unless_given_up(crate::output::flushed(), signals, give_up).await;
+    match (outcome, written) {
+        (Ok(Exit::Completed), Ok(Err(error))) => Err(Failure::failed(format!("cannot write events: {error}"))),
+        (Ok(Exit::Completed), Err(GaveUp::Signal(signal))) => {
+            let message = format!("interrupted ({signal}) before every event was written");
+            Err(Failure { exit: Exit::Cancelled, message })
+        }
+        (Ok(Exit::Completed), Err(GaveUp::Deadline)) => {
+            let message = "--timeout ran out before every event was written".to_owned();
+            Err(Failure { exit: Exit::TimedOut, message })
+        }
+        (outcome, _) => outcome,
+    }
+}
+
 /// Resolves at `deadline`, never without one.
 async fn until(deadline: Option<Instant>) {
     match deadline {
@@ -167,6 +219,8 @@ struct Run<'a> {
     interactive: Option<Arc<Policy>>,
     /// Whether the session started.
     started: bool,
+    /// When output that waits to be written is given up (see [`flush`]).
+    give_up: Option<Instant>,
 }
 
 /// Why a turn loop stopped.
@@ -228,6 +282,12 @@ impl Run<'_> {
             }
             break;
         }
+        if !matches!(exit, Ok(Exit::Completed | Exit::Failed)) {
+            // Ended by a signal, the timeout or a lost session: what cannot be written soon is
+            // not waited for.
+            let soon = Instant::now() + STALLED;
+            self.give_up = Some(self.give_up.map_or(soon, |give_up| give_up.min(soon)));
+        }
         self.stop(&session, events, force).await;
         exit
     }
@@ -256,7 +316,9 @@ impl Run<'_> {
                     let response = prompt.response(typed.unwrap_or_default());
                     self.answer(&prompt.request, response, &mut prompts).await;
                 }
-                next = events.next() => match next {
+                // Output that waits to be written holds up the events, never this loop.
+                () = crate::output::room(), if crate::output::full() => {}
+                next = events.next(), if !crate::output::full() => match next {
                     Some(Ok(event)) => {
                         if let Err(error) = self.renderer.event(&event) {
                             let _ = self.harness.cancel(turn).await;
@@ -302,6 +364,10 @@ impl Run<'_> {
                     let _ = self.harness.cancel_with_reason(turn, Some("--timeout ran out".into())).await;
                     cancelled = Some((Ended::TimedOut { forced: false }, Instant::now() + CANCEL_GRACE));
                 }
+                // A cancelled turn's end waits behind output nobody writes: the harness says it.
+                _ = self.harness.await_turn(turn, None), if cancelled.is_some() && crate::output::full() => {
+                    return cancelled.map(|(why, _)| why).expect("cancelled");
+                }
                 () = until(grace) => {
                     return match cancelled {
                         Some((Ended::Interrupted { .. }, _)) => Ended::Interrupted { forced: true },
@@ -324,25 +390,27 @@ impl Run<'_> {
         }
     }
 
-    /// Stops the session and prints the events it publishes on the way out.
+    /// Stops the session and prints the events it publishes on the way out: those that come
+    /// within [`DRAIN`], unless the output is given up first.
     async fn stop(&mut self, session: &SessionRef, mut events: Subscription, force: bool) {
         let _ = self.renderer.clear();
-        let harness = self.harness.clone();
+        let Run { harness, renderer, signals, give_up, .. } = self;
         let stop = async {
             // An active turn (one that never ended) is interrupted by force.
             if harness.stop_session(session, force).await.is_err() {
                 let _ = harness.stop_session(session, true).await;
             }
         };
-        let renderer = &mut self.renderer;
         let drain = async {
-            while let Some(Ok(event)) = events.next().await {
-                if renderer.event(&event).is_err() {
-                    break;
+            let drained = Instant::now() + DRAIN;
+            while unless_given_up(crate::output::room(), signals, *give_up).await.is_ok() {
+                match tokio::time::timeout_at(drained, events.next()).await {
+                    Ok(Some(Ok(event))) if renderer.event(&event).is_ok() => {}
+                    _ => break,
                 }
             }
         };
-        let _ = tokio::time::timeout(DRAIN, async { tokio::join!(stop, drain) }).await;
+        let _ = tokio::join!(tokio::time::timeout(DRAIN, stop), drain);
     }
 }
 

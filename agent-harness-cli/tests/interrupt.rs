@@ -311,3 +311,79 @@ async fn a_snapshot_that_does_not_decode_is_purged_with_force() {
         std::str::from_utf8(&listed.stdout).unwrap().lines().map(|row| row.split('\t').next().unwrap()).collect();
     assert_eq!(ids, ["good"]);
 }
+
+/// `agent-harness run --json` streaming 20,000 deltas from a fake codex that then stalls, with
+/// `args`, its stdout held open and never read until the run exits; the exit status and stderr.
+async fn run_unread(args: &[&str], while_running: impl AsyncFnOnce(&tokio::process::Child)) -> (Option<i32>, String) {
+    let deltas = (0..20_000).map(|n| format!("delta {n} ")).collect::<Vec<_>>();
+    let script = FakeScript::new().handshake().turn_start().deltas(deltas).stall();
+    let env = FakeCliEnv::new(FakeCli::Codex, &script).unwrap_or_else(|e| panic!("{e}"));
+    let mut child = run_with(&env, args);
+    let _stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    while_running(&child).await;
+    let status = tokio::time::timeout(Duration::from_secs(40), child.wait())
+        .await
+        .expect("the run ends although nobody reads its stdout")
+        .expect("status");
+    let mut said = Vec::new();
+    tokio::io::AsyncReadExt::read_to_end(&mut stderr, &mut said).await.expect("stderr");
+    (status.code(), String::from_utf8_lossy(&said).into_owned())
+}
+
+/// A run whose stdout nobody reads: the pipe fills, and the loop that answers signals and
+/// `--timeout` must not wait on it. `--timeout` ends the run within its bound (SECS + 12 s) with
+/// exit 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdout_nobody_reads_does_not_hold_up_the_timeout() {
+    let started = Instant::now();
+    let (code, stderr) = run_unread(&["--timeout", "2"], async |_| {}).await;
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(2 + 12 + 3), "took {:?}", started.elapsed());
+}
+
+/// The same with no `--timeout`: SIGTERM cancels the turn and the run ends with exit 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdout_nobody_reads_does_not_hold_up_a_signal() {
+    let (code, stderr) = run_unread(&[], async |child| {
+        // Long enough for the pipe and the output's queue to fill.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        send(child, libc::SIGTERM);
+    })
+    .await;
+    assert_eq!(code, Some(2), "{stderr}");
+}
+
+/// `events --follow` whose stdout nobody reads: Ctrl-C still ends it (exit 0), where the write
+/// it waited on used to hold up the signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_follow_with_a_stdout_nobody_reads_ends_on_ctrl_c() {
+    let deltas = (0..20_000).map(|n| format!("delta {n} ")).collect::<Vec<_>>();
+    let script = FakeScript::new().handshake().turn_start().deltas(deltas).stall();
+    let env = FakeCliEnv::new(FakeCli::Codex, &script).unwrap_or_else(|e| panic!("{e}"));
+    let db = env.workspace().join("follow.db");
+    let mut running = run_stored(&env, &db, &["--session-id", "s"]);
+    events_until(&mut running, "message_delta").await;
+    let store = format!("sqlite:{}", db.display());
+    let mut follow = tokio::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"))
+        .args(["events", "--json", "--follow", "--store", &store, "s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    let _unread = follow.stdout.take().expect("stdout");
+    // Long enough for the pipe and the output's queue to fill.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    sigint(&follow);
+    let status = tokio::time::timeout(Duration::from_secs(20), follow.wait())
+        .await
+        .expect("Ctrl-C ends the follow although nobody reads its stdout")
+        .expect("status");
+    assert_eq!(status.code(), Some(0));
+    send(&running, libc::SIGINT);
+    send(&running, libc::SIGINT);
+    let ended = tokio::time::timeout(Duration::from_secs(30), running.wait()).await.expect("the run ends");
+    assert_eq!(ended.expect("status").code(), Some(2));
+}
