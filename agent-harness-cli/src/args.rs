@@ -80,7 +80,7 @@ pub(crate) enum Auth {
 #[derive(Debug, Args)]
 #[command(after_help = "Exit status: 0 every turn completed, 1 a turn failed, 2 cancelled or interrupted (Ctrl-C), \
                         3 --timeout ran out, 64 usage error, 69 the provider's CLI cannot be brought up (missing, \
-                        too old, no version, exited during its start).")]
+                        too old, no version, exited or hung during its start).")]
 pub(crate) struct RunArgs {
     /// The provider: codex, claude, pi or preset:ID (overrides the config's).
     #[arg(long, value_name = "PROVIDER")]

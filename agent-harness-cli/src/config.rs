@@ -19,6 +19,17 @@ pub(crate) const PROVIDERS: &[&str] = &["codex", "claude", "pi", "preset:ID"];
 /// The provider registered under `id` (a preset's from the catalog `args` name), or a usage
 /// error naming the ones there are.
 pub(crate) fn provider(id: &str, args: &RunArgs) -> Result<DynProvider, Failure> {
+    if matches!(id, "codex" | "claude" | "pi") {
+        // Where presets come from, given for a provider that is none: they would do nothing.
+        let flag = match &args.presets {
+            source if source.presets_dir.is_some() => Some("--presets-dir"),
+            source if !source.allow_executables.is_empty() => Some("--allow-executable"),
+            _ => None,
+        };
+        if let Some(flag) = flag {
+            return Err(Failure::usage(format!("{flag} applies to preset:ID providers only, not `{id}`")));
+        }
+    }
     match id {
         "codex" => Ok(CodexProvider::new().into()),
         "claude" => Ok(ClaudeProvider::new().into()),

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use crate::args::DoctorArgs;
 use crate::exit::{Exit, Failure, one_line};
+use crate::render::visible_field;
 
 /// One provider's findings.
 struct Finding {
@@ -157,23 +158,24 @@ fn to_text(finding: &Finding) -> String {
     let Finding { provider, cli, auth } = finding;
     let range = format!("supported {} to {}", cli.range.min_supported, cli.range.latest_validated);
     let where_ = match &cli.path {
-        Some(path) => format!("{} ({})", path.display(), cli.program.to_string_lossy()),
-        None => format!("{} (not found)", cli.program.to_string_lossy()),
+        Some(path) => format!("{} ({})", shown(path), visible_field(&cli.program.to_string_lossy())),
+        None => format!("{} (not found)", visible_field(&cli.program.to_string_lossy())),
     };
     let version = match (&cli.version, cli.support()) {
         (Ok(version), Some(VersionSupport::TooOld)) => format!("{version}: too old ({range})"),
         (Ok(version), Some(VersionSupport::Newer)) => format!("{version}: newer than validated ({range})"),
         (Ok(version), _) => format!("{version} ({range})"),
-        (Err(error), _) => probe_error(error),
+        // What the CLI wrote on stderr is text, not for the terminal to act on.
+        (Err(error), _) => visible_field(&probe_error(error)).into_owned(),
     };
     let login = match &auth.login {
         LoginState::Found { method, file } => format!("{method} ({})", shown(file)),
         LoginState::Missing { file } => format!("none (no login in {})", shown(file)),
-        LoginState::Unknown { reason } => format!("unknown ({reason})"),
+        LoginState::Unknown { reason } => format!("unknown ({})", visible_field(reason)),
         _ => "unknown".to_owned(),
     };
     let guard = match &auth.refused {
-        Some(reason) => format!("refused: {}", one_line(reason)),
+        Some(reason) => format!("refused: {}", visible_field(&one_line(reason))),
         None => "allowed".to_owned(),
     };
     let removed = if auth.removed_env.is_empty() { "none".to_owned() } else { auth.removed_env.join(", ") };
@@ -185,7 +187,7 @@ fn to_text(finding: &Finding) -> String {
 }
 
 fn shown(path: &Path) -> String {
-    path.display().to_string()
+    visible_field(&path.display().to_string()).into_owned()
 }
 
 #[cfg(test)]

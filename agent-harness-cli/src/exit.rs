@@ -18,8 +18,8 @@ pub(crate) enum Exit {
     TimedOut,
     /// The command line or its inputs are wrong (64, `EX_USAGE`).
     Usage,
-    /// The provider's CLI cannot be brought up: missing, too old, no version, exiting during its
-    /// start (69, `EX_UNAVAILABLE`).
+    /// The provider's CLI cannot be brought up: missing, too old, no version, exiting or hanging
+    /// during its start (69, `EX_UNAVAILABLE`).
     Unavailable,
 }
 
@@ -46,7 +46,10 @@ impl Exit {
             | ErrorKind::AuthGuard
             | ErrorKind::SessionAlreadyExists
             | ErrorKind::SessionIdAlreadyUsed => Exit::Usage,
-            ErrorKind::ProviderUnavailable => Exit::Unavailable,
+            // Its transport went down while it opened, or it did not open in time.
+            ErrorKind::ProviderUnavailable | ErrorKind::ProviderOpenFailed | ErrorKind::StartupTimeout => {
+                Exit::Unavailable
+            }
             _ => Exit::Failed,
         }
     }
@@ -135,6 +138,8 @@ mod tests {
         assert_eq!(Exit::of_turn(TurnStatus::Cancelled).code(), 2);
         assert_eq!(Exit::of_turn(TurnStatus::Interrupted).code(), 2);
         assert_eq!(Exit::of_error(ErrorKind::ProviderUnavailable).code(), 69);
+        assert_eq!(Exit::of_error(ErrorKind::ProviderOpenFailed).code(), 69);
+        assert_eq!(Exit::of_error(ErrorKind::StartupTimeout).code(), 69);
         assert_eq!(Exit::of_error(ErrorKind::InvalidConfig).code(), 64);
         assert_eq!(Exit::of_error(ErrorKind::Transport).code(), 1);
         assert_eq!(one_line("a\n  b\tc"), "a b c");

@@ -13,7 +13,7 @@ use std::time::Duration;
 use agent_harness::execs::local::LocalExec;
 use agent_harness::time::deadline_after;
 use agent_harness::{
-    Conversation, ConversationSource, Error, EventKind, Harness, Replay, Request, RequestStatus, Response,
+    Conversation, ConversationSource, Error, ErrorKind, EventKind, Harness, Replay, Request, RequestStatus, Response,
     SessionOptions, SessionRef, Subscription, Turn, TurnInput, TurnOptions, TurnStatus,
 };
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -243,9 +243,14 @@ impl Run<'_> {
         prompts: &[String],
     ) -> Result<Exit, Failure> {
         let session = tokio::select! {
-            started = self.harness.start_session(provider, options) => {
-                started.map_err(|error| Failure::harness("the session did not start", &error))?
-            }
+            started = self.harness.start_session(provider, options) => started.map_err(|error| {
+                let mut failure = Failure::harness("the session did not start", &error);
+                // A CLI whose handshake timed out, or whose pipes broke, cannot be brought up.
+                if matches!(error.kind(), ErrorKind::Timeout | ErrorKind::Transport) {
+                    failure.exit = Exit::Unavailable;
+                }
+                failure
+            })?,
             signal = self.signals.recv() => {
                 let message = format!("interrupted ({signal}) while the session started");
                 return Err(Failure { exit: Exit::Cancelled, message });

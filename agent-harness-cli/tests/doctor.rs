@@ -154,3 +154,16 @@ fn the_real_pinned_clis_are_found_on_path_with_their_versions() {
     }
     assert_eq!(output.status.code(), Some(1), "nobody is logged in: {output:?}");
 }
+
+/// What a CLI writes on a failed `--version` is shown as text: its control characters as
+/// symbols, never acted on by the terminal.
+#[test]
+fn a_failed_probe_shows_control_characters_as_symbols() {
+    let bin = ProgramDir::new("doctor-escapes");
+    bin.script("codex", "printf 'broken \\033]0;PWNED\\007 install\\n' >&2; exit 1");
+    let path = bin.path().display().to_string();
+    let output = doctor(&["--provider", "codex"], &[("PATH", path.as_str()), ("HOME", path.as_str())], bin.path());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("PWNED␇ install"), "{stdout}");
+    assert!(!stdout.contains(['\u{1b}', '\u{7}']), "{stdout:?}");
+}

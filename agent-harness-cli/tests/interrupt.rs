@@ -387,3 +387,23 @@ async fn events_follow_with_a_stdout_nobody_reads_ends_on_ctrl_c() {
     let ended = tokio::time::timeout(Duration::from_secs(30), running.wait()).await.expect("the run ends");
     assert_eq!(ended.expect("status").code(), Some(2));
 }
+
+/// A CLI that hangs in its handshake past `startup_timeout`, or exits during it: the CLI cannot
+/// be brought up, exit 69 (where the hang used to exit 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_that_hangs_or_exits_during_its_start_exits_69() {
+    for (script, says) in [
+        (FakeScript::new().stall(), "initialize timed out"),
+        (FakeScript::new().sleep(200).exit(3), "the session did not start"),
+    ] {
+        let env = FakeCliEnv::new(FakeCli::Codex, &script).unwrap_or_else(|e| panic!("{e}"));
+        let config = env.workspace().join("config.json");
+        std::fs::write(&config, r#"{"provider": "codex", "startup_timeout_ms": 1000}"#).unwrap();
+        let child = run_with(&env, &["--config", &config.display().to_string()]);
+        let output =
+            tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await.expect("exits").unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(69), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+    }
+}

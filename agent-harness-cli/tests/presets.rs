@@ -484,3 +484,16 @@ async fn presets_shows_control_characters_in_file_names_as_symbols() {
     assert!(output.stdout.contains("x␛]0;PWNED␇.json"), "{}", output.stdout);
     assert!(output.stderr.contains("y␛[2J.json: not JSON"), "{}", output.stderr);
 }
+
+/// The preset flags name where presets come from: given with a native provider they would do
+/// nothing, so they are a usage error naming the flag, and nothing is spawned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preset_flags_with_a_native_provider_are_refused() {
+    let dir = ProgramDir::new("cli-preset-flags");
+    let presets = dir.path().display().to_string();
+    for (flag, value) in [("--presets-dir", presets.as_str()), ("--allow-executable", "mini-agent")] {
+        let output = agent_harness(dir.path(), [], &["run", "--provider", "codex", flag, value, "hi"]).await;
+        assert_eq!(output.status.code(), Some(64), "{flag}: {}", output.stderr);
+        assert!(output.stderr.contains(flag) && output.stderr.contains("preset:ID"), "{flag}: {}", output.stderr);
+    }
+}
