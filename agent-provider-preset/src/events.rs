@@ -245,8 +245,10 @@ impl Emit {
     }
 
     /// The event for a line this rule took; `None` for `drop`, or when a value the event needs
-    /// is not on the line (the line then follows `other_lines`). `declined` says whether a
-    /// tool's use was refused through the approval conversation.
+    /// is not on the line, or for `usage` none of its values is (the line then goes on to the
+    /// next rule, and at the end to `other_lines`). A number (a count, a cost, an exit code)
+    /// may be written as a string that holds one, as a regex group always is. `declined` says
+    /// whether a tool's use was refused through the approval conversation.
     pub(crate) fn event(
         &self,
         hit: &Hit<'_>,
@@ -281,11 +283,7 @@ impl Emit {
                 } else {
                     ToolStatus::Completed
                 };
-                let exit_code = exit_code
-                    .as_ref()
-                    .and_then(|s| s.json(hit))
-                    .and_then(|v| v.as_i64())
-                    .and_then(|c| i32::try_from(c).ok());
+                let exit_code = exit_code.as_ref().and_then(|s| s.json(hit)).as_ref().and_then(integer);
                 EventKind::ToolCompleted { item_id: ItemId::from(item_id), status, output: opt(output), exit_code }
             }
             Emit::Warning { message } => EventKind::Warning { message: text(message)? },
@@ -293,7 +291,7 @@ impl Emit {
                 EventKind::ProviderError { message: text(message)?, code: opt(code), will_retry: None }
             }
             Emit::Usage { input, output, cached, total, cost } => {
-                EventKind::UsageUpdated(Box::new(usage(hit, [input, output, cached, total], cost)))
+                EventKind::UsageUpdated(Box::new(usage(hit, [input, output, cached, total], cost)?))
             }
             Emit::ProviderEvent { method } => {
                 EventKind::ProviderEvent { method: opt(method).unwrap_or_else(|| "line".to_owned()) }
@@ -303,16 +301,51 @@ impl Emit {
     }
 }
 
-/// The usage a `usage` rule reads.
-fn usage(hit: &Hit<'_>, counts: [&Option<Source>; 4], cost: &Option<Source>) -> Usage {
-    let count = |s: &Option<Source>| s.as_ref().and_then(|s| s.json(hit)).and_then(|v| v.as_u64());
+/// The usage a `usage` rule reads; `None` when none of its values is on the line (the rule then
+/// does not take it).
+fn usage(hit: &Hit<'_>, counts: [&Option<Source>; 4], cost: &Option<Source>) -> Option<Usage> {
+    let read = |s: &Option<Source>| s.as_ref().and_then(|s| s.json(hit));
+    let tokens = |s: &Option<Source>| read(s).as_ref().and_then(count);
     let mut usage = Usage::default();
-    usage.input_tokens = count(counts[0]);
-    usage.output_tokens = count(counts[1]);
-    usage.cached_input_tokens = count(counts[2]);
-    usage.total_tokens = count(counts[3]).or_else(|| Some(usage.input_tokens?.saturating_add(usage.output_tokens?)));
-    usage.cost_usd = cost.as_ref().and_then(|s| s.json(hit)).and_then(|v| v.as_f64());
-    usage
+    usage.input_tokens = tokens(counts[0]);
+    usage.output_tokens = tokens(counts[1]);
+    usage.cached_input_tokens = tokens(counts[2]);
+    usage.total_tokens = tokens(counts[3]).or_else(|| Some(usage.input_tokens?.saturating_add(usage.output_tokens?)));
+    usage.cost_usd = read(cost).as_ref().and_then(float);
+    (usage != Usage::default()).then_some(usage)
+}
+
+/// A count: a JSON number that is a whole number of at least 0, or a string of decimal digits
+/// (a regex group, or a CLI that writes its numbers as strings). Anything else is missing.
+fn count(value: &Value) -> Option<u64> {
+    match value {
+        Value::String(text) if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) => text.parse().ok(),
+        value => value.as_u64(),
+    }
+}
+
+/// An amount such as a cost: a JSON number, or a string holding a finite number (`0.25`).
+fn float(value: &Value) -> Option<f64> {
+    match value {
+        Value::String(text) => text.parse::<f64>().ok().filter(|amount| amount.is_finite()),
+        value => value.as_f64(),
+    }
+}
+
+/// An exit code: a JSON number, or a string of decimal digits with an optional leading minus,
+/// that fits an `i32`.
+fn integer(value: &Value) -> Option<i32> {
+    let code = match value {
+        Value::String(text) => {
+            let digits = text.strip_prefix('-').unwrap_or(text);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            text.parse::<i64>().ok()?
+        }
+        value => value.as_i64()?,
+    };
+    i32::try_from(code).ok()
 }
 
 /// What happens to a line no `events` rule takes.
@@ -402,6 +435,75 @@ mod tests {
                 input: Some(json!({"command": "ls"}))
             })
         );
+    }
+
+    /// Regex groups are strings, and some CLIs write their numbers as strings: a string that
+    /// holds a number is read as that number; one that does not is missing.
+    #[test]
+    fn numbers_are_read_from_strings_that_hold_them() {
+        let usage = EventRule::parse(
+            &json!({"when": r"^USAGE (?P<in>\S+) (?P<out>\S+) \$(?P<cost>\S+)$", "emit": "usage",
+                "input_tokens": "in", "output_tokens": "out", "cost_usd": "cost"}),
+            Framing::Lines,
+            "events[0]",
+        )
+        .unwrap();
+        let read = |text: &str| {
+            let kept = std::collections::HashMap::new();
+            let out = OutputLine { text, json: None, kept: &kept };
+            let hit = usage.when.hit(out).expect("the line matches");
+            match usage.emit.event(&hit, out, &|_| false) {
+                Some(EventKind::UsageUpdated(usage)) => Some(*usage),
+                None => None,
+                other => panic!("{other:?}"),
+            }
+        };
+        let mut expected = Usage::tokens(10, 5);
+        expected.cost_usd = Some(0.25);
+        assert_eq!(read("USAGE 10 5 $0.25"), Some(expected));
+        let partial = read("USAGE 10 five $free").expect("one value is there");
+        assert_eq!((partial.input_tokens, partial.output_tokens, partial.total_tokens), (Some(10), None, None));
+        assert_eq!(partial.cost_usd, None);
+        for not_numbers in ["USAGE -3 +4 $NaN", "USAGE 1e3 0x10 $inf", "USAGE ten five $free"] {
+            assert_eq!(read(not_numbers), None, "{not_numbers}: no value, so the rule does not take the line");
+        }
+
+        let counted = rule(
+            json!({"when": {"/type": "turn.completed"}, "emit": "usage", "input_tokens": "/usage/input_tokens", "output_tokens": "/usage/output_tokens", "cost_usd": "/cost"}),
+        );
+        let line =
+            json!({"type": "turn.completed", "usage": {"input_tokens": "123", "output_tokens": 7}, "cost": "0.5"});
+        let mut expected = Usage::tokens(123, 7);
+        expected.cost_usd = Some(0.5);
+        assert_eq!(apply(&counted, &line), Some(EventKind::UsageUpdated(Box::new(expected))));
+
+        let done =
+            rule(json!({"when": {"/type": "done"}, "emit": "tool_completed", "item_id": "/id", "exit_code": "/code"}));
+        let exit_code = |code: Value| match apply(&done, &json!({"type": "done", "id": "t1", "code": code})) {
+            Some(EventKind::ToolCompleted { exit_code, .. }) => exit_code,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(exit_code(json!("2")), Some(2));
+        assert_eq!(exit_code(json!("-1")), Some(-1));
+        assert_eq!(exit_code(json!(-1)), Some(-1));
+        for bad in [json!("two"), json!(""), json!("-"), json!("+2"), json!(" 2"), json!("99999999999")] {
+            assert_eq!(exit_code(bad.clone()), None, "{bad}");
+        }
+    }
+
+    /// A `usage` rule none of whose values is on the line does not take it: the line goes on
+    /// to the next rule, as with any rule whose value is missing.
+    #[test]
+    fn a_usage_rule_without_any_of_its_values_passes_the_line_on() {
+        let usage = rule(
+            json!({"when": {"/type": "turn.completed"}, "emit": "usage", "input_tokens": "/usage/input_tokens", "cost_usd": "/cost"}),
+        );
+        assert_eq!(apply(&usage, &json!({"type": "turn.completed"})), None);
+        assert_eq!(apply(&usage, &json!({"type": "turn.completed", "usage": {"input_tokens": null}})), None);
+        assert!(matches!(
+            apply(&usage, &json!({"type": "turn.completed", "cost": 0.1})),
+            Some(EventKind::UsageUpdated(_))
+        ));
     }
 
     #[track_caller]

@@ -1,7 +1,8 @@
 //! Which output lines a rule takes (`when`) and what it takes from them (a JSON pointer or a
 //! regex group).
 //!
-//! A `when` is either a regular expression matched against the whole line (both framings), or,
+//! A `when` is either a regular expression searched for in the line (both framings; a match
+//! anywhere in it takes the line, so a rule anchors it as `^…$` to match the whole line), or,
 //! for `jsonl`, an object of JSON pointers and what the value there must be:
 //!
 //! ```json
@@ -54,7 +55,7 @@ pub(crate) enum Field {
 /// A rule's `when`.
 #[derive(Clone, Debug)]
 pub(crate) enum When {
-    /// A regex on the whole line.
+    /// A regex searched for in the line.
     Line(Regex),
     /// Tests of JSON fields and kept values (`jsonl`).
     Fields(Vec<(Field, Test)>),

@@ -213,7 +213,7 @@ impl<'p> TurnReader<'p> {
         // Values kept from this line count for the other rules of this line.
         let updates: Vec<(String, Option<String>)> = {
             let line = OutputLine { text, json: parsed.as_ref(), kept: &self.kept };
-            preset.matchers.keep.iter().filter_map(|(name, rules)| Some((name.clone(), first(rules, line)?))).collect()
+            preset.matchers.keep.iter().filter_map(|(name, rules)| Some((name.clone(), kept(rules, line)?))).collect()
         };
         for (name, value) in updates {
             match value {
@@ -224,16 +224,18 @@ impl<'p> TurnReader<'p> {
         let line = OutputLine { text, json: parsed.as_ref(), kept: &self.kept };
         let matchers = &preset.matchers;
         if let Some(Some(id)) = first(&matchers.session_id, line) {
-            if self.continuing.as_ref().is_some_and(|asked| *asked != id) {
-                self.foreign.get_or_insert(id);
-            } else if let Some(problem) = agent_core::options::provider_conversation_problem(&id) {
+            // Checked first: a value no conversation could have is no report of another one,
+            // whether or not this turn continues one.
+            if let Some(problem) = agent_core::options::provider_conversation_problem(&id) {
                 // Passed with the next turn's `resume` arguments, it would be read as an option.
-                let message = format!(
-                    "{} reported a session ID that {problem}; it is not taken (the next turn starts a new \
-                     conversation)",
-                    preset.id
-                );
+                let next = match &self.continuing {
+                    Some(_) => "the turn goes on in the conversation it continues",
+                    None => "no later turn continues it",
+                };
+                let message = format!("{} reported a session ID that {problem}; it is not taken ({next})", preset.id);
                 actions.push(Action::Emit { kind: EventKind::Warning { message }, raw: None });
+            } else if self.continuing.as_ref().is_some_and(|asked| *asked != id) {
+                self.foreign.get_or_insert(id);
             } else {
                 self.session_id = Some(id);
             }
@@ -398,16 +400,28 @@ fn add_usage(total: &mut Option<Usage>, usage: &Usage) {
     };
 }
 
-/// The value of the first rule that takes `line`: `Some(None)` for a rule that takes the line
-/// but finds no value.
+/// The value of the first rule that takes `line` (`session_id`, `result`, `failure`, `retry`):
+/// `Some(None)` for a rule that takes the line without a value. A rule with a `value` takes
+/// only a line that holds it: on one that does not, the next rule is tried, as in `events`. A
+/// rule with `kept` takes every line its `when` matches, whether or not the value is kept.
 fn first(rules: &[Matcher], line: OutputLine<'_>) -> Option<Option<String>> {
     rules.iter().find_map(|rule| {
         let hit = rule.when.hit(line)?;
-        Some(match (&rule.value, &rule.kept) {
-            (Some(source), _) => source.text(&hit),
-            (None, Some(name)) => line.kept.get(name).cloned(),
-            (None, None) => None,
-        })
+        match (&rule.value, &rule.kept) {
+            (Some(source), _) => Some(Some(source.text(&hit)?)),
+            (None, Some(name)) => Some(line.kept.get(name).cloned()),
+            (None, None) => Some(None),
+        }
+    })
+}
+
+/// What the `keep` rules of one name make of `line`: `Some(Some(value))` to keep a value,
+/// `Some(None)` to clear it (the first rule that takes the line has no value, or finds none
+/// on it), `None` when no rule takes the line.
+fn kept(rules: &[Matcher], line: OutputLine<'_>) -> Option<Option<String>> {
+    rules.iter().find_map(|rule| {
+        let hit = rule.when.hit(line)?;
+        Some(rule.value.as_ref().and_then(|source| source.text(&hit)))
     })
 }
 

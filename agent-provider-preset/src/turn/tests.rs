@@ -373,3 +373,128 @@ fn pis_run_end_decides() {
     let (_, recovered) = outcome(&[error, old_end, retry, good, old_end]);
     assert_eq!((recovered.status, recovered.text.as_deref()), (TurnStatus::Completed, Some("Hi")), "{recovered:?}");
 }
+
+/// A session ID that would pass as an option of the CLI's is not taken, with a warning, on a
+/// turn that continues a conversation as on one that starts one: it is not the report of
+/// another conversation, and the turn goes on in the one it continues.
+#[test]
+fn an_invalid_session_id_is_not_taken_on_a_continued_turn_either() {
+    let resuming = preset(json!({
+        "schema_version": 1, "id": "lines", "program": "cli", "framing": "lines",
+        "args": [{"if": "resume", "then": ["--resume", "{session_id}"]}, "{prompt}"],
+        "matchers": {
+            "session_id": [{"when": "^SESSION ?(?P<id>.*)$", "value": "id"}],
+            "result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]
+        },
+        "other_lines": "drop"
+    }));
+    for reported in ["SESSION --version", "SESSION ", "SESSION s-1\u{7}"] {
+        let mut reader = TurnReader::new(&resuming, Some("s-1".into()), None);
+        let actions = feed(&mut reader, &[reported, "RESULT done"]);
+        assert_eq!((reader.foreign(), reader.session_id()), (None, Some("s-1")), "{reported:?}");
+        assert!(
+            matches!(&actions[..], [Action::Emit { kind: EventKind::Warning { message }, .. }]
+                if message.contains("it is not taken")),
+            "{reported:?}: {actions:?}"
+        );
+        let outcome = reader.outcome(&exit(0), None);
+        assert_eq!(outcome.status, TurnStatus::Completed, "{reported:?}: {outcome:?}");
+    }
+}
+
+/// In `session_id`, `result` and `failure`, a rule with a `value` that is missing from the line
+/// does not decide: the next rule is tried. A rule without `value` (or with `kept`) takes every
+/// line its `when` matches.
+#[test]
+fn a_matcher_whose_value_is_missing_passes_the_line_to_the_next_rule() {
+    let preset = preset(json!({
+        "schema_version": 1, "id": "json", "program": "cli", "args": ["{prompt}"], "framing": "jsonl",
+        "matchers": {
+            "session_id": [
+                {"when": {"/type": "init"}, "value": "/session_id"},
+                {"when": {"/type": "init"}, "value": "/id"}
+            ],
+            "result": [
+                {"when": {"/type": "result"}, "value": "/text"},
+                {"when": {"/type": "result"}, "value": "/message"},
+                {"when": {"/type": "result"}, "value": "/never"}
+            ],
+            "failure": [
+                {"when": {"/type": "error"}, "value": "/reason"},
+                {"when": {"/type": "error"}, "value": "/message"},
+                {"when": {"/type": "error"}}
+            ]
+        }
+    }));
+    let read = |lines: &[&str]| {
+        let mut reader = TurnReader::new(&preset, None, None);
+        feed(&mut reader, lines);
+        (reader.session_id().map(str::to_owned), reader.finished(), reader.outcome(&exit(0), None))
+    };
+    let (id, _, done) = read(&[r#"{"type": "init", "id": "s-9"}"#, r#"{"type": "result", "message": "hi"}"#]);
+    assert_eq!(id.as_deref(), Some("s-9"));
+    assert_eq!((done.status, done.text.as_deref()), (TurnStatus::Completed, Some("hi")), "{done:?}");
+    // No rule finds a value: no rule takes the line, which is no result.
+    let (_, finished, none) = read(&[r#"{"type": "result"}"#]);
+    assert!(!finished);
+    assert_eq!(none.status, TurnStatus::Failed, "{none:?}");
+    assert!(none.reason.as_deref().is_some_and(|r| r.contains("without a result line")), "{none:?}");
+    let (_, _, failed) = read(&[r#"{"type": "error", "message": "overloaded"}"#]);
+    assert_eq!((failed.status, failed.reason.as_deref()), (TurnStatus::Failed, Some("overloaded")));
+    // A rule without `value` takes the line as it is.
+    let (_, finished, failed) = read(&[r#"{"type": "error"}"#]);
+    assert!(finished);
+    assert!(failed.reason.as_deref().is_some_and(|r| r.contains("json reported a failure")), "{failed:?}");
+}
+
+/// A `kept` rule decides whether or not the value is kept: codex's turn without a message
+/// still ends at `turn.completed`; claude's result line without a `result` text is its result.
+#[test]
+fn kept_rules_and_claudes_result_without_text_still_decide() {
+    let codex = shipped("codex-exec.json");
+    let mut reader = TurnReader::new(&codex, None, None);
+    feed(
+        &mut reader,
+        &[
+            r#"{"type":"thread.started","thread_id":"t-1"}"#,
+            r#"{"type":"turn.completed","usage":{"input_tokens":1,"output_tokens":1}}"#,
+        ],
+    );
+    let done = reader.outcome(&exit(0), None);
+    assert_eq!((done.status, done.text), (TurnStatus::Completed, None), "codex");
+
+    let claude = shipped("claude-print.json");
+    let mut reader = TurnReader::new(&claude, None, None);
+    feed(&mut reader, &[r#"{"type":"result","subtype":"error_max_turns","is_error":false,"session_id":"c-1"}"#]);
+    assert!(reader.finished());
+    let done = reader.outcome(&exit(0), None);
+    assert_eq!((done.status, done.text), (TurnStatus::Completed, None), "claude");
+    assert_eq!(reader.session_id(), Some("c-1"));
+}
+
+/// Usage from a regex group is a number, and a `usage` rule that finds none of its values on
+/// the line passes it on (here to `other_lines`).
+#[test]
+fn usage_from_groups_counts_and_a_usage_rule_without_values_passes_the_line_on() {
+    let preset = preset(json!({
+        "schema_version": 1, "id": "lines", "program": "cli", "args": ["{prompt}"], "framing": "lines",
+        "matchers": {"result": [{"when": "^RESULT (?P<text>.*)$", "value": "text"}]},
+        "events": [
+            {"when": "^USAGE(?: in=(?P<in>\\d+))?(?: out=(?P<out>\\d+))?", "emit": "usage", "input_tokens": "in", "output_tokens": "out"},
+            {"when": "^USAGE", "emit": "warning", "message": "0"},
+            {"when": "^RESULT ", "emit": "drop"}
+        ]
+    }));
+    let mut reader = TurnReader::new(&preset, None, None);
+    let actions = feed(&mut reader, &["USAGE in=10 out=5", "USAGE unknown", "RESULT ok"]);
+    let kinds: Vec<&str> = actions
+        .iter()
+        .map(|a| match a {
+            Action::Emit { kind, .. } => kind.type_name(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(kinds, ["usage_updated", "warning"]);
+    let usage = reader.outcome(&exit(0), None).usage.expect("usage");
+    assert_eq!((usage.input_tokens, usage.output_tokens, usage.total_tokens), (Some(10), Some(5), Some(15)));
+}
