@@ -410,6 +410,19 @@ impl Provider for PresetProvider {
         require_capabilities(&self.id, &caps, &options)?;
         self.check(&options, &preset_options)?;
         self.check_auth(&options, Some(ctx.exec.as_ref()))?;
+        let prompt_file = options.system_prompt.is_some() && self.preset.template.uses(Placeholder::SystemPromptFile);
+        if prompt_file && !ctx.exec.is_local() {
+            // The file is written where the harness runs; a CLI on another host would be given
+            // the path of a file it cannot read, or of another file of its own.
+            return Err(Error::InvalidOption {
+                option: "system_prompt",
+                reason: format!(
+                    "preset `{}` passes the system prompt in a file (`{{system_prompt_file}}`), written on this \
+                     host; the session's exec runs its processes elsewhere, where the file is not",
+                    self.preset.id
+                ),
+            });
+        }
         let run = RunConfig {
             program: preset_options.binary.clone().map_or_else(|| OsString::from(&self.preset.program), Into::into),
             leading: preset_options.binary_args.clone(),
@@ -419,7 +432,7 @@ impl Provider for PresetProvider {
             model: options.model.clone(),
             system_prompt: options.system_prompt.clone(),
             system_prompt_file: match &options.system_prompt {
-                Some(text) if self.preset.template.uses(Placeholder::SystemPromptFile) => {
+                Some(text) if prompt_file => {
                     Some(Arc::new(PromptFile::create(&std::env::temp_dir(), text).map_err(|e| {
                         Error::ProviderUnavailable {
                             provider: self.id.clone(),
@@ -466,6 +479,11 @@ impl Provider for PresetProvider {
                 }
                 state.session_id = Some(provider_session_id.clone());
             }
+            // A session keyed by its own ID starts its own conversation: an earlier session of
+            // that ID (closed, and replaced or run without a store) may have left one under the
+            // key, which only `resume_session` continues. A key set on purpose is shared on
+            // purpose, and its conversation goes on.
+            OpenConversation::New if preset_options.key.is_none() => *conversation.state() = Default::default(),
             OpenConversation::New => {}
             _ => return Err(Error::Unsupported { provider: self.id.clone(), capability: Capability::Fork }),
         }
@@ -535,9 +553,11 @@ pub(crate) fn names_option(name: &str, arg: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::time::Duration;
 
-    use agent_core::{AuthMode, Error, Provider, SessionOptions};
+    use agent_core::provider::OpenContext;
+    use agent_core::{AuthMode, Error, Provider, SessionId, SessionOptions};
 
     use crate::{AllowList, PresetCatalog, PresetOptions};
 
@@ -548,6 +568,24 @@ mod tests {
 
     fn subscription(preset: PresetOptions) -> SessionOptions {
         SessionOptions::new(std::env::temp_dir()).auth(AuthMode::Subscription).provider_option(preset)
+    }
+
+    /// `{system_prompt_file}` names a file written on this host: a CLI that runs elsewhere would
+    /// not find it, so such a session is refused before anything runs.
+    #[tokio::test]
+    async fn a_system_prompt_file_is_refused_for_an_exec_on_another_host() {
+        let pi = provider("pi-print");
+        let exec = Arc::new(agent_exec::scripted::ScriptedExec::new());
+        let options = SessionOptions::new(std::env::temp_dir()).auth(AuthMode::Inherit).system_prompt("Be brief.");
+        let (sink, _sent) = agent_provider_kit::testing::sink();
+        let ctx = OpenContext::new(SessionId::generate(), Arc::new(options), exec.clone(), sink);
+        let error = pi.open(ctx).await.expect_err("refused");
+        assert!(
+            matches!(&error, Error::InvalidOption { option: "system_prompt", reason }
+                if reason.contains("{system_prompt_file}") && reason.contains("this host")),
+            "{error:?}"
+        );
+        assert!(exec.spawned().is_empty(), "nothing ran");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::{
-    Error, ErrorKind, EventKind, Harness, SessionConfig, SessionOptions, SessionRef, SessionState, TurnOptions,
+    Error, ErrorKind, EventKind, Harness, Reuse, SessionConfig, SessionOptions, SessionRef, SessionState, TurnOptions,
     TurnStatus,
 };
 use agent_exec::LocalExec;
@@ -688,6 +688,39 @@ fn bad_presets_are_reported_by_file_and_field_and_the_others_still_load() {
 
 /// A key is one conversation: resuming another one on a key other live sessions hold would
 /// move their next turns into it without a word, so it is refused.
+/// A session started anew under the ID of an earlier, closed one starts a new conversation:
+/// the key it takes by default (its ID) does not carry the earlier session's into it. A key
+/// set on purpose is shared on purpose: a new session of that key continues its conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_session_under_an_earlier_ones_id_starts_a_new_conversation() {
+    let mini = Mini::start();
+    let first = mini.session(mini.options(PresetOptions::new()).id("again")).await;
+    let (_, events) = support::run(&mini.harness, &first, "hello", |_| None).await;
+    let old = payload(&events).session_id.expect("session id");
+    mini.harness.stop_session(&first, false).await.expect("stopped");
+
+    let again = mini.session(mini.options(PresetOptions::new()).id("again").reuse(Reuse::Closed)).await;
+    assert_eq!(mini.harness.status(&again).await.expect("status").provider_session_id, None);
+    let (_, events) = support::run(&mini.harness, &again, "hello again", |_| None).await;
+    assert_eq!(terminal(&events).status, TurnStatus::Completed, "{}", names(&events));
+    let argv = mini.argv(mini.exec.commands().len() - 1);
+    assert!(!argv.contains(&"--resume".to_owned()), "{argv:?}");
+    let new = payload(&events).session_id.expect("session id");
+    assert_ne!(new, old);
+    assert_eq!(said(&events), [format!("turn 1 of {new}")]);
+    assert_eq!(payload(&events).turn, 1, "counted from the start");
+
+    let keyed = || mini.options(PresetOptions::new().key("ticket-7"));
+    let owner = mini.session(keyed().id("owner")).await;
+    let (_, events) = support::run(&mini.harness, &owner, "hello", |_| None).await;
+    let shared = payload(&events).session_id.expect("session id");
+    mini.harness.stop_session(&owner, false).await.expect("stopped");
+    let next = mini.session(keyed().id("owner").reuse(Reuse::Closed)).await;
+    let (_, events) = support::run(&mini.harness, &next, "and on", |_| None).await;
+    assert_eq!(said(&events), [format!("turn 2 of {shared}")], "the key's conversation goes on");
+    mini.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resuming_another_conversation_on_a_key_other_sessions_hold_is_refused() {
     let mini = Mini::start();
