@@ -215,9 +215,10 @@ impl Source {
         if when.has_group(text) {
             return Ok(Source::Group(text.clone()));
         }
+        // The text is not quoted: a value in the wrong place may be a secret.
         let why = match when {
-            When::Line(_) => format!("`{text}` is not a group of this rule's `when` regex"),
-            When::Fields(_) => format!("`{text}` is not a JSON pointer (it starts with `/`)"),
+            When::Line(_) => "not a group of this rule's `when` regex (a name or a number)",
+            When::Fields(_) => "not a JSON pointer (one starts with `/`)",
         };
         Err(Problem::new(path, why))
     }

@@ -41,7 +41,7 @@ pub(super) fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Prese
     }
     let file: PresetFile = serde_path_to_error::deserialize(&value).map_err(|error| {
         let path = error.path().to_string();
-        let path = if path == "." { String::new() } else { path };
+        let path = if path == "." { String::new() } else { error_path(path) };
         // A value in the wrong place may be a secret (an `env` written as `"KEY=sk-…"`): the
         // error says where and what was expected, not what was given.
         Problem::new(path, agent_core::config::without_any_values(&error.into_inner().to_string()))
@@ -116,7 +116,13 @@ pub(super) fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Prese
         return Err(Problem::new("max_line_bytes", "must be at least 1"));
     }
     for (name, value) in &file.env.set {
-        check_env_name(name, &format!("env.set.{name}"))?;
+        if !is_env_name(name) {
+            // Not named in the path: a key such as `OPENAI_API_KEY=sk-…` is a secret pasted in.
+            return Err(Problem::new(
+                "env.set",
+                "a key is not an environment variable name (it is empty, or holds `=` or a NUL)",
+            ));
+        }
         if chooses_code(name) {
             return Err(Problem::new(
                 format!("env.set.{name}"),
@@ -157,7 +163,8 @@ pub(super) fn parse(text: &str, origin: &str, allow: &AllowList) -> Result<Prese
     let value_flags = template.value_flags();
     for (alias, flag) in &file.arg_aliases {
         if !is_option_name(alias) {
-            return Err(Problem::new(format!("arg_aliases.{alias}"), "expected an option name (`-m`)"));
+            // Not named in the path: a key such as `--api-key=sk-…` holds a value.
+            return Err(Problem::new("arg_aliases", "a key is not an option name (`-m`)"));
         }
         if !value_flags.iter().any(|(name, _)| name == flag) {
             return Err(Problem::new(
@@ -320,11 +327,33 @@ fn chooses_code(name: &str) -> bool {
         || LOADS_CODE.contains(&name.as_str())
 }
 
+/// A name a process environment can hold: not empty, no `=`, no NUL.
+fn is_env_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(['=', '\0'])
+}
+
 fn check_env_name(name: &str, path: &str) -> Result<(), Problem> {
-    if name.is_empty() || name.contains(['=', '\0']) {
+    if !is_env_name(name) {
         return Err(Problem::new(path, "not an environment variable name"));
     }
     Ok(())
+}
+
+/// The field path of a deserialization error, without a key of `env.set` that is no variable
+/// name or one of `arg_aliases` that is no option name: such a key (`KEY=value` pasted in) may
+/// hold a secret.
+fn error_path(path: String) -> String {
+    if let Some(key) = path.strip_prefix("env.set.")
+        && !is_env_name(key)
+    {
+        return "env.set".to_owned();
+    }
+    if let Some(key) = path.strip_prefix("arg_aliases.")
+        && !is_option_name(key)
+    {
+        return "arg_aliases".to_owned();
+    }
+    path
 }
 
 /// Reads the rules of one matcher group at `path`. `kept` names the kept values its rules may
@@ -363,8 +392,8 @@ fn matchers(rules: &[Value], framing: Framing, path: &str, kept: Option<&[String
                     ));
                 }
                 (Some(Value::String(name)), Some(kept)) if kept.contains(name) => Some(name.clone()),
-                (Some(Value::String(name)), Some(_)) => {
-                    return Err(Problem::new(format!("{at}.kept"), format!("no `matchers.keep.{name}` to take")));
+                (Some(Value::String(_)), Some(_)) => {
+                    return Err(Problem::new(format!("{at}.kept"), "names no `matchers.keep` value"));
                 }
                 (Some(_), Some(_)) => {
                     return Err(Problem::new(format!("{at}.kept"), "expected the name of a kept value"));

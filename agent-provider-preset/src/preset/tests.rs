@@ -87,7 +87,7 @@ fn bad_presets_name_the_file_and_the_field() {
     refused(
         with(minimal(), "/matchers/result/0/kept", json!("last")),
         "matchers.result[0].kept",
-        "no `matchers.keep.last`",
+        "names no `matchers.keep` value",
     );
     refused(with(minimal(), "/args", json!(["{prompt}", "{prompt}"])), "args", "must be one argument");
     // Twice in one argument is twice too.
@@ -122,7 +122,7 @@ fn bad_presets_name_the_file_and_the_field() {
     );
     refused(with(minimal(), "/events", json!([{"when": "x", "emit": "nope"}])), "events[0].emit", "unknown event");
     refused(with(minimal(), "/version", json!({"args": ["-V"], "min": "one"})), "version.min", "not a version");
-    refused(with(minimal(), "/env", json!({"set": {"A=B": "x"}})), "env.set.A=B", "not an environment variable");
+    refused(with(minimal(), "/env", json!({"set": {"A=B": "x"}})), "env.set", "not an environment variable");
     for name in
         ["PATH", "LD_PRELOAD", "ld_library_path", "DYLD_INSERT_LIBRARIES", "NODE_OPTIONS", "BASH_ENV", "PYTHONPATH"]
     {
@@ -147,7 +147,7 @@ fn bad_presets_name_the_file_and_the_field() {
     asking["args"] = json!([{"if": "!approvals", "then": ["--", "{prompt}"]}, {"if": "approvals", "then": ["--ask"]}]);
     refused(asking, "matchers.retry", "approval conversation");
     refused(with(minimal(), "/conversation_files", json!("codex")), "conversation_files", "expected `claude` or `pi`");
-    refused(with(minimal(), "/arg_aliases", json!({"m": "--model"})), "arg_aliases.m", "option name");
+    refused(with(minimal(), "/arg_aliases", json!({"m": "--model"})), "arg_aliases", "option name");
     // An alias names a flag the template passes a value with: this one has none.
     refused(with(minimal(), "/arg_aliases", json!({"-m": "--model"})), "arg_aliases.-m", "passes a placeholder's");
     let mut model =
@@ -180,12 +180,48 @@ fn parse_errors_say_what_was_expected_not_the_value() {
         (with(minimal(), "/capabilities", json!({"cancel": secret})), "capabilities.cancel", "unknown value, expected"),
         (with(minimal(), "/auth_env", json!(secret)), "auth_env", "invalid type: a string, expected a sequence"),
         (with(minimal(), "/version", json!({"args": secret})), "version.args", "invalid type: a string"),
+        // A variable assignment pasted as a key: not a name, so not quoted as one.
+        (
+            with(minimal(), "/env", json!({"set": {format!("MINI_API_KEY={secret}"): "x"}})),
+            "env.set",
+            "a key is not an environment variable name",
+        ),
+        (
+            with(minimal(), "/env", json!({"set": {format!("MINI_API_KEY={secret}"): 1}})),
+            "env.set",
+            "invalid type: an integer, expected a string",
+        ),
+        (
+            with(minimal(), "/arg_aliases", json!({format!("--api-key={secret}"): "--model"})),
+            "arg_aliases",
+            "a key is not an option name",
+        ),
+        (
+            with(minimal(), "/arg_aliases", json!({format!("--api-key={secret}"): 1})),
+            "arg_aliases",
+            "invalid type: an integer, expected a string",
+        ),
+        (with(minimal(), "/matchers/result/0/value", json!(secret)), "matchers.result[0].value", "not a group"),
+        (
+            with(minimal(), "/matchers/result/0/kept", json!(secret)),
+            "matchers.result[0].kept",
+            "names no `matchers.keep` value",
+        ),
     ] {
         let error = refused(preset, field, says);
         for shown in [error.to_string(), format!("{error:?}")] {
             assert!(!shown.contains("PRESETKEY"), "{shown}");
         }
     }
+}
+
+/// A `value` that is no JSON pointer in a `jsonl` rule: named by its field, not quoted.
+#[test]
+fn a_value_that_is_no_pointer_is_not_quoted() {
+    let mut preset = with(minimal(), "/framing", json!("jsonl"));
+    preset["matchers"] = json!({"result": [{"when": {"/type": "done"}, "value": "sk-live-PRESETKEY0123456789"}]});
+    let error = refused(preset, "matchers.result[0].value", "not a JSON pointer");
+    assert!(!format!("{error} {error:?}").contains("PRESETKEY"), "{error}");
 }
 
 #[test]
@@ -274,7 +310,7 @@ fn rules_take_kept_values_by_name() {
     refused(
         with(preset.clone(), "/matchers/session_id/0/kept", json!("other")),
         "matchers.session_id[0].kept",
-        "no `matchers.keep.other` to take",
+        "names no `matchers.keep` value",
     );
     // A kept value from another (or itself) would be read one line late: refused, not guessed at.
     for name in ["sid", "last"] {
@@ -287,11 +323,7 @@ fn rules_take_kept_values_by_name() {
 #[test]
 fn nul_characters_are_refused_where_no_process_could_take_them() {
     refused(with(minimal(), "/env", json!({"set": {"MY_FLAG": "a\u{0}b"}})), "env.set.MY_FLAG", "NUL character");
-    refused(
-        with(minimal(), "/env", json!({"set": {"MY\u{0}FLAG": "ab"}})),
-        "env.set.MY\u{0}FLAG",
-        "not an environment",
-    );
+    refused(with(minimal(), "/env", json!({"set": {"MY\u{0}FLAG": "ab"}})), "env.set", "not an environment");
     refused(with(minimal(), "/env", json!({"unset": ["MY\u{0}FLAG"]})), "env.unset[0]", "not an environment");
     refused(with(minimal(), "/args/0", json!("-\u{0}-")), "args[0]", "NUL character");
     refused(with(minimal(), "/version", json!({"args": ["--version", "-\u{0}"]})), "version.args[1]", "NUL character");
