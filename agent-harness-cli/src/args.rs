@@ -88,7 +88,8 @@ pub(crate) struct RunArgs {
     /// Where `preset:ID` providers come from.
     #[command(flatten)]
     pub(crate) presets: PresetSourceArgs,
-    /// The agent's working directory (default: the current directory).
+    /// The agent's working directory (default: the current directory; with --resume, the one the
+    /// session ran in).
     #[arg(long, value_name = "DIR")]
     pub(crate) cwd: Option<PathBuf>,
     /// The provider's model name.

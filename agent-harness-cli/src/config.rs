@@ -45,8 +45,10 @@ pub(crate) fn provider(id: &str, args: &RunArgs) -> Result<DynProvider, Failure>
     }
 }
 
-/// The session `args` describe: the config file (if any) with every flag laid over it.
-pub(crate) fn session_config(args: &RunArgs) -> Result<SessionConfig, Failure> {
+/// The session `args` describe: the config file (if any) with every flag laid over it; and
+/// whether its working directory was given (`--cwd`, or the config's) rather than taken as the
+/// current one.
+pub(crate) fn session_config(args: &RunArgs) -> Result<(SessionConfig, bool), Failure> {
     let file = args.config.as_deref().map(read_config).transpose()?;
     let provider = match (&args.provider, &file) {
         (Some(provider), _) => provider.clone(),
@@ -66,6 +68,7 @@ pub(crate) fn session_config(args: &RunArgs) -> Result<SessionConfig, Failure> {
         }
         None => SessionConfig::new(provider.as_str()),
     };
+    let cwd_given = args.cwd.is_some() || config.cwd.is_some();
     let cwd = match (&args.cwd, &config.cwd) {
         (Some(dir), _) => Some(dir.clone()),
         (None, Some(_)) => None,
@@ -119,7 +122,7 @@ pub(crate) fn session_config(args: &RunArgs) -> Result<SessionConfig, Failure> {
         config.id = Some(id.clone());
         config.conversation = Some(Conversation::Resume(ConversationSource::Session(id)));
     }
-    Ok(config)
+    Ok((config, cwd_given))
 }
 
 /// A session ID from a flag, or a usage error saying why it is not one.

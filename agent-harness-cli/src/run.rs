@@ -43,7 +43,7 @@ const STALLED: Duration = Duration::from_secs(2);
 
 /// Runs `agent-harness run`.
 pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
-    let config = config::session_config(&args)?;
+    let (config, cwd_given) = config::session_config(&args)?;
     // Checked with the other input, before anything is opened or spawned.
     if let Some(n) = args.prompts.iter().position(|prompt| TurnInput::from(prompt.as_str()).is_empty()) {
         return Err(Failure::usage(format!("PROMPT {}: must not be empty", n + 1)));
@@ -52,7 +52,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
     let timeout = args.timeout.map(timeout).transpose()?;
     let provider_id = config.provider.clone();
     let provider = config::provider(provider_id.as_str(), &args)?;
-    let options = config
+    let mut options = config
         .apply_to(provider.as_ref(), SessionOptions::default())
         .map_err(|error| Failure::harness("invalid session", &error))?;
     options.validate().map_err(|error| Failure::harness("invalid session", &error))?;
@@ -73,7 +73,13 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
         Conversation::Resume(ConversationSource::Session(id)) => {
             let stored = store.latest_seq(id).await.ok().flatten().unwrap_or(0);
             let snapshot = store.fetch_session(id).await.ok().flatten();
-            stored.max(snapshot.and_then(|snapshot| snapshot.published_seq).unwrap_or(0))
+            let published = snapshot.as_ref().and_then(|snapshot| snapshot.published_seq).unwrap_or(0);
+            // A resume goes on where the session ran, unless told otherwise: run elsewhere,
+            // its agent would work on another tree (and claude cannot find its conversation).
+            if let Some(snapshot) = snapshot.filter(|_| !cwd_given) {
+                options.cwd = Some(snapshot.cwd);
+            }
+            stored.max(published)
         }
         _ => 0,
     };

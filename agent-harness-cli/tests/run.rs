@@ -397,6 +397,38 @@ async fn resume_continues_a_stored_session_under_its_id() {
     world.assert_no_process_left().await;
 }
 
+/// `--resume` without `--cwd` runs in the directory the session ran in, not in the one the
+/// command was started from; `--cwd` still overrides it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_without_cwd_runs_where_the_session_ran() {
+    let world = World::start(Provider::Codex, Scenario::new().text("one").text("two").text("three")).await;
+    let store = format!("sqlite:{}", world.env.dir().join("events.db").display());
+    let stored_cwd = async || {
+        let sessions = world.output(&["sessions", "--store", &store, "--json"]).await;
+        let listed: Value = serde_json::from_str(sessions.stdout.trim()).expect("one session");
+        listed["cwd"].as_str().expect("a cwd").to_owned()
+    };
+    let first = world.run(&["--store", &store, "--session-id", "moved"], &["first"]).await;
+    assert_eq!(first.code(), Some(0), "{first:?}");
+    let ran_in = stored_cwd().await;
+    let elsewhere = world.env.dir().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("a directory");
+
+    let args = world.run_args(&["--store", &store, "--resume", "moved"], &["second"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut command = world.command(&args);
+    command.current_dir(&elsewhere);
+    let second = world.output_of(command, &args).await;
+    assert_eq!(second.code(), Some(0), "{second:?}");
+    assert_eq!(stored_cwd().await, ran_in, "the resume ran where the session ran");
+
+    let elsewhere = std::fs::canonicalize(&elsewhere).expect("canonical").display().to_string();
+    let third = world.run(&["--store", &store, "--resume", "moved", "--cwd", &elsewhere], &["third"]).await;
+    assert_eq!(third.code(), Some(0), "{third:?}");
+    assert_eq!(stored_cwd().await, elsewhere, "--cwd overrides it");
+    world.assert_no_process_left().await;
+}
+
 /// A resume after a run whose store failed (its snapshot's `published_seq` past the last stored
 /// event) prints the new events: the history's gap is where that run's unstored events were.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
