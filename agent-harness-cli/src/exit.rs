@@ -24,11 +24,13 @@ pub(crate) enum Exit {
 }
 
 impl Exit {
-    /// The status for a turn that ended with `status`.
+    /// The status for a turn that ended with `status` with no cancel of this command's (a
+    /// Ctrl-C or `--timeout` decides the status itself). A turn interrupted then was ended by
+    /// its session going down (its store failed under `store_failure: stop`, say): that failed.
     pub(crate) fn of_turn(status: TurnStatus) -> Exit {
         match status {
             TurnStatus::Completed => Exit::Completed,
-            TurnStatus::Cancelled | TurnStatus::Interrupted => Exit::Cancelled,
+            TurnStatus::Cancelled => Exit::Cancelled,
             _ => Exit::Failed,
         }
     }
@@ -136,7 +138,7 @@ mod tests {
         assert_eq!(Exit::of_turn(TurnStatus::Completed).code(), 0);
         assert_eq!(Exit::of_turn(TurnStatus::Failed).code(), 1);
         assert_eq!(Exit::of_turn(TurnStatus::Cancelled).code(), 2);
-        assert_eq!(Exit::of_turn(TurnStatus::Interrupted).code(), 2);
+        assert_eq!(Exit::of_turn(TurnStatus::Interrupted).code(), 1);
         assert_eq!(Exit::of_error(ErrorKind::ProviderUnavailable).code(), 69);
         assert_eq!(Exit::of_error(ErrorKind::ProviderOpenFailed).code(), 69);
         assert_eq!(Exit::of_error(ErrorKind::StartupTimeout).code(), 69);
