@@ -6,12 +6,16 @@
 //! only while it is shown: a prompt whose request expired or whose turn ended is dropped and
 //! reads nothing more, and lines typed while no prompt was shown are discarded when the next
 //! one shows, so an answer never goes to a request it was not typed for.
+//!
+//! The answer to a secret question is typed with the terminal's echo off (see [`Hidden`]): it
+//! never shows on the screen, in its scrollback or in a log of the session.
 
 use std::io::{self, BufRead};
 use std::sync::OnceLock;
 
 use agent_harness::request::Question;
 use agent_harness::{Request, RequestKind, Response};
+use rustix::termios::{self, LocalModes, OptionalActions};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use crate::render::visible;
@@ -63,11 +67,19 @@ impl Drop for Prompt {
     }
 }
 
+/// What a prompt writes before one line it reads.
+#[derive(Debug)]
+struct Label {
+    text: String,
+    /// The answer is secret: it is typed with the echo off.
+    hidden: bool,
+}
+
 /// What a prompt writes before each line it reads: one per question, with the question's text
 /// as the terminal should show it (what the agent wrote may hold escape sequences).
 /// A question with choices shows them (`(red, blue)`): the answer is one of them, unless the
-/// question takes other answers too (`…`).
-fn labels(request: &Request) -> Vec<String> {
+/// question takes other answers too (`…`). A secret question says its answer is `(hidden)`.
+fn labels(request: &Request) -> Vec<Label> {
     let choices = |q: &Question| {
         if q.choices.is_empty() {
             return String::new();
@@ -76,16 +88,50 @@ fn labels(request: &Request) -> Vec<String> {
         let other = if q.allow_other { ", …" } else { "" };
         visible(&format!(" ({}{other})", values.join(", "))).into_owned()
     };
+    let label = |name: &str, q: Option<&Question>| {
+        let hidden = q.is_some_and(|q| q.secret);
+        let choices = q.map(choices).unwrap_or_default();
+        Label { text: format!("  {name}{choices}{} > ", if hidden { " (hidden)" } else { "" }), hidden }
+    };
     match request.kind {
-        RequestKind::Question if request.questions.len() > 1 => request
-            .questions
-            .iter()
-            .map(|q| format!("  {}{} > ", visible(&crate::exit::one_line(&q.prompt)), choices(q)))
-            .collect(),
-        RequestKind::Question => {
-            vec![format!("  answer{} > ", request.questions.first().map(choices).unwrap_or_default())]
+        RequestKind::Question if request.questions.len() > 1 => {
+            request.questions.iter().map(|q| label(&visible(&crate::exit::one_line(&q.prompt)), Some(q))).collect()
         }
-        _ => vec!["  allow? [y/N] ".to_owned()],
+        RequestKind::Question => vec![label("answer", request.questions.first())],
+        _ => vec![Label { text: "  allow? [y/N] ".to_owned(), hidden: false }],
+    }
+}
+
+/// The terminal's echo, off while this lives: what is typed meanwhile is not shown. Dropping it
+/// turns the echo back on, so a prompt given up or aborted leaves the terminal as it found it.
+#[derive(Debug)]
+struct Hidden {
+    /// Whether this turned the echo off (it was on, and stdin is a terminal).
+    turned_off: bool,
+}
+
+impl Hidden {
+    fn new() -> Hidden {
+        let stdin = io::stdin();
+        let turned_off = termios::tcgetattr(&stdin).is_ok_and(|mut modes| {
+            modes.local_modes.contains(LocalModes::ECHO) && {
+                modes.local_modes.remove(LocalModes::ECHO);
+                termios::tcsetattr(&stdin, OptionalActions::Now, &modes).is_ok()
+            }
+        });
+        Hidden { turned_off }
+    }
+}
+
+impl Drop for Hidden {
+    fn drop(&mut self) {
+        let stdin = io::stdin();
+        if self.turned_off
+            && let Ok(mut modes) = termios::tcgetattr(&stdin)
+        {
+            modes.local_modes.insert(LocalModes::ECHO);
+            let _ = termios::tcsetattr(&stdin, OptionalActions::Now, &modes);
+        }
     }
 }
 
@@ -106,9 +152,17 @@ impl Prompt {
                 if closed {
                     break;
                 }
+                // Off before the label shows, so no key typed at it is echoed.
+                let hidden = label.hidden.then(Hidden::new);
                 // After the events before it, which may still wait to be written.
-                let _ = crate::output::write(label.into_bytes());
-                match typed_lines.recv().await.flatten() {
+                let _ = crate::output::write(label.text.into_bytes());
+                let line = typed_lines.recv().await.flatten();
+                if let (Some(hidden), Some(_)) = (hidden, &line) {
+                    drop(hidden);
+                    // The Enter that ended the line was not echoed either.
+                    let _ = crate::output::write(b"\n".to_vec());
+                }
+                match line {
                     Some(line) => typed.push(line),
                     None => break,
                 }
@@ -153,7 +207,24 @@ mod tests {
         }))
         .expect("a request");
         let labels = labels(&request);
-        assert!(labels.iter().all(|label| !label.contains(['\x1b', '\x07', '\n'])), "{labels:?}");
-        assert!(labels[0].starts_with("  Title?"), "{labels:?}");
+        assert!(labels.iter().all(|label| !label.text.contains(['\x1b', '\x07', '\n'])), "{labels:?}");
+        assert!(labels[0].text.starts_with("  Title?"), "{labels:?}");
+    }
+
+    #[test]
+    fn a_secret_questions_label_says_its_answer_is_hidden() {
+        let mut secret = Question::new("token", "Paste the token");
+        secret.secret = true;
+        let request: Request = serde_json::from_value(serde_json::json!({
+            "id": "req_1", "session_id": "s", "turn_id": "turn_1", "kind": "question", "prompt": "Token",
+            "questions": [secret, Question::new("name", "Your name?")], "status": "pending", "provider_ref": "r1",
+            "created_at": "2026-01-01T00:00:00Z"
+        }))
+        .expect("a request");
+        let labels = labels(&request);
+        assert_eq!(labels[0].text, "  Paste the token (hidden) > ");
+        assert!(labels[0].hidden);
+        assert_eq!(labels[1].text, "  Your name? > ");
+        assert!(!labels[1].hidden);
     }
 }

@@ -497,6 +497,31 @@ async fn on_a_terminal_an_answer_not_taken_is_asked_again_with_the_choices() {
     world.assert_no_process_left().await;
 }
 
+/// The answer to a secret question is not shown as it is typed: the prompt says it is hidden,
+/// and the typed text reaches the screen only where the agent quotes it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_terminal_a_secret_answer_is_not_echoed() {
+    const TYPED: &str = "typed-secret-5e1c";
+    let question = serde_json::json!({"questions": [
+        {"id": "token", "header": "Token", "question": "Paste the token", "isSecret": true,
+         "options": [{"label": "none", "description": "no token"}]}
+    ]});
+    let scenario = Scenario::new().tool_call("request_user_input", question).quote_tool_result("Tool said: ");
+    let world = World::start(Provider::Codex, scenario).await;
+    let asked = |screen: &str| screen.contains("  answer") && screen.contains(" > ");
+    let (status, screen) = world.on_a_terminal_typing(&[], &["ask me"], asked, TYPED).await;
+    assert_eq!(status.code(), Some(0), "{screen}");
+    let screen = screen.replace("\r\n", "\n");
+    let (before, quoted) = screen.split_once("Tool said: ").unwrap_or_else(|| panic!("no quote:\n{screen}"));
+    assert!(!before.contains(TYPED), "the typed answer was shown:\n{screen}");
+    assert!(quoted.contains(TYPED), "the typed answer was taken:\n{screen}");
+    assert!(
+        before.contains("  answer (none, …) (hidden) > \n"),
+        "the prompt says the answer is hidden, its line ends:\n{screen}"
+    );
+    world.assert_no_process_left().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_terminal_text_streams_and_typing_y_approves_the_tool_call() {
     let scenario = Scenario::new().shell("touch approved.txt && echo approved-ran").quote_tool_result("Tool said: ");
