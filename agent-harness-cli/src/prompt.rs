@@ -7,14 +7,24 @@
 //! reads nothing more, and lines typed while no prompt was shown are discarded when the next
 //! one shows, so an answer never goes to a request it was not typed for.
 //!
+//! The thread reads only while the process is in the terminal's foreground process group: a
+//! read from the background (`agent-harness run … &`) would stop the whole process (SIGTTIN),
+//! and `--timeout` with it. In the background it waits, and a prompt still shows and waits for
+//! its answer until the run is brought to the foreground (`fg`).
+//!
 //! The answer to a secret question is typed with the terminal's echo off (see [`Hidden`]): it
 //! never shows on the screen, in its scrollback or in a log of the session.
 
-use std::io::{self, BufRead};
+use std::fs::File;
+use std::io::{self, BufRead, BufReader};
+use std::os::fd::AsFd;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use agent_harness::request::Question;
 use agent_harness::{Request, RequestKind, Response};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
 use rustix::termios::{self, LocalModes, OptionalActions};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
@@ -33,10 +43,19 @@ fn typed_lines() -> &'static Mutex<mpsc::UnboundedReceiver<Option<String>>> {
     LINES.get_or_init(|| {
         let (tx, rx) = mpsc::unbounded_channel();
         std::thread::spawn(move || {
-            let stdin = io::stdin();
+            // Its own buffer, not stdin's: whether a line waits in it decides whether to wait
+            // for the terminal.
+            let Ok(stdin) = io::stdin().as_fd().try_clone_to_owned() else {
+                let _ = tx.send(None);
+                return;
+            };
+            let mut terminal = BufReader::new(File::from(stdin));
             loop {
+                if terminal.buffer().is_empty() {
+                    wait_for_input(terminal.get_ref());
+                }
                 let mut line = String::new();
-                if stdin.lock().read_line(&mut line).unwrap_or(0) == 0 {
+                if terminal.read_line(&mut line).unwrap_or(0) == 0 {
                     let _ = tx.send(None);
                     return;
                 }
@@ -47,6 +66,41 @@ fn typed_lines() -> &'static Mutex<mpsc::UnboundedReceiver<Option<String>>> {
         });
         Mutex::new(rx)
     })
+}
+
+/// How often the reading thread looks whether the process came to the foreground.
+const FOREGROUND_POLL: Duration = Duration::from_millis(150);
+
+/// Waits until the terminal can be read without stopping the process: it is in the foreground
+/// and something was typed (or the terminal closed). Each time it is in the foreground, it
+/// makes the echo what a secret prompt asked for meanwhile ([`Echo::sync`]).
+fn wait_for_input(terminal: &File) {
+    let tick = Timespec::try_from(FOREGROUND_POLL).expect("a short timespec");
+    loop {
+        if !in_foreground() {
+            std::thread::sleep(FOREGROUND_POLL);
+            continue;
+        }
+        echo().sync();
+        let mut fds = [PollFd::new(terminal, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&tick)) {
+            Ok(0) | Err(Errno::INTR) => {}
+            // Something to read, or an error the read reports.
+            _ if in_foreground() => return,
+            _ => {}
+        }
+    }
+}
+
+/// Whether the process may read and set the terminal at stdin without being stopped: it is in
+/// the terminal's foreground process group, or the terminal is not its controlling terminal (no
+/// job control applies to it then).
+fn in_foreground() -> bool {
+    match termios::tcgetpgrp(io::stdin()) {
+        Ok(group) => group == rustix::process::getpgrp(),
+        // ENOTTY: not the controlling terminal.
+        Err(_) => true,
+    }
 }
 
 /// A prompt on the terminal; resolves to the response once the person answered. Dropping it
@@ -103,34 +157,65 @@ fn labels(request: &Request) -> Vec<Label> {
 }
 
 /// The terminal's echo, off while this lives: what is typed meanwhile is not shown. Dropping it
-/// turns the echo back on, so a prompt given up or aborted leaves the terminal as it found it.
+/// turns the echo back on, so a prompt given up or aborted leaves the terminal as it found it
+/// (in the background, once the process is back in the foreground: see [`Echo::sync`]).
 #[derive(Debug)]
-struct Hidden {
-    /// Whether this turned the echo off (it was on, and stdin is a terminal).
-    turned_off: bool,
-}
+struct Hidden;
 
 impl Hidden {
     fn new() -> Hidden {
-        let stdin = io::stdin();
-        let turned_off = termios::tcgetattr(&stdin).is_ok_and(|mut modes| {
-            modes.local_modes.contains(LocalModes::ECHO) && {
-                modes.local_modes.remove(LocalModes::ECHO);
-                termios::tcsetattr(&stdin, OptionalActions::Now, &modes).is_ok()
-            }
-        });
-        Hidden { turned_off }
+        let mut echo = echo();
+        echo.hidden = true;
+        echo.sync();
+        Hidden
     }
 }
 
 impl Drop for Hidden {
     fn drop(&mut self) {
+        let mut echo = echo();
+        echo.hidden = false;
+        echo.sync();
+    }
+}
+
+/// What the terminal's echo should be, and what this process made it.
+#[derive(Debug)]
+struct Echo {
+    /// A secret answer is being typed: the echo should be off.
+    hidden: bool,
+    /// This process turned the echo off and owes turning it back on.
+    off: bool,
+}
+
+/// The echo's state, shared by the prompts and the reading thread.
+fn echo() -> std::sync::MutexGuard<'static, Echo> {
+    static ECHO: std::sync::Mutex<Echo> = std::sync::Mutex::new(Echo { hidden: false, off: false });
+    // Each field is whole at every point: a panic elsewhere leaves nothing half-done.
+    ECHO.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Echo {
+    /// Makes the echo what [`Echo::hidden`] asks for, in the foreground only: setting the
+    /// terminal's modes from the background would stop the process (SIGTTOU), and the modes
+    /// are then the foreground job's. What cannot be done now is done by the reading thread
+    /// once the process is in the foreground (a shell brings back the modes a job had when it
+    /// stopped, echo off included). An echo that was off already is left off.
+    fn sync(&mut self) {
+        if self.hidden == self.off || !in_foreground() {
+            return;
+        }
         let stdin = io::stdin();
-        if self.turned_off
-            && let Ok(mut modes) = termios::tcgetattr(&stdin)
-        {
+        let Ok(mut modes) = termios::tcgetattr(&stdin) else { return };
+        if self.hidden {
+            if modes.local_modes.contains(LocalModes::ECHO) {
+                modes.local_modes.remove(LocalModes::ECHO);
+                self.off = termios::tcsetattr(&stdin, OptionalActions::Now, &modes).is_ok();
+            }
+        } else {
             modes.local_modes.insert(LocalModes::ECHO);
             let _ = termios::tcsetattr(&stdin, OptionalActions::Now, &modes);
+            self.off = false;
         }
     }
 }

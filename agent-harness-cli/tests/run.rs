@@ -580,6 +580,91 @@ async fn on_a_terminal_a_line_typed_before_the_first_prompt_answers_nothing() {
     world.assert_no_process_left().await;
 }
 
+/// A run in the background of its terminal (`agent-harness run … &` from a shell) goes on to
+/// its end: it reads the terminal, which would stop it (SIGTTIN), only in the foreground.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_terminal_a_run_in_the_background_is_not_stopped() {
+    use std::os::unix::process::CommandExt;
+    let world = World::start(Provider::Codex, Scenario::new().text("done in the background")).await;
+    let mut args = world.run_args(&[], &["hello"]);
+    args.retain(|arg| arg != "--json");
+    let (master, slave) = pty();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"));
+    command.env_clear().envs(world.env.vars()).current_dir(world.env.workspace()).args(&args);
+    command.stdin(slave.try_clone().expect("pty")).stdout(slave.try_clone().expect("pty")).stderr(slave);
+    // SAFETY: `in_the_background` makes only async-signal-safe calls.
+    unsafe { command.pre_exec(in_the_background) };
+    let mut shell = command.spawn().expect("spawn");
+    drop(command); // closes this process's copies of the terminal's slave side
+    let mut reader = std::fs::File::from(master);
+    let screen = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let (mut screen, mut buf) = (Vec::new(), [0u8; 4096]);
+        // The read fails (EIO) once the command exited and the slave side closed.
+        while let Ok(n @ 1..) = reader.read(&mut buf) {
+            screen.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&screen).into_owned()
+    });
+    let Ok(screen) = tokio::time::timeout(LIMIT, screen).await else {
+        let _ = shell.kill();
+        let _ = shell.wait();
+        panic!("the command did not end within {LIMIT:?}");
+    };
+    let (status, screen) = (shell.wait().expect("status"), screen.expect("screen"));
+    assert_ne!(status.code(), Some(STOPPED), "the run stopped in the background:\n{screen}");
+    assert_eq!(status.code(), Some(0), "{screen}");
+    assert!(screen.contains("done in the background"), "{screen}");
+    world.assert_no_process_left().await;
+}
+
+/// [`in_the_background`]'s exit status when the command stopped.
+const STOPPED: i32 = 125;
+
+/// Run between fork and exec: makes this process a shell that started the command with `&`. It
+/// leads a session of its own on the terminal at stdin, as its foreground process group, and
+/// forks; the child goes on to exec the command in a process group of its own, in the
+/// background, while this process waits for it and exits with its exit status, or with
+/// [`STOPPED`] (after killing it) once it stops.
+fn in_the_background() -> std::io::Result<()> {
+    // SAFETY: async-signal-safe calls only; the waiting parent never returns from here.
+    unsafe {
+        if libc::setsid() == -1 || libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
+            return Err(std::io::Error::last_os_error());
+        }
+        match libc::fork() {
+            -1 => Err(std::io::Error::last_os_error()),
+            0 => {
+                libc::setpgid(0, 0);
+                Ok(())
+            }
+            command => {
+                libc::setpgid(command, command);
+                // Nothing but the terminal: the spawning process's pipe that waits for the exec,
+                // and other tests' descriptors, close when the command execs.
+                libc::syscall(libc::SYS_close_range, 3, u32::MAX, 0);
+                let mut status = 0;
+                loop {
+                    if libc::waitpid(command, &mut status, libc::WUNTRACED) == -1 {
+                        libc::_exit(1);
+                    }
+                    if libc::WIFSTOPPED(status) {
+                        libc::kill(command, libc::SIGKILL);
+                        libc::waitpid(command, &mut status, 0);
+                        libc::_exit(STOPPED);
+                    }
+                    if libc::WIFEXITED(status) {
+                        libc::_exit(libc::WEXITSTATUS(status));
+                    }
+                    if libc::WIFSIGNALED(status) {
+                        libc::_exit(128 + libc::WTERMSIG(status));
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A pseudo-terminal: (master, slave).
 fn pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
     use std::os::fd::FromRawFd;
