@@ -1,7 +1,8 @@
 //! Answers the agent's requests from the command line: approvals by `--approvals`, questions
-//! with the `--answer` values in order. Without a terminal a request handler answers by the
-//! policy and denies what it leaves open; on a terminal with `--approvals ask` the run loop asks
-//! the policy about each request and leaves the rest to [`crate::prompt`].
+//! with the `--answer` values in order. Without a terminal (or with `--json`) a request handler
+//! answers by the policy and denies what it leaves open; on a terminal the run loop asks the
+//! policy about each request and leaves the rest to [`crate::prompt`], whatever `--approvals`
+//! says: it answers approvals only.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

@@ -19,7 +19,7 @@ use agent_harness::{
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::Instant;
 
-use crate::args::{Approvals, RunArgs};
+use crate::args::RunArgs;
 use crate::config;
 use crate::exit::{Exit, Failure};
 use crate::policy::{Decision, Policy};
@@ -58,9 +58,9 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
     options.validate().map_err(|error| Failure::harness("invalid session", &error))?;
     provider.validate(&options).map_err(|error| Failure::harness("invalid session", &error))?;
     let mut signals = Signals::new()?;
-    // Ask at the terminal only when a person is there to answer and reads plain text.
-    let interactive =
-        !args.json && args.approvals == Approvals::Ask && io::stdin().is_terminal() && io::stdout().is_terminal();
+    // Ask at the terminal only when a person is there to answer and reads plain text: what the
+    // flags leave open (approvals with `--approvals ask`, questions with no `--answer` left).
+    let interactive = !args.json && io::stdin().is_terminal() && io::stdout().is_terminal();
     if interactive {
         crate::prompt::listen();
     }

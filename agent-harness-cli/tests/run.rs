@@ -497,6 +497,20 @@ async fn on_a_terminal_an_answer_not_taken_is_asked_again_with_the_choices() {
     world.assert_no_process_left().await;
 }
 
+/// On a terminal, `--approvals` answers approvals only: a question with no `--answer` left is
+/// still asked there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_terminal_approvals_approve_still_asks_the_question() {
+    let scenario = Scenario::new().ask_user("Pick a color", ["red", "blue"]).quote_tool_result("Tool said: ");
+    let world = World::start(Provider::Pi, scenario).await;
+    let asked = |screen: &str| screen.contains("answer (red, blue) > ");
+    let (status, screen) = world.on_a_terminal_typing(&["--approvals", "approve"], &["ask me"], asked, "blue").await;
+    assert_eq!(status.code(), Some(0), "{screen}");
+    assert!(screen.contains("answer (red, blue) > "), "the question was asked:\n{screen}");
+    assert!(screen.contains("Tool said: ") && screen.contains("blue"), "the typed answer was taken:\n{screen}");
+    world.assert_no_process_left().await;
+}
+
 /// The answer to a secret question is not shown as it is typed: the prompt says it is hidden,
 /// and the typed text reaches the screen only where the agent quotes it back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
