@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use agent_core::exec::{Command, EnvSpec, Exec, ExecError};
 use agent_core::provider::{OpenContext, OpenConversation, Opened, require_capabilities};
 use agent_core::{
-    Capabilities, Capability, DynProvider, Error, Provider, ProviderId, ProviderOptions, Result, SessionOptions,
-    Support,
+    Capabilities, Capability, DynProvider, Error, EventKind, Provider, ProviderId, ProviderOptions, Result,
+    SessionOptions, Support,
 };
 use agent_provider_kit::conversations::{Claim, real_path};
 use agent_provider_kit::probe::ProbeCache;
@@ -85,6 +85,40 @@ impl ClaudeProvider {
 
     /// Runs `claude --version` (once per exec, program and program file) and checks it against
     /// [`MIN_SUPPORTED`](crate::MIN_SUPPORTED).
+    /// Sets the session's MCP servers (`mcp_set_servers`), which claude connects before it
+    /// answers. A server that did not connect (its program missing, its process gone) leaves
+    /// the session running without its tools, as a server of claude's own configuration does;
+    /// a `warning` names it and claude's reason, with the session's secrets redacted.
+    async fn set_mcp_servers(
+        &self,
+        conn: &Connection,
+        ctx: &OpenContext,
+        secrets: &Secrets,
+        timeout: Duration,
+    ) -> Result<()> {
+        let request = json!({"subtype": "mcp_set_servers", "servers": validate::mcp_servers(&ctx.options)});
+        let reply = match conn.control(request, timeout).await {
+            Ok(reply) => reply.unwrap_or_default(),
+            Err(CallError::Timeout) => return Err(Error::Timeout { operation: "claude mcp_set_servers", timeout }),
+            Err(CallError::Refused(message)) => {
+                let message = secrets.redact(&message).into_owned();
+                return Err(self.unavailable(format!("claude refused the session's MCP servers: {message}")));
+            }
+            Err(_) => {
+                // Its stderr may quote what it was sent.
+                let report = conn.exit_report().await.to_string();
+                let report = secrets.redact(&report);
+                return Err(self.unavailable(format!("claude {report} while it set the session's MCP servers")));
+            }
+        };
+        for (name, why) in reply["errors"].as_object().into_iter().flatten() {
+            let why = secrets.redact(why.as_str().unwrap_or("no reason given")).into_owned();
+            let message = format!("MCP server `{name}` did not connect, so its tools are missing: {why}");
+            let _ = ctx.sink.emit(None, EventKind::Warning { message }, None).await;
+        }
+        Ok(())
+    }
+
     async fn check_version(
         &self,
         ctx: &OpenContext,
@@ -102,7 +136,7 @@ impl ClaudeProvider {
     pub async fn probe_cli(&self, exec: &dyn Exec, options: &SessionOptions) -> CliProbe {
         let claude = options.provider_options.get::<ClaudeOptions>().cloned().unwrap_or_default();
         let program = claude.program();
-        let command = version_command(&program, &validate::env_spec(options, Vec::new()), options);
+        let command = version_command(&program, &validate::env_spec(options), options);
         CHECK.probe_cli(&self.id, exec, command, |e| self.spawn_error(e, &program)).await
     }
 
@@ -187,7 +221,6 @@ pub(crate) fn arguments(
     mode: PermissionMode,
     conversation: &OpenConversation,
     session_id: &str,
-    mcp_config: Option<&Value>,
     skill_roots: &[std::path::PathBuf],
 ) -> Vec<String> {
     let mut args: Vec<String> = ["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose"]
@@ -220,8 +253,10 @@ pub(crate) fn arguments(
     if let Some(text) = &claude.append_system_prompt {
         args.extend(["--append-system-prompt".into(), text.clone()]);
     }
-    if let Some(config) = mcp_config {
-        args.extend(["--mcp-config".into(), config.to_string(), "--strict-mcp-config".into()]);
+    if !options.mcp_servers.is_empty() {
+        // The session's servers are set over stdin once claude runs; the user's and the
+        // project's MCP configurations are not read.
+        args.push("--strict-mcp-config".into());
     }
     if !claude.allowed_tools.is_empty() {
         args.extend(["--allowedTools".into(), claude.allowed_tools.join(",")]);
@@ -277,13 +312,7 @@ impl Provider for ClaudeProvider {
         let mode = validate::permission_mode(&options, &claude)?;
         let deadline = adapter_deadline(options.startup_timeout);
         let remaining = || deadline.saturating_sub(started.elapsed());
-        let (mcp_config, secrets) = if options.mcp_servers.is_empty() {
-            (None, Vec::new())
-        } else {
-            let (config, secrets) = validate::mcp_config(&options);
-            (Some(config), secrets)
-        };
-        let env = validate::env_spec(&options, secrets);
+        let env = validate::env_spec(&options);
         let program = claude.program();
         self.check_version(&ctx, &program, &env, deadline).await?;
 
@@ -313,8 +342,7 @@ impl Provider for ClaudeProvider {
             );
             return Err(Error::ResumeFailed { mode, reason });
         }
-        let args =
-            arguments(&options, &claude, mode, &ctx.conversation, &session_id, mcp_config.as_ref(), &skill_roots);
+        let args = arguments(&options, &claude, mode, &ctx.conversation, &session_id, &skill_roots);
         let mut command = Command::new(program.clone()).args(args).session(ctx.session_id.clone());
         command.env = env;
         command.cwd.clone_from(&options.cwd);
@@ -371,6 +399,9 @@ impl Provider for ClaudeProvider {
                 });
             }
         }
+        if !options.mcp_servers.is_empty() {
+            self.set_mcp_servers(&conn, &ctx, &credentials, remaining()).await?;
+        }
         let session = ClaudeSession {
             provider: self.id.clone(),
             skills: options.skills.iter().map(|s| s.name.clone()).collect(),
@@ -398,7 +429,7 @@ mod tests {
     fn new_sessions_get_their_id_on_the_command_line() {
         let options = SessionOptions::new("/work").model("claude-x").system_prompt("Be brief.");
         let claude = ClaudeOptions::new().allowed_tool("Read").disallowed_tool("WebFetch").tools(["Bash", "Read"]);
-        let args = arguments(&options, &claude, PermissionMode::Default, &OpenConversation::New, "sid", None, &[]);
+        let args = arguments(&options, &claude, PermissionMode::Default, &OpenConversation::New, "sid", &[]);
         let line = args.join(" ");
         assert!(
             line.starts_with(
@@ -415,17 +446,14 @@ mod tests {
     #[test]
     fn resume_and_fork_name_the_conversation() {
         let options = SessionOptions::new("/work").mcp_server("echo", McpServer::stdio("python3", ["/e.py"]));
-        let (config, _) = validate::mcp_config(&options);
         let resume = OpenConversation::Resume { provider_session_id: "old".into() };
-        let args =
-            arguments(&options, &ClaudeOptions::new(), PermissionMode::Default, &resume, "old", Some(&config), &[]);
+        let args = arguments(&options, &ClaudeOptions::new(), PermissionMode::Default, &resume, "old", &[]);
         let line = args.join(" ");
         assert!(line.contains("--resume old") && !line.contains("--session-id") && !line.contains("--fork"), "{line}");
         assert!(line.contains("--strict-mcp-config"), "{line}");
         let fork = OpenConversation::Fork { provider_session_id: "old".into() };
-        let line =
-            arguments(&options, &ClaudeOptions::new(), PermissionMode::Plan, &fork, "new", None, &["/skills".into()])
-                .join(" ");
+        let line = arguments(&options, &ClaudeOptions::new(), PermissionMode::Plan, &fork, "new", &["/skills".into()])
+            .join(" ");
         assert!(line.contains("--add-dir /skills"), "{line}");
         assert!(line.contains("--resume old --fork-session --session-id new"), "{line}");
         assert!(line.contains("--permission-mode plan"), "{line}");

@@ -2,7 +2,6 @@
 //! environment.
 
 use std::collections::HashSet;
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use agent_core::exec::EnvSpec;
@@ -35,10 +34,6 @@ const MANAGED_FLAGS: &[&str] = &[
     "--permission-mode",
     "--system-prompt",
 ];
-
-/// The prefix of the variables that carry MCP server secrets to the CLI (the `--mcp-config`
-/// JSON names them as `${…}`, which Claude Code expands).
-pub(crate) const MCP_SECRET_VAR: &str = "AGENT_HARNESS_MCP_SECRET_";
 
 /// Everything [`crate::ClaudeProvider`] checks before spawning.
 pub(crate) fn validate(options: &SessionOptions, claude: &ClaudeOptions) -> Result<()> {
@@ -274,44 +269,30 @@ fn validate_claude_options(claude: &ClaudeOptions) -> Result<()> {
     Ok(())
 }
 
-/// The `--mcp-config` JSON of the session's servers. Secret values (variables, headers) and a
-/// stdio server's arguments (a token flag is common) do not appear in it: each is a
-/// `${AGENT_HARNESS_MCP_SECRET_<n>}` reference that Claude Code expands from its environment,
-/// and the returned pairs set those variables. An HTTP server's URL stays in it: credentials go
-/// in its headers.
-pub(crate) fn mcp_config(options: &SessionOptions) -> (Value, Vec<(String, String)>) {
-    let mut secrets = Vec::new();
-    let mut secret = |value: &String| {
-        let name = format!("{MCP_SECRET_VAR}{}", secrets.len());
-        let reference = format!("${{{name}}}");
-        secrets.push((name, value.clone()));
-        reference
-    };
+/// The session's MCP servers as `mcp_set_servers` takes them, by name. They reach claude over
+/// its stdin only: on its command line they would show in the process table, and in its
+/// environment every command it runs for the model (`env` in a Bash tool call) would show the
+/// servers' variables, headers and arguments to the model.
+pub(crate) fn mcp_servers(options: &SessionOptions) -> Map<String, Value> {
     let mut servers = Map::new();
     for (name, server) in &options.mcp_servers {
         let config = match server {
             McpServer::Stdio { command, args, env } => {
-                let args: Vec<Value> = args.iter().map(|arg| json!(secret(arg))).collect();
-                let env: Map<String, Value> = env.iter().map(|(k, v)| (k.clone(), json!(secret(v)))).collect();
                 json!({"type": "stdio", "command": command, "args": args, "env": env})
             }
-            McpServer::Http { url, headers } => {
-                let headers: Map<String, Value> = headers.iter().map(|(k, v)| (k.clone(), json!(secret(v)))).collect();
-                json!({"type": "http", "url": url, "headers": headers})
-            }
+            McpServer::Http { url, headers } => json!({"type": "http", "url": url, "headers": headers}),
             _ => continue,
         };
         servers.insert(name.clone(), config);
     }
-    (json!({ "mcpServers": servers }), secrets)
+    servers
 }
 
-/// The child environment: the session's changes, the MCP secrets and, under
+/// The child environment: the session's changes and, under
 /// [`AuthMode::Subscription`](agent_core::AuthMode), the scrubbed variables.
-pub(crate) fn env_spec(options: &SessionOptions, mcp_secrets: Vec<(String, String)>) -> EnvSpec {
+pub(crate) fn env_spec(options: &SessionOptions) -> EnvSpec {
     let mut spec = EnvSpec::default();
     spec.set = options.env.set.iter().map(|(k, v)| (k.into(), v.into())).collect();
-    spec.set.extend(mcp_secrets.into_iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
     spec.unset = options.env.unset.iter().map(Into::into).collect();
     spec.unset.extend(crate::auth::scrubbed(options));
     spec
@@ -458,29 +439,33 @@ mod tests {
                 other => panic!("expected the guard to refuse {name}, got {other:?}"),
             }
         }
-        let spec = env_spec(&SessionOptions::new(std::env::temp_dir()), Vec::new());
+        let spec = env_spec(&SessionOptions::new(std::env::temp_dir()));
         assert!(spec.unset.contains(&"ANTHROPIC_API_KEY".into()));
-        assert!(env_spec(&options().env("ANTHROPIC_API_KEY", "k"), Vec::new()).unset.is_empty());
+        assert!(env_spec(&options().env("ANTHROPIC_API_KEY", "k")).unset.is_empty());
     }
 
     #[test]
-    fn mcp_secrets_travel_in_the_environment() {
+    fn mcp_servers_are_described_whole_and_stay_out_of_the_environment() {
         let mut server = McpServer::stdio("python3", ["/srv/echo.py", "--token=arg-sekrit"]);
         if let McpServer::Stdio { env, .. } = &mut server {
             env.insert("TOKEN".into(), "sekrit".into());
         }
-        let o = options().mcp_server("echo", server);
-        let (config, secrets) = mcp_config(&o);
-        assert!(!config.to_string().contains("sekrit"), "{config}");
-        assert_eq!(config["mcpServers"]["echo"]["command"], "python3");
-        assert_eq!(
-            config["mcpServers"]["echo"]["args"],
-            json!(["${AGENT_HARNESS_MCP_SECRET_0}", "${AGENT_HARNESS_MCP_SECRET_1}"])
+        let o = options().mcp_server("echo", server).mcp_server(
+            "web",
+            McpServer::Http {
+                url: "http://127.0.0.1:9/mcp".into(),
+                headers: [("Authorization".into(), "h".into())].into(),
+            },
         );
-        assert_eq!(config["mcpServers"]["echo"]["env"]["TOKEN"], "${AGENT_HARNESS_MCP_SECRET_2}");
-        let values: Vec<&str> = secrets.iter().map(|(_, value)| value.as_str()).collect();
-        assert_eq!(values, ["/srv/echo.py", "--token=arg-sekrit", "sekrit"]);
-        let spec = env_spec(&o, secrets);
-        assert!(format!("{spec:?}").contains("AGENT_HARNESS_MCP_SECRET_0") && !format!("{spec:?}").contains("sekrit"));
+        let servers = mcp_servers(&o);
+        assert_eq!(
+            servers["echo"],
+            json!({"type": "stdio", "command": "python3", "args": ["/srv/echo.py", "--token=arg-sekrit"], "env": {"TOKEN": "sekrit"}})
+        );
+        assert_eq!(
+            servers["web"],
+            json!({"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "h"}})
+        );
+        assert!(!format!("{:?}", env_spec(&o)).contains("sekrit"));
     }
 }

@@ -124,6 +124,8 @@ impl Fixture {
 #[tokio::test(start_paused = true)]
 async fn the_command_line_environment_and_lines_written() {
     let claude = initialized()
+        .expect_line(control("mcp_set_servers"))
+        .answer(|line| control_success(line, Some(json!({"added": ["files"], "removed": [], "errors": {}}))))
         .expect_line(user_line())
         .stdout(init())
         .stdout(delta("Hel"))
@@ -168,20 +170,20 @@ async fn the_command_line_environment_and_lines_written() {
     assert_eq!(resumed, SESSION);
     let status = fixture.harness.status(&session).await.unwrap();
     assert_eq!(status.provider_session_id.as_deref(), Some(SESSION), "the conversation claude reports");
-    let env = fixture.claude().env().clone();
-    let mcp: Vec<(String, String)> = env
-        .iter()
-        .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
-        .filter(|(k, _)| k.starts_with("AGENT_HARNESS_MCP_SECRET_"))
-        .collect();
-    assert!(mcp.iter().any(|(_, v)| v == "sekrit"), "the server's variable travels in claude's environment: {mcp:?}");
-    assert!(mcp.iter().any(|(_, v)| v == "--root"), "and so do its arguments: {mcp:?}");
+    let env = format!("{:?}", fixture.claude().env());
+    assert!(!env.contains("sekrit") && !env.contains("--root"), "no MCP value in claude's environment: {env}");
     assert!(!line.contains("--root"), "no MCP argument on the command line: {line}");
 
+    // The servers go over stdin, whole, after `initialize`.
     let sent = fixture.sent();
     assert_eq!(sent[0]["request"]["subtype"], "initialize");
     assert_eq!(
-        sent[1],
+        sent[1]["request"],
+        json!({"subtype": "mcp_set_servers", "servers": {"files": {
+            "type": "stdio", "command": "/opt/mcp/files", "args": ["--root", "/w"], "env": {"FILES_TOKEN": "sekrit"}}}})
+    );
+    assert_eq!(
+        sent[2],
         json!({"type": "user", "message": {"role": "user", "content": "hi"}, "parent_tool_use_id": null, "session_id": ""})
     );
     fixture.harness.stop_session(&session, false).await.unwrap();

@@ -283,7 +283,7 @@ async fn a_credential_a_tool_prints_is_redacted_from_events_and_the_store() {
         const TOKEN: &str = "deploy-token-0123456789";
         const DATABASE: &str = "postgres://u:db-pass-0123@db";
         let scenario = Scenario::new()
-            .shell("echo token=$DEPLOY_TOKEN; echo db=$AGENT_HARNESS_MCP_SECRET_0")
+            .shell("echo token=$DEPLOY_TOKEN; env | grep -c db-pass-0123")
             .quote_tool_result("Tool said: ");
         let claude = Claude::start(&cli, scenario).await;
         let mut server = agent_core::McpServer::stdio("/bin/true", Vec::<String>::new());
@@ -293,11 +293,14 @@ async fn a_credential_a_tool_prints_is_redacted_from_events_and_the_store() {
         let options = claude.options().env("DEPLOY_TOKEN", TOKEN).mcp_server("db", server);
         let session = claude.session(options).await;
         let (_, events) = claude.run(&session, "show the token", |_| Some(Response::approve())).await;
-        let said = "token=[redacted]\ndb=[redacted]";
+        // The MCP server's variable is not in the environment of the commands claude runs: it
+        // reached claude over its stdin.
+        let said = "token=[redacted]\n0";
         assert_eq!(tool_outputs(&events), [(ToolStatus::Completed, said.to_owned())]);
         assert_eq!(terminal(&events).result.text.as_deref(), Some(format!("Tool said: {said}").as_str()));
         let seen = model_messages(&claude.server, 1);
-        assert!(seen.contains(TOKEN) && seen.contains(DATABASE), "the agent itself saw the values");
+        assert!(seen.contains(TOKEN), "the agent itself saw the session's variable");
+        assert!(!seen.contains(DATABASE), "nor the MCP server's: {seen}");
         let last = events.last().expect("events").seq as usize;
         let stored: Vec<_> =
             claude.harness.subscribe(&session, Replay::Start).await.unwrap().take(last).collect().await;
@@ -307,6 +310,11 @@ async fn a_credential_a_tool_prints_is_redacted_from_events_and_the_store() {
             let json = serde_json::to_string(&**event).unwrap();
             assert!(!json.contains(TOKEN) && !json.contains(DATABASE), "{json}");
         }
+        // `/bin/true` is no MCP server: the session runs without it, and says so.
+        let warned = stored.iter().any(|event| {
+            matches!(&event.kind, EventKind::Warning { message } if message.contains("MCP server `db` did not connect"))
+        });
+        assert!(warned, "a warning names the server that did not connect");
         let streamed = agent_testkit::events::delta_texts(&stored).concat();
         assert!(streamed.contains("[redacted]"), "{streamed:?}");
         assert!(!streamed.contains(TOKEN) && !streamed.contains(DATABASE), "the deltas together: {streamed:?}");
@@ -757,21 +765,26 @@ async fn a_session_mcp_server_is_connected_and_its_tool_callable() {
             !cmdline.contains(PLANTED_ARG.trim()),
             "the server's arguments are not on claude's command line: {cmdline}"
         );
+        let environ = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap()).into_owned();
+        assert!(
+            !environ.contains(PLANTED.trim()) && !environ.contains(PLANTED_ARG.trim()),
+            "nor in its environment, which the commands it runs inherit"
+        );
         let (_, events) = claude.run(&session, "use the tool", |_| Some(Response::approve())).await;
         let end = terminal(&events);
         assert_eq!(end.status, TurnStatus::Completed, "{}", names(&events));
         assert_eq!(requests(&events)[0].kind, RequestKind::Permission);
-        // The secret and the argument reached the server through claude's environment (the model
-        // saw the server's echo of both); what is kept has the secret redacted.
+        // The secret and the argument reached the server (the model saw the server's echo of
+        // both); what is kept has the secret redacted.
         assert!(model_messages(&claude.server, 1).contains(&format!("{PLANTED}ping{PLANTED_ARG}")));
         assert_eq!(end.result.text.as_deref(), Some(format!("MCP said: [redacted]ping{PLANTED_ARG}").as_str()));
         // Named to the model: among the request's tools (2.1.197), or among the tools it is told it
         // may load (2.1.332 defers MCP tools).
         let first = claude.server.model_requests()[0].body.as_ref().unwrap().to_string();
         assert!(first.contains("mcp__echo__echo"), "the tool was advertised to the model");
-        // Nor in the recorded commands' Debug output (the variable's value is never printed).
+        // Nor in the recorded commands' Debug output.
         let commands = format!("{:?}", claude.exec.commands());
-        assert!(commands.contains("AGENT_HARNESS_MCP_SECRET_0") && !commands.contains(PLANTED), "{commands}");
+        assert!(!commands.contains(PLANTED.trim()), "{commands}");
         claude.finish().await;
     }
 }
