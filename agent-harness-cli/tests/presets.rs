@@ -33,6 +33,7 @@ echo "$1" >> "history-$session"
 echo "SAY turn $(wc -l < "history-$session" | tr -d ' ') of $session"
 case "$1" in
   fail*) echo "FAILED no luck"; exit 0;;
+  tty*) if (exec </dev/tty) 2>/dev/null; then read x </dev/tty; echo "RESULT read the terminal"; else echo "RESULT no terminal"; fi;;
   block*) while :; do sleep 0.05; done;;
   *) echo "RESULT echo: $1";;
 esac
@@ -496,4 +497,54 @@ async fn preset_flags_with_a_native_provider_are_refused() {
         assert_eq!(output.status.code(), Some(64), "{flag}: {}", output.stderr);
         assert!(output.stderr.contains(flag) && output.stderr.contains("preset:ID"), "{flag}: {}", output.stderr);
     }
+}
+
+/// A CLI, or a command it runs for the agent, that reads its terminal (a password prompt, a
+/// host key to confirm) finds none, even when `agent-harness` runs on one: it is not a job of
+/// the user's terminal that the read would stop (SIGTTIN) for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_finds_no_terminal_to_read_when_the_harness_runs_on_one() {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::process::CommandExt;
+    let mini = Mini::new();
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: openpty writes two new descriptors, owned below; the other arguments may be null.
+    let opened =
+        unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) };
+    assert_eq!(opened, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened and are owned by nothing else.
+    let (master, slave) = unsafe { (std::fs::File::from_raw_fd(master), std::os::fd::OwnedFd::from_raw_fd(slave)) };
+    let (key, path) = mini.path_var();
+    let presets = mini.presets.display().to_string();
+    let script = mini.script.display().to_string();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_agent-harness"));
+    command.env_clear().env(key, path).current_dir(&mini.work);
+    command.args(["run", "--json", "--presets-dir", &presets, "--allow-executable", &script]);
+    command.args(["--provider", "preset:mini-agent", "--timeout", "10", "tty check"]);
+    command.stdin(slave.try_clone().expect("pty")).stdout(slave.try_clone().expect("pty")).stderr(slave);
+    // SAFETY: between fork and exec, async-signal-safe calls only: the command leads a session
+    // with the terminal as its controlling terminal, as a login shell's job would.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() == -1 || libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let mut child = command.spawn().expect("spawn");
+    drop(command); // closes this process's copies of the terminal's slave side
+    let screen = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let (mut screen, mut buf, mut master) = (Vec::new(), [0u8; 4096], master);
+        // The read fails (EIO) once the command exited and the slave side closed.
+        while let Ok(n @ 1..) = master.read(&mut buf) {
+            screen.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&screen).into_owned()
+    });
+    let screen = tokio::time::timeout(LIMIT, screen).await.expect("the run ends").expect("screen");
+    let status = child.wait().expect("status");
+    assert_eq!(status.code(), Some(0), "{screen}");
+    assert!(screen.contains("no terminal"), "{screen}");
 }

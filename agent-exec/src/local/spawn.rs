@@ -295,7 +295,7 @@ mod imp {
             EXEC => return Err(error),
             1 => "arming the parent-death signal",
             2 => "checking the host is still its parent",
-            3 => "making its own process group",
+            3 => "making its own session and process group",
             0 => "taking its own descriptor table",
             4 => "connecting its stdio",
             7 => "closing the host's descriptors",
@@ -401,7 +401,11 @@ mod imp {
                 *libc::__errno_location() = libc::ESRCH;
                 return report(2);
             }
-            if libc::setpgid(0, 0) != 0 {
+            // A session of its own, so a group of its own (its ID the child's PID) without the
+            // host's controlling terminal: a read of `/dev/tty` (a password prompt, a host key to
+            // confirm) fails at once rather than stopping it as a background job of the user's
+            // terminal, and nothing it writes there lands in the host's output.
+            if libc::setsid() < 0 {
                 return report(3);
             }
             for (target, &fd) in setup.stdio.iter().enumerate() {
