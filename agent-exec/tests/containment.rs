@@ -427,6 +427,23 @@ fn the_session_end_scan_outlives_the_runtime_that_asked_first() {
     });
 }
 
+/// A child whose runtime is dropped before its supervisor ever ran (a `current_thread`
+/// runtime that returned from `block_on(spawn)`) is killed and reaped, and its handle's `wait`
+/// on another runtime ends, where the child stayed a zombie and `wait` never returned.
+#[test]
+fn a_child_whose_runtime_is_dropped_before_its_supervisor_ran_is_reaped() {
+    let first = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+    let child = first.block_on(LocalExec::new().spawn(sh("exec sleep 30"))).expect("spawn");
+    drop(first);
+    let pid = child.handle.id().expect("a pid");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+    runtime.block_on(async {
+        let status = tokio::time::timeout(BOUND, child.handle.wait()).await.expect("wait ends").expect("a status");
+        assert!(!status.success(), "killed: {status:?}");
+        assert_gone_within(pid, GONE_WITHIN).await;
+    });
+}
+
 /// Waits until `pid` runs `sleep`: while it execs, its environment (its stamp) may not be
 /// readable.
 async fn until_sleeping(pid: u32) {

@@ -181,22 +181,30 @@ async fn poll_exit(pid: Pid) {
 }
 
 /// Supervises one child: enforces the wall-clock limit, then sweeps and reaps at exit. If the
-/// runtime drops this task first, the child is killed and reaped on a thread.
-pub(super) async fn supervise(process: Arc<Process>, exit: ExitWatch, wall_clock: Option<Duration>) {
+/// runtime drops this task first, the child is killed and reaped on a thread — also when it
+/// drops the task before its first poll (a runtime dropped right after the spawn returned): the
+/// guard is made here, not when the task starts.
+pub(super) fn supervise(
+    process: Arc<Process>,
+    exit: ExitWatch,
+    wall_clock: Option<Duration>,
+) -> impl Future<Output = ()> + Send + 'static {
     let guard = AbandonOnDrop(Some(Arc::clone(&process)));
-    let exited = exit.exited(process.pid);
-    match wall_clock {
-        Some(limit) => {
-            tokio::pin!(exited);
-            if tokio::time::timeout(limit, &mut exited).await.is_err() {
-                process.limit_exceeded(KillCause::WallClock);
-                exited.await;
+    async move {
+        let exited = exit.exited(process.pid);
+        match wall_clock {
+            Some(limit) => {
+                tokio::pin!(exited);
+                if tokio::time::timeout(limit, &mut exited).await.is_err() {
+                    process.limit_exceeded(KillCause::WallClock);
+                    exited.await;
+                }
             }
+            None => exited.await,
         }
-        None => exited.await,
+        process.reap();
+        guard.disarm();
     }
-    process.reap();
-    guard.disarm();
 }
 
 struct AbandonOnDrop(Option<Arc<Process>>);
