@@ -445,3 +445,33 @@ async fn an_answer_sent_while_the_session_shuts_down_finds_the_request_expired()
     stop.await.unwrap().unwrap();
     assert!(remote.responses().is_empty(), "nothing reached the provider");
 }
+
+/// A forced stop while the turn's end waits for an answer's delivery ends the session there:
+/// what the provider sent after that end (the end itself, a session-level warning, a new
+/// provider session ID) is not recorded after `session_closed`, which stays the last event.
+#[tokio::test(start_paused = true)]
+async fn a_forced_stop_while_the_turns_end_waits_for_an_answer_leaves_session_closed_last() {
+    let f = Fixture::new();
+    let (session, remote) = f.session(opts()).await;
+    let events = f.harness.subscribe(&session, Replay::Start).await.unwrap();
+    let (turn, request) = pending(&f, &session, &remote, approval("a-parked")).await;
+    f.control.push_respond(CallBehavior::Delay(Duration::from_secs(10)));
+    let answering = tokio::spawn({
+        let (harness, request) = (f.harness.clone(), request.clone());
+        async move { harness.respond(&request, Response::approve()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // The turn's end waits for the delivery, and what follows it waits behind it.
+    remote.complete(&turn.id, "ran it").await;
+    let _ = remote.sink().emit(None, EventKind::Warning { message: "running low".into() }, None).await;
+    remote.session_updated("scripted-renamed").await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    f.harness.stop_session(&session, true).await.unwrap();
+    let _ = answering.await.unwrap();
+
+    let types = drain_types(events).await;
+    assert_eq!(types.last(), Some(&"session_closed"), "{types:?}");
+    assert_eq!(types.iter().filter(|t| **t == "session_closed").count(), 1, "{types:?}");
+    let stored = f.dyn_store().read_events(&session.id, &agent_core::store::EventQuery::all()).await.unwrap();
+    assert_eq!(stored.last().map(|e| e.type_name()), Some("session_closed"), "{stored:?}");
+}

@@ -153,7 +153,8 @@ pub(crate) struct Actor {
     sink_open: bool,
     early_messages: Vec<ProviderMessage>,
     /// Provider messages from a turn's terminal event on, held while an answer to one of that
-    /// turn's requests is still being delivered (see [`Actor::take_provider`]).
+    /// turn's requests is still being delivered (see [`Actor::take_provider`]); dropped when the
+    /// session ends meanwhile.
     parked: VecDeque<ProviderMessage>,
     /// The transport went down while an admission was in flight; reported once it answers.
     transport_lost: Option<String>,
@@ -240,7 +241,11 @@ impl Actor {
             // capacity.
             let mut buf = VecDeque::new();
             loop {
-                self.unpark();
+                // A session that is ending replays nothing that waited: its end (`session_closed`,
+                // or a retired turn's failure) is the last thing it records.
+                if self.exiting.is_none() {
+                    self.unpark();
+                }
                 self.settle_deliveries();
                 self.journal.wake();
                 if let Some(reason) = self.exiting.take() {
@@ -488,7 +493,8 @@ impl Actor {
     /// expire a request that was in fact answered, and the caller would hear `RequestExpired`
     /// for an answer the agent used. So a terminal event for a turn with an answer in flight,
     /// and everything after it, waits until the delivery settles — bounded by the delivery's
-    /// own deadline — and the sink is not read meanwhile.
+    /// own deadline — and the sink is not read meanwhile. A session that ends meanwhile drops
+    /// what waits (see [`Actor::run`]).
     fn take_provider(&mut self, message: ProviderMessage) {
         if self.parked.is_empty() && !self.must_wait(&message) {
             self.on_provider(message);
