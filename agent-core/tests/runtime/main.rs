@@ -10,6 +10,7 @@ mod events;
 mod handlers;
 mod inactivity;
 mod lag;
+mod panics;
 mod queued_writes;
 mod racing;
 mod requests;

@@ -85,13 +85,12 @@ impl Calls {
     pub(super) fn admit(&mut self, start: TurnStart, generation: u64, timeout: Duration, span: Span) {
         let provider = Arc::clone(&self.provider);
         let turn = start.id().clone();
-        self.admission = Some(tokio::spawn(
-            async move {
-                let result = bounded("turn admission", timeout, provider.start_turn(start)).await;
-                (turn, generation, result)
-            }
-            .instrument(span),
-        ));
+        let panicked = (turn.clone(), generation, Err(Error::ProviderPanicked { operation: "turn admission" }));
+        let admission = async move {
+            let result = bounded("turn admission", timeout, provider.start_turn(start)).await;
+            (turn, generation, result)
+        };
+        self.admission = Some(tokio::spawn(guarded(admission, panicked).instrument(span)));
     }
 
     pub(super) fn is_admitting(&self) -> bool {
@@ -127,25 +126,27 @@ impl Calls {
             kind = %request.kind,
             action = %response.action(),
         );
-        self.tasks.spawn(
-            async move {
-                let result = bounded("respond", timeout, provider.respond(&request, &response)).await;
-                Done::Responded { request: request.id, result }
-            }
-            .instrument(span),
-        );
+        let panicked = Done::Responded {
+            request: request.id.clone(),
+            result: Err(Error::ProviderPanicked { operation: "respond" }),
+        };
+        let respond = async move {
+            let result = bounded("respond", timeout, provider.respond(&request, &response)).await;
+            Done::Responded { request: request.id, result }
+        };
+        self.tasks.spawn(guarded(respond, panicked).instrument(span));
     }
 
     pub(super) fn cancel(&mut self, turn: TurnId, timeout: Duration, parent: &Span) {
         let provider = Arc::clone(&self.provider);
         let span = tracing::info_span!(parent: parent, "provider_command", command = "cancel", turn_id = %turn);
-        self.tasks.spawn(
-            async move {
-                let result = bounded("cancel", timeout, provider.cancel(&turn)).await;
-                Done::Cancelled { turn, result }
-            }
-            .instrument(span),
-        );
+        let panicked =
+            Done::Cancelled { turn: turn.clone(), result: Err(Error::ProviderPanicked { operation: "cancel" }) };
+        let cancel = async move {
+            let result = bounded("cancel", timeout, provider.cancel(&turn)).await;
+            Done::Cancelled { turn, result }
+        };
+        self.tasks.spawn(guarded(cancel, panicked).instrument(span));
     }
 
     pub(super) fn steer(
@@ -161,13 +162,13 @@ impl Calls {
         self.steer_id += 1;
         let id = self.steer_id;
         self.steering.insert(id, reply);
-        self.tasks.spawn(
-            async move {
-                let result = bounded("steer", timeout, provider.steer(&turn, &input)).await;
-                Done::Steered { id, turn, result }
-            }
-            .instrument(span),
-        );
+        let panicked =
+            Done::Steered { id, turn: turn.clone(), result: Err(Error::ProviderPanicked { operation: "steer" }) };
+        let steer = async move {
+            let result = bounded("steer", timeout, provider.steer(&turn, &input)).await;
+            Done::Steered { id, turn, result }
+        };
+        self.tasks.spawn(guarded(steer, panicked).instrument(span));
     }
 
     /// The caller of a finished steer.
@@ -230,7 +231,8 @@ impl Calls {
     }
 
     /// The next finished piece of work (guard with [`Calls::is_busy`]), the admission first;
-    /// `None` for an aborted task.
+    /// `None` for an aborted task (a provider call's task does not end in a panic: see
+    /// [`guarded`]).
     pub(super) async fn next(&mut self) -> Option<Done> {
         tokio::select! {
             biased;
@@ -249,16 +251,21 @@ impl Calls {
     }
 }
 
-/// Runs a provider call under a deadline; a missed deadline is an uncertain outcome.
-/// A panic inside the provider is an uncertain outcome too.
-pub(super) async fn bounded<T>(
+/// Runs a provider call under a deadline; a missed deadline is an uncertain outcome. A panic
+/// is one too, caught around the whole task by [`guarded`].
+async fn bounded<T>(
     operation: &'static str,
     timeout: Duration,
     call: impl std::future::Future<Output = Result<T>>,
 ) -> Result<T> {
-    match std::panic::AssertUnwindSafe(tokio::time::timeout(timeout, call)).catch_unwind().await {
-        Ok(Ok(result)) => result,
-        Ok(Err(_)) => Err(Error::Timeout { operation, timeout }),
-        Err(_) => Err(Error::ProviderPanicked { operation }),
-    }
+    tokio::time::timeout(timeout, call).await.unwrap_or(Err(Error::Timeout { operation, timeout }))
+}
+
+/// A provider call's task, `work`, with a panic anywhere in it turned into `panicked`: the
+/// result a provider that panicked gives. `work` is an `async` block that makes the call, so a
+/// provider method that panics before it returns its future is caught as well as one whose
+/// future panics; the actor hears of the call either way and never waits for a result that
+/// will not come.
+async fn guarded<T>(work: impl std::future::Future<Output = T>, panicked: T) -> T {
+    std::panic::AssertUnwindSafe(work).catch_unwind().await.unwrap_or(panicked)
 }
