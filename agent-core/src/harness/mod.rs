@@ -486,9 +486,13 @@ impl Harness {
 
     /// Answers a request exactly once. Concurrent answers get [`Error::ResponseInProgress`],
     /// later ones [`Error::AlreadyResolved`], answers after expiry [`Error::RequestExpired`]. A
-    /// response that does not fit the request is refused before anything is sent. A request of
-    /// a session another harness sharing the store runs is answered there
-    /// ([`Error::SessionLiveElsewhere`] here), whatever the store says of it.
+    /// live session tells these apart for the requests of the turns it keeps
+    /// ([`SessionOptions::completed_turn_cache_size`]) and of the 1,024 requests of turns it let
+    /// go of last; for an older request it asks its store, and without one (or when the store
+    /// does not hold it) the answer is [`Error::RequestNotFound`]. A response that does not fit
+    /// the request is refused before anything is sent. A request of a session another harness
+    /// sharing the store runs is answered there ([`Error::SessionLiveElsewhere`] here),
+    /// whatever the store says of it.
     pub async fn respond(&self, request: &Request, response: Response) -> Result<()> {
         let command = telemetry::command_span(Cmd::Respond, &self.provider_of(&request.session_id), None);
         command.record("session_id", tracing::field::display(&request.session_id));

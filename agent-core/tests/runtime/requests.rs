@@ -475,3 +475,31 @@ async fn a_forced_stop_while_the_turns_end_waits_for_an_answer_leaves_session_cl
     let stored = f.dyn_store().read_events(&session.id, &agent_core::store::EventQuery::all()).await.unwrap();
     assert_eq!(stored.last().map(|e| e.type_name()), Some("session_closed"), "{stored:?}");
 }
+
+/// A session without a store forgets a turn's requests with the turn (here at once: it keeps no
+/// finished turns); an answer to one of them is still told how the request ended.
+#[tokio::test]
+async fn an_answer_to_a_forgotten_request_is_told_how_it_ended() {
+    let f = Fixture::new();
+    let options = opts().store(StoreChoice::Disabled).completed_turn_cache_size(CacheSize::Bounded(0));
+    let (session, remote) = f.session(options).await;
+
+    let (turn, expired) = pending(&f, &session, &remote, approval("a-forgotten")).await;
+    remote.complete(&turn.id, "finished without the answer").await;
+    assert!(f.harness.await_turn(&turn, None).await.is_ok());
+    let err = f.harness.respond(&expired, Response::approve()).await.unwrap_err();
+    assert!(matches!(err, Error::RequestExpired { ref request_id } if *request_id == expired.id), "{err:?}");
+
+    let (turn, resolved) = pending(&f, &session, &remote, approval("a-answered")).await;
+    f.harness.respond(&resolved, Response::approve()).await.unwrap();
+    remote.complete(&turn.id, "ran it").await;
+    assert!(f.harness.await_turn(&turn, None).await.is_ok());
+    let err = f.harness.respond(&resolved, Response::deny("too late")).await.unwrap_err();
+    assert!(matches!(err, Error::AlreadyResolved { ref request_id } if *request_id == resolved.id), "{err:?}");
+    assert_eq!(remote.responses(), [Response::approve()], "the provider saw one answer");
+
+    let mut unknown = expired.clone();
+    unknown.id = RequestId::generate();
+    let err = f.harness.respond(&unknown, Response::approve()).await.unwrap_err();
+    assert!(matches!(err, Error::RequestNotFound { .. }), "{err:?}");
+}

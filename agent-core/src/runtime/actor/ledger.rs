@@ -2,7 +2,8 @@
 //! delivered, and their deadlines. It decides what a delivery's result means for the request
 //! and returns that decision; the actor records, emits and replies.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, RandomState};
 
 use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
@@ -12,6 +13,12 @@ use crate::error::{Error, Result};
 use crate::event::ExpiryReason;
 use crate::ids::{RequestId, SessionId, TurnId};
 use crate::request::{ProviderRef, Request, RequestStatus, Response};
+
+/// How many requests of turns that left the turn cache the ledger remembers the end of, the
+/// newest: a later answer to one of them gets `AlreadyResolved` or `RequestExpired`, and one to
+/// an older request `RequestNotFound` unless the session's store holds it. 16 bytes a request,
+/// 16 KiB at most a session.
+const FORGOTTEN_REQUESTS: usize = 1024;
 
 /// Who answered a request.
 pub(super) enum Origin {
@@ -66,6 +73,12 @@ pub(super) struct Ledger {
     entries: HashMap<RequestId, Entry>,
     /// Pending requests by the provider's reference, for the provider's own resolutions.
     by_ref: HashMap<ProviderRef, RequestId>,
+    /// How the requests of turns that left the turn cache ended, oldest first, at most
+    /// [`FORGOTTEN_REQUESTS`]: each as a 64-bit hash of its ID with a key of this session's
+    /// (`forgotten_keys`), as the turn cache keeps used turn IDs. An ID never seen is taken for
+    /// one of them one time in 2^64 per request kept.
+    forgotten: VecDeque<(u64, RequestStatus)>,
+    forgotten_keys: RandomState,
 }
 
 impl Ledger {
@@ -120,7 +133,11 @@ impl Ledger {
     /// Checks that `response` may claim `request_id` now; the request to deliver it to.
     pub(super) fn check(&self, session: &SessionId, request_id: &RequestId, response: &Response) -> Result<Request> {
         let Some(entry) = self.entries.get(request_id) else {
-            return Err(Error::RequestNotFound { session_id: session.clone(), request_id: request_id.clone() });
+            return Err(match self.forgotten_status(request_id) {
+                Some(RequestStatus::Resolved) => Error::AlreadyResolved { request_id: request_id.clone() },
+                Some(_) => Error::RequestExpired { request_id: request_id.clone() },
+                None => Error::RequestNotFound { session_id: session.clone(), request_id: request_id.clone() },
+            });
         };
         match entry.request.status {
             RequestStatus::Resolved => Err(Error::AlreadyResolved { request_id: request_id.clone() }),
@@ -256,9 +273,87 @@ impl Ledger {
         waiting
     }
 
-    /// Forgets the requests of a turn that left the turn cache.
+    /// Forgets the requests of a turn that left the turn cache, keeping how each ended (see
+    /// [`FORGOTTEN_REQUESTS`]).
     pub(super) fn forget_turn(&mut self, turn: &TurnId) {
+        let mut forgotten: Vec<&Request> =
+            self.entries.values().map(|e| &e.request).filter(|r| &r.turn_id == turn).collect();
+        forgotten.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+        for request in forgotten {
+            // A finished turn's requests are settled; one that is not ended with its turn.
+            let status = match request.status {
+                RequestStatus::Resolved => RequestStatus::Resolved,
+                _ => RequestStatus::Expired,
+            };
+            if self.forgotten.len() == FORGOTTEN_REQUESTS {
+                self.forgotten.pop_front();
+            }
+            self.forgotten.push_back((self.forgotten_keys.hash_one(request.id.as_str()), status));
+        }
         self.entries.retain(|_, e| &e.request.turn_id != turn);
         self.by_ref.retain(|_, id| self.entries.contains_key(id));
+    }
+
+    /// How a forgotten request ended, while the ledger keeps it (see [`FORGOTTEN_REQUESTS`]).
+    fn forgotten_status(&self, request_id: &RequestId) -> Option<RequestStatus> {
+        let hash = self.forgotten_keys.hash_one(request_id.as_str());
+        self.forgotten.iter().rev().find(|(kept, _)| *kept == hash).map(|&(_, status)| status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::{RequestKind, Scope};
+    use crate::time::Timestamp;
+
+    fn request(turn: &TurnId, n: usize) -> Request {
+        Request {
+            id: RequestId::generate(),
+            session_id: SessionId::new("s").unwrap(),
+            turn_id: turn.clone(),
+            kind: RequestKind::CommandApproval,
+            prompt: "?".into(),
+            choices: vec![],
+            questions: vec![],
+            schema: None,
+            scopes: vec![Scope::Once],
+            metadata: serde_json::Map::new(),
+            status: RequestStatus::Pending,
+            provider_ref: ProviderRef(n.to_string()),
+            response: None,
+            created_at: Timestamp::now(),
+            expires_at: None,
+        }
+    }
+
+    /// Past the bound, the oldest forgotten request is the one no longer told apart.
+    #[test]
+    fn forgotten_requests_are_kept_up_to_the_bound_the_oldest_going_first() {
+        let session = SessionId::new("s").unwrap();
+        let mut ledger = Ledger::default();
+        let mut ids = Vec::new();
+        for n in 0..=FORGOTTEN_REQUESTS {
+            let turn = TurnId::generate();
+            let request = request(&turn, n);
+            ids.push(request.id.clone());
+            ledger.insert(request, None, Span::none());
+            if n % 2 == 0 {
+                ledger.expire(&ids[n], ExpiryReason::TurnEnded);
+            } else {
+                ledger.claim(&ids[n], Response::approve(), Origin::Handler);
+                assert!(matches!(ledger.settle(&ids[n], Ok(()), true), Some(Settled::Resolved { .. })));
+            }
+            ledger.forget_turn(&turn);
+        }
+        assert!(ledger.entries.is_empty() && ledger.by_ref.is_empty());
+        assert_eq!(ledger.forgotten.len(), FORGOTTEN_REQUESTS);
+
+        let check = |id: &RequestId| ledger.check(&session, id, &Response::approve()).unwrap_err();
+        assert!(matches!(check(&ids[0]), Error::RequestNotFound { .. }), "the oldest is gone");
+        assert!(matches!(check(&ids[1]), Error::AlreadyResolved { .. }));
+        assert!(matches!(check(&ids[2]), Error::RequestExpired { .. }));
+        assert!(matches!(check(&ids[FORGOTTEN_REQUESTS]), Error::RequestExpired { .. }), "the newest is kept");
+        assert!(matches!(check(&RequestId::generate()), Error::RequestNotFound { .. }));
     }
 }

@@ -317,7 +317,8 @@ impl Actor {
     }
 
     /// Wakes the waiters of the terminal events published since the last wake-up, and lets the
-    /// cache forget the turns beyond its bound (their requests go with them).
+    /// cache forget the turns beyond its bound (their requests go with them; the ledger keeps how
+    /// the last of them ended, see [`Ledger::forget_turn`]).
     fn settle_deliveries(&mut self) {
         for terminal in self.journal.take_terminals() {
             self.cache.notify(&terminal);
