@@ -164,8 +164,8 @@ pub const MAX_ARGUMENT: usize = 128 * 1024 - 1;
 /// How long a CLI's stdout is still read after the CLI exited, before it counts as closed.
 pub const STDOUT_AFTER_EXIT: Duration = Duration::from_millis(500);
 
-/// A CLI's stdout, which ends at the end of file or once the CLI has exited and the pipe stayed
-/// empty for [`STDOUT_AFTER_EXIT`]. The end of file alone is not enough: a process the CLI
+/// A CLI's stdout, which ends at the end of file or at the first read that finds the pipe empty
+/// [`STDOUT_AFTER_EXIT`] or more after the CLI exited. The end of file alone is not enough: a process the CLI
 /// started in a session or group of its own (`setsid`) escapes the group's kill and holds the
 /// pipe open for as long as it runs, and the turn must end all the same. What the pipe still
 /// holds is read first: a read that finds data never looks at the exit.
