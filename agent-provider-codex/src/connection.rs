@@ -16,7 +16,7 @@ use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::time::deadline_after;
 use agent_core::{Sink, SinkBuffer, TurnId};
-use agent_provider_kit::framing::head::{find_key, object_at, string_at};
+use agent_provider_kit::framing::head::{find_key, integer_at, object_at, string_at};
 use agent_provider_kit::framing::{
     AfterLines, Bytes, Line, LineReader, TextFrame, flush_before_wait, keep_line, unparsed_line_warning,
 };
@@ -320,13 +320,30 @@ impl Shared {
 /// (codex 0.171 writes `{"method":"turn/completed","params":{"threadId":…,"turn":{"id":…`, its
 /// items after them); one of another turn or thread, or whose turn they do not show, is only
 /// warned of.
+///
+/// A request of codex's among them (`method` and `id` in its first bytes) is declined, as codex
+/// would wait for its answer for good, and a reply to a call of ours (an `id` and no `method`)
+/// fails that call, whose caller would wait out its deadline.
 fn over_long_line(state: &mut Normalizer, len: usize, head: &[u8], max_line: usize, actions: &mut Vec<Action>) -> Then {
     let warning = TextFrame::TooLong { len }.into_text(CLI, max_line).err().unwrap_or_default();
     actions.extend(state.garbage(warning));
-    let params = head.strip_prefix(b"{").and_then(|root| {
-        let method = string_at(root, find_key(root, "method")?)?;
-        (method == "turn/completed").then(|| object_at(root, find_key(root, "params")?)).flatten()
-    });
+    let root = head.strip_prefix(b"{");
+    let method = root.and_then(|root| string_at(root, find_key(root, "method")?));
+    let id = root.and_then(|root| integer_at(root, find_key(root, "id")?));
+    match (method, id) {
+        (Some(method), Some(id)) => {
+            actions.extend(state.unread_request(RpcId::Num(id), method, len, max_line));
+            return AfterLines::Next;
+        }
+        (None, Some(id)) => {
+            let message = format!("codex's reply was {len} bytes, over the {max_line}-byte limit (`max_line_bytes`)");
+            let error = serde_json::json!({"id": id, "error": {"code": -32700, "message": message}});
+            return AfterLines::Reply((id, RawJson::parsed(error.to_string())));
+        }
+        _ => {}
+    }
+    let params = root
+        .and_then(|root| (method? == "turn/completed").then(|| object_at(root, find_key(root, "params")?)).flatten());
     let turn = params.and_then(|params| object_at(params, find_key(params, "turn")?));
     let Some(turn) = turn.and_then(|turn| string_at(turn, find_key(turn, "id")?)) else {
         return AfterLines::Next;

@@ -156,10 +156,7 @@ pub(crate) fn build(
             Built::Ask { spec, kind: PendingKind::Legacy }
         }
         ServerRequest::DynamicToolCall { .. } => Built::Answer {
-            result: Ok(json!({
-                "success": false,
-                "contentItems": [{"type": "inputText", "text": "this client registers no dynamic tools"}],
-            })),
+            result: Ok(no_dynamic_tools()),
             note: "codex called a dynamic tool; this client registers none".into(),
         },
         ServerRequest::Unsupported { method, known, .. } => {
@@ -519,6 +516,36 @@ fn question_answers(ids: &[String], answer: &Answer) -> Result<Map<String, Value
     }
 }
 
+/// The answer to a dynamic tool call: this client registers no tools.
+fn no_dynamic_tools() -> Value {
+    json!({
+        "success": false,
+        "contentItems": [{"type": "inputText", "text": "this client registers no dynamic tools"}],
+    })
+}
+
+/// The answer to a request of `method` whose line was too long to read (only its first bytes,
+/// naming it, were): decline, or its closest equivalent, as for a request no turn can take; a
+/// JSON-RPC error for a method this provider does not answer.
+pub(crate) fn decline_unread(method: &str) -> std::result::Result<Value, wire::AnswerError> {
+    let kind = match method {
+        "item/commandExecution/requestApproval" => PendingKind::Command { scopes: Vec::new(), offered: Vec::new() },
+        "item/fileChange/requestApproval" => PendingKind::FileChange,
+        "item/permissions/requestApproval" => PendingKind::Permissions { requested: Value::Null },
+        "item/tool/requestUserInput" => PendingKind::Question { ids: Vec::new() },
+        "mcpServer/elicitation/request" => PendingKind::Elicitation,
+        "execCommandApproval" | "applyPatchApproval" => {
+            return Ok(json!({ "decision": { "denied": { "rejection": "the request was too long to read" } } }));
+        }
+        "item/tool/call" => return Ok(no_dynamic_tools()),
+        _ => {
+            let message = format!("agent-harness could not read `{method}`: its line was over `max_line_bytes`");
+            return Err(wire::AnswerError { code: INVALID_PARAMS, message });
+        }
+    };
+    Ok(auto_decline(&kind))
+}
+
 /// The answer sent when a request cannot reach the host (no turn is running): decline, or its
 /// closest equivalent.
 pub(crate) fn auto_decline(kind: &PendingKind) -> Value {
@@ -774,6 +801,13 @@ mod tests {
     #[test]
     fn requests_without_a_turn_are_declined_in_kind() {
         assert_eq!(auto_decline(&PendingKind::FileChange), json!({"decision": "decline"}));
+        // A request too long to read is declined by its method alone.
+        assert_eq!(decline_unread("item/fileChange/requestApproval").unwrap(), json!({"decision": "decline"}));
+        assert_eq!(decline_unread("item/tool/requestUserInput").unwrap(), json!({"answers": {}}));
+        assert_eq!(decline_unread("mcpServer/elicitation/request").unwrap(), json!({"action": "decline"}));
+        assert_eq!(decline_unread("item/tool/call").unwrap()["success"], false);
+        assert!(decline_unread("applyPatchApproval").unwrap()["decision"]["denied"].is_object());
+        assert_eq!(decline_unread("account/somethingNew").unwrap_err().code, INVALID_PARAMS);
         assert_eq!(
             auto_decline(&PendingKind::Question { ids: vec!["q".into()] }),
             json!({"answers": {"q": {"answers": []}}})

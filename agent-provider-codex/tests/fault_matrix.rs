@@ -944,6 +944,50 @@ async fn a_turn_completed_line_over_the_limit_ends_the_turn_and_the_session_goes
     case.finish().await;
 }
 
+/// A request of codex's over `max_line_bytes` (the approval of a long command) cannot be read
+/// whole, but its first bytes name it: it is declined at once with a warning, where it was
+/// dropped and codex waited for its answer for good. An over-long reply to a call of ours fails
+/// that call at once, where its caller waited out its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_over_long_request_is_declined_and_an_over_long_reply_fails_its_call() {
+    let request = json!({
+        "method": "item/commandExecution/requestApproval", "id": 7,
+        "params": {
+            "threadId": "${session_id}", "turnId": "${turn_id}", "itemId": "call_long",
+            "command": format!("echo {}", "x".repeat(5000)), "cwd": "/tmp",
+            "availableDecisions": ["accept", "decline", "cancel"],
+        },
+    });
+    let script = FakeScript::new()
+        .handshake()
+        .turn_start()
+        .send(request)
+        .expect_match(json!({"id": 7, "result": {"decision": "decline"}}))
+        .deltas(["after"])
+        .complete();
+    let case = Case::new(script);
+    let session = case.session_with(case.options_with(CodexOptions::new().max_line_bytes(4096))).await;
+    let events = case.run(&session, "run a long command").await;
+    assert_eq!(end(&events).status, TurnStatus::Completed, "{:?}", warnings(&events));
+    assert_eq!(end(&events).result.text.as_deref(), Some("after"));
+    let warned = warnings(&events);
+    assert!(
+        warned.iter().any(|w| w.contains("item/commandExecution/requestApproval") && w.contains("declined")),
+        "{warned:?}"
+    );
+    case.finish().await;
+
+    let long_reply =
+        FakeScript::new().expect(ExpectKind::Handshake).reply(json!({"userAgent": "x".repeat(5000)})).stall();
+    let case = Case::new(long_reply);
+    let started = tokio::time::Instant::now();
+    let options = case.options_with(CodexOptions::new().max_line_bytes(4096)).startup_timeout(Duration::from_secs(20));
+    let refused = case.harness.start_session("codex", options).await.expect_err("the reply cannot be read");
+    assert!(refused.to_string().contains("4096"), "{refused}");
+    assert!(started.elapsed() < Duration::from_secs(5), "failed at once, not at its deadline: {:?}", started.elapsed());
+    case.finish().await;
+}
+
 /// An over-long `turn/completed` of another turn (a stale one of the turn before) or of another
 /// thread (a subagent's, naming the running turn's ID) ends nothing: it is only warned of, as
 /// the notification itself would have been dropped as stale or foreign.

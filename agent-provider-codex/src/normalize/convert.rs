@@ -27,12 +27,13 @@ pub(super) fn tool_of(item: &Item) -> Option<(ToolKind, String, Value)> {
 }
 
 /// A completed item's status, and whether codex wrote one this provider knows (the schema's
-/// `completed`, `failed`, `declined`; none at all for items without one). An unknown status
-/// reads as completed, and the caller says so.
+/// `completed`, `failed`, `declined`, and a subagent call's `interrupted`; none at all for items
+/// without one). An unknown status reads as completed, and the caller says so.
 pub(super) fn tool_status(status: Option<&str>) -> (ToolStatus, bool) {
     match status {
         Some("failed") => (ToolStatus::Failed, true),
         Some("declined") => (ToolStatus::Declined, true),
+        Some("interrupted") => (ToolStatus::Interrupted, true),
         None | Some("completed") => (ToolStatus::Completed, true),
         Some(_) => (ToolStatus::Completed, false),
     }

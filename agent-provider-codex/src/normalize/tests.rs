@@ -267,6 +267,12 @@ fn a_null_counter_and_an_unknown_tool_status_lose_nothing_silently() {
     assert_eq!(names(&actions), ["tool_completed", "warning"]);
     let [_, (_, EventKind::Warning { message })] = emitted(&actions)[..] else { panic!("{actions:?}") };
     assert!(message.contains("`superseded`"), "{message}");
+
+    // A subagent call the schema says was interrupted is reported so, without a warning.
+    let collab = note("item/completed", item("collabAgentToolCall", "a1", json!({"status": "interrupted"})));
+    let actions = feed(&mut n, collab);
+    let [(_, EventKind::ToolCompleted { status, .. })] = emitted(&actions)[..] else { panic!("{actions:?}") };
+    assert_eq!(*status, ToolStatus::Interrupted);
 }
 
 /// Another thread's totals (a subagent's) are not this thread's: they neither count in a turn's

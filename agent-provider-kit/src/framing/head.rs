@@ -64,6 +64,20 @@ pub fn string_at(bytes: &[u8], at: usize) -> Option<&str> {
     std::str::from_utf8(&body[..end]).ok().filter(|text| !text.contains('\\'))
 }
 
+/// The JSON integer at `at` in `bytes` (where [`find_key`] says a value starts), when the bytes
+/// hold all of it (a delimiter follows its digits) and it fits an `i64`: a JSON-RPC `id`.
+pub fn integer_at(bytes: &[u8], at: usize) -> Option<i64> {
+    let rest = bytes.get(at..)?;
+    let sign = usize::from(rest.first() == Some(&b'-'));
+    let digits = rest[sign..].iter().take_while(|b| b.is_ascii_digit()).count();
+    let end = sign + digits;
+    // Digits up to the head's end may be the beginning of a longer number.
+    if digits == 0 || !matches!(rest.get(end), Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')) {
+        return None;
+    }
+    std::str::from_utf8(&rest[..end]).ok()?.parse().ok()
+}
+
 /// The body (after its `{`) of the JSON object at `at` in `bytes`, for [`find_key`].
 pub fn object_at(bytes: &[u8], at: usize) -> Option<&[u8]> {
     bytes.get(at..)?.strip_prefix(b"{")
@@ -72,6 +86,18 @@ pub fn object_at(bytes: &[u8], at: usize) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integers_are_read_only_when_the_head_holds_them_whole() {
+        let root = &br#""id":42,"method":"m","n":-7}"#[..];
+        assert_eq!(integer_at(root, find_key(root, "id").unwrap()), Some(42));
+        assert_eq!(integer_at(root, find_key(root, "n").unwrap()), Some(-7));
+        assert_eq!(integer_at(root, find_key(root, "method").unwrap()), None, "a string");
+        let cut = &br#""id":4"#[..];
+        assert_eq!(integer_at(cut, find_key(cut, "id").unwrap()), None, "it may go on past the head");
+        let huge = &br#""id":99999999999999999999,"#[..];
+        assert_eq!(integer_at(huge, find_key(huge, "id").unwrap()), None);
+    }
 
     fn ids(head: &str) -> Option<(&str, &str)> {
         let root = head.as_bytes().strip_prefix(b"{")?;
