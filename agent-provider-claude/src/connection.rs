@@ -16,13 +16,13 @@ use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::time::deadline_after;
 use agent_core::{Sink, SinkBuffer, TurnId};
-use agent_provider_kit::framing::head::{find_key, string_at};
+use agent_provider_kit::framing::head::{find_key, object_at, string_at};
 use agent_provider_kit::framing::tail::find_root_key;
 use agent_provider_kit::framing::{
     AfterLines, Bytes, Line, LineReader, TextFrame, flush_before_wait, keep_line, stderr_note, unparsed_line_warning,
 };
 use agent_provider_kit::process::{CliProcess, encode_line as encode, spawn_reader, truncate_message, wait_until};
-use agent_provider_kit::rpc::{ControlRequestId, ExitReport, Pending, ReplyError, ReplyKey};
+use agent_provider_kit::rpc::{CliRequestId, ControlRequestId, ExitReport, Pending, ReplyError, ReplyKey};
 use agent_provider_kit::secrets::Secrets;
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -189,7 +189,9 @@ type Then = AfterLines<(ControlRequestId, RawJson)>;
 
 /// A line over `max_line` bytes, dropped with a warning; one whose head shows claude's `result`
 /// also ends the running turn (failed, the reason saying why): claude waits for the next prompt,
-/// and nothing else would end it.
+/// and nothing else would end it. A control request of claude's is answered (see
+/// [`Normalizer::unread_control_request`]), as claude waits for its answer, and a control
+/// response to one of ours fails that call, whose caller would wait out its deadline.
 fn over_long_line(
     state: &mut Normalizer,
     len: usize,
@@ -201,12 +203,29 @@ fn over_long_line(
     actions.extend(state.garbage(warning));
     // Found among the head's keys, in whatever order claude writes them, else among the tail's:
     // 2.1.332 writes a result line's `type` after its text.
-    let kind = head
-        .strip_prefix(b"{")
-        .and_then(|root| string_at(root, find_key(root, "type")?))
-        .or_else(|| string_at(tail, find_root_key(tail, "type")?));
-    if kind != Some("result") {
-        return AfterLines::Next;
+    let root = head.strip_prefix(b"{");
+    let member = |key: &str| {
+        root.and_then(|root| string_at(root, find_key(root, key)?))
+            .or_else(|| string_at(tail, find_root_key(tail, key)?))
+    };
+    let nested = |key: &str| root.and_then(|root| object_at(root, find_key(root, key)?));
+    match member("type") {
+        Some("result") => {}
+        Some("control_request") => {
+            if let Some(id) = member("request_id") {
+                let subtype = nested("request").and_then(|request| string_at(request, find_key(request, "subtype")?));
+                actions.extend(state.unread_control_request(&CliRequestId::from(id), subtype, len, max_line));
+            }
+            return AfterLines::Next;
+        }
+        Some("control_response") => {
+            let id = nested("response").and_then(|response| string_at(response, find_key(response, "request_id")?));
+            let Some(id) = id else { return AfterLines::Next };
+            let why = format!("claude's reply was {len} bytes, over the {max_line}-byte limit (`max_line_bytes`)");
+            let error = wire::control_response(&CliRequestId::from(id), Err(why));
+            return AfterLines::Reply((ControlRequestId(id.to_owned()), RawJson::parsed(error.to_string())));
+        }
+        _ => return AfterLines::Next,
     }
     let reason = format!(
         "claude's result line was {len} bytes, over the {max_line}-byte limit (`max_line_bytes`): the turn's end \

@@ -244,6 +244,32 @@ impl Normalizer {
         self.emit(actions, EventKind::ProviderEvent { method });
     }
 
+    /// Answers a control request of claude's whose line was over `max_line_bytes`: its first
+    /// bytes named it (`request_id`, and `subtype` when they reach it), and claude would wait for
+    /// its answer for good. A tool's permission (`can_use_tool`, or a subtype past the bytes)
+    /// is denied, anything else refused, and a warning says so.
+    pub(crate) fn unread_control_request(
+        &mut self,
+        id: &CliRequestId,
+        subtype: Option<&str>,
+        len: usize,
+        max_line: usize,
+    ) -> Vec<Action> {
+        let why = format!("its line was {len} bytes, over the {max_line}-byte limit (`max_line_bytes`)");
+        let (answer, what) = match subtype {
+            Some("can_use_tool") | None => {
+                let deny = json!({"behavior": "deny", "message": format!("the request could not be read: {why}")});
+                (Ok(Some(deny)), "denied")
+            }
+            Some(_) => (Err(format!("agent-harness could not read the request: {why}")), "refused"),
+        };
+        let mut actions = vec![Action::Write(wire::control_response(id, answer))];
+        let subtype = subtype.unwrap_or("control request");
+        let message = format!("claude sent a `{subtype}` request that could not be read ({why}); it was {what}");
+        self.emit(&mut actions, EventKind::Warning { message });
+        actions
+    }
+
     /// A stdout line that is not JSON, not UTF-8 or too long: a warning, when the line gets one
     /// (see [`Unreadable`]).
     pub(crate) fn garbage(&mut self, message: String) -> Option<Action> {

@@ -222,6 +222,55 @@ async fn permission_answers_and_unserved_control_requests() {
     fixture.harness.stop_session(&session, false).await.unwrap();
 }
 
+/// A control request over `max_line_bytes` (the permission to write a large file carries the
+/// file) cannot be read whole, but its first bytes name it: it is denied at once with a
+/// warning, where it was dropped and claude waited for its answer for good.
+#[tokio::test(start_paused = true)]
+async fn an_over_long_control_request_is_denied_and_the_turn_goes_on() {
+    // In the order claude writes the members.
+    let can_use_tool = format!(
+        r#"{{"type":"control_request","request_id":"cli-9","request":{{"subtype":"can_use_tool","tool_name":"Write","input":{{"file_path":"/w/big.txt","content":"{}"}},"tool_use_id":"toolu_9"}}}}"#,
+        "x".repeat(5000)
+    );
+    let claude = initialized()
+        .expect_line(user_line())
+        .stdout(can_use_tool)
+        .expect_line(LineMatch::contains("\"cli-9\""))
+        .stdout(result(false, "done", 0.1))
+        .wait_eof()
+        .exit(0);
+    let fixture = Fixture::new(claude);
+    let session = fixture.session(fixture.options().provider_option(ClaudeOptions::new().max_line_bytes(2048))).await;
+    let events = fixture.run(&session, |_| Some(Response::approve())).await;
+    assert_eq!(events.last().and_then(|e| e.kind.terminal_end()).unwrap().status, TurnStatus::Completed);
+    let warned = events.iter().any(|e| {
+        matches!(&e.kind, EventKind::Warning { message } if message.contains("can_use_tool") && message.contains("denied"))
+    });
+    assert!(warned, "a warning says what was denied");
+    let sent = fixture.sent();
+    let answer = sent.iter().find(|m| m["response"]["request_id"] == "cli-9").expect("the request was answered");
+    assert_eq!(answer["response"]["response"]["behavior"], "deny");
+    fixture.harness.stop_session(&session, false).await.unwrap();
+}
+
+/// A reply to a control request of ours over `max_line_bytes` fails that call at once, naming
+/// the limit, where its caller waited out its deadline (here `initialize`, so the start fails).
+#[tokio::test(start_paused = true)]
+async fn an_over_long_control_response_fails_its_call_at_once() {
+    let claude = Script::new()
+        .expect_line(control("initialize"))
+        .answer(|line| control_success(line, Some(json!({"commands": "x".repeat(5000)}))))
+        .wait_eof()
+        .exit(0);
+    let fixture = Fixture::new(claude);
+    let started = tokio::time::Instant::now();
+    let options = fixture.options().provider_option(ClaudeOptions::new().max_line_bytes(2048));
+    let refused = fixture.harness.start_session("claude", options).await.expect_err("the reply cannot be read");
+    assert!(refused.to_string().contains("2048-byte limit"), "{refused}");
+    // The exit report's wait for the process (2 s), not the handshake's deadline (27 s).
+    assert!(started.elapsed() < Duration::from_secs(5), "at once, not at a deadline: {:?}", started.elapsed());
+}
+
 /// A CLI that numbers its control requests waits for answers under the same numbers, and a
 /// `result` whose `subtype` and `session_id` a newer CLI writes as `null` still ends the turn:
 /// either, refused, would leave the CLI and the turn waiting for ever.

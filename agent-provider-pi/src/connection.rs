@@ -16,11 +16,13 @@ use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::time::deadline_after;
 use agent_core::{Sink, SinkBuffer, TurnId};
+use agent_provider_kit::framing::head::{find_key, integer_at, string_at};
+use agent_provider_kit::framing::tail::find_root_key;
 use agent_provider_kit::framing::{
     Bytes, Line, LineReader, TextFrame, flush_before_wait, keep_line, unparsed_line_warning,
 };
 use agent_provider_kit::process::{CliProcess, encode_line as encode, spawn_reader, truncate_message, wait_until};
-use agent_provider_kit::rpc::{ExitReport, Pending, ReplyError, ResponseId};
+use agent_provider_kit::rpc::{CliRequestId, ExitReport, Pending, ReplyError, ResponseId};
 use agent_provider_kit::secrets::Secrets;
 use serde::Deserialize;
 use serde_json::Value;
@@ -338,6 +340,33 @@ impl Shared {
     ) -> Result<(), SinkClosed> {
         let warning = TextFrame::TooLong { len }.into_text(CLI, max_line).err().unwrap_or_default();
         self.garbage(warning, out).await?;
+        // A dialog pi waits to have answered, or a reply to a command of ours, named by the
+        // line's first bytes (or its last: a member written after a long one).
+        let (head, tail) = ends;
+        let root = head.strip_prefix(b"{");
+        let at = |key: &str| root.and_then(|root| find_key(root, key).map(|at| (root, at)));
+        let member = |key: &str| {
+            at(key).and_then(|(root, at)| string_at(root, at)).or_else(|| string_at(tail, find_root_key(tail, key)?))
+        };
+        let id = || {
+            let number = || at("id").and_then(|(root, at)| integer_at(root, at)).map(Value::from);
+            member("id").map(Value::from).or_else(number).as_ref().and_then(CliRequestId::of)
+        };
+        match (member("type"), id()) {
+            (Some("extension_ui_request"), Some(id)) => {
+                actions.extend(lock(&self.state).unread_dialog(&id, member("method"), len, max_line));
+                return self.run(actions, out).await;
+            }
+            (Some("response"), Some(id)) => {
+                let reply = serde_json::json!({
+                    "type": "response", "id": id.to_json(), "command": member("command").unwrap_or_default(),
+                    "success": false,
+                    "error": format!("pi's reply was {len} bytes, over the {max_line}-byte limit (`max_line_bytes`)"),
+                });
+                return self.on_frame(TextFrame::Text(&reply.to_string()), None, max_line, actions, out).await;
+            }
+            _ => {}
+        }
         actions.extend(lock(&self.state).over_long(ends, len, max_line));
         self.run(actions, out).await
     }

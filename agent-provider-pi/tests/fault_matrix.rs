@@ -434,6 +434,41 @@ async fn an_abort_acknowledged_without_an_end_retires_the_session() {
     case.assert_no_process_left().await;
 }
 
+/// A dialog over `max_line_bytes` (an editor with a large text to start from) cannot be read
+/// whole, but its first or last bytes name it: it is dismissed at once with a warning, where pi
+/// waited for its answer for good. An over-long reply to a command of ours fails that command
+/// at once, where its caller waited out its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_over_long_dialog_is_dismissed_and_an_over_long_reply_fails_its_command() {
+    let dialog = json!({"type": "extension_ui_request", "id": "d-long", "method": "editor", "title": "Edit",
+        "prefill": "x".repeat(70 * 1024)});
+    let script = FakeScript::new()
+        .handshake()
+        .turn_start()
+        .send(dialog)
+        .expect_match(json!({"type": "extension_ui_response", "id": "d-long", "cancelled": true}))
+        .deltas(["after"])
+        .complete();
+    let case = Case::new(script);
+    let session = case.session().await;
+    let events = case.run(&session, "hello").await;
+    assert_eq!(end(&events).status, TurnStatus::Completed, "{}", names(&events));
+    let warned = events.iter().any(|e| {
+        matches!(&e.kind, EventKind::Warning { message } if message.contains("editor") && message.contains("dismissed"))
+    });
+    assert!(warned, "{}", names(&events));
+    case.finish().await;
+
+    let case =
+        Case::new(FakeScript::new().expect(ExpectKind::Handshake).reply(json!({"big": "x".repeat(70 * 1024)})).stall());
+    let started = Instant::now();
+    let refused = case.harness.start_session("pi", case.options().startup_timeout(Duration::from_secs(20))).await;
+    let refused = refused.expect_err("the reply cannot be read");
+    assert!(refused.to_string().contains("65536-byte limit"), "{refused}");
+    assert!(started.elapsed() < Duration::from_secs(5), "at once, not at a deadline: {:?}", started.elapsed());
+    case.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dialog_while_no_turn_runs_is_dismissed() {
     let dialog =

@@ -130,6 +130,25 @@ impl Normalizer {
             }
         }
     }
+
+    /// Dismisses a dialog of pi's whose line was over `max_line_bytes`: its first or last bytes
+    /// named it (`id`, and `method` when they reach it), and pi would wait for its answer for
+    /// good. A warning says so.
+    pub(crate) fn unread_dialog(
+        &mut self,
+        id: &CliRequestId,
+        method: Option<&str>,
+        len: usize,
+        max_line: usize,
+    ) -> Vec<Action> {
+        let dismiss = json!({"type": "extension_ui_response", "id": id.to_json(), "cancelled": true});
+        let method = method.map_or_else(|| "dialog".to_owned(), |method| format!("`{method}` dialog"));
+        let message = format!(
+            "pi asked through an extension {method} in a line of {len} bytes, over the {max_line}-byte limit \
+             (`max_line_bytes`): it could not be read, and was dismissed"
+        );
+        vec![Action::Write(dismiss), self.emit(EventKind::Warning { message })]
+    }
 }
 
 /// `title: text`, or whichever is there.
