@@ -21,6 +21,7 @@ use agent_provider_kit::framing::tail::find_root_key;
 use agent_provider_kit::framing::{
     AfterLines, Bytes, Line, LineReader, TextFrame, flush_before_wait, keep_line, stderr_note, unparsed_line_warning,
 };
+use agent_provider_kit::permission_prompt::unread_request;
 use agent_provider_kit::process::{CliProcess, encode_line as encode, spawn_reader, truncate_message, wait_until};
 use agent_provider_kit::rpc::{CliRequestId, ControlRequestId, ExitReport, Pending, ReplyError, ReplyKey};
 use agent_provider_kit::secrets::Secrets;
@@ -212,9 +213,8 @@ fn over_long_line(
     match member("type") {
         Some("result") => {}
         Some("control_request") => {
-            if let Some(id) = member("request_id") {
-                let subtype = nested("request").and_then(|request| string_at(request, find_key(request, "subtype")?));
-                actions.extend(state.unread_control_request(&CliRequestId::from(id), subtype, len, max_line));
+            if let Some((id, subtype)) = unread_request((head, tail)) {
+                actions.extend(state.unread_control_request(&id, subtype, len, max_line));
             }
             return AfterLines::Next;
         }

@@ -24,7 +24,7 @@ use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EndCause, EventKind, ItemId, TurnId, TurnResult, TurnStatus};
 use agent_provider_kit::clones::Clones;
 use agent_provider_kit::framing::{Bytes, Unreadable};
-use agent_provider_kit::permission_prompt::{ToolUseRequest, reused_request_id};
+use agent_provider_kit::permission_prompt::{ToolUseRequest, reused_request_id, unread_request_answer};
 use agent_provider_kit::rpc::CliRequestId;
 use serde_json::{Value, json};
 
@@ -244,10 +244,9 @@ impl Normalizer {
         self.emit(actions, EventKind::ProviderEvent { method });
     }
 
-    /// Answers a control request of claude's whose line was over `max_line_bytes`: its first
-    /// bytes named it (`request_id`, and `subtype` when they reach it), and claude would wait for
-    /// its answer for good. A tool's permission (`can_use_tool`, or a subtype past the bytes)
-    /// is denied, anything else refused, and a warning says so.
+    /// Answers a control request of claude's whose line was over `max_line_bytes`: its first or
+    /// last bytes named it, and claude would wait for its answer for good (see
+    /// [`agent_provider_kit::permission_prompt::unread_request_answer`]). A warning says so.
     pub(crate) fn unread_control_request(
         &mut self,
         id: &CliRequestId,
@@ -256,16 +255,8 @@ impl Normalizer {
         max_line: usize,
     ) -> Vec<Action> {
         let why = format!("its line was {len} bytes, over the {max_line}-byte limit (`max_line_bytes`)");
-        let (answer, what) = match subtype {
-            Some("can_use_tool") | None => {
-                let deny = json!({"behavior": "deny", "message": format!("the request could not be read: {why}")});
-                (Ok(Some(deny)), "denied")
-            }
-            Some(_) => (Err(format!("agent-harness could not read the request: {why}")), "refused"),
-        };
-        let mut actions = vec![Action::Write(wire::control_response(id, answer))];
-        let subtype = subtype.unwrap_or("control request");
-        let message = format!("claude sent a `{subtype}` request that could not be read ({why}); it was {what}");
+        let (answer, message) = unread_request_answer("claude", id, subtype, &why);
+        let mut actions = vec![Action::Write(answer)];
         self.emit(&mut actions, EventKind::Warning { message });
         actions
     }

@@ -345,9 +345,77 @@ pub fn reused_request_id(cli: &str, request_id: &CliRequestId) -> (Value, String
     (control_response(request_id, Ok(Some(deny))), format!("{message}: both were denied"))
 }
 
+/// A control request whose line was too long to keep (see
+/// [`LineReader::too_long_head`](crate::framing::LineReader::too_long_head)): its `request_id`
+/// and, when the bytes reach it, its `subtype`, read from the line's first and last bytes;
+/// `None` for a line that is no control request, or whose ID neither end holds.
+pub fn unread_request<'b>((head, tail): (&'b [u8], &'b [u8])) -> Option<(CliRequestId, Option<&'b str>)> {
+    use crate::framing::head::{find_key, integer_at, object_at, string_at};
+    use crate::framing::tail::find_root_key;
+    let root = head.strip_prefix(b"{");
+    let at = |key: &str| root.and_then(|root| Some((root, find_key(root, key)?)));
+    let member = |key: &str| {
+        at(key).and_then(|(root, at)| string_at(root, at)).or_else(|| string_at(tail, find_root_key(tail, key)?))
+    };
+    if member("type")? != "control_request" {
+        return None;
+    }
+    let number = || {
+        let in_head = at("request_id").and_then(|(root, at)| integer_at(root, at));
+        in_head.or_else(|| integer_at(tail, find_root_key(tail, "request_id")?)).map(Value::from)
+    };
+    let id = member("request_id").map(Value::from).or_else(number).as_ref().and_then(CliRequestId::of)?;
+    let request = at("request").and_then(|(root, at)| object_at(root, at));
+    Some((id, request.and_then(|request| string_at(request, find_key(request, "subtype")?))))
+}
+
+/// The answer to a control request the CLI waits on that could not be read (`why`): a tool's
+/// permission (`can_use_tool`, or a subtype past the bytes that were read) denied, any other
+/// request refused. Returns the control response and the warning to show.
+pub fn unread_request_answer(
+    cli: &str,
+    request_id: &CliRequestId,
+    subtype: Option<&str>,
+    why: &str,
+) -> (Value, String) {
+    let (answer, what) = match subtype {
+        Some("can_use_tool") | None => (
+            Ok(Some(json!({"behavior": "deny", "message": format!("the request could not be read: {why}")}))),
+            "denied",
+        ),
+        Some(_) => (Err(format!("agent-harness could not read the request: {why}")), "refused"),
+    };
+    let subtype = subtype.unwrap_or("control request");
+    let message = format!("{cli} sent a `{subtype}` request that could not be read ({why}); it was {what}");
+    (control_response(request_id, answer), message)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A control request too long to keep is named by its first bytes, or, for the members
+    /// written after a long one, by its last.
+    #[test]
+    fn an_unread_control_request_is_named_by_either_end_and_denied() {
+        let head =
+            br#"{"type":"control_request","request_id":"r-1","request":{"subtype":"can_use_tool","input":{"x":"xx"#;
+        let (id, subtype) = unread_request((head, b"")).expect("a control request");
+        assert_eq!((id.as_str(), subtype), ("r-1", Some("can_use_tool")));
+        let head = br#"{"request":{"input":{"content":"xxxx"#;
+        let (id, subtype) =
+            unread_request((head, br#"xx"}},"request_id":7,"type":"control_request"}"#)).expect("from the tail");
+        assert_eq!((id.to_json(), subtype), (json!(7), None));
+        assert!(unread_request((br#"{"type":"result","result":"xx"#, b"")).is_none());
+
+        let (line, warning) = unread_request_answer("claude", &id, None, "too long");
+        assert_eq!(line["response"]["request_id"], 7);
+        assert_eq!(line["response"]["response"]["behavior"], "deny");
+        assert!(warning.contains("`control request`") && warning.contains("denied"), "{warning}");
+        let (line, warning) = unread_request_answer("claude", &id, Some("hook_callback"), "too long");
+        assert_eq!(line["response"]["subtype"], "error");
+        assert!(warning.contains("refused"), "{warning}");
+    }
 
     fn tool_use(json: Value) -> ToolUseRequest {
         serde_json::from_value(json).unwrap()

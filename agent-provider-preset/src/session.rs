@@ -400,7 +400,9 @@ impl Shared {
                         reader.garbage(unparsed_line_warning(&self.preset.id, "UTF-8", bytes.len()), &mut actions)
                     }
                 },
-                Line::TooLong(len) => reader.too_long(len, &mut actions),
+                Line::TooLong(len) => {
+                    reader.too_long(len, (lines.too_long_head(), lines.too_long_tail()), &mut actions)
+                }
             }
             if self.perform(&handle, &process, &mut actions).await.is_err() {
                 // The session runtime is gone: nothing to report to.

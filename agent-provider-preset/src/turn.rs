@@ -28,7 +28,9 @@ use agent_core::exec::ExitStatus;
 use agent_core::request::{ProviderRef, RequestSpec};
 use agent_core::{EventKind, TurnStatus};
 use agent_provider_kit::framing::Unreadable;
-use agent_provider_kit::permission_prompt::{PendingTool, ToolUseRequest, control_response};
+use agent_provider_kit::permission_prompt::{
+    PendingTool, ToolUseRequest, control_response, unread_request, unread_request_answer,
+};
 use agent_provider_kit::rpc::CliRequestId;
 use agent_provider_kit::rpc::ExitReport;
 use serde_json::Value;
@@ -180,11 +182,23 @@ impl<'p> TurnReader<'p> {
     /// The turn cannot be reported completed after it — the line may have been its reply, or
     /// a later one a rule would have kept — and the reason of a turn that ends without a result
     /// names the limit (see [`TurnReader::outcome`]).
-    pub(crate) fn too_long(&mut self, len: usize, actions: &mut Vec<Action>) {
+    ///
+    /// In an approval conversation, a control request among such lines (its first or last
+    /// bytes, `ends`, name it) is answered: the CLI would wait for its answer for good. A tool's
+    /// permission is denied, another request refused, and a warning says so.
+    pub(crate) fn too_long(&mut self, len: usize, ends: (&[u8], &[u8]), actions: &mut Vec<Action>) {
         let (count, longest) = self.too_long.unwrap_or_default();
         self.too_long = Some((count + 1, longest.max(len)));
         let (cli, max) = (&self.preset.id, self.preset.max_line_bytes);
         self.garbage(format!("{cli} wrote a stdout line of {len} bytes, over the {max}-byte limit; dropped"), actions);
+        if self.approvals.is_some()
+            && let Some((id, subtype)) = unread_request(ends)
+        {
+            let why = format!("its line was {len} bytes, over the {max}-byte limit (`max_line_bytes`)");
+            let (answer, message) = unread_request_answer(cli, &id, subtype, &why);
+            actions.push(Action::Write(answer));
+            actions.push(Action::Emit { kind: EventKind::Warning { message }, raw: None });
+        }
     }
 
     /// One stdout line (without its line end). `declined` tells a tool use refused through the

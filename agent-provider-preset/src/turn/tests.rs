@@ -59,8 +59,8 @@ fn a_dropped_over_long_line_keeps_a_turn_from_completing_and_is_named() {
     let outcome = |lines: &[&str], code: i32| {
         let mut reader = TurnReader::new(&preset, None, None);
         let mut actions = Vec::new();
-        reader.too_long(max + 10, &mut actions);
-        reader.too_long(max + 5, &mut actions);
+        reader.too_long(max + 10, (b"", b""), &mut actions);
+        reader.too_long(max + 5, (b"", b""), &mut actions);
         assert_eq!(actions.len(), 2, "each dropped line is warned of");
         feed(&mut reader, lines);
         reader.outcome(&exit(code), None)
@@ -277,6 +277,36 @@ fn claudes_permission_prompt_becomes_requests() {
     let outcome = reader.outcome(&exit(0), None);
     assert_eq!((outcome.status, outcome.text.as_deref()), (TurnStatus::Completed, Some("Done.")));
     assert_eq!(outcome.usage.and_then(|u| u.cost_usd), Some(0.01));
+}
+
+/// A control request over the line cap (the permission to write a large file carries the
+/// file) cannot be read whole, but its first bytes name it: in an approval conversation it is
+/// denied at once with a warning, where the CLI waited for its answer for good.
+#[test]
+fn an_over_long_control_request_is_denied() {
+    let preset = shipped("claude-print.json");
+    let meta = ApprovalMeta { risk: None, audience: None, timeout: Duration::from_secs(9) };
+    let mut reader = TurnReader::new(&preset, None, Some(meta));
+    let head = br#"{"type":"control_request","request_id":"req-long","request":{"subtype":"can_use_tool","tool_name":"Write","input":{"content":"xxxx"#;
+    let mut actions = Vec::new();
+    reader.too_long(preset.max_line_bytes + 1, (head, b"xxxx\"}}}"), &mut actions);
+    let answer = actions.iter().find_map(|a| match a {
+        Action::Write(line) => Some(line.clone()),
+        _ => None,
+    });
+    let answer = answer.expect("the request is answered");
+    assert_eq!(answer["response"]["request_id"], "req-long");
+    assert_eq!(answer["response"]["response"]["behavior"], "deny");
+    let warned = actions.iter().any(
+        |a| matches!(a, Action::Emit { kind: EventKind::Warning { message }, .. } if message.contains("can_use_tool")),
+    );
+    assert!(warned, "{actions:?}");
+
+    // Without an approval conversation nothing is answered: the line is only warned of.
+    let mut reader = TurnReader::new(&preset, None, None);
+    let mut actions = Vec::new();
+    reader.too_long(preset.max_line_bytes + 1, (head, b""), &mut actions);
+    assert!(!actions.iter().any(|a| matches!(a, Action::Write(_))), "{actions:?}");
 }
 
 /// A CLI that numbers its control requests is answered under the numbers; one without an ID
