@@ -68,7 +68,10 @@ impl SqliteStore {
     /// ([`OpenError::ReadOnlyDirectory`]).
     ///
     /// Opening does blocking file I/O; from async code call it through
-    /// `tokio::task::spawn_blocking` if a stall of a few milliseconds matters.
+    /// `tokio::task::spawn_blocking` if a stall matters: a few milliseconds usually, up to the
+    /// open's 5 s wait when another process holds the write lock, and longer when the file
+    /// needs a schema migration (moving every event to the version 3 form rewrites the events
+    /// table).
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, OpenError> {
         Self::open_with(path, SqliteOptions::default())
     }

@@ -21,7 +21,8 @@ pub const DEFAULT_WRITE_LOCK_WAIT: Duration = Duration::from_secs(60);
 pub enum Synchronous {
     /// `fsync` the WAL at every commit: an acknowledged write also survives a power loss or an
     /// operating-system crash. With group commit the cost is one `fsync` per group of writes,
-    /// not per event. The default.
+    /// not per event. The default. The sync runs after `COMMIT`, so other readers may see a
+    /// commit before it is durable (see the crate README).
     #[default]
     Full,
     /// `fsync` only at checkpoints: an acknowledged write survives a process crash, but the most
