@@ -219,6 +219,36 @@ impl Request {
         properties.iter().filter(|(_, field)| secret(field)).map(|(name, _)| name.as_str()).collect()
     }
 
+    /// The secret values `response` gives: the answers to secret questions and the values of
+    /// secret fields (see [`Request::recorded`]), those of at least 8 bytes each (a shorter one
+    /// would be found in ordinary text). The runtime redacts them from what the provider
+    /// reports after the answer (an agent that quotes the answer back).
+    pub(crate) fn secret_values(&self, response: &Response) -> Vec<String> {
+        const MIN_SECRET_LEN: usize = 8;
+        let Response::Answer { answer } = response else { return Vec::new() };
+        let secret_question = |id: &str| self.questions.iter().any(|q| q.secret && q.id == id);
+        let mut values: Vec<String> = match answer {
+            Answer::Text(text) if self.has_secret_question() => vec![text.clone()],
+            Answer::Many(values) if self.has_secret_question() => values.clone(),
+            Answer::ByQuestion(map) => {
+                map.iter().filter(|(id, _)| secret_question(id)).flat_map(|(_, values)| values.clone()).collect()
+            }
+            Answer::Content(Value::Object(content)) => self
+                .secret_fields()
+                .into_iter()
+                .filter_map(|field| content.get(field))
+                .filter_map(|value| match value {
+                    Value::String(text) => Some(text.clone()),
+                    Value::Null => None,
+                    other => Some(other.to_string()),
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        values.retain(|value| value.len() >= MIN_SECRET_LEN);
+        values
+    }
+
     /// What of `response` is recorded (in events, the store, the request's `response`): all of
     /// it but the answers to secret questions and the values of secret fields (see
     /// [`Request::has_secret_question`], [`Request::secret_fields`]), which reach the provider

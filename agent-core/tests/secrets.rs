@@ -54,7 +54,14 @@ async fn secrets_stay_out_of_traces_debug_output_and_the_store() {
     let response = Response::answer(ANSWER_SECRET);
     let response_debug = format!("{response:?}");
     f.harness.respond(&request, response).await.unwrap();
-    remote.complete(&turn.id, "done").await;
+    // The agent quotes the answer: whole in a message and in the turn's result, and in pieces
+    // as deltas.
+    let quoted = EventKind::AssistantMessage { item_id: None, text: format!("You typed {ANSWER_SECRET}.") };
+    remote.emit(&turn.id, quoted).await;
+    let (start, end) = ANSWER_SECRET.split_at(7);
+    remote.delta(&turn.id, &format!("Again: {start}")).await;
+    remote.delta(&turn.id, &format!("{end}!")).await;
+    remote.complete(&turn.id, &format!("done with {ANSWER_SECRET}")).await;
     f.harness.await_turn(&turn, None).await.unwrap();
     let turn_debug = format!("{turn:?}");
     let status_debug = format!("{:?}", f.harness.status(&session).await.unwrap());
@@ -78,7 +85,10 @@ async fn secrets_stay_out_of_traces_debug_output_and_the_store() {
     let events = serde_json::to_string(&store.read_events(&session.id, &Default::default()).await.unwrap()).unwrap();
     assert!(!events.contains(ENV_SECRET), "events hold no env values");
     assert!(!events.contains(MCP_SECRET) && !snapshot.contains(MCP_SECRET), "no MCP argument, env or header");
-    assert!(!events.contains(ANSWER_SECRET), "answers to secret questions are not recorded in events");
+    assert!(!events.contains(ANSWER_SECRET), "answers to secret questions are not recorded in events: {events}");
+    assert!(events.contains("You typed [redacted].") && events.contains("done with [redacted]"), "{events}");
+    let turns = serde_json::to_string(&store.list_turns(&session.id).await.unwrap()).unwrap();
+    assert!(!turns.contains(ANSWER_SECRET), "nor in the turn's result: {turns}");
     let requests = serde_json::to_string(&store.list_requests(&session.id).await.unwrap()).unwrap();
     assert!(!requests.contains(ANSWER_SECRET), "answers to secret questions are not stored");
     assert!(requests.contains("[redacted]"), "{requests}");

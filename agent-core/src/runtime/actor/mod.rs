@@ -39,7 +39,7 @@ use self::cache::{Finished, TurnCache};
 use self::calls::{Calls, Done};
 use self::journal::{AfterCommit, FlushStart, Journal, WriteOutcome};
 use self::ledger::{Ledger, Origin};
-use self::streams::StreamRedactor;
+use self::streams::{Learned, StreamRedactor};
 use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventKind, ExpiryReason, RawJson};
@@ -142,6 +142,9 @@ pub(crate) struct Actor {
     /// Holds back streamed text that may be a credential's beginning; `None` without credentials
     /// (boxed: a session without any keeps one pointer for it).
     streams: Option<Box<StreamRedactor>>,
+    /// The secret answers given to the session's requests, redacted from every event the
+    /// provider reports after them (see [`Actor::learn_secrets`]); `None` until one is given.
+    learned: Option<Box<Learned>>,
     ledger: Ledger,
     cache: TurnCache,
     calls: Calls,
@@ -198,6 +201,7 @@ impl Actor {
             generation: 0,
             journal,
             streams: StreamRedactor::new(&parts.credentials).map(Box::new),
+            learned: None,
             ledger: Ledger::default(),
             calls: Calls::new(parts.provider),
             watchdog: Watchdog::default(),
@@ -571,11 +575,30 @@ impl Actor {
         }
     }
 
+    /// Redacts `values` (secret answers, see [`Request::secret_values`]) from every event the
+    /// provider reports from now on, streamed deltas included.
+    ///
+    /// [`Request::secret_values`]: crate::request::Request::secret_values
+    fn learn_secrets(&mut self, values: Vec<String>) {
+        if values.is_empty() {
+            return;
+        }
+        match self.streams.as_mut() {
+            Some(streams) => streams.learn(&values),
+            None => self.streams = StreamRedactor::new(&values).map(Box::new),
+        }
+        self.learned.get_or_insert_default().add(&values);
+    }
+
     fn on_provider_event(&mut self, turn: Option<TurnId>, kind: EventKind, raw: Option<RawJson>) {
         if is_reserved(&kind) {
             tracing::warn!(kind = kind.type_name(), "provider emitted a reserved event kind; dropped");
             return;
         }
+        let (kind, raw) = match &self.learned {
+            Some(learned) => learned.redact(kind, raw),
+            None => (kind, raw),
+        };
         match turn {
             None if kind.is_terminal() => tracing::warn!("provider emitted a terminal event without a turn; dropped"),
             Some(turn) if self.current.as_ref().is_none_or(|c| c.turn.id != turn) => self.stale_frames += 1,

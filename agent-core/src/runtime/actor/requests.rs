@@ -15,6 +15,9 @@ use crate::turn::TurnStatus;
 impl Actor {
     /// Claims `request` for `response` (checked already) and delivers it to the provider.
     pub(super) fn deliver(&mut self, request: Request, response: Response, origin: Origin) {
+        // An agent may quote a secret answer back: from now on it is redacted from what the
+        // provider reports, as the CLI's credentials are.
+        self.learn_secrets(request.secret_values(&response));
         self.ledger.claim(&request.id, response.clone(), origin);
         self.calls.respond(request, response, self.options.provider_command_timeout, &self.span);
     }

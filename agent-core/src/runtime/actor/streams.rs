@@ -109,6 +109,17 @@ impl StreamRedactor {
         Some(StreamRedactor { credentials: Credentials { finders, first, firsts }, streams: Vec::new() })
     }
 
+    /// Adds `values` to the credentials held back and replaced, keeping the streams it watches
+    /// (the text they hold back stays held).
+    pub(crate) fn learn(&mut self, values: &[String]) {
+        let mut all: Vec<String> =
+            self.credentials.finders.iter().map(|f| String::from_utf8_lossy(f.needle()).into_owned()).collect();
+        all.extend(values.iter().cloned());
+        if let Some(fresh) = StreamRedactor::new(&all) {
+            self.credentials = fresh.credentials;
+        }
+    }
+
     /// A delta of `turn` as it is to be published, with its raw line if it was not changed;
     /// `None` when all of it is held. Any other kind passes unchanged.
     pub(crate) fn delta(
@@ -200,6 +211,61 @@ impl StreamRedactor {
             }
         }
         released
+    }
+}
+
+/// The secret answers given to a session's requests (answers to secret questions, values of
+/// secret fields): the provider's CLI may report them back (an agent quoting what it was told),
+/// and no credential list of the provider's holds them. Every event the provider reports after
+/// one was given has them replaced by [`REDACTED`]: found in the event's JSON, in the form a
+/// JSON string holds them, and the event's raw line dropped when it holds one. A session that
+/// never had a secret answer pays nothing; one that had pays a serialization of each event.
+#[derive(Default)]
+pub(crate) struct Learned {
+    /// Each value as a JSON string's text holds it (escaped), longest first.
+    escaped: Vec<String>,
+    /// Each value as it is, and escaped, to look for in a raw line.
+    finders: Vec<Finder<'static>>,
+}
+
+impl std::fmt::Debug for Learned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Learned").field("values", &self.escaped.len()).finish()
+    }
+}
+
+impl Learned {
+    /// Adds `values` (each non-empty).
+    pub(crate) fn add(&mut self, values: &[String]) {
+        for value in values.iter().filter(|v| !v.is_empty()) {
+            let quoted = serde_json::to_string(value).unwrap_or_default();
+            let escaped = quoted.get(1..quoted.len().saturating_sub(1)).unwrap_or_default().to_owned();
+            for needle in [value.as_str(), escaped.as_str()] {
+                if !self.finders.iter().any(|f| f.needle() == needle.as_bytes()) {
+                    self.finders.push(Finder::new(needle.as_bytes()).into_owned());
+                }
+            }
+            if !self.escaped.contains(&escaped) {
+                self.escaped.push(escaped);
+            }
+        }
+        self.escaped.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    }
+
+    /// `kind` with every value replaced, and `raw` unless it holds one.
+    pub(crate) fn redact(&self, kind: EventKind, raw: Option<RawJson>) -> (EventKind, Option<RawJson>) {
+        let holds = |text: &str| self.finders.iter().any(|f| f.find(text.as_bytes()).is_some());
+        let raw = raw.filter(|raw| !holds(raw.get()));
+        let Ok(json) = serde_json::to_string(&kind) else { return (kind, raw) };
+        if !self.escaped.iter().any(|value| json.contains(value.as_str())) {
+            return (kind, raw);
+        }
+        let redacted = self.escaped.iter().fold(json, |json, value| json.replace(value.as_str(), REDACTED));
+        match serde_json::from_str(&redacted) {
+            Ok(kind) => (kind, raw),
+            // A value that was part of the JSON's structure, not of a string in it.
+            Err(_) => (kind, raw),
+        }
     }
 }
 
