@@ -590,15 +590,14 @@ impl Actor {
         self.learned.get_or_insert_default().add(&values);
     }
 
-    fn on_provider_event(&mut self, turn: Option<TurnId>, kind: EventKind, raw: Option<RawJson>) {
+    fn on_provider_event(&mut self, turn: Option<TurnId>, mut kind: EventKind, mut raw: Option<RawJson>) {
         if is_reserved(&kind) {
             tracing::warn!(kind = kind.type_name(), "provider emitted a reserved event kind; dropped");
             return;
         }
-        let (kind, raw) = match &self.learned {
-            Some(learned) => learned.redact(kind, raw),
-            None => (kind, raw),
-        };
+        if let Some(learned) = &self.learned {
+            learned.redact(&mut kind, &mut raw);
+        }
         match turn {
             None if kind.is_terminal() => tracing::warn!("provider emitted a terminal event without a turn; dropped"),
             Some(turn) if self.current.as_ref().is_none_or(|c| c.turn.id != turn) => self.stale_frames += 1,

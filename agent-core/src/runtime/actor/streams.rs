@@ -252,19 +252,22 @@ impl Learned {
         self.escaped.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
     }
 
-    /// `kind` with every value replaced, and `raw` unless it holds one.
-    pub(crate) fn redact(&self, kind: EventKind, raw: Option<RawJson>) -> (EventKind, Option<RawJson>) {
+    /// Replaces every value in `kind`, and drops `raw` when it holds one.
+    pub(crate) fn redact(&self, kind: &mut EventKind, raw: &mut Option<RawJson>) {
         let holds = |text: &str| self.finders.iter().any(|f| f.find(text.as_bytes()).is_some());
-        let raw = raw.filter(|raw| !holds(raw.get()));
-        let Ok(json) = serde_json::to_string(&kind) else { return (kind, raw) };
+        if raw.as_ref().is_some_and(|raw| holds(raw.get())) {
+            *raw = None;
+        }
+        let Ok(json) = serde_json::to_string(kind) else { return };
         if !self.escaped.iter().any(|value| json.contains(value.as_str())) {
-            return (kind, raw);
+            return;
         }
         let redacted = self.escaped.iter().fold(json, |json, value| json.replace(value.as_str(), REDACTED));
-        match serde_json::from_str(&redacted) {
-            Ok(kind) => (kind, raw),
-            // A value that was part of the JSON's structure, not of a string in it.
-            Err(_) => (kind, raw),
+        // Escaped, a value holds no quote of its own, so a replacement inside a string keeps
+        // the JSON readable; one that matched outside a string (a value that reads as a number)
+        // does not, and the kind stays as it was.
+        if let Ok(replaced) = serde_json::from_str(&redacted) {
+            *kind = replaced;
         }
     }
 }
