@@ -361,10 +361,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         if let Some(expect) = &batch.expect {
             expect.check_read(session, &self.fetch_session(session).await)?;
         }
-        if batch.delete_first && !unreadable {
+        if batch.delete_first {
             // A deliberate replacement: mark a stale open snapshot ended so the delete rule lets
-            // it go.
-            if let Some(mut stale) = self.fetch_session(session).await?.filter(SessionSnapshot::is_open) {
+            // it go (one that cannot be read was expected so, and goes as it is).
+            let stale = if unreadable { None } else { self.fetch_session(session).await? };
+            if let Some(mut stale) = stale.filter(SessionSnapshot::is_open) {
                 stale.status = crate::session::SessionState::Abandoned;
                 self.save_session(&stale).await?;
             }

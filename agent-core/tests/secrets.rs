@@ -58,6 +58,9 @@ async fn secrets_stay_out_of_traces_debug_output_and_the_store() {
     // as deltas.
     let quoted = EventKind::AssistantMessage { item_id: None, text: format!("You typed {ANSWER_SECRET}.") };
     remote.emit(&turn.id, quoted).await;
+    // And asks approval for a command that holds it.
+    let approval = RequestSpec::new(RequestKind::CommandApproval, format!("curl -u me:{ANSWER_SECRET} x"), "c");
+    remote.request(&turn.id, approval).await;
     let (start, end) = ANSWER_SECRET.split_at(7);
     remote.delta(&turn.id, &format!("Again: {start}")).await;
     remote.delta(&turn.id, &format!("{end}!")).await;
@@ -92,5 +95,6 @@ async fn secrets_stay_out_of_traces_debug_output_and_the_store() {
     let requests = serde_json::to_string(&store.list_requests(&session.id).await.unwrap()).unwrap();
     assert!(!requests.contains(ANSWER_SECRET), "answers to secret questions are not stored");
     assert!(requests.contains("[redacted]"), "{requests}");
+    assert!(requests.contains("curl -u me:[redacted] x"), "the later request's prompt is redacted: {requests}");
     assert_eq!(remote.responses(), [Response::answer(ANSWER_SECRET)], "the provider got the real answer");
 }

@@ -74,17 +74,18 @@ pub(crate) async fn events(args: EventsArgs) -> Result<Exit, Failure> {
     let printed = print_events(&store, &id, args.after, live, &mut interrupt, running, &mut renderer).await;
     // What waits to be written is written before the command ends. Ctrl-C still ends a follow;
     // after one, what the reader does not take within a moment is given up.
-    let written = match (printed, interrupt.as_mut()) {
+    // What was printed before a failure is written too.
+    let written = match (&printed, interrupt.as_mut()) {
         (Ok(Printed::Interrupted), _) => {
             tokio::time::timeout(INTERRUPTED_FLUSH, crate::output::flushed()).await.unwrap_or(Ok(()))
         }
-        (Ok(Printed::All), Some(interrupt)) => tokio::select! {
+        (_, Some(interrupt)) => tokio::select! {
             written = crate::output::flushed() => written,
             _ = interrupt.recv() => Ok(()),
         },
-        (Ok(Printed::All), None) => crate::output::flushed().await,
-        (Err(failure), _) => return Err(failure),
+        (_, None) => crate::output::flushed().await,
     };
+    printed?;
     written.map_err(|e| Failure::failed(format!("cannot write events: {e}")))?;
     Ok(Exit::Completed)
 }

@@ -102,13 +102,14 @@ pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
         interactive: interactive.then_some(policy),
         started: false,
         give_up: deadline,
+        interrupted: None,
     };
     let outcome = run.session(provider_id, options, &args.prompts).await;
-    let (started, give_up) = (run.started, run.give_up);
+    let (started, give_up, interrupted) = (run.started, run.give_up, run.interrupted);
     drop(run);
     harness.shutdown().await;
     drop(harness);
-    let outcome = flush(outcome, &mut signals, give_up).await;
+    let outcome = flush(outcome, &mut signals, give_up, interrupted).await;
     // The store is closed now; a file made for a session that never started goes again.
     if let (false, Some(file)) = (started, new_file) {
         file.undo(hold).await;
@@ -167,13 +168,14 @@ enum GaveUp {
 }
 
 /// `written` (room for output, or all of it written), unless a signal comes or `give_up`
-/// passes first.
+/// passes while it waits: output that is written at once is never given up.
 async fn unless_given_up<T>(
     written: impl Future<Output = T>,
     signals: &mut Signals,
     give_up: Option<Instant>,
 ) -> Result<T, GaveUp> {
     tokio::select! {
+        biased;
         done = written => Ok(done),
         signal = signals.recv() => Err(GaveUp::Signal(signal)),
         () = until(give_up) => Err(GaveUp::Deadline),
@@ -184,12 +186,20 @@ async fn unless_given_up<T>(
 /// completed waits for all of it, unless a signal comes or `--timeout` runs out; one that ended
 /// otherwise gives up on it [`STALLED`] after it ended. A completed run whose output was given
 /// up, or could not be written, did not complete for its reader.
+///
+/// `interrupted` names the signal that already gave up output while the session stopped: what
+/// is left is given up at once (a second signal is not needed).
 async fn flush(
     outcome: Result<Exit, Failure>,
     signals: &mut Signals,
     give_up: Option<Instant>,
+    interrupted: Option<&'static str>,
 ) -> Result<Exit, Failure> {
-    let written = unless_given_up(crate::output::flushed(), signals, give_up).await;
+    let give_up = if interrupted.is_some() { Some(Instant::now()) } else { give_up };
+    let written = match unless_given_up(crate::output::flushed(), signals, give_up).await {
+        Err(GaveUp::Deadline) if let Some(signal) = interrupted => Err(GaveUp::Signal(signal)),
+        written => written,
+    };
     match (outcome, written) {
         (Ok(Exit::Completed), Ok(Err(error))) => Err(Failure::failed(format!("cannot write events: {error}"))),
         (Ok(Exit::Completed), Err(GaveUp::Signal(signal))) => {
@@ -227,6 +237,8 @@ struct Run<'a> {
     started: bool,
     /// When output that waits to be written is given up (see [`flush`]).
     give_up: Option<Instant>,
+    /// The signal that gave up output while the session stopped.
+    interrupted: Option<&'static str>,
 }
 
 /// Why a turn loop stopped.
@@ -405,7 +417,7 @@ impl Run<'_> {
     /// within [`DRAIN`], unless the output is given up first.
     async fn stop(&mut self, session: &SessionRef, mut events: Subscription, force: bool) {
         let _ = self.renderer.clear();
-        let Run { harness, renderer, signals, give_up, .. } = self;
+        let Run { harness, renderer, signals, give_up, interrupted, .. } = self;
         let stop = async {
             // An active turn (one that never ended) is interrupted by force.
             if harness.stop_session(session, force).await.is_err() {
@@ -414,7 +426,15 @@ impl Run<'_> {
         };
         let drain = async {
             let drained = Instant::now() + DRAIN;
-            while unless_given_up(crate::output::room(), signals, *give_up).await.is_ok() {
+            loop {
+                match unless_given_up(crate::output::room(), signals, *give_up).await {
+                    Ok(()) => {}
+                    Err(GaveUp::Signal(signal)) => {
+                        *interrupted = Some(signal);
+                        break;
+                    }
+                    Err(GaveUp::Deadline) => break,
+                }
                 match tokio::time::timeout_at(drained, events.next()).await {
                     Ok(Some(Ok(event))) if renderer.event(&event).is_ok() => {}
                     _ => break,

@@ -511,8 +511,8 @@ async fn on_a_terminal_approvals_approve_still_asks_the_question() {
     world.assert_no_process_left().await;
 }
 
-/// The answer to a secret question is not shown as it is typed: the prompt says it is hidden,
-/// and the typed text reaches the screen only where the agent quotes it back.
+/// The answer to a secret question is not shown as it is typed: the prompt says it is hidden.
+/// It reaches the agent, and where the agent quotes it back the runtime has redacted it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_terminal_a_secret_answer_is_not_echoed() {
     const TYPED: &str = "typed-secret-5e1c";
@@ -528,7 +528,9 @@ async fn on_a_terminal_a_secret_answer_is_not_echoed() {
     let screen = screen.replace("\r\n", "\n");
     let (before, quoted) = screen.split_once("Tool said: ").unwrap_or_else(|| panic!("no quote:\n{screen}"));
     assert!(!before.contains(TYPED), "the typed answer was shown:\n{screen}");
-    assert!(quoted.contains(TYPED), "the typed answer was taken:\n{screen}");
+    assert!(quoted.contains("[redacted]") && !quoted.contains(TYPED), "the quote of it is redacted:\n{screen}");
+    let sent: String = world._server.model_requests().iter().map(|r| format!("{:?}", r.body)).collect();
+    assert!(sent.contains(TYPED), "the typed answer reached the agent");
     assert!(
         before.contains("  answer (none, …) (hidden) > \n"),
         "the prompt says the answer is hidden, its line ends:\n{screen}"
@@ -700,6 +702,8 @@ async fn timeout_cancels_the_turn_and_exits_3() {
     assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
     let events = output.events();
     assert_eq!(terminals(&events).len(), 1, "the cancelled turn ends: {output:?}");
+    // The events of the stop are written too: output read at once is never given up.
+    assert_eq!(events.last().map(|e| e["type"].clone()), Some("session_closed".into()), "{output:?}");
     world.assert_no_process_left().await;
 }
 

@@ -83,8 +83,6 @@ impl ClaudeProvider {
         Error::ProviderUnavailable { provider: self.id.clone(), reason: reason.into() }
     }
 
-    /// Runs `claude --version` (once per exec, program and program file) and checks it against
-    /// [`MIN_SUPPORTED`](crate::MIN_SUPPORTED).
     /// Sets the session's MCP servers (`mcp_set_servers`), which claude connects before it
     /// answers. A server that did not connect (its program missing, its process gone) leaves
     /// the session running without its tools, as a server of claude's own configuration does;
@@ -119,6 +117,8 @@ impl ClaudeProvider {
         Ok(())
     }
 
+    /// Runs `claude --version` (once per exec, program and program file) and checks it against
+    /// [`MIN_SUPPORTED`](crate::MIN_SUPPORTED).
     async fn check_version(
         &self,
         ctx: &OpenContext,

@@ -256,8 +256,6 @@ impl Normalizer {
         actions
     }
 
-    /// A stdout line that is not JSON (or not UTF-8, or too long): a warning for the running
-    /// turn (or the session), when the line gets one (see [`Unreadable`]).
     /// Declines a request of codex's whose line was over `max_line_bytes` ([`requests::decline_unread`]):
     /// its first bytes named it, and codex would wait for its answer for good. A warning says so.
     pub(crate) fn unread_request(&mut self, id: RpcId, method: &str, len: usize, max_line: usize) -> Vec<Action> {
@@ -272,6 +270,8 @@ impl Normalizer {
         ]
     }
 
+    /// A stdout line that is not JSON (or not UTF-8, or too long): a warning for the running
+    /// turn (or the session), when the line gets one (see [`Unreadable`]).
     pub(crate) fn garbage(&mut self, message: String) -> Option<Action> {
         let turn = self.turn.as_ref().map(TurnState::id);
         let message = self.unreadable.warning(turn, || message)?;

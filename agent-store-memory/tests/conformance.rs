@@ -29,9 +29,10 @@ async fn session_limit_evicts_the_oldest_closed_session_and_refuses_when_none_is
 }
 
 /// The memory store with what the trait provides left to the trait: [`Store::last_turn_event`]
-/// as a store without an index by turn answers it.
+/// as a store without an index by turn answers it, and [`Store::write`]. The session named by
+/// `.1`, if any, has a snapshot that does not decode (`fetch_session` says `Corrupt`).
 #[derive(Debug, Default)]
-struct Provided(MemoryStore);
+struct Provided(MemoryStore, Option<SessionId>);
 
 #[async_trait]
 impl Store for Provided {
@@ -39,6 +40,9 @@ impl Store for Provided {
         self.0.save_session(snapshot).await
     }
     async fn fetch_session(&self, id: &SessionId) -> Result<Option<SessionSnapshot>, StoreError> {
+        if self.1.as_ref() == Some(id) {
+            return Err(StoreError::Corrupt(format!("snapshot of session `{id}`: damaged")));
+        }
         self.0.fetch_session(id).await
     }
     async fn list_sessions(&self) -> Result<Vec<SessionSnapshot>, StoreError> {
@@ -80,4 +84,18 @@ impl Store for Provided {
 async fn the_provided_last_turn_event_passes_its_check() {
     let store: DynStore = Arc::new(Provided::default());
     suite::last_turn_event_is_the_turns_newest(&store).await;
+}
+
+/// A purge of a snapshot that does not decode, through the provided `write` (as a store that
+/// does not override it commits one): the session is deleted, not only reported purged.
+#[tokio::test]
+async fn the_provided_write_purges_a_snapshot_that_does_not_decode() {
+    let bad = SessionId::new("bad").unwrap();
+    let store = Provided(MemoryStore::new(), Some(bad.clone()));
+    store.save_session(&suite::snapshot(&bad, SessionState::Closed)).await.unwrap();
+    let mut purge = agent_core::store::WriteBatch::new(bad.clone());
+    purge.delete_first = true;
+    purge.expect = Some(agent_core::store::Expected::Unreadable);
+    store.write(&purge).await.expect("the purge commits");
+    assert_eq!(store.0.fetch_session(&bad).await.unwrap(), None, "the session is gone");
 }

@@ -557,7 +557,10 @@ impl Actor {
                 }
                 self.create_request(turn, *spec, raw);
             }
-            ProviderMessage::RequestResolved { provider_ref, raw } => {
+            ProviderMessage::RequestResolved { provider_ref, mut raw } => {
+                if let Some(learned) = &self.learned {
+                    learned.drop_raw(&mut raw);
+                }
                 if let Some(id) = self.ledger.resolved_by_provider(&provider_ref) {
                     let turn = self.ledger.request(&id).map(|r| r.turn_id.clone());
                     self.expire_request(&id, ExpiryReason::ProviderResolved, raw);
@@ -566,7 +569,10 @@ impl Actor {
                     }
                 }
             }
-            ProviderMessage::SessionUpdated { provider_session_id, raw } => {
+            ProviderMessage::SessionUpdated { provider_session_id, mut raw } => {
+                if let Some(learned) = &self.learned {
+                    learned.drop_raw(&mut raw);
+                }
                 self.provider_session_id = provider_session_id.clone();
                 self.record_snapshot();
                 self.journal.emit(None, EventKind::SessionUpdated { provider_session_id }, raw);

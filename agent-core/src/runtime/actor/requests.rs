@@ -100,13 +100,13 @@ impl Actor {
         }
     }
 
-    pub(super) fn create_request(&mut self, turn: TurnId, spec: RequestSpec, raw: Option<RawJson>) {
+    pub(super) fn create_request(&mut self, turn: TurnId, spec: RequestSpec, mut raw: Option<RawJson>) {
         let now = Timestamp::now();
         let timeout = match (spec.timeout, self.options.request_timeout) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let request = Request {
+        let mut request = Request {
             id: RequestId::generate(),
             session_id: self.session.id.clone(),
             turn_id: turn.clone(),
@@ -123,6 +123,9 @@ impl Actor {
             created_at: now,
             expires_at: timeout.map(|t| now.saturating_add(t)),
         };
+        if let Some(learned) = &self.learned {
+            learned.redact_request(&mut request, &mut raw);
+        }
         let deadline = timeout.map(|timeout| self.calls.deadline(request.id.clone(), timeout));
         let parent = self.current.as_ref().map_or(&self.span, |c| &c.span);
         let span = tracing::info_span!(parent: parent, "request", request_id = %request.id, kind = %request.kind);

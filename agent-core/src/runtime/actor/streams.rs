@@ -23,6 +23,7 @@ use memchr::memmem::Finder;
 use crate::REDACTED;
 use crate::event::{EventKind, RawJson};
 use crate::ids::{ItemId, TurnId};
+use crate::request::Request;
 use crate::text::SharedStr;
 
 /// The most bytes of a credential's beginning a stream publishes before it holds the rest.
@@ -254,21 +255,42 @@ impl Learned {
 
     /// Replaces every value in `kind`, and drops `raw` when it holds one.
     pub(crate) fn redact(&self, kind: &mut EventKind, raw: &mut Option<RawJson>) {
-        let holds = |text: &str| self.finders.iter().any(|f| f.find(text.as_bytes()).is_some());
-        if raw.as_ref().is_some_and(|raw| holds(raw.get())) {
-            *raw = None;
-        }
-        let Ok(json) = serde_json::to_string(kind) else { return };
-        if !self.escaped.iter().any(|value| json.contains(value.as_str())) {
-            return;
-        }
-        let redacted = self.escaped.iter().fold(json, |json, value| json.replace(value.as_str(), REDACTED));
-        // Escaped, a value holds no quote of its own, so a replacement inside a string keeps
-        // the JSON readable; one that matched outside a string (a value that reads as a number)
-        // does not, and the kind stays as it was.
-        if let Ok(replaced) = serde_json::from_str(&redacted) {
+        self.drop_raw(raw);
+        if let Some(replaced) = self.rewritten(kind) {
             *kind = replaced;
         }
+    }
+
+    /// Replaces every value in what `request` asks (its prompt, questions, choices, schema and
+    /// metadata; not the IDs it is answered by), and drops `raw` when it holds one: an agent
+    /// may ask approval for a command that holds the answer it was given.
+    pub(crate) fn redact_request(&self, request: &mut Request, raw: &mut Option<RawJson>) {
+        self.drop_raw(raw);
+        if let Some(mut replaced) = self.rewritten(request) {
+            replaced.id = request.id.clone();
+            replaced.provider_ref = request.provider_ref.clone();
+            *request = replaced;
+        }
+    }
+
+    /// Drops `raw` when it holds a value.
+    pub(crate) fn drop_raw(&self, raw: &mut Option<RawJson>) {
+        if raw.as_ref().is_some_and(|raw| self.finders.iter().any(|f| f.find(raw.get().as_bytes()).is_some())) {
+            *raw = None;
+        }
+    }
+
+    /// `value` rebuilt from its JSON with every value replaced; `None` when it holds none.
+    /// Escaped, a value holds no quote of its own, so a replacement inside a string keeps the
+    /// JSON readable; one that matched outside a string (a value that reads as a number) does
+    /// not, and `value` stays as it was.
+    fn rewritten<T: serde::Serialize + serde::de::DeserializeOwned>(&self, value: &T) -> Option<T> {
+        let json = serde_json::to_string(value).ok()?;
+        if !self.escaped.iter().any(|v| json.contains(v.as_str())) {
+            return None;
+        }
+        let redacted = self.escaped.iter().fold(json, |json, v| json.replace(v.as_str(), REDACTED));
+        serde_json::from_str(&redacted).ok()
     }
 }
 
