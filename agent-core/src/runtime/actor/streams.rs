@@ -17,6 +17,10 @@
 //! out. One it held back whole is not published (its text goes out with the next). A delta that
 //! does not touch a credential passes as it came, after a `memchr` for the credentials' first
 //! bytes.
+//!
+//! [`Learned`] holds the secret answers given to the session's requests, which no provider's
+//! list of credentials has: they are added to the redactor's credentials once given, and
+//! replaced in every other event (and request) the provider reports after them.
 
 use memchr::memmem::Finder;
 
