@@ -16,8 +16,8 @@ use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::time::deadline_after;
 use agent_core::{Sink, SinkBuffer, TurnId};
-use agent_provider_kit::framing::head::{find_key, object_at, string_at};
-use agent_provider_kit::framing::tail::find_root_key;
+use agent_provider_kit::framing::ends::{head_object, string_member};
+use agent_provider_kit::framing::head::{find_key, string_at};
 use agent_provider_kit::framing::{
     AfterLines, Bytes, Line, LineReader, TextFrame, flush_before_wait, keep_line, stderr_note, unparsed_line_warning,
 };
@@ -204,13 +204,7 @@ fn over_long_line(
     actions.extend(state.garbage(warning));
     // Found among the head's keys, in whatever order claude writes them, else among the tail's:
     // 2.1.332 writes a result line's `type` after its text.
-    let root = head.strip_prefix(b"{");
-    let member = |key: &str| {
-        root.and_then(|root| string_at(root, find_key(root, key)?))
-            .or_else(|| string_at(tail, find_root_key(tail, key)?))
-    };
-    let nested = |key: &str| root.and_then(|root| object_at(root, find_key(root, key)?));
-    match member("type") {
+    match string_member((head, tail), "type") {
         Some("result") => {}
         Some("control_request") => {
             if let Some((id, subtype)) = unread_request((head, tail)) {
@@ -219,7 +213,8 @@ fn over_long_line(
             return AfterLines::Next;
         }
         Some("control_response") => {
-            let id = nested("response").and_then(|response| string_at(response, find_key(response, "request_id")?));
+            let response = head_object(head, "response");
+            let id = response.and_then(|response| string_at(response, find_key(response, "request_id")?));
             let Some(id) = id else { return AfterLines::Next };
             let why = format!("claude's reply was {len} bytes, over the {max_line}-byte limit (`max_line_bytes`)");
             let error = wire::control_response(&CliRequestId::from(id), Err(why));

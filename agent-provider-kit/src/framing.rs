@@ -32,6 +32,7 @@ pub use bytes::Bytes;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+pub mod ends;
 mod frame;
 pub mod head;
 mod redact;

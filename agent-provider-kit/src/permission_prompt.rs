@@ -349,23 +349,14 @@ pub fn reused_request_id(cli: &str, request_id: &CliRequestId) -> (Value, String
 /// [`LineReader::too_long_head`](crate::framing::LineReader::too_long_head)): its `request_id`
 /// and, when the bytes reach it, its `subtype`, read from the line's first and last bytes;
 /// `None` for a line that is no control request, or whose ID neither end holds.
-pub fn unread_request<'b>((head, tail): (&'b [u8], &'b [u8])) -> Option<(CliRequestId, Option<&'b str>)> {
-    use crate::framing::head::{find_key, integer_at, object_at, string_at};
-    use crate::framing::tail::find_root_key;
-    let root = head.strip_prefix(b"{");
-    let at = |key: &str| root.and_then(|root| Some((root, find_key(root, key)?)));
-    let member = |key: &str| {
-        at(key).and_then(|(root, at)| string_at(root, at)).or_else(|| string_at(tail, find_root_key(tail, key)?))
-    };
-    if member("type")? != "control_request" {
+pub fn unread_request<'b>(ends: (&'b [u8], &'b [u8])) -> Option<(CliRequestId, Option<&'b str>)> {
+    use crate::framing::ends::{head_object, id_member, string_member};
+    use crate::framing::head::{find_key, string_at};
+    if string_member(ends, "type")? != "control_request" {
         return None;
     }
-    let number = || {
-        let in_head = at("request_id").and_then(|(root, at)| integer_at(root, at));
-        in_head.or_else(|| integer_at(tail, find_root_key(tail, "request_id")?)).map(Value::from)
-    };
-    let id = member("request_id").map(Value::from).or_else(number).as_ref().and_then(CliRequestId::of)?;
-    let request = at("request").and_then(|(root, at)| object_at(root, at));
+    let id = id_member(ends, "request_id")?;
+    let request = head_object(ends.0, "request");
     Some((id, request.and_then(|request| string_at(request, find_key(request, "subtype")?))))
 }
 

@@ -16,13 +16,12 @@ use agent_core::exec::{Child, ChildOutput};
 use agent_core::provider::SinkClosed;
 use agent_core::time::deadline_after;
 use agent_core::{Sink, SinkBuffer, TurnId};
-use agent_provider_kit::framing::head::{find_key, integer_at, string_at};
-use agent_provider_kit::framing::tail::find_root_key;
+use agent_provider_kit::framing::ends::{id_member, string_member};
 use agent_provider_kit::framing::{
     Bytes, Line, LineReader, TextFrame, flush_before_wait, keep_line, unparsed_line_warning,
 };
 use agent_provider_kit::process::{CliProcess, encode_line as encode, spawn_reader, truncate_message, wait_until};
-use agent_provider_kit::rpc::{CliRequestId, ExitReport, Pending, ReplyError, ResponseId};
+use agent_provider_kit::rpc::{ExitReport, Pending, ReplyError, ResponseId};
 use agent_provider_kit::secrets::Secrets;
 use serde::Deserialize;
 use serde_json::Value;
@@ -342,17 +341,8 @@ impl Shared {
         self.garbage(warning, out).await?;
         // A dialog pi waits to have answered, or a reply to a command of ours, named by the
         // line's first bytes (or its last: a member written after a long one).
-        let (head, tail) = ends;
-        let root = head.strip_prefix(b"{");
-        let at = |key: &str| root.and_then(|root| find_key(root, key).map(|at| (root, at)));
-        let member = |key: &str| {
-            at(key).and_then(|(root, at)| string_at(root, at)).or_else(|| string_at(tail, find_root_key(tail, key)?))
-        };
-        let id = || {
-            let number = || at("id").and_then(|(root, at)| integer_at(root, at)).map(Value::from);
-            member("id").map(Value::from).or_else(number).as_ref().and_then(CliRequestId::of)
-        };
-        match (member("type"), id()) {
+        let member = |key: &str| string_member(ends, key);
+        match (member("type"), id_member(ends, "id")) {
             (Some("extension_ui_request"), Some(id)) => {
                 actions.extend(lock(&self.state).unread_dialog(&id, member("method"), len, max_line));
                 return self.run(actions, out).await;
