@@ -77,7 +77,7 @@ pub(crate) async fn events(args: EventsArgs) -> Result<Exit, Failure> {
     // What was printed before a failure is written too.
     let written = match (&printed, interrupt.as_mut()) {
         (Ok(Printed::Interrupted), _) => {
-            tokio::time::timeout(INTERRUPTED_FLUSH, crate::output::flushed()).await.unwrap_or(Ok(()))
+            tokio::time::timeout(crate::output::STALLED, crate::output::flushed()).await.unwrap_or(Ok(()))
         }
         (_, Some(interrupt)) => tokio::select! {
             written = crate::output::flushed() => written,
@@ -89,9 +89,6 @@ pub(crate) async fn events(args: EventsArgs) -> Result<Exit, Failure> {
     written.map_err(|e| Failure::failed(format!("cannot write events: {e}")))?;
     Ok(Exit::Completed)
 }
-
-/// How long output that waits to be written is waited for after a Ctrl-C ended a follow.
-const INTERRUPTED_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How printing a session's events ended.
 enum Printed {

@@ -10,6 +10,7 @@ use std::io::{self, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 
@@ -17,9 +18,13 @@ use tokio::sync::Notify;
 /// a few MiB at most for events of the usual size.
 pub(crate) const QUEUED: usize = 256;
 
+/// How long output that waits to be written is waited for once a command ended on a signal, a
+/// timeout or a lost session: the reader may have stopped reading.
+pub(crate) const STALLED: Duration = Duration::from_secs(2);
+
 /// The writing thread, started by the first write.
 struct Output {
-    sender: Mutex<Sender<Vec<u8>>>,
+    sender: Sender<Vec<u8>>,
     /// Writes handed over and not yet written.
     queued: AtomicUsize,
     /// Told after each write, and when a write failed.
@@ -50,12 +55,7 @@ fn output() -> &'static Output {
                 output.written.notify_one();
             }
         });
-        Output {
-            sender: Mutex::new(sender),
-            queued: AtomicUsize::new(0),
-            written: Notify::new(),
-            failed: Mutex::new(None),
-        }
+        Output { sender, queued: AtomicUsize::new(0), written: Notify::new(), failed: Mutex::new(None) }
     })
 }
 
@@ -76,7 +76,7 @@ pub(crate) fn write(bytes: Vec<u8>) -> io::Result<()> {
         return Err(error);
     }
     output.queued.fetch_add(1, Ordering::AcqRel);
-    if lock(&output.sender).send(bytes).is_err() {
+    if output.sender.send(bytes).is_err() {
         // The thread ended on a failed write after the look above.
         return Err(failure().unwrap_or_else(|| io::Error::from(io::ErrorKind::BrokenPipe)));
     }

@@ -37,10 +37,6 @@ const SPINNER_TICK: Duration = Duration::from_millis(100);
 /// How long the last events may take to arrive once the session was stopped.
 const DRAIN: Duration = Duration::from_secs(10);
 
-/// How long output that waits to be written is waited for once a run ended on a signal, the
-/// timeout or a lost session (the reader may have stopped reading).
-const STALLED: Duration = Duration::from_secs(2);
-
 /// Runs `agent-harness run`.
 pub(crate) async fn run(args: RunArgs) -> Result<Exit, Failure> {
     let (config, cwd_given) = config::session_config(&args)?;
@@ -184,7 +180,7 @@ async fn unless_given_up<T>(
 
 /// Waits for the output that waits to be written, once the harness is shut down. A run that
 /// completed waits for all of it, unless a signal comes or `--timeout` runs out; one that ended
-/// otherwise gives up on it [`STALLED`] after it ended. A completed run whose output was given
+/// otherwise gives up on it [`STALLED`](crate::output::STALLED) after it ended. A completed run whose output was given
 /// up, or could not be written, did not complete for its reader.
 ///
 /// `interrupted` names the signal that already gave up output while the session stopped: what
@@ -308,7 +304,7 @@ impl Run<'_> {
         if !matches!(exit, Ok(Exit::Completed | Exit::Failed)) {
             // Ended by a signal, the timeout or a lost session: what cannot be written soon is
             // not waited for.
-            let soon = Instant::now() + STALLED;
+            let soon = Instant::now() + crate::output::STALLED;
             self.give_up = Some(self.give_up.map_or(soon, |give_up| give_up.min(soon)));
         }
         self.stop(&session, events, force).await;
