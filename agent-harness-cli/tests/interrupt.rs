@@ -312,16 +312,43 @@ async fn a_snapshot_that_does_not_decode_is_purged_with_force() {
     assert_eq!(ids, ["good"]);
 }
 
+/// Waits until the pipe behind `stdout`, which this test holds and never reads, is full: from
+/// then on every write of the command's waits. Full is within an eighth of its capacity: each
+/// page of the pipe takes whole writes (an event's line each), so the pages are not filled to
+/// the byte.
+async fn until_full(stdout: &tokio::process::ChildStdout) {
+    use std::os::fd::AsRawFd;
+    let fd = stdout.as_raw_fd();
+    // SAFETY: fcntl and ioctl on a descriptor this test holds open, into a local integer.
+    let capacity = unsafe { libc::fcntl(fd, libc::F_GETPIPE_SZ) };
+    assert!(capacity > 0, "F_GETPIPE_SZ: {}", std::io::Error::last_os_error());
+    let full = async {
+        loop {
+            let mut held: libc::c_int = 0;
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::ioctl(fd, libc::FIONREAD, &mut held) }, 0);
+            if held >= capacity - capacity / 8 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), full).await.expect("the pipe fills");
+}
+
 /// `agent-harness run --json` streaming 20,000 deltas from a fake codex that then stalls, with
 /// `args`, its stdout held open and never read until the run exits; the exit status and stderr.
-async fn run_unread(args: &[&str], while_running: impl AsyncFnOnce(&tokio::process::Child)) -> (Option<i32>, String) {
+async fn run_unread(
+    args: &[&str],
+    while_running: impl AsyncFnOnce(&tokio::process::Child, &tokio::process::ChildStdout),
+) -> (Option<i32>, String) {
     let deltas = (0..20_000).map(|n| format!("delta {n} ")).collect::<Vec<_>>();
     let script = FakeScript::new().handshake().turn_start().deltas(deltas).stall();
     let env = FakeCliEnv::new(FakeCli::Codex, &script).unwrap_or_else(|e| panic!("{e}"));
     let mut child = run_with(&env, args);
-    let _stdout = child.stdout.take().expect("stdout");
+    let stdout = child.stdout.take().expect("stdout");
     let mut stderr = child.stderr.take().expect("stderr");
-    while_running(&child).await;
+    while_running(&child, &stdout).await;
     let status = tokio::time::timeout(Duration::from_secs(40), child.wait())
         .await
         .expect("the run ends although nobody reads its stdout")
@@ -337,7 +364,7 @@ async fn run_unread(args: &[&str], while_running: impl AsyncFnOnce(&tokio::proce
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdout_nobody_reads_does_not_hold_up_the_timeout() {
     let started = Instant::now();
-    let (code, stderr) = run_unread(&["--timeout", "2"], async |_| {}).await;
+    let (code, stderr) = run_unread(&["--timeout", "2"], async |_, _| {}).await;
     assert_eq!(code, Some(3), "{stderr}");
     assert!(started.elapsed() < Duration::from_secs(2 + 12 + 3), "took {:?}", started.elapsed());
 }
@@ -345,9 +372,8 @@ async fn a_stdout_nobody_reads_does_not_hold_up_the_timeout() {
 /// The same with no `--timeout`: SIGTERM cancels the turn and the run ends with exit 2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdout_nobody_reads_does_not_hold_up_a_signal() {
-    let (code, stderr) = run_unread(&[], async |child| {
-        // Long enough for the pipe and the output's queue to fill.
-        tokio::time::sleep(Duration::from_secs(2)).await;
+    let (code, stderr) = run_unread(&[], async |child, stdout| {
+        until_full(stdout).await;
         send(child, libc::SIGTERM);
     })
     .await;
@@ -373,9 +399,8 @@ async fn events_follow_with_a_stdout_nobody_reads_ends_on_ctrl_c() {
         .kill_on_drop(true)
         .spawn()
         .expect("spawn");
-    let _unread = follow.stdout.take().expect("stdout");
-    // Long enough for the pipe and the output's queue to fill.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let unread = follow.stdout.take().expect("stdout");
+    until_full(&unread).await;
     sigint(&follow);
     let status = tokio::time::timeout(Duration::from_secs(20), follow.wait())
         .await
