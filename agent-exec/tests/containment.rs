@@ -341,6 +341,10 @@ async fn the_reaper_ends_stamped_children_of_sessions_that_are_not_live() {
     let mut orphan = exec.spawn(sh(FORKS_GRANDCHILDREN).session(dead.clone())).await.expect("spawn");
     let orphan_grandchildren = pids(&read_line(orphan.stdout.as_mut().expect("stdout")).await);
     let kept = exec.spawn(Command::new("sleep").arg("30").session(live.clone())).await.expect("spawn");
+    // A sleeper still in its `execve` has no environment to read its stamp from yet.
+    for &pid in &orphan_grandchildren {
+        until_sleeping(pid).await;
+    }
 
     let is_live = |session: &str| session != dead.as_str();
     let ended = exec.reap_orphans(&is_live).await.expect("reap");
